@@ -1,0 +1,73 @@
+"""The exception hierarchy: one root, each leaf also a matching built-in.
+
+    ChunkgraphError
+    ├── ConfigError(ValueError)      bad parameters: what, where, what would be valid
+    │   └── AlignmentError           a write that does not cover whole storage chunks
+    ├── GraphError(ValueError)       a malformed graph: cycle, foreign ref, duplicate name
+    ├── PlanError(RuntimeError)      a plan that cannot be made
+    ├── TaskError(RuntimeError)      one task failed: its name, its inputs, the cause
+    └── WorkerDiedError(RuntimeError) a worker process vanished while running a task
+
+Many failures of one run surface together as a single ``ExceptionGroup`` of
+``TaskError``; the original exception (a worker's remote traceback included)
+is carried as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ChunkgraphError(Exception):
+    """Root of every error chunkgraph raises on purpose."""
+
+
+class ConfigError(ChunkgraphError, ValueError):
+    """A parameter is invalid; the message names it and says what would be valid."""
+
+
+class AlignmentError(ConfigError):
+    """A write to an ``aligned_writes`` volume does not cover whole storage chunks."""
+
+
+class GraphError(ChunkgraphError, ValueError):
+    """The task graph is malformed (a cycle, a foreign reference, a duplicate name)."""
+
+
+class PlanError(ChunkgraphError, RuntimeError):
+    """No valid plan exists for the graph on the given contexts."""
+
+
+class WorkerDiedError(ChunkgraphError, RuntimeError):
+    """A worker process died (crash, ``os._exit``, killed) while running a task."""
+
+
+class TaskError(ChunkgraphError, RuntimeError):
+    """A task failed after all its tries.
+
+    ``task`` is the task's name, ``inputs`` the names of the tasks it consumed,
+    ``attempts`` how many times it ran; the original error is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        inputs: Sequence[str] = (),
+        attempts: int = 1,
+        detail: str = "",
+    ) -> None:
+        self.task = task
+        self.inputs = tuple(inputs)
+        self.attempts = attempts
+        self.detail = detail
+        shown = ", ".join(self.inputs[:8]) + (", ..." if len(self.inputs) > 8 else "")
+        message = f"task {task!r} failed after {attempts} attempt(s)"
+        if self.inputs:
+            message += f"; inputs: [{shown}]"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the fields when the error crosses a process boundary.
+        return (type(self), (self.task, self.inputs, self.attempts, self.detail))
