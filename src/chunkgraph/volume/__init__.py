@@ -1,0 +1,23 @@
+"""Chunked n-d volumes: Zarr v3 (default), TensorStore and in-memory storage.
+
+    >>> import numpy as np
+    >>> from chunkgraph import volume
+    >>> from chunkgraph.geometry import Box
+    >>> v = volume.create("scratch", (8, 8), (4, 4), "float32", backend="memory")
+    >>> v.write(Box((0, 0), (4, 8)), np.ones((4, 8), "float32"))
+    >>> float(v.read(Box((2, 2), (6, 6))).sum()), v.stats.chunks_read
+    (8.0, 4)
+    >>> volume.remove("scratch")
+
+Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
+(coordinates, fill, alignment, cache, accounting), ``_registry.py``
+(create/open/remove), one module per backend, ``_cache.py``, ``_stats.py``.
+"""
+
+from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._registry import create, remove
+from chunkgraph.volume._registry import open_volume as open
+from chunkgraph.volume._stats import IOStats
+from chunkgraph.volume._volume import Volume
+
+__all__ = ["ChunkCache", "IOStats", "Volume", "create", "open", "remove"]

@@ -1,0 +1,64 @@
+"""The memory backend: numpy arrays in a process-local registry, by name.
+
+For temporary layers and tests. A memory volume lives as long as its registry
+entry (``volume.remove(name)`` drops it) and is visible only in this
+process: it cannot be pickled to another one (``Volume`` refuses with a
+message saying to use an on-disk backend).
+
+``read`` returns a copy, never a view, so callers can mutate what they got
+without touching the stored data, exactly like the on-disk backends.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from chunkgraph.volume._storage import Index, VolumeMeta
+
+BACKEND = "memory"
+
+
+class MemoryStorage:
+    """One numpy array seen through the ``Storage`` protocol."""
+
+    def __init__(self, path: str, meta: VolumeMeta) -> None:
+        self.path = path
+        self.meta = meta
+        self.data = np.full(meta.shape, meta.fill_value, dtype=meta.dtype)
+
+    def read(self, index: Index) -> np.ndarray[Any, Any]:
+        return self.data[index].copy()
+
+    def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
+        self.data[index] = data
+
+
+_REGISTRY: dict[str, MemoryStorage] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def memory_exists(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def create_memory(name: str, meta: VolumeMeta) -> MemoryStorage:
+    storage = MemoryStorage(name, meta)
+    with _REGISTRY_LOCK:
+        _REGISTRY[name] = storage
+    return storage
+
+
+def open_memory(name: str) -> MemoryStorage:
+    with _REGISTRY_LOCK:
+        storage = _REGISTRY.get(name)
+    if storage is None:
+        raise FileNotFoundError(f"no memory volume named {name!r} in this process")
+    return storage
+
+
+def remove_memory(name: str) -> bool:
+    with _REGISTRY_LOCK:
+        return _REGISTRY.pop(name, None) is not None

@@ -1,0 +1,190 @@
+"""``create`` / ``open`` / ``remove``: validate arguments, pick the backend, wrap a ``Volume``.
+
+Backend choice on ``open(path, backend=None)``: a name registered in this
+process's memory registry opens the memory volume; otherwise the path is a
+Zarr v3 array, opened with the backend that created it (recorded in its
+attributes; zarr for arrays made elsewhere, or when tensorstore is not
+installed). Both on-disk backends read each other's volumes.
+
+``create(..., exist_ok=True)`` on an existing volume opens it instead, after
+checking that shape, chunks, dtype and placement match what was asked
+(resuming a run must not silently reuse a different layer).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from typing import Any, Literal
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.geometry._box import as_int_tuple
+from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
+from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
+from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
+from chunkgraph.volume._volume import Volume
+from chunkgraph.volume._zarr import create_zarr, open_zarr
+
+BackendName = Literal["zarr", "tensorstore", "memory"]
+BACKENDS: tuple[str, ...] = ("zarr", "tensorstore", "memory")
+
+
+def _normalise_path(path: str | os.PathLike[str], backend: str) -> str:
+    text = os.fspath(path)
+    if backend == "memory" or "://" in text:
+        return text
+    # Absolute, so a volume pickled to a worker with another working directory still resolves.
+    return os.path.abspath(text)
+
+
+def _is_on_disk(path: str) -> bool:
+    return "://" not in path and os.path.isfile(os.path.join(path, "zarr.json"))
+
+
+def create(
+    path: str | os.PathLike[str],
+    shape: Any,
+    chunks: Any,
+    dtype: Any,
+    *,
+    fill_value: Any = 0,
+    compressor: object = "default",
+    backend: BackendName = "zarr",
+    offset: Any = None,
+    exist_ok: bool = False,
+    aligned_writes: bool = True,
+    cache_bytes: int = 0,
+    spatial_ndim: int | None = None,
+) -> Volume:
+    """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
+
+    ``shape``/``chunks`` cover all axes; the trailing ``spatial_ndim`` (default:
+    all) are spatial and ``offset`` (default 0) places them in global space.
+
+    >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
+    ...            spatial_ndim=2, offset=(100, 0))
+    >>> v.channel_shape, v.bounds
+    ((2,), Box(start=(100, 0), stop=(108, 8)))
+    >>> remove("tmp-layer")
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r} is not one of {BACKENDS}")
+    if cache_bytes < 0:
+        raise ConfigError(f"cache_bytes must be >= 0 (0 turns the cache off), got {cache_bytes}")
+    meta = _build_meta(
+        shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend
+    )
+    name = _normalise_path(path, backend)
+    exists = memory_exists(name) if backend == "memory" else _is_on_disk(name)
+    if exists:
+        if not exist_ok:
+            raise ConfigError(
+                f"a volume already exists at {name!r}; pass exist_ok=True to reuse it, "
+                f"or volume.remove({name!r}) first"
+            )
+        opened = open_volume(name, "r+", cache_bytes, backend)
+        _check_same(opened, meta)
+        return opened
+    storage: Storage
+    if backend == "memory":
+        storage = create_memory(name, meta)
+    elif backend == "tensorstore":
+        storage = create_tensorstore(name, meta, compressor, overwrite=False)
+    else:
+        storage = create_zarr(name, meta, compressor, overwrite=False)
+    return Volume(storage, "r+", cache_bytes)
+
+
+def _build_meta(
+    shape: Any,
+    chunks: Any,
+    dtype: Any,
+    fill_value: Any,
+    spatial_ndim: int | None,
+    offset: Any,
+    aligned_writes: bool,
+    backend: str,
+) -> VolumeMeta:
+    shape_t = as_int_tuple(shape, "shape")
+    n_spatial = len(shape_t) if spatial_ndim is None else int(spatial_ndim)
+    try:
+        np_dtype = np.dtype(dtype)
+        fill = np_dtype.type(fill_value)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ConfigError(
+            f"dtype {dtype!r} / fill_value {fill_value!r} are not usable: {err}"
+        ) from err
+    offset_t = (0,) * n_spatial if offset is None else as_int_tuple(offset, "offset")
+    return VolumeMeta(
+        shape=shape_t,
+        chunks=as_int_tuple(chunks, "chunks"),
+        dtype=np_dtype,
+        fill_value=fill,
+        spatial_ndim=n_spatial,
+        offset=offset_t,
+        aligned_writes=bool(aligned_writes),
+        backend=backend,
+    )
+
+
+def _check_same(volume: Volume, meta: VolumeMeta) -> None:
+    have = (volume.shape, volume.chunks, volume.dtype, volume.spatial_ndim, volume.offset)
+    want = (meta.shape, meta.chunks, meta.dtype, meta.spatial_ndim, meta.offset)
+    if have != want:
+        raise ConfigError(
+            f"existing volume {volume.path!r} has (shape, chunks, dtype, spatial_ndim, offset) "
+            f"{have}, but {want} was asked for; remove it or create with matching parameters"
+        )
+
+
+def open_volume(
+    path: str | os.PathLike[str],
+    mode: str = "r",
+    cache_bytes: int = 0,
+    backend: str | None = None,
+) -> Volume:
+    """Open an existing volume (``mode`` 'r' or 'r+'), see ``open``."""
+    if mode not in ("r", "r+"):
+        raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r} is not one of {BACKENDS} (or None)")
+    text = os.fspath(path)
+    if backend == "memory" or (backend is None and memory_exists(text)):
+        return Volume(open_memory(text), mode, cache_bytes)
+    name = _normalise_path(text, "zarr")
+    if "://" not in name and not _is_on_disk(name):
+        raise FileNotFoundError(f"no volume at {name!r} (no zarr.json there)")
+    chosen = backend or _creator_backend(name)
+    storage = open_tensorstore(name, mode) if chosen == "tensorstore" else open_zarr(name, mode)
+    return Volume(storage, mode, cache_bytes)
+
+
+def _creator_backend(path: str) -> str:
+    """The backend recorded at creation, if it can be used here; zarr otherwise."""
+    if "://" in path:
+        return "zarr"
+    with open(os.path.join(path, "zarr.json")) as f:
+        attrs = json.load(f).get("attributes", {})
+    wanted = attrs.get(ATTRS_KEY, {}).get("backend", "zarr")
+    if wanted == "tensorstore" and importlib.util.find_spec("tensorstore") is not None:
+        return "tensorstore"
+    return "zarr"
+
+
+def remove(path: str | os.PathLike[str], *, missing_ok: bool = False) -> None:
+    """Delete a volume: a memory registry entry, or a local Zarr v3 array directory."""
+    text = os.fspath(path)
+    if remove_memory(text):
+        return
+    name = _normalise_path(text, "zarr")
+    if "://" in name:
+        raise ConfigError(f"remove() handles local and memory volumes only, not {name!r}")
+    if not _is_on_disk(name):
+        if missing_ok:
+            return
+        raise FileNotFoundError(f"no volume at {name!r} (neither a memory volume nor a zarr.json)")
+    shutil.rmtree(name)

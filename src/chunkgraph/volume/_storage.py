@@ -1,0 +1,123 @@
+"""The storage layer under ``Volume``: one metadata record and one small protocol.
+
+A backend only moves rectangular regions of an n-d array in *local* index
+space (``0 .. shape`` on every axis, channel axes included). Everything about
+global coordinates, bounds, fill outside bounds, alignment, caching and
+accounting lives once in ``Volume``, so the backends stay thin and identical::
+
+    Volume.read(global box) ──crop, translate──> Storage.read(local slices) -> ndarray
+    Volume.write(global box, array) ──check, crop──> Storage.write(local slices, array)
+
+``VolumeMeta`` is what a volume is, independent of its backend; the on-disk
+backends persist its chunkgraph-specific part (offset, spatial_ndim,
+aligned_writes, creating backend) in the Zarr array attributes under
+``ATTRS_KEY``, so ``open()`` restores it whichever backend wrote it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.geometry._box import as_int_tuple
+
+ATTRS_KEY = "chunkgraph"
+Index = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class VolumeMeta:
+    """Shape, chunking, dtype and placement of a volume (all validated on construction)."""
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fill_value: Any
+    spatial_ndim: int
+    offset: tuple[int, ...]
+    aligned_writes: bool
+    backend: str
+
+    def __post_init__(self) -> None:
+        ndim = len(self.shape)
+        if len(self.chunks) != ndim:
+            raise ConfigError(
+                f"chunks {self.chunks} has {len(self.chunks)} axes "
+                f"but shape {self.shape} has {ndim}"
+            )
+        if any(s < 0 for s in self.shape) or any(c <= 0 for c in self.chunks):
+            raise ConfigError(
+                f"shape {self.shape} must be >= 0 and chunks {self.chunks} > 0 on every axis"
+            )
+        if not 1 <= self.spatial_ndim <= ndim:
+            raise ConfigError(f"spatial_ndim must be in 1..{ndim} for shape {self.shape}")
+        n_channel = ndim - self.spatial_ndim
+        if self.chunks[:n_channel] != self.shape[:n_channel]:
+            raise ConfigError(
+                f"channel axes must be chunked whole: shape {self.shape}, chunks {self.chunks}, "
+                f"spatial_ndim {self.spatial_ndim}; use chunks "
+                f"{self.shape[:n_channel] + self.chunks[n_channel:]}"
+            )
+        if len(self.offset) != self.spatial_ndim:
+            raise ConfigError(
+                f"offset {self.offset} must have one entry per spatial axis ({self.spatial_ndim})"
+            )
+
+    @property
+    def channel_ndim(self) -> int:
+        return len(self.shape) - self.spatial_ndim
+
+    def attrs(self) -> dict[str, Any]:
+        """The JSON attributes the on-disk backends store."""
+        return {
+            ATTRS_KEY: {
+                "offset": list(self.offset),
+                "spatial_ndim": self.spatial_ndim,
+                "aligned_writes": self.aligned_writes,
+                "backend": self.backend,
+            }
+        }
+
+
+def meta_from_stored(
+    shape: object,
+    chunks: object,
+    dtype: np.dtype[Any],
+    fill_value: Any,
+    attrs: dict[str, Any],
+    backend: str,
+) -> VolumeMeta:
+    """Rebuild ``VolumeMeta`` from what a backend read back (arrays not made by chunkgraph
+    open as all-spatial, offset 0, unaligned writes allowed)."""
+    shape_t = as_int_tuple(shape, "stored shape")
+    ours = attrs.get(ATTRS_KEY, {})
+    spatial_ndim = int(ours.get("spatial_ndim", len(shape_t)))
+    offset = ours.get("offset", [0] * spatial_ndim)
+    return VolumeMeta(
+        shape=shape_t,
+        chunks=as_int_tuple(chunks, "stored chunks"),
+        dtype=np.dtype(dtype),
+        fill_value=np.dtype(dtype).type(fill_value),
+        spatial_ndim=spatial_ndim,
+        offset=as_int_tuple(offset, "stored offset"),
+        aligned_writes=bool(ours.get("aligned_writes", False)),
+        backend=backend,
+    )
+
+
+class Storage(Protocol):
+    """What a backend implements; indices are local slices with 0 <= start <= stop <= shape."""
+
+    meta: VolumeMeta
+    path: str
+
+    def read(self, index: Index) -> np.ndarray[Any, Any]:
+        """A new array (never a view of backend memory) holding ``index``."""
+        ...
+
+    def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
+        """Store ``data`` (already of the volume's dtype and of the index's shape)."""
+        ...

@@ -1,0 +1,340 @@
+"""``Volume``: a chunked n-d array placed in global coordinates, read and written by boxes.
+
+Coordinates. The trailing ``spatial_ndim`` axes are spatial; any leading axes
+are channels, always read and written whole. ``bounds`` is the spatial box
+``[offset, offset + spatial_shape)`` in a global space shared by all volumes;
+storage chunks are aligned to ``offset``. ``read``/``write`` take spatial
+boxes in global coordinates::
+
+    read(box):   box ∩ bounds ──translate by -offset──> backend region
+                 (the rest of box is fill_value)
+    write(box):  check dtype/shape ─> crop to bounds ─> check alignment ─> backend
+                 ─> invalidate cached chunks ─> count
+
+Reads. With the cache off (``cache_bytes=0``) the needed region is fetched in
+one backend call and returned as is (no copy when the box lies inside the
+bounds). With the cache on, the region is assembled chunk by chunk through
+the LRU, and only missing chunks touch the backend. Either way the stats
+count the whole storage chunks involved (see ``_stats``).
+
+Writes. ``aligned_writes=True`` volumes accept only boxes that, once cropped
+to the bounds, cover whole storage chunks (a chunk clipped by the volume edge
+is whole); this is what makes concurrent writers of disjoint boxes race-free.
+``aligned_writes=False`` lets the backend read-modify-write partial chunks;
+the caller then owns each chunk. Every check runs before anything is written.
+
+Thread safety: concurrent reads, and concurrent writes to disjoint storage
+chunks, are safe (backends are, the cache and counters lock). Pickling an
+on-disk volume pickles its path, mode and cache size; it is reopened where
+it is unpickled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from chunkgraph._errors import AlignmentError, ConfigError
+from chunkgraph.geometry import Box
+from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._stats import IOStats, _IOCounters
+
+if TYPE_CHECKING:
+    from chunkgraph.volume._storage import Index, Storage
+
+
+class Volume:
+    """A chunked array in global coordinates; create with ``volume.create`` / ``volume.open``.
+
+    >>> from chunkgraph import volume
+    >>> v = volume.create("doc-example", (4, 4), (2, 2), "uint8", backend="memory", offset=(10, 10))
+    >>> v.write(Box((10, 10), (12, 14)), np.ones((2, 4), "uint8"))
+    >>> v.read(Box((11, 9), (13, 11))).tolist()
+    [[0, 1], [0, 0]]
+    >>> volume.remove("doc-example")
+    """
+
+    def __init__(self, storage: Storage, mode: str, cache_bytes: int = 0) -> None:
+        if mode not in ("r", "r+"):
+            raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
+        meta = storage.meta
+        self._storage = storage
+        self._meta = meta
+        self.mode = mode
+        self.cache_bytes = cache_bytes
+        self._cache = ChunkCache(cache_bytes) if cache_bytes > 0 else None
+        self._counters = _IOCounters()
+        n_channel = meta.channel_ndim
+        self.channel_shape: tuple[int, ...] = meta.shape[:n_channel]
+        self.spatial_chunks: tuple[int, ...] = meta.chunks[n_channel:]
+        self._spatial_shape = meta.shape[n_channel:]
+        self.bounds = Box(
+            meta.offset, tuple(o + s for o, s in zip(meta.offset, self._spatial_shape, strict=True))
+        )
+        self._channel_index: Index = tuple(slice(None) for _ in self.channel_shape)
+        self._itemsize = meta.dtype.itemsize * math.prod(self.channel_shape)
+
+    # -- description -----------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._storage.path
+
+    @property
+    def backend(self) -> str:
+        return self._meta.backend
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._meta.shape
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self._meta.chunks
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._meta.dtype
+
+    @property
+    def fill_value(self) -> Any:
+        return self._meta.fill_value
+
+    @property
+    def ndim(self) -> int:
+        return len(self._meta.shape)
+
+    @property
+    def spatial_ndim(self) -> int:
+        return self._meta.spatial_ndim
+
+    @property
+    def offset(self) -> tuple[int, ...]:
+        return self._meta.offset
+
+    @property
+    def aligned_writes(self) -> bool:
+        return self._meta.aligned_writes
+
+    @property
+    def stats(self) -> IOStats:
+        return self._counters.snapshot()
+
+    def reset_stats(self) -> None:
+        self._counters.reset()
+
+    def __repr__(self) -> str:
+        return (
+            f"Volume({self.path!r}, backend={self.backend!r}, mode={self.mode!r}, "
+            f"shape={self.shape}, chunks={self.chunks}, dtype={self.dtype.name}, "
+            f"bounds={self.bounds})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.backend == "memory":
+            raise ConfigError(
+                f"memory volume {self.path!r} exists only in this process and cannot be pickled; "
+                f"create it with backend='zarr' to use it from other processes"
+            )
+        from chunkgraph.volume._registry import open_volume
+
+        return (open_volume, (self.path, self.mode, self.cache_bytes, self.backend))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, box: Box) -> np.ndarray[Any, Any]:
+        """The data in ``box`` (global coordinates), ``fill_value`` outside the bounds."""
+        self._check_box(box, "read")
+        inner = box.intersection(self.bounds)
+        if self._cache is None and inner == box and not box.is_empty:
+            # Hot path: a box inside the bounds is one backend call, returned without a copy.
+            self._count_read(inner)
+            return self._storage.read(self._local_index(inner))
+        out = self._empty(box, filled=inner != box)
+        if inner.is_empty:
+            return out
+        target = out[self._channel_index + inner.slices(relative_to=box)]
+        if self._cache is None:
+            self._count_read(inner)
+            target[...] = self._storage.read(self._local_index(inner))
+        else:
+            self._read_through_cache(inner, target, self._cache)
+        return out
+
+    def _read_through_cache(
+        self, inner: Box, target: np.ndarray[Any, Any], cache: ChunkCache
+    ) -> None:
+        hits = misses = hit_bytes = miss_bytes = 0
+        for key, chunk_box in self._chunks_of(inner):
+            chunk = cache.get(key)
+            if chunk is None:
+                epoch = cache.epoch
+                chunk = self._storage.read(self._local_index(chunk_box))
+                cache.put(key, chunk, epoch)
+                misses += 1
+                miss_bytes += chunk.nbytes
+            else:
+                hits += 1
+                hit_bytes += chunk.nbytes
+            part = chunk_box.intersection(inner)
+            target[self._channel_index + part.slices(relative_to=inner)] = chunk[
+                self._channel_index + part.slices(relative_to=chunk_box)
+            ]
+        self._counters.add(
+            cache_hits=hits,
+            cache_misses=misses,
+            bytes_from_cache=hit_bytes,
+            chunks_read=misses,
+            bytes_read=miss_bytes,
+        )
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
+        """Store ``array`` (shape ``channel_shape + box.shape``) at ``box``, cropped to bounds."""
+        if self.mode != "r+":
+            raise ConfigError(
+                f"volume {self.path!r} is open read-only (mode={self.mode!r}); "
+                f"open it with mode='r+' to write"
+            )
+        self._check_box(box, "write")
+        data = self._checked_array(box, array)
+        inner = box.intersection(self.bounds)
+        if inner.is_empty:
+            return
+        if self.aligned_writes:
+            self._check_aligned(box, inner)
+        if inner != box:
+            data = data[self._channel_index + inner.slices(relative_to=box)]
+        self._storage.write(self._local_index(inner), data)
+        chunk_keys = [key for key, _ in self._chunks_of(inner)]
+        if self._cache is not None:
+            self._cache.invalidate(chunk_keys)
+        self._counters.add(bytes_written=data.nbytes, chunks_written=len(chunk_keys))
+
+    def _checked_array(self, box: Box, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        data = np.asarray(array)
+        expected = self.channel_shape + box.shape
+        if data.shape != expected:
+            raise ConfigError(
+                f"array of shape {data.shape} does not fit box {box}: expected "
+                f"channel_shape {self.channel_shape} + box.shape {box.shape} = {expected}"
+            )
+        if data.dtype != self.dtype:
+            if not np.can_cast(data.dtype, self.dtype, "safe"):
+                raise ConfigError(
+                    f"cannot write {data.dtype} data to {self.dtype} volume {self.path!r}: only "
+                    f"safe casts are done implicitly; cast it yourself, e.g. "
+                    f"array.astype({self.dtype.name!r}), if the loss is intended"
+                )
+            data = data.astype(self.dtype)
+        return data
+
+    def _check_aligned(self, box: Box, inner: Box) -> None:
+        local = inner.translated([-o for o in self.offset])
+        ok = all(
+            a % c == 0 and (b % c == 0 or b == s)
+            for a, b, c, s in zip(
+                local.start, local.stop, self.spatial_chunks, self._spatial_shape, strict=True
+            )
+        )
+        if ok:
+            return
+        grown, shrunk = self.chunk_aligned(inner, "outer"), self.chunk_aligned(inner, "inner")
+        nearest = f"{grown} (grown)" + ("" if shrunk.is_empty else f" or {shrunk} (shrunk)")
+        raise AlignmentError(
+            f"write box {box} (cropped to bounds: {inner}) does not cover whole storage chunks of "
+            f"volume {self.path!r}: chunk grid {self.spatial_chunks} at offset {self.offset}. "
+            f"Nearest aligned: {nearest}; or create the volume "
+            f"with aligned_writes=False if each partial chunk has a single writer"
+        )
+
+    def chunk_aligned(self, box: Box, direction: Literal["outer", "inner"] = "outer") -> Box:
+        """``box`` cropped to the bounds and snapped to whole storage chunks.
+
+        ``outer`` grows to the chunks it touches, ``inner`` shrinks to the chunks it
+        covers; either way the volume edge counts as a chunk boundary, so the result
+        is always a valid ``aligned_writes`` box (possibly empty).
+
+        >>> from chunkgraph import volume
+        >>> v = volume.create("doc-align", (10,), (4,), "uint8", backend="memory")
+        >>> v.chunk_aligned(Box((5,), (9,))), v.chunk_aligned(Box((3,), (12,)), "inner")
+        (Box(start=(4,), stop=(10,)), Box(start=(4,), stop=(10,)))
+        >>> volume.remove("doc-align")
+        """
+        self._check_box(box, "chunk_aligned")
+        inner = box.intersection(self.bounds)
+        snapped = inner.snapped(self.spatial_chunks, self.offset, direction)
+        if direction == "inner":
+            # The edge of the volume is a chunk boundary too: keep a stop that reaches it.
+            stop = tuple(
+                e if b == e else s
+                for b, e, s in zip(inner.stop, self.bounds.stop, snapped.stop, strict=True)
+            )
+            snapped = Box(
+                snapped.start, tuple(max(a, b) for a, b in zip(snapped.start, stop, strict=True))
+            )
+        return snapped.intersection(self.bounds)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _check_box(self, box: object, op: str) -> None:
+        if not isinstance(box, Box):
+            raise ConfigError(f"{op} takes a chunkgraph.geometry.Box, got {box!r}")
+        if box.ndim != self.spatial_ndim:
+            raise ConfigError(
+                f"{op} box {box} has {box.ndim} axes but the volume has {self.spatial_ndim} "
+                f"spatial axes (channel axes {self.channel_shape} are always taken whole)"
+            )
+
+    def _local_index(self, box: Box) -> Index:
+        return self._channel_index + tuple(
+            slice(a - o, b - o) for a, b, o in zip(box.start, box.stop, self.offset, strict=True)
+        )
+
+    def _empty(self, box: Box, filled: bool) -> np.ndarray[Any, Any]:
+        shape = self.channel_shape + box.shape
+        if filled:
+            return np.full(shape, self.fill_value, dtype=self.dtype)
+        return np.empty(shape, dtype=self.dtype)
+
+    def _grid_range(self, box: Box) -> list[range]:
+        """Per spatial axis, the chunk-grid indices that ``box`` (inside bounds) touches."""
+        return [
+            range((a - o) // c, -((o - b) // c))
+            for a, b, o, c in zip(
+                box.start, box.stop, self.offset, self.spatial_chunks, strict=True
+            )
+        ]
+
+    def _chunks_of(self, box: Box) -> list[tuple[tuple[int, ...], Box]]:
+        """``(grid index, chunk box clipped to bounds)`` for every storage chunk ``box`` touches."""
+        out = []
+        for key in itertools.product(*self._grid_range(box)):
+            start = tuple(
+                o + k * c for o, k, c in zip(self.offset, key, self.spatial_chunks, strict=True)
+            )
+            stop = tuple(
+                min(a + c, e)
+                for a, c, e in zip(start, self.spatial_chunks, self.bounds.stop, strict=True)
+            )
+            out.append((key, Box._trusted(start, stop)))
+        return out
+
+    def _count_read(self, inner: Box) -> None:
+        """Count the whole (edge-clipped) storage chunks behind ``inner`` without listing them."""
+        n_chunks = 1
+        n_voxels = 1
+        for r, c, o, e in zip(
+            self._grid_range(inner),
+            self.spatial_chunks,
+            self.offset,
+            self.bounds.stop,
+            strict=True,
+        ):
+            n_chunks *= len(r)
+            n_voxels *= min(o + r.stop * c, e) - (o + r.start * c)
+        self._counters.add(chunks_read=n_chunks, bytes_read=n_voxels * self._itemsize)
