@@ -1,0 +1,18 @@
+"""Running graphs: ``run()``, ``LocalExecutor`` (threads, processes, sync), events, progress."""
+
+from chunkgraph.execute._events import Event, EventKind, Subscriber
+from chunkgraph.execute._local import ExecutorKind, LocalExecutor, run
+from chunkgraph.execute._progress import ProgressBar
+from chunkgraph.execute._scheduler import Scheduler, TaskState
+
+__all__ = [
+    "Event",
+    "EventKind",
+    "ExecutorKind",
+    "LocalExecutor",
+    "ProgressBar",
+    "Scheduler",
+    "Subscriber",
+    "TaskState",
+    "run",
+]

@@ -1,0 +1,87 @@
+"""Events a run streams to its subscribers: what started, finished, failed, was retried.
+
+Executors never print. They put ``Event`` records on a queue as things happen
+(timestamps are taken where it happens, in the worker thread or the driver) and
+the thread that called ``run()`` hands them to the subscribers, in order, every
+``EVENT_FLUSH_SECONDS`` and once more at the end:
+
+    worker threads / process driver --append--> deque --drain--> subscriber(event)
+                                               (calling thread, serially)
+
+So a subscriber never runs concurrently with itself and may be slow without
+stalling workers. Without subscribers no Event object is ever built.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+# How often the calling thread delivers queued events. Shorter gives smoother
+# progress bars; longer wakes the calling thread less (it competes with workers
+# for the GIL). A tenth of a second is below what a human notices.
+EVENT_FLUSH_SECONDS = 0.1
+
+
+class EventKind(enum.Enum):
+    RUN_STARTED = "run-started"
+    STARTED = "started"
+    FINISHED = "finished"
+    RETRIED = "retried"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RUN_FINISHED = "run-finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing that happened in a run.
+
+    ``task`` is the task id (-1 for run events), ``time`` a ``time.perf_counter()``
+    value, ``attempt`` the 1-based try, ``total`` the number of tasks the run will
+    execute (run events only), ``error`` the exception of a failed or retried try.
+    """
+
+    kind: EventKind
+    task: int = -1
+    name: str = ""
+    time: float = 0.0
+    attempt: int = 0
+    total: int = 0
+    error: BaseException | None = None
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventQueue:
+    """Thread-safe buffer of Events, drained to subscribers by the calling thread."""
+
+    def __init__(self, subscribers: Iterable[Subscriber]) -> None:
+        self.subscribers = tuple(subscribers)
+        self._queue: deque[Event] = deque()
+
+    def put(self, event: Event) -> None:
+        self._queue.append(event)  # deque.append is atomic: no lock needed
+
+    def emit(
+        self,
+        kind: EventKind,
+        task: int = -1,
+        name: str = "",
+        attempt: int = 0,
+        total: int = 0,
+        error: BaseException | None = None,
+    ) -> None:
+        self._queue.append(Event(kind, task, name, time.perf_counter(), attempt, total, error))
+
+    def drain(self) -> None:
+        """Deliver every queued event; call only from the thread that called ``run()``."""
+        queue = self._queue
+        while queue:
+            event = queue.popleft()
+            for subscriber in self.subscribers:
+                subscriber(event)

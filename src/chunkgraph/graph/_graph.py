@@ -1,0 +1,365 @@
+"""The task graph: integer task ids, flat dependency arrays, cost columns, payloads.
+
+A Graph is built by ``add()`` calls and then read by the planner and the
+executors. Everything is stored per *column*, never as one object per task, so
+a million-task graph costs tens of bytes per task plus its payloads:
+
+    task id i (0, 1, 2, ... in add order)
+      |
+      +-- _fns[i], _args[i], _kwargs[i], _shapes[i]   payload (list / bytearray)
+      +-- _dep_indptr[i]:_dep_indptr[i+1]             its dependencies' ids in
+      |                                               _dep_indices (CSR, append-only)
+      +-- _seconds[i], _memory[i], _output_bytes[i]   cost columns (numpy, grown x2)
+      +-- _user_names[i] (sparse), _resources[i] (sparse; default {"cpu": 1})
+
+Policy and why:
+
+* Dependencies are known when a task is added and tasks are appended in id
+  order, so the dependency CSR is built incrementally in ``array('q')`` buffers
+  (compact, fast appends); the numpy copies and the *dependents* CSR (the
+  transpose) are built lazily on first use and dropped by the next ``add()``.
+* Every dependency of a task added with ``add()`` has a smaller id, so the id
+  order is a topological order and no cycle can exist. A cycle needs a forged
+  ``TaskRef``; ``validate()`` checks for that (and for ids out of range).
+* Auto names (``"<fn name>-<id>"``) are computed on demand, never stored; user
+  names are unique, checked when added, and against auto names in ``validate()``.
+* Cost columns are the only per-task numbers the planner reads; a later
+  per-context cost (a GPU vs a CPU time) becomes a 2-d ``seconds`` column.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkgraph._errors import GraphError
+from chunkgraph.graph._cost import DEFAULT_RESOURCES, DEFAULT_SECONDS, Cost, Resources
+from chunkgraph.graph._payload import NESTED_REFS, NO_REFS, TOP_REFS, resolve_call, scan
+
+IntArray = npt.NDArray[np.int64]
+
+# First capacity of the cost columns; they double when full, so growth costs
+# O(log n) reallocations and at most 2x the final size.
+_INITIAL_CAPACITY = 1024
+
+# The graph that ``@task`` calls add to inside ``with Graph() as g:``.
+current_graph: contextvars.ContextVar[Graph | None] = contextvars.ContextVar(
+    "chunkgraph_current_graph", default=None
+)
+
+
+class TaskRef:
+    """A handle to one task of one Graph; as an argument, it stands for that task's result."""
+
+    __slots__ = ("graph", "id")
+
+    def __init__(self, graph: Graph, id: int) -> None:
+        self.graph = graph
+        self.id = id
+
+    @property
+    def name(self) -> str:
+        """The task's unique name (given to ``add`` or ``"<fn name>-<id>"``)."""
+        return self.graph.name(self.id)
+
+    @property
+    def dependencies(self) -> list[TaskRef]:
+        """The tasks whose results this task consumes."""
+        indptr, indices = self.graph.dependencies()
+        return [TaskRef(self.graph, int(j)) for j in indices[indptr[self.id] : indptr[self.id + 1]]]
+
+    @property
+    def cost(self) -> Cost:
+        return self.graph.cost(self.id)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TaskRef):
+            return NotImplemented
+        return self.graph is other.graph and self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash((id(self.graph), self.id))
+
+    def __repr__(self) -> str:
+        return f"TaskRef({self.name!r}, id={self.id})"
+
+
+class CostColumns(NamedTuple):
+    """Read-only views of a graph's cost columns, one entry per task id."""
+
+    seconds: npt.NDArray[np.float64]
+    memory: IntArray
+    output_bytes: IntArray
+
+
+class Graph:
+    """Tasks with data dependencies, costs and resources.
+
+    >>> g = Graph()
+    >>> a = g.add(int, "2")
+    >>> b = g.add(pow, a, 10, name="power")
+    >>> len(g), b.name, [d.name for d in b.dependencies]
+    (2, 'power', ['int-0'])
+    """
+
+    def __init__(self) -> None:
+        self._fns: list[Callable[..., Any]] = []
+        self._args: list[tuple[Any, ...]] = []
+        self._kwargs: list[dict[str, Any] | None] = []
+        self._shapes = bytearray()
+        self._dep_indptr = array("q", [0])
+        self._dep_indices = array("q")
+        self._capacity = 0
+        self._seconds = np.empty(0, np.float64)
+        self._memory = np.empty(0, np.int64)
+        self._output_bytes = np.empty(0, np.int64)
+        self._grow()
+        self._user_names: dict[int, str] = {}
+        self._ids_by_name: dict[str, int] = {}
+        self._resources: dict[int, Resources] = {}
+        self._interned: dict[Resources, Resources] = {}
+        self._cache: dict[str, Any] = {}
+        self._tokens: list[contextvars.Token[Graph | None]] = []
+
+    # ----------------------------------------------------------------- building
+    def add(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        name: str | None = None,
+        cost: Cost | None = None,
+        resources: Resources | Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> TaskRef:
+        """Add the task ``fn(*args, **kwargs)``; TaskRefs in the arguments are its inputs."""
+        if not callable(fn):
+            raise GraphError(f"add() needs a callable first, got {fn!r}; e.g. g.add(np.sum, ref)")
+        tid = len(self._fns)
+        refs: list[TaskRef] = []
+        shape = NO_REFS
+        for a in args:
+            if a.__class__ is TaskRef:
+                refs.append(a)
+                shape |= TOP_REFS
+            elif isinstance(a, list | tuple | dict) and scan(a, TaskRef, refs):
+                shape = NESTED_REFS
+        if kwargs:
+            for v in kwargs.values():
+                if v.__class__ is TaskRef:
+                    refs.append(v)
+                    shape |= TOP_REFS
+                elif isinstance(v, list | tuple | dict) and scan(v, TaskRef, refs):
+                    shape = NESTED_REFS
+        if refs:
+            self._add_dependencies(tid, fn, name, refs)
+        if name is not None:
+            self._claim_name(tid, name)
+        if tid >= self._capacity:
+            self._grow()
+        if cost is not None:
+            self._set_cost(tid, cost)
+        if resources is not None:
+            res = Resources.coerce(resources)
+            if res != DEFAULT_RESOURCES:
+                self._resources[tid] = self._interned.setdefault(res, res)
+        self._fns.append(fn)
+        self._args.append(args)
+        self._kwargs.append(kwargs or None)
+        self._shapes.append(shape)
+        self._dep_indptr.append(len(self._dep_indices))
+        if self._cache:
+            self._cache.clear()
+        return TaskRef(self, tid)
+
+    def _add_dependencies(
+        self, tid: int, fn: Callable[..., Any], name: str | None, refs: list[TaskRef]
+    ) -> None:
+        ids = []
+        for ref in refs:
+            if ref.graph is not self:
+                label = name if name is not None else f"{_fn_name(fn)}-{tid}"
+                raise GraphError(
+                    f"task {label!r} of this graph uses {ref.name!r}, a task of another Graph; "
+                    "add that task to this graph (or pass its computed value) instead"
+                )
+            ids.append(ref.id)
+        if len(ids) > 1:
+            ids = list(dict.fromkeys(ids))  # a result used twice is one dependency
+        self._dep_indices.extend(ids)
+
+    def _claim_name(self, tid: int, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"task names must be non-empty strings, got {name!r}")
+        if name in self._ids_by_name:
+            raise GraphError(
+                f"task name {name!r} is used twice (tasks {self._ids_by_name[name]} and {tid}); "
+                "names must be unique, or pass name=None for an automatic one"
+            )
+        self._ids_by_name[name] = tid
+        self._user_names[tid] = name
+
+    def _grow(self) -> None:
+        new = max(_INITIAL_CAPACITY, 2 * self._capacity)
+        old = self._capacity
+        self._seconds = np.resize(self._seconds, new)
+        self._memory = np.resize(self._memory, new)
+        self._output_bytes = np.resize(self._output_bytes, new)
+        self._seconds[old:] = DEFAULT_SECONDS
+        self._memory[old:] = 0
+        self._output_bytes[old:] = 0
+        self._capacity = new
+
+    def _set_cost(self, tid: int, cost: Cost) -> None:
+        if not isinstance(cost, Cost):
+            raise GraphError(f"cost must be a chunkgraph Cost, got {cost!r}; e.g. Cost(seconds=2)")
+        self._seconds[tid] = cost.seconds
+        self._memory[tid] = cost.memory
+        self._output_bytes[tid] = cost.output_bytes
+
+    def set_cost(self, ref: TaskRef | int, cost: Cost) -> None:
+        """Replace a task's cost estimate (e.g. with a measured one)."""
+        self._set_cost(self._id(ref), cost)
+        self._cache.pop("order", None)
+
+    def __enter__(self) -> Graph:
+        self._tokens.append(current_graph.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        current_graph.reset(self._tokens.pop())
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self._fns)
+
+    def __iter__(self) -> Iterator[TaskRef]:
+        return (TaskRef(self, i) for i in range(len(self._fns)))
+
+    def __repr__(self) -> str:
+        return f"<Graph: {len(self)} tasks, {len(self._dep_indices)} dependencies>"
+
+    def ref(self, key: int | str) -> TaskRef:
+        """The TaskRef of a task id or name."""
+        if isinstance(key, str):
+            if key in self._ids_by_name:
+                return TaskRef(self, self._ids_by_name[key])
+            fn_name, _, suffix = key.rpartition("-")
+            if suffix.isdigit() and int(suffix) < len(self) and self.name(int(suffix)) == key:
+                return TaskRef(self, int(suffix))
+            raise GraphError(f"no task named {key!r} in this graph of {len(self)} tasks")
+        return TaskRef(self, self._id(key))
+
+    def _id(self, key: TaskRef | int) -> int:
+        if isinstance(key, TaskRef):
+            if key.graph is not self:
+                raise GraphError(f"{key!r} belongs to another Graph")
+            key = key.id
+        tid = int(key)
+        if not 0 <= tid < len(self):
+            raise GraphError(f"task id {tid} out of range: this graph has {len(self)} tasks")
+        return tid
+
+    def name(self, tid: int) -> str:
+        """Task ``tid``'s name: the one given to ``add`` or ``"<fn name>-<id>"``."""
+        user = self._user_names.get(tid)
+        if user is not None:
+            return user
+        return f"{_fn_name(self._fns[tid])}-{tid}"
+
+    def payload(self, tid: int) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The callable and the arguments as given (TaskRefs not substituted)."""
+        return self._fns[tid], self._args[tid], self._kwargs[tid] or {}
+
+    def resolve(
+        self, tid: int, results: Sequence[Any]
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """Task ``tid``'s callable and arguments with each TaskRef ``r`` as ``results[r.id]``."""
+        args, kwargs = resolve_call(
+            self._shapes[tid], self._args[tid], self._kwargs[tid], TaskRef, results
+        )
+        return self._fns[tid], args, kwargs
+
+    def cost(self, tid: int) -> Cost:
+        return Cost(
+            float(self._seconds[tid]), int(self._memory[tid]), int(self._output_bytes[tid])
+        )
+
+    def costs(self) -> CostColumns:
+        """Cost columns as read-only views (valid until the next ``add``)."""
+        n = len(self)
+        views = [c[:n].view() for c in (self._seconds, self._memory, self._output_bytes)]
+        for view in views:
+            view.flags.writeable = False
+        return CostColumns(*views)
+
+    def resources(self, tid: int) -> Resources:
+        return self._resources.get(tid, DEFAULT_RESOURCES)
+
+    def dependencies(self) -> tuple[IntArray, IntArray]:
+        """``(indptr, indices)``: task i consumes ``indices[indptr[i]:indptr[i+1]]``."""
+        if "deps" not in self._cache:
+            indptr = np.frombuffer(self._dep_indptr, dtype=np.int64).copy()
+            indices = np.frombuffer(self._dep_indices, dtype=np.int64).copy()
+            self._cache["deps"] = (indptr, indices)
+        result: tuple[IntArray, IntArray] = self._cache["deps"]
+        return result
+
+    def dependents(self) -> tuple[IntArray, IntArray]:
+        """``(indptr, indices)``: task i's result is consumed by ``indices[indptr[i]:...]``."""
+        if "dependents" not in self._cache:
+            indptr, indices = self.dependencies()
+            n = len(self)
+            counts = np.bincount(indices, minlength=n) if len(indices) else np.zeros(n, np.int64)
+            out_ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(counts[:n], out=out_ptr[1:])
+            consumers = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+            out_idx = consumers[np.argsort(indices, kind="stable")]
+            self._cache["dependents"] = (out_ptr, out_idx)
+        result: tuple[IntArray, IntArray] = self._cache["dependents"]
+        return result
+
+    def sinks(self) -> IntArray:
+        """Ids of the tasks no other task consumes, ascending."""
+        indptr, _ = self.dependents()
+        return np.flatnonzero(np.diff(indptr) == 0).astype(np.int64)
+
+    def roots(self) -> IntArray:
+        """Ids of the tasks with no dependencies, ascending."""
+        indptr, _ = self.dependencies()
+        return np.flatnonzero(np.diff(indptr) == 0).astype(np.int64)
+
+    # --------------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Raise GraphError for a cycle, an unknown task id or a name used twice."""
+        from chunkgraph.graph._validate import check_ids, check_names, find_cycle
+
+        check_ids(self)
+        cycle = find_cycle(self)
+        if cycle:
+            path = " -> ".join(repr(self.name(t)) for t in cycle)
+            raise GraphError(
+                f"the graph has a cycle: {path}; a task cannot depend on its own result"
+            )
+        check_names(self, self._user_names)
+
+    def topological_order(self) -> IntArray:
+        """Task ids, each after all its dependencies (the id order unless refs were forged)."""
+        if "topo" not in self._cache:
+            from chunkgraph.graph._validate import topological_order
+
+            self._cache["topo"] = topological_order(self)
+        result: IntArray = self._cache["topo"]
+        return result
+
+
+def _fn_name(fn: Callable[..., Any]) -> str:
+    inner = getattr(fn, "func", None)  # functools.partial names its function
+    target = inner if callable(inner) else fn
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) else type(target).__name__
