@@ -1,0 +1,538 @@
+"""The validated description of one subchunkable apply flow.
+
+``validate_flow`` turns the user's arguments of ``volume.apply`` into a
+``FlowSpec``: every level's chunk size, crop pad, blend pad and blend mode as
+per-axis tuples (spatial axes only), the processed ``bbox`` after
+``auto_divisibility`` / ``expand_bbox``, and the dtypes involved. Everything
+downstream (dry-run estimates, task generation, reductions) reads only a
+``FlowSpec``; nothing downstream re-validates user input. Every invalid
+argument raises ``ConfigError`` here, before anything is read or written.
+
+Geometry of one level ``l`` (top is ``l = 0``)::
+
+    chunk_l                       the level's processing chunk
+    chunk_l.padded(crop_l + blend_l)  region read (and split by level l + 1)
+    chunk_l.padded(blend_l)       region this chunk contributes to (weighted)
+
+Level ``l + 1`` tiles ``chunk_l.padded(crop_l + blend_l)`` exactly with its
+chunks (the divisibility rule). The bottom level calls ``fn``. A top-level
+task therefore reads its chunk padded by ``context_pad``, the sum of every
+level's crop and blend pads.
+
+Per-level arguments are broadcast by ``_flow_args`` (the rules are stated there).
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.geometry import Box
+from chunkgraph.volume._blend import WEIGHTED_MODES
+from chunkgraph.volume._flow_args import parse_chunk_sizes, per_axis, per_level
+
+if TYPE_CHECKING:
+    from chunkgraph.volume import Volume
+
+BlendMode = Literal["linear", "quadratic", "bump", "max", "defer"]
+BLEND_MODES: tuple[str, ...] = ("linear", "quadratic", "bump", "max", "defer")
+
+# The keyword under which a single (non-dict) input is known; fn receives it
+# positionally, but names in reports and markers need one.
+SINGLE_INPUT_NAME = "src"
+
+# dtype kinds a dst may have: bool, signed, unsigned, float. Blending and
+# rounding are defined for these only.
+_NUMERIC_KINDS = "biuf"
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of the flow; all tuples have one entry per spatial axis."""
+
+    chunk: tuple[int, ...]
+    crop: tuple[int, ...]
+    blend: tuple[int, ...]
+    blend_mode: BlendMode
+
+    @property
+    def region_shape(self) -> tuple[int, ...]:
+        """``chunk + 2 * crop + 2 * blend``: what this level reads and its children tile."""
+        return tuple(
+            c + 2 * p + 2 * b for c, p, b in zip(self.chunk, self.crop, self.blend, strict=True)
+        )
+
+    @property
+    def weighted(self) -> bool:
+        """True when this level's outputs overlap and are combined by weights."""
+        return self.blend_mode in WEIGHTED_MODES and any(self.blend)
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """A fully validated flow: levels top first, the processed region, dtypes."""
+
+    levels: tuple[LevelSpec, ...]
+    bbox: Box
+    input_names: tuple[str, ...]  # keyword names passed to fn; ("src",) style for one Volume
+    dst_dtype: np.dtype[Any]
+    accumulate_dtype: np.dtype[Any]  # float64 for <= 32-bit data, per the exactness rule
+    # Always set by validate_flow: the user's value, or by default the top chunk
+    # rounded down to whole dst chunks (at least one dst chunk) per axis.
+    max_reduction_chunk_size: tuple[int, ...] | None
+    skip_intermediates: bool
+    spatial_ndim: int
+    # Added field: True when ``inputs`` was one Volume (not a dict); fn then gets
+    # its array as the first positional argument, and input_names == ("src",).
+    positional_input: bool = False
+
+    @property
+    def context_pad(self) -> tuple[int, ...]:
+        """Per axis, how far a top-level task reads around its chunk: sum of crop + blend."""
+        return tuple(
+            sum(lv.crop[a] + lv.blend[a] for lv in self.levels) for a in range(self.spatial_ndim)
+        )
+
+    @property
+    def top_grid(self) -> tuple[int, ...]:
+        """Number of top-level chunks along each axis of ``bbox``."""
+        return tuple(s // c for s, c in zip(self.bbox.shape, self.levels[0].chunk, strict=True))
+
+
+def normalize_inputs(inputs: object) -> dict[str, Volume]:
+    """A ``Volume`` -> ``{"src": volume}``; a dict name -> Volume -> a checked copy.
+
+    Names must be Python identifiers, since ``fn`` receives them as keywords.
+    """
+    volume_cls = _volume_class()
+    if isinstance(inputs, volume_cls):
+        return {SINGLE_INPUT_NAME: inputs}
+    if not isinstance(inputs, Mapping):
+        raise ConfigError(
+            f"inputs must be a Volume or a dict of name -> Volume, got {type(inputs).__name__}; "
+            "open stored data with chunkgraph.volume.open(path) and pass that"
+        )
+    if not inputs:
+        raise ConfigError(
+            "inputs is an empty dict; pass a Volume or a dict with at least one name -> Volume"
+        )
+    named: dict[str, Volume] = {}
+    for name, vol in inputs.items():
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise ConfigError(
+                f"input name {name!r} is not usable as a keyword argument of fn; "
+                "use a Python identifier such as 'image' or 'mask'"
+            )
+        if not isinstance(vol, volume_cls):
+            raise ConfigError(
+                f"inputs[{name!r}] must be a Volume, got {type(vol).__name__}; "
+                "open it with chunkgraph.volume.open(path)"
+            )
+        named[name] = vol
+    return named
+
+
+def validate_flow(
+    fn: Callable[..., Any],
+    inputs: object,
+    dst: object,
+    *,
+    chunk_sizes: object,
+    crop_pads: object = 0,
+    blend_pads: object = 0,
+    blend_modes: object = "quadratic",
+    bbox: object = None,
+    auto_divisibility: bool = False,
+    expand_bbox: bool = False,
+    max_reduction_chunk_size: object = None,
+    skip_intermediates: bool = False,
+) -> FlowSpec:
+    """Check every argument of ``volume.apply`` and return the resolved ``FlowSpec``.
+
+    Raises ``ConfigError`` naming the argument, the level and axis, the
+    offending values and a valid alternative.
+    """
+    if not callable(fn):
+        raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    for flag, value in (
+        ("auto_divisibility", auto_divisibility),
+        ("expand_bbox", expand_bbox),
+        ("skip_intermediates", skip_intermediates),
+    ):
+        if not isinstance(value, bool | np.bool_):
+            raise ConfigError(f"{flag} must be True or False, got {value!r}")
+    named = normalize_inputs(inputs)
+    positional = isinstance(inputs, _volume_class())
+    out = _check_dst(dst, named)
+    ndim = _check_spatial_ndim(named, out)
+    _check_signature(fn, named, positional)
+
+    chunks = parse_chunk_sizes(chunk_sizes, ndim)
+    n_levels = len(chunks)
+    crops = per_level("crop_pads", crop_pads, n_levels, ndim)
+    blends = per_level("blend_pads", blend_pads, n_levels, ndim)
+    modes = _parse_modes(blend_modes, n_levels)
+    if auto_divisibility:
+        chunks = auto_divisible_chunks(chunks, crops, blends)
+    levels = tuple(
+        LevelSpec(chunk=chunks[i], crop=crops[i], blend=blends[i], blend_mode=modes[i])
+        for i in range(n_levels)
+    )
+    _check_levels(levels)
+    _check_divisibility(levels)
+
+    region = _resolve_bbox(bbox, out, ndim)
+    if auto_divisibility or expand_bbox:
+        region = _expanded_bbox(region, levels[0].chunk, out, auto_divisibility)
+    _check_top_divides(region, levels[0].chunk)
+
+    accumulate = _accumulate_dtype(named, out, levels)
+    dst_chunks = tuple(out.chunks[-ndim:])
+    reduction = _reduction_chunk(max_reduction_chunk_size, dst_chunks, levels[0].chunk)
+    if skip_intermediates:
+        _check_skip_intermediates(levels, region, out)
+    return FlowSpec(
+        levels=levels,
+        bbox=region,
+        input_names=tuple(named),
+        dst_dtype=np.dtype(out.dtype),
+        accumulate_dtype=accumulate,
+        max_reduction_chunk_size=reduction,
+        skip_intermediates=bool(skip_intermediates),
+        spatial_ndim=ndim,
+        positional_input=positional,
+    )
+
+
+def auto_divisible_chunks(
+    chunks: Sequence[tuple[int, ...]],
+    crops: Sequence[tuple[int, ...]],
+    blends: Sequence[tuple[int, ...]],
+) -> list[tuple[int, ...]]:
+    """Shrink upper chunks so each level's padded chunk is a multiple of the level below.
+
+    The bottom size is kept; going up, ``C[i-1] = floor((C[i-1] + 2c + 2b) / C[i]) * C[i]
+    - 2c - 2b`` with ``c, b`` the pads of level ``i - 1``: the given sizes are upper bounds.
+
+    >>> auto_divisible_chunks([(1000,), (64,)], [(8,), (4,)], [(0,), (0,)])
+    [(1008,), (64,)]
+    >>> auto_divisible_chunks([(300,), (100,)], [(10,), (0,)], [(0,), (0,)])
+    [(280,), (100,)]
+    """
+    out = [tuple(c) for c in chunks]
+    for i in range(len(out) - 1, 0, -1):
+        pad = tuple(2 * c + 2 * b for c, b in zip(crops[i - 1], blends[i - 1], strict=True))
+        new = tuple(
+            (p + up) // lo * lo - p for up, lo, p in zip(out[i - 1], out[i], pad, strict=True)
+        )
+        for axis, size in enumerate(new):
+            if size <= 0:
+                least = (pad[axis] // out[i][axis] + 1) * out[i][axis] - pad[axis]
+                raise ConfigError(
+                    f"auto_divisibility cannot fit level {i}'s chunk {out[i]} into level "
+                    f"{i - 1}: on axis {axis}, chunk {out[i - 1][axis]} + 2*crop + 2*blend "
+                    f"= {out[i - 1][axis] + pad[axis]} is less than one level-{i} chunk plus "
+                    f"the pads; make chunk_sizes[{i - 1}] at least {least} on axis {axis} or "
+                    f"chunk_sizes[{i}] smaller"
+                )
+        out[i - 1] = new
+    return out
+
+
+# --- inputs, dst, dimensions ---------------------------------------------------------
+
+
+def _volume_class() -> type[Volume]:
+    # Imported when called: chunkgraph.volume imports the flow, which imports this.
+    from chunkgraph.volume import Volume
+
+    return Volume
+
+
+def _check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
+    if not isinstance(dst, _volume_class()):
+        raise ConfigError(
+            f"dst must be a Volume, got {type(dst).__name__}; create one with "
+            "chunkgraph.volume.create(path, shape, chunks, dtype)"
+        )
+    if dst.mode == "r":
+        raise ConfigError(
+            f"dst {dst.path!r} is open read-only (mode {dst.mode!r}); "
+            "open it with chunkgraph.volume.open(path, mode='r+')"
+        )
+    for name, vol in named.items():
+        if vol is dst or (vol.backend == dst.backend and vol.path == dst.path):
+            raise ConfigError(
+                f"dst {dst.path!r} is also input {name!r}; the flow reads padded regions that "
+                "neighbouring tasks write, so in-place processing would read half-written data. "
+                "Write to a new volume instead"
+            )
+    return dst
+
+
+def _check_spatial_ndim(named: Mapping[str, Volume], dst: Volume) -> int:
+    dims = {name: vol.spatial_ndim for name, vol in named.items()}
+    if len(set(dims.values())) > 1:
+        raise ConfigError(
+            f"inputs have different spatial dimensionality: {dims}; every input must have "
+            f"the same number of spatial axes as dst ({dst.spatial_ndim})"
+        )
+    for name, nd in dims.items():
+        if nd != dst.spatial_ndim:
+            raise ConfigError(
+                f"input {name!r} has {nd} spatial axes but dst has {dst.spatial_ndim}; "
+                "channel axes may differ, spatial axes must match"
+            )
+    return int(dst.spatial_ndim)
+
+
+def _check_signature(fn: Callable[..., Any], named: Mapping[str, Volume], positional: bool) -> None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and ufuncs may have no signature to check
+        return
+    probe = object()
+    try:
+        if positional:
+            signature.bind(probe)
+        else:
+            signature.bind(**dict.fromkeys(named, probe))
+    except TypeError as err:
+        call = "fn(array)" if positional else f"fn({', '.join(f'{n}=array' for n in named)})"
+        raise ConfigError(
+            f"fn {getattr(fn, '__name__', fn)!r}{signature} cannot be called as {call}: {err}; "
+            "a single Volume is passed positionally, a dict of inputs by keyword"
+        ) from None
+
+
+# --- modes and level geometry ---------------------------------------------------------
+
+
+def _parse_modes(blend_modes: object, n_levels: int) -> list[BlendMode]:
+    if isinstance(blend_modes, str):
+        modes: list[object] = [blend_modes] * n_levels
+    elif isinstance(blend_modes, Sequence):
+        if len(blend_modes) != n_levels:
+            raise ConfigError(
+                f"blend_modes has {len(blend_modes)} entries but there are {n_levels} levels; "
+                f"give one mode for all levels or exactly {n_levels}"
+            )
+        modes = list(blend_modes)
+    else:
+        raise ConfigError(f"blend_modes must be a str or a list of str, got {blend_modes!r}")
+    for level, mode in enumerate(modes):
+        if mode not in BLEND_MODES:
+            raise ConfigError(
+                f"blend_modes[{level}] = {mode!r} is not a blend mode; "
+                f"valid modes are {', '.join(BLEND_MODES)}"
+            )
+    return [cast(BlendMode, m) for m in modes]
+
+
+def _check_levels(levels: Sequence[LevelSpec]) -> None:
+    for i, lv in enumerate(levels):
+        for axis, (chunk, blend) in enumerate(zip(lv.chunk, lv.blend, strict=True)):
+            if 2 * blend > chunk:
+                raise ConfigError(
+                    f"blend_pads[{i}] = {blend} on axis {axis} is more than half of level {i}'s "
+                    f"chunk {chunk}; ramps of both faces would overlap. Use a blend pad <= "
+                    f"{chunk // 2} or a chunk >= {2 * blend}"
+                )
+        if lv.blend_mode == "defer" and i > 0:
+            raise ConfigError(
+                f"blend_modes[{i}] = 'defer' below the top level; only level 0 may defer its "
+                "reduction (lower levels blend in memory). Use 'quadratic', 'linear', 'bump' "
+                "or 'max' there"
+            )
+        if lv.blend_mode == "defer" and not any(lv.blend):
+            raise ConfigError(
+                "blend_modes[0] = 'defer' but blend_pads[0] is 0 on every axis: nothing overlaps, "
+                "so nothing would be left to blend later; give a top-level blend pad or use "
+                "another mode"
+            )
+
+
+def _check_divisibility(levels: Sequence[LevelSpec]) -> None:
+    for i in range(1, len(levels)):
+        parent, child = levels[i - 1], levels[i]
+        for axis, (size, region) in enumerate(zip(child.chunk, parent.region_shape, strict=True)):
+            if region % size:
+                pad = region - parent.chunk[axis]
+                below, above = _nearest_divisors(region, size)
+                lower = region // size * size - pad
+                parents = [p for p in (lower, lower + size) if p > 0]
+                raise ConfigError(
+                    f"level {i}'s chunk {child.chunk} does not divide level {i - 1}'s padded "
+                    f"chunk {parent.region_shape} (chunk {parent.chunk} + 2*crop {parent.crop} "
+                    f"+ 2*blend {parent.blend}): on axis {axis}, {region} % {size} = "
+                    f"{region % size}. Nearest valid level-{i} sizes on axis {axis}: "
+                    f"{_either(below, above)}; or keep {size} and make level {i - 1}'s chunk "
+                    f"{_either(*parents)} on axis {axis}; or pass auto_divisibility=True"
+                )
+
+
+def _nearest_divisors(n: int, near: int) -> tuple[int | None, int | None]:
+    """The divisors of ``n`` closest to ``near`` from below and from above."""
+    divisors: set[int] = set()
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            divisors.update((d, n // d))
+    below = max((d for d in divisors if d < near), default=None)
+    above = min((d for d in divisors if d > near), default=None)
+    return below, above
+
+
+def _either(*options: int | None) -> str:
+    shown = [str(o) for o in options if o is not None]
+    return " or ".join(shown) if shown else "none"
+
+
+# --- bbox -------------------------------------------------------------------------------
+
+
+def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
+    bounds: Box = dst.bounds
+    if bbox is None:
+        return bounds
+    if not isinstance(bbox, Box):
+        raise ConfigError(
+            f"bbox must be a chunkgraph.geometry.Box or None (the whole dst), got "
+            f"{type(bbox).__name__}: {bbox!r}; e.g. Box(start, stop)"
+        )
+    if bbox.ndim != ndim:
+        raise ConfigError(
+            f"bbox {bbox} has {bbox.ndim} axes but dst has {ndim} spatial axes; "
+            "give a box over the spatial axes only"
+        )
+    if bbox.is_empty:
+        raise ConfigError(f"bbox {bbox} is empty (shape {bbox.shape}); nothing to process")
+    if not bounds.contains(bbox):
+        raise ConfigError(
+            f"bbox {bbox} is not inside dst bounds {bounds}; the part inside is "
+            f"{bbox.intersection(bounds)}"
+        )
+    return bbox
+
+
+def _expanded_bbox(bbox: Box, top: tuple[int, ...], dst: Volume, auto: bool) -> Box:
+    stop = tuple(s + -(-n // c) * c for s, n, c in zip(bbox.start, bbox.shape, top, strict=True))
+    grown = Box(bbox.start, stop)
+    bounds: Box = dst.bounds
+    if not bounds.contains(grown):
+        axis = next(a for a in range(bbox.ndim) if stop[a] > bounds.stop[a])
+        room = (bounds.stop[axis] - bbox.start[axis]) // top[axis] * top[axis]
+        shrink = f", a bbox stopping at {bbox.start[axis] + room}" if room else ""
+        origin = " (sizes from auto_divisibility)" if auto else ""
+        raise ConfigError(
+            f"expanding bbox {bbox} to whole top chunks {top}{origin} gives {grown}, which "
+            f"leaves dst bounds {bounds} on axis {axis} ({stop[axis]} > {bounds.stop[axis]}); "
+            f"use a top chunk dividing {bbox.shape[axis]} on that axis{shrink}, or a bbox "
+            "starting lower"
+        )
+    return grown
+
+
+def _check_top_divides(bbox: Box, top: tuple[int, ...]) -> None:
+    for axis, (size, chunk) in enumerate(zip(bbox.shape, top, strict=True)):
+        if size % chunk:
+            below, above = _nearest_divisors(size, chunk)
+            raise ConfigError(
+                f"the top chunk {top} does not divide bbox {bbox} (shape {bbox.shape}): on axis "
+                f"{axis}, {size} % {chunk} = {size % chunk}. Use a top chunk of "
+                f"{_either(below, above)} on axis {axis}, a bbox of size "
+                f"{_either(size // chunk * chunk or None, -(-size // chunk) * chunk)}, or pass "
+                "expand_bbox=True (or auto_divisibility=True)"
+            )
+
+
+# --- dtypes, reductions, direct writes ---------------------------------------------------
+
+
+def _accumulate_dtype(
+    named: Mapping[str, Volume], dst: Volume, levels: Sequence[LevelSpec]
+) -> np.dtype[Any]:
+    out = np.dtype(dst.dtype)
+    if out.kind not in _NUMERIC_KINDS:
+        raise ConfigError(
+            f"dst dtype {out} cannot be blended or rounded; use bool, an integer or a float dtype"
+        )
+    for name, vol in named.items():
+        src = np.dtype(vol.dtype)
+        if src.kind in "biu" and out.kind in "biu" and not np.can_cast(src, out, "safe"):
+            raise ConfigError(
+                f"dst dtype {out} cannot hold every value of input {name!r} ({src}); "
+                f"use a dst of dtype {np.promote_types(src, out)} or read from a volume of "
+                f"dtype {out}"
+            )
+    weighted = [i for i, lv in enumerate(levels) if lv.weighted]
+    if weighted and out.kind in "iu" and out.itemsize > 4:
+        raise ConfigError(
+            f"dst dtype {out} cannot be blended exactly: weighted blending (level "
+            f"{weighted[0]}, mode {levels[weighted[0]].blend_mode!r}) accumulates in float64, "
+            "which holds integers only up to 2**53; use blend mode 'max' or no blend pad for "
+            "64-bit labels, or a dst of at most 32 bits"
+        )
+    # float64 holds every <= 32-bit value exactly and float64 data as is. 64-bit
+    # integers (reached only without weights) and floats wider than float64 are
+    # accumulated in their own type, which holds them exactly.
+    if out.itemsize <= 4 or out == np.float64:
+        return np.dtype(np.float64)
+    return out
+
+
+def _reduction_chunk(
+    value: object, dst_chunks: tuple[int, ...], top: tuple[int, ...]
+) -> tuple[int, ...]:
+    ndim = len(dst_chunks)
+    if value is None:
+        return tuple(max(d, t // d * d) for d, t in zip(dst_chunks, top, strict=True))
+    sizes = per_axis(value, ndim, "max_reduction_chunk_size")
+    for axis, (size, d) in enumerate(zip(sizes, dst_chunks, strict=True)):
+        if size <= 0 or size % d:
+            raise ConfigError(
+                f"max_reduction_chunk_size = {sizes} is not a positive multiple of the dst "
+                f"chunks {dst_chunks} on axis {axis} ({size}); use "
+                f"{_either(size // d * d or None, -(-max(size, 1) // d) * d)} on that axis"
+            )
+    return sizes
+
+
+def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volume) -> None:
+    for i, lv in enumerate(levels):
+        if any(lv.blend):
+            raise ConfigError(
+                f"skip_intermediates=True needs non-overlapping outputs, but level {i} has "
+                f"blend pad {lv.blend}; set blend_pads=0 or skip_intermediates=False"
+            )
+        if i < len(levels) - 1 and any(lv.crop):
+            raise ConfigError(
+                f"skip_intermediates=True allows a crop pad only at the bottom level, but level "
+                f"{i} has crop pad {lv.crop} (its children overlap the neighbours' chunks); move "
+                "the crop to the bottom level or set skip_intermediates=False"
+            )
+    ndim = bbox.ndim
+    chunks = tuple(dst.chunks[-ndim:])
+    bottom = levels[-1].chunk
+    bounds: Box = dst.bounds
+    for axis in range(ndim):
+        origin = bounds.start[axis]
+        aligned_stop = (bbox.stop[axis] - origin) % chunks[axis] == 0
+        if (
+            bottom[axis] % chunks[axis]
+            or (bbox.start[axis] - origin) % chunks[axis]
+            or not (aligned_stop or bbox.stop[axis] == bounds.stop[axis])
+        ):
+            raise ConfigError(
+                f"skip_intermediates=True writes bottom chunks straight to dst, so they must "
+                f"cover whole dst chunks {chunks}: on axis {axis} the bottom chunk is "
+                f"{bottom[axis]} and bbox spans [{bbox.start[axis]}, {bbox.stop[axis]}) with the "
+                f"dst grid starting at {origin}; use a bottom chunk that is a multiple of "
+                f"{chunks[axis]} and a bbox on that grid, or skip_intermediates=False"
+            )
