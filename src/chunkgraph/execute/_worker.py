@@ -1,0 +1,140 @@
+"""The main loop of one process-pool worker.
+
+Wire format (both directions are ``multiprocessing`` connections carrying raw
+bytes, so the pool can read a task id before unpickling anything)::
+
+    pool -> worker   task:    <u64 task id> <pickle: (fn, args, kwargs)>
+                     stop:    <u64 0>                      (clean exit)
+    worker -> pool   hello:   <u64 0> <u8 HELLO> <pid as text>
+                     result:  <u64 task id> <u8 OK>    <pickle: value>
+                     error:   <u64 task id> <u8 ERROR> <pickle: (exception | None, traceback text)>
+
+Arrays inside the pickles are :class:`~chunkgraph.execute._shm.ShmRef` s;
+inputs arrive as read-only views (a worker must not change data another task
+may read), outputs are copied once into new segments, or referenced by name
+when a worker returns (a view of) one of its inputs.
+
+A reader thread drains the task connection into a local queue, so the pool
+can always send even while this worker blocks writing a large result; when
+that connection closes without a stop message the pool's process is gone,
+and the worker sweeps the pool's segments and exits.
+
+SIGINT is ignored: Ctrl-C reaches the whole process group, and it is the
+pool's process that decides to cancel and terminate its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import struct
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any, cast
+
+from chunkgraph.execute._shm import SegmentTable, unlink_prefix
+
+HEADER = struct.Struct("<Q")
+STATUS = struct.Struct("<QB")
+HELLO, OK, ERROR = 0, 1, 2
+STOP_TASK_ID = 0
+
+
+def _read_tasks(conn: Connection, inbox: queue.SimpleQueue[bytes | None]) -> None:
+    try:
+        while True:
+            inbox.put(conn.recv_bytes())
+    except (EOFError, OSError):
+        inbox.put(None)
+
+
+def _error_payload(error: BaseException) -> bytes:
+    text = "".join(traceback.format_exception(error))
+    try:
+        payload = pickle.dumps((error, text), protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(payload)  # an exception whose __init__ cannot be replayed fails here
+        return payload
+    except Exception:
+        # The exception object does not pickle: keep its type name and message.
+        return pickle.dumps((None, text), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _run_one(table: SegmentTable, task_id: int, body: memoryview) -> bytes:
+    try:
+        fn, encoded_args, encoded_kwargs = pickle.loads(body)
+        args = cast(tuple[Any, ...], table.decode(encoded_args, writeable=False))
+        kwargs = cast(dict[str, Any], table.decode(encoded_kwargs, writeable=False))
+        value = fn(*args, **kwargs)
+        del fn, args, kwargs, encoded_args, encoded_kwargs
+        keep: list[object] = []
+        payload = pickle.dumps(table.encode(value, keep), protocol=pickle.HIGHEST_PROTOCOL)
+        return STATUS.pack(task_id, OK) + payload
+    except BaseException as error:
+        return STATUS.pack(task_id, ERROR) + _error_payload(error)
+
+
+def main(tasks: Connection, results: Connection, prefix: str, min_bytes: int) -> None:
+    """Serve tasks until a stop message (return) or the pool's death (sweep, exit)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    table = SegmentTable(prefix, owner=False, min_bytes=min_bytes)
+    inbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    threading.Thread(target=_read_tasks, args=(tasks, inbox), daemon=True).start()
+    results.send_bytes(STATUS.pack(0, HELLO) + str(os.getpid()).encode())
+    while True:
+        message = inbox.get()
+        if message is None:
+            unlink_prefix(prefix)
+            os._exit(0)
+        (task_id,) = HEADER.unpack_from(message)
+        if task_id == STOP_TASK_ID:
+            return
+        reply = _run_one(table, task_id, memoryview(message)[HEADER.size :])
+        del message
+        try:
+            results.send_bytes(reply)
+        except OSError:
+            unlink_prefix(prefix)
+            os._exit(0)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Human words for a worker's exit code (negative: killed by that signal)."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
+
+
+def unpickle_error(payload: bytes) -> BaseException:
+    """The exception a worker reported, with its remote traceback as ``__cause__``."""
+    error: BaseException | None
+    text: str
+    error, text = pickle.loads(payload)
+    if error is None:
+        first = text.strip().splitlines()[-1] if text.strip() else "unknown error"
+        error = RemoteError(first)
+    error.__cause__ = RemoteTraceback(text)
+    return error
+
+
+class RemoteTraceback(Exception):
+    """The traceback text of an exception raised in a worker process."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text
+
+
+class RemoteError(RuntimeError):
+    """An exception from a worker that could not be pickled; the message is its last line."""

@@ -1,0 +1,443 @@
+"""The process pool: shared-memory arrays, remote errors, dead workers, clean shutdown."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import multiprocessing
+import operator
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import CancelledError, Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from chunkgraph._errors import ConfigError, WorkerDiedError
+from chunkgraph.execute._process_pool import PoolState, ProcessPool
+from chunkgraph.execute._shm import SHM_MIN_BYTES, list_prefix
+from chunkgraph.execute._worker import RemoteError, RemoteTraceback
+
+# Workers import the functions they run by module name; this module is
+# ``tests.execute.test_process_pool``, importable once the repository root is on
+# the path that workers inherit.
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+BIG = SHM_MIN_BYTES // 8 + 1  # float64 elements just above the shared-memory threshold
+
+
+# -- functions run in workers ------------------------------------------------------
+
+
+def describe(value: Any) -> Any:
+    """What the worker received: arrays become (dtype, shape, sum, shared?, writeable?)."""
+    if isinstance(value, np.ndarray):
+        root: object = value
+        while isinstance(root, np.ndarray) and root.base is not None:
+            root = root.base
+        digest = hashlib.sha1(np.ascontiguousarray(value).tobytes()).hexdigest()
+        return (
+            value.dtype.str,
+            value.shape,
+            digest,
+            isinstance(root, mmap.mmap),
+            value.flags.writeable,
+        )
+    if isinstance(value, (list, tuple)):
+        return type(value)(describe(v) for v in value)
+    if isinstance(value, dict):
+        return {k: describe(v) for k, v in value.items()}
+    return value
+
+
+def identity(value: Any) -> Any:
+    return value
+
+
+def transformed(value: Any) -> Any:
+    """New values everywhere: arrays flipped (a fresh array), numbers and text doubled."""
+    if isinstance(value, np.ndarray):
+        return np.flip(value).copy()
+    if isinstance(value, (int, str)):
+        return value * 2
+    if isinstance(value, (list, tuple)):
+        return type(value)(transformed(v) for v in value)
+    if isinstance(value, dict):
+        return {k: transformed(v) for k, v in value.items()}
+    return value
+
+
+def fail_with(kind: type[Exception], message: str) -> None:
+    raise kind(message)
+
+
+class _Unpicklable(Exception):
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a}+{b}")
+
+
+def fail_unpicklable() -> None:
+    raise _Unpicklable(1, 2)
+
+
+def exit_now(code: int) -> None:
+    os._exit(code)
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def segfault() -> None:
+    ctypes.string_at(0)
+
+
+def sleep_then(seconds: float, value: Any) -> Any:
+    time.sleep(seconds)
+    return value
+
+
+def getpid() -> int:
+    return os.getpid()
+
+
+def write_into(array: np.ndarray[Any, Any]) -> None:
+    array[0] = 1
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def _helper_pids() -> set[int]:
+    """multiprocessing's own long-lived helpers (fork server, resource tracker)."""
+    pids = set()
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None):
+        pids.add(server._forkserver_pid)
+    tracker = multiprocessing.resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None):
+        pids.add(tracker._pid)
+    return pids
+
+
+def _children() -> set[int]:
+    """Live descendants of this process, without multiprocessing's helpers."""
+    helpers = _helper_pids()
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.pid not in helpers and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    with ProcessPool(workers=2) as shared:
+        yield shared
+    assert not list_prefix(shared.segment_prefix)
+
+
+# -- construction ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, "2"])
+def test_bad_worker_count_is_a_config_error(workers: Any) -> None:
+    with pytest.raises(ConfigError, match="workers"):
+        ProcessPool(workers=workers)
+
+
+def test_fork_start_method_is_refused() -> None:
+    with pytest.raises(ConfigError, match="fork"):
+        ProcessPool(workers=1, start_method="fork")
+
+
+# -- results and shared memory ----------------------------------------------------
+
+_dtypes = st.sampled_from(["<f8", "<f4", "<i8", "<i2", "|u1", "|b1", "<c16", "<u4"])
+_arrays = hnp.arrays(
+    dtype=_dtypes,
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(small=_arrays, scale=st.integers(0, 2))
+def test_nested_arrays_round_trip(
+    pool: ProcessPool, small: np.ndarray[Any, Any], scale: int
+) -> None:
+    """Arrays of any dtype and shape, big and small, nested in containers, survive the trip."""
+    big = np.resize(small, (BIG * scale,)) if small.size else np.zeros(BIG * scale)
+    payload = {"a": [small, (big, 3)], "b": small.T, "c": "text"}
+    seen = pool.submit(describe, (payload,), {}).result()
+    expected = describe(payload)
+    # The worker saw the same data; arrays above the threshold arrived mapped, read-only.
+    assert seen["c"] == "text"
+    for got, want in [(seen["a"][0], expected["a"][0]), (seen["b"], expected["b"])]:
+        assert got[:3] == want[:3]
+    got_big = seen["a"][1][0]
+    assert got_big[:3] == expected["a"][1][0][:3]
+    assert got_big[3] is (big.nbytes >= SHM_MIN_BYTES)
+    assert got_big[4] is not got_big[3]  # shared inputs are read-only
+    back = pool.submit(transformed, (payload,), {}).result()
+    np.testing.assert_array_equal(back["a"][0], np.flip(small))
+    np.testing.assert_array_equal(back["a"][1][0], np.flip(big))
+    assert back["a"][1][0].dtype == big.dtype
+    assert back["a"][1][1] == 6 and back["c"] == "texttext"
+    assert isinstance(back["a"], list) and isinstance(back["a"][1], tuple)
+
+
+def test_large_results_are_shared_memory_views(pool: ProcessPool) -> None:
+    data = np.arange(BIG, dtype=np.float64)
+    result = pool.submit(np.multiply, (data, 3.0), {}).result()
+    assert isinstance(result.base, mmap.mmap)
+    assert pool._table.segment_of(result) is not None
+    np.testing.assert_array_equal(result, data * 3)
+    assert result.flags.writeable
+
+
+def test_small_results_are_pickled(pool: ProcessPool) -> None:
+    result = pool.submit(np.add, (np.arange(10), 1), {}).result()
+    assert result.base is None or not isinstance(result.base, mmap.mmap)
+    np.testing.assert_array_equal(result, np.arange(1, 11))
+
+
+def test_shared_result_passed_on_is_not_copied(pool: ProcessPool) -> None:
+    """A result fed to the next task travels by segment name, and comes back as the same memory."""
+    first = pool.submit(np.ones, ((BIG,),), {}).result()
+    name = pool._table.segment_of(first)
+    before = pool._table.linked
+    echoed = pool.submit(identity, (first[1:],), {}).result()
+    assert pool._table.linked == before  # no new segment either way
+    assert np.shares_memory(echoed, first)
+    assert pool._table.segment_of(echoed) == name
+
+
+def test_inputs_are_read_only_in_workers(pool: ProcessPool) -> None:
+    future = pool.submit(write_into, (np.zeros(BIG),), {})
+    with pytest.raises(ValueError, match="read-only"):
+        future.result()
+
+
+def test_segment_unlinked_when_last_view_dropped(pool: ProcessPool) -> None:
+    result = pool.submit(np.zeros, ((BIG,),), {}).result()
+    name, _ = pool._table.segment_of(result)
+    view = result[5:]
+    del result
+    assert name in list_prefix(pool.segment_prefix)
+    del view
+    assert name not in list_prefix(pool.segment_prefix)
+    assert name not in pool._table.linked
+
+
+def test_argument_segments_are_freed_after_the_task(pool: ProcessPool) -> None:
+    before = set(list_prefix(pool.segment_prefix))
+    assert pool.submit(describe, (np.ones(BIG),), {}).result()[3] is True
+    assert set(list_prefix(pool.segment_prefix)) <= before
+
+
+def test_lambdas_and_closures_run(pool: ProcessPool) -> None:
+    offset = 7
+    assert pool.submit(lambda x: x + offset, (1,), {}).result() == 8
+
+
+def test_unpicklable_arguments_fail_the_future(pool: ProcessPool) -> None:
+    future = pool.submit(identity, (threading.Lock(),), {})
+    with pytest.raises(TypeError):
+        future.result()
+
+
+def test_many_tasks_from_many_threads(pool: ProcessPool) -> None:
+    futures: list[Future[Any]] = []
+    lock = threading.Lock()
+
+    def feed(start: int) -> None:
+        for i in range(start, start + 200):
+            f = pool.submit(operator.mul, (i, 2), {})
+            with lock:
+                futures.append(f)
+
+    threads = [threading.Thread(target=feed, args=(k * 200,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(f.result() for f in futures) == [2 * i for i in range(800)]
+
+
+def test_callbacks_may_submit_more(pool: ProcessPool) -> None:
+    done = threading.Event()
+    results: list[int] = []
+
+    def chain(future: Future[Any]) -> None:
+        results.append(future.result())
+        if len(results) < 5:
+            pool.submit(operator.add, (future.result(), 1), {}).add_done_callback(chain)
+        else:
+            done.set()
+
+    pool.submit(operator.add, (0, 1), {}).add_done_callback(chain)
+    assert done.wait(60)
+    assert results == [1, 2, 3, 4, 5]
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+def test_exception_keeps_type_and_remote_traceback(pool: ProcessPool) -> None:
+    with pytest.raises(KeyError) as info:
+        pool.submit(fail_with, (KeyError, "missing-key-42"), {}).result()
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert "fail_with" in cause.text and "missing-key-42" in cause.text
+
+
+def test_unpicklable_exception_becomes_remote_error(pool: ProcessPool) -> None:
+    with pytest.raises(RemoteError, match="_Unpicklable") as info:
+        pool.submit(fail_unpicklable, (), {}).result()
+    assert "fail_unpicklable" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "words"),
+    [
+        (exit_now, (3,), "exited with code 3"),
+        (kill_self, (), "signal 9 (SIGKILL)"),
+        (segfault, (), "signal 11 (SIGSEGV)"),
+    ],
+    ids=["os_exit", "sigkill", "segfault"],
+)
+def test_dead_worker_fails_its_task_and_is_replaced(
+    pool: ProcessPool, fn: Any, args: tuple[Any, ...], words: str
+) -> None:
+    old = set(pool.worker_pids)
+    with pytest.raises(WorkerDiedError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        pool.submit(fn, args, {}).result()
+    assert pool.submit(operator.add, (20, 22), {}).result() == 42
+    assert len(pool.worker_pids) == 2
+    assert set(pool.worker_pids) != old
+    assert pool.state is PoolState.RUNNING
+
+
+def test_calls_queued_behind_a_crash_still_run() -> None:
+    with ProcessPool(workers=1) as single:
+        doomed = single.submit(exit_now, (5,), {})
+        after = [single.submit(operator.mul, (i, 3), {}) for i in range(6)]
+        with pytest.raises(WorkerDiedError, match="code 5"):
+            doomed.result()
+        assert [f.result() for f in after] == [3 * i for i in range(6)]
+
+
+# -- shutdown and cancellation ----------------------------------------------------
+
+
+def test_shutdown_leaves_no_processes_and_no_segments() -> None:
+    before = _children()
+    pool = ProcessPool(workers=2)
+    held = pool.submit(np.full, ((BIG,), 4.0), {}).result()
+    pids = pool.worker_pids
+    assert list_prefix(pool.segment_prefix)
+    pool.shutdown()
+    assert pool.state is PoolState.CLOSED
+    assert not list_prefix(pool.segment_prefix)
+    assert not any(
+        psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in pids
+    )
+    assert _children() <= before
+    assert float(held.sum()) == 4.0 * BIG  # held results stay readable
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit(operator.add, (1, 2), {})
+
+
+def test_shutdown_waits_for_submitted_work() -> None:
+    pool = ProcessPool(workers=1)
+    futures = [pool.submit(sleep_then, (0.05, i), {}) for i in range(4)]
+    pool.shutdown(wait=True)
+    assert [f.result() for f in futures] == [0, 1, 2, 3]
+
+
+def test_cancel_terminates_running_work() -> None:
+    before = _children()
+    pool = ProcessPool(workers=2)
+    arg = np.ones(BIG)
+    running = [pool.submit(sleep_then, (600, arg), {}) for _ in range(6)]
+    assert pool.submit(getpid, (), {})  # queued behind the sleepers
+    while not all(f.running() for f in running[:2]):
+        time.sleep(0.01)
+    pool.shutdown(wait=True, cancel_futures=True)
+    for future in running:
+        with pytest.raises(CancelledError):
+            future.result(timeout=0)
+    assert not list_prefix(pool.segment_prefix)
+    assert _children() <= before
+
+
+def test_exiting_the_context_on_interrupt_cancels() -> None:
+    before = _children()
+    with pytest.raises(KeyboardInterrupt), ProcessPool(workers=1) as pool:
+        future = pool.submit(sleep_then, (600, None), {})
+        raise KeyboardInterrupt
+    assert pool.state is PoolState.CLOSED
+    assert future.cancelled() or isinstance(future.exception(timeout=0), CancelledError)
+    assert _children() <= before
+
+
+_DRIVER = textwrap.dedent(
+    """
+    import sys, numpy as np
+    sys.path[:0] = [{src!r}]
+    from chunkgraph.execute._process_pool import ProcessPool
+
+    with ProcessPool(workers=2) as pool:
+        held = pool.submit(np.ones, ((100000,),), {{}}).result()
+        futures = [pool.submit(np.linalg.norm, (np.ones(100000),), {{}}) for _ in range(2)]
+        [f.result() for f in futures]
+        import time
+        sleepers = [pool.submit(time.sleep, (600,), {{}}) for _ in range(4)]
+        print(pool.segment_prefix, *pool.worker_pids, flush=True)
+        sleepers[0].result()
+    """
+)
+
+
+def test_sigint_to_a_driver_leaves_nothing_behind() -> None:
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER.format(src=SRC)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = driver.stdout.readline().split() if driver.stdout else []
+        assert line, driver.stderr.read() if driver.stderr else "driver printed nothing"
+        prefix, pids = line[0], [int(p) for p in line[1:]]
+        assert list_prefix(prefix)
+        tree = psutil.Process(driver.pid).children(recursive=True)
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert "KeyboardInterrupt" in err
+    assert "leaked" not in err and "Warning" not in err
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, [p.pid for p in alive]
+    assert {p.pid for p in tree} >= set(pids)
+    assert not list_prefix(prefix)
