@@ -14,10 +14,11 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (create/open/remove), one module per backend, ``_cache.py``, ``_stats.py``.
 """
 
+from chunkgraph.volume._apply import ApplyReport, apply
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
 from chunkgraph.volume._volume import Volume
 
-__all__ = ["ChunkCache", "IOStats", "Volume", "create", "open", "remove"]
+__all__ = ["ApplyReport", "ChunkCache", "IOStats", "Volume", "apply", "create", "open", "remove"]

@@ -1,0 +1,372 @@
+"""``apply``: run a subchunkable flow over a volume and say what it did.
+
+Pipeline of one call::
+
+    validate_flow ──> FlowSpec ──> flow_id ──(dry_run)──> estimate_flow ──> ApplyReport
+                                      │
+                                      v
+    Graph:  top[i] (one per top-level chunk, C order)  ──>  reduce[r] (one per reduction box,
+            read inputs once over chunk + all pads          after the top tasks meeting it)
+            levels below in memory (_subchunk)              weighted sum of layers -> dst
+            write unweighted output -> layer(i parity)
+                                      │
+                                      v
+    chunkgraph.execute.run(graph)  ──>  delete temporaries  ──>  ApplyReport
+
+State on disk, under ``<intermediates>/<flow_id>/`` (``intermediates`` defaults
+to ``.<dst name>.chunkgraph`` beside a file-backed dst, so a rerun finds it):
+``layers/layer_<k>.zarr`` (the checkerboard, ``_checkerboard``) and
+``markers/`` (done markers, ``_resume``). A successful run deletes it, except
+with ``defer``, whose layers are the result. A run without ``resume=True``
+starts from a clean flow directory.
+
+Locality. Top-level tasks enter the graph in C order of the top grid, so
+consecutive tasks are neighbours and share halo storage chunks: with a chunk
+cache on the inputs (``volume.open(..., cache_bytes=...)``) a halo read by one
+task is still cached when its neighbour needs it. Reductions enter after them.
+``ApplyReport.read_amplification`` measures the result at the storage level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkgraph.geometry import Box
+from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
+from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
+from chunkgraph.volume._reduce import ReductionStats, reduce_box, reduction_boxes
+from chunkgraph.volume._resume import REDUCE, TOP, MarkerStore, flow_id_of, grid_key
+from chunkgraph.volume._subchunk import TopJob, TopStats, run_top_task
+
+if TYPE_CHECKING:
+    from chunkgraph.execute import ExecutorKind
+    from chunkgraph.volume import Volume
+    from chunkgraph.volume._flow_estimate import FlowEstimate
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What one ``apply`` call did (or, for a dry run, would do).
+
+    ``tasks_per_level[l]``: chunks processed at level ``l`` (top first);
+    ``top_tasks_skipped`` / ``reductions_skipped``: work a resumed run found
+    done; ``bytes_read``: decoded bytes of whole storage chunks fetched from the
+    inputs; ``read_amplification``: that over the input bytes inside the bbox
+    (1.0 = every needed chunk read once); ``bytes_written``: bytes written to
+    dst; ``temporary_bytes``: bytes written to temporary layers;
+    ``deferred_layers``: layer paths left for a later pass (``defer`` only).
+    Dry runs fill ``estimate`` and take counts from it.
+    """
+
+    flow_id: str
+    dry_run: bool
+    tasks_per_level: tuple[int, ...]
+    reductions: int
+    bytes_read: int
+    bytes_written: int
+    temporary_bytes: int
+    read_amplification: float
+    wall_seconds: float
+    bbox: Box
+    top_tasks_skipped: int = 0
+    reductions_skipped: int = 0
+    intermediates: str | None = None
+    deferred_layers: tuple[str, ...] = ()
+    estimate: FlowEstimate | None = None
+
+    def summary(self) -> str:
+        """A few human-readable lines."""
+        levels = ", ".join(str(n) for n in self.tasks_per_level)
+        lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
+        lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
+        if self.estimate is not None:
+            e = self.estimate
+            lines.append(
+                f"  would read {e.bytes_to_read / 2**20:.1f} MiB, write "
+                f"{e.bytes_to_write / 2**20:.1f} MiB; one top-level task needs "
+                f"{e.top_task_memory_bytes / 2**20:.1f} MiB"
+            )
+        else:
+            lines.append(
+                f"  read {self.bytes_read / 2**20:.1f} MiB (amplification "
+                f"{self.read_amplification:.2f}), wrote {self.bytes_written / 2**20:.1f} MiB "
+                f"(+{self.temporary_bytes / 2**20:.1f} MiB temporary) in "
+                f"{self.wall_seconds:.2f} s"
+            )
+        if self.top_tasks_skipped or self.reductions_skipped:
+            lines.append(
+                f"  resumed: skipped {self.top_tasks_skipped} top-level tasks and "
+                f"{self.reductions_skipped} reductions already done"
+            )
+        if self.deferred_layers:
+            lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
+        return "\n".join(lines)
+
+
+def apply(
+    fn: Callable[..., Any],
+    inputs: Volume | Mapping[str, Volume],
+    dst: Volume,
+    *,
+    chunk_sizes: Any,
+    crop_pads: Any = 0,
+    blend_pads: Any = 0,
+    blend_modes: Any = "quadratic",
+    bbox: Box | None = None,
+    auto_divisibility: bool = False,
+    expand_bbox: bool = False,
+    max_reduction_chunk_size: Any = None,
+    intermediates: str | os.PathLike[str] | None = None,
+    skip_intermediates: bool = False,
+    executor: ExecutorKind | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    dry_run: bool = False,
+) -> ApplyReport:
+    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
+
+    ``chunk_sizes`` lists one processing chunk per level, top first; pads and
+    modes are one value for all levels or one per level. ``fn`` gets arrays
+    of chunk + 2*crop + 2*blend at the bottom level and returns that shape or
+    chunk + 2*blend. Raises ``ConfigError`` before anything is written when the
+    configuration is invalid, ``ExceptionGroup`` of ``TaskError`` when ``fn``
+    fails (the task name and the note name the chunk's box).
+    """
+    t0 = time.perf_counter()
+    spec = validate_flow(
+        fn,
+        inputs,
+        dst,
+        chunk_sizes=chunk_sizes,
+        crop_pads=crop_pads,
+        blend_pads=blend_pads,
+        blend_modes=blend_modes,
+        bbox=bbox,
+        auto_divisibility=auto_divisibility,
+        expand_bbox=expand_bbox,
+        max_reduction_chunk_size=max_reduction_chunk_size,
+        skip_intermediates=skip_intermediates,
+    )
+    named = normalize_inputs(inputs)
+    flow_id = flow_id_of(fn, named, dst, spec)
+    if dry_run:
+        return _dry_report(spec, named, dst, flow_id, time.perf_counter() - t0)
+    root = _intermediates_root(intermediates, dst, flow_id)
+    flow = _Flow(spec, fn, named, spec.positional_input, dst, root / flow_id, resume)
+    return flow.run(executor or "threads", progress, t0)
+
+
+def _dry_report(
+    spec: FlowSpec, named: dict[str, Volume], dst: Volume, flow_id: str, seconds: float
+) -> ApplyReport:
+    from chunkgraph.volume._flow_estimate import estimate_flow
+
+    est = estimate_flow(spec, named, dst)
+    return ApplyReport(
+        flow_id=flow_id,
+        dry_run=True,
+        tasks_per_level=tuple(est.tasks_per_level),
+        reductions=est.reductions,
+        bytes_read=0,
+        bytes_written=0,
+        temporary_bytes=0,
+        read_amplification=0.0,
+        wall_seconds=seconds,
+        bbox=spec.bbox,
+        estimate=est,
+    )
+
+
+def _intermediates_root(
+    intermediates: str | os.PathLike[str] | None, dst: Volume, flow_id: str
+) -> Path:
+    """Where temporaries live: as given, else beside a file-backed dst, else the temp dir.
+
+    The default is deterministic so that a resumed run finds the previous one's markers.
+    """
+    if intermediates is not None:
+        return Path(intermediates)
+    if dst.backend in ("zarr", "tensorstore"):
+        where = Path(dst.path)
+        return where.parent / f".{where.name}.chunkgraph"
+    return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+
+
+class _Flow:
+    """One non-dry run: builds the graph, runs it, cleans up, reports."""
+
+    def __init__(
+        self,
+        spec: FlowSpec,
+        fn: Callable[..., Any],
+        inputs: dict[str, Volume],
+        positional: bool,
+        dst: Volume,
+        flow_dir: Path,
+        resume: bool,
+    ) -> None:
+        self.spec = spec
+        self.inputs = inputs
+        self.dst = dst
+        self.flow_dir = flow_dir
+        self.markers = MarkerStore(flow_dir)
+        if not resume:
+            self.markers.clear()
+        self.direct = spec.skip_intermediates
+        self.layers: LayerPlan | None = None
+        layer_vols: list[Volume] = []
+        if not self.direct:
+            self.layers = plan_layers(spec, dst, flow_dir / "layers")
+            if not resume:
+                self.layers.remove()
+            layer_vols = self.layers.create()
+        self.deferred = spec.levels[0].blend_mode == "defer"
+        self.job = TopJob(
+            spec=spec,
+            fn=fn,
+            inputs=inputs,
+            positional=positional,
+            dst=dst,
+            layers=self.layers,
+            layer_vols=tuple(layer_vols),
+            marker_root=str(flow_dir),
+        )
+
+    def run(self, executor: ExecutorKind, progress: bool, t0: float) -> ApplyReport:
+        from chunkgraph.execute import run
+        from chunkgraph.graph import Graph
+
+        graph = Graph()
+        top_refs, skipped_top = self._add_top_tasks(graph)
+        red_refs: list[Any] = []
+        skipped_red = 0
+        if not self.direct and not self.deferred:
+            red_refs, skipped_red = self._add_reductions(graph, top_refs)
+        before = _read_bytes(self.inputs)
+        refs = list(top_refs.values()) + red_refs
+        results = run(graph, targets=refs, executor=executor, progress=progress) if refs else []
+        top_stats = [r for r in results if isinstance(r, TopStats)]
+        red_stats = [r for r in results if isinstance(r, ReductionStats)]
+        report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
+        if not self.deferred:
+            self._cleanup()
+        return report
+
+    def _add_top_tasks(self, graph: Any) -> tuple[dict[tuple[int, ...], Any], int]:
+        from chunkgraph.graph import Cost
+
+        spec = self.spec
+        starts, stops, grid = spec.bbox.split_arrays(spec.levels[0].chunk)
+        done = self.markers.done_keys(TOP)
+        cost = Cost(memory=_top_task_memory(spec, self.inputs, self.dst))
+        indices = np.indices(grid).reshape(len(grid), -1).T.tolist()
+        refs: dict[tuple[int, ...], Any] = {}
+        for index, a, b in zip(indices, starts.tolist(), stops.tolist(), strict=True):
+            key = grid_key(tuple(index))
+            if key in done:
+                continue
+            box = Box(a, b)
+            refs[tuple(index)] = graph.add(
+                run_top_task, self.job, tuple(index), box, name=f"apply-top{box}", cost=cost
+            )
+        return refs, len(indices) - len(refs)
+
+    def _add_reductions(
+        self, graph: Any, top_refs: dict[tuple[int, ...], Any]
+    ) -> tuple[list[Any], int]:
+        from chunkgraph.volume._reduce import top_indices_meeting
+
+        boxes, grid = reduction_boxes(self.spec, self.dst)
+        done = self.markers.done_keys(REDUCE)
+        indices = np.indices(grid).reshape(len(grid), -1).T.tolist()
+        refs = []
+        for index, box in zip(indices, boxes, strict=True):
+            key = grid_key(tuple(index))
+            if key in done:
+                continue
+            compute = box.intersection(self.spec.bbox)
+            deps = [top_refs[i] for i in top_indices_meeting(self.spec, compute) if i in top_refs]
+            refs.append(
+                graph.add(run_reduction, self.job, key, box, deps, name=f"apply-reduce{box}")
+            )
+        return refs, len(boxes) - len(refs)
+
+    def _report(
+        self,
+        tops: list[TopStats],
+        reds: list[ReductionStats],
+        before: int,
+        t0: float,
+        skipped_top: int,
+        skipped_red: int,
+    ) -> ApplyReport:
+        spec = self.spec
+        counts = [0] * len(spec.levels)
+        for t in tops:
+            for level, n in enumerate(t.tasks_per_level):
+                counts[level] += n
+        # Threads share the driver's Volume objects: their counters are exact. Other
+        # executors read through their own copies, which report per task.
+        bytes_read = _read_bytes(self.inputs) - before or sum(t.bytes_read for t in tops)
+        needed = sum(
+            spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
+            for v in self.inputs.values()
+        )
+        if self.direct:
+            written, temporary = sum(t.bytes_written for t in tops), 0
+        else:
+            written = sum(r.bytes_written for r in reds)
+            temporary = sum(t.bytes_written for t in tops)
+        return ApplyReport(
+            flow_id=self.flow_dir.name,
+            dry_run=False,
+            tasks_per_level=tuple(counts),
+            reductions=len(reds),
+            bytes_read=bytes_read,
+            bytes_written=written,
+            temporary_bytes=temporary,
+            read_amplification=bytes_read / needed if needed else 0.0,
+            wall_seconds=time.perf_counter() - t0,
+            bbox=spec.bbox,
+            top_tasks_skipped=skipped_top,
+            reductions_skipped=skipped_red,
+            intermediates=str(self.flow_dir) if self.deferred else None,
+            deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
+        )
+
+    def _cleanup(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.flow_dir, ignore_errors=True)
+        parent = self.flow_dir.parent
+        with contextlib.suppress(OSError):
+            parent.rmdir()  # only if no other flow left anything there
+
+
+def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> ReductionStats:
+    """Graph task: one reduction box, then its done marker."""
+    if job.layers is None:
+        raise RuntimeError("a reduction needs temporary layers; this flow writes directly")
+    stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box)
+    MarkerStore(Path(job.marker_root)).mark_done(REDUCE, key)
+    return stats
+
+
+def _top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
+    """Peak memory hint of one top-level task, from the dry-run arithmetic."""
+    from chunkgraph.volume._flow_estimate import estimate_flow
+
+    return int(estimate_flow(spec, inputs, dst).top_task_memory_bytes)
+
+
+def _read_bytes(inputs: Mapping[str, Volume]) -> int:
+    return sum(v.stats.bytes_read for v in inputs.values())

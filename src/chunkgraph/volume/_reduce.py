@@ -1,0 +1,142 @@
+"""Reductions: each destination region computed once from the temporary layers.
+
+Policy. The processed ``bbox`` is covered by reduction boxes aligned to the
+destination's storage grid (one destination chunk each, merged per axis up to
+``max_reduction_chunk_size``, by default up to the top-level chunk). A
+reduction reads, for every top-level task whose padded output meets its box,
+that task's unweighted output from the task's layer, weighs it with the
+task's blend ramps (computed from geometry, never stored), sums in float64
+(or takes the maximum, or copies when the top level does not blend) and
+writes each destination chunk exactly once::
+
+    layer (0,0) --+
+    layer (0,1) --+--> sum_t  w_t * out_t   --> round / cast --> dst.write(box)
+    layer (1,0) --+    (t = top tasks meeting box; weights sum to 1)
+    layer (1,1) --+
+
+A reduction box at the bbox edge may cover destination voxels outside the
+bbox (the bbox need not be chunk-aligned): those are read from the
+destination first and written back unchanged, which is race-free because no
+other task writes that destination chunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from chunkgraph.geometry import Box
+from chunkgraph.volume._checkerboard import LayerPlan
+from chunkgraph.volume._flow_spec import FlowSpec
+from chunkgraph.volume._subchunk import at, cast_to, lowest, weights_over
+
+if TYPE_CHECKING:
+    from chunkgraph.volume import Volume
+
+
+def spatial_chunks(vol: Volume, spatial_ndim: int) -> tuple[int, ...]:
+    return tuple(int(c) for c in vol.chunks[len(vol.chunks) - spatial_ndim :])
+
+
+def reduction_chunk(spec: FlowSpec, dst_chunk: tuple[int, ...]) -> tuple[int, ...]:
+    """Per axis: the largest multiple of the dst chunk within the limit (at least one chunk).
+
+    The limit is ``max_reduction_chunk_size`` or, by default, the top-level
+    chunk, so there are about as many reductions as top-level tasks.
+    """
+    limit = spec.max_reduction_chunk_size or spec.levels[0].chunk
+    return tuple(max(1, lim // c) * c for lim, c in zip(limit, dst_chunk, strict=True))
+
+
+def reduction_boxes(spec: FlowSpec, dst: Volume) -> tuple[list[Box], tuple[int, ...]]:
+    """The write boxes of all reductions in C order, and their grid shape."""
+    dst_chunk = spatial_chunks(dst, spec.spatial_ndim)
+    origin = dst.bounds.start
+    region = spec.bbox.snapped(dst_chunk, offset=origin).intersection(dst.bounds)
+    return _split(region, reduction_chunk(spec, dst_chunk))
+
+
+def _split(region: Box, chunk: tuple[int, ...]) -> tuple[list[Box], tuple[int, ...]]:
+    starts, stops, grid = region.split_arrays(chunk, mode="shrink")
+    boxes = [Box(a, b) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+    return boxes, tuple(int(g) for g in grid)
+
+
+def top_chunk_box(spec: FlowSpec, index: tuple[int, ...]) -> Box:
+    """The top-level chunk at grid ``index``."""
+    top = spec.levels[0].chunk
+    start = tuple(b + i * c for b, i, c in zip(spec.bbox.start, index, top, strict=True))
+    return Box(start, tuple(s + c for s, c in zip(start, top, strict=True)))
+
+
+def top_indices_meeting(spec: FlowSpec, box: Box) -> list[tuple[int, ...]]:
+    """Grid indices of top-level chunks whose blend-padded output meets ``box``.
+
+    Chunk ``i`` covers ``[b + i*C - p, b + (i+1)*C + p)`` on an axis, so it
+    meets ``[q0, q1)`` iff ``floor((q0 - b - p) / C) <= i < ceil((q1 - b + p) / C)``.
+    """
+    top = spec.levels[0]
+    grid = tuple(s // c for s, c in zip(spec.bbox.shape, top.chunk, strict=True))
+    ranges = []
+    for q0, q1, b, c, p, n in zip(
+        box.start, box.stop, spec.bbox.start, top.chunk, top.blend, grid, strict=True
+    ):
+        lo = max(0, (q0 - b - p) // c)
+        hi = min(n, -((b - p - q1) // c))
+        ranges.append(range(lo, hi))
+    return list(itertools.product(*ranges))
+
+
+@dataclass(frozen=True)
+class ReductionStats:
+    """What one reduction did: destination bytes written, layer bytes read."""
+
+    bytes_written: int
+    temporary_bytes_read: int
+
+
+def reduce_box(
+    spec: FlowSpec, layers: LayerPlan, layer_vols: list[Volume], dst: Volume, box: Box
+) -> ReductionStats:
+    """Compute the flow's output over ``box`` (a reduction's write box) and write it."""
+    compute = box.intersection(spec.bbox)
+    top = spec.levels[0]
+    channels = tuple(dst.channel_shape)
+    layer_read = 0
+    if layers.n_layers == 1 and not any(top.blend):
+        result = cast_to(layer_vols[0].read(compute), spec.dst_dtype)
+        layer_read = result.nbytes
+    else:
+        weighted = top.blend_mode != "max"
+        acc = _empty_accumulator(channels + compute.shape, weighted, layers.dtype, spec)
+        for index in top_indices_meeting(spec, compute):
+            padded = top_chunk_box(spec, index).padded(top.blend)
+            part = padded.intersection(compute)
+            if part.is_empty:
+                continue
+            data = layer_vols[layers.layer_of(index)].read(part)
+            layer_read += data.nbytes
+            target = acc[at(part, compute)]
+            if weighted:
+                target += data * weights_over(padded, top, spec.bbox, part)
+            else:
+                np.maximum(target, data, out=target)
+        result = cast_to(acc, spec.dst_dtype)
+    if compute != box:
+        whole = dst.read(box)
+        whole[at(compute, box)] = result
+        result = whole
+    dst.write(box, result)
+    return ReductionStats(bytes_written=int(result.nbytes), temporary_bytes_read=layer_read)
+
+
+def _empty_accumulator(
+    shape: tuple[int, ...], weighted: bool, layer_dtype: np.dtype, spec: FlowSpec
+) -> np.ndarray:
+    if weighted:
+        return np.zeros(shape, dtype=spec.accumulate_dtype)
+    # max: stay in the layer dtype (exact for every integer width) from its minimum.
+    return np.full(shape, lowest(layer_dtype), dtype=layer_dtype)

@@ -1,0 +1,182 @@
+"""Done markers of one apply flow: what a rerun with ``resume=True`` may skip.
+
+Policy. Every top-level task and every reduction writes its data first and
+only then an empty marker file named after its grid key. A marker therefore
+proves that the data it stands for is complete on disk; a process killed at
+any point (SIGKILL included) leaves at worst a task whose data is partly
+written and whose marker is missing, and that task simply runs again and
+overwrites the same voxels with the same values.
+
+State (all under ``<intermediates>/<flow_id>/``)::
+
+    markers/top/<key>       top-level task ``key`` wrote its temporary output
+    markers/reduce/<key>    reduction ``key`` wrote its dst chunks
+
+A marker is created by writing a uniquely named temporary file and renaming
+it into place (``os.replace`` is atomic on POSIX), so a reader sees either no
+marker or a complete one. Keys are grid indices joined by ``_``
+(``"3_0_12"``), which keeps a directory listing the only query needed: the
+driver lists each directory once instead of probing one path per task.
+
+Identity. The flow id names the directory: a hash of ``fn`` (module,
+qualified name, bytecode and constants, closure and default values of simple
+types), of every input's and the destination's path and metadata, and of
+every field of the validated ``FlowSpec``. Changing any of them starts a new
+flow instead of resuming an incompatible one. (What the hash cannot see, such
+as a global variable ``fn`` reads, is the caller's to keep fixed.)
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import types
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from chunkgraph.volume import Volume
+    from chunkgraph.volume._flow_spec import FlowSpec
+
+TOP = "top"
+REDUCE = "reduce"
+_KINDS = (TOP, REDUCE)
+
+
+def grid_key(index: tuple[int, ...]) -> str:
+    """The marker name of a grid index.
+
+    >>> grid_key((3, 0, 12))
+    '3_0_12'
+    """
+    return "_".join(str(int(i)) for i in index)
+
+
+class MarkerStore:
+    """Done markers under ``root`` (the flow's directory); safe from many threads.
+
+    >>> import tempfile
+    >>> store = MarkerStore(Path(tempfile.mkdtemp()))
+    >>> store.mark_done(TOP, "0_1")
+    >>> store.done_keys(TOP), store.done_keys(REDUCE)
+    ({'0_1'}, set())
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        for kind in _KINDS:
+            (self.root / "markers" / kind).mkdir(parents=True, exist_ok=True)
+
+    def _dir(self, kind: str) -> Path:
+        if kind not in _KINDS:
+            raise ValueError(f"unknown marker kind {kind!r}; valid kinds are {_KINDS}")
+        return self.root / "markers" / kind
+
+    def mark_done(self, kind: str, key: str) -> None:
+        """Record that ``key`` finished; call only after its data is written."""
+        folder = self._dir(kind)
+        tmp = folder / f".{key}.{uuid.uuid4().hex}.tmp"
+        tmp.write_bytes(b"")
+        os.replace(tmp, folder / key)
+
+    def done_keys(self, kind: str) -> set[str]:
+        """Keys of ``kind`` marked done (temporary files of interrupted marks ignored)."""
+        folder = self._dir(kind)
+        return {name for name in os.listdir(folder) if not name.startswith(".")}
+
+    def clear(self) -> None:
+        """Forget every marker (a fresh, non-resumed run)."""
+        for kind in _KINDS:
+            folder = self._dir(kind)
+            shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+
+
+# How deep flow_id_of follows callables nested in closures, defaults and partials:
+# deep enough for decorators and partials of partials, bounded against cycles.
+_FINGERPRINT_DEPTH = 4
+
+
+def flow_id_of(
+    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume, spec: FlowSpec
+) -> str:
+    """A stable 16-hex-digit id of one flow (same arguments, same id, across processes).
+
+    >>> from types import SimpleNamespace
+    >>> dst = SimpleNamespace(backend="memory", path="out", shape=(4,), chunks=(2,), dtype="u1",
+    ...                       offset=(0,))
+    >>> a = flow_id_of(len, {}, dst, "spec")
+    >>> len(a), a == flow_id_of(len, {}, dst, "spec"), a == flow_id_of(abs, {}, dst, "spec")
+    (16, True, False)
+    """
+    parts = [_fn_fingerprint(fn, 0)]
+    for name in sorted(inputs):
+        parts.append(f"input {name}: {_volume_fingerprint(inputs[name])}")
+    parts.append(f"dst: {_volume_fingerprint(dst)}")
+    parts.append(repr(spec))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _volume_fingerprint(vol: Volume) -> str:
+    return (
+        f"{vol.backend}:{vol.path} shape={tuple(vol.shape)} chunks={tuple(vol.chunks)} "
+        f"dtype={np.dtype(vol.dtype).str} offset={tuple(vol.offset)}"
+    )
+
+
+def _fn_fingerprint(fn: object, depth: int) -> str:
+    if depth > _FINGERPRINT_DEPTH:
+        return type(fn).__qualname__
+    if isinstance(fn, functools.partial):
+        return (
+            f"partial({_fn_fingerprint(fn.func, depth + 1)}, {_value_repr(fn.args, depth)}, "
+            f"{_value_repr(sorted(fn.keywords.items()), depth)})"
+        )
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    # A plain function carries its own code; a callable object's behaviour is its __call__.
+    target = fn if hasattr(fn, "__code__") else type(fn).__dict__.get("__call__")
+    parts = [f"{module}.{name or type(fn).__qualname__}"]
+    code = getattr(target, "__code__", None)
+    if isinstance(code, types.CodeType):
+        parts.append(_code_digest(code))
+    for cell in getattr(target, "__closure__", None) or ():
+        try:
+            parts.append(_value_repr(cell.cell_contents, depth))
+        except ValueError:  # an empty cell (a name bound later)
+            parts.append("<empty>")
+    parts.append(_value_repr(getattr(target, "__defaults__", None), depth))
+    return "|".join(parts)
+
+
+def _code_digest(code: types.CodeType) -> str:
+    h = hashlib.sha256(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            h.update(_code_digest(const).encode())
+        else:
+            h.update(_value_repr(const, 0).encode())
+    return h.hexdigest()[:16]
+
+
+def _value_repr(value: object, depth: int) -> str:
+    """A process-independent text for ``value`` (no memory addresses)."""
+    if value is None or isinstance(value, bool | int | float | complex | str | bytes):
+        return repr(value)
+    if isinstance(value, tuple | list | frozenset | set):
+        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
+        return "(" + ",".join(_value_repr(v, depth) for v in items) + ")"
+    if isinstance(value, np.ndarray):
+        return f"array{value.shape}{value.dtype.str}:{hashlib.sha256(value.tobytes()).hexdigest()}"
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    if callable(value):
+        return _fn_fingerprint(value, depth + 1)
+    return type(value).__qualname__

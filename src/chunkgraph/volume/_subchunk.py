@@ -1,0 +1,346 @@
+"""The levels below the top, processed inside one top-level task, in memory.
+
+A top-level task has already read its inputs once, over its chunk padded by
+the sum of every level's crop and blend pads. Everything below happens on
+slices (read-only views) of those arrays; no level below the top touches
+storage.
+
+Geometry of level ``l`` (see ``_flow_spec``)::
+
+    R = chunk.padded(crop_l + blend_l)     the region level l + 1 tiles exactly
+    +--------------------------------+
+    |  c  |  c  |  c  |  c  |  c  |  |     children c of level l + 1; each returns
+    +--------------------------------+     its output over c.padded(blend_{l+1})
+                 |
+                 v  weighted sum (or max, or plain copy) into an accumulator over R
+    acc[R] --crop crop_l--> output over chunk.padded(blend_l)  (returned upward)
+
+The bottom level calls ``fn`` on ``chunk.padded(crop + blend)`` and crops the
+crop pad off its answer (or accepts the already-cropped shape).
+
+Races. Children of one level run on the local thread pool
+(``chunkgraph.parallel.parallel_map``) in ``2**k`` parity waves, ``k`` the
+number of axes with a blend pad: two children of the same parity are at least
+one chunk apart on every blended axis, and a blend pad is at most half a chunk,
+so their padded outputs never overlap and each wave adds into the accumulator
+without locks. A level without blend pads has disjoint children: one wave.
+
+Weights. A child's contribution is multiplied by its per-axis ramps (no ramp on
+a face touching ``R``'s edge; the part outside ``R`` is dropped), so the
+weights of all children sum to 1 at every voxel of ``R`` and the accumulator
+needs no normalising pass. Accumulation is in ``spec.accumulate_dtype``
+(float64 for data of <= 32 bits), which keeps an identity ``fn`` exact.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkgraph._errors import ChunkgraphError
+from chunkgraph.geometry import Box
+from chunkgraph.volume._blend import axis_weights
+from chunkgraph.volume._checkerboard import LayerPlan
+from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec
+from chunkgraph.volume._resume import TOP, MarkerStore, grid_key
+
+if TYPE_CHECKING:
+    from chunkgraph.volume import Volume
+
+# dtype kinds an fn may return: bool, signed, unsigned, float. Anything else
+# (complex, object, strings) cannot be blended or cast into a volume.
+_NUMERIC_KINDS = "biuf"
+
+
+class FlowOutputError(ChunkgraphError, ValueError):
+    """``fn`` returned an array the flow cannot use (wrong shape or dtype)."""
+
+
+@dataclass
+class LevelCounter:
+    """How many chunks each level processed; shared by one task's threads."""
+
+    counts: list[int]
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, level: int, n: int = 1) -> None:
+        with self._lock:
+            self.counts[level] += n
+
+
+@dataclass(frozen=True)
+class SubchunkContext:
+    """What every level of one top-level task needs.
+
+    ``data`` maps input names to read-only arrays (channels first, then the
+    spatial axes) covering ``data_box``; ``positional`` passes the single input
+    as ``fn``'s first argument instead of by keyword.
+    """
+
+    spec: FlowSpec
+    fn: Callable[..., Any]
+    positional: bool
+    data: Mapping[str, np.ndarray]
+    data_box: Box
+    out_channel_shape: tuple[int, ...]
+    counter: LevelCounter
+
+
+@dataclass(frozen=True)
+class TopJob:
+    """Everything a top-level task or a reduction needs; shared by all tasks of a flow.
+
+    ``layers`` is None when the flow writes straight to ``dst``
+    (``skip_intermediates``). Volumes pickle by path, so a process executor
+    can ship a job to its workers.
+    """
+
+    spec: FlowSpec
+    fn: Callable[..., Any]
+    inputs: Mapping[str, Volume]
+    positional: bool
+    dst: Volume
+    layers: LayerPlan | None
+    layer_vols: tuple[Volume, ...]
+    marker_root: str
+
+
+@dataclass(frozen=True)
+class TopStats:
+    """What one top-level task did.
+
+    ``bytes_read`` is measured on the task's own input objects: exact under a
+    process executor (each task unpickles its own), polluted by concurrent
+    tasks under threads, where the driver measures instead.
+    """
+
+    tasks_per_level: tuple[int, ...]
+    bytes_read: int
+    bytes_written: int
+
+
+def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
+    """Graph task: read the padded superchunk once, process all levels, write, mark done."""
+    spec = job.spec
+    region = box.padded(spec.context_pad)
+    before = sum(v.stats.bytes_read for v in job.inputs.values())
+    data = {}
+    for name, vol in job.inputs.items():
+        array = vol.read(region)
+        # fn gets views of this array; read-only keeps one chunk's fn from
+        # corrupting its neighbours' inputs by writing in place.
+        array.flags.writeable = False
+        data[name] = array
+    read = sum(v.stats.bytes_read for v in job.inputs.values()) - before
+    ctx = SubchunkContext(
+        spec=spec,
+        fn=job.fn,
+        positional=job.positional,
+        data=data,
+        data_box=region,
+        out_channel_shape=tuple(job.dst.channel_shape),
+        counter=LevelCounter([0] * len(spec.levels)),
+    )
+    out = process_chunk(ctx, 0, box)
+    out_box = box.padded(spec.levels[0].blend)
+    keep = out_box.intersection(spec.bbox)
+    part = out[at(keep, out_box)]
+    if job.layers is None:
+        target, dtype = job.dst, job.dst.dtype
+    else:
+        target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
+    written = cast_to(part, dtype)
+    target.write(keep, written)
+    MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
+    return TopStats(tuple(ctx.counter.counts), read, int(written.nbytes))
+
+
+def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast, rounding to nearest when floats become integers (the exactness rule).
+
+    >>> cast_to(np.array([0.4999, 2.5, 3.5000001]), np.dtype("u1")).tolist()
+    [0, 2, 4]
+    """
+    dtype = np.dtype(dtype)
+    if array.dtype == dtype:
+        return array
+    if dtype.kind in "iub" and array.dtype.kind == "f":
+        rounded: np.ndarray = np.rint(array).astype(dtype)
+        return rounded
+    cast: np.ndarray = array.astype(dtype)
+    return cast
+
+
+def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
+    """The unweighted output of ``chunk`` at ``level``, over ``chunk.padded(blend)``."""
+    ctx.counter.add(level)
+    spec = ctx.spec.levels[level]
+    if level == len(ctx.spec.levels) - 1:
+        return _call_fn(ctx, level, chunk)
+    region = chunk.padded(_add(spec.crop, spec.blend))
+    child = ctx.spec.levels[level + 1]
+    starts, stops, grid = region.split_arrays(child.chunk)
+    acc = _Accumulator(region, child, ctx.spec.accumulate_dtype)
+
+    def run_child(i: int) -> None:
+        box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
+        acc.add(box, process_chunk(ctx, level + 1, box))
+
+    from chunkgraph.parallel import parallel_map
+
+    for wave in parity_waves(grid, tuple(p > 0 for p in child.blend)):
+        parallel_map(run_child, wave.tolist())
+    kept: np.ndarray = acc.result()[at(chunk.padded(spec.blend), region)]
+    return kept
+
+
+def parity_waves(grid: tuple[int, ...], axes: tuple[bool, ...]) -> list[np.ndarray]:
+    """Flat C-order indices of a grid, grouped so no two of a group are neighbours on ``axes``.
+
+    >>> [w.tolist() for w in parity_waves((2, 3), (False, True))]
+    [[0, 2, 3, 5], [1, 4]]
+    """
+    index = np.indices(grid).reshape(len(grid), -1)
+    key = np.zeros(index.shape[1], dtype=np.int64)
+    bit = 0
+    for axis, used in enumerate(axes):
+        if used:
+            key |= (index[axis] % 2) << bit
+            bit += 1
+    waves = [np.flatnonzero(key == k) for k in range(2**bit)]
+    return [w for w in waves if w.size]
+
+
+def _call_fn(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
+    spec = ctx.spec.levels[level]
+    read_box = chunk.padded(_add(spec.crop, spec.blend))
+    out_box = chunk.padded(spec.blend)
+    view = at(read_box, ctx.data_box)
+    arrays = {name: array[view] for name, array in ctx.data.items()}
+    try:
+        result = ctx.fn(*arrays.values()) if ctx.positional else ctx.fn(**arrays)
+    except Exception as exc:
+        exc.add_note(f"in the apply flow's fn on chunk {chunk} (level {level}, read {read_box})")
+        raise
+    out = np.asarray(result)
+    return _checked_output(out, ctx.out_channel_shape, chunk, read_box, out_box)
+
+
+def _checked_output(
+    out: np.ndarray, channels: tuple[int, ...], chunk: Box, read_box: Box, out_box: Box
+) -> np.ndarray:
+    if out.dtype.kind not in _NUMERIC_KINDS:
+        raise FlowOutputError(
+            f"fn returned dtype {out.dtype} for chunk {chunk}; it must return a real numeric "
+            f"array (bool, integer or float) that can be cast to the destination"
+        )
+    full = channels + read_box.shape
+    cropped = channels + out_box.shape
+    if out.shape == cropped:
+        return out
+    if out.shape == full:
+        cropped_out: np.ndarray = out[at(out_box, read_box)]
+        return cropped_out
+    raise FlowOutputError(
+        f"fn returned shape {out.shape} for chunk {chunk}; expected {full} (the input shape: "
+        f"chunk + 2*crop + 2*blend) or {cropped} (already cropped to chunk + 2*blend)"
+    )
+
+
+class _Accumulator:
+    """Sums (or maxes, or copies) children's outputs over ``region``.
+
+    ``add`` is called concurrently only for children whose padded outputs are
+    disjoint (one parity wave), so it needs no lock beyond the lazy allocation.
+    """
+
+    def __init__(self, region: Box, child: LevelSpec, accumulate: np.dtype) -> None:
+        self.region = region
+        self.child = child
+        self.accumulate = np.dtype(accumulate)
+        self.blends = any(p > 0 for p in child.blend)
+        self._array: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def _allocate(self, sample: np.ndarray) -> np.ndarray:
+        with self._lock:
+            if self._array is None:
+                shape = sample.shape[: sample.ndim - self.region.ndim] + self.region.shape
+                if not self.blends:
+                    # Disjoint children: keep fn's dtype (half the memory of float64 for
+                    # float32 data); every voxel is assigned exactly once.
+                    self._array = np.empty(shape, dtype=sample.dtype)
+                elif self.child.blend_mode == "max":
+                    self._array = np.full(shape, lowest(self.accumulate), dtype=self.accumulate)
+                else:
+                    self._array = np.zeros(shape, dtype=self.accumulate)
+            return self._array
+
+    def add(self, box: Box, out: np.ndarray) -> None:
+        acc = self._allocate(out)
+        padded = box.padded(self.child.blend)
+        part_box = padded.intersection(self.region)
+        target = acc[at(part_box, self.region)]
+        part = out[at(part_box, padded)]
+        if not self.blends:
+            target[...] = part
+        elif self.child.blend_mode == "max":
+            np.maximum(target, part, out=target)
+        else:
+            target += part * weights_over(padded, self.child, self.region, part_box)
+
+    def result(self) -> np.ndarray:
+        if self._array is None:
+            raise RuntimeError("an accumulator was read before any child contributed")
+        return self._array
+
+
+def weights_over(padded: Box, level: LevelSpec, region: Box, part: Box) -> np.ndarray:
+    """Blend weights of the chunk whose padded box is ``padded``, restricted to ``part``.
+
+    Faces of ``padded`` reaching ``region``'s edge get no ramp. The result
+    broadcasts against ``part.shape`` (it is an outer product of axis ramps).
+
+    >>> level = LevelSpec(chunk=(4,), crop=(0,), blend=(1,), blend_mode="linear")
+    >>> w = weights_over(Box((3,), (9,)), level, Box((0,), (12,)), Box((3,), (9,)))
+    >>> w.round(3).tolist()
+    [0.333, 0.667, 1.0, 1.0, 0.667, 0.333]
+    """
+    low = tuple(a > r for a, r in zip(padded.start, region.start, strict=True))
+    high = tuple(b < r for b, r in zip(padded.stop, region.stop, strict=True))
+    factors = axis_weights(padded.shape, level.blend, level.blend_mode, low, high)
+    rel = part.slices(relative_to=padded)
+    weight: np.ndarray = np.ones((1,) * padded.ndim)
+    for axis, factor in enumerate(factors):
+        index = [slice(None)] * padded.ndim
+        index[axis] = rel[axis]
+        weight = weight * factor[tuple(index)]
+    return weight
+
+
+def at(box: Box, origin: Box) -> tuple[Any, ...]:
+    """Index of ``box`` in an array (channel axes first) whose spatial origin is ``origin``.
+
+    >>> at(Box((2, 3), (4, 7)), Box((1, 1), (9, 9)))
+    (Ellipsis, slice(1, 3, None), slice(2, 6, None))
+    """
+    return (Ellipsis, *box.slices(relative_to=origin))
+
+
+def lowest(dtype: np.dtype) -> Any:
+    """The identity of ``max`` in ``dtype``: its smallest value (-inf for floats)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return False
+    if dtype.kind == "f":
+        return -np.inf
+    return np.iinfo(dtype).min
+
+
+def _add(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
