@@ -1,0 +1,131 @@
+"""The chunk cache: LRU under a byte budget, the staleness guard, its use by Volume."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.geometry import Box
+from chunkgraph.volume import ChunkCache, Volume
+
+MakeVolume = Callable[..., Volume]
+
+
+def test_lru_evicts_least_recently_used_within_budget() -> None:
+    cache = ChunkCache(capacity=3 * 80)
+    for k in range(3):
+        assert cache.put(k, np.zeros(10), cache.epoch)
+    assert cache.get(0) is not None  # 0 becomes most recent; 1 is now the oldest
+    cache.put(3, np.zeros(10), cache.epoch)
+    assert cache.get(1) is None
+    assert all(cache.get(k) is not None for k in (0, 2, 3))
+    assert cache.nbytes == 240 and len(cache) == 3
+
+
+def test_oversized_chunk_is_not_stored() -> None:
+    cache = ChunkCache(capacity=100)
+    cache.put("small", np.zeros(5), cache.epoch)
+    assert not cache.put("big", np.zeros(100), cache.epoch)
+    assert cache.get("small") is not None and cache.get("big") is None
+
+
+def test_put_after_invalidation_is_refused() -> None:
+    cache = ChunkCache(capacity=1000)
+    epoch = cache.epoch  # a reader starts fetching chunk 7 ...
+    cache.invalidate([7])  # ... a writer rewrites chunk 7 meanwhile
+    assert not cache.put(7, np.zeros(4), epoch)
+    assert cache.get(7) is None
+    assert cache.put(7, np.zeros(4), cache.epoch)
+
+
+def test_cached_arrays_are_read_only() -> None:
+    cache = ChunkCache(capacity=1000)
+    cache.put(0, np.zeros(4), cache.epoch)
+    chunk = cache.get(0)
+    assert chunk is not None
+    with pytest.raises(ValueError, match="read-only"):
+        chunk[0] = 1
+
+
+def test_negative_capacity_rejected() -> None:
+    with pytest.raises(ConfigError, match=">= 0"):
+        ChunkCache(-1)
+
+
+def test_volume_cache_hits_misses_and_bytes(backend: str, make_volume: MakeVolume) -> None:
+    v = make_volume(backend, (8, 8), (4, 4), "float32", cache_bytes=1 << 20)
+    data = np.arange(64, dtype="float32").reshape(8, 8)
+    v.write(v.bounds, data)
+    box = Box((2, 2), (6, 6))  # all four chunks
+    np.testing.assert_array_equal(v.read(box), data[2:6, 2:6])
+    s = v.stats
+    assert (s.cache_misses, s.cache_hits, s.chunks_read, s.bytes_read) == (4, 0, 4, 4 * 64)
+    np.testing.assert_array_equal(v.read(Box((0, 0), (4, 8))), data[:4])
+    s = v.stats
+    assert (s.cache_misses, s.cache_hits, s.chunks_read) == (4, 2, 4)
+    assert s.bytes_from_cache == 2 * 64
+
+
+def test_write_invalidates_cached_chunks(backend: str, make_volume: MakeVolume) -> None:
+    v = make_volume(backend, (8, 8), (4, 4), "int32", cache_bytes=1 << 20)
+    v.read(v.bounds)  # caches all four chunks (fill value)
+    v.write(Box((0, 4), (4, 8)), np.full((4, 4), 5, "int32"))
+    got = v.read(v.bounds)
+    assert np.all(got[:4, 4:] == 5) and np.all(got[:4, :4] == 0)
+    s = v.stats
+    assert (s.cache_misses, s.cache_hits) == (5, 3)  # only the written chunk was re-fetched
+
+
+def test_cache_matches_uncached_reads_including_fill(backend: str, make_volume: MakeVolume) -> None:
+    cached = make_volume(backend, (9, 7), (4, 3), "int16", fill_value=-3, offset=(2, 2))
+    data = np.arange(63, dtype="int16").reshape(9, 7)
+    cached.write(cached.bounds, data)
+    from chunkgraph import volume
+
+    on = volume.open(cached.path, cache_bytes=1 << 16, backend=backend)
+    off = volume.open(cached.path, backend=backend)
+    for box in (
+        Box((0, 0), (5, 5)),
+        Box((3, 4), (12, 8)),
+        Box((2, 2), (11, 9)),
+        Box((20, 0), (21, 3)),
+    ):
+        np.testing.assert_array_equal(on.read(box), off.read(box))
+        np.testing.assert_array_equal(on.read(box), off.read(box))  # second pass: from cache
+    # The cache changes where bytes come from, never how many storage-chunk bytes a read involves.
+    assert on.stats.bytes_read + on.stats.bytes_from_cache == off.stats.bytes_read
+    assert on.stats.cache_hits > 0
+
+
+def test_small_budget_keeps_evicting(make_volume: MakeVolume) -> None:
+    v = make_volume("memory", (16,), (4,), "float64", cache_bytes=2 * 32)  # room for two chunks
+    for _ in range(2):
+        v.read(Box((0,), (16,)))
+    assert v.stats.cache_hits == 0 and v.stats.cache_misses == 8
+
+
+def test_concurrent_cached_reads_and_writes_stay_consistent(make_volume: MakeVolume) -> None:
+    """Readers keep filling the cache while a writer rewrites every chunk five times; once the
+    writes are done, no stale chunk may survive in the cache (the epoch guard)."""
+    v = make_volume("zarr", (8, 32), (8, 4), "int32", cache_bytes=1 << 20)
+    boxes = v.bounds.split((8, 4))
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            v.read(v.bounds)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for value in range(1, 6):
+        for b in boxes:
+            v.write(b, np.full(b.shape, value, "int32"))
+    stop.set()
+    for t in threads:
+        t.join()
+    assert np.all(v.read(v.bounds) == 5)
