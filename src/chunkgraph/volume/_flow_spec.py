@@ -222,7 +222,7 @@ def auto_divisible_chunks(
     - 2c - 2b`` with ``c, b`` the pads of level ``i - 1``: the given sizes are upper bounds.
 
     >>> auto_divisible_chunks([(1000,), (64,)], [(8,), (4,)], [(0,), (0,)])
-    [(1008,), (64,)]
+    [(944,), (64,)]
     >>> auto_divisible_chunks([(300,), (100,)], [(10,), (0,)], [(0,), (0,)])
     [(280,), (100,)]
     """
