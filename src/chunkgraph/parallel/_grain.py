@@ -1,0 +1,193 @@
+"""The grain of a loop, in time: how short a piece may be before splitting loses.
+
+Handing a piece to another thread costs tens of microseconds in Python (a
+closure, a deque push, a wake-up, a join), so the smallest worthwhile piece
+is a duration, not an element count. For each loop body (keyed by its code
+object, so a lambda re-created on every call shares one estimate) and
+operation class, the first call measures:
+
+    caller thread, before any split:
+    [1][4][ 16 ][    64    ] ...  ->  t(len) = per_call + per_element * len
+     probe pieces, growing 4x until one takes >= PROBE_MIN_S; they are real
+     work (the loop continues after them), the last two give the fit.
+     Starting at one element keeps an expensive body from running long
+     sequentially; a cheap one pays about ten extra calls, once.
+
+and the pool measures its ``dispatch`` overhead once. Then
+
+    min_len = ceil(multiple * (dispatch + per_call) / per_element)
+
+so every piece runs at least ``multiple`` times what it cost to hand out;
+ranges shorter than ``2 * min_len`` run sequentially in the caller. After
+each parallel loop the per-element cost is blended with what the pieces
+really took (``REFINE_WEIGHT``), which corrects a probe that ran cold.
+
+Operation classes set ``multiple``, and seed the per-element cost where no
+probe can run (the pieces of `parallel_sort`):
+
+    class    seed/element  multiple  why
+    compute      5 ns          50    per-element math; scales with cores
+    memory     0.5 ns         200    streaming (sums): threads share memory
+                                     bandwidth, so a piece gains less and must
+                                     be longer to repay its dispatch
+    sort        10 ns          50    comparison sorts of pieces
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, TypeVar
+
+from chunkgraph._errors import ConfigError
+
+T = TypeVar("T")
+
+# A probe piece shorter than this is timer noise plus cache effects; longer
+# probes are measured better but delay the parallel part of the first call.
+PROBE_MIN_S = 5e-4
+# Probe pieces grow by this factor: larger reaches PROBE_MIN_S in fewer
+# calls, smaller runs less work sequentially before the loop goes parallel.
+PROBE_GROWTH = 4
+# Weight of a finished loop's measured per-element cost in the running
+# estimate: higher adapts faster, lower resists one noisy run.
+REFINE_WEIGHT = 0.25
+# Estimates kept; the oldest are forgotten first (bodies are usually few).
+CACHE_SIZE = 1024
+
+
+class OpKind(enum.Enum):
+    """Operation class of a loop body: seeds and scales its grain."""
+
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    SORT = "sort"
+
+    @classmethod
+    def coerce(cls, kind: OpKind | str) -> OpKind:
+        try:
+            return kind if isinstance(kind, OpKind) else cls(kind)
+        except ValueError:
+            valid = ", ".join(repr(k.value) for k in cls)
+            raise ConfigError(f"unknown operation kind {kind!r}; valid: {valid}") from None
+
+
+@dataclass(frozen=True)
+class KindDefaults:
+    seed_per_element_s: float
+    overhead_multiple: float
+
+
+KIND_DEFAULTS: dict[OpKind, KindDefaults] = {
+    OpKind.COMPUTE: KindDefaults(5e-9, 50.0),
+    OpKind.MEMORY: KindDefaults(5e-10, 200.0),
+    OpKind.SORT: KindDefaults(1e-8, 50.0),
+}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Measured cost of one body: ``t(len) = per_call_s + per_element_s * len``."""
+
+    per_element_s: float
+    per_call_s: float
+
+    def min_len(self, dispatch_s: float, multiple: float) -> int:
+        """Shortest piece that runs ``multiple`` times its dispatch overhead.
+
+        >>> CostModel(per_element_s=1e-8, per_call_s=0.0).min_len(2e-5, 50)
+        100000
+        """
+        needed = multiple * (dispatch_s + self.per_call_s) / self.per_element_s
+        return max(1, math.ceil(needed))
+
+
+def fit(samples: list[tuple[int, float]]) -> CostModel:
+    """Fit ``t = a + c * len`` through the last two ``(len, seconds)`` samples.
+
+    >>> fit([(100, 0.0011), (200, 0.0021)])
+    CostModel(per_element_s=1e-05, per_call_s=0.0001)
+    """
+    n2, t2 = samples[-1]
+    per_element = t2 / n2
+    per_call = 0.0
+    if len(samples) >= 2:
+        n1, t1 = samples[-2]
+        slope = (t2 - t1) / (n2 - n1) if n2 != n1 else 0.0
+        intercept = t1 - slope * n1
+        if slope > 0 and intercept >= 0:  # noise can make either meaningless
+            per_element, per_call = slope, intercept
+    return CostModel(round(max(per_element, 1e-12), 15), round(per_call, 12))
+
+
+def body_key(body: Callable[..., Any], kind: OpKind) -> tuple[object, OpKind]:
+    """What estimates are cached under: the body's code, not the function object."""
+    while isinstance(body, partial):
+        body = body.func
+    target: Any = getattr(body, "__func__", body)  # bound method -> function
+    return (getattr(target, "__code__", None) or type(target), kind)
+
+
+class GrainCache:
+    """Thread-safe memory of cost models per (body, kind)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._models: dict[tuple[object, OpKind], CostModel] = {}
+
+    def get(self, key: tuple[object, OpKind]) -> CostModel | None:
+        return self._models.get(key)
+
+    def put(self, key: tuple[object, OpKind], model: CostModel) -> None:
+        with self._lock:
+            self._models.pop(key, None)
+            self._models[key] = model
+            while len(self._models) > CACHE_SIZE:
+                del self._models[next(iter(self._models))]
+
+    def refine(self, key: tuple[object, OpKind], pieces: list[tuple[int, float]]) -> None:
+        """Blend in the per-element cost the pieces of a finished loop really took."""
+        elements = sum(n for n, _ in pieces)
+        model = self.get(key)
+        if model is None or elements == 0:
+            return
+        seconds = sum(t for _, t in pieces) - model.per_call_s * len(pieces)
+        measured = max(seconds / elements, 1e-12)
+        blended = (1 - REFINE_WEIGHT) * model.per_element_s + REFINE_WEIGHT * measured
+        self.put(key, replace(model, per_element_s=blended))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._models.clear()
+
+
+GRAINS = GrainCache()
+
+
+def probe(run: Callable[[int, int], T], start: int, stop: int) -> tuple[list[T], int, CostModel]:
+    """Run doubling pieces of ``[start, stop)`` in the caller and fit their cost.
+
+    Returns the pieces' values (in order), where the loop continues, and the
+    model. Stops early when the range is used up; exceptions propagate.
+    """
+    length = 1
+    values: list[T] = []
+    samples: list[tuple[int, float]] = []
+    at = start
+    while at < stop:
+        end = min(stop, at + length)
+        begin = time.perf_counter()
+        values.append(run(at, end))
+        samples.append((end - at, time.perf_counter() - begin))
+        at = end
+        # One element that already takes PROBE_MIN_S is expensive enough that
+        # its per-call part cannot matter; otherwise fit through two samples.
+        if samples[-1][1] >= PROBE_MIN_S and (len(samples) >= 2 or length == 1):
+            break
+        length *= PROBE_GROWTH
+    return values, at, fit(samples)

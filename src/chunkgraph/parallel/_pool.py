@@ -1,0 +1,419 @@
+"""A persistent work-stealing thread pool for fork-join loops.
+
+Policy. ``workers`` counts every thread that works on a loop, the calling
+thread included: the pool starts ``workers - 1`` helper threads and the
+thread that calls ``join`` (a helper, or any other thread that entered with
+`WorkStealingPool.participate`) does its share. Each participant owns a
+deque of jobs:
+
+    participant A                 participant B (idle)
+    +--------------------+        +------------------+
+    | oldest ... newest  | <----- | steals oldest    |   FIFO steal: big ranges
+    +--------------------+        +------------------+
+              ^ push / pop newest (LIFO): small, cache-warm ranges
+
+``join(left, right)`` pushes ``right`` on the caller's deque, runs ``left``
+inline, then pops ``right`` back and runs it inline unless it was stolen. A
+caller whose ``right`` was stolen does not block idly: it steals and runs
+other jobs until ``right`` is done, so nested loops, and loops started from
+threads outside the pool, never deadlock. Because thieves take the oldest
+job first, a stolen ``right`` means every older job of that deque was stolen
+too, so a waiting caller's own deque is empty and helping cannot run a frame
+that its own stack is waiting for.
+
+State.
+* ``_participants``: tuple of registered participants (copy-on-write under
+  ``_lock``, so thieves scan a snapshot without locking).
+* ``_sleepers``: participants parked on their ``wake`` event (under ``_lock``).
+  A push wakes one sleeper; a stolen job's completion wakes its owner.
+* per participant: ``deque`` (touched lock-free: deque append/pop/popleft are
+  atomic), ``wake`` (threading.Event), ``stats`` (plain ints written only by
+  the owning thread; `WorkStealingPool.stats` sums them).
+
+The process-wide pool is created on first use (`get_pool`), sized to the
+usable cores (``len(os.sched_getaffinity(0))``); `set_workers` replaces it.
+A forked child starts without one (its parent's threads do not exist there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
+
+from chunkgraph._errors import ConfigError
+
+A = TypeVar("A")
+B = TypeVar("B")
+T = TypeVar("T")
+
+# A parked participant re-checks for work this often even when nobody wakes
+# it. Wake-ups are explicit, so this only bounds the cost of a missed one;
+# shorter wastes CPU on idle pools, longer would let a missed wake-up stall.
+SLEEP_TIMEOUT_S = 0.05
+
+# Hand-offs timed to measure the dispatch overhead (once per pool): more
+# average out scheduling noise but cost more on first use.
+_HANDOFF_PROBES = 15
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # platforms without affinity support
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """Counters summed over all participants, ever.
+
+    ``forks``: ``join`` calls; ``inline``: right halves popped back and run by
+    the thread that pushed them; ``steals``: jobs run by another thread;
+    ``rearms``: stolen loop ranges whose splitter was re-armed; ``resplits``:
+    stolen ranges that were then split again.
+    """
+
+    forks: int = 0
+    inline: int = 0
+    steals: int = 0
+    rearms: int = 0
+    resplits: int = 0
+
+    def __sub__(self, other: PoolStats) -> PoolStats:
+        return PoolStats(
+            *(getattr(self, f.name) - getattr(other, f.name) for f in fields(PoolStats))
+        )
+
+
+class _Counters:
+    """Mutable per-participant counters; written only by the owning thread."""
+
+    __slots__ = ("forks", "inline", "rearms", "resplits", "steals")
+
+    def __init__(self) -> None:
+        self.forks = self.inline = self.steals = self.rearms = self.resplits = 0
+
+    def snapshot(self) -> PoolStats:
+        return PoolStats(self.forks, self.inline, self.steals, self.rearms, self.resplits)
+
+
+class _Participant:
+    __slots__ = ("deque", "name", "stats", "wake")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.deque: deque[_Job[Any]] = deque()
+        self.wake = threading.Event()
+        self.stats = _Counters()
+
+
+class _Job(Generic[T]):
+    """A pushed right half: run exactly once by whoever pops it."""
+
+    __slots__ = ("done", "error", "fn", "owner", "value")
+
+    def __init__(self, fn: Callable[[bool], T], owner: _Participant) -> None:
+        self.fn = fn
+        self.owner = owner
+        self.done = False
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+    def run(self, by: _Participant) -> None:
+        stolen = by is not self.owner
+        if stolen:
+            by.stats.steals += 1
+        try:
+            self.value = self.fn(stolen)
+        except BaseException as error:  # re-raised in the joining thread
+            self.error = error
+        self.done = True
+        if stolen:
+            self.owner.wake.set()
+
+    def result(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+class WorkStealingPool:
+    """Fork-join thread pool with per-participant deques and stealing.
+
+    >>> pool = WorkStealingPool(workers=2)
+    >>> with pool.participate():
+    ...     pool.join(lambda stolen: 1 + 1, lambda stolen: "right")
+    (2, 'right')
+    >>> pool.close()
+    """
+
+    def __init__(self, workers: int | None = None) -> None:
+        if workers is None:
+            workers = usable_cores()
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(
+                f"workers must be a positive int or None (all cores); got {workers!r}"
+            )
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._participants: tuple[_Participant, ...] = ()
+        self._sleepers: list[_Participant] = []
+        self._retired = PoolStats()
+        self._local = threading.local()
+        self._closed = False
+        self._overhead_s: float | None = None
+        self._threads = [
+            threading.Thread(
+                target=self._work, args=(i,), name=f"chunkgraph-steal-{i}", daemon=True
+            )
+            for i in range(1, workers)
+        ]
+        for thread in self._threads:
+            # Daemon: an idle pool must not keep the interpreter alive at exit.
+            thread.daemon = True
+            thread.start()
+
+    # -- participation -------------------------------------------------------
+    def _register(self, me: _Participant) -> None:
+        with self._lock:
+            self._participants = (*self._participants, me)
+        self._local.participant = me
+
+    def _unregister(self, me: _Participant) -> None:
+        with self._lock:
+            self._participants = tuple(p for p in self._participants if p is not me)
+            self._retired = _add(self._retired, me.stats.snapshot())
+        self._local.participant = None
+
+    @contextlib.contextmanager
+    def participate(self) -> Iterator[None]:
+        """Let the current thread call `join` (re-entrant; helpers always may)."""
+        if getattr(self._local, "participant", None) is not None:
+            yield
+            return
+        if self._closed:
+            raise RuntimeError("this WorkStealingPool is closed; use get_pool() for a live one")
+        me = _Participant(threading.current_thread().name)
+        self._register(me)
+        try:
+            yield
+        finally:
+            self._unregister(me)
+
+    def _me(self) -> _Participant:
+        me: _Participant | None = getattr(self._local, "participant", None)
+        if me is None:
+            raise RuntimeError(
+                "WorkStealingPool.join was called from a thread that has not entered the pool; "
+                "wrap the call in `with pool.participate():`"
+            )
+        return me
+
+    # -- fork-join -----------------------------------------------------------
+    def join(self, left: Callable[[bool], A], right: Callable[[bool], B]) -> tuple[A, B]:
+        """Run ``left(False)`` here and ``right(stolen)`` here or on a thief; both results.
+
+        If either raises, both have finished before the error propagates
+        (``left``'s error first).
+        """
+        me = self._me()
+        job = _Job(right, me)
+        me.deque.append(job)
+        me.stats.forks += 1
+        self._wake_one()
+        try:
+            value = left(False)
+        finally:
+            self._reclaim(me, job)
+        return value, job.result()
+
+    def _reclaim(self, me: _Participant, job: _Job[Any]) -> None:
+        try:
+            top = me.deque.pop()
+        except IndexError:
+            top = None
+        if top is job:
+            me.stats.inline += 1
+            job.run(me)
+            return
+        if top is not None:  # not expected (see docstring); keep it runnable
+            me.deque.append(top)
+        self._help_until(me, job)
+
+    def _help_until(self, me: _Participant, job: _Job[Any]) -> None:
+        while not job.done:
+            other = self._find_work(me)
+            if other is not None:
+                other.run(me)
+            else:
+                self._sleep(me, lambda: job.done)
+        if self._sleepers and self._has_work():
+            self._wake_one()  # pass on a wake-up this thread may have consumed
+
+    def _find_work(self, me: _Participant) -> _Job[Any] | None:
+        try:
+            return me.deque.pop()
+        except IndexError:
+            pass
+        victims = self._participants
+        count = len(victims)
+        # Start the scan at a different victim per thief so thieves spread out.
+        first = (id(me) >> 4) % count if count else 0
+        for k in range(count):
+            victim = victims[(first + k) % count]
+            if victim is me:
+                continue
+            try:
+                return victim.deque.popleft()
+            except IndexError:
+                continue
+        return None
+
+    def _has_work(self) -> bool:
+        return any(p.deque for p in self._participants)
+
+    def _sleep(self, me: _Participant, ready: Callable[[], bool]) -> None:
+        me.wake.clear()
+        with self._lock:
+            self._sleepers.append(me)
+        try:
+            # Re-check after registering: a push or completion that happened
+            # before registration did not see us, so we must not wait for it.
+            if not (ready() or self._has_work()):
+                me.wake.wait(SLEEP_TIMEOUT_S)
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._sleepers.remove(me)
+
+    def _wake_one(self) -> None:
+        if not self._sleepers:  # unlocked peek: a stale answer costs one timeout at worst
+            return
+        with self._lock:
+            if self._sleepers:
+                self._sleepers.pop().wake.set()
+
+    def _work(self, index: int) -> None:
+        me = _Participant(f"chunkgraph-steal-{index}")
+        self._register(me)
+        try:
+            while not self._closed:
+                job = self._find_work(me)
+                if job is not None:
+                    job.run(me)
+                else:
+                    self._sleep(me, lambda: self._closed)
+        finally:
+            self._unregister(me)
+
+    # -- observation and lifetime --------------------------------------------
+    def count(self, counter: str, amount: int = 1) -> None:
+        """Add to one of the calling participant's loop counters (``rearms``, ``resplits``)."""
+        if counter not in ("rearms", "resplits"):
+            raise ConfigError(f"unknown pool counter {counter!r}; valid: 'rearms', 'resplits'")
+        me = self._me()
+        setattr(me.stats, counter, getattr(me.stats, counter) + amount)
+
+    def stats(self) -> PoolStats:
+        """Counters summed over every participant this pool has had."""
+        with self._lock:
+            total = self._retired
+            for p in self._participants:
+                total = _add(total, p.stats.snapshot())
+        return total
+
+    def dispatch_overhead(self) -> float:
+        """Seconds it costs to hand one piece to another thread and learn it is done.
+
+        Measured once per pool: the median over ``_HANDOFF_PROBES`` no-op jobs
+        of push, wake-up, steal, run and the owner's wake-up. A loaded machine
+        measures longer hand-offs and so chooses longer pieces. 0 with one worker.
+        """
+        if self._overhead_s is None:
+            if self.workers == 1:
+                self._overhead_s = 0.0
+            else:
+                with self.participate():
+                    times = sorted(self._time_handoff() for _ in range(_HANDOFF_PROBES))
+                self._overhead_s = times[len(times) // 2]
+        return self._overhead_s
+
+    def _time_handoff(self) -> float:
+        me = self._me()
+        job: _Job[None] = _Job(lambda _stolen: None, me)
+        me.wake.clear()
+        begin = time.perf_counter()
+        me.deque.append(job)
+        self._wake_one()
+        # Wait without helping, so that a thief has to take the job.
+        while not job.done and me.wake.wait(SLEEP_TIMEOUT_S):
+            me.wake.clear()
+        if not job.done:  # every helper is busy: take the job back
+            self._reclaim(me, job)
+        return time.perf_counter() - begin
+
+    def close(self) -> None:
+        """Stop the helper threads (after the jobs they are running)."""
+        self._closed = True
+        with self._lock:
+            sleepers, self._sleepers = self._sleepers, []
+        for p in sleepers:
+            p.wake.set()
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:
+                thread.join()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"WorkStealingPool(workers={self.workers}, {state})"
+
+
+def _add(a: PoolStats, b: PoolStats) -> PoolStats:
+    return PoolStats(*(getattr(a, f.name) + getattr(b, f.name) for f in fields(PoolStats)))
+
+
+_global_lock = threading.Lock()
+_global_pool: WorkStealingPool | None = None
+
+
+def get_pool() -> WorkStealingPool:
+    """The process-wide pool, created on first use with one worker per usable core."""
+    global _global_pool
+    pool = _global_pool
+    if pool is None:
+        with _global_lock:
+            if _global_pool is None:
+                _global_pool = WorkStealingPool()
+            pool = _global_pool
+    return pool
+
+
+def set_workers(workers: int | None) -> WorkStealingPool:
+    """Replace the process-wide pool with one of ``workers`` (None: all usable cores).
+
+    Loops already running finish on the old pool, whose helpers then exit.
+    """
+    global _global_pool
+    new = WorkStealingPool(workers)
+    with _global_lock:
+        old, _global_pool = _global_pool, new
+    if old is not None:
+        old.close()
+    return new
+
+
+def _forget_pool_after_fork() -> None:
+    global _global_pool, _global_lock
+    _global_pool = None
+    _global_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
