@@ -120,6 +120,14 @@ def write_into(array: np.ndarray[Any, Any]) -> None:
     array[0] = 1
 
 
+def return_lock_and_array() -> Any:
+    return np.ones(BIG), threading.Lock()
+
+
+def die_at_start(*_: Any) -> None:
+    os._exit(7)
+
+
 # -- helpers -----------------------------------------------------------------------
 
 
@@ -336,6 +344,30 @@ def test_dead_worker_fails_its_task_and_is_replaced(
     assert pool.state is PoolState.RUNNING
 
 
+def test_unpicklable_result_fails_and_frees_its_segments(pool: ProcessPool) -> None:
+    before = set(list_prefix(pool.segment_prefix))
+    with pytest.raises(TypeError, match="lock"):
+        pool.submit(return_lock_and_array, (), {}).result()
+    assert set(list_prefix(pool.segment_prefix)) <= before
+
+
+def test_workers_that_cannot_start_break_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real worker processes that exit before serving: the pool gives up instead of looping."""
+    from chunkgraph.execute import _worker
+
+    monkeypatch.setattr(_worker, "main", die_at_start)
+    before = _children()
+    pool = ProcessPool(workers=1)
+    future = pool.submit(operator.add, (1, 2), {})
+    with pytest.raises(WorkerDiedError, match="broken"):
+        future.result(timeout=120)
+    assert pool.state is PoolState.BROKEN
+    with pytest.raises(WorkerDiedError, match="died before starting"):
+        pool.submit(operator.add, (1, 2), {})
+    pool.shutdown()
+    assert _children() <= before
+
+
 def test_calls_queued_behind_a_crash_still_run() -> None:
     with ProcessPool(workers=1) as single:
         doomed = single.submit(exit_now, (5,), {})
@@ -399,35 +431,48 @@ def test_exiting_the_context_on_interrupt_cancels() -> None:
     assert _children() <= before
 
 
+# A program that holds shared results, has arrays in flight, and blocks on
+# sleeping tasks; it prints its pool's segment prefix and worker pids.
 _DRIVER = textwrap.dedent(
     """
-    import sys, numpy as np
+    import sys, time, numpy as np
     sys.path[:0] = [{src!r}]
     from chunkgraph.execute._process_pool import ProcessPool
 
-    with ProcessPool(workers=2) as pool:
+    def work(pool):
         held = pool.submit(np.ones, ((100000,),), {{}}).result()
-        futures = [pool.submit(np.linalg.norm, (np.ones(100000),), {{}}) for _ in range(2)]
-        [f.result() for f in futures]
-        import time
-        sleepers = [pool.submit(time.sleep, (600,), {{}}) for _ in range(4)]
+        pending = [pool.submit(time.sleep, (600,), {{}}) for _ in range(2)]
+        pending += [pool.submit(np.linalg.norm, (np.ones(100000),), {{}}) for _ in range(3)]
         print(pool.segment_prefix, *pool.worker_pids, flush=True)
-        sleepers[0].result()
+        pending[0].result()
+
+    if {use_with}:
+        with ProcessPool(workers=2) as pool:
+            work(pool)
+    else:
+        work(ProcessPool(workers=2))  # left to the exit hook
     """
 )
 
 
-def test_sigint_to_a_driver_leaves_nothing_behind() -> None:
+def _start_driver(use_with: bool) -> tuple[subprocess.Popen[str], str, list[int]]:
     driver = subprocess.Popen(
-        [sys.executable, "-c", _DRIVER.format(src=SRC)],
+        [sys.executable, "-c", _DRIVER.format(src=SRC, use_with=use_with)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    line = driver.stdout.readline().split() if driver.stdout else []
+    if not line:
+        driver.kill()
+        pytest.fail(f"driver printed nothing: {driver.communicate()[1]}")
+    return driver, line[0], [int(p) for p in line[1:]]
+
+
+@pytest.mark.parametrize("use_with", [True, False], ids=["with_block", "exit_hook"])
+def test_sigint_to_a_driver_leaves_nothing_behind(use_with: bool) -> None:
+    driver, prefix, pids = _start_driver(use_with)
     try:
-        line = driver.stdout.readline().split() if driver.stdout else []
-        assert line, driver.stderr.read() if driver.stderr else "driver printed nothing"
-        prefix, pids = line[0], [int(p) for p in line[1:]]
         assert list_prefix(prefix)
         tree = psutil.Process(driver.pid).children(recursive=True)
         driver.send_signal(signal.SIGINT)
@@ -436,8 +481,24 @@ def test_sigint_to_a_driver_leaves_nothing_behind() -> None:
         if driver.poll() is None:
             driver.kill()
     assert "KeyboardInterrupt" in err
-    assert "leaked" not in err and "Warning" not in err
+    assert "leaked" not in err and "Warning" not in err, err
     _, alive = psutil.wait_procs(tree, timeout=30)
     assert not alive, [p.pid for p in alive]
     assert {p.pid for p in tree} >= set(pids)
+    assert not list_prefix(prefix)
+
+
+def test_workers_of_a_killed_driver_exit_and_sweep() -> None:
+    """SIGKILL gives the driver no chance to clean up: its orphaned workers do it."""
+    driver, prefix, pids = _start_driver(use_with=True)
+    try:
+        assert list_prefix(prefix)
+        driver.kill()
+        driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    workers = [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, [p.pid for p in alive]
     assert not list_prefix(prefix)

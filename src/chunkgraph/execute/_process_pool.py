@@ -192,9 +192,14 @@ class ProcessPool:
         self._workers: list[_Worker] = []
         self._state = PoolState.RUNNING
         self._startup_failures = 0
+        self._broken_by: BaseException | None = None
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
-        for _ in range(workers):
-            self._workers.append(self._start_worker())
+        try:
+            for _ in range(workers):
+                self._workers.append(self._start_worker())
+        except BaseException:
+            _terminate(self._workers)
+            raise
         self._manager = threading.Thread(
             target=self._manage, name=f"chunkgraph-pool-{self.segment_prefix}", daemon=True
         )
@@ -272,9 +277,13 @@ class ProcessPool:
 
     def _refusal(self) -> Exception:
         if self._state is PoolState.BROKEN:
+            if self._broken_by is not None:
+                reason = f"a replacement worker could not start ({self._broken_by!r})"
+            else:
+                reason = f"{MAX_STARTUP_FAILURES} workers in a row died before starting"
             return WorkerDiedError(
-                f"process pool is broken: {MAX_STARTUP_FAILURES} workers in a row died "
-                "before starting; check that chunkgraph and numpy import in a fresh process"
+                f"process pool is broken: {reason}; check that chunkgraph and numpy "
+                "import in a fresh Python process, then create a new ProcessPool"
             )
         return RuntimeError(
             f"cannot submit to a process pool that is {self._state.value}; create a new "
@@ -373,6 +382,8 @@ class ProcessPool:
                 self._startup_failures = 0
             return
         with self._lock:
+            if not worker.inflight:
+                return  # the call was already failed by a cancelling shutdown
             call = worker.inflight.popleft()
             self._dispatch()
         value: object = None
@@ -417,10 +428,20 @@ class ProcessPool:
                 ),
             )
         if replace:
+            self._replace()
+
+    def _replace(self) -> None:
+        try:
             fresh = self._start_worker()
+        except Exception as error:
+            # No way to start workers (fork server gone, out of processes): stop.
             with self._lock:
-                self._workers.append(fresh)
-                self._dispatch()
+                self._state = PoolState.BROKEN
+                self._broken_by = error
+            return
+        with self._lock:
+            self._workers.append(fresh)
+            self._dispatch()
 
     def _close(self) -> None:
         """Stop or terminate every worker, fail what is left, unlink every segment."""

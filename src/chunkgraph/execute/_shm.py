@@ -44,6 +44,7 @@ import mmap
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +94,7 @@ def _open_mapping(name: str, size: int, *, create: bool) -> mmap.mmap:
         os.close(fd)
 
 
-def _unlink_name(name: str) -> bool:
+def unlink_name(name: str) -> bool:
     """Remove a segment name; False if it was already gone."""
     try:
         _posixshmem.shm_unlink("/" + name)
@@ -190,7 +191,7 @@ class SegmentTable:
             if name not in self._linked:
                 return
             self._linked.discard(name)
-        _unlink_name(name)
+        unlink_name(name)
         resource_tracker.unregister("/" + name, _TRACKER_TYPE)
 
     def unlink_all(self) -> None:
@@ -284,6 +285,19 @@ class SegmentTable:
         return value
 
 
+def iter_refs(value: object) -> Iterator[ShmRef]:
+    """Every :class:`ShmRef` inside an encoded value."""
+    kind = type(value)
+    if kind is ShmRef:
+        yield value  # type: ignore[misc]
+    elif kind is list or kind is tuple:
+        for item in value:  # type: ignore[attr-defined]
+            yield from iter_refs(item)
+    elif kind is dict:
+        for item in value.values():  # type: ignore[attr-defined]
+            yield from iter_refs(item)
+
+
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides = []
     step = itemsize
@@ -304,7 +318,7 @@ def unlink_prefix(prefix: str) -> list[str]:
         names = [entry for entry in os.listdir(_SHM_DIR) if entry.startswith(prefix)]
     except OSError:
         return []
-    return [name for name in names if _unlink_name(name)]
+    return [name for name in names if unlink_name(name)]
 
 
 def list_prefix(prefix: str) -> list[str]:

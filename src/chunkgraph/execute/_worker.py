@@ -17,7 +17,8 @@ when a worker returns (a view of) one of its inputs.
 A reader thread drains the task connection into a local queue, so the pool
 can always send even while this worker blocks writing a large result; when
 that connection closes without a stop message the pool's process is gone,
-and the worker sweeps the pool's segments and exits.
+and the reader sweeps the pool's segments and ends the worker at once, even
+in the middle of a task (no orphan outlives its pool).
 
 SIGINT is ignored: Ctrl-C reaches the whole process group, and it is the
 pool's process that decides to cancel and terminate its workers.
@@ -33,9 +34,9 @@ import struct
 import threading
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
-from chunkgraph.execute._shm import SegmentTable, unlink_prefix
+from chunkgraph.execute._shm import SegmentTable, iter_refs, unlink_name, unlink_prefix
 
 HEADER = struct.Struct("<Q")
 STATUS = struct.Struct("<QB")
@@ -43,12 +44,22 @@ HELLO, OK, ERROR = 0, 1, 2
 STOP_TASK_ID = 0
 
 
-def _read_tasks(conn: Connection, inbox: queue.SimpleQueue[bytes | None]) -> None:
-    try:
-        while True:
-            inbox.put(conn.recv_bytes())
-    except (EOFError, OSError):
-        inbox.put(None)
+def _orphaned(prefix: str) -> NoReturn:
+    # The pool's process is gone: nobody will read a result, so stop at once,
+    # even mid-task, and remove the segments it can no longer unlink.
+    unlink_prefix(prefix)
+    os._exit(0)
+
+
+def _read_tasks(conn: Connection, inbox: queue.SimpleQueue[bytes], prefix: str) -> None:
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            _orphaned(prefix)  # a clean stop arrives as a message before EOF
+        inbox.put(message)
+        if HEADER.unpack_from(message)[0] == STOP_TASK_ID:
+            return
 
 
 def _error_payload(error: BaseException) -> bytes:
@@ -69,10 +80,19 @@ def _run_one(table: SegmentTable, task_id: int, body: memoryview) -> bytes:
         kwargs = cast(dict[str, Any], table.decode(encoded_kwargs, writeable=False))
         value = fn(*args, **kwargs)
         del fn, args, kwargs, encoded_args, encoded_kwargs
-        keep: list[object] = []
-        payload = pickle.dumps(table.encode(value, keep), protocol=pickle.HIGHEST_PROTOCOL)
-        return STATUS.pack(task_id, OK) + payload
     except BaseException as error:
+        return STATUS.pack(task_id, ERROR) + _error_payload(error)
+    keep: list[object] = []
+    encoded: object = None
+    try:
+        encoded = table.encode(value, keep)
+        return STATUS.pack(task_id, OK) + pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException as error:
+        # Segments made for this result will never be handed over: remove them now.
+        mine = f"{table.prefix}{os.getpid()}_"
+        for ref in iter_refs(encoded):
+            if ref.name.startswith(mine):
+                unlink_name(ref.name)
         return STATUS.pack(task_id, ERROR) + _error_payload(error)
 
 
@@ -80,14 +100,11 @@ def main(tasks: Connection, results: Connection, prefix: str, min_bytes: int) ->
     """Serve tasks until a stop message (return) or the pool's death (sweep, exit)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     table = SegmentTable(prefix, owner=False, min_bytes=min_bytes)
-    inbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-    threading.Thread(target=_read_tasks, args=(tasks, inbox), daemon=True).start()
+    inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    threading.Thread(target=_read_tasks, args=(tasks, inbox, prefix), daemon=True).start()
     results.send_bytes(STATUS.pack(0, HELLO) + str(os.getpid()).encode())
     while True:
         message = inbox.get()
-        if message is None:
-            unlink_prefix(prefix)
-            os._exit(0)
         (task_id,) = HEADER.unpack_from(message)
         if task_id == STOP_TASK_ID:
             return
@@ -96,8 +113,7 @@ def main(tasks: Connection, results: Connection, prefix: str, min_bytes: int) ->
         try:
             results.send_bytes(reply)
         except OSError:
-            unlink_prefix(prefix)
-            os._exit(0)
+            _orphaned(prefix)
 
 
 def describe_exit(exitcode: int | None) -> str:
