@@ -167,28 +167,50 @@ class Volume:
     def _read_through_cache(
         self, inner: Box, target: np.ndarray[Any, Any], cache: ChunkCache
     ) -> None:
-        hits = misses = hit_bytes = miss_bytes = 0
-        for key, chunk_box in self._chunks_of(inner):
-            chunk = cache.get(key)
-            if chunk is None:
-                epoch = cache.epoch
-                chunk = self._storage.read(self._local_index(chunk_box))
-                cache.put(key, chunk, epoch)
-                misses += 1
-                miss_bytes += chunk.nbytes
+        """Assemble ``inner`` from cached chunks; fetch the missing ones in one backend call.
+
+        The fetch covers the bounding box of the missing chunks; a cached chunk that
+        happens to lie inside it is taken from the fetched block too (and counted as
+        fetched), so ``bytes_read + bytes_from_cache`` is all the chunk bytes involved.
+        """
+        chunks = self._chunks_of(inner)
+        ready: dict[tuple[int, ...], np.ndarray[Any, Any]] = {}
+        for key, _ in chunks:
+            cached = cache.get(key)
+            if cached is not None:
+                ready[key] = cached
+        missing = [chunk_box for key, chunk_box in chunks if key not in ready]
+        fetched: set[tuple[int, ...]] = set()
+        if missing:
+            block_box = missing[0]
+            for chunk_box in missing[1:]:
+                block_box = block_box.union(chunk_box)
+            epoch = cache.epoch
+            block = self._storage.read(self._local_index(block_box))
+            for key, chunk_box in chunks:
+                if block_box.contains(chunk_box):
+                    # Its own buffer: a cached chunk must not keep the whole block alive.
+                    chunk = block[self._channel_index + chunk_box.slices(relative_to=block_box)]
+                    ready[key] = chunk.copy()
+                    cache.put(key, ready[key], epoch)
+                    fetched.add(key)
+        fetched_bytes = hit_bytes = 0
+        for key, chunk_box in chunks:
+            chunk = ready[key]
+            if key in fetched:
+                fetched_bytes += chunk.nbytes
             else:
-                hits += 1
                 hit_bytes += chunk.nbytes
             part = chunk_box.intersection(inner)
             target[self._channel_index + part.slices(relative_to=inner)] = chunk[
                 self._channel_index + part.slices(relative_to=chunk_box)
             ]
         self._counters.add(
-            cache_hits=hits,
-            cache_misses=misses,
+            cache_hits=len(chunks) - len(fetched),
+            cache_misses=len(fetched),
             bytes_from_cache=hit_bytes,
-            chunks_read=misses,
-            bytes_read=miss_bytes,
+            chunks_read=len(fetched),
+            bytes_read=fetched_bytes,
         )
 
     # -- writing -----------------------------------------------------------------------------
@@ -210,10 +232,10 @@ class Volume:
         if inner != box:
             data = data[self._channel_index + inner.slices(relative_to=box)]
         self._storage.write(self._local_index(inner), data)
-        chunk_keys = [key for key, _ in self._chunks_of(inner)]
         if self._cache is not None:
-            self._cache.invalidate(chunk_keys)
-        self._counters.add(bytes_written=data.nbytes, chunks_written=len(chunk_keys))
+            self._cache.invalidate(key for key, _ in self._chunks_of(inner))
+        n_chunks = math.prod(len(r) for r in self._grid_range(inner))
+        self._counters.add(bytes_written=data.nbytes, chunks_written=n_chunks)
 
     def _checked_array(self, box: Box, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         data = np.asarray(array)
