@@ -524,8 +524,12 @@ def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volum
     for axis in range(ndim):
         origin = bounds.start[axis]
         aligned_stop = (bbox.stop[axis] - origin) % chunks[axis] == 0
+        # Bottom chunks tile the bbox from its start (no upper crop, no blend), so
+        # every boundary is on the dst grid iff these hold; one chunk spanning the
+        # whole bbox on this axis needs only its two ends aligned.
+        single = bottom[axis] == bbox.shape[axis]
         if (
-            bottom[axis] % chunks[axis]
+            (bottom[axis] % chunks[axis] and not single)
             or (bbox.start[axis] - origin) % chunks[axis]
             or not (aligned_stop or bbox.stop[axis] == bounds.stop[axis])
         ):
