@@ -114,3 +114,28 @@ def test_a_million_chunks_vectorised() -> None:
     assert grid == (100, 100, 100) and starts.shape == (1_000_000, 3)
     assert starts[123_456].tolist() == [120, 340, 560]
     assert stops[-1].tolist() == [1000, 1000, 1000]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(-20, 20),
+    st.integers(1, 40),
+    st.integers(1, 8),
+    st.integers(1, 8),
+    st.integers(-9, 9),
+)
+def test_strided_windows_follow_the_rule(
+    start: int, size: int, chunk: int, stride: int, offset: int
+) -> None:
+    """1-d check of the documented rule for every stride (overlapping, tiling, gapped)."""
+    box = Box((start,), (start + size,))
+    starts, stops, (n,) = box.split_arrays(chunk, stride, offset, mode="expand")
+    firsts = starts[:, 0].tolist()
+    assert n == len(firsts) >= 1
+    assert all((a - offset) % stride == 0 for a in firsts)
+    assert firsts == sorted(firsts) and stops[:, 0].tolist() == [a + chunk for a in firsts]
+    assert firsts[0] <= start < firsts[0] + stride  # the window whose cell holds the start
+    assert all(a < start + size for a in firsts)  # no window begins past the box
+    if stride <= chunk:  # windows overlap or tile: together they cover the box, the last ends it
+        assert firsts[-1] + chunk >= start + size
+        assert n == 1 or firsts[-2] + chunk < start + size
