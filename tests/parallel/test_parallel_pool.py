@@ -1,0 +1,153 @@
+"""The work-stealing pool: join, stealing, helping, counters, lifetime."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.parallel import PoolStats, WorkStealingPool, get_pool, set_workers
+
+
+def test_join_returns_both_values() -> None:
+    pool = WorkStealingPool(2)
+    try:
+        with pool.participate():
+            assert pool.join(lambda s: "left", lambda s: 42) == ("left", 42)
+    finally:
+        pool.close()
+
+
+def test_join_outside_the_pool_says_how_to_enter() -> None:
+    pool = WorkStealingPool(1)
+    with pytest.raises(RuntimeError, match="participate"):
+        pool.join(lambda s: 1, lambda s: 2)
+    pool.close()
+
+
+def test_single_worker_runs_everything_inline_in_order() -> None:
+    pool = WorkStealingPool(1)
+    calls: list[str] = []
+    with pool.participate():
+        pool.join(
+            lambda s: calls.append(f"left stolen={s}"), lambda s: calls.append(f"right stolen={s}")
+        )
+    assert calls == ["left stolen=False", "right stolen=False"]
+    assert pool.stats() == PoolStats(forks=1, inline=1)
+    assert pool.dispatch_overhead() == 0.0
+    pool.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_blocked_left_half_gets_its_right_half_stolen() -> None:
+    """left waits until right has run, so right must run on another thread."""
+    pool = WorkStealingPool(2)
+    right_ran = threading.Event()
+    threads: dict[str, str] = {}
+
+    def left(stolen: bool) -> bool:
+        threads["left"] = threading.current_thread().name
+        return right_ran.wait(20)
+
+    def right(stolen: bool) -> bool:
+        threads["right"] = threading.current_thread().name
+        right_ran.set()
+        return stolen
+
+    try:
+        with pool.participate():
+            assert pool.join(left, right) == (True, True)
+        assert threads["left"] != threads["right"]
+        assert pool.stats().steals == 1
+    finally:
+        pool.close()
+
+
+def test_errors_propagate_after_both_halves_finished() -> None:
+    pool = WorkStealingPool(2)
+    finished: list[str] = []
+
+    def left(stolen: bool) -> None:
+        raise KeyError("left broke")
+
+    def right(stolen: bool) -> None:
+        finished.append("right")
+
+    try:
+        with pool.participate(), pytest.raises(KeyError, match="left broke"):
+            pool.join(left, right)
+        assert finished == ["right"]
+        with pool.participate(), pytest.raises(ZeroDivisionError):
+            pool.join(lambda s: None, lambda s: 1 / 0)
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(60)
+def test_deep_nested_joins_from_several_outside_threads_finish() -> None:
+    pool = WorkStealingPool(3)
+
+    def tree(depth: int) -> int:
+        if depth == 0:
+            return 1
+        a, b = pool.join(lambda s: tree(depth - 1), lambda s: tree(depth - 1))
+        return a + b
+
+    results: list[int] = []
+
+    def outside() -> None:
+        with pool.participate():
+            results.append(tree(7))
+
+    threads = [threading.Thread(target=outside) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(50)
+    pool.close()
+    assert results == [128] * 4
+    assert pool.stats().forks == 4 * 127
+
+
+def test_close_stops_helper_threads() -> None:
+    pool = WorkStealingPool(3)
+    helpers = list(pool._threads)
+    assert all(t.is_alive() for t in helpers)
+    pool.close()
+    assert not any(t.is_alive() for t in helpers)
+    with pytest.raises(RuntimeError, match="closed"), pool.participate():
+        pass
+
+
+def test_set_workers_replaces_the_process_wide_pool(
+    use_pool: Callable[[int], WorkStealingPool],
+) -> None:
+    old = get_pool()
+    new = use_pool(3)
+    assert get_pool() is new and new is not old and new.workers == 3
+    assert set_workers(None).workers >= 1
+
+
+@pytest.mark.parametrize("workers", [0, -2, 1.5, True])
+def test_bad_worker_counts_are_config_errors(workers: object) -> None:
+    with pytest.raises(ConfigError, match="workers"):
+        WorkStealingPool(workers)  # type: ignore[arg-type]
+
+
+def test_dispatch_overhead_is_measured_once_and_positive() -> None:
+    pool = WorkStealingPool(2)
+    try:
+        first = pool.dispatch_overhead()
+        assert 0.0 < first < 1.0
+        assert pool.dispatch_overhead() == first
+    finally:
+        pool.close()
+
+
+def test_unknown_counter_is_rejected() -> None:
+    pool = WorkStealingPool(1)
+    with pool.participate(), pytest.raises(ConfigError, match="rearms"):
+        pool.count("nope")
+    pool.close()
