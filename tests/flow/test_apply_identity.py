@@ -204,9 +204,11 @@ def flow_configs(draw: st.DrawFn) -> dict[str, Any]:
         crop = tuple(draw(st.integers(0, 2)) for _ in range(ndim))
         blend = tuple(draw(st.integers(0, 2)) for _ in range(ndim))
         k = tuple(draw(st.integers(1, 3)) for _ in range(ndim))
-        chunk = tuple(ki * c - 2 * cr - 2 * b for ki, c, cr, b in zip(k, child, crop, blend))
-        if any(c < max(1, 2 * b) for c, b in zip(chunk, blend)):
-            chunk = tuple(ki * c for ki, c in zip(k, child))
+        chunk = tuple(
+            ki * c - 2 * cr - 2 * b for ki, c, cr, b in zip(k, child, crop, blend, strict=True)
+        )
+        if any(c < max(1, 2 * b) for c, b in zip(chunk, blend, strict=True)):
+            chunk = tuple(ki * c for ki, c in zip(k, child, strict=True))
             crop = blend = (0,) * ndim
         levels.insert(0, (chunk, crop, blend))
     # blend of the bottom level must fit its chunk
@@ -214,18 +216,18 @@ def flow_configs(draw: st.DrawFn) -> dict[str, Any]:
     levels[-1] = (levels[-1][0], levels[-1][1], b_blend)
     top = levels[0][0]
     reps = tuple(draw(st.integers(1, 3)) for _ in range(ndim))
-    bbox_shape = tuple(r * t for r, t in zip(reps, top))
+    bbox_shape = tuple(r * t for r, t in zip(reps, top, strict=True))
     lead = tuple(draw(st.integers(0, 5)) for _ in range(ndim))
     tail = tuple(draw(st.integers(0, 5)) for _ in range(ndim))
     return dict(
-        shape=tuple(a + s + b for a, s, b in zip(lead, bbox_shape, tail)),
+        shape=tuple(a + s + b for a, s, b in zip(lead, bbox_shape, tail, strict=True)),
         storage=tuple(draw(st.integers(4, 9)) for _ in range(ndim)),
         dtype=draw(st.sampled_from(["uint8", "int16", "uint32", "float32"])),
         chunk_sizes=[lv[0] for lv in levels],
         crop_pads=[lv[1] for lv in levels],
         blend_pads=[lv[2] for lv in levels],
         blend_modes=mode,
-        bbox=Box(lead, tuple(a + s for a, s in zip(lead, bbox_shape))),
+        bbox=Box(lead, tuple(a + s for a, s in zip(lead, bbox_shape, strict=True))),
     )
 
 
