@@ -1,0 +1,66 @@
+"""Storage-level reads: amplification is reported, and locality plus a slab-sized cache
+makes every source chunk be read exactly once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chunkgraph import volume
+from chunkgraph.geometry import Box
+from chunkgraph.volume import apply
+
+SHAPE = (32, 32, 32)
+STORAGE = (8, 8, 8)
+CHUNK_BYTES = 8 * 8 * 8 * 4
+# Top-level tasks are z-slabs one storage chunk thick; with a bottom crop of 2 each reads
+# its own slab and one neighbouring slab on each side (16 chunks per slab).
+FLOW: dict[str, Any] = dict(chunk_sizes=[(8, 32, 32), (8, 8, 8)], crop_pads=[(0, 0, 0), (2,) * 3])
+
+
+def _source(files: Any, cache_bytes: int) -> Any:
+    src = files.source(files.random(SHAPE, "float32"), STORAGE)
+    return volume.open(src.path, cache_bytes=cache_bytes)
+
+
+def test_without_cache_halos_amplify_reads(files: Any) -> None:
+    src = _source(files, 0)
+    dst = files.empty(SHAPE, STORAGE, "float32")
+    report = apply(
+        lambda src: src, src, dst, executor="sync", intermediates=files.root / "t", **FLOW
+    )
+    # 4 slabs: the two end slabs read 2 slabs each, the inner two read 3: 10 slabs of 16 chunks
+    assert report.bytes_read == 10 * 16 * CHUNK_BYTES
+    assert report.read_amplification == 10 / 4
+
+
+def test_slab_cache_and_ordering_read_every_chunk_once(files: Any) -> None:
+    # room for three slabs of chunks: the one being finished and the two being started
+    src = _source(files, 3 * 16 * CHUNK_BYTES)
+    dst = files.empty(SHAPE, STORAGE, "float32")
+    report = apply(
+        lambda src: src, src, dst, executor="sync", intermediates=files.root / "t", **FLOW
+    )
+    assert report.read_amplification == 1.0
+    assert src.stats.chunks_read == 64
+    np.testing.assert_array_equal(
+        dst.read(Box.from_shape(SHAPE)), volume.open(src.path).read(Box.from_shape(SHAPE))
+    )
+
+
+def test_superchunk_is_read_once_not_per_subchunk(files: Any) -> None:
+    """Eight bottom chunks per top task, but one read of the padded superchunk per task."""
+    src = files.source(files.random((16, 16, 16), "uint8"), (16, 16, 16))
+    dst = files.empty((16, 16, 16), (16, 16, 16), "uint8")
+    report = apply(
+        lambda src: src,
+        src,
+        dst,
+        chunk_sizes=[(16, 16, 16), (4, 4, 4)],
+        crop_pads=[(0, 0, 0), (1, 1, 1)],
+        executor="sync",
+        intermediates=files.root / "t",
+    )
+    assert report.tasks_per_level == (1, 64)
+    assert src.stats.chunks_read == 1

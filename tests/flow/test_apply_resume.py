@@ -1,0 +1,100 @@
+"""Resume after SIGKILL of the whole process: identical output, only unfinished work reruns."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunkgraph import volume
+from chunkgraph.geometry import Box
+
+SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+SHAPE = (32, 48)
+TOP_TASKS = (32 // 8) * (48 // 8)
+
+# Run in a fresh interpreter each time, so that fn's identity (module, name, code) and
+# with it the flow id are the same in the killed run and in the resumed one.
+SCRIPT = """
+import json, sys, time
+sys.path.insert(0, {src!r})
+from chunkgraph import volume
+
+mode, root, dst_name, log = sys.argv[1:5]
+
+def slow_affine(src):
+    with open(log, "a") as f:
+        f.write("call\\n")
+    time.sleep(0.3)
+    return src.astype("float64") * 3.0 + 1.0
+
+src = volume.open(root + "/src.zarr")
+dst = volume.open(root + "/" + dst_name, mode="r+")
+report = volume.apply(
+    slow_affine, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",
+    intermediates=root + "/tmp-" + dst_name, resume=(mode == "resume"),
+)
+print(json.dumps(dict(tasks=report.tasks_per_level, skipped=report.top_tasks_skipped,
+                      reductions=report.reductions, reductions_skipped=report.reductions_skipped)))
+"""
+
+
+def _start(script: Path, mode: str, root: Path, dst: str, log: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(script), mode, str(root), dst, str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _markers(root: Path, dst: str) -> int:
+    return len([p for p in (root / f"tmp-{dst}").glob("*/markers/top/*") if p.name[0] != "."])
+
+
+def test_resume_after_sigkill_is_identical_and_reruns_only_unfinished(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(SHAPE).astype(np.float32)
+    src = volume.create(str(tmp_path / "src.zarr"), SHAPE, (8, 8), "float32")
+    src.write(Box.from_shape(SHAPE), data)
+    for name in ("dst.zarr", "ref.zarr"):
+        volume.create(str(tmp_path / name), SHAPE, (8, 8), "float32")
+    script = tmp_path / "flow_script.py"
+    script.write_text(SCRIPT.format(src=str(SRC_DIR)))
+
+    killed = _start(script, "fresh", tmp_path, "dst.zarr", tmp_path / "log1")
+    deadline = time.monotonic() + 60
+    while _markers(tmp_path, "dst.zarr") < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    done_before = _markers(tmp_path, "dst.zarr")
+    assert 4 <= done_before < TOP_TASKS, "the kill must land mid-run"
+
+    resumed = _finish(_start(script, "resume", tmp_path, "dst.zarr", tmp_path / "log2"))
+    assert resumed["skipped"] == done_before
+    assert resumed["tasks"] == [TOP_TASKS - done_before]
+    calls = (tmp_path / "log2").read_text().count("call")
+    assert calls == TOP_TASKS - done_before
+    assert not any((tmp_path / "tmp-dst.zarr").glob("*/markers"))  # cleaned after success
+
+    reference = _finish(_start(script, "fresh", tmp_path, "ref.zarr", tmp_path / "log3"))
+    assert reference["tasks"] == [TOP_TASKS]
+    out = volume.open(str(tmp_path / "dst.zarr")).read(Box.from_shape(SHAPE))
+    ref = volume.open(str(tmp_path / "ref.zarr")).read(Box.from_shape(SHAPE))
+    assert np.array_equal(out, ref)
+    np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)

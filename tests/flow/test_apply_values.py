@@ -1,0 +1,196 @@
+"""Non-trivial functions through the flow: pointwise, stencil, failures, defer, dry run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chunkgraph._errors import ConfigError, TaskError
+from chunkgraph.geometry import Box
+from chunkgraph.volume import apply
+from chunkgraph.volume._subchunk import FlowOutputError
+
+
+def affine(src: np.ndarray) -> np.ndarray:
+    return src.astype(np.float64) * 2.5 - 7.0
+
+
+@pytest.mark.parametrize("mode", ["linear", "quadratic", "bump"])
+def test_pointwise_with_blending_matches_whole_array(files: Any, mode: str) -> None:
+    data = files.random((24, 20, 28), "float32")
+    src = files.source(data, (8, 8, 8))
+    dst = files.empty((24, 20, 28), (8, 8, 8), "float32")
+    apply(
+        affine,
+        src,
+        dst,
+        chunk_sizes=[(12, 10, 14), (9, 8, 10)],
+        crop_pads=[(1, 1, 1), (0, 0, 0)],
+        blend_pads=[(2, 2, 2), (1, 1, 1)],
+        blend_modes=mode,
+        intermediates=files.root / "tmp",
+    )
+    expected = affine(data).astype(np.float32)
+    np.testing.assert_allclose(dst.read(Box((0, 0, 0), (24, 20, 28))), expected, rtol=1e-6)
+
+
+def mean27(src: np.ndarray) -> np.ndarray:
+    """3x3x3 mean over the valid region (shape shrinks by 1 per side), fixed summation order."""
+    x = src.astype(np.float64)
+    n0, n1, n2 = (s - 2 for s in x.shape)
+    total = np.zeros((n0, n1, n2))
+    for a in range(3):
+        for b in range(3):
+            for c in range(3):
+                total += x[a : a + n0, b : b + n1, c : c + n2]
+    return total / 27.0
+
+
+def mean27_padded(src: np.ndarray) -> np.ndarray:
+    """The same mean, returned at the input's shape (edge voxels keep their input)."""
+    out = src.astype(np.float64).copy()
+    out[1:-1, 1:-1, 1:-1] = mean27(src)
+    return out
+
+
+@pytest.mark.parametrize("crop, fn", [(1, mean27), (2, mean27_padded)])
+def test_stencil_with_crop_equals_whole_array_in_interior(files: Any, crop: int, fn: Any) -> None:
+    shape = (24, 20, 28)
+    data = files.random(shape, "float32")
+    src = files.source(data, (8, 8, 8))
+    dst = files.empty(shape, (8, 8, 8), "float64")
+    apply(
+        fn,
+        src,
+        dst,
+        chunk_sizes=[(12, 10, 14), (6, 5, 7)],
+        crop_pads=[(0, 0, 0), (crop,) * 3],
+        intermediates=files.root / "tmp",
+    )
+    whole = mean27(data)  # covers [1, s - 1) on every axis
+    out = dst.read(Box((1, 1, 1), tuple(s - 1 for s in shape)))
+    assert np.array_equal(out, whole)  # exactly, not approximately
+
+
+def test_failing_fn_raises_task_error_naming_the_box(files: Any) -> None:
+    data = files.random((16, 16), "float32")
+    src = files.source(data, (8, 8))
+    dst = files.empty((16, 16), (8, 8), "float32")
+
+    def explode(src: np.ndarray) -> np.ndarray:
+        raise ZeroDivisionError("boom")
+
+    with pytest.raises(ExceptionGroup) as info:
+        apply(explode, src, dst, chunk_sizes=[(8, 8)], intermediates=files.root / "tmp")
+    errors = info.value.exceptions
+    assert all(isinstance(e, TaskError) for e in errors)
+    names = {e.task for e in errors}
+    assert "apply-top" + str(Box((0, 0), (8, 8))) in names
+    cause = errors[0].__cause__
+    assert isinstance(cause, ZeroDivisionError)
+    assert any("chunk Box(" in note for note in getattr(cause, "__notes__", []))
+
+
+def test_wrong_output_shape_names_the_chunk(files: Any) -> None:
+    data = files.random((16, 16), "float32")
+    src = files.source(data, (8, 8))
+    dst = files.empty((16, 16), (8, 8), "float32")
+
+    with pytest.raises(ExceptionGroup) as info:
+        apply(
+            lambda src: src[:-1],
+            src,
+            dst,
+            chunk_sizes=[(8, 8)],
+            crop_pads=1,
+            intermediates=files.root / "tmp",
+        )
+    cause = info.value.exceptions[0].__cause__
+    assert isinstance(cause, FlowOutputError)
+    assert "Box(start=(" in str(cause) and "(9, 10)" in str(cause)
+
+
+def test_non_numeric_output_is_rejected(files: Any) -> None:
+    src = files.source(files.random((8, 8), "uint8"), (8, 8))
+    dst = files.empty((8, 8), (8, 8), "uint8")
+    with pytest.raises(ExceptionGroup) as info:
+        apply(
+            lambda src: src.astype(complex),
+            src,
+            dst,
+            chunk_sizes=[(8, 8)],
+            intermediates=files.root / "tmp",
+        )
+    assert isinstance(info.value.exceptions[0].__cause__, FlowOutputError)
+
+
+def test_config_error_before_any_write(files: Any) -> None:
+    src = files.source(files.random((16, 16), "uint8"), (8, 8))
+    dst = files.empty((16, 16), (8, 8), "uint8")
+    with pytest.raises(ConfigError):
+        apply(
+            lambda src: src,
+            src,
+            dst,
+            chunk_sizes=[(8, 8)],
+            blend_pads=5,
+            intermediates=files.root / "tmp",
+        )
+    assert not (files.root / "tmp").exists()
+    assert dst.stats.bytes_written == 0
+
+
+def test_defer_leaves_the_layers_unreduced(files: Any) -> None:
+    data = files.random((16, 24), "int16")
+    src = files.source(data, (8, 8))
+    dst = files.empty((16, 24), (8, 8), "int16")
+    report = apply(
+        lambda src: src,
+        src,
+        dst,
+        chunk_sizes=[(8, 12)],
+        blend_pads=2,
+        blend_modes="defer",
+        intermediates=files.root / "tmp",
+    )
+    assert report.reductions == 0
+    assert len(report.deferred_layers) == 4
+    assert all(Path(p).exists() for p in report.deferred_layers)
+    assert dst.stats.bytes_written == 0
+    from chunkgraph import volume
+
+    # chunk (0, 1) wrote its padded output, unweighted, into layer (0 % 2, 1 % 2) = 2
+    layer = volume.open(report.deferred_layers[2])
+    part = Box((0, 10), (10, 26)).intersection(Box((0, 0), (16, 24)))
+    np.testing.assert_array_equal(layer.read(part), data[part.slices()])
+
+
+def test_dry_run_writes_nothing_and_counts(files: Any, tmp_path: Path) -> None:
+    src = files.source(files.random((16, 24), "uint8"), (8, 8))
+    dst = files.empty((16, 24), (8, 8), "uint8")
+    report = apply(
+        lambda src: src,
+        src,
+        dst,
+        chunk_sizes=[(8, 12), (4, 4)],
+        blend_pads=[(2, 2), (0, 0)],
+        dry_run=True,
+        intermediates=files.root / "tmp",
+    )
+    assert report.dry_run and report.estimate is not None
+    assert report.tasks_per_level[0] == 4
+    assert report.bytes_read == 0 and dst.stats.bytes_written == 0
+    assert not (files.root / "tmp").exists()
+
+
+def test_flow_id_is_stable_and_sensitive(files: Any) -> None:
+    src = files.source(files.random((16, 16), "uint8"), (8, 8))
+    dst = files.empty((16, 16), (8, 8), "uint8")
+    kw: dict[str, Any] = dict(chunk_sizes=[(8, 8)], dry_run=True)
+    a = apply(affine, src, dst, **kw).flow_id
+    assert a == apply(affine, src, dst, **kw).flow_id
+    assert a != apply(mean27, src, dst, **kw).flow_id
+    assert a != apply(affine, src, dst, chunk_sizes=[(8, 8)], crop_pads=1, dry_run=True).flow_id
