@@ -76,7 +76,9 @@ class LocalExecutor:
         if self.workers is not None and (
             not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1
         ):
-            raise ConfigError(f"workers must be a positive int or None (all cores), got {self.workers!r}")
+            raise ConfigError(
+                f"workers must be a positive int or None (all cores), got {self.workers!r}"
+            )
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
             raise ConfigError(f"retries must be an int >= 0, got {self.retries!r}")
 
@@ -123,7 +125,9 @@ def _error_group(graph: Graph, scheduler: Scheduler) -> ExceptionGroup[TaskError
     errors = []
     for t, cause in sorted(scheduler.failures.items()):
         inputs = [graph.name(int(d)) for d in dep_idx[dep_ptr[t] : dep_ptr[t + 1]]]
-        error = TaskError(graph.name(t), inputs, scheduler.attempts[t], f"{type(cause).__name__}: {cause}")
+        error = TaskError(
+            graph.name(t), inputs, scheduler.attempts[t], f"{type(cause).__name__}: {cause}"
+        )
         error.__cause__ = cause
         errors.append(error)
     skipped = len(scheduler.cancelled())
@@ -179,7 +183,7 @@ def run(
     >>> parts = [g.add(sum, range(i)) for i in range(4)]
     >>> total = g.add(sum, parts, name="total")
     >>> run(g, total), run(g, [parts[3], total]), run(g)
-    (10, [3, 10], {'total': 10})
+    (4, [3, 4], {'total': 4})
     """
     subs = list(subscribers)
     bar = None

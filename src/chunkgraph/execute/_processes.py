@@ -101,10 +101,7 @@ class ProcessDriver:
             except CancelledError:
                 sched.put_back([t])  # never ran; the run is stopping, so it stays READY
             except Exception as error:
-                if sched.fail(t, error):
-                    kind = EventKind.RETRIED
-                else:
-                    kind = EventKind.FAILED
+                kind = EventKind.RETRIED if sched.fail(t, error) else EventKind.FAILED
                 if events is not None:
                     events.emit(kind, t, graph.name(t), sched.attempts[t], error=error)
             else:

@@ -60,7 +60,9 @@ class ProgressBar:
         elif kind is EventKind.FAILED:
             self.failed += 1
             if self._task is not None:
-                self._progress.update(self._task, description=f"{self.description} [red]({self.failed} failed)")
+                self._progress.update(
+                    self._task, description=f"{self.description} [red]({self.failed} failed)"
+                )
         elif kind is EventKind.RUN_STARTED:
             self._progress.start()
             self._task = self._progress.add_task(self.description, total=event.total)

@@ -74,14 +74,21 @@ class Scheduler:
     >>> s = Scheduler(g, targets=[b.id], priority=np.arange(2))
     >>> s.take(8)
     [0]
-    >>> s.finish(0, 1); s.take(8)
+    >>> s.finish(0, 1)  # one task became ready
+    1
+    >>> s.take(8)
     [1]
-    >>> s.finish(1, 1); s.finished, s.results[0], s.results[1]
+    >>> _ = s.finish(1, 1)
+    >>> s.finished, s.results[0], s.results[1]
     (True, None, 1)
     """
 
     def __init__(
-        self, graph: Graph, targets: Sequence[int], priority: npt.NDArray[np.int64], retries: int = 0
+        self,
+        graph: Graph,
+        targets: Sequence[int],
+        priority: npt.NDArray[np.int64],
+        retries: int = 0,
     ) -> None:
         n = len(graph)
         self.graph = graph
@@ -99,7 +106,9 @@ class Scheduler:
         self.consumers: list[int] = needed_consumers[:n].tolist()
         self.waiting: list[int] = np.diff(dep_ptr).tolist()
         self.needed: list[bool] = needed.tolist()
-        self.state = bytearray(np.where(needed, TaskState.WAITING, TaskState.SKIPPED).astype(np.uint8))
+        self.state = bytearray(
+            np.where(needed, TaskState.WAITING, TaskState.SKIPPED).astype(np.uint8)
+        )
         self.results: list[Any] = [None] * n
         self.attempts: dict[int, int] = {}
         self.failures: dict[int, BaseException] = {}

@@ -16,11 +16,12 @@ Why: a central dispatcher costs two thread hand-offs per task (~10 µs each in
 CPython); here one lock round trip is shared by a whole batch, so per-task
 overhead is the scheduler bookkeeping plus the call itself.
 
-Batch size: ``ready // (2 * workers)``, clamped to ``[1, BATCH_MAX]``, so that
-wide graphs amortise the lock while narrow ones (a chain, a reduction tree's
-top) keep one task per batch and lose no parallelism. A worker stops its batch
-at the first failure, or when the run is stopping, and puts the unstarted
-tasks back.
+Batch size: about ``BATCH_SECONDS`` of work by the measured mean task time,
+and at most ``ready // (2 * workers)``, clamped to ``[1, BATCH_MAX]``. Tiny
+tasks of wide graphs amortise the lock over up to BATCH_MAX calls; long tasks,
+and narrow graphs (a chain, a reduction tree's top), go one task per batch and
+lose no parallelism or priority order. A worker stops its batch at the first
+failure, or when the run is stopping, and puts the unstarted tasks back.
 
 The pool threads persist between runs (``pool_for(workers)``), so a run pays no
 thread start-up. A ``run()`` called from inside a task gets a fresh private pool
@@ -33,6 +34,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from chunkgraph.execute._events import EVENT_FLUSH_SECONDS, EventKind, EventQueue
@@ -43,6 +45,14 @@ from chunkgraph.graph import Graph
 # more tasks, but a worker holding many queued tasks can leave others idle when
 # task durations vary, and runs ready tasks slightly out of priority order.
 BATCH_MAX = 64
+
+# Work a worker commits to per batch, in seconds (from measured task times).
+# Tasks longer than this are taken one at a time, so slow tasks keep full
+# load balance and strict priority order; tiny tasks are batched up to BATCH_MAX.
+BATCH_SECONDS = 0.002
+
+# Weight of the newest batch in the moving average of seconds per task.
+BATCH_SMOOTHING = 0.25
 
 _local = threading.local()
 
@@ -62,8 +72,12 @@ class ThreadPool:
 
     def _loop(self) -> None:
         _local.in_pool = True
-        while (job := self._jobs.get()) is not None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
             job()
+            del job  # the finished run (and its results) must not outlive it here
 
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
@@ -106,10 +120,12 @@ class ThreadRun:
         self.done = threading.Event()
         self.interrupt: BaseException | None = None
         self.idle = 0
-        self.workers = 1
+        self.workers = self.active = 1
+        # Until measured, assume tasks are long: batches start at one task.
+        self.task_seconds = BATCH_SECONDS
 
     def start(self, pool: ThreadPool) -> None:
-        self.workers = pool.workers
+        self.workers = self.active = pool.workers
         for _ in range(pool.workers):
             pool.submit(self._work)
 
@@ -134,50 +150,73 @@ class ThreadRun:
         done: list[tuple[int, Any]] = []
         failed: list[tuple[int, BaseException]] = []
         unstarted: list[int] = []
+        elapsed = 0.0
         while True:
             with self.lock:
-                batch = self._report(done, failed, unstarted)
+                batch = self._report(done, failed, unstarted, elapsed)
                 while not batch:
                     if sched.finished:
-                        self.done.set()
+                        # The last worker out signals the caller, so that no worker
+                        # touches the run once run() has returned.
+                        self.active -= 1
+                        if self.active == 0:
+                            self.done.set()
                         self.ready_signal.notify_all()
                         return
                     self.idle += 1
                     self.ready_signal.wait()
                     self.idle -= 1
                     batch = self._take()
-            done, failed, unstarted = [], [], []
-            fn = args = kwargs = value = None
+            started = perf_counter()
             for i, t in enumerate(batch):
                 if sched.stopping or failed:
-                    unstarted = batch[i:]
+                    unstarted.extend(batch[i:])
                     break
-                fn, args, kwargs = graph.resolve(t, results)
-                if events is not None:
-                    events.emit(EventKind.STARTED, t, graph.name(t), sched.attempt(t))
-                try:
-                    value = fn(*args, **kwargs)
-                except Exception as error:
-                    failed.append((t, error))
-                except BaseException as error:  # Ctrl-C or SystemExit inside a task
-                    failed.append((t, error))
-                    self.interrupt = error
-                    sched.stopping = True  # read without the lock: workers stop soon
-                else:
-                    done.append((t, value))
-                    if events is not None:
-                        events.emit(EventKind.FINISHED, t, graph.name(t), sched.attempt(t))
-            # Drop references to inputs and the last result: the scheduler owns them now.
-            fn = args = kwargs = value = None
+                self._call(t, graph.resolve(t, results), done, failed)
+            elapsed = perf_counter() - started
+
+    def _call(
+        self,
+        t: int,
+        call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]],
+        done: list[tuple[int, Any]],
+        failed: list[tuple[int, BaseException]],
+    ) -> None:
+        """Run one task outside the lock; its outcome goes to ``done`` or ``failed``."""
+        events = self.events
+        if events is not None:
+            events.emit(EventKind.STARTED, t, self.graph.name(t), self.scheduler.attempt(t))
+        fn, args, kwargs = call
+        try:
+            done.append((t, fn(*args, **kwargs)))
+        except Exception as error:
+            failed.append((t, error))
+            return
+        except BaseException as error:  # Ctrl-C or SystemExit inside a task
+            failed.append((t, error))
+            self.interrupt = error
+            return
+        if events is not None:
+            events.emit(EventKind.FINISHED, t, self.graph.name(t), self.scheduler.attempt(t))
 
     def _report(
         self,
         done: list[tuple[int, Any]],
         failed: list[tuple[int, BaseException]],
         unstarted: list[int],
+        elapsed: float,
     ) -> list[int]:
-        """Under the lock: record a batch's outcomes, wake idle workers, take the next batch."""
-        sched, events = self.scheduler, self.events
+        """Under the lock: record a batch's outcomes, wake idle workers, take the next batch.
+
+        Empties the three lists: the scheduler now owns the results, and a
+        worker must not keep them alive while it waits.
+        """
+        sched, events, name = self.scheduler, self.events, self.graph.name
+        ran = len(done) + len(failed)
+        if ran:
+            # Moving average of seconds per task, for the batch size.
+            per_task = elapsed / ran
+            self.task_seconds += BATCH_SMOOTHING * (per_task - self.task_seconds)
         unblocked = 0
         for t, value in done:
             unblocked += sched.finish(t, value)
@@ -188,11 +227,14 @@ class ThreadRun:
             elif sched.fail(t, error):
                 unblocked += 1
                 if events is not None:
-                    events.emit(EventKind.RETRIED, t, self.graph.name(t), sched.attempts[t], error=error)
+                    events.emit(EventKind.RETRIED, t, name(t), sched.attempts[t], error=error)
             elif events is not None:
-                events.emit(EventKind.FAILED, t, self.graph.name(t), sched.attempts[t], error=error)
+                events.emit(EventKind.FAILED, t, name(t), sched.attempts[t], error=error)
         if unstarted:
             sched.put_back(unstarted)
+        done.clear()
+        failed.clear()
+        unstarted.clear()
         batch = self._take()
         if self.idle:
             if sched.finished or sched.stopping:
@@ -202,9 +244,11 @@ class ThreadRun:
         return batch
 
     def _take(self) -> list[int]:
+        """A batch worth about BATCH_SECONDS of work, at most a share of what is ready."""
         sched = self.scheduler
-        size = max(1, min(BATCH_MAX, len(sched.ready) // (2 * self.workers)))
-        return sched.take(size)
+        by_time = BATCH_SECONDS / self.task_seconds if self.task_seconds > 0 else BATCH_MAX
+        by_share = len(sched.ready) // (2 * self.workers)
+        return sched.take(max(1, min(BATCH_MAX, int(by_time), by_share)))
 
 
 def run_threads(

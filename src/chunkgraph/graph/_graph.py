@@ -249,7 +249,7 @@ class Graph:
         if isinstance(key, str):
             if key in self._ids_by_name:
                 return TaskRef(self, self._ids_by_name[key])
-            fn_name, _, suffix = key.rpartition("-")
+            _, _, suffix = key.rpartition("-")
             if suffix.isdigit() and int(suffix) < len(self) and self.name(int(suffix)) == key:
                 return TaskRef(self, int(suffix))
             raise GraphError(f"no task named {key!r} in this graph of {len(self)} tasks")
@@ -286,17 +286,19 @@ class Graph:
         return self._fns[tid], args, kwargs
 
     def cost(self, tid: int) -> Cost:
-        return Cost(
-            float(self._seconds[tid]), int(self._memory[tid]), int(self._output_bytes[tid])
-        )
+        return Cost(float(self._seconds[tid]), int(self._memory[tid]), int(self._output_bytes[tid]))
 
     def costs(self) -> CostColumns:
         """Cost columns as read-only views (valid until the next ``add``)."""
         n = len(self)
-        views = [c[:n].view() for c in (self._seconds, self._memory, self._output_bytes)]
-        for view in views:
+        seconds, memory, output_bytes = (
+            self._seconds[:n].view(),
+            self._memory[:n].view(),
+            self._output_bytes[:n].view(),
+        )
+        for view in (seconds, memory, output_bytes):
             view.flags.writeable = False
-        return CostColumns(*views)
+        return CostColumns(seconds, memory, output_bytes)
 
     def resources(self, tid: int) -> Resources:
         return self._resources.get(tid, DEFAULT_RESOURCES)

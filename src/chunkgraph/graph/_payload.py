@@ -62,7 +62,7 @@ def resolve_call(
     shape: int,
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
-    ref_type: type,
+    ref_type: Any,  # Any, not type: an ``is`` test on a type would narrow items to object
     results: Sequence[Any],
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Return ``(args, kwargs)`` with TaskRefs replaced by ``results[ref.id]``."""
@@ -72,9 +72,7 @@ def resolve_call(
         new_args = tuple(results[a.id] if a.__class__ is ref_type else a for a in args)
         if not kwargs:
             return new_args, {}
-        new_kwargs = {
-            k: results[v.id] if v.__class__ is ref_type else v for k, v in kwargs.items()
-        }
+        new_kwargs = {k: results[v.id] if v.__class__ is ref_type else v for k, v in kwargs.items()}
         return new_args, new_kwargs
 
     def lookup(ref: Any) -> Any:

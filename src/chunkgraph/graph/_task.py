@@ -48,7 +48,8 @@ class Task(Generic[P, R]):
 
     def __reduce__(self) -> Any:
         # Pickled by reference to the module-level name, like a plain function.
-        return self.__qualname__
+        qualname: str = getattr(self.fn, "__qualname__", repr(self.fn))
+        return qualname
 
 
 @overload

@@ -105,9 +105,9 @@ def check_names(graph: Graph, user_names: dict[int, str]) -> None:
         if not suffix.isdigit():
             continue
         other = int(suffix)
-        if other != tid and other < len(graph) and other not in user_names:
-            if graph.name(other) == name:
-                raise GraphError(
-                    f"task name {name!r} (task {tid}) is also the automatic name of task "
-                    f"{other}; choose another name or name task {other} explicitly"
-                )
+        clash = other != tid and other < len(graph) and other not in user_names
+        if clash and graph.name(other) == name:
+            raise GraphError(
+                f"task name {name!r} (task {tid}) is also the automatic name of task "
+                f"{other}; choose another name or name task {other} explicitly"
+            )

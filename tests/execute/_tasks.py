@@ -1,0 +1,70 @@
+"""Task functions for the executor tests, importable by worker processes.
+
+Workers import a task's function by module name, so these live in a module of
+their own (``tests.execute._tasks``) that needs only the repository root on the
+path.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def mix(i: int, *inputs: int) -> int:
+    """An order-sensitive combination, so a wrong input or a swapped one shows."""
+    value = i + 1
+    for k, x in enumerate(inputs):
+        value = (value * 31 + (k + 1) * x) % 1_000_003
+    return value
+
+
+def mix_nested(i: int, box: dict[str, list[tuple[int, ...]]]) -> int:
+    return mix(i, *box["in"][0])
+
+
+def mix_kw(i: int, inputs: list[int]) -> int:
+    return mix(i, *inputs)
+
+
+def add_arrays(*arrays: np.ndarray) -> np.ndarray:
+    return np.sum(arrays, axis=0)
+
+
+def flaky(counter: str, failures: int, value: int) -> int:
+    """Fail the first ``failures`` calls (counted in the file ``counter``), then return."""
+    path = Path(counter)
+    calls = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(calls))
+    if calls <= failures:
+        raise RuntimeError(f"flaky call {calls} of {failures} failing")
+    return value
+
+
+def exit_once(marker: str, value: int) -> int:
+    """Kill the worker process on the first call (marker file absent), then return."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died")
+        os._exit(3)
+    return value
+
+
+def always_exit() -> None:
+    os._exit(4)
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def sleep_then(seconds: float, value: int) -> int:
+    time.sleep(seconds)
+    return value
+
+
+def interrupt() -> None:
+    raise KeyboardInterrupt
