@@ -88,7 +88,8 @@ def test_defaults_resolve_to_per_axis_tuples(mem: Make) -> None:
         ((1, 2, 3), [(1, 2, 3), (1, 2, 3)]),
         ([5, 1], [(5, 5, 5), (1, 1, 1)]),
         ([(1, 2, 3), 0], [(1, 2, 3), (0, 0, 0)]),
-        (np.array([5, 1]), [(5, 5, 5), (1, 1, 1)]),
+        (np.array([1, 2, 3]), [(1, 2, 3), (1, 2, 3)]),
+        (np.array([[1, 2, 3], [4, 5, 6]]), [(1, 2, 3), (4, 5, 6)]),
         ([np.int64(2), np.int32(4)], [(2, 2, 2), (4, 4, 4)]),
     ],
 )
@@ -100,9 +101,20 @@ def test_pads_broadcast_per_axis_and_per_level(
     assert [lv.crop for lv in spec.levels] == expected
 
 
-def test_equal_entries_are_not_ambiguous_when_levels_equal_axes(mem: Make) -> None:
-    spec = flow(mem, chunk_sizes=[(32,) * 3, (16,) * 3, (8,) * 3], crop_pads=[0, 0, 0])
-    assert all(lv.crop == (0, 0, 0) for lv in spec.levels)
+def test_a_list_is_per_level_and_a_tuple_per_axis(mem: Make) -> None:
+    """With as many levels as axes, the container decides."""
+    sizes = [(32,) * 3, (16,) * 3, (8,) * 3]
+    per_level = flow(mem, chunk_sizes=sizes, crop_pads=[0, 0, 8])
+    assert [lv.crop for lv in per_level.levels] == [(0, 0, 0), (0, 0, 0), (8, 8, 8)]
+    per_axis = flow(mem, chunk_sizes=sizes, crop_pads=(0, 0, 8))
+    assert [lv.crop for lv in per_axis.levels] == [(0, 0, 8)] * 3
+
+
+def test_chunk_sizes_spellings(mem: Make) -> None:
+    assert flow(mem, chunk_sizes=(32, 16, 64)).levels[0].chunk == (32, 16, 64)
+    assert [lv.chunk for lv in flow(mem, chunk_sizes=[32, 16]).levels] == [(32,) * 3, (16,) * 3]
+    grid = np.array([[32, 32, 64], [16, 16, 16]])
+    assert [lv.chunk for lv in flow(mem, chunk_sizes=grid).levels] == [(32, 32, 64), (16,) * 3]
 
 
 def test_modes_one_for_all_or_one_per_level(mem: Make) -> None:
@@ -359,11 +371,7 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
     ),
     ("chunk_sizes empty", _case(chunk_sizes=[]), r"chunk_sizes is empty"),
     ("chunk_sizes an int", _case(chunk_sizes=32), r"chunk_sizes must be a list.*write \[32\]"),
-    (
-        "chunk_sizes flat",
-        _case(chunk_sizes=[32, 32, 32]),
-        r"chunk_sizes = \[32, 32, 32\] is a flat list.*\[\(32, 32, 32\)\] for one level",
-    ),
+    ("chunk_sizes a str", _case(chunk_sizes="32"), r"chunk_sizes must be a list.*got '32'"),
     (
         "chunk size of wrong length",
         _case(chunk_sizes=[(32, 32, 32), (8, 8)]),
@@ -392,7 +400,7 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
     (
         "crop_pads one per level, wrong count",
         _case(chunk_sizes=[(32,) * 3, (8,) * 3], crop_pads=[(0, 0, 0), 4, 4]),
-        r"crop_pads has 3 entries but there are 2 levels",
+        r"crop_pads = \[\(0, 0, 0\), 4, 4\] has 3 entries but there are 2 levels",
     ),
     (
         "blend_pads per axis, wrong count",
@@ -400,9 +408,9 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
         r"blend_pads\[0\] = \(2, 2\) has 2 entries; expected 3",
     ),
     (
-        "flat pads of neither length",
+        "per-level pads of wrong length",
         _case(chunk_sizes=[(32,) * 3, (8,) * 3], crop_pads=[1, 2, 3, 4]),
-        r"crop_pads has 4 entries but there are 2 levels.*3 spatial axes",
+        r"crop_pads = \[1, 2, 3, 4\] has 4 entries but there are 2 levels.*a tuple of 3",
     ),
     (
         "negative crop pad",
@@ -415,9 +423,9 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
         r"blend_pads\[0\] = \(0, -2, 0\) has a negative pad",
     ),
     (
-        "pads ambiguous between levels and axes",
-        _case(chunk_sizes=[(32,) * 3, (16,) * 3, (8,) * 3], crop_pads=[0, 8, 0]),
-        r"crop_pads = \[0, 8, 0\] is ambiguous with 3 levels over 3 spatial axes",
+        "per-axis pad of wrong length",
+        _case(crop_pads=(1, 2)),
+        r"crop_pads = \(1, 2\) has 2 entries; expected 3, one per spatial axis",
     ),
     (
         "unknown blend mode",

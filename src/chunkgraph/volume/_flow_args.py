@@ -2,15 +2,18 @@
 
 Argument shapes (``L`` levels, ``S`` spatial axes)::
 
-    chunk_sizes   one entry per level, each an int (all axes) or S ints
-    crop_pads     int | S ints | L entries of (int | S ints)
+    chunk_sizes   a list of L levels, each an int (all axes) or a tuple of S ints;
+                  a bare tuple of S ints is one level
+    crop_pads     int (all levels, all axes) | tuple of S ints (all levels)
+                  | list of L entries, each an int or a tuple of S ints
     blend_pads    same as crop_pads
 
-A flat sequence of ints for a pad is per axis when its length is ``S`` and per
-level when it is ``L``; when ``L == S`` and the entries differ, the meaning is
-ambiguous and the call is refused with both spellings shown. A flat list of
-ints for ``chunk_sizes`` (with ``S > 1``) is refused for the same reason:
-``[64, 64, 64]`` could be one 3-d level or three levels.
+The container says which: a **tuple** of ints is per axis, a **list** is per
+level. So with 3 levels in 3-d, ``crop_pads=[0, 0, 8]`` crops 8 voxels on
+every axis at the bottom level only, while ``crop_pads=(0, 0, 8)`` crops the
+last axis by 8 at every level. numpy arrays follow the same rule (1-d reads as
+a tuple, 2-d as a list of tuples). Wrong lengths name the argument and the
+length expected.
 """
 
 from __future__ import annotations
@@ -30,8 +33,17 @@ def as_int(value: object, what: str) -> int:
 
 
 def listed(value: object) -> object:
-    """numpy arrays count as sequences of arguments."""
-    return value.tolist() if isinstance(value, np.ndarray) and value.ndim > 0 else value
+    """numpy arrays read like the Python spelling: 1-d -> a tuple (per axis), 2-d -> a list."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        return tuple(value.tolist())
+    if isinstance(value, np.ndarray) and value.ndim > 1:
+        return [tuple(row) for row in value.tolist()]
+    return value
+
+
+def is_per_axis(value: object) -> bool:
+    """A tuple of ints is one value per axis (a list is one value per level)."""
+    return isinstance(value, tuple) and all(isinstance(v, int | np.integer) for v in value)
 
 
 def per_axis(value: object, ndim: int, what: str) -> tuple[int, ...]:
@@ -48,7 +60,10 @@ def per_axis(value: object, ndim: int, what: str) -> tuple[int, ...]:
 
 
 def parse_chunk_sizes(chunk_sizes: object, ndim: int) -> list[tuple[int, ...]]:
+    """One per-axis chunk per level: a list of levels, or one level's per-axis tuple."""
     chunk_sizes = listed(chunk_sizes)
+    if is_per_axis(chunk_sizes):
+        chunk_sizes = [chunk_sizes]
     if not isinstance(chunk_sizes, Sequence) or isinstance(chunk_sizes, str):
         raise ConfigError(
             f"chunk_sizes must be a list with one chunk size per level, top first, got "
@@ -56,12 +71,6 @@ def parse_chunk_sizes(chunk_sizes: object, ndim: int) -> list[tuple[int, ...]]:
         )
     if len(chunk_sizes) == 0:
         raise ConfigError("chunk_sizes is empty; give at least one level, e.g. [(256,) * ndim]")
-    if ndim > 1 and all(isinstance(c, int | np.integer) for c in chunk_sizes):
-        raise ConfigError(
-            f"chunk_sizes = {list(chunk_sizes)} is a flat list of ints: write one entry per "
-            f"level, each with {ndim} per-axis sizes, e.g. [{tuple(chunk_sizes)}] for one level "
-            f"or [({chunk_sizes[0]},) * {ndim}, ...] for several"
-        )
     out = []
     for level, entry in enumerate(chunk_sizes):
         sizes = per_axis(entry, ndim, f"chunk_sizes[{level}]")
@@ -76,25 +85,18 @@ def parse_chunk_sizes(chunk_sizes: object, ndim: int) -> list[tuple[int, ...]]:
 def per_level(name: str, value: object, n_levels: int, ndim: int) -> list[tuple[int, ...]]:
     """Broadcast a pad argument to ``n_levels`` per-axis tuples of non-negative ints."""
     value = listed(value)
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        entries: list[object] = [value] * n_levels
-    elif all(isinstance(v, int | np.integer) for v in value) and len(value) == ndim:
-        flat = tuple(int(v) for v in value)
-        if len(value) == n_levels and len(set(flat)) > 1:
+    if is_per_axis(value):
+        entries: list[object] = [per_axis(value, ndim, name)] * n_levels
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != n_levels:
             raise ConfigError(
-                f"{name} = {list(flat)} is ambiguous with {n_levels} levels over {ndim} spatial "
-                f"axes: write {[flat] * n_levels} for these pads per axis at every level, or "
-                f"{[(v,) * ndim for v in flat]} for one pad per level"
+                f"{name} = {list(value)} has {len(value)} entries but there are {n_levels} "
+                f"levels (chunk_sizes); a list gives one pad per level: give exactly "
+                f"{n_levels}, one value for all levels, or a tuple of {ndim} for per-axis pads"
             )
-        entries = [flat] * n_levels
-    elif len(value) == n_levels:
         entries = list(value)
     else:
-        raise ConfigError(
-            f"{name} has {len(value)} entries but there are {n_levels} levels (chunk_sizes) "
-            f"and {ndim} spatial axes; give one int for all, {ndim} ints (one per axis), or "
-            f"exactly {n_levels} entries (one per level)"
-        )
+        entries = [value] * n_levels
     out = []
     for level, entry in enumerate(entries):
         pads = per_axis(entry, ndim, f"{name}[{level}]")
