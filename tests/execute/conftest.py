@@ -1,4 +1,4 @@
-"""Make ``tests.execute._tasks`` importable here and in worker processes (which inherit sys.path)."""
+"""Make ``tests.execute._tasks`` importable here and in worker processes (they inherit sys.path)."""
 
 import sys
 from pathlib import Path

@@ -49,7 +49,7 @@ def test_results_are_released_after_the_last_consumer() -> None:
 
 
 def test_targets_are_kept_even_when_consumed() -> None:
-    g, (a, b, c, d) = diamond()
+    g, (a, _, _, d) = diamond()
     s = Scheduler(g, [a.id, d.id], order(g))
     while batch := s.take(10):
         for t in batch:
@@ -58,7 +58,7 @@ def test_targets_are_kept_even_when_consumed() -> None:
 
 
 def test_unneeded_tasks_are_skipped() -> None:
-    g, (a, b, c, d) = diamond()
+    g, (_, b, c, _) = diamond()
     s = Scheduler(g, [b.id], order(g))
     assert s.total == 2 and s.state[c.id] == TaskState.SKIPPED
     s.finish(s.take(10)[0], 1)

@@ -70,8 +70,9 @@ def test_fan_in_tree_finishes_each_branch_before_opening_the_next() -> None:
     p = order(g)
     ptr, idx = g.dependencies()
     for s in sums:
-        group = sorted(p[idx[ptr[s.id] : ptr[s.id + 1]]].tolist() + [int(p[s.id])])
-        assert group == list(range(group[0], group[0] + 9))  # contiguous, sum last
+        group = sorted([*p[idx[ptr[s.id] : ptr[s.id + 1]]].tolist(), int(p[s.id])])
+        assert group == list(range(group[0], group[0] + 9))  # contiguous
+        assert group[-1] == p[s.id]  # the sum right after its leaves
 
 
 def test_longer_critical_path_starts_first() -> None:

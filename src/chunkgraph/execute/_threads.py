@@ -145,7 +145,7 @@ class ThreadRun:
             raise self.interrupt
 
     def _work(self) -> None:
-        sched, graph, events = self.scheduler, self.graph, self.events
+        sched, graph = self.scheduler, self.graph
         results = sched.results
         done: list[tuple[int, Any]] = []
         failed: list[tuple[int, BaseException]] = []
