@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -101,6 +102,40 @@ def test_first_use_probes_growing_prefix_pieces_in_the_caller() -> None:
     covered = sorted((a, b) for a, b, _ in calls)
     assert covered[0][0] == 0 and covered[-1][1] == 30
     assert all(p[1] == q[0] for p, q in itertools.pairwise(covered))
+
+
+def test_a_known_short_loop_is_one_call_and_a_longer_one_probes_again() -> None:
+    """A probe that ran out of elements is not trusted beyond that length."""
+    calls: list[tuple[int, int]] = []
+
+    def cheap(start: int, stop: int) -> None:
+        calls.append((start, stop))
+
+    GRAINS.clear()
+    parallel_for(10, cheap)
+    model = GRAINS.get(body_key(cheap, OpKind.COMPUTE))
+    assert model is not None and not model.trusted
+    calls.clear()
+    parallel_for(10, cheap)
+    assert calls == [(0, 10)]
+    calls.clear()
+    parallel_for(1_000, cheap)
+    assert calls[:2] == [(0, 1), (1, 5)]
+
+
+def test_a_slow_body_is_trusted_after_one_element() -> None:
+    calls: list[tuple[int, int]] = []
+
+    def slow(start: int, stop: int) -> None:
+        calls.append((start, stop))
+        time.sleep(0.002 * (stop - start))
+
+    GRAINS.clear()
+    parallel_for(4, slow)
+    model = GRAINS.get(body_key(slow, OpKind.COMPUTE))
+    assert model is not None and model.trusted
+    assert calls[0] == (0, 1)
+    assert sorted(calls)[-1][1] == 4
 
 
 def test_the_measured_grain_is_reused_by_a_recreated_body() -> None:

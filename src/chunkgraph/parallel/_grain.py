@@ -92,10 +92,16 @@ KIND_DEFAULTS: dict[OpKind, KindDefaults] = {
 
 @dataclass(frozen=True)
 class CostModel:
-    """Measured cost of one body: ``t(len) = per_call_s + per_element_s * len``."""
+    """Measured cost of one body: ``t(len) = per_call_s + per_element_s * len``.
+
+    ``trusted`` is False when the probe ran out of elements before a piece
+    took ``PROBE_MIN_S``: good enough to keep a small loop sequential, but a
+    longer loop probes again before it splits.
+    """
 
     per_element_s: float
     per_call_s: float
+    trusted: bool = True
 
     def min_len(self, dispatch_s: float, multiple: float) -> int:
         """Shortest piece that runs ``multiple`` times its dispatch overhead.
@@ -111,7 +117,7 @@ def fit(samples: list[tuple[int, float]]) -> CostModel:
     """Fit ``t = a + c * len`` through the last two ``(len, seconds)`` samples.
 
     >>> fit([(100, 0.0011), (200, 0.0021)])
-    CostModel(per_element_s=1e-05, per_call_s=0.0001)
+    CostModel(per_element_s=1e-05, per_call_s=0.0001, trusted=True)
     """
     n2, t2 = samples[-1]
     per_element = t2 / n2
@@ -122,7 +128,8 @@ def fit(samples: list[tuple[int, float]]) -> CostModel:
         intercept = t1 - slope * n1
         if slope > 0 and intercept >= 0:  # noise can make either meaningless
             per_element, per_call = slope, intercept
-    return CostModel(round(max(per_element, 1e-12), 15), round(per_call, 12))
+    trusted = t2 >= PROBE_MIN_S
+    return CostModel(round(max(per_element, 1e-12), 15), round(per_call, 12), trusted)
 
 
 def body_key(body: Callable[..., Any], kind: OpKind) -> tuple[object, OpKind]:
@@ -134,11 +141,17 @@ def body_key(body: Callable[..., Any], kind: OpKind) -> tuple[object, OpKind]:
 
 
 class GrainCache:
-    """Thread-safe memory of cost models per (body, kind)."""
+    """Thread-safe memory of cost models per (body, kind).
+
+    ``limits`` caches, per key, the length below which a loop runs
+    sequentially (``2 * min_len``), so that a small loop costs one dict lookup
+    before its body runs; it is dropped whenever the model changes.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._models: dict[tuple[object, OpKind], CostModel] = {}
+        self.limits: dict[tuple[object, OpKind], int] = {}
 
     def get(self, key: tuple[object, OpKind]) -> CostModel | None:
         return self._models.get(key)
@@ -146,9 +159,12 @@ class GrainCache:
     def put(self, key: tuple[object, OpKind], model: CostModel) -> None:
         with self._lock:
             self._models.pop(key, None)
+            self.limits.pop(key, None)
             self._models[key] = model
             while len(self._models) > CACHE_SIZE:
-                del self._models[next(iter(self._models))]
+                oldest = next(iter(self._models))
+                del self._models[oldest]
+                self.limits.pop(oldest, None)
 
     def refine(self, key: tuple[object, OpKind], pieces: list[tuple[int, float]]) -> None:
         """Blend in the per-element cost the pieces of a finished loop really took."""
@@ -164,6 +180,7 @@ class GrainCache:
     def clear(self) -> None:
         with self._lock:
             self._models.clear()
+            self.limits.clear()
 
 
 GRAINS = GrainCache()

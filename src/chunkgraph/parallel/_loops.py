@@ -137,12 +137,36 @@ def run_loop(
     leaf: Callable[[int, int], T],
     combine: Callable[[T, T], T],
     identity: T,
-    *,
     key_body: Callable[..., Any],
     grain: int | None,
     kind: OpKind | str,
 ) -> T:
     """The engine behind every loop: probe, then split on the pool, then combine."""
+    if grain is None and type(n) is int and n > 0:
+        # Fast path: a loop this body already ran, known to be too short to
+        # split; it must cost little more than calling the body directly.
+        key = body_key(key_body, kind if type(kind) is OpKind else OpKind.coerce(kind))
+        limit = GRAINS.limits.get(key)
+        if limit is not None and n < limit:
+            try:
+                return leaf(0, n)
+            except Exception as error:
+                error.add_note(f"raised by the loop body on the range [0, {n})")
+                message = f"{what} over {n} elements: 1 piece(s) failed"
+                raise ExceptionGroup(message, [error]) from None
+    return _run_measured(what, n, leaf, combine, identity, key_body, grain, kind)
+
+
+def _run_measured(
+    what: str,
+    n: int,
+    leaf: Callable[[int, int], T],
+    combine: Callable[[T, T], T],
+    identity: T,
+    key_body: Callable[..., Any],
+    grain: int | None,
+    kind: OpKind | str,
+) -> T:
     n = _check_n(n)
     grain = check_grain(grain)
     op = OpKind.coerce(kind)
@@ -156,11 +180,13 @@ def run_loop(
     min_len = grain
     if min_len is None:
         model = GRAINS.get(key)
-        if model is None:
+        if model is None or not model.trusted:
             values, start, model = probe(loop.run_leaf, 0, n)
             loop.raise_errors(what, n)
             GRAINS.put(key, model)
         min_len = model.min_len(pool.dispatch_overhead(), KIND_DEFAULTS[op].overhead_multiple)
+        # An untrusted model has only seen loops this short: longer ones re-probe.
+        GRAINS.limits[key] = 2 * min_len if model.trusted else min(2 * min_len, n + 1)
     if start < n:
         if pool.workers == 1 or n - start < 2 * min_len:
             values.append(loop.run_leaf(start, n))
@@ -178,7 +204,7 @@ def run_loop(
     return result
 
 
-def _nothing(_a: None, _b: None) -> None:
+def _nothing(_a: object, _b: object) -> None:
     return None
 
 
@@ -207,10 +233,7 @@ def parallel_for(
     True
     """
 
-    def leaf(start: int, stop: int) -> None:
-        body(start, stop)
-
-    run_loop("parallel_for", n, leaf, _nothing, None, key_body=body, grain=grain, kind=kind)
+    run_loop("parallel_for", n, body, _nothing, None, body, grain, kind)
 
 
 def parallel_map(
@@ -232,7 +255,7 @@ def parallel_map(
         for i in range(start, stop):
             out[i] = fn(seq[i])
 
-    run_loop("parallel_map", len(seq), leaf, _nothing, None, key_body=fn, grain=grain, kind=kind)
+    run_loop("parallel_map", len(seq), leaf, _nothing, None, fn, grain, kind)
     return cast(list[R], out)
 
 
@@ -255,6 +278,4 @@ def parallel_reduce(
     >>> parallel_reduce(len(x), lambda a, b: int(x[a:b].sum()), lambda p, q: p + q, 0)
     49995000
     """
-    return run_loop(
-        "parallel_reduce", n, body, combine, identity, key_body=body, grain=grain, kind=kind
-    )
+    return run_loop("parallel_reduce", n, body, combine, identity, body, grain, kind)
