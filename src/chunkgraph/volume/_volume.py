@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from operator import sub
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -314,7 +315,7 @@ class Volume:
 
     def _local_index(self, box: Box) -> Index:
         return self._channel_index + tuple(
-            slice(a - o, b - o) for a, b, o in zip(box.start, box.stop, self.offset, strict=True)
+            map(slice, map(sub, box.start, self.offset), map(sub, box.stop, self.offset))
         )
 
     def _empty(self, box: Box, filled: bool) -> np.ndarray[Any, Any]:
@@ -348,15 +349,11 @@ class Volume:
 
     def _count_read(self, inner: Box) -> None:
         """Count the whole (edge-clipped) storage chunks behind ``inner`` without listing them."""
-        n_chunks = 1
-        n_voxels = 1
-        for r, c, o, e in zip(
-            self._grid_range(inner),
-            self.spatial_chunks,
-            self.offset,
-            self.bounds.stop,
-            strict=True,
+        n_chunks = n_voxels = 1
+        for a, b, o, c, e in zip(
+            inner.start, inner.stop, self.offset, self.spatial_chunks, self.bounds.stop, strict=True
         ):
-            n_chunks *= len(r)
-            n_voxels *= min(o + r.stop * c, e) - (o + r.start * c)
+            lo, hi = (a - o) // c, -((o - b) // c)  # first and one-past-last chunk index
+            n_chunks *= hi - lo
+            n_voxels *= min(o + hi * c, e) - (o + lo * c)
         self._counters.add(chunks_read=n_chunks, bytes_read=n_voxels * self._itemsize)
