@@ -12,9 +12,9 @@ For each operation and size, in one run and side by side:
 Operations: ``exp_sqrt`` (out = sqrt(exp(x)), compute-bound), ``sum``
 (memory-bound reduction), ``sort`` (for fixed k: the same quantile-partition
 sort with a static tree of k leaves). Each timing is the best of several
-repeats after one untimed warm-up call (which, for adaptive, measures the
-grain). Prints a markdown table and writes it, with the raw numbers, under
-``bench-out/``.
+rounds, the variants timed round-robin within a round, after one untimed
+warm-up call each (which, for adaptive, measures the grain). Prints a
+markdown table and writes it, with the raw numbers, under ``bench-out/``.
 
     python benchmarks/parallel_loops.py            # n = 10^3 .. 10^8
     python benchmarks/parallel_loops.py --quick    # n = 10^3 .. 10^6
@@ -23,6 +23,7 @@ grain). Prints a markdown table and writes it, with the raw numbers, under
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,8 @@ import numpy as np
 from chunkgraph.parallel import get_pool, parallel_for, parallel_reduce, parallel_sort
 
 FIXED_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-# Repeats: at least MIN_REPEATS, more while under REPEAT_BUDGET_S per variant.
+# Rounds (each variant once per round): at least MIN_REPEATS, more while the
+# time spent stays under REPEAT_BUDGET_S per variant; best-of filters noise.
 MIN_REPEATS = 3
 MAX_REPEATS = 15
 REPEAT_BUDGET_S = 0.3
@@ -57,21 +60,30 @@ class Row:
     fixed_s: dict[int, float]
 
 
-def best_time(fn: Op) -> float:
-    fn()  # warm-up: page faults, grain measurement
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < MIN_REPEATS or (spent < REPEAT_BUDGET_S and len(times) < MAX_REPEATS):
-        begin = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - begin)
-        spent += times[-1]
-    return min(times)
+def race(variants: dict[str, Op]) -> dict[str, float]:
+    """Best time of each variant, timed round-robin so load changes hit all alike."""
+    for fn in variants.values():
+        fn()  # warm-up: page faults, grain measurement
+    best = dict.fromkeys(variants, math.inf)
+    rounds, spent = 0, 0.0
+    while rounds < MIN_REPEATS or (
+        spent < REPEAT_BUDGET_S * len(variants) and rounds < MAX_REPEATS
+    ):
+        names = list(variants)
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            begin = time.perf_counter()
+            variants[name]()
+            elapsed = time.perf_counter() - begin
+            best[name] = min(best[name], elapsed)
+            spent += elapsed
+        rounds += 1
+    return best
 
 
 def static_pieces(n: int, k: int) -> list[tuple[int, int]]:
     bounds = [n * i // k for i in range(k + 1)]
-    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def fixed_for(
@@ -108,28 +120,30 @@ def measure(op: str, n: int, executor: ThreadPoolExecutor, rng: np.random.Genera
     def add(p: float, q: float) -> float:
         return p + q
 
+    def fixed_sum(k: int) -> float:
+        return sum(fixed_for(executor, n, k, partial_sum))  # type: ignore[arg-type]
+
+    counts = [k for k in FIXED_COUNTS if 1 < k <= n]
     variants: dict[str, Op]
-    fixed: dict[int, Op]
     if op == "exp_sqrt":
         variants = {
             "sequential": lambda: exp_sqrt(0, n),
             "adaptive": lambda: parallel_for(n, exp_sqrt),
         }
-        fixed = {k: (lambda k=k: fixed_for(executor, n, k, exp_sqrt)) for k in FIXED_COUNTS}
+        variants |= {f"k={k}": partial(fixed_for, executor, n, k, exp_sqrt) for k in counts}
     elif op == "sum":
         variants = {
             "sequential": lambda: partial_sum(0, n),
             "adaptive": lambda: parallel_reduce(n, partial_sum, add, 0.0),
         }
-        fixed = {k: (lambda k=k: sum(fixed_for(executor, n, k, partial_sum))) for k in FIXED_COUNTS}  # type: ignore[misc]
+        variants |= {f"k={k}": partial(fixed_sum, k) for k in counts}
     else:
         variants = {"sequential": lambda: np.sort(x), "adaptive": lambda: parallel_sort(x)}
-        fixed = {k: (lambda k=k: fixed_sort(executor, x, k)) for k in FIXED_COUNTS if k <= 16}
-    seq = best_time(variants["sequential"])
-    adaptive = best_time(variants["adaptive"])
-    fixed_s = {k: (seq if k == 1 else best_time(fn)) for k, fn in fixed.items() if k <= n}
+        variants |= {f"k={k}": partial(fixed_sort, executor, x, k) for k in counts if k <= 16}
+    best = race(variants)
+    fixed_s = {1: best["sequential"]} | {k: best[f"k={k}"] for k in counts if f"k={k}" in best}
     best_k = min(fixed_s, key=lambda k: fixed_s[k])
-    return Row(op, n, seq, adaptive, fixed_s[best_k], best_k, fixed_s)
+    return Row(op, n, best["sequential"], best["adaptive"], fixed_s[best_k], best_k, fixed_s)
 
 
 def verdict(row: Row, cores: int) -> str:
@@ -152,14 +166,16 @@ def fmt_s(seconds: float) -> str:
 
 def table(rows: list[Row], cores: int) -> str:
     lines = [
-        "| op | n | sequential | adaptive | best fixed (k) | speedup vs seq | adaptive / optimum | targets |",
+        "| op | n | sequential | adaptive | best fixed (k) | speedup vs seq "
+        "| adaptive / optimum | targets |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.op} | 10^{round(math.log10(r.n))} | {fmt_s(r.sequential_s)} | {fmt_s(r.adaptive_s)} "
-            f"| {fmt_s(r.best_fixed_s)} ({r.best_k}) | {r.sequential_s / r.adaptive_s:.2f}x "
-            f"| {r.adaptive_s / r.best_fixed_s:.2f} | {verdict(r, cores)} |"
+            f"| {r.op} | 10^{round(math.log10(r.n))} | {fmt_s(r.sequential_s)} "
+            f"| {fmt_s(r.adaptive_s)} | {fmt_s(r.best_fixed_s)} ({r.best_k}) "
+            f"| {r.sequential_s / r.adaptive_s:.2f}x | {r.adaptive_s / r.best_fixed_s:.2f} "
+            f"| {verdict(r, cores)} |"
         )
     return "\n".join(lines)
 
