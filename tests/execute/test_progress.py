@@ -6,10 +6,10 @@ import io
 
 import pytest
 from rich.console import Console
+from tests.execute._tasks import fail, mix
 
 from chunkgraph.execute import ProgressBar, run
 from chunkgraph.graph import Graph
-from tests.execute._tasks import fail, mix
 
 
 def small_graph(n: int) -> Graph:
