@@ -4,11 +4,13 @@ Policy
 ------
 ``submit(fn, args, kwargs)`` pickles the call in the caller's thread (arrays
 become shared-memory references, see ``_shm``) and, under the pool lock, sends
-it straight to the least-loaded worker that has room (each worker holds at most
-``TASKS_PER_WORKER`` calls: one running, the rest queued in its pipe), or
-appends it to ``pending``. One manager thread does everything else: it reads
-results, resolves futures, refills workers, notices dead workers and replaces
-them, and carries out shutdown.
+it straight to the least-loaded worker that has room, or appends it to
+``pending``. A worker holds a few calls at once (one running, the rest queued
+in its pipe): ``MIN_DEPTH`` when calls are long, up to ``MAX_DEPTH`` when they
+are so short that a batch of them runs in ``QUEUE_SECONDS``; calls given to one
+worker at one time travel in one pipe write. One manager thread does
+everything else: it reads results, resolves futures, refills workers, notices
+dead workers and replaces them, and carries out shutdown.
 
 ::
 
@@ -17,7 +19,7 @@ them, and carries out shutdown.
     submit ──encode, pickle──┐
                              ├──> pending ──dispatch──> task pipe ──> run fn
                              └────────────(room?)────┘                 │
-    Future <──set_result── decode <── wait(result pipes, sentinels) <──┘
+    Future <──set_result── decode <── select(result pipes, sentinels) <┘
 
 State (all under ``_lock``)
 ---------------------------
@@ -31,6 +33,7 @@ State (all under ``_lock``)
 ``_state``           a :class:`PoolState`; submits are refused once it leaves RUNNING.
 ``_startup_failures`` workers in a row that died before saying hello; at
                      ``MAX_STARTUP_FAILURES`` the pool is BROKEN and every call fails.
+``_call_seconds``    moving average of how long calls ran in workers (sets the depth).
 
 Why these choices
 -----------------
@@ -56,12 +59,13 @@ import multiprocessing
 import os
 import pickle
 import secrets
+import selectors
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future, InvalidStateError
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from typing import Any, cast
@@ -70,11 +74,22 @@ from chunkgraph._errors import ConfigError, WorkerDiedError
 from chunkgraph.execute import _worker
 from chunkgraph.execute._shm import SHM_MIN_BYTES, SegmentTable, unlink_prefix
 
-# Calls a worker may hold at once (one running, the rest waiting in its pipe).
-# 2 hides the round trip between one result and the next call for tiny tasks;
-# more would bind queued calls to a busy worker while another one idles, and a
-# worker death sends them back to the queue anyway.
-TASKS_PER_WORKER = 2
+# Calls a worker holds at once (one running, the rest queued in its pipe): as
+# many as its recent calls take QUEUE_SECONDS to run, within [MIN_DEPTH,
+# MAX_DEPTH]. Deep queues let tiny calls travel in batches (one pipe write and
+# one wakeup for many) and keep a worker busy while the pool reacts; they cost
+# balance only when calls are long, and then the depth falls to MIN_DEPTH,
+# which still hides the round trip between a result and the next call. So a
+# queued call waits behind a busy worker for at most about QUEUE_SECONDS plus
+# the running call, even when another worker is idle.
+MIN_DEPTH = 2
+MAX_DEPTH = 32
+QUEUE_SECONDS = 0.002
+
+# Weight of the newest call's duration in the moving average behind the depth:
+# small enough that one odd call does not swing it, large enough to follow a
+# change of workload within a few dozen calls.
+DURATION_SMOOTHING = 0.1
 
 # Seconds a worker gets to exit after SIGTERM before SIGKILL. Workers do no
 # cleanup of their own on SIGTERM, so this only covers a slow kernel.
@@ -115,14 +130,19 @@ class _Call:
 
 
 class _Worker:
-    __slots__ = ("inflight", "process", "ready", "results", "tasks")
+    __slots__ = ("closed", "inflight", "process", "ready", "results", "tasks")
 
     def __init__(self, process: BaseProcess, tasks: Connection, results: Connection) -> None:
         self.process = process
         self.tasks = tasks
         self.results = results
         self.inflight: deque[_Call] = deque()
-        self.ready = False
+        self.ready = False  # said hello: a death after this is blamed on its running call
+        self.closed = False  # its pipe failed: dispatch nothing more, its sentinel will fire
+
+
+def _load(worker: _Worker) -> int:
+    return len(worker.inflight)
 
 
 def _dumps(value: object) -> bytes:
@@ -193,6 +213,7 @@ class ProcessPool:
         self._state = PoolState.RUNNING
         self._startup_failures = 0
         self._broken_by: BaseException | None = None
+        self._call_seconds: float | None = None  # moving average of how long calls run
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         try:
             for _ in range(workers):
@@ -226,7 +247,7 @@ class ProcessPool:
                 self._table.encode(args, keep),
                 self._table.encode(dict(kwargs or {}), keep),
             )
-            message = _worker.HEADER.pack(next(self._ids)) + _dumps(encoded)
+            message = _worker.frame(next(self._ids), _dumps(encoded))
         except Exception as error:
             future.set_exception(error)
             return future
@@ -234,7 +255,9 @@ class ProcessPool:
             if self._state is not PoolState.RUNNING:
                 raise self._refusal()
             self._pending.append(_Call(future, message, keep))
-            self._dispatch()
+            # Straight to a worker that is nearly idle; deeper queues are topped
+            # up by the manager, one batch per worker per round of results.
+            self._dispatch(MIN_DEPTH)
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -283,38 +306,47 @@ class ProcessPool:
                 reason = f"{MAX_STARTUP_FAILURES} workers in a row died before starting"
             return WorkerDiedError(
                 f"process pool is broken: {reason}; check that chunkgraph and numpy "
-                "import in a fresh Python process, then create a new ProcessPool"
+                "import in a fresh Python process (a script's main module is imported again "
+                "there: guard its work with `if __name__ == '__main__':`), then create a new "
+                "ProcessPool"
             )
         return RuntimeError(
             f"cannot submit to a process pool that is {self._state.value}; create a new "
             "ProcessPool, or submit before calling shutdown()"
         )
 
-    def _dispatch(self) -> None:
-        """Send pending calls to the workers with room, emptiest first. Call under the lock."""
-        for level in range(TASKS_PER_WORKER):
-            for worker in self._workers:
-                if not self._pending:
-                    return
-                if len(worker.inflight) <= level:
-                    self._send(worker)
+    def _depth(self) -> int:
+        if self._call_seconds is None:
+            return MIN_DEPTH
+        fits = int(QUEUE_SECONDS / max(self._call_seconds, 1e-9))
+        return min(MAX_DEPTH, max(MIN_DEPTH, fits))
 
-    def _send(self, worker: _Worker) -> None:
-        while self._pending:
-            call = self._pending.popleft()
-            if call.started or call.future.set_running_or_notify_cancel():
+    def _dispatch(self, depth: int) -> None:
+        """Give pending calls to the emptiest workers, up to ``depth`` calls each, in one
+        pipe write per worker. Call under the lock."""
+        live = [w for w in self._workers if not w.closed]
+        batches: dict[_Worker, list[_Call]] = {}
+        while self._pending and live:
+            worker = min(live, key=_load)
+            if len(worker.inflight) >= depth:
                 break
-            call.keep = None  # cancelled before it ran
-        else:
-            return
-        call.started = True
-        try:
-            worker.tasks.send_bytes(call.message)
-        except OSError:
-            # The worker is dying; its sentinel will fire. Keep the call queued.
-            self._pending.appendleft(call)
-            return
-        worker.inflight.append(call)
+            call = self._pending.popleft()
+            if not call.started:
+                if not call.future.set_running_or_notify_cancel():
+                    call.keep = None  # cancelled before it ran
+                    continue
+                call.started = True
+            worker.inflight.append(call)
+            batches.setdefault(worker, []).append(call)
+        for worker, calls in batches.items():
+            try:
+                worker.tasks.send_bytes(b"".join([call.message for call in calls]))
+            except OSError:
+                # The worker is dying: take the calls back; its sentinel will fire.
+                for _ in calls:
+                    worker.inflight.pop()
+                self._pending.extendleft(reversed(calls))
+                worker.closed = True
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # already closed: the manager has finished
@@ -340,25 +372,40 @@ class ProcessPool:
     # -- manager thread ------------------------------------------------------------
 
     def _manage(self) -> None:
+        # The selector lives as long as this thread, which alone adds and removes
+        # workers after __init__: no lock needed around it.
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        with self._lock:
+            for worker in self._workers:
+                self._watch(worker)
         try:
             while self._serve_once():
                 pass
         finally:
+            self._selector.close()
             self._close()
+
+    def _watch(self, worker: _Worker) -> None:
+        self._selector.register(worker.results, selectors.EVENT_READ, (worker, False))
+        self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, True))
 
     def _serve_once(self) -> bool:
         """One wait-and-handle round; False when the pool should close."""
+        events = [key.data for key, _ in self._selector.select()]
+        finished: list[tuple[_Call, int, memoryview]] = []
+        for item in events:
+            if item is not None and not item[1]:
+                finished += self._drain(item[0])
         with self._lock:
-            by_conn = {w.results: w for w in self._workers}
-            by_sentinel = {w.process.sentinel: w for w in self._workers}
-        ready = wait([self._wake_r, *by_conn, *by_sentinel])
-        for item in ready:
-            if isinstance(item, Connection) and item in by_conn:
-                self._drain(by_conn[item])
-        for item in ready:
-            if isinstance(item, int) and item in by_sentinel:
-                self._bury(by_sentinel[item])
-        if self._wake_r in ready:
+            # Refill the workers before resolving futures, so they run meanwhile.
+            self._dispatch(self._depth())
+        for call, status, body in finished:
+            self._resolve(call, status, body)
+        for item in events:
+            if item is not None and item[1]:
+                self._bury(item[0])
+        if None in events:
             while self._wake_r.poll():
                 self._wake_r.recv_bytes()
         with self._lock:
@@ -366,26 +413,33 @@ class ProcessPool:
             idle = not self._pending and not any(w.inflight for w in self._workers)
         return state is PoolState.RUNNING or (state is PoolState.DRAINING and not idle)
 
-    def _drain(self, worker: _Worker) -> None:
+    def _drain(self, worker: _Worker) -> list[tuple[_Call, int, memoryview]]:
+        """Read every message the worker has sent; returns the finished calls."""
+        finished = []
         try:
             while worker.results.poll():
-                self._receive(worker, worker.results.recv_bytes())
+                message = worker.results.recv_bytes()
+                _, status, seconds = _worker.STATUS.unpack_from(message)
+                body = memoryview(message)[_worker.STATUS.size :]
+                with self._lock:
+                    if status == _worker.HELLO:
+                        worker.ready = True
+                        self._startup_failures = 0
+                    elif worker.inflight:  # else failed already by a cancelling shutdown
+                        finished.append((worker.inflight.popleft(), status, body))
+                        self._learn(seconds)
         except (EOFError, OSError):
             pass  # the sentinel reports the death
+        return finished
 
-    def _receive(self, worker: _Worker, message: bytes) -> None:
-        _, status = _worker.STATUS.unpack_from(message)
-        body = memoryview(message)[_worker.STATUS.size :]
-        if status == _worker.HELLO:
-            worker.ready = True
-            with self._lock:
-                self._startup_failures = 0
-            return
-        with self._lock:
-            if not worker.inflight:
-                return  # the call was already failed by a cancelling shutdown
-            call = worker.inflight.popleft()
-            self._dispatch()
+    def _learn(self, seconds: float) -> None:
+        average = self._call_seconds
+        if average is None:
+            self._call_seconds = seconds
+        else:
+            self._call_seconds = average + DURATION_SMOOTHING * (seconds - average)
+
+    def _resolve(self, call: _Call, status: int, body: memoryview) -> None:
         value: object = None
         error: BaseException | None = None
         try:
@@ -400,10 +454,13 @@ class ProcessPool:
 
     def _bury(self, worker: _Worker) -> None:
         """A worker exited: blame its running call, requeue the rest, replace it."""
-        self._drain(worker)
+        for call, status, body in self._drain(worker):  # what it finished before dying
+            self._resolve(call, status, body)
         worker.process.join()
         cause = _worker.describe_exit(worker.process.exitcode)
         victim: _Call | None = None
+        self._selector.unregister(worker.results)
+        self._selector.unregister(worker.process.sentinel)
         with self._lock:
             self._workers.remove(worker)
             if worker.ready and worker.inflight:
@@ -439,9 +496,10 @@ class ProcessPool:
                 self._state = PoolState.BROKEN
                 self._broken_by = error
             return
+        self._watch(fresh)
         with self._lock:
             self._workers.append(fresh)
-            self._dispatch()
+            self._dispatch(self._depth())
 
     def _close(self) -> None:
         """Stop or terminate every worker, fail what is left, unlink every segment."""
@@ -480,7 +538,7 @@ class ProcessPool:
 def _stop(workers: list[_Worker]) -> None:
     for w in workers:
         with contextlib.suppress(OSError):  # a dead worker needs no stop message
-            w.tasks.send_bytes(_worker.HEADER.pack(_worker.STOP_TASK_ID))
+            w.tasks.send_bytes(_worker.STOP)
     for w in workers:
         w.process.join(STOP_TIMEOUT_S)
     _terminate([w for w in workers if w.process.exitcode is None])

@@ -70,6 +70,9 @@ _SHM_DIR = "/dev/shm"
 
 _TRACKER_TYPE = "shared_memory"
 
+# Types that never contain arrays: the container walk returns them at once.
+_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
 
 @dataclass(frozen=True, slots=True)
 class ShmRef:
@@ -257,6 +260,8 @@ class SegmentTable:
     def encode(self, value: object, keep: list[object]) -> object:
         """``value`` with shareable arrays replaced by refs; ``keep`` gets what pins them."""
         kind = type(value)
+        if kind in _ATOMS:
+            return value
         if kind is np.ndarray:
             exported = self.export(value)  # type: ignore[arg-type]
             if exported is None:
@@ -266,7 +271,7 @@ class SegmentTable:
         if kind is list:
             return [self.encode(item, keep) for item in value]  # type: ignore[attr-defined]
         if kind is tuple:
-            return tuple(self.encode(item, keep) for item in value)  # type: ignore[attr-defined]
+            return tuple([self.encode(item, keep) for item in value])  # type: ignore[attr-defined]
         if kind is dict:
             return {k: self.encode(v, keep) for k, v in value.items()}  # type: ignore[attr-defined]
         return value
@@ -274,12 +279,14 @@ class SegmentTable:
     def decode(self, value: object, *, writeable: bool = True) -> object:
         """The inverse of :meth:`encode`: refs become views on mapped segments."""
         kind = type(value)
+        if kind in _ATOMS:
+            return value
         if kind is ShmRef:
             return self.materialize(value, writeable=writeable)  # type: ignore[arg-type]
         if kind is list:
             return [self.decode(item, writeable=writeable) for item in value]  # type: ignore[attr-defined]
         if kind is tuple:
-            return tuple(self.decode(item, writeable=writeable) for item in value)  # type: ignore[attr-defined]
+            return tuple([self.decode(item, writeable=writeable) for item in value])  # type: ignore[attr-defined]
         if kind is dict:
             return {k: self.decode(v, writeable=writeable) for k, v in value.items()}  # type: ignore[attr-defined]
         return value

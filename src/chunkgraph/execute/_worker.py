@@ -1,18 +1,22 @@
 """The main loop of one process-pool worker.
 
 Wire format (both directions are ``multiprocessing`` connections carrying raw
-bytes, so the pool can read a task id before unpickling anything)::
+bytes, so either side reads ids and lengths before unpickling anything)::
 
-    pool -> worker   task:    <u64 task id> <pickle: (fn, args, kwargs)>
-                     stop:    <u64 0>                      (clean exit)
-    worker -> pool   hello:   <u64 0> <u8 HELLO> <pid as text>
-                     result:  <u64 task id> <u8 OK>    <pickle: value>
-                     error:   <u64 task id> <u8 ERROR> <pickle: (exception | None, traceback text)>
+    pool -> worker   a batch of frames, one per call, in the order to run them:
+                       <u64 task id> <u64 length> <pickle: (fn, args, kwargs)>
+                     stop: the single frame <u64 0> <u64 0>     (clean exit)
+    worker -> pool   one message per call, sent as soon as it finishes:
+                       <u64 task id> <u8 OK>    <f64 seconds> <pickle: value>
+                       <u64 task id> <u8 ERROR> <f64 seconds> <pickle: (error or None, text)>
+                     and once at start: <u64 0> <u8 HELLO> <f64 0> <pid as text>
 
-Arrays inside the pickles are :class:`~chunkgraph.execute._shm.ShmRef` s;
-inputs arrive as read-only views (a worker must not change data another task
-may read), outputs are copied once into new segments, or referenced by name
-when a worker returns (a view of) one of its inputs.
+``seconds`` is how long ``fn`` ran; the pool uses it to decide how many calls
+to queue per worker. Arrays inside the pickles are
+:class:`~chunkgraph.execute._shm.ShmRef` s; inputs arrive as read-only views (a
+worker must not change data another task may read), outputs are copied once
+into new segments, or referenced by name when a worker returns (a view of) one
+of its inputs.
 
 A reader thread drains the task connection into a local queue, so the pool
 can always send even while this worker blocks writing a large result; when
@@ -32,16 +36,23 @@ import queue
 import signal
 import struct
 import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn, cast
 
 from chunkgraph.execute._shm import SegmentTable, iter_refs, unlink_name, unlink_prefix
 
-HEADER = struct.Struct("<Q")
-STATUS = struct.Struct("<QB")
+FRAME = struct.Struct("<QQ")
+STATUS = struct.Struct("<QBd")
 HELLO, OK, ERROR = 0, 1, 2
 STOP_TASK_ID = 0
+STOP = FRAME.pack(STOP_TASK_ID, 0)
+
+
+def frame(task_id: int, payload: bytes) -> bytes:
+    """One call's frame of a batch."""
+    return FRAME.pack(task_id, len(payload)) + payload
 
 
 def _orphaned(prefix: str) -> NoReturn:
@@ -51,15 +62,22 @@ def _orphaned(prefix: str) -> NoReturn:
     os._exit(0)
 
 
-def _read_tasks(conn: Connection, inbox: queue.SimpleQueue[bytes], prefix: str) -> None:
+def _read_tasks(
+    conn: Connection, inbox: queue.SimpleQueue[tuple[int, memoryview]], prefix: str
+) -> None:
     while True:
         try:
-            message = conn.recv_bytes()
+            batch = memoryview(conn.recv_bytes())
         except (EOFError, OSError):
             _orphaned(prefix)  # a clean stop arrives as a message before EOF
-        inbox.put(message)
-        if HEADER.unpack_from(message)[0] == STOP_TASK_ID:
-            return
+        at = 0
+        while at < len(batch):
+            task_id, length = FRAME.unpack_from(batch, at)
+            at += FRAME.size
+            inbox.put((task_id, batch[at : at + length]))
+            at += length
+            if task_id == STOP_TASK_ID:
+                return
 
 
 def _error_payload(error: BaseException) -> bytes:
@@ -74,6 +92,7 @@ def _error_payload(error: BaseException) -> bytes:
 
 
 def _run_one(table: SegmentTable, task_id: int, body: memoryview) -> bytes:
+    start = time.perf_counter()
     try:
         fn, encoded_args, encoded_kwargs = pickle.loads(body)
         args = cast(tuple[Any, ...], table.decode(encoded_args, writeable=False))
@@ -81,35 +100,37 @@ def _run_one(table: SegmentTable, task_id: int, body: memoryview) -> bytes:
         value = fn(*args, **kwargs)
         del fn, args, kwargs, encoded_args, encoded_kwargs
     except BaseException as error:
-        return STATUS.pack(task_id, ERROR) + _error_payload(error)
+        seconds = time.perf_counter() - start
+        return STATUS.pack(task_id, ERROR, seconds) + _error_payload(error)
+    seconds = time.perf_counter() - start
     keep: list[object] = []
     encoded: object = None
     try:
         encoded = table.encode(value, keep)
-        return STATUS.pack(task_id, OK) + pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
+        return STATUS.pack(task_id, OK, seconds) + payload
     except BaseException as error:
         # Segments made for this result will never be handed over: remove them now.
         mine = f"{table.prefix}{os.getpid()}_"
         for ref in iter_refs(encoded):
             if ref.name.startswith(mine):
                 unlink_name(ref.name)
-        return STATUS.pack(task_id, ERROR) + _error_payload(error)
+        return STATUS.pack(task_id, ERROR, seconds) + _error_payload(error)
 
 
 def main(tasks: Connection, results: Connection, prefix: str, min_bytes: int) -> None:
     """Serve tasks until a stop message (return) or the pool's death (sweep, exit)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     table = SegmentTable(prefix, owner=False, min_bytes=min_bytes)
-    inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[tuple[int, memoryview]] = queue.SimpleQueue()
     threading.Thread(target=_read_tasks, args=(tasks, inbox, prefix), daemon=True).start()
-    results.send_bytes(STATUS.pack(0, HELLO) + str(os.getpid()).encode())
+    results.send_bytes(STATUS.pack(0, HELLO, 0.0) + str(os.getpid()).encode())
     while True:
-        message = inbox.get()
-        (task_id,) = HEADER.unpack_from(message)
+        task_id, body = inbox.get()
         if task_id == STOP_TASK_ID:
             return
-        reply = _run_one(table, task_id, memoryview(message)[HEADER.size :])
-        del message
+        reply = _run_one(table, task_id, body)
+        del body
         try:
             results.send_bytes(reply)
         except OSError:
