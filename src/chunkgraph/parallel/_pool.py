@@ -179,6 +179,10 @@ class WorkStealingPool:
             # Daemon: an idle pool must not keep the interpreter alive at exit.
             thread.daemon = True
             thread.start()
+        # Measure hand-offs now, while the helpers are idle: measured later,
+        # from inside a running loop, busy helpers would inflate it.
+        self.dispatch_overhead()
+        self._reset_counters()
 
     # -- participation -------------------------------------------------------
     def _register(self, me: _Participant) -> None:
@@ -328,12 +332,20 @@ class WorkStealingPool:
                 total = _add(total, p.stats.snapshot())
         return total
 
+    def _reset_counters(self) -> None:
+        # Only between loops: every job has finished, so no thread is counting.
+        with self._lock:
+            self._retired = PoolStats()
+            for p in self._participants:
+                p.stats = _Counters()
+
     def dispatch_overhead(self) -> float:
         """Seconds it costs to hand one piece to another thread and learn it is done.
 
-        Measured once per pool: the median over ``_HANDOFF_PROBES`` no-op jobs
-        of push, wake-up, steal, run and the owner's wake-up. A loaded machine
-        measures longer hand-offs and so chooses longer pieces. 0 with one worker.
+        Measured once, when the pool starts: the median over ``_HANDOFF_PROBES``
+        no-op jobs of push, wake-up, steal, run and the owner's wake-up. A
+        loaded machine measures longer hand-offs and so chooses longer pieces.
+        0 with one worker.
         """
         if self._overhead_s is None:
             if self.workers == 1:
