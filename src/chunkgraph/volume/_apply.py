@@ -239,6 +239,7 @@ class _Flow:
             layers=self.layers,
             layer_vols=tuple(layer_vols),
             marker_root=str(flow_dir),
+            sweep_axis=_sweep_axis(spec.top_grid),
         )
 
     def run(self, executor: ExecutorKind, progress: bool, t0: float) -> ApplyReport:
@@ -359,6 +360,16 @@ def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> Reductio
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box)
     MarkerStore(Path(job.marker_root)).mark_done(REDUCE, key)
     return stats
+
+
+def _sweep_axis(grid: tuple[int, ...]) -> int:
+    """The fastest-varying axis of the top grid along which tasks follow each other.
+
+    >>> _sweep_axis((4, 8, 1)), _sweep_axis((1, 1, 1))
+    (1, 2)
+    """
+    moving = [a for a, n in enumerate(grid) if n > 1]
+    return moving[-1] if moving else len(grid) - 1
 
 
 def _top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
