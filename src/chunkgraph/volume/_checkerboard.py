@@ -50,7 +50,11 @@ if TYPE_CHECKING:
 
 
 def nearest_divisor(n: int, target: int) -> int:
-    """The divisor of ``n`` closest to ``target`` (the larger one on a tie).
+    """The divisor of ``n`` closest to ``target`` among those >= ``target / 2``.
+
+    Smaller storage chunks would multiply the number of files (a prime chunk
+    size would give chunks of 1 voxel); ``n`` itself always qualifies. Ties go
+    to the larger divisor.
 
     >>> nearest_divisor(128, 64), nearest_divisor(45, 16), nearest_divisor(7, 3)
     (64, 15, 7)
@@ -60,6 +64,8 @@ def nearest_divisor(n: int, target: int) -> int:
         if n % d:
             continue
         for cand in (d, n // d):
+            if 2 * cand < target:
+                continue
             if abs(cand - target) < abs(best - target) or (
                 abs(cand - target) == abs(best - target) and cand > best
             ):
