@@ -257,11 +257,15 @@ class Volume:
         return data
 
     def _check_aligned(self, box: Box, inner: Box) -> None:
-        local = inner.translated([-o for o in self.offset])
         ok = all(
-            a % c == 0 and (b % c == 0 or b == s)
-            for a, b, c, s in zip(
-                local.start, local.stop, self.spatial_chunks, self._spatial_shape, strict=True
+            (a - o) % c == 0 and ((b - o) % c == 0 or b == e)
+            for a, b, o, c, e in zip(
+                inner.start,
+                inner.stop,
+                self.offset,
+                self.spatial_chunks,
+                self.bounds.stop,
+                strict=True,
             )
         )
         if ok:
