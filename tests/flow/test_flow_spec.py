@@ -16,13 +16,8 @@ from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
-from chunkgraph.volume._flow_spec import (
-    FlowSpec,
-    LevelSpec,
-    auto_divisible_chunks,
-    normalize_inputs,
-    validate_flow,
-)
+from chunkgraph.volume._divisibility import auto_divisible_chunks
+from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
 
 Make = Callable[..., Volume]
 

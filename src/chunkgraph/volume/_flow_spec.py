@@ -19,14 +19,42 @@ chunks (the divisibility rule). The bottom level calls ``fn``. A top-level
 task therefore reads its chunk padded by ``context_pad``, the sum of every
 level's crop and blend pads.
 
-Per-level arguments are broadcast by ``_flow_args`` (the rules are stated there).
+Checks, in order (each a ``ConfigError`` naming its culprit)::
+
+    fn callable; flags are bools; inputs a Volume or a dict of identifier -> Volume
+    dst a writable Volume that is not also an input; one spatial dimensionality
+    fn's signature accepts the inputs (positionally for one Volume, else by keyword)
+    per-level arguments (``_flow_args``: a tuple is per axis, a list per level)
+    auto_divisibility; 2 * blend <= chunk; ``defer`` only at the top, with a pad
+    divisibility of every level; bbox inside dst (expanded when asked); top | bbox
+    dtypes; reduction chunk a multiple of dst chunks; skip_intermediates allowed
+
+Dtypes. Kinds may differ between inputs and dst (a float map thresholded
+into labels); float results are rounded when cast into integers. Between
+integer kinds dst must hold every input value (int32 -> int16 is refused).
+Accumulation is float64 for dst dtypes of <= 32 bits and float64; 64-bit
+integers accumulate in their own type, and are refused with weighted blending
+(float64 holds integers only up to 2**53).
+
+>>> from chunkgraph import volume
+>>> src = volume.create("spec-doc-src", (64, 64), (16, 16), "uint8", backend="memory")
+>>> dst = volume.create("spec-doc-dst", (64, 64), (16, 16), "uint8", backend="memory")
+>>> spec = validate_flow(
+...     lambda x: x, src, dst, chunk_sizes=[(32, 32), (8, 8)], crop_pads=[0, 2], blend_pads=[4, 0]
+... )
+>>> spec.top_grid, spec.context_pad, spec.levels[0].region_shape, spec.levels[1].region_shape
+((2, 2), (6, 6), (40, 40), (12, 12))
+>>> validate_flow(lambda x: x, src, dst, chunk_sizes=[(32, 32), (12, 12)])
+Traceback (most recent call last):
+  ...
+chunkgraph._errors.ConfigError: level 1's chunk (12, 12) does not divide ... 32 % 12 = 8. ...
+>>> volume.remove("spec-doc-src"); volume.remove("spec-doc-dst")
 """
 
 from __future__ import annotations
 
 import inspect
 import keyword
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -36,6 +64,13 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 from chunkgraph.volume._blend import WEIGHTED_MODES
+from chunkgraph.volume._divisibility import (
+    auto_divisible_chunks,
+    check_divisibility,
+    check_top_divides,
+    either,
+    expanded_bbox,
+)
 from chunkgraph.volume._flow_args import parse_chunk_sizes, per_axis, per_level
 
 if TYPE_CHECKING:
@@ -186,12 +221,12 @@ def validate_flow(
         for i in range(n_levels)
     )
     _check_levels(levels)
-    _check_divisibility(levels)
+    check_divisibility(chunks, crops, blends)
 
     region = _resolve_bbox(bbox, out, ndim)
     if auto_divisibility or expand_bbox:
-        region = _expanded_bbox(region, levels[0].chunk, out, auto_divisibility)
-    _check_top_divides(region, levels[0].chunk)
+        region = expanded_bbox(region, levels[0].chunk, out.bounds, auto_divisibility)
+    check_top_divides(region, levels[0].chunk)
 
     accumulate = _accumulate_dtype(named, out, levels)
     dst_chunks = tuple(out.chunks[-ndim:])
@@ -209,41 +244,6 @@ def validate_flow(
         spatial_ndim=ndim,
         positional_input=positional,
     )
-
-
-def auto_divisible_chunks(
-    chunks: Sequence[tuple[int, ...]],
-    crops: Sequence[tuple[int, ...]],
-    blends: Sequence[tuple[int, ...]],
-) -> list[tuple[int, ...]]:
-    """Shrink upper chunks so each level's padded chunk is a multiple of the level below.
-
-    The bottom size is kept; going up, ``C[i-1] = floor((C[i-1] + 2c + 2b) / C[i]) * C[i]
-    - 2c - 2b`` with ``c, b`` the pads of level ``i - 1``: the given sizes are upper bounds.
-
-    >>> auto_divisible_chunks([(1000,), (64,)], [(8,), (4,)], [(0,), (0,)])
-    [(944,), (64,)]
-    >>> auto_divisible_chunks([(300,), (100,)], [(10,), (0,)], [(0,), (0,)])
-    [(280,), (100,)]
-    """
-    out = [tuple(c) for c in chunks]
-    for i in range(len(out) - 1, 0, -1):
-        pad = tuple(2 * c + 2 * b for c, b in zip(crops[i - 1], blends[i - 1], strict=True))
-        new = tuple(
-            (p + up) // lo * lo - p for up, lo, p in zip(out[i - 1], out[i], pad, strict=True)
-        )
-        for axis, size in enumerate(new):
-            if size <= 0:
-                least = (pad[axis] // out[i][axis] + 1) * out[i][axis] - pad[axis]
-                raise ConfigError(
-                    f"auto_divisibility cannot fit level {i}'s chunk {out[i]} into level "
-                    f"{i - 1}: on axis {axis}, chunk {out[i - 1][axis]} + 2*crop + 2*blend "
-                    f"= {out[i - 1][axis] + pad[axis]} is less than one level-{i} chunk plus "
-                    f"the pads; make chunk_sizes[{i - 1}] at least {least} on axis {axis} or "
-                    f"chunk_sizes[{i}] smaller"
-                )
-        out[i - 1] = new
-    return out
 
 
 # --- inputs, dst, dimensions ---------------------------------------------------------
@@ -312,7 +312,7 @@ def _check_signature(fn: Callable[..., Any], named: Mapping[str, Volume], positi
         ) from None
 
 
-# --- modes and level geometry ---------------------------------------------------------
+# --- modes and level checks ---------------------------------------------------------
 
 
 def _parse_modes(blend_modes: object, n_levels: int) -> list[BlendMode]:
@@ -359,41 +359,6 @@ def _check_levels(levels: Sequence[LevelSpec]) -> None:
             )
 
 
-def _check_divisibility(levels: Sequence[LevelSpec]) -> None:
-    for i in range(1, len(levels)):
-        parent, child = levels[i - 1], levels[i]
-        for axis, (size, region) in enumerate(zip(child.chunk, parent.region_shape, strict=True)):
-            if region % size:
-                pad = region - parent.chunk[axis]
-                below, above = _nearest_divisors(region, size)
-                lower = region // size * size - pad
-                parents = [p for p in (lower, lower + size) if p > 0]
-                raise ConfigError(
-                    f"level {i}'s chunk {child.chunk} does not divide level {i - 1}'s padded "
-                    f"chunk {parent.region_shape} (chunk {parent.chunk} + 2*crop {parent.crop} "
-                    f"+ 2*blend {parent.blend}): on axis {axis}, {region} % {size} = "
-                    f"{region % size}. Nearest valid level-{i} sizes on axis {axis}: "
-                    f"{_either(below, above)}; or keep {size} and make level {i - 1}'s chunk "
-                    f"{_either(*parents)} on axis {axis}; or pass auto_divisibility=True"
-                )
-
-
-def _nearest_divisors(n: int, near: int) -> tuple[int | None, int | None]:
-    """The divisors of ``n`` closest to ``near`` from below and from above."""
-    divisors: set[int] = set()
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            divisors.update((d, n // d))
-    below = max((d for d in divisors if d < near), default=None)
-    above = min((d for d in divisors if d > near), default=None)
-    return below, above
-
-
-def _either(*options: int | None) -> str:
-    shown = [str(o) for o in options if o is not None]
-    return " or ".join(shown) if shown else "none"
-
-
 # --- bbox -------------------------------------------------------------------------------
 
 
@@ -419,37 +384,6 @@ def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
             f"{bbox.intersection(bounds)}"
         )
     return bbox
-
-
-def _expanded_bbox(bbox: Box, top: tuple[int, ...], dst: Volume, auto: bool) -> Box:
-    stop = tuple(s + -(-n // c) * c for s, n, c in zip(bbox.start, bbox.shape, top, strict=True))
-    grown = Box(bbox.start, stop)
-    bounds: Box = dst.bounds
-    if not bounds.contains(grown):
-        axis = next(a for a in range(bbox.ndim) if stop[a] > bounds.stop[a])
-        room = (bounds.stop[axis] - bbox.start[axis]) // top[axis] * top[axis]
-        shrink = f", a bbox stopping at {bbox.start[axis] + room}" if room else ""
-        origin = " (sizes from auto_divisibility)" if auto else ""
-        raise ConfigError(
-            f"expanding bbox {bbox} to whole top chunks {top}{origin} gives {grown}, which "
-            f"leaves dst bounds {bounds} on axis {axis} ({stop[axis]} > {bounds.stop[axis]}); "
-            f"use a top chunk dividing {bbox.shape[axis]} on that axis{shrink}, or a bbox "
-            "starting lower"
-        )
-    return grown
-
-
-def _check_top_divides(bbox: Box, top: tuple[int, ...]) -> None:
-    for axis, (size, chunk) in enumerate(zip(bbox.shape, top, strict=True)):
-        if size % chunk:
-            below, above = _nearest_divisors(size, chunk)
-            raise ConfigError(
-                f"the top chunk {top} does not divide bbox {bbox} (shape {bbox.shape}): on axis "
-                f"{axis}, {size} % {chunk} = {size % chunk}. Use a top chunk of "
-                f"{_either(below, above)} on axis {axis}, a bbox of size "
-                f"{_either(size // chunk * chunk or None, -(-size // chunk) * chunk)}, or pass "
-                "expand_bbox=True (or auto_divisibility=True)"
-            )
 
 
 # --- dtypes, reductions, direct writes ---------------------------------------------------
@@ -499,7 +433,7 @@ def _reduction_chunk(
             raise ConfigError(
                 f"max_reduction_chunk_size = {sizes} is not a positive multiple of the dst "
                 f"chunks {dst_chunks} on axis {axis} ({size}); use "
-                f"{_either(size // d * d or None, -(-max(size, 1) // d) * d)} on that axis"
+                f"{either(size // d * d or None, -(-max(size, 1) // d) * d)} on that axis"
             )
     return sizes
 
