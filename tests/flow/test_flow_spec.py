@@ -565,3 +565,13 @@ def test_invalid_flow_writes_nothing(mem: Make) -> None:
     with pytest.raises(ConfigError):
         flow(mem, dst=dst, blend_pads=40)
     assert dst.stats.bytes_written == 0 and dst.stats.bytes_read == 0
+
+
+@pytest.mark.parametrize(("top", "crop", "least"), [(8, 4, 16), (2, 4, 4), (1, 0, 6)])
+def test_auto_divisibility_error_names_a_top_chunk_that_fits(
+    top: int, crop: int, least: int
+) -> None:
+    with pytest.raises(ConfigError, match=rf"chunk_sizes\[0\] at least {least} on axis 0"):
+        auto_divisible_chunks([(top,), (6,)], [(crop,), (0,)], [(0,), (0,)])
+    fitted = auto_divisible_chunks([(least,), (6,)], [(crop,), (0,)], [(0,), (0,)])
+    assert fitted[0] == (least,)

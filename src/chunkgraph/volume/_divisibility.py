@@ -44,14 +44,18 @@ def auto_divisible_chunks(
         for axis, size in enumerate(new):
             if size <= 0:
                 least = (pad[axis] // out[i][axis] + 1) * out[i][axis] - pad[axis]
-                fits = size + pad[axis]
+                region, lo = out[i - 1][axis] + pad[axis], out[i][axis]
+                why = (
+                    f"is smaller than one level-{i} chunk ({lo})"
+                    if region < lo
+                    else f"holds {region // lo} level-{i} chunk(s), no more than the pads "
+                    f"2*crop + 2*blend = {pad[axis]}"
+                )
                 raise ConfigError(
                     f"auto_divisibility cannot fit level {i}'s chunk {out[i]} into level "
-                    f"{i - 1}: on axis {axis}, chunk {out[i - 1][axis]} + 2*crop + 2*blend "
-                    f"= {out[i - 1][axis] + pad[axis]} holds {fits // out[i][axis]} level-{i} "
-                    f"chunks ({fits} voxels), leaving no room for the pads ({pad[axis]}); make "
-                    f"chunk_sizes[{i - 1}] at least {least} on axis {axis} or chunk_sizes[{i}] "
-                    "smaller"
+                    f"{i - 1}: on axis {axis}, chunk {out[i - 1][axis]} + 2*crop + 2*blend = "
+                    f"{region} {why}; make chunk_sizes[{i - 1}] at least {least} on axis "
+                    f"{axis} or chunk_sizes[{i}] smaller"
                 )
         out[i - 1] = new
     return out
