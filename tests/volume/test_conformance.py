@@ -145,6 +145,16 @@ class TestBackendConformance:
         v.read(Box((-5, -5), (0, 0)))  # outside: nothing fetched
         assert v.stats.chunks_read == 9
 
+    def test_stats_difference_isolates_one_read(
+        self, backend: str, make_volume: MakeVolume
+    ) -> None:
+        v = make_volume(backend, (8, 8), (4, 4), "uint8")
+        v.read(v.bounds)
+        before = v.stats
+        v.read(Box((0, 0), (2, 2)))
+        delta = v.stats - before
+        assert (delta.chunks_read, delta.bytes_read, delta.bytes_written) == (1, 16, 0)
+
     def test_write_stats(self, backend: str, make_volume: MakeVolume) -> None:
         v = make_volume(backend, (8, 8), (4, 4), "uint8")
         v.write(Box((0, 0), (4, 8)), np.ones((4, 8), "uint8"))

@@ -31,6 +31,8 @@ class IOStats:
     >>> s = IOStats(bytes_read=4096, chunks_read=1)
     >>> s.read_amplification(1024)
     4.0
+    >>> (IOStats(bytes_read=5000, chunks_read=2) - s).bytes_read   # I/O between two snapshots
+    904
     """
 
     bytes_read: int = 0  # decoded bytes of whole storage chunks fetched from the backend
@@ -40,6 +42,12 @@ class IOStats:
     cache_misses: int = 0
     bytes_written: int = 0  # bytes handed to the backend (the region written, after cropping)
     chunks_written: int = 0  # storage chunks touched by writes
+
+    def __sub__(self, earlier: IOStats) -> IOStats:
+        """The I/O done between snapshot ``earlier`` and this one."""
+        return IOStats(
+            *(getattr(self, f) - getattr(earlier, f) for f in IOStats.__dataclass_fields__)
+        )
 
     def read_amplification(self, bytes_needed: int) -> float:
         """``bytes_read / bytes_needed``: how many bytes storage delivered per byte used."""
