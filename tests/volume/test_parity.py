@@ -234,3 +234,6 @@ def test_create_validates_its_arguments(tmp_path: Path) -> None:
         volume.open(p, "w")
     with pytest.raises(FileNotFoundError, match="no volume"):
         volume.open(p)
+    volume.create(p, (4,), (2,), "uint8")
+    with pytest.raises(ConfigError, match="cache_bytes"):
+        volume.open(p, cache_bytes=-1)

@@ -86,7 +86,7 @@ def create(
                 f"a volume already exists at {name!r}; pass exist_ok=True to reuse it, "
                 f"or volume.remove({name!r}) first"
             )
-        opened = open_volume(name, "r+", cache_bytes, backend)
+        opened = open_volume(name, "r+", cache_bytes=cache_bytes, backend=backend)
         _check_same(opened, meta)
         return opened
     storage: Storage
@@ -144,6 +144,7 @@ def _check_same(volume: Volume, meta: VolumeMeta) -> None:
 def open_volume(
     path: str | os.PathLike[str],
     mode: str = "r",
+    *,
     cache_bytes: int = 0,
     backend: str | None = None,
 ) -> Volume:
@@ -161,6 +162,11 @@ def open_volume(
     chosen = backend or _creator_backend(name)
     storage = open_tensorstore(name, mode) if chosen == "tensorstore" else open_zarr(name, mode)
     return Volume(storage, mode, cache_bytes)
+
+
+def reopen(path: str, mode: str, cache_bytes: int, backend: str) -> Volume:
+    """Unpickling hook of ``Volume``: open the same volume again, where it is unpickled."""
+    return open_volume(path, mode, cache_bytes=cache_bytes, backend=backend)
 
 
 def _creator_backend(path: str) -> str:

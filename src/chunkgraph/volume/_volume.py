@@ -61,6 +61,10 @@ class Volume:
     def __init__(self, storage: Storage, mode: str, cache_bytes: int = 0) -> None:
         if mode not in ("r", "r+"):
             raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
+        if cache_bytes < 0:
+            raise ConfigError(
+                f"cache_bytes must be >= 0 (0 turns the cache off), got {cache_bytes}"
+            )
         meta = storage.meta
         self._storage = storage
         self._meta = meta
@@ -140,9 +144,9 @@ class Volume:
                 f"memory volume {self.path!r} exists only in this process and cannot be pickled; "
                 f"create it with backend='zarr' to use it from other processes"
             )
-        from chunkgraph.volume._registry import open_volume
+        from chunkgraph.volume._registry import reopen
 
-        return (open_volume, (self.path, self.mode, self.cache_bytes, self.backend))
+        return (reopen, (self.path, self.mode, self.cache_bytes, self.backend))
 
     # -- reading -----------------------------------------------------------------------------
 
