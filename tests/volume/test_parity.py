@@ -237,3 +237,21 @@ def test_create_validates_its_arguments(tmp_path: Path) -> None:
     volume.create(p, (4,), (2,), "uint8")
     with pytest.raises(ConfigError, match="cache_bytes"):
         volume.open(p, cache_bytes=-1)
+
+
+@pytest.mark.parametrize("backend", ["zarr", "tensorstore"])
+def test_a_pickled_volume_writes_from_a_spawned_process(tmp_path: Path, backend: str) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    v = volume.create(str(tmp_path / "spawned"), (8, 8), (4, 4), "int32", backend=backend)  # type: ignore[arg-type]
+    boxes = v.bounds.split(4)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # A bound method pickles its Volume, which the worker reopens by path.
+        futures = [
+            pool.submit(v.write, b, np.full(b.shape, i, "int32")) for i, b in enumerate(boxes)
+        ]
+        for f in futures:
+            f.result()
+    expected = np.repeat(np.repeat(np.arange(4).reshape(2, 2), 4, axis=0), 4, axis=1)
+    np.testing.assert_array_equal(v.read(v.bounds), expected)
