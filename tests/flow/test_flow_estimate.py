@@ -184,6 +184,10 @@ def test_arithmetic_matches_brute_force(
 # --- the real run's own counters agree with the estimate ----------------------------------
 
 
+def _sum_inputs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.int32) + b
+
+
 def _two_channel(x: np.ndarray) -> np.ndarray:
     return np.stack([x[0], x[0] + x[1]])
 
@@ -231,6 +235,33 @@ CASES: list[tuple[str, Callable[[Make], tuple[Any, Volume, dict[str, Any]]], Any
             },
         ),
         ident,
+    ),
+    (
+        "defer leaves the layers",
+        lambda m: (
+            m((32, 40), (8, 8)),
+            m((32, 40), (8, 8), dtype="float32"),
+            {
+                "chunk_sizes": [(16, 20), (5, 13)],
+                "blend_pads": [(2, 3), 1],
+                "blend_modes": ["defer", "linear"],
+                "crop_pads": [0, 1],
+            },
+        ),
+        ident,
+    ),
+    (
+        "two inputs by keyword",
+        lambda m: (
+            {"a": m((30, 30), (8, 8), offset=(3, 0)), "b": m((36, 30), (6, 10), dtype="int16")},
+            m((36, 30), (9, 10), dtype="int32"),
+            {
+                "chunk_sizes": [(12, 15), (10, 7)],
+                "crop_pads": [1, (2, 0)],
+                "blend_pads": [(3, 2), 0],
+            },
+        ),
+        _sum_inputs,
     ),
     (
         "direct writes",
