@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from chunkgraph._errors import ConfigError, WorkerDiedError
-from chunkgraph.execute._process_pool import PoolState, ProcessPool
+from chunkgraph.execute._process_pool import (
+    MAX_DEPTH,
+    MIN_DEPTH,
+    QUEUE_SECONDS,
+    PoolState,
+    ProcessPool,
+    queue_depth,
+)
 from chunkgraph.execute._shm import SHM_MIN_BYTES, list_prefix
 from chunkgraph.execute._worker import RemoteError, RemoteTraceback
 
@@ -172,6 +180,22 @@ def test_bad_worker_count_is_a_config_error(workers: Any) -> None:
         ProcessPool(workers=workers)
 
 
+@pytest.mark.parametrize("shm_min_bytes", [-1, 2.5])
+def test_bad_shm_threshold_is_a_config_error(shm_min_bytes: Any) -> None:
+    with pytest.raises(ConfigError, match="shm_min_bytes"):
+        ProcessPool(workers=1, shm_min_bytes=shm_min_bytes)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.one_of(st.none(), st.floats(0, 1e3, allow_nan=False)))
+def test_queue_depth_is_bounded_and_shrinks_with_longer_calls(seconds: float | None) -> None:
+    depth = queue_depth(seconds)
+    assert MIN_DEPTH <= depth <= MAX_DEPTH
+    if seconds is not None:
+        assert queue_depth(seconds * 2 + 1e-9) <= depth
+        assert depth == MIN_DEPTH or depth * seconds <= QUEUE_SECONDS
+
+
 def test_fork_start_method_is_refused() -> None:
     with pytest.raises(ConfigError, match="fork"):
         ProcessPool(workers=1, start_method="fork")
@@ -179,7 +203,7 @@ def test_fork_start_method_is_refused() -> None:
 
 # -- results and shared memory ----------------------------------------------------
 
-_dtypes = st.sampled_from(["<f8", "<f4", "<i8", "<i2", "|u1", "|b1", "<c16", "<u4"])
+_dtypes = st.sampled_from(["<f8", "<f4", "<i8", "<i2", "|u1", "|b1", "<c16", "<u4", ">i4"])
 _arrays = hnp.arrays(
     dtype=_dtypes,
     shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
@@ -219,6 +243,39 @@ def test_large_results_are_shared_memory_views(pool: ProcessPool) -> None:
     assert pool._table.segment_of(result) is not None
     np.testing.assert_array_equal(result, data * 3)
     assert result.flags.writeable
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(BIG * 8, dtype=">i4").reshape(4, -1)[:, ::2],
+        lambda: np.asfortranarray(np.arange(BIG * 7, dtype=np.float64).reshape(-1, 7)),
+        lambda: np.zeros(BIG, dtype=[("id", "<i4"), ("pos", "<f8", (3,))]),
+        lambda: np.arange(BIG, dtype=np.int64).astype("datetime64[ns]")[::-1],
+    ],
+    ids=["strided_bigendian", "fortran", "structured", "datetime_reversed"],
+)
+def test_unusual_layouts_and_dtypes_survive(pool: ProcessPool, make: Callable[[], Any]) -> None:
+    array = make()
+    assert array.nbytes >= SHM_MIN_BYTES
+    seen = pool.submit(describe, (array,), {}).result()
+    assert seen[:3] == describe(array)[:3] and seen[3] is True
+    back = pool.submit(np.copy, (array,), {}).result()
+    assert back.dtype == array.dtype
+    np.testing.assert_array_equal(back, array)
+    assert isinstance(back.base, mmap.mmap)
+
+
+def test_returned_input_reuses_the_input_segment(pool: ProcessPool) -> None:
+    """Ownership of an argument's segment moves to the result that is a view of it."""
+    before = pool._table.linked
+    data = np.arange(BIG, dtype=np.float64)
+    echoed = pool.submit(identity, (data,), {}).result()
+    assert len(pool._table.linked - before) == 1  # the argument's segment, no copy of it
+    assert isinstance(echoed.base, mmap.mmap) and not np.shares_memory(echoed, data)
+    np.testing.assert_array_equal(echoed, data)
+    del echoed
+    assert pool._table.linked == before
 
 
 def test_small_results_are_pickled(pool: ProcessPool) -> None:
@@ -366,6 +423,60 @@ def test_workers_that_cannot_start_break_the_pool(monkeypatch: pytest.MonkeyPatc
         pool.submit(operator.add, (1, 2), {})
     pool.shutdown()
     assert _children() <= before
+
+
+def test_a_threshold_of_zero_shares_every_array() -> None:
+    with ProcessPool(workers=1, shm_min_bytes=0) as eager:
+        seen = eager.submit(describe, (np.arange(3),), {}).result()
+        assert seen[3] is True
+        back = eager.submit(np.negative, (np.arange(3),), {}).result()
+        assert isinstance(back.base, mmap.mmap)
+        # An empty array has no bytes to map: it is pickled.
+        assert eager.submit(describe, (np.zeros(0),), {}).result()[3] is False
+
+
+_OUTCOMES = st.lists(st.sampled_from(["ok", "raise", "exit"]), min_size=1, max_size=16).filter(
+    lambda plan: plan.count("exit") <= 2
+)
+
+
+def run_planned(step: int, kind: str) -> int:
+    if kind == "raise":
+        raise ArithmeticError(f"step {step}")
+    if kind == "exit":
+        os._exit(9)
+    return step * step
+
+
+@settings(max_examples=6, deadline=None)
+@given(plan=_OUTCOMES)
+def test_each_call_gets_its_own_outcome(pool: ProcessPool, plan: list[str]) -> None:
+    """Values, errors and deaths land on exactly the call that caused them."""
+    futures = [pool.submit(run_planned, (i, kind), {}) for i, kind in enumerate(plan)]
+    for i, (kind, future) in enumerate(zip(plan, futures, strict=True)):
+        if kind == "ok":
+            assert future.result() == i * i
+        elif kind == "raise":
+            with pytest.raises(ArithmeticError, match=f"step {i}$"):
+                future.result()
+        else:
+            with pytest.raises(WorkerDiedError, match="code 9"):
+                future.result()
+
+
+def test_deep_queues_requeue_everything_but_the_crash() -> None:
+    with ProcessPool(workers=1) as single:
+        # Tiny calls first, so the worker is given a deep queue.
+        assert [f.result() for f in [single.submit(abs, (-i,), {}) for i in range(300)]] == list(
+            range(300)
+        )
+        assert single._depth() > MIN_DEPTH
+        futures = [single.submit(run_planned, (i, "ok"), {}) for i in range(40)]
+        futures[20:20] = [single.submit(run_planned, (0, "exit"), {})]
+        futures += [single.submit(run_planned, (i, "ok"), {}) for i in range(40, 80)]
+        outcomes = [f.exception() for f in futures]
+        assert sum(isinstance(e, WorkerDiedError) for e in outcomes) == 1
+        assert sum(e is None for e in outcomes) == 80
 
 
 def test_calls_queued_behind_a_crash_still_run() -> None:

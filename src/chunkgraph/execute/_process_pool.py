@@ -194,6 +194,11 @@ class ProcessPool:
             raise ConfigError(
                 f"workers must be a positive int or None (all cores), got {workers!r}"
             )
+        if not isinstance(shm_min_bytes, int) or shm_min_bytes < 0:
+            raise ConfigError(
+                f"shm_min_bytes must be an int >= 0 (arrays of at least this many bytes go "
+                f"through shared memory; default {SHM_MIN_BYTES}), got {shm_min_bytes!r}"
+            )
         methods = multiprocessing.get_all_start_methods()
         if start_method not in methods or start_method == "fork":
             raise ConfigError(
@@ -316,10 +321,7 @@ class ProcessPool:
         )
 
     def _depth(self) -> int:
-        if self._call_seconds is None:
-            return MIN_DEPTH
-        fits = int(QUEUE_SECONDS / max(self._call_seconds, 1e-9))
-        return min(MAX_DEPTH, max(MIN_DEPTH, fits))
+        return queue_depth(self._call_seconds)
 
     def _dispatch(self, depth: int) -> None:
         """Give pending calls to the emptiest workers, up to ``depth`` calls each, in one
@@ -533,6 +535,18 @@ class ProcessPool:
         self._wake_r.close()
         self._wake_w.close()
         _live_pools.discard(self)
+
+
+def queue_depth(call_seconds: float | None) -> int:
+    """How many calls one worker may hold, given how long calls have been running.
+
+    >>> queue_depth(None), queue_depth(1.0), queue_depth(0.0005), queue_depth(1e-6)
+    (2, 2, 4, 32)
+    """
+    if call_seconds is None:
+        return MIN_DEPTH
+    fits = int(QUEUE_SECONDS / max(call_seconds, 1e-9))
+    return min(MAX_DEPTH, max(MIN_DEPTH, fits))
 
 
 def _stop(workers: list[_Worker]) -> None:
