@@ -492,6 +492,21 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
         r"chunks \(16, 16, 16\) on axis 2 \(40\); use 32 or 48",
     ),
     (
+        "reduction chunk of zero",
+        _case(max_reduction_chunk_size=0),
+        r"max_reduction_chunk_size = \(0, 0, 0\) is not a positive multiple.*use 16",
+    ),
+    (
+        "blend mode not a str inside a list",
+        _case(chunk_sizes=[(32,) * 3, (8,) * 3], blend_modes=["linear", 3]),
+        r"blend_modes\[1\] = 3 is not a blend mode",
+    ),
+    (
+        "chunk size a str",
+        _case(chunk_sizes=[(32, 32, "32")]),
+        r"chunk_sizes\[0\]\[2\] must be an integer, got '32' \(str\)",
+    ),
+    (
         "reduction chunk of wrong length",
         _case(max_reduction_chunk_size=(32, 32)),
         r"max_reduction_chunk_size = \(32, 32\) has 2 entries; expected 3",
