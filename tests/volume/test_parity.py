@@ -255,3 +255,12 @@ def test_a_pickled_volume_writes_from_a_spawned_process(tmp_path: Path, backend:
             f.result()
     expected = np.repeat(np.repeat(np.arange(4).reshape(2, 2), 4, axis=0), 4, axis=1)
     np.testing.assert_array_equal(v.read(v.bounds), expected)
+
+
+def test_missing_tensorstore_package_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Simulates an install without the optional extra: the import of tensorstore fails.
+    monkeypatch.setitem(sys.modules, "tensorstore", None)
+    with pytest.raises(ConfigError, match=r"pip install 'chunkgraph\[tensorstore\]'"):
+        volume.create(str(tmp_path / "t"), (4,), (2,), "uint8", backend="tensorstore")

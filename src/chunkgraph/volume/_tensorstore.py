@@ -30,11 +30,20 @@ BACKEND = "tensorstore"
 _ZSTD = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
 
 
+def _tensorstore() -> Any:
+    try:
+        import tensorstore
+    except ImportError as err:
+        raise ConfigError(
+            "backend='tensorstore' needs the tensorstore package "
+            "(pip install 'chunkgraph[tensorstore]'); or use backend='zarr', same files"
+        ) from err
+    return tensorstore
+
+
 @functools.cache
 def _context() -> Any:
-    import tensorstore as ts
-
-    return ts.Context()
+    return _tensorstore().Context()
 
 
 def _kvstore(path: str) -> Any:
@@ -69,8 +78,7 @@ class TensorStoreStorage:
 def create_tensorstore(
     path: str, meta: VolumeMeta, compressor: object, overwrite: bool
 ) -> TensorStoreStorage:
-    import tensorstore as ts
-
+    ts = _tensorstore()
     if compressor not in ("default", None):
         raise ConfigError(
             f"compressor {compressor!r} is not supported; use 'default' (zstd) or None (raw bytes)"
@@ -101,8 +109,7 @@ def create_tensorstore(
 
 
 def open_tensorstore(path: str, mode: str) -> TensorStoreStorage:
-    import tensorstore as ts
-
+    ts = _tensorstore()
     spec = {"driver": "zarr3", "kvstore": _kvstore(path)}
     store = ts.open(spec, open=True, read=True, write=mode == "r+", context=_context()).result()
     stored = store.spec(retain_context=False).to_json()["metadata"]
