@@ -68,6 +68,7 @@ def test_hand_computed_figures(mem: Make) -> None:
     assert est.tasks_per_level == (8, 8 * 5**3)  # (32 + 2*4) / 8 = 5 per axis
     assert est.total_tasks == 1008
     assert est.bytes_to_read == 96**3 and est.input_bytes == (("src", 96**3),)
+    assert est.needed_bytes == 64**3 and est.read_amplification == (96 / 64) ** 3
     # Outputs over chunk +- 4 clipped to the bbox: 36 + 36 per axis, float64 layers.
     assert est.temporary_bytes == 72**3 * 8
     assert est.dst_bytes == 64**3 and est.reductions == 8
@@ -291,6 +292,7 @@ def test_estimate_matches_the_run(
     assert report.bytes_read == est.bytes_to_read
     assert report.temporary_bytes == est.temporary_bytes
     assert report.bytes_written == est.dst_bytes
+    assert report.read_amplification == est.read_amplification > 0
 
 
 def test_two_inputs_are_counted_each(mem: Make) -> None:

@@ -27,6 +27,7 @@ crop + blend pads, ``b`` top blend pad; all per axis):
 * reductions: the bbox snapped outward to dst chunks (clipped to dst bounds),
   tiled by the reduction chunk; none with ``skip_intermediates`` or ``defer``.
 * dst bytes: that snapped region (whole dst chunks, edge ones clipped).
+* read amplification: bytes to read over the input bytes inside the bbox.
 * top-task memory: every input over ``chunk.padded(P)`` plus one buffer per level
   over that level's ``region_shape`` in the accumulation dtype (depth first:
   one child per level alive at a time; each extra thread working below the
@@ -63,6 +64,12 @@ class FlowEstimate:
     input_bytes: tuple[tuple[str, int], ...] = ()  # bytes_to_read per input name
     temporary_bytes: int = 0  # written to checkerboard layers (read back once by reductions)
     dst_bytes: int = 0  # written to dst by reductions (or directly)
+    needed_bytes: int = 0  # input bytes inside the bbox: what reading each voxel once costs
+
+    @property
+    def read_amplification(self) -> float:
+        """``bytes_to_read / needed_bytes`` without a cache (1.0: every needed byte once)."""
+        return self.bytes_to_read / self.needed_bytes if self.needed_bytes else 0.0
 
     @property
     def total_tasks(self) -> int:
@@ -89,6 +96,7 @@ def estimate_flow(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> 
         input_bytes=per_input,
         temporary_bytes=temporary,
         dst_bytes=dst_bytes,
+        needed_bytes=sum(spec.bbox.size * _voxel_bytes(vol) for vol in inputs.values()),
     )
 
 
