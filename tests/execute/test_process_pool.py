@@ -124,6 +124,10 @@ def getpid() -> int:
     return os.getpid()
 
 
+def may_start_processes() -> bool:
+    return not multiprocessing.current_process().daemon
+
+
 def write_into(array: np.ndarray[Any, Any]) -> None:
     array[0] = 1
 
@@ -316,6 +320,10 @@ def test_argument_segments_are_freed_after_the_task(pool: ProcessPool) -> None:
     before = set(list_prefix(pool.segment_prefix))
     assert pool.submit(describe, (np.ones(BIG),), {}).result()[3] is True
     assert set(list_prefix(pool.segment_prefix)) <= before
+
+
+def test_tasks_may_start_processes_of_their_own(pool: ProcessPool) -> None:
+    assert pool.submit(may_start_processes, (), {}).result() is True
 
 
 def test_lambdas_and_closures_run(pool: ProcessPool) -> None:

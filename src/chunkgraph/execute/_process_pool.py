@@ -217,7 +217,7 @@ class ProcessPool:
         self._workers: list[_Worker] = []
         self._state = PoolState.RUNNING
         self._startup_failures = 0
-        self._broken_by: BaseException | None = None
+        self._broken_reason = f"{MAX_STARTUP_FAILURES} workers in a row died before starting"
         self._call_seconds: float | None = None  # moving average of how long calls run
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         try:
@@ -305,10 +305,7 @@ class ProcessPool:
 
     def _refusal(self) -> Exception:
         if self._state is PoolState.BROKEN:
-            if self._broken_by is not None:
-                reason = f"a replacement worker could not start ({self._broken_by!r})"
-            else:
-                reason = f"{MAX_STARTUP_FAILURES} workers in a row died before starting"
+            reason = self._broken_reason
             return WorkerDiedError(
                 f"process pool is broken: {reason}; check that chunkgraph and numpy "
                 "import in a fresh Python process (a script's main module is imported again "
@@ -363,7 +360,10 @@ class ProcessPool:
             target=_worker.main,
             args=(task_r, result_w, self.segment_prefix, self._table.min_bytes),
             name=f"chunkgraph-worker-{self.segment_prefix}",
-            daemon=True,
+            # Not daemonic, so a task may start processes of its own. Workers
+            # still never outlive the pool: shutdown and the exit hook end
+            # them, and an orphaned worker ends itself.
+            daemon=False,
         )
         process.start()
         # Close our copies of the worker's ends, so either side sees EOF when the other dies.
@@ -384,9 +384,18 @@ class ProcessPool:
         try:
             while self._serve_once():
                 pass
+        except BaseException as error:
+            # A fault in the pool itself: fail every call with it rather than hang.
+            self._break(f"its manager thread failed ({error!r})")
+            raise
         finally:
             self._selector.close()
             self._close()
+
+    def _break(self, reason: str) -> None:
+        with self._lock:
+            self._state = PoolState.BROKEN
+            self._broken_reason = reason
 
     def _watch(self, worker: _Worker) -> None:
         self._selector.register(worker.results, selectors.EVENT_READ, (worker, False))
@@ -494,9 +503,7 @@ class ProcessPool:
             fresh = self._start_worker()
         except Exception as error:
             # No way to start workers (fork server gone, out of processes): stop.
-            with self._lock:
-                self._state = PoolState.BROKEN
-                self._broken_by = error
+            self._break(f"a replacement worker could not start ({error!r})")
             return
         self._watch(fresh)
         with self._lock:
