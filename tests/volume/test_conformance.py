@@ -194,3 +194,10 @@ class TestBackendConformance:
 def test_volume_repr_names_backend(make_volume: MakeVolume) -> None:
     v: Volume = make_volume("memory", (2,), (2,))
     assert "backend='memory'" in repr(v) and "bounds=Box" in repr(v)
+
+
+def test_description_is_read_only(make_volume: MakeVolume) -> None:
+    v: Volume = make_volume("memory", (4, 4), (2, 2))
+    for name in ("bounds", "mode", "shape", "chunks", "offset", "channel_shape", "cache_bytes"):
+        with pytest.raises(AttributeError):
+            setattr(v, name, None)

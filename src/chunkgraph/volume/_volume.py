@@ -13,8 +13,9 @@ boxes in global coordinates::
 
 Reads. With the cache off (``cache_bytes=0``) the needed region is fetched in
 one backend call and returned as is (no copy when the box lies inside the
-bounds). With the cache on, the region is assembled chunk by chunk through
-the LRU, and only missing chunks touch the backend. Either way the stats
+bounds). With the cache on, the region is assembled chunk by chunk from the
+LRU; the missing chunks are fetched together in one backend call covering
+their bounding box. Either way the stats
 count the whole storage chunks involved (see ``_stats``).
 
 Writes. ``aligned_writes=True`` volumes accept only boxes that, once cropped
@@ -68,21 +69,47 @@ class Volume:
         meta = storage.meta
         self._storage = storage
         self._meta = meta
-        self.mode = mode
-        self.cache_bytes = cache_bytes
+        self._mode = mode
+        self._cache_bytes = cache_bytes
+        self._offset = meta.offset
         self._cache = ChunkCache(cache_bytes) if cache_bytes > 0 else None
         self._counters = _IOCounters()
         n_channel = meta.channel_ndim
-        self.channel_shape: tuple[int, ...] = meta.shape[:n_channel]
-        self.spatial_chunks: tuple[int, ...] = meta.chunks[n_channel:]
+        self._channel_shape: tuple[int, ...] = meta.shape[:n_channel]
+        self._spatial_chunks: tuple[int, ...] = meta.chunks[n_channel:]
         self._spatial_shape = meta.shape[n_channel:]
-        self.bounds = Box(
+        self._bounds = Box(
             meta.offset, tuple(o + s for o, s in zip(meta.offset, self._spatial_shape, strict=True))
         )
-        self._channel_index: Index = tuple(slice(None) for _ in self.channel_shape)
-        self._itemsize = meta.dtype.itemsize * math.prod(self.channel_shape)
+        self._channel_index: Index = tuple(slice(None) for _ in self._channel_shape)
+        self._itemsize = meta.dtype.itemsize * math.prod(self._channel_shape)
 
     # -- description -----------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """'r' (read-only) or 'r+' (read and write)."""
+        return self._mode
+
+    @property
+    def cache_bytes(self) -> int:
+        """Byte budget of this handle's chunk cache (0: off)."""
+        return self._cache_bytes
+
+    @property
+    def bounds(self) -> Box:
+        """The spatial box the volume covers in global coordinates."""
+        return self._bounds
+
+    @property
+    def channel_shape(self) -> tuple[int, ...]:
+        """Shape of the leading non-spatial axes (``()`` when there are none)."""
+        return self._channel_shape
+
+    @property
+    def spatial_chunks(self) -> tuple[int, ...]:
+        """Storage chunk shape over the spatial axes."""
+        return self._spatial_chunks
 
     @property
     def path(self) -> str:
@@ -118,7 +145,7 @@ class Volume:
 
     @property
     def offset(self) -> tuple[int, ...]:
-        return self._meta.offset
+        return self._offset
 
     @property
     def aligned_writes(self) -> bool:
@@ -133,9 +160,9 @@ class Volume:
 
     def __repr__(self) -> str:
         return (
-            f"Volume({self.path!r}, backend={self.backend!r}, mode={self.mode!r}, "
+            f"Volume({self.path!r}, backend={self.backend!r}, mode={self._mode!r}, "
             f"shape={self.shape}, chunks={self.chunks}, dtype={self.dtype.name}, "
-            f"bounds={self.bounds})"
+            f"bounds={self._bounds})"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -146,14 +173,14 @@ class Volume:
             )
         from chunkgraph.volume._registry import reopen
 
-        return (reopen, (self.path, self.mode, self.cache_bytes, self.backend))
+        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend))
 
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, box: Box) -> np.ndarray[Any, Any]:
         """The data in ``box`` (global coordinates), ``fill_value`` outside the bounds."""
         self._check_box(box, "read")
-        inner = box.intersection(self.bounds)
+        inner = box.intersection(self._bounds)
         if self._cache is None and inner == box and not box.is_empty:
             # Hot path: a box inside the bounds is one backend call, returned without a copy.
             self._count_read(inner)
@@ -222,14 +249,14 @@ class Volume:
 
     def write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
         """Store ``array`` (shape ``channel_shape + box.shape``) at ``box``, cropped to bounds."""
-        if self.mode != "r+":
+        if self._mode != "r+":
             raise ConfigError(
-                f"volume {self.path!r} is open read-only (mode={self.mode!r}); "
+                f"volume {self.path!r} is open read-only (mode={self._mode!r}); "
                 f"open it with mode='r+' to write"
             )
         self._check_box(box, "write")
         data = self._checked_array(box, array)
-        inner = box.intersection(self.bounds)
+        inner = box.intersection(self._bounds)
         if inner.is_empty:
             return
         if self.aligned_writes:
@@ -244,11 +271,11 @@ class Volume:
 
     def _checked_array(self, box: Box, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         data = np.asarray(array)
-        expected = self.channel_shape + box.shape
+        expected = self._channel_shape + box.shape
         if data.shape != expected:
             raise ConfigError(
                 f"array of shape {data.shape} does not fit box {box}: expected "
-                f"channel_shape {self.channel_shape} + box.shape {box.shape} = {expected}"
+                f"channel_shape {self._channel_shape} + box.shape {box.shape} = {expected}"
             )
         if data.dtype != self.dtype:
             if not np.can_cast(data.dtype, self.dtype, "safe"):
@@ -266,9 +293,9 @@ class Volume:
             for a, b, o, c, e in zip(
                 inner.start,
                 inner.stop,
-                self.offset,
-                self.spatial_chunks,
-                self.bounds.stop,
+                self._offset,
+                self._spatial_chunks,
+                self._bounds.stop,
                 strict=True,
             )
         )
@@ -278,7 +305,7 @@ class Volume:
         nearest = f"{grown} (grown)" + ("" if shrunk.is_empty else f" or {shrunk} (shrunk)")
         raise AlignmentError(
             f"write box {box} (cropped to bounds: {inner}) does not cover whole storage chunks of "
-            f"volume {self.path!r}: chunk grid {self.spatial_chunks} at offset {self.offset}. "
+            f"volume {self.path!r}: chunk grid {self._spatial_chunks} at offset {self._offset}. "
             f"Nearest aligned: {nearest}; or create the volume "
             f"with aligned_writes=False if each partial chunk has a single writer"
         )
@@ -297,18 +324,18 @@ class Volume:
         >>> volume.remove("doc-align")
         """
         self._check_box(box, "chunk_aligned")
-        inner = box.intersection(self.bounds)
-        snapped = inner.snapped(self.spatial_chunks, self.offset, direction)
+        inner = box.intersection(self._bounds)
+        snapped = inner.snapped(self._spatial_chunks, self._offset, direction)
         if direction == "inner":
             # The edge of the volume is a chunk boundary too: keep a stop that reaches it.
             stop = tuple(
                 e if b == e else s
-                for b, e, s in zip(inner.stop, self.bounds.stop, snapped.stop, strict=True)
+                for b, e, s in zip(inner.stop, self._bounds.stop, snapped.stop, strict=True)
             )
             snapped = Box(
                 snapped.start, tuple(max(a, b) for a, b in zip(snapped.start, stop, strict=True))
             )
-        return snapped.intersection(self.bounds)
+        return snapped.intersection(self._bounds)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -318,16 +345,16 @@ class Volume:
         if box.ndim != self.spatial_ndim:
             raise ConfigError(
                 f"{op} box {box} has {box.ndim} axes but the volume has {self.spatial_ndim} "
-                f"spatial axes (channel axes {self.channel_shape} are always taken whole)"
+                f"spatial axes (channel axes {self._channel_shape} are always taken whole)"
             )
 
     def _local_index(self, box: Box) -> Index:
         return self._channel_index + tuple(
-            map(slice, map(sub, box.start, self.offset), map(sub, box.stop, self.offset))
+            map(slice, map(sub, box.start, self._offset), map(sub, box.stop, self._offset))
         )
 
     def _empty(self, box: Box, filled: bool) -> np.ndarray[Any, Any]:
-        shape = self.channel_shape + box.shape
+        shape = self._channel_shape + box.shape
         if filled:
             return np.full(shape, self.fill_value, dtype=self.dtype)
         return np.empty(shape, dtype=self.dtype)
@@ -337,7 +364,7 @@ class Volume:
         return [
             range((a - o) // c, -((o - b) // c))
             for a, b, o, c in zip(
-                box.start, box.stop, self.offset, self.spatial_chunks, strict=True
+                box.start, box.stop, self._offset, self._spatial_chunks, strict=True
             )
         ]
 
@@ -346,11 +373,11 @@ class Volume:
         out = []
         for key in itertools.product(*self._grid_range(box)):
             start = tuple(
-                o + k * c for o, k, c in zip(self.offset, key, self.spatial_chunks, strict=True)
+                o + k * c for o, k, c in zip(self._offset, key, self._spatial_chunks, strict=True)
             )
             stop = tuple(
                 min(a + c, e)
-                for a, c, e in zip(start, self.spatial_chunks, self.bounds.stop, strict=True)
+                for a, c, e in zip(start, self._spatial_chunks, self._bounds.stop, strict=True)
             )
             out.append((key, Box._trusted(start, stop)))
         return out
@@ -359,7 +386,12 @@ class Volume:
         """Count the whole (edge-clipped) storage chunks behind ``inner`` without listing them."""
         n_chunks = n_voxels = 1
         for a, b, o, c, e in zip(
-            inner.start, inner.stop, self.offset, self.spatial_chunks, self.bounds.stop, strict=True
+            inner.start,
+            inner.stop,
+            self._offset,
+            self._spatial_chunks,
+            self._bounds.stop,
+            strict=True,
         ):
             lo, hi = (a - o) // c, -((o - b) // c)  # first and one-past-last chunk index
             n_chunks *= hi - lo
