@@ -170,8 +170,11 @@ def test_dtype_rules(mem: Make) -> None:
     assert flow(mem, inputs=mem(dtype="uint32"), dst=big).accumulate_dtype == np.uint64
     labels = flow(mem, dst=mem(dtype="int64"), blend_pads=4, blend_modes="max")
     assert labels.accumulate_dtype == np.int64
-    # Kinds may differ on purpose (a float map thresholded into labels).
+    # Kinds may differ on purpose (a float map thresholded into labels, an image
+    # into a bool mask).
     assert flow(mem, inputs=mem(dtype="float32"), dst=mem(dtype="uint8")).dst_dtype == np.uint8
+    assert flow(mem, inputs=mem(dtype="uint16"), dst=mem(dtype="bool")).dst_dtype == np.bool_
+    assert flow(mem, inputs=mem(dtype="bool"), dst=mem(dtype="int8")).dst_dtype == np.int8
 
 
 def test_reduction_chunk_given_as_multiple_of_dst_chunks(mem: Make) -> None:

@@ -30,8 +30,9 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     dtypes; reduction chunk a multiple of dst chunks; skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
-into labels); float results are rounded when cast into integers. Between
-integer kinds dst must hold every input value (int32 -> int16 is refused).
+into labels, an image into a bool mask); float results are rounded when cast
+into integers. An integer dst must hold every value of an integer input
+(int32 -> int16 and int8 -> uint8 are refused).
 Accumulation is float64 for dst dtypes of <= 32 bits and float64; 64-bit
 integers accumulate in their own type, and are refused with weighted blending
 (float64 holds integers only up to 2**53).
@@ -399,7 +400,8 @@ def _accumulate_dtype(
         )
     for name, vol in named.items():
         src = np.dtype(vol.dtype)
-        if src.kind in "biu" and out.kind in "biu" and not np.can_cast(src, out, "safe"):
+        # A bool dst is a mask: any input may be thresholded into it on purpose.
+        if src.kind in "biu" and out.kind in "iu" and not np.can_cast(src, out, "safe"):
             raise ConfigError(
                 f"dst dtype {out} cannot hold every value of input {name!r} ({src}); "
                 f"use a dst of dtype {np.promote_types(src, out)} or read from a volume of "
