@@ -369,3 +369,18 @@ def test_all_modes_and_levels_give_consistent_totals(mem: Make) -> None:
         assert est.bytes_to_write == est.temporary_bytes + est.dst_bytes
         assert est.bytes_to_read == sum(b for _, b in est.input_bytes)
         assert len(est.tasks_per_level) == levels
+
+
+def test_an_input_outside_the_bbox_costs_nothing_to_read(mem: Make) -> None:
+    near = mem((32, 32), (8, 8))
+    far = mem((16, 16), (8, 8), offset=(1000, 1000))
+    dst = mem((32, 32), (8, 8))
+
+    def fn(near: np.ndarray, far: np.ndarray) -> np.ndarray:
+        return near
+
+    inputs = {"near": near, "far": far}
+    est = estimate_flow(
+        validate_flow(fn, inputs, dst, chunk_sizes=[(16, 16)], crop_pads=4), inputs, dst
+    )
+    assert dict(est.input_bytes) == {"near": (24 + 24) ** 2, "far": 0}

@@ -3,6 +3,7 @@ every invalid configuration raising a ConfigError that names its culprit."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
-from chunkgraph.volume._divisibility import auto_divisible_chunks
+from chunkgraph.volume._divisibility import auto_divisible_chunks, check_divisibility
 from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
 
 Make = Callable[..., Volume]
@@ -593,3 +594,32 @@ def test_auto_divisibility_error_names_a_top_chunk_that_fits(
         auto_divisible_chunks([(top,), (6,)], [(crop,), (0,)], [(0,), (0,)])
     fitted = auto_divisible_chunks([(least,), (6,)], [(crop,), (0,)], [(0,), (0,)])
     assert fitted[0] == (least,)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    parent=st.integers(1, 400),
+    crop=st.integers(0, 20),
+    blend=st.integers(0, 20),
+    child=st.integers(1, 500),
+)
+def test_divisibility_suggestions_are_the_nearest_divisors(
+    parent: int, crop: int, blend: int, child: int
+) -> None:
+    region = parent + 2 * crop + 2 * blend
+    if region % child == 0:
+        check_divisibility([(parent,), (child,)], [(crop,), (0,)], [(blend,), (0,)])
+        return
+    with pytest.raises(ConfigError) as info:
+        check_divisibility([(parent,), (child,)], [(crop,), (0,)], [(blend,), (0,)])
+    found = re.search(r"level-1 sizes on axis 0: ([\d ]+(?:or [\d]+)?);", str(info.value))
+    assert found, str(info.value)
+    suggested = [int(x) for x in found.group(1).split(" or ")]
+    divisors = [d for d in range(1, region + 1) if region % d == 0]
+    below = [d for d in divisors if d < child]
+    above = [d for d in divisors if d > child]
+    assert suggested == ([max(below)] if below else []) + ([min(above)] if above else [])
+    parents = re.search(r"make level 0's chunk ([\d ]+(?:or [\d]+)?) on axis 0", str(info.value))
+    assert parents, str(info.value)
+    for p in (int(x) for x in parents.group(1).split(" or ")):
+        assert p > 0 and (p + 2 * crop + 2 * blend) % child == 0
