@@ -1,0 +1,39 @@
+"""The command line: argument errors and the task-graph half of the demo."""
+
+from __future__ import annotations
+
+import pytest
+
+from chunkgraph import cli
+from chunkgraph._demo_graph import build_statistics_graph, run_graph_demo
+
+
+def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert "chunkgraph" in capsys.readouterr().out
+
+
+def test_unknown_command_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["frobnicate"])
+    assert exit_info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_demo_rejects_nonpositive_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--tasks", "0"]) == 2
+    assert "--tasks must be at least 1" in capsys.readouterr().err
+
+
+def test_statistics_graph_shape() -> None:
+    """37 leaves, fan-in 16: 3 combines at depth 0, then one root: 41 tasks."""
+    graph, _ = build_statistics_graph(37)
+    assert len(graph) == 37 + 3 + 1
+
+
+def test_graph_demo_agrees_with_numpy() -> None:
+    summary = run_graph_demo(blocks=64, progress=False)
+    assert summary.tasks == 64 + 4 + 1
+    assert summary.matches, summary.lines()
