@@ -136,6 +136,16 @@ def return_lock_and_array() -> Any:
     return np.ones(BIG), threading.Lock()
 
 
+class _ExitWhenPickled:
+    def __reduce__(self) -> Any:
+        os._exit(4)
+
+
+def die_while_sending() -> Any:
+    """Dies after its result array went into a new segment, before reporting it."""
+    return np.ones(BIG), _ExitWhenPickled()
+
+
 def die_at_start(*_: Any) -> None:
     os._exit(7)
 
@@ -485,6 +495,16 @@ def test_deep_queues_requeue_everything_but_the_crash() -> None:
         outcomes = [f.exception() for f in futures]
         assert sum(isinstance(e, WorkerDiedError) for e in outcomes) == 1
         assert sum(e is None for e in outcomes) == 80
+
+
+def test_segments_of_a_result_never_sent_are_swept(pool: ProcessPool) -> None:
+    held = pool.submit(np.ones, ((BIG,),), {}).result()  # a received segment stays linked
+    before = set(list_prefix(pool.segment_prefix))
+    with pytest.raises(WorkerDiedError, match="code 4"):
+        pool.submit(die_while_sending, (), {}).result()
+    assert set(list_prefix(pool.segment_prefix)) <= before
+    assert pool._table.segment_of(held) is not None
+    assert pool.submit(np.sum, (held,), {}).result() == BIG
 
 
 def test_calls_queued_behind_a_crash_still_run() -> None:

@@ -72,7 +72,13 @@ from typing import Any, cast
 
 from chunkgraph._errors import ConfigError, WorkerDiedError
 from chunkgraph.execute import _worker
-from chunkgraph.execute._shm import SHM_MIN_BYTES, SegmentTable, unlink_prefix
+from chunkgraph.execute._shm import (
+    SHM_MIN_BYTES,
+    SegmentTable,
+    list_prefix,
+    unlink_name,
+    unlink_prefix,
+)
 
 # Calls a worker holds at once (one running, the rest queued in its pipe): as
 # many as its recent calls take QUEUE_SECONDS to run, within [MIN_DEPTH,
@@ -486,6 +492,7 @@ class ProcessPool:
                 replace = False
         worker.tasks.close()
         worker.results.close()
+        self._sweep_unreported(worker)
         if victim is not None:
             victim.keep = None
             _resolve(
@@ -497,6 +504,14 @@ class ProcessPool:
             )
         if replace:
             self._replace()
+
+    def _sweep_unreported(self, worker: _Worker) -> None:
+        """Unlink segments a dead worker made for results it never sent."""
+        made_by = f"{self.segment_prefix}{worker.process.pid}_"
+        received = self._table.linked
+        for name in list_prefix(made_by):
+            if name not in received:  # received ones may back arrays still in use
+                unlink_name(name)
 
     def _replace(self) -> None:
         try:
