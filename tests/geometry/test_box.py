@@ -190,3 +190,12 @@ def _mask(box: Box, lo: int, hi: int) -> np.ndarray:
     clip = box.intersection(Box((lo,) * box.ndim, (hi,) * box.ndim))
     mask[clip.translated(-lo).slices()] = True
     return mask
+
+
+def test_pickles_and_copies_as_a_value() -> None:
+    import copy
+    import pickle
+
+    b = Box((1, -2), (3, 4))
+    for clone in (pickle.loads(pickle.dumps(b)), copy.deepcopy(b)):
+        assert clone == b and hash(clone) == hash(b)
