@@ -12,9 +12,10 @@ shared Scheduler only under one lock, once per *batch*:
     calling thread: waits for ``finished``, delivering events meanwhile;
                     on Ctrl-C it cancels the scheduler and waits for workers.
 
-Why: a central dispatcher costs two thread hand-offs per task (~10 µs each in
-CPython); here one lock round trip is shared by a whole batch, so per-task
-overhead is the scheduler bookkeeping plus the call itself.
+Why: a central dispatcher costs two thread hand-offs per task (each a lock
+wake-up and a GIL switch, several µs in CPython); here one lock round trip
+is shared by a whole batch, so per-task overhead is the scheduler bookkeeping
+plus the call itself.
 
 Batch size: about ``BATCH_SECONDS`` of work by the measured mean task time,
 and at most ``ready // (2 * workers)``, clamped to ``[1, BATCH_MAX]``. Tiny
@@ -23,7 +24,7 @@ and narrow graphs (a chain, a reduction tree's top), go one task per batch and
 lose no parallelism or priority order. A worker stops its batch at the first
 failure, or when the run is stopping, and puts the unstarted tasks back.
 
-The pool threads persist between runs (``pool_for(workers)``), so a run pays no
+The pool threads persist between runs (``shared_pool(workers)``), so a run pays no
 thread start-up. A ``run()`` called from inside a task gets a fresh private pool
 (the shared one may be fully busy with the outer run, which would deadlock).
 """
