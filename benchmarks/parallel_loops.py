@@ -200,7 +200,8 @@ def main() -> None:
     load_after = os.getloadavg()
     header = (
         f"parallel_loops: {cores} workers, {platform.processor() or platform.machine()}, "
-        f"numpy {np.__version__}, dispatch overhead {pool.dispatch_overhead() * 1e6:.1f} µs, "
+        f"numpy {np.__version__}, dispatch {pool.dispatch_overhead() * 1e6:.1f} µs, "
+        f"hand-off latency {pool.handoff_latency() * 1e6:.1f} µs, "
         f"load average {load_before[0]:.2f} before / {load_after[0]:.2f} after"
     )
     text = header + "\n\n" + table(rows, cores)

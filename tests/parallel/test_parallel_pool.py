@@ -36,7 +36,7 @@ def test_single_worker_runs_everything_inline_in_order() -> None:
         )
     assert calls == ["left stolen=False", "right stolen=False"]
     assert pool.stats() == PoolStats(forks=1, inline=1)
-    assert pool.dispatch_overhead() == 0.0
+    assert (pool.dispatch_overhead(), pool.handoff_latency()) == (0.0, 0.0)
     pool.close()
 
 
@@ -136,12 +136,13 @@ def test_bad_worker_counts_are_config_errors(workers: object) -> None:
         WorkStealingPool(workers)  # type: ignore[arg-type]
 
 
-def test_dispatch_overhead_is_measured_once_and_positive() -> None:
+def test_overheads_are_measured_once_and_positive() -> None:
     pool = WorkStealingPool(2)
     try:
-        first = pool.dispatch_overhead()
-        assert 0.0 < first < 1.0
-        assert pool.dispatch_overhead() == first
+        dispatch, latency = pool.dispatch_overhead(), pool.handoff_latency()
+        assert 0.0 < dispatch < 1.0 and 0.0 < latency < 1.0
+        assert (pool.dispatch_overhead(), pool.handoff_latency()) == (dispatch, latency)
+        assert pool.stats() == PoolStats()  # measuring does not count
     finally:
         pool.close()
 

@@ -1,10 +1,13 @@
 """The grain of a loop, in time: how short a piece may be before splitting loses.
 
-Handing a piece to another thread costs tens of microseconds in Python (a
-closure, a deque push, a wake-up, a join), so the smallest worthwhile piece
-is a duration, not an element count. For each loop body (keyed by its code
-object, so a lambda re-created on every call shares one estimate) and
-operation class, the first call measures:
+A piece costs its caller a few microseconds of Python (a closure, a deque
+push and pop, a join): the ``dispatch`` overhead. A piece that another thread
+steals also waits a ``latency`` of tens of microseconds (a wake-up, a steal,
+the owner's wake-up), paid in wall time while the owner keeps working. So
+the smallest worthwhile piece, and the shortest loop worth splitting, are
+durations, not element counts. For each loop body (keyed by its code object,
+so a lambda re-created on every call shares one estimate) and operation
+class, the first call measures:
 
     caller thread, before any split:
     [1][4][ 16 ][    64    ] ...  ->  t(len) = per_call + per_element * len
@@ -13,24 +16,28 @@ operation class, the first call measures:
      Starting at one element keeps an expensive body from running long
      sequentially; a cheap one pays about ten extra calls, once.
 
-and the pool measures its ``dispatch`` overhead once. Then
+and the pool measures ``dispatch`` and ``latency`` once, when it starts. Then
 
-    min_len = ceil(multiple * (dispatch + per_call) / per_element)
+    min_len          = ceil(overhead_multiple * (dispatch + per_call) / per_element)
+    sequential_below = max(2 * min_len, ceil(latency_multiple * latency / per_element))
 
-so every piece runs at least ``multiple`` times what it cost to hand out;
-ranges shorter than ``2 * min_len`` run sequentially in the caller. After
-each parallel loop the per-element cost is blended with what the pieces
-really took (``REFINE_WEIGHT``), which corrects a probe that ran cold.
+so every piece runs at least ``overhead_multiple`` times what it cost to
+hand out, and a loop is split only when it runs ``latency_multiple`` times
+longer than a hand-off; shorter loops are one call in the caller. After each
+parallel loop the per-element cost is blended with what the pieces really
+took (``REFINE_WEIGHT``), which corrects a probe that ran on cold memory.
 
-Operation classes set ``multiple``, and seed the per-element cost where no
-probe can run (the pieces of `parallel_sort`):
+Operation classes set the multiples, and seed the per-element cost where no
+probe can run (the leaves of `parallel_sort`):
 
-    class    seed/element  multiple  why
-    compute      5 ns          50    per-element math; scales with cores
-    memory     0.5 ns         200    streaming (sums): threads share memory
-                                     bandwidth, so a piece gains less and must
-                                     be longer to repay its dispatch
-    sort        10 ns          50    comparison sorts of pieces
+    class    seed/element  overhead  latency  why
+    compute      5 ns         50        8     per-element math; scales with cores
+    memory     0.5 ns        200       16     streaming (sums): threads share memory
+                                              bandwidth, so a piece gains less and
+                                              must be longer to repay its dispatch
+    sort        10 ns         50      100     each cut costs a partition pass over
+                                              its range, so splitting gains ~25%
+                                              at 2 workers: only long sorts repay it
 """
 
 from __future__ import annotations
@@ -79,14 +86,17 @@ class OpKind(enum.Enum):
 
 @dataclass(frozen=True)
 class KindDefaults:
+    """Per-class tuning: see the module docstring's table."""
+
     seed_per_element_s: float
     overhead_multiple: float
+    latency_multiple: float
 
 
 KIND_DEFAULTS: dict[OpKind, KindDefaults] = {
-    OpKind.COMPUTE: KindDefaults(5e-9, 50.0),
-    OpKind.MEMORY: KindDefaults(5e-10, 200.0),
-    OpKind.SORT: KindDefaults(1e-8, 50.0),
+    OpKind.COMPUTE: KindDefaults(5e-9, 50.0, 8.0),
+    OpKind.MEMORY: KindDefaults(5e-10, 200.0, 16.0),
+    OpKind.SORT: KindDefaults(1e-8, 50.0, 100.0),
 }
 
 
@@ -106,11 +116,24 @@ class CostModel:
     def min_len(self, dispatch_s: float, multiple: float) -> int:
         """Shortest piece that runs ``multiple`` times its dispatch overhead.
 
-        >>> CostModel(per_element_s=1e-8, per_call_s=0.0).min_len(2e-5, 50)
-        100000
+        >>> CostModel(per_element_s=1e-8, per_call_s=0.0).min_len(3e-6, 50)
+        15000
         """
         needed = multiple * (dispatch_s + self.per_call_s) / self.per_element_s
-        return max(1, math.ceil(needed))
+        return max(1, math.ceil(round(needed, 6)))  # round: 1e-8 is not exact in binary
+
+    def sequential_below(self, dispatch_s: float, latency_s: float, kind: OpKind) -> int:
+        """Loops shorter than this run in one call: ``max(2 * min_len, latency bound)``.
+
+        >>> model = CostModel(per_element_s=1e-8, per_call_s=0.0)
+        >>> model.sequential_below(3e-6, 25e-6, OpKind.COMPUTE)  # 2 * 15_000 > 8 * 2_500
+        30000
+        >>> model.sequential_below(3e-6, 25e-6, OpKind.SORT)  # 100 * 2_500 > 2 * 15_000
+        250000
+        """
+        tune = KIND_DEFAULTS[kind]
+        hide_latency = math.ceil(round(tune.latency_multiple * latency_s / self.per_element_s, 6))
+        return max(2 * self.min_len(dispatch_s, tune.overhead_multiple), hide_latency)
 
 
 def fit(samples: list[tuple[int, float]]) -> CostModel:

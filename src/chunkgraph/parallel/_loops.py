@@ -184,11 +184,15 @@ def _run_measured(
             values, start, model = probe(loop.run_leaf, 0, n)
             loop.raise_errors(what, n)
             GRAINS.put(key, model)
-        min_len = model.min_len(pool.dispatch_overhead(), KIND_DEFAULTS[op].overhead_multiple)
+        dispatch = pool.dispatch_overhead()
+        min_len = model.min_len(dispatch, KIND_DEFAULTS[op].overhead_multiple)
+        limit = model.sequential_below(dispatch, pool.handoff_latency(), op)
         # An untrusted model has only seen loops this short: longer ones re-probe.
-        GRAINS.limits[key] = 2 * min_len if model.trusted else min(2 * min_len, n + 1)
+        GRAINS.limits[key] = limit if model.trusted else min(limit, n + 1)
+    else:
+        limit = 2 * min_len
     if start < n:
-        if pool.workers == 1 or n - start < 2 * min_len:
+        if pool.workers == 1 or n - start < limit:
             values.append(loop.run_leaf(start, n))
         else:
             with pool.participate():

@@ -47,6 +47,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.parallel._splitter import LengthSplitter
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -57,9 +58,11 @@ T = TypeVar("T")
 # shorter wastes CPU on idle pools, longer would let a missed wake-up stall.
 SLEEP_TIMEOUT_S = 0.05
 
-# Hand-offs timed to measure the dispatch overhead (once per pool): more
-# average out scheduling noise but cost more on first use.
+# Probes timed once per pool, when it starts: more average out scheduling
+# noise but make starting a pool slower (about 1 ms as set).
 _HANDOFF_PROBES = 15
+_FORK_PROBE_LEAVES = 64
+_FORK_PROBE_REPEATS = 5
 
 
 def usable_cores() -> int:
@@ -168,7 +171,7 @@ class WorkStealingPool:
         self._retired = PoolStats()
         self._local = threading.local()
         self._closed = False
-        self._overhead_s: float | None = None
+        self._overheads: tuple[float, float] | None = None  # (dispatch, hand-off)
         self._threads = [
             threading.Thread(
                 target=self._work, args=(i,), name=f"chunkgraph-steal-{i}", daemon=True
@@ -179,9 +182,9 @@ class WorkStealingPool:
             # Daemon: an idle pool must not keep the interpreter alive at exit.
             thread.daemon = True
             thread.start()
-        # Measure hand-offs now, while the helpers are idle: measured later,
-        # from inside a running loop, busy helpers would inflate it.
-        self.dispatch_overhead()
+        # Measure overheads now, while the helpers are idle: measured later,
+        # from inside a running loop, busy helpers would inflate them.
+        self._measured()
         self._reset_counters()
 
     # -- participation -------------------------------------------------------
@@ -340,21 +343,54 @@ class WorkStealingPool:
                 p.stats = _Counters()
 
     def dispatch_overhead(self) -> float:
-        """Seconds it costs to hand one piece to another thread and learn it is done.
+        """Seconds of the caller's time one loop piece costs: fork, push, pop, join.
 
-        Measured once, when the pool starts: the median over ``_HANDOFF_PROBES``
-        no-op jobs of push, wake-up, steal, run and the owner's wake-up. A
-        loaded machine measures longer hand-offs and so chooses longer pieces.
-        0 with one worker.
+        Measured once, when the pool starts: a loop of ``_FORK_PROBE_LEAVES``
+        empty pieces, median of ``_FORK_PROBE_REPEATS`` runs, per piece.
         """
-        if self._overhead_s is None:
+        return self._measured()[0]
+
+    def handoff_latency(self) -> float:
+        """Seconds from pushing a job until a thief has run it and woken the owner.
+
+        Measured once, when the pool starts: the median of ``_HANDOFF_PROBES``
+        no-op hand-offs. It is paid in wall time, not in the owner's work, by
+        each steal; a loop must be long enough to hide it. A loaded machine
+        measures longer hand-offs, so fewer short loops go parallel. 0 with
+        one worker.
+        """
+        return self._measured()[1]
+
+    def _measured(self) -> tuple[float, float]:
+        if self._overheads is None:
             if self.workers == 1:
-                self._overhead_s = 0.0
+                self._overheads = (0.0, 0.0)
             else:
                 with self.participate():
-                    times = sorted(self._time_handoff() for _ in range(_HANDOFF_PROBES))
-                self._overhead_s = times[len(times) // 2]
-        return self._overhead_s
+                    forks = sorted(self._time_fork_tree() for _ in range(_FORK_PROBE_REPEATS))
+                    hands = sorted(self._time_handoff() for _ in range(_HANDOFF_PROBES))
+                fork = forks[len(forks) // 2] / _FORK_PROBE_LEAVES
+                self._overheads = (fork, hands[len(hands) // 2])
+        return self._overheads
+
+    def _time_fork_tree(self) -> float:
+        # The same work per piece as a loop: split a range with a splitter,
+        # fork, and time and record each leaf; only the body is empty.
+        timings: list[tuple[int, float]] = []
+
+        def piece(start: int, stop: int, splitter: LengthSplitter) -> None:
+            cut = splitter.split(start, stop)
+            if cut is None:
+                begin = time.perf_counter()
+                timings.append((stop - start, time.perf_counter() - begin))
+                return
+            mid, child = cut
+            self.join(lambda _s: piece(start, mid, splitter), lambda _s: piece(mid, stop, child))
+
+        leaves = _FORK_PROBE_LEAVES
+        begin = time.perf_counter()
+        piece(0, leaves, LengthSplitter(self.workers, 1, splits=leaves - 1))
+        return time.perf_counter() - begin
 
     def _time_handoff(self) -> float:
         me = self._me()

@@ -108,9 +108,12 @@ def parallel_sort(array: npt.ArrayLike, *, grain: int | None = None) -> npt.NDAr
         if model is None:
             model = CostModel(KIND_DEFAULTS[OpKind.SORT].seed_per_element_s, 0.0)
             GRAINS.put(key, model)
-        multiple = KIND_DEFAULTS[OpKind.SORT].overhead_multiple
-        min_len = model.min_len(pool.dispatch_overhead(), multiple)
-    if pool.workers == 1 or len(out) < 2 * min_len:
+        dispatch = pool.dispatch_overhead()
+        min_len = model.min_len(dispatch, KIND_DEFAULTS[OpKind.SORT].overhead_multiple)
+        limit = model.sequential_below(dispatch, pool.handoff_latency(), OpKind.SORT)
+    else:
+        limit = 2 * min_len
+    if pool.workers == 1 or len(out) < limit:
         out.sort()
         return out
     pieces: list[tuple[int, float]] = []
