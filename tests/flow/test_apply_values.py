@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,31 @@ def test_flow_id_is_stable_and_sensitive(files: Any) -> None:
     assert a == apply(affine, src, dst, **kw).flow_id
     assert a != apply(mean27, src, dst, **kw).flow_id
     assert a != apply(affine, src, dst, chunk_sizes=[(8, 8)], crop_pads=1, dry_run=True).flow_id
+
+
+def test_process_executor_gives_the_same_result(files: Any) -> None:
+    """Jobs (fn, volumes by path, layer plan) travel to worker processes and back.
+
+    fn must be importable by the workers: a partial of a numpy ufunc is.
+    """
+    scale = functools.partial(np.multiply, 2.5)
+    data = files.random((24, 20, 28), "float32")
+    src = files.source(data, (8, 8, 8))
+    outs = []
+    for executor in ("threads", "processes"):
+        dst = files.empty((24, 20, 28), (8, 8, 8), "float32")
+        report = apply(
+            scale,
+            src,
+            dst,
+            chunk_sizes=[(12, 10, 14), (9, 8, 10)],
+            crop_pads=[(1, 1, 1), (0, 0, 0)],
+            blend_pads=[(2, 2, 2), (1, 1, 1)],
+            executor=executor,
+            intermediates=files.root / executor,
+        )
+        assert report.tasks_per_level == (8, 64)
+        assert report.bytes_read > 0
+        outs.append(dst.read(Box((0, 0, 0), (24, 20, 28))))
+    assert np.array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[1], data * np.float32(2.5), rtol=1e-6)

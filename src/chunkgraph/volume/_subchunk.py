@@ -142,14 +142,15 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
         out_channel_shape=tuple(job.dst.channel_shape),
         counter=LevelCounter([0] * len(spec.levels)),
     )
+    if job.layers is None:
+        written_bytes = stream_chunk(ctx, 0, box, job.dst)
+        MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
+        return TopStats(tuple(ctx.counter.counts), read, written_bytes)
     out = process_chunk(ctx, 0, box)
     out_box = box.padded(spec.levels[0].blend)
     keep = out_box.intersection(spec.bbox)
     part = out[at(keep, out_box)]
-    if job.layers is None:
-        target, dtype = job.dst, job.dst.dtype
-    else:
-        target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
+    target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     written = cast_to(part, dtype)
     target.write(keep, written)
     MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
@@ -245,6 +246,30 @@ def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
         parallel_map(run_child, wave.tolist())
     kept: np.ndarray = acc.result()[at(chunk.padded(spec.blend), region)]
     return kept
+
+
+def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> int:
+    """Process ``chunk`` and write every bottom output straight to ``dst``; bytes written.
+
+    For direct flows (``skip_intermediates``): no level blends and only the
+    bottom crops, so bottom outputs are disjoint and aligned to dst chunks,
+    and nothing needs to be assembled in memory. Writes then run in parallel
+    with the children and a top-level task never holds its whole output.
+    """
+    ctx.counter.add(level)
+    if level == len(ctx.spec.levels) - 1:
+        out = cast_to(_call_fn(ctx, level, chunk), dst.dtype)
+        dst.write(chunk, out)
+        return int(out.nbytes)
+    starts, stops, _ = chunk.split_arrays(ctx.spec.levels[level + 1].chunk)
+
+    def run_child(i: int) -> int:
+        box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
+        return stream_chunk(ctx, level + 1, box, dst)
+
+    from chunkgraph.parallel import parallel_map
+
+    return sum(parallel_map(run_child, list(range(len(starts)))))
 
 
 def parity_waves(grid: tuple[int, ...], axes: tuple[bool, ...]) -> list[np.ndarray]:
