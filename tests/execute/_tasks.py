@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections import namedtuple
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,3 +70,15 @@ def sleep_then(seconds: float, value: int) -> int:
 
 def interrupt() -> None:
     raise KeyboardInterrupt
+
+
+def copy_of(value: Any) -> Any:
+    return value
+
+
+class Unbuildable(namedtuple("Unbuildable", "ref other")):
+    """A named tuple that refuses to be rebuilt with substituted fields."""
+
+    @classmethod
+    def _make(cls, iterable: Any) -> Any:
+        raise TypeError("Unbuildable cannot be rebuilt")

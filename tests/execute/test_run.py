@@ -6,6 +6,7 @@ hypothesis examples since each run starts a pool).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.execute._tasks import add_arrays, fail, flaky, mix, mix_kw, mix_nested
+from tests.execute._tasks import (
+    Unbuildable,
+    add_arrays,
+    copy_of,
+    fail,
+    flaky,
+    mix,
+    mix_kw,
+    mix_nested,
+)
 
 from chunkgraph._errors import ConfigError, GraphError, TaskError
 from chunkgraph.execute import Event, EventKind, LocalExecutor, run
@@ -197,3 +207,24 @@ def test_invalid_graph_is_rejected_before_running() -> None:
 
 def test_empty_graph_returns_no_results() -> None:
     assert run(Graph()) == {}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dict_subclasses_keep_their_type(kind: Any) -> None:
+    g = Graph()
+    a = g.add(mix, 3)
+    table = defaultdict(list, {"x": a})
+    got = run(g, g.add(copy_of, table), executor=kind)
+    assert type(got) is defaultdict and got == {"x": mix(3)} and got["new"] == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_argument_that_cannot_be_rebuilt_fails_its_task(kind: Any) -> None:
+    g = Graph()
+    a = g.add(mix, 3)
+    g.add(copy_of, Unbuildable(a, 1), name="odd-args")
+    with pytest.raises(ExceptionGroup) as info:
+        run(g, executor=kind)
+    (error,) = info.value.exceptions
+    assert error.task == "odd-args"  # type: ignore[attr-defined]
+    assert isinstance(error.__cause__, TypeError)

@@ -11,7 +11,7 @@ import pytest
 from tests.execute._tasks import interrupt, mix
 
 from chunkgraph._errors import TaskError
-from chunkgraph.execute import run
+from chunkgraph.execute import Scheduler, run
 from chunkgraph.execute._threads import shared_pool
 from chunkgraph.graph import Graph
 
@@ -150,3 +150,21 @@ def test_the_shared_pool_persists_between_runs() -> None:
     run(g, workers=2)
     assert shared_pool(2) is pool
     assert all(t.is_alive() for t in pool._threads)
+
+
+def test_a_fault_in_the_bookkeeping_surfaces_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fault injection: Scheduler.finish breaks; the run must raise, not wait forever."""
+
+    def broken_finish(self: Scheduler, t: int, value: object) -> int:
+        raise RuntimeError("bookkeeping fault")
+
+    g = Graph()
+    parts = [g.add(mix, i) for i in range(20)]
+    g.add(mix, 0, *parts)
+    monkeypatch.setattr(Scheduler, "finish", broken_finish)
+    with pytest.raises(RuntimeError, match="bookkeeping fault"):
+        run(g, workers=2)
+    monkeypatch.undo()
+    assert run(g, parts[3], workers=2) == mix(3)  # the shared pool survived

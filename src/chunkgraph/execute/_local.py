@@ -33,23 +33,27 @@ ExecutorKind = Literal["threads", "processes", "sync"]
 _KINDS = ("threads", "processes", "sync")
 
 
+def _call(graph: Graph, t: int, results: list[Any]) -> Any:
+    fn, args, kwargs = graph.resolve(t, results)
+    return fn(*args, **kwargs)
+
+
 def _run_sync(graph: Graph, scheduler: Scheduler, events: EventQueue | None) -> None:
     while batch := scheduler.take(1):
         t = batch[0]
-        fn, args, kwargs = graph.resolve(t, scheduler.results)
         if events is not None:
             events.emit(EventKind.STARTED, t, graph.name(t), scheduler.attempt(t))
         try:
-            value = fn(*args, **kwargs)
+            value = _call(graph, t, scheduler.results)
         except Exception as error:
             kind = EventKind.RETRIED if scheduler.fail(t, error) else EventKind.FAILED
             if events is not None:
                 events.emit(kind, t, graph.name(t), scheduler.attempts[t], error=error)
         else:
             scheduler.finish(t, value)
+            value = None  # the scheduler owns it now; do not keep it alive here
             if events is not None:
                 events.emit(EventKind.FINISHED, t, graph.name(t), scheduler.attempt(t))
-        del fn, args, kwargs
         if events is not None:
             events.drain()
 

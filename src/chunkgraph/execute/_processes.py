@@ -84,12 +84,21 @@ class ProcessDriver:
         if free <= 0:
             return
         for t in sched.take(free):
-            fn, args, kwargs = graph.resolve(t, sched.results)
             if self.events is not None:
                 self.events.emit(EventKind.STARTED, t, graph.name(t), sched.attempt(t))
+            try:
+                fn, args, kwargs = graph.resolve(t, sched.results)
+            except Exception as error:  # rebuilding the arguments failed: the task failed
+                self._failed(t, error)
+                continue
             future = self.pool.submit(fn, args, kwargs)
             self.in_flight[future] = t
             future.add_done_callback(self._on_done)
+
+    def _failed(self, t: int, error: BaseException) -> None:
+        kind = EventKind.RETRIED if self.scheduler.fail(t, error) else EventKind.FAILED
+        if self.events is not None:
+            self.events.emit(kind, t, self.graph.name(t), self.scheduler.attempts[t], error=error)
 
     def _collect(self) -> None:
         sched, graph, events = self.scheduler, self.graph, self.events
@@ -101,9 +110,7 @@ class ProcessDriver:
             except CancelledError:
                 sched.put_back([t])  # never ran; the run is stopping, so it stays READY
             except Exception as error:
-                kind = EventKind.RETRIED if sched.fail(t, error) else EventKind.FAILED
-                if events is not None:
-                    events.emit(kind, t, graph.name(t), sched.attempts[t], error=error)
+                self._failed(t, error)
             else:
                 sched.finish(t, value)
                 if events is not None:

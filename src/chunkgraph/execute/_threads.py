@@ -122,6 +122,7 @@ class ThreadRun:
         self.interrupt: BaseException | None = None
         self.idle = 0
         self.workers = self.active = 1
+        self.broken = False  # a worker hit a fault outside any task: everyone leaves
         # Until measured, assume tasks are long: batches start at one task.
         self.task_seconds = BATCH_SECONDS
 
@@ -146,8 +147,26 @@ class ThreadRun:
             raise self.interrupt
 
     def _work(self) -> None:
-        sched, graph = self.scheduler, self.graph
-        results = sched.results
+        try:
+            self._work_loop()
+        except BaseException as error:  # a fault in the bookkeeping itself, not in a task
+            with self.lock:
+                if self.interrupt is None:
+                    self.interrupt = error
+                self.broken = True
+                self.scheduler.cancel()
+                self._leave()
+
+    def _leave(self) -> None:
+        """Under the lock: this worker is done with the run. The last one out signals
+        the caller, so that no worker touches the run once ``run()`` has returned."""
+        self.active -= 1
+        if self.active == 0:
+            self.done.set()
+        self.ready_signal.notify_all()
+
+    def _work_loop(self) -> None:
+        sched = self.scheduler
         done: list[tuple[int, Any]] = []
         failed: list[tuple[int, BaseException]] = []
         unstarted: list[int] = []
@@ -156,13 +175,8 @@ class ThreadRun:
             with self.lock:
                 batch = self._report(done, failed, unstarted, elapsed)
                 while not batch:
-                    if sched.finished:
-                        # The last worker out signals the caller, so that no worker
-                        # touches the run once run() has returned.
-                        self.active -= 1
-                        if self.active == 0:
-                            self.done.set()
-                        self.ready_signal.notify_all()
+                    if sched.finished or self.broken:
+                        self._leave()
                         return
                     self.idle += 1
                     self.ready_signal.wait()
@@ -173,22 +187,18 @@ class ThreadRun:
                 if sched.stopping or failed:
                     unstarted.extend(batch[i:])
                     break
-                self._call(t, graph.resolve(t, results), done, failed)
+                self._call(t, done, failed)
             elapsed = perf_counter() - started
 
     def _call(
-        self,
-        t: int,
-        call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]],
-        done: list[tuple[int, Any]],
-        failed: list[tuple[int, BaseException]],
+        self, t: int, done: list[tuple[int, Any]], failed: list[tuple[int, BaseException]]
     ) -> None:
         """Run one task outside the lock; its outcome goes to ``done`` or ``failed``."""
-        events = self.events
+        events, graph = self.events, self.graph
         if events is not None:
-            events.emit(EventKind.STARTED, t, self.graph.name(t), self.scheduler.attempt(t))
-        fn, args, kwargs = call
+            events.emit(EventKind.STARTED, t, graph.name(t), self.scheduler.attempt(t))
         try:
+            fn, args, kwargs = graph.resolve(t, self.scheduler.results)
             done.append((t, fn(*args, **kwargs)))
         except Exception as error:
             failed.append((t, error))
@@ -198,7 +208,7 @@ class ThreadRun:
             self.interrupt = error
             return
         if events is not None:
-            events.emit(EventKind.FINISHED, t, self.graph.name(t), self.scheduler.attempt(t))
+            events.emit(EventKind.FINISHED, t, graph.name(t), self.scheduler.attempt(t))
 
     def _report(
         self,

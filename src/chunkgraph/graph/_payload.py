@@ -15,6 +15,7 @@ keeps ``add()`` cheap for tasks that carry large arrays as arguments.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,7 +48,13 @@ def substitute(value: Any, ref_type: type, lookup: Callable[[Any], Any]) -> Any:
     if cls is ref_type:
         return lookup(value)
     if isinstance(value, dict):
-        return type(value)({k: substitute(v, ref_type, lookup) for k, v in value.items()})
+        if cls is dict:
+            return {k: substitute(v, ref_type, lookup) for k, v in value.items()}
+        # A subclass (defaultdict, OrderedDict) keeps its type and settings.
+        out = copy.copy(value)
+        for k, v in value.items():
+            out[k] = substitute(v, ref_type, lookup)
+        return out
     if isinstance(value, list):
         return [substitute(v, ref_type, lookup) for v in value]
     if isinstance(value, tuple):
