@@ -41,8 +41,9 @@ class Event:
     """One thing that happened in a run.
 
     ``task`` is the task id (-1 for run events), ``time`` a ``time.perf_counter()``
-    value, ``attempt`` the 1-based try, ``total`` the number of tasks the run will
-    execute (run events only), ``error`` the exception of a failed or retried try.
+    value, ``attempt`` the 1-based try, ``error`` the exception of a failed or
+    retried try. ``total`` is, for RUN_STARTED, the number of tasks the run will
+    execute and, for RUN_FINISHED, the number that finished.
     """
 
     kind: EventKind
