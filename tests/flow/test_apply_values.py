@@ -223,3 +223,21 @@ def test_process_executor_gives_the_same_result(files: Any) -> None:
         outs.append(dst.read(Box((0, 0, 0), (24, 20, 28))))
     assert np.array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[1], data * np.float32(2.5), rtol=1e-6)
+
+
+def test_dry_run_predicts_the_run(files: Any) -> None:
+    data = files.random((40, 36), "uint8")
+    src = files.source(data, (8, 8))
+    dst = files.empty((40, 36), (8, 8), "uint8")
+    kw: dict[str, Any] = dict(
+        chunk_sizes=[(20, 18), (10, 14)],
+        crop_pads=[(2, 2), (1, 1)],
+        blend_pads=[(3, 3), (2, 3)],
+        bbox=Box((0, 0), (40, 36)),
+        intermediates=files.root / "tmp",
+    )
+    dry = apply(lambda src: src, src, dst, dry_run=True, **kw)
+    real = apply(lambda src: src, src, dst, **kw)
+    assert dry.tasks_per_level == real.tasks_per_level
+    assert dry.reductions == real.reductions
+    assert dry.flow_id == real.flow_id
