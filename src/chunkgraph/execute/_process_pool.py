@@ -23,8 +23,8 @@ dead workers and replaces them, and carries out shutdown.
 
 State (all under ``_lock``)
 ---------------------------
-``_workers``         the live ``_Worker`` s; each has ``inflight``, the calls sent to
-                     it in order. A worker runs its calls first-in first-out,
+``_workers``         the live ``WorkerHandle`` s; each has ``inflight``, the calls sent
+                     to it in order. A worker runs its calls first-in first-out,
                      so when it dies the oldest in-flight call is the one that was
                      running: that future fails with ``WorkerDiedError`` (exit code
                      or signal in the message) and the others go back to the front
@@ -55,7 +55,6 @@ import atexit
 import contextlib
 import enum
 import itertools
-import multiprocessing
 import os
 import pickle
 import secrets
@@ -65,10 +64,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future, InvalidStateError
-from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerContext, SpawnContext
-from multiprocessing.process import BaseProcess
-from typing import Any, cast
+from typing import Any
 
 from chunkgraph._errors import ConfigError, WorkerDiedError
 from chunkgraph.execute import _worker
@@ -78,6 +74,16 @@ from chunkgraph.execute._shm import (
     list_prefix,
     unlink_name,
     unlink_prefix,
+)
+from chunkgraph.execute._worker_handle import (
+    Call,
+    WorkerHandle,
+    describe_exit,
+    load,
+    start_worker,
+    stop_workers,
+    terminate_workers,
+    worker_context,
 )
 
 # Calls a worker holds at once (one running, the rest queued in its pipe): as
@@ -97,20 +103,9 @@ QUEUE_SECONDS = 0.002
 # change of workload within a few dozen calls.
 DURATION_SMOOTHING = 0.1
 
-# Seconds a worker gets to exit after SIGTERM before SIGKILL. Workers do no
-# cleanup of their own on SIGTERM, so this only covers a slow kernel.
-TERMINATE_GRACE_S = 1.0
-
-# Seconds a clean shutdown waits for a worker to exit after its stop message.
-STOP_TIMEOUT_S = 5.0
-
 # Workers in a row that die before reporting ready; beyond this the pool stops
 # respawning (something in the environment, not a task, is killing them).
 MAX_STARTUP_FAILURES = 3
-
-_Context = ForkServerContext | SpawnContext
-
-_WORKER_PRELOAD = ["numpy", "chunkgraph.execute._worker"]
 
 
 class PoolState(enum.Enum):
@@ -119,36 +114,8 @@ class PoolState(enum.Enum):
     RUNNING = "running"
     DRAINING = "draining"  # shutdown(cancel_futures=False): finish all work, then stop
     CANCELLING = "cancelling"  # shutdown(cancel_futures=True): terminate now
-    BROKEN = "broken"  # workers keep dying at startup
+    BROKEN = "broken"  # workers keep dying at startup, or the pool itself failed
     CLOSED = "closed"
-
-
-class _Call:
-    """One submitted call: its future, its wire message, what pins its segments."""
-
-    __slots__ = ("future", "keep", "message", "started")
-
-    def __init__(self, future: Future[Any], message: bytes, keep: list[object]) -> None:
-        self.future = future
-        self.message = message
-        self.keep: list[object] | None = keep
-        self.started = False
-
-
-class _Worker:
-    __slots__ = ("closed", "inflight", "process", "ready", "results", "tasks")
-
-    def __init__(self, process: BaseProcess, tasks: Connection, results: Connection) -> None:
-        self.process = process
-        self.tasks = tasks
-        self.results = results
-        self.inflight: deque[_Call] = deque()
-        self.ready = False  # said hello: a death after this is blamed on its running call
-        self.closed = False  # its pipe failed: dispatch nothing more, its sentinel will fire
-
-
-def _load(worker: _Worker) -> int:
-    return len(worker.inflight)
 
 
 def _dumps(value: object) -> bytes:
@@ -205,22 +172,14 @@ class ProcessPool:
                 f"shm_min_bytes must be an int >= 0 (arrays of at least this many bytes go "
                 f"through shared memory; default {SHM_MIN_BYTES}), got {shm_min_bytes!r}"
             )
-        methods = multiprocessing.get_all_start_methods()
-        if start_method not in methods or start_method == "fork":
-            raise ConfigError(
-                f"start_method {start_method!r} is not usable here; valid: "
-                f"{[m for m in methods if m != 'fork']} ('fork' is unsafe with threads)"
-            )
-        self._ctx = cast(_Context, multiprocessing.get_context(start_method))
-        if start_method == "forkserver":
-            self._ctx.set_forkserver_preload(_WORKER_PRELOAD)
+        self._ctx = worker_context(start_method)
         self.size = workers
         self.segment_prefix = f"cg_{secrets.token_hex(3)}_"
         self._table = SegmentTable(self.segment_prefix, owner=True, min_bytes=shm_min_bytes)
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
-        self._pending: deque[_Call] = deque()
-        self._workers: list[_Worker] = []
+        self._pending: deque[Call] = deque()
+        self._workers: list[WorkerHandle] = []
         self._state = PoolState.RUNNING
         self._startup_failures = 0
         self._broken_reason = f"{MAX_STARTUP_FAILURES} workers in a row died before starting"
@@ -230,7 +189,7 @@ class ProcessPool:
             for _ in range(workers):
                 self._workers.append(self._start_worker())
         except BaseException:
-            _terminate(self._workers)
+            terminate_workers(self._workers)
             raise
         self._manager = threading.Thread(
             target=self._manage, name=f"chunkgraph-pool-{self.segment_prefix}", daemon=True
@@ -265,7 +224,7 @@ class ProcessPool:
         with self._lock:
             if self._state is not PoolState.RUNNING:
                 raise self._refusal()
-            self._pending.append(_Call(future, message, keep))
+            self._pending.append(Call(future, message, keep))
             # Straight to a worker that is nearly idle; deeper queues are topped
             # up by the manager, one batch per worker per round of results.
             self._dispatch(MIN_DEPTH)
@@ -330,9 +289,9 @@ class ProcessPool:
         """Give pending calls to the emptiest workers, up to ``depth`` calls each, in one
         pipe write per worker. Call under the lock."""
         live = [w for w in self._workers if not w.closed]
-        batches: dict[_Worker, list[_Call]] = {}
+        batches: dict[WorkerHandle, list[Call]] = {}
         while self._pending and live:
-            worker = min(live, key=_load)
+            worker = min(live, key=load)
             if len(worker.inflight) >= depth:
                 break
             call = self._pending.popleft()
@@ -357,25 +316,8 @@ class ProcessPool:
         with contextlib.suppress(OSError):  # already closed: the manager has finished
             self._wake_w.send_bytes(b"")
 
-    # -- workers -------------------------------------------------------------------
-
-    def _start_worker(self) -> _Worker:
-        task_r, task_w = self._ctx.Pipe(duplex=False)
-        result_r, result_w = self._ctx.Pipe(duplex=False)
-        process = self._ctx.Process(
-            target=_worker.main,
-            args=(task_r, result_w, self.segment_prefix, self._table.min_bytes),
-            name=f"chunkgraph-worker-{self.segment_prefix}",
-            # Not daemonic, so a task may start processes of its own. Workers
-            # still never outlive the pool: shutdown and the exit hook end
-            # them, and an orphaned worker ends itself.
-            daemon=False,
-        )
-        process.start()
-        # Close our copies of the worker's ends, so either side sees EOF when the other dies.
-        task_r.close()
-        result_w.close()
-        return _Worker(process, task_w, result_r)
+    def _start_worker(self) -> WorkerHandle:
+        return start_worker(self._ctx, self.segment_prefix, self._table.min_bytes)
 
     # -- manager thread ------------------------------------------------------------
 
@@ -403,14 +345,14 @@ class ProcessPool:
             self._state = PoolState.BROKEN
             self._broken_reason = reason
 
-    def _watch(self, worker: _Worker) -> None:
+    def _watch(self, worker: WorkerHandle) -> None:
         self._selector.register(worker.results, selectors.EVENT_READ, (worker, False))
         self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, True))
 
     def _serve_once(self) -> bool:
         """One wait-and-handle round; False when the pool should close."""
         events = [key.data for key, _ in self._selector.select()]
-        finished: list[tuple[_Call, int, memoryview]] = []
+        finished: list[tuple[Call, int, memoryview]] = []
         for item in events:
             if item is not None and not item[1]:
                 finished += self._drain(item[0])
@@ -430,7 +372,7 @@ class ProcessPool:
             idle = not self._pending and not any(w.inflight for w in self._workers)
         return state is PoolState.RUNNING or (state is PoolState.DRAINING and not idle)
 
-    def _drain(self, worker: _Worker) -> list[tuple[_Call, int, memoryview]]:
+    def _drain(self, worker: WorkerHandle) -> list[tuple[Call, int, memoryview]]:
         """Read every message the worker has sent; returns the finished calls."""
         finished = []
         try:
@@ -456,7 +398,7 @@ class ProcessPool:
         else:
             self._call_seconds = average + DURATION_SMOOTHING * (seconds - average)
 
-    def _resolve(self, call: _Call, status: int, body: memoryview) -> None:
+    def _resolve(self, call: Call, status: int, body: memoryview) -> None:
         value: object = None
         error: BaseException | None = None
         try:
@@ -469,13 +411,13 @@ class ProcessPool:
         call.keep = None
         _resolve(call.future, value, error)
 
-    def _bury(self, worker: _Worker) -> None:
+    def _bury(self, worker: WorkerHandle) -> None:
         """A worker exited: blame its running call, requeue the rest, replace it."""
         for call, status, body in self._drain(worker):  # what it finished before dying
             self._resolve(call, status, body)
         worker.process.join()
-        cause = _worker.describe_exit(worker.process.exitcode)
-        victim: _Call | None = None
+        cause = describe_exit(worker.process.exitcode)
+        victim: Call | None = None
         self._selector.unregister(worker.results)
         self._selector.unregister(worker.process.sentinel)
         with self._lock:
@@ -505,7 +447,7 @@ class ProcessPool:
         if replace:
             self._replace()
 
-    def _sweep_unreported(self, worker: _Worker) -> None:
+    def _sweep_unreported(self, worker: WorkerHandle) -> None:
         """Unlink segments a dead worker made for results it never sent."""
         made_by = f"{self.segment_prefix}{worker.process.pid}_"
         received = self._table.linked
@@ -536,9 +478,9 @@ class ProcessPool:
             for w in workers:
                 w.inflight.clear()
         if cancel:
-            _terminate(workers)
+            terminate_workers(workers)
         else:
-            _stop(workers)
+            stop_workers(workers)
         for w in workers:
             w.tasks.close()
             w.results.close()
@@ -569,26 +511,6 @@ def queue_depth(call_seconds: float | None) -> int:
         return MIN_DEPTH
     fits = int(QUEUE_SECONDS / max(call_seconds, 1e-9))
     return min(MAX_DEPTH, max(MIN_DEPTH, fits))
-
-
-def _stop(workers: list[_Worker]) -> None:
-    for w in workers:
-        with contextlib.suppress(OSError):  # a dead worker needs no stop message
-            w.tasks.send_bytes(_worker.STOP)
-    for w in workers:
-        w.process.join(STOP_TIMEOUT_S)
-    _terminate([w for w in workers if w.process.exitcode is None])
-
-
-def _terminate(workers: list[_Worker]) -> None:
-    for w in workers:
-        w.process.terminate()
-    for w in workers:
-        w.process.join(TERMINATE_GRACE_S)
-    for w in workers:
-        if w.process.exitcode is None:
-            w.process.kill()
-            w.process.join()
 
 
 _live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()

@@ -137,19 +137,6 @@ def main(tasks: Connection, results: Connection, prefix: str, min_bytes: int) ->
             _orphaned(prefix)
 
 
-def describe_exit(exitcode: int | None) -> str:
-    """Human words for a worker's exit code (negative: killed by that signal)."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"killed by signal {-exitcode} ({name})"
-    return f"exited with code {exitcode}"
-
-
 def unpickle_error(payload: bytes) -> BaseException:
     """The exception a worker reported, with its remote traceback as ``__cause__``."""
     error: BaseException | None

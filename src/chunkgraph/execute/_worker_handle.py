@@ -1,0 +1,152 @@
+"""The pool's side of one worker process: start it, hold its calls, stop or end it.
+
+A :class:`WorkerHandle` is what the pool knows of a worker::
+
+    pool process                               worker process
+    ------------                               --------------
+    tasks   (write end) ───── task pipe ─────> reader thread -> run calls in order
+    results (read end)  <──── result pipe ──── one message per finished call
+    process.sentinel    ready when the worker has exited, for any reason
+
+* ``inflight``: the calls sent to it, oldest first. The worker runs them in
+  that order, so while it lives the first one is running (or about to).
+* ``ready``: it said hello. A worker that dies before that failed to start;
+  one that dies after it is blamed on its running call.
+* ``closed``: writing to it failed; nothing more is sent, and its sentinel
+  reports the death.
+
+Workers are started from a fork server ("forkserver") or a fresh interpreter
+("spawn"); never plain "fork", which copies the parent's threads' locks in
+whatever state they are in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import signal
+from collections import deque
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import Any, cast
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.execute import _worker
+
+# Seconds a worker gets to exit after SIGTERM before SIGKILL. Workers do no
+# cleanup of their own on SIGTERM, so this only covers a slow kernel.
+TERMINATE_GRACE_S = 1.0
+
+# Seconds a clean shutdown waits for a worker to exit after its stop message.
+STOP_TIMEOUT_S = 5.0
+
+# Imported once by the fork server, so each forked worker starts with them.
+_WORKER_PRELOAD = ["numpy", "chunkgraph.execute._worker"]
+
+Context = ForkServerContext | SpawnContext
+
+
+class Call:
+    """One submitted call: its future, its wire frame, what pins its segments."""
+
+    __slots__ = ("future", "keep", "message", "started")
+
+    def __init__(self, future: Future[Any], message: bytes, keep: list[object]) -> None:
+        self.future = future
+        self.message = message
+        self.keep: list[object] | None = keep  # None once the call is over
+        self.started = False  # its future is RUNNING (it was given to a worker once)
+
+
+class WorkerHandle:
+    """One worker process, its two pipes and the calls it holds (see the module doc)."""
+
+    __slots__ = ("closed", "inflight", "process", "ready", "results", "tasks")
+
+    def __init__(self, process: BaseProcess, tasks: Connection, results: Connection) -> None:
+        self.process = process
+        self.tasks = tasks
+        self.results = results
+        self.inflight: deque[Call] = deque()
+        self.ready = False
+        self.closed = False
+
+
+def load(worker: WorkerHandle) -> int:
+    """How many calls the worker holds (the dispatch key: emptiest first)."""
+    return len(worker.inflight)
+
+
+def worker_context(start_method: str) -> Context:
+    """The multiprocessing context workers start from; ConfigError for an unusable method."""
+    methods = multiprocessing.get_all_start_methods()
+    if start_method not in methods or start_method == "fork":
+        raise ConfigError(
+            f"start_method {start_method!r} is not usable here; valid: "
+            f"{[m for m in methods if m != 'fork']} ('fork' is unsafe with threads)"
+        )
+    ctx = cast(Context, multiprocessing.get_context(start_method))
+    if isinstance(ctx, ForkServerContext):
+        ctx.set_forkserver_preload(_WORKER_PRELOAD)
+    return ctx
+
+
+def start_worker(ctx: Context, prefix: str, min_bytes: int) -> WorkerHandle:
+    """Start one worker serving calls; its segments are named ``prefix...``."""
+    task_r, task_w = ctx.Pipe(duplex=False)
+    result_r, result_w = ctx.Pipe(duplex=False)
+    process = ctx.Process(
+        target=_worker.main,
+        args=(task_r, result_w, prefix, min_bytes),
+        name=f"chunkgraph-worker-{prefix}",
+        # Not daemonic, so a task may start processes of its own. Workers still
+        # never outlive the pool: shutdown and the exit hook end them, and an
+        # orphaned worker ends itself.
+        daemon=False,
+    )
+    process.start()
+    # Close our copies of the worker's ends, so either side sees EOF when the other dies.
+    task_r.close()
+    result_w.close()
+    return WorkerHandle(process, task_w, result_r)
+
+
+def stop_workers(workers: list[WorkerHandle]) -> None:
+    """Ask idle workers to exit; terminate those that do not within STOP_TIMEOUT_S."""
+    for w in workers:
+        with contextlib.suppress(OSError):  # a dead worker needs no stop message
+            w.tasks.send_bytes(_worker.STOP)
+    for w in workers:
+        w.process.join(STOP_TIMEOUT_S)
+    terminate_workers([w for w in workers if w.process.exitcode is None])
+
+
+def terminate_workers(workers: list[WorkerHandle]) -> None:
+    """SIGTERM now, SIGKILL after TERMINATE_GRACE_S, and join every one (no zombies)."""
+    for w in workers:
+        w.process.terminate()
+    for w in workers:
+        w.process.join(TERMINATE_GRACE_S)
+    for w in workers:
+        if w.process.exitcode is None:
+            w.process.kill()
+            w.process.join()
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Human words for a worker's exit code (negative: killed by that signal).
+
+    >>> describe_exit(-9), describe_exit(3)
+    ('killed by signal 9 (SIGKILL)', 'exited with code 3')
+    """
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
