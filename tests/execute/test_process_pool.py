@@ -398,6 +398,12 @@ def test_unpicklable_exception_becomes_remote_error(pool: ProcessPool) -> None:
     assert "fail_unpicklable" in str(info.value.__cause__)
 
 
+def test_sys_exit_in_a_task_fails_only_that_task(pool: ProcessPool) -> None:
+    with pytest.raises(RemoteError, match=r"SystemExit\(5\)"):
+        pool.submit(sys.exit, (5,), {}).result()
+    assert pool.submit(operator.add, (1, 1), {}).result() == 2
+
+
 @pytest.mark.parametrize(
     ("fn", "args", "words"),
     [
@@ -535,6 +541,20 @@ def test_shutdown_leaves_no_processes_and_no_segments() -> None:
     assert float(held.sum()) == 4.0 * BIG  # held results stay readable
     with pytest.raises(RuntimeError, match="closed"):
         pool.submit(operator.add, (1, 2), {})
+
+
+def test_shutdown_without_waiting_finishes_in_the_background() -> None:
+    before = _children()
+    pool = ProcessPool(workers=1)
+    futures = [pool.submit(sleep_then, (0.05, i), {}) for i in range(3)]
+    pool.shutdown(wait=False)
+    with pytest.raises(RuntimeError, match=r"draining|closed"):
+        pool.submit(operator.add, (1, 2), {})
+    assert [f.result(timeout=60) for f in futures] == [0, 1, 2]
+    pool.shutdown()  # again, now waiting: idempotent
+    assert pool.state is PoolState.CLOSED
+    assert _children() <= before
+    assert not list_prefix(pool.segment_prefix)
 
 
 def test_shutdown_waits_for_submitted_work() -> None:

@@ -82,6 +82,10 @@ def _read_tasks(
 
 def _error_payload(error: BaseException) -> bytes:
     text = "".join(traceback.format_exception(error))
+    if not isinstance(error, Exception):
+        # SystemExit and the like end the process that raises them; a task's
+        # sys.exit() must fail that task, not end the program waiting for it.
+        error = RemoteError(f"task raised {type(error).__name__}({error})")
     try:
         payload = pickle.dumps((error, text), protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(payload)  # an exception whose __init__ cannot be replayed fails here
