@@ -45,7 +45,7 @@ from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
 from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
 from chunkgraph.volume._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.volume._resume import REDUCE, TOP, MarkerStore, flow_id_of, grid_key
-from chunkgraph.volume._subchunk import TopJob, TopStats, run_top_task
+from chunkgraph.volume._top_task import TopJob, TopStats, run_top_task
 
 if TYPE_CHECKING:
     from chunkgraph.execute import ExecutorKind

@@ -34,11 +34,9 @@ needs no normalising pass. Accumulation is in ``spec.accumulate_dtype``
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,9 +44,7 @@ import numpy as np
 from chunkgraph._errors import ChunkgraphError
 from chunkgraph.geometry import Box
 from chunkgraph.volume._blend import axis_weights
-from chunkgraph.volume._checkerboard import LayerPlan
 from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec
-from chunkgraph.volume._resume import TOP, MarkerStore, grid_key
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -90,123 +86,6 @@ class SubchunkContext:
     data_box: Box
     out_channel_shape: tuple[int, ...]
     counter: LevelCounter
-
-
-@dataclass(frozen=True)
-class TopJob:
-    """Everything a top-level task or a reduction needs; shared by all tasks of a flow.
-
-    ``layers`` is None when the flow writes straight to ``dst``
-    (``skip_intermediates``). Volumes pickle by path, so a process executor
-    can ship a job to its workers.
-    """
-
-    spec: FlowSpec
-    fn: Callable[..., Any]
-    inputs: Mapping[str, Volume]
-    positional: bool
-    dst: Volume
-    layers: LayerPlan | None
-    layer_vols: tuple[Volume, ...]
-    marker_root: str
-    sweep_axis: int = -1
-
-
-@dataclass(frozen=True)
-class TopStats:
-    """What one top-level task did.
-
-    ``bytes_read`` is measured on the task's own input objects: exact under a
-    process executor (each task unpickles its own), polluted by concurrent
-    tasks under threads, where the driver measures instead.
-    """
-
-    tasks_per_level: tuple[int, ...]
-    bytes_read: int
-    bytes_written: int
-
-
-def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
-    """Graph task: read the padded superchunk once, process all levels, write, mark done."""
-    spec = job.spec
-    region = box.padded(spec.context_pad)
-    before = sum(v.stats.bytes_read for v in job.inputs.values())
-    data = read_inputs(job, region)
-    read = sum(v.stats.bytes_read for v in job.inputs.values()) - before
-    ctx = SubchunkContext(
-        spec=spec,
-        fn=job.fn,
-        positional=job.positional,
-        data=data,
-        data_box=region,
-        out_channel_shape=tuple(job.dst.channel_shape),
-        counter=LevelCounter([0] * len(spec.levels)),
-    )
-    if job.layers is None:
-        written_bytes = stream_chunk(ctx, 0, box, job.dst)
-        MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
-        return TopStats(tuple(ctx.counter.counts), read, written_bytes)
-    out = process_chunk(ctx, 0, box)
-    out_box = box.padded(spec.levels[0].blend)
-    keep = out_box.intersection(spec.bbox)
-    part = out[at(keep, out_box)]
-    target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
-    written = cast_to(part, dtype)
-    target.write(keep, written)
-    MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
-    return TopStats(tuple(ctx.counter.counts), read, int(written.nbytes))
-
-
-def read_inputs(job: TopJob, region: Box) -> dict[str, np.ndarray]:
-    """Every input over ``region``, read once; read-only, since ``fn`` gets views of it.
-
-    With a chunk cache on any input, reads of all top-level tasks of one flow
-    in this process take turns (``_read_lock``), and each read walks the
-    region in slabs one storage chunk thick along ``sweep_axis`` (the top
-    grid's fastest-varying axis with more than one task). Tasks start in C
-    order, so the cache then sees one sequential sweep: the chunks a task
-    shares with its successor are the ones it read last, and LRU keeps them.
-    Concurrent, interleaved reads would instead fetch shared halo chunks twice.
-    Without a cache nothing can be shared, so reads run concurrently.
-    """
-    cached = any(getattr(v, "cache_bytes", 0) for v in job.inputs.values())
-    data: dict[str, np.ndarray] = {}
-    if cached:
-        with _read_lock(job.marker_root):
-            for name, vol in job.inputs.items():
-                data[name] = _read_in_slabs(vol, region, job.sweep_axis % region.ndim)
-    else:
-        data = {name: vol.read(region) for name, vol in job.inputs.items()}
-    for array in data.values():
-        # one chunk's fn writing into its input would corrupt its neighbours' inputs
-        array.flags.writeable = False
-    return data
-
-
-def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
-    chunk = int(vol.chunks[len(vol.chunks) - region.ndim + axis])
-    origin = int(vol.offset[axis])
-    first = origin + ((region.start[axis] - origin) // chunk + 1) * chunk
-    cuts = [region.start[axis], *range(first, region.stop[axis], chunk), region.stop[axis]]
-    out = np.empty(tuple(vol.channel_shape) + region.shape, dtype=vol.dtype)
-    for lo, hi in itertools.pairwise(cuts):
-        start = list(region.start)
-        stop = list(region.stop)
-        start[axis], stop[axis] = lo, hi
-        piece = Box(start, stop)
-        out[at(piece, region)] = vol.read(piece)
-    return out
-
-
-# One lock per flow (keyed by its directory) and process: see read_inputs. Kept out of
-# TopJob so that jobs stay picklable for process executors.
-_READ_LOCKS: dict[str, threading.Lock] = {}
-_READ_LOCKS_GUARD = threading.Lock()
-
-
-def _read_lock(flow: str) -> threading.Lock:
-    with _READ_LOCKS_GUARD:
-        return _READ_LOCKS.setdefault(flow, threading.Lock())
 
 
 def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
