@@ -13,9 +13,12 @@ Two access patterns:
              which is what a chunked workflow pays).
 
 MB/s columns are best-of-repeats; overhead % is the median over repeats of the
-paired ratio ``time(Volume) / time(direct)`` minus 1 (target: within 5%). A last
+paired ratio ``time(Volume) / time(direct)`` minus 1 (target: within 5%); the
+peers alternate call by call, so load from other processes hits both alike. A last
 line gives Volume's fixed per-call cost in microseconds, measured on the memory
-backend against the bare numpy slicing it wraps.
+backend against the bare numpy slicing it wraps; the "fixed cost" column is
+that cost times the number of calls, as a share of the direct time, i.e. the
+overhead Volume's own code adds, free of the machine's timing noise.
 
     .venv/bin/python benchmarks/volume_io.py            # full size, 5 repeats
     .venv/bin/python benchmarks/volume_io.py --quick    # (64, 256, 256), 3 repeats
@@ -54,22 +57,31 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def measure_pair(
-    direct: Callable[[], Any], through_volume: Callable[[], Any], repeats: int
+    direct: Callable[[Box], Any],
+    through_volume: Callable[[Box], Any],
+    boxes: list[Box],
+    repeats: int,
 ) -> tuple[float, float, float]:
-    """(best direct time, best Volume time, median of paired time ratios).
+    """(best direct time, best Volume time, median of paired time ratios) over ``boxes``.
 
-    Each repeat runs the two peers back to back, alternating which goes first, so
-    both see the same machine load; the median of the per-repeat ratios cancels
-    slow drifts in load that the best-of times alone would not.
+    The two peers run back to back on every box, alternating which goes first,
+    so both see the same machine load even when it changes from one millisecond
+    to the next; each repeat's ratio of summed times is one sample, and the
+    median of the samples is the overhead.
     """
-    direct()  # warm-up: imports, thread pools, page cache
-    through_volume()
+    for b in boxes:  # warm-up: imports, thread pools, page cache
+        direct(b)
+        through_volume(b)
     t_direct, t_volume, ratios = [], [], []
-    for i in range(repeats):
-        if i % 2:
-            tv, td = timed(through_volume), timed(direct)
-        else:
-            td, tv = timed(direct), timed(through_volume)
+    for r in range(repeats):
+        td = tv = 0.0
+        for i, b in enumerate(boxes):
+            if (i + r) % 2:
+                tv += timed(lambda: through_volume(b))  # noqa: B023 (called at once)
+                td += timed(lambda: direct(b))  # noqa: B023
+            else:
+                td += timed(lambda: direct(b))  # noqa: B023
+                tv += timed(lambda: through_volume(b))  # noqa: B023
         t_direct.append(td)
         t_volume.append(tv)
         ratios.append(tv / td)
@@ -117,36 +129,34 @@ def peers(path: str) -> dict[str, tuple[Any, volume.Volume]]:
     }
 
 
+Op = tuple[Callable[[Box], Any], Callable[[Box], Any], list[Box]]
+
+
 def ops_for(
     lib: str, handle: Any, vol: volume.Volume, data: np.ndarray, boxes: list[Box]
-) -> dict[tuple[str, str], tuple[Callable[[], Any], Callable[[], Any]]]:
-    """(pattern, op) -> (direct call, Volume call) doing exactly the same I/O."""
-    full = vol.bounds
+) -> dict[tuple[str, str], Op]:
+    """(pattern, op) -> (direct call, Volume call, boxes): the same I/O for each box."""
     if lib == "zarr":
-        d_read: Callable[[Box], Any] = lambda b: handle[b.slices()]  # noqa: E731
-        d_write: Callable[[Box, np.ndarray], Any] = handle.__setitem__
+        direct_read: Callable[[Box], Any] = lambda b: handle[b.slices()]  # noqa: E731
+        direct_write: Callable[[Box], Any] = lambda b: handle.__setitem__(  # noqa: E731
+            b.slices(), data[b.slices()]
+        )
     else:
-        d_read = lambda b: handle[b.slices()].read().result()  # noqa: E731
-        d_write = lambda s, a: handle[s].write(a).result()  # noqa: E731
-
-    def direct_write(b: Box) -> None:
-        d_write(b.slices(), data[b.slices()])
-
+        direct_read = lambda b: handle[b.slices()].read().result()  # noqa: E731
+        direct_write = lambda b: handle[b.slices()].write(data[b.slices()]).result()  # noqa: E731
+    volume_write = lambda b: vol.write(b, data[b.slices()])  # noqa: E731
+    whole = [vol.bounds]
     return {
-        ("whole", "read"): (lambda: d_read(full), lambda: vol.read(full)),
-        ("whole", "write"): (lambda: direct_write(full), lambda: vol.write(full, data)),
-        ("chunks", "read"): (
-            lambda: [d_read(b) for b in boxes],
-            lambda: [vol.read(b) for b in boxes],
-        ),
-        ("chunks", "write"): (
-            lambda: [direct_write(b) for b in boxes],
-            lambda: [vol.write(b, data[b.slices()]) for b in boxes],
-        ),
+        ("whole", "read"): (direct_read, vol.read, whole),
+        ("whole", "write"): (direct_write, volume_write, whole),
+        ("chunks", "read"): (direct_read, vol.read, boxes),
+        ("chunks", "write"): (direct_write, volume_write, boxes),
     }
 
 
-def run(shape: tuple[int, int, int], repeats: int, workdir: Path) -> list[dict[str, Any]]:
+def run(
+    shape: tuple[int, int, int], repeats: int, workdir: Path, per_call_us: dict[str, float]
+) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     # Bytes of 0..255 stored as float32: compressible by zstd, like much real imaging data.
     data = rng.integers(0, 256, size=shape, dtype=np.uint8).astype(np.float32)
@@ -158,8 +168,10 @@ def run(shape: tuple[int, int, int], repeats: int, workdir: Path) -> list[dict[s
         v = volume.create(path, shape, CHUNK, "float32", compressor=compressor)
         v.write(v.bounds, data)
         for lib, (handle, vol) in peers(path).items():
-            for (pattern, op), (direct, through) in ops_for(lib, handle, vol, data, boxes).items():
-                t_direct, t_volume, ratio = measure_pair(direct, through, repeats)
+            for (pattern, op), (direct, through, todo) in ops_for(
+                lib, handle, vol, data, boxes
+            ).items():
+                t_direct, t_volume, ratio = measure_pair(direct, through, todo, repeats)
                 rows.append(
                     {
                         "pattern": pattern,
@@ -169,6 +181,9 @@ def run(shape: tuple[int, int, int], repeats: int, workdir: Path) -> list[dict[s
                         "direct_MBps": nbytes / t_direct / MB,
                         "volume_MBps": nbytes / t_volume / MB,
                         "overhead_pct": (ratio - 1) * 100,
+                        # What Volume's own Python costs at this call count, as a share of
+                        # the direct time: the overhead without the machine's noise.
+                        "fixed_cost_pct": len(todo) * per_call_us[op] * 1e-6 / t_direct * 100,
                     }
                 )
                 print(format_row(rows[-1]), file=sys.stderr, flush=True)
@@ -179,13 +194,16 @@ def run(shape: tuple[int, int, int], repeats: int, workdir: Path) -> list[dict[s
     return rows
 
 
-HEADER = "| pattern | op | compressor | library | direct MB/s | Volume MB/s | overhead |"
+HEADER = (
+    "| pattern | op | compressor | library | direct MB/s | Volume MB/s | overhead | fixed cost |"
+)
 
 
 def format_row(r: dict[str, Any]) -> str:
     return (
         f"| {r['pattern']} | {r['op']} | {r['compressor']} | {r['library']} | "
-        f"{r['direct_MBps']:.0f} | {r['volume_MBps']:.0f} | {r['overhead_pct']:+.1f}% |"
+        f"{r['direct_MBps']:.0f} | {r['volume_MBps']:.0f} | {r['overhead_pct']:+.1f}% "
+        f"| {r['fixed_cost_pct']:.2f}% |"
     )
 
 
@@ -200,12 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="chunkgraph-volume-io-"))
     try:
         t0 = time.perf_counter()
-        rows = run(shape, repeats, workdir)
         read_us, write_us = per_call_overhead_us()
+        rows = run(shape, repeats, workdir, {"read": read_us, "write": write_us})
         elapsed = time.perf_counter() - t0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    table = "\n".join([HEADER, "|---|---|---|---|---:|---:|---:|", *(format_row(r) for r in rows)])
+    table = "\n".join(
+        [HEADER, "|---|---|---|---|---:|---:|---:|---:|", *(format_row(r) for r in rows)]
+    )
     worst = max(r["overhead_pct"] for r in rows)
     summary = (
         f"array {shape} float32, chunks {CHUNK}, best of {repeats}; "
