@@ -5,8 +5,8 @@ One engine runs all three. A loop over ``[0, n)`` flows like this:
     caller: grain known? --no--> probe prefix in the caller (real work)
               |                         |
               v                         v
-      rest < 2*min_len? --yes--> body(rest) in the caller, no dispatch
-              | no
+      rest < sequential_below? --yes--> body(rest) in the caller, no dispatch
+              | no                      (after the first call: one dict lookup)
               v
       bridge(rest, LengthSplitter(workers, min_len))   on the work-stealing pool
           split? --no--> leaf: body(start, stop), timed
