@@ -18,6 +18,7 @@ where each treats the outside differently), and a dry run of a
 100,000 x 100,000 x 10,000 bbox is timed.
 
     python benchmarks/volume_flow.py [--quick] [--workdir bench-out/volume_flow]
+                                     [--mmap-threshold 131072]
 """
 
 from __future__ import annotations
@@ -198,6 +199,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"use a {QUICK_SHAPE} volume")
     parser.add_argument("--workdir", default="bench-out/volume_flow")
+    parser.add_argument(
+        "--mmap-threshold",
+        type=int,
+        help="set MALLOC_MMAP_THRESHOLD_ (bytes) for every case: glibc then returns large "
+        "freed buffers to the OS instead of keeping them in a fragmented heap",
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
@@ -208,12 +215,19 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     make_source(workdir / "src.zarr", shape)
     mib = np.prod(shape) * 4 / 2**20
-    print(f"volume {shape} float32 ({mib:.0f} MiB), chunks {CHUNK}^3, {usable_cores()} cores")
+    env = os.environ.copy()
+    if args.mmap_threshold is not None:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(args.mmap_threshold)
+    malloc = env.get("MALLOC_MMAP_THRESHOLD_", "glibc default")
+    print(
+        f"volume {shape} float32 ({mib:.0f} MiB), chunks {CHUNK}^3, {usable_cores()} cores, "
+        f"MALLOC_MMAP_THRESHOLD_={malloc}"
+    )
     results = {}
     for name in CASES:
         cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
         cmd += ["--quick"] if args.quick else []
-        out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if out.returncode:
             raise SystemExit(f"case {name} failed:\n{out.stderr}")
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
