@@ -614,6 +614,31 @@ _DRIVER = textwrap.dedent(
 )
 
 
+_QUIET_DRIVER = textwrap.dedent(
+    """
+    import sys, numpy as np
+    sys.path[:0] = [{src!r}]
+    from chunkgraph.execute._process_pool import ProcessPool
+
+    pool = ProcessPool(workers=2)
+    held = [pool.submit(np.negative, (np.ones(100000),), {{}}).result() for _ in range(3)]
+    print(pool.segment_prefix, flush=True)
+    # no shutdown: the exit hook cleans up
+    """
+)
+
+
+def test_a_program_that_forgets_shutdown_exits_cleanly_and_silently() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _QUIET_DRIVER.format(src=SRC)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert not list_prefix(done.stdout.strip())
+
+
 def _start_driver(use_with: bool) -> tuple[subprocess.Popen[str], str, list[int]]:
     driver = subprocess.Popen(
         [sys.executable, "-c", _DRIVER.format(src=SRC, use_with=use_with)],
