@@ -20,11 +20,13 @@ to ``.<dst name>.chunkgraph`` beside a file-backed dst, so a rerun finds it):
 with ``defer``, whose layers are the result. A run without ``resume=True``
 starts from a clean flow directory.
 
-Locality. Top-level tasks enter the graph in C order of the top grid, so
-consecutive tasks are neighbours and share halo storage chunks: with a chunk
-cache on the inputs (``volume.open(..., cache_bytes=...)``) a halo read by one
-task is still cached when its neighbour needs it. Reductions enter after them.
-``ApplyReport.read_amplification`` measures the result at the storage level.
+Locality. Top-level tasks enter the graph in C order of the top grid and the
+executor's priorities keep that order among equals, so consecutive tasks are
+neighbours and share halo storage chunks: with a chunk cache on the inputs
+(``volume.open(..., cache_bytes=...)``) a halo read by one task is still
+cached when its neighbour needs it (``_top_task`` orders the reads so that an
+LRU cache sees one sweep). ``ApplyReport.read_amplification`` measures the
+result at the storage level.
 """
 
 from __future__ import annotations
@@ -43,12 +45,18 @@ import numpy as np
 from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
 from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
-from chunkgraph.volume._reduce import ReductionStats, reduce_box, reduction_boxes
+from chunkgraph.volume._reduce import (
+    ReductionStats,
+    reduce_box,
+    reduction_boxes,
+    top_indices_meeting,
+)
 from chunkgraph.volume._resume import REDUCE, TOP, MarkerStore, flow_id_of, grid_key
 from chunkgraph.volume._top_task import TopJob, TopStats, run_top_task
 
 if TYPE_CHECKING:
     from chunkgraph.execute import ExecutorKind
+    from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.volume import Volume
     from chunkgraph.volume._flow_estimate import FlowEstimate
 
@@ -160,7 +168,7 @@ def apply(
     flow_id = flow_id_of(fn, named, dst, spec)
     if dry_run:
         return _dry_report(spec, named, dst, flow_id, time.perf_counter() - t0)
-    root = _intermediates_root(intermediates, dst, flow_id)
+    root = _intermediates_root(intermediates, dst)
     flow = _Flow(spec, fn, named, spec.positional_input, dst, root / flow_id, resume)
     return flow.run(executor or "threads", progress, t0)
 
@@ -186,9 +194,7 @@ def _dry_report(
     )
 
 
-def _intermediates_root(
-    intermediates: str | os.PathLike[str] | None, dst: Volume, flow_id: str
-) -> Path:
+def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volume) -> Path:
     """Where temporaries live: as given, else beside a file-backed dst, else the temp dir.
 
     The default is deterministic so that a resumed run finds the previous one's markers.
@@ -248,7 +254,7 @@ class _Flow:
 
         graph = Graph()
         top_refs, skipped_top = self._add_top_tasks(graph)
-        red_refs: list[Any] = []
+        red_refs: list[TaskRef] = []
         skipped_red = 0
         if not self.direct and not self.deferred:
             red_refs, skipped_red = self._add_reductions(graph, top_refs)
@@ -262,7 +268,8 @@ class _Flow:
             self._cleanup()
         return report
 
-    def _add_top_tasks(self, graph: Any) -> tuple[dict[tuple[int, ...], Any], int]:
+    def _add_top_tasks(self, graph: Graph) -> tuple[dict[tuple[int, ...], TaskRef], int]:
+        """One task per top-level chunk not yet marked done, in C order of the top grid."""
         from chunkgraph.graph import Cost
 
         spec = self.spec
@@ -270,7 +277,7 @@ class _Flow:
         done = self.markers.done_keys(TOP)
         cost = Cost(memory=_top_task_memory(spec, self.inputs, self.dst))
         indices = np.indices(grid).reshape(len(grid), -1).T.tolist()
-        refs: dict[tuple[int, ...], Any] = {}
+        refs: dict[tuple[int, ...], TaskRef] = {}
         for index, a, b in zip(indices, starts.tolist(), stops.tolist(), strict=True):
             key = grid_key(tuple(index))
             if key in done:
@@ -282,10 +289,9 @@ class _Flow:
         return refs, len(indices) - len(refs)
 
     def _add_reductions(
-        self, graph: Any, top_refs: dict[tuple[int, ...], Any]
-    ) -> tuple[list[Any], int]:
-        from chunkgraph.volume._reduce import top_indices_meeting
-
+        self, graph: Graph, top_refs: dict[tuple[int, ...], TaskRef]
+    ) -> tuple[list[TaskRef], int]:
+        """One task per reduction box not yet done, after the pending top tasks it reads."""
         boxes, grid = reduction_boxes(self.spec, self.dst)
         done = self.markers.done_keys(REDUCE)
         indices = np.indices(grid).reshape(len(grid), -1).T.tolist()

@@ -2,8 +2,9 @@
 
 A top-level task has already read its inputs once, over its chunk padded by
 the sum of every level's crop and blend pads. Everything below happens on
-slices (read-only views) of those arrays; no level below the top touches
-storage.
+slices (read-only views) of those arrays; no level below the top reads
+storage. (Direct flows, ``skip_intermediates``, are the one case where lower
+levels write: ``stream_chunk`` sends each bottom output straight to dst.)
 
 Geometry of level ``l`` (see ``_flow_spec``)::
 
@@ -29,7 +30,8 @@ Weights. A child's contribution is multiplied by its per-axis ramps (no ramp on
 a face touching ``R``'s edge; the part outside ``R`` is dropped), so the
 weights of all children sum to 1 at every voxel of ``R`` and the accumulator
 needs no normalising pass. Accumulation is in ``spec.accumulate_dtype``
-(float64 for data of <= 32 bits), which keeps an identity ``fn`` exact.
+(float64 for data of <= 32 bits), which keeps an identity ``fn`` exact. A
+level whose children do not blend just assembles them, in ``fn``'s dtype.
 """
 
 from __future__ import annotations
