@@ -145,7 +145,11 @@ def run_loop(
     if grain is None and type(n) is int and n > 0:
         # Fast path: a loop this body already ran, known to be too short to
         # split; it must cost little more than calling the body directly.
-        key = body_key(key_body, kind if type(kind) is OpKind else OpKind.coerce(kind))
+        code = getattr(key_body, "__code__", None)  # functions and bound methods
+        if code is not None and type(kind) is OpKind:
+            key: tuple[object, OpKind] = (code, kind)
+        else:
+            key = body_key(key_body, OpKind.coerce(kind))
         limit = GRAINS.limits.get(key)
         if limit is not None and n < limit:
             try:
