@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 
 import pytest
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.parallel import PoolStats, WorkStealingPool, get_pool, set_workers
+from chunkgraph.parallel import PoolStats, WorkStealingPool, get_pool, parallel_reduce, set_workers
 
 
 def test_join_returns_both_values() -> None:
@@ -152,3 +153,25 @@ def test_unknown_counter_is_rejected() -> None:
     with pool.participate(), pytest.raises(ConfigError, match="rearms"):
         pool.count("nope")
     pool.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_a_forked_child_gets_a_fresh_working_pool() -> None:
+    parent = get_pool()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report whether a loop works on a new pool, then exit at once
+        try:
+            child = get_pool()
+            total = parallel_reduce(1000, lambda a, b: b - a, lambda p, q: p + q, 0, grain=10)
+            ok = child is not parent and total == 1000
+        except BaseException:
+            ok = False
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"1"

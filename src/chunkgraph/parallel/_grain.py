@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -207,6 +208,16 @@ class GrainCache:
 
 
 GRAINS = GrainCache()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread of the parent may have held the lock at fork time; the
+    # child has no such thread, so it starts with a fresh lock.
+    GRAINS._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def probe(run: Callable[[int, int], T], start: int, stop: int) -> tuple[list[T], int, CostModel]:
