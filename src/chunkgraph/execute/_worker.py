@@ -41,6 +41,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn, cast
 
+from chunkgraph._errors import ChunkgraphError
 from chunkgraph.execute._shm import SegmentTable, iter_refs, unlink_name, unlink_prefix
 
 FRAME = struct.Struct("<QQ")
@@ -164,5 +165,6 @@ class RemoteTraceback(Exception):
         return "\n" + self.text
 
 
-class RemoteError(RuntimeError):
-    """An exception from a worker that could not be pickled; the message is its last line."""
+class RemoteError(ChunkgraphError, RuntimeError):
+    """Stands in for a worker's exception that cannot cross processes (it does not
+    pickle, or it is a SystemExit); the message is its last traceback line."""
