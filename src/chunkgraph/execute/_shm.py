@@ -33,8 +33,9 @@ Lifetime: the owner side (the pool's process)::
   tracker and unregistered once when unlinked, so a parent killed outright
   still has its segments removed, and no double-unlink warning is printed.
 
-Workers (non-owners) map segments only for the duration of one task and never
-unlink them, except when their parent has died (``unlink_prefix``).
+Workers (non-owners) map segments only for the duration of one task. They
+unlink only segments they made for a result they then failed to send, and,
+when the pool's process has died, every segment of the pool (``unlink_prefix``).
 """
 
 from __future__ import annotations
