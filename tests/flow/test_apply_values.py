@@ -241,3 +241,10 @@ def test_dry_run_predicts_the_run(files: Any) -> None:
     assert dry.tasks_per_level == real.tasks_per_level
     assert dry.reductions == real.reductions
     assert dry.flow_id == real.flow_id
+
+
+def test_process_executor_refuses_memory_volumes(files: Any) -> None:
+    src = files.source(files.random((16, 16), "uint8"), (8, 8), backend="memory")
+    dst = files.empty((16, 16), (8, 8), "uint8")
+    with pytest.raises(ConfigError, match="memory volumes"):
+        apply(lambda src: src, src, dst, chunk_sizes=[(8, 8)], executor="processes")

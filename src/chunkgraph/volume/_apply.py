@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
 from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
@@ -165,12 +166,26 @@ def apply(
         skip_intermediates=skip_intermediates,
     )
     named = normalize_inputs(inputs)
+    _check_executor(executor, named, dst)
     flow_id = flow_id_of(fn, named, dst, spec)
     if dry_run:
         return _dry_report(spec, named, dst, flow_id, time.perf_counter() - t0)
     root = _intermediates_root(intermediates, dst)
     flow = _Flow(spec, fn, named, spec.positional_input, dst, root / flow_id, resume)
     return flow.run(executor or "threads", progress, t0)
+
+
+def _check_executor(executor: str | None, inputs: Mapping[str, Volume], dst: Volume) -> None:
+    """Memory volumes live in one process: a process executor's workers cannot see them."""
+    if executor != "processes":
+        return
+    local = [n for n, v in inputs.items() if v.backend == "memory"]
+    local += ["dst"] if dst.backend == "memory" else []
+    if local:
+        raise ConfigError(
+            f"executor='processes' cannot use memory volumes ({', '.join(local)}): they exist "
+            "only in this process; store them with backend='zarr' or use executor='threads'"
+        )
 
 
 def _dry_report(
