@@ -53,7 +53,7 @@ def inc(x: int) -> int:
 
 
 def stencil(*xs: int) -> int:
-    return 1
+    return (sum(xs) + 1) % 1_000_003
 
 
 @dataclass
@@ -66,6 +66,13 @@ class Shape:
 
     def __len__(self) -> int:
         return len(self.fns)
+
+    def reference(self) -> int:
+        """The last task's value, computed sequentially: every engine must match it."""
+        values: list[int] = []
+        for fn, ds in zip(self.fns, self.deps, strict=True):
+            values.append(fn(*[values[d] for d in ds]))
+        return values[-1]
 
 
 def fan_in(n: int) -> Shape:
@@ -108,7 +115,7 @@ def stencil_grid(n: int) -> Shape:
 
 
 # ------------------------------------------------------------------- engines
-def run_chunkgraph(shape: Shape, executor: str, workers: int) -> float:
+def run_chunkgraph(shape: Shape, executor: str, workers: int) -> tuple[float, Any]:
     from chunkgraph.execute import run
     from chunkgraph.graph import Graph, TaskRef
 
@@ -117,22 +124,22 @@ def run_chunkgraph(shape: Shape, executor: str, workers: int) -> float:
     for fn, ds in zip(shape.fns, shape.deps, strict=True):
         refs.append(g.add(fn, *[refs[d] for d in ds]))
     start = time.perf_counter()
-    run(g, refs[-1], executor=executor, workers=workers)  # type: ignore[arg-type]
-    return time.perf_counter() - start
+    value = run(g, refs[-1], executor=executor, workers=workers)  # type: ignore[arg-type]
+    return time.perf_counter() - start, value
 
 
-def run_dask(shape: Shape, workers: int) -> float:
+def run_dask(shape: Shape, workers: int) -> tuple[float, Any]:
     import dask.threaded
 
     dsk: dict[str, Any] = {}
     for i, (fn, ds) in enumerate(zip(shape.fns, shape.deps, strict=True)):
         dsk[f"t{i}"] = (fn, *[f"t{d}" for d in ds])
     start = time.perf_counter()
-    dask.threaded.get(dsk, f"t{len(shape) - 1}", num_workers=workers)
-    return time.perf_counter() - start
+    value = dask.threaded.get(dsk, f"t{len(shape) - 1}", num_workers=workers)
+    return time.perf_counter() - start, value
 
 
-def run_floor(shape: Shape, workers: int) -> float:
+def run_floor(shape: Shape, workers: int) -> tuple[float, Any]:
     """Submit each topological level's tasks to a bare pool and wait for them."""
     depth = [0] * len(shape)
     for i, ds in enumerate(shape.deps):
@@ -149,12 +156,20 @@ def run_floor(shape: Shape, workers: int) -> float:
             wait([f for _, f in futures])
             for i, f in futures:
                 results[i] = f.result()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, results[-1]
 
 
 # ------------------------------------------------------------------- driver
-def best_us(fn: Callable[[], float], tasks: int, repeat: int) -> float:
-    return min(fn() for _ in range(repeat)) / tasks * 1e6
+def best_us(fn: Callable[[], tuple[float, Any]], shape: Shape, repeat: int) -> float:
+    """Best µs per task over ``repeat`` runs, each checked against the reference value."""
+    expected = shape.reference()
+    best = float("inf")
+    for _ in range(repeat):
+        seconds, value = fn()
+        if value != expected:
+            raise SystemExit(f"{shape.name}: got {value!r}, expected {expected!r}")
+        best = min(best, seconds)
+    return best / len(shape) * 1e6
 
 
 def peak_rss_mb() -> float:
@@ -216,7 +231,10 @@ def main(argv: list[str] | None = None) -> None:
     big = args.million or (100_000 if args.quick else 1_000_000)
 
     print(f"# task overhead: {workers} workers, best of {repeat}, µs per task (lower is better)")
-    print(f"# chunkgraph processes on {n_proc:,} tasks per shape, the others on {n:,}\n")
+    print(
+        f"# chunkgraph processes on {n_proc:,} tasks per shape (one run, starting its "
+        f"worker pool included), the others on {n:,}; every result checked\n"
+    )
     print(
         "| shape | tasks | chunkgraph threads | chunkgraph processes | dask threaded "
         "| ThreadPoolExecutor floor | dask / chunkgraph threads |"
@@ -224,12 +242,10 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for make in (fan_in, chain, stencil_grid):
         shape, small = make(n), make(n_proc)
-        cg_threads = best_us(
-            lambda s=shape: run_chunkgraph(s, "threads", workers), len(shape), repeat
-        )
-        cg_procs = best_us(lambda s=small: run_chunkgraph(s, "processes", workers), len(small), 1)
-        dask_us = best_us(lambda s=shape: run_dask(s, workers), len(shape), repeat)
-        floor = best_us(lambda s=shape: run_floor(s, workers), len(shape), repeat)
+        cg_threads = best_us(lambda s=shape: run_chunkgraph(s, "threads", workers), shape, repeat)
+        cg_procs = best_us(lambda s=small: run_chunkgraph(s, "processes", workers), small, 1)
+        dask_us = best_us(lambda s=shape: run_dask(s, workers), shape, repeat)
+        floor = best_us(lambda s=shape: run_floor(s, workers), shape, repeat)
         print(
             f"| {shape.name} | {len(shape):,} | {cg_threads:.1f} | {cg_procs:.1f} | {dask_us:.1f} "
             f"| {floor:.1f} | {dask_us / cg_threads:.1f}x |",
