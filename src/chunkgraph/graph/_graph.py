@@ -70,8 +70,9 @@ class TaskRef:
     @property
     def dependencies(self) -> list[TaskRef]:
         """The tasks whose results this task consumes."""
-        indptr, indices = self.graph.dependencies()
-        return [TaskRef(self.graph, int(j)) for j in indices[indptr[self.id] : indptr[self.id + 1]]]
+        g = self.graph  # the append-only buffers: no CSR copy, cheap while building
+        lo, hi = g._dep_indptr[self.id], g._dep_indptr[self.id + 1]
+        return [TaskRef(g, j) for j in g._dep_indices[lo:hi]]
 
     @property
     def cost(self) -> Cost:
