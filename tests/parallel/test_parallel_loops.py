@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from chunkgraph._errors import ConfigError
 from chunkgraph.parallel import (
     WorkStealingPool,
+    _loops,
     get_pool,
     parallel_for,
     parallel_map,
@@ -308,3 +310,32 @@ def test_empty_loops_return_the_identity_without_calling_the_body() -> None:
     parallel_for(0, never)
     assert parallel_map(str, []) == []
     assert get_pool().workers >= 1
+
+
+def test_an_untrusted_fit_never_makes_a_short_loop_probe_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A noisy fit of a fully probed loop may claim it is worth splitting.
+
+    The probe still runs the real body; only its fitted model is replaced by
+    one that says "1 ms per element", which alone would make 100 elements
+    worth splitting. The length just probed must stay one call regardless.
+    """
+    real_probe = _loops.probe
+
+    def noisy_probe(run: Callable[[int, int], object], start: int, stop: int) -> Any:
+        values, at, _model = real_probe(run, start, stop)
+        return values, at, CostModel(per_element_s=1e-3, per_call_s=0.0, trusted=False)
+
+    monkeypatch.setattr(_loops, "probe", noisy_probe)
+    calls: list[tuple[int, int]] = []
+
+    def cheap_again(start: int, stop: int) -> None:
+        calls.append((start, stop))
+
+    GRAINS.clear()
+    parallel_for(100, cheap_again)
+    assert calls[0] == (0, 1)  # it was probed
+    calls.clear()
+    parallel_for(100, cheap_again)
+    assert calls == [(0, 100)]

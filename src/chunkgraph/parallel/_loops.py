@@ -191,8 +191,10 @@ def _run_measured(
         dispatch = pool.dispatch_overhead()
         min_len = model.min_len(dispatch, KIND_DEFAULTS[op].overhead_multiple)
         limit = model.sequential_below(dispatch, pool.handoff_latency(), op)
-        # An untrusted model has only seen loops this short: longer ones re-probe.
-        GRAINS.limits[key] = limit if model.trusted else min(limit, n + 1)
+        # An untrusted model comes from a probe that ran this whole loop in
+        # pieces shorter than PROBE_MIN_S: loops up to this length stay one
+        # call (whatever the noisy fit says), longer ones probe again.
+        GRAINS.limits[key] = limit if model.trusted else n + 1
     else:
         limit = 2 * min_len
     if start < n:
