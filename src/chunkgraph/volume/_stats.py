@@ -72,6 +72,13 @@ class _IOCounters:
             for name, amount in amounts.items():
                 self._values[name] += amount
 
+    def add_read(self, chunks: int, nbytes: int) -> None:
+        """``add(chunks_read=..., bytes_read=...)`` without keyword packing: every read calls it."""
+        values = self._values
+        with self._lock:
+            values["chunks_read"] += chunks
+            values["bytes_read"] += nbytes
+
     def snapshot(self) -> IOStats:
         with self._lock:
             return IOStats(**self._values)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from operator import sub
+from operator import le, sub
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -180,12 +180,14 @@ class Volume:
     def read(self, box: Box) -> np.ndarray[Any, Any]:
         """The data in ``box`` (global coordinates), ``fill_value`` outside the bounds."""
         self._check_box(box, "read")
-        inner = box.intersection(self._bounds)
-        if self._cache is None and inner == box and not box.is_empty:
+        bounds = self._bounds
+        inside = all(map(le, bounds.start, box.start)) and all(map(le, box.stop, bounds.stop))
+        if inside and self._cache is None and not box.is_empty:
             # Hot path: a box inside the bounds is one backend call, returned without a copy.
-            self._count_read(inner)
-            return self._storage.read(self._local_index(inner))
-        out = self._empty(box, filled=inner != box)
+            self._count_read(box)
+            return self._storage.read(self._local_index(box))
+        inner = box if inside else box.intersection(bounds)
+        out = self._empty(box, filled=not inside)
         if inner.is_empty:
             return out
         target = out[self._channel_index + inner.slices(relative_to=box)]
@@ -396,4 +398,4 @@ class Volume:
             lo, hi = (a - o) // c, -((o - b) // c)  # first and one-past-last chunk index
             n_chunks *= hi - lo
             n_voxels *= min(o + hi * c, e) - (o + lo * c)
-        self._counters.add(chunks_read=n_chunks, bytes_read=n_voxels * self._itemsize)
+        self._counters.add_read(n_chunks, n_voxels * self._itemsize)
