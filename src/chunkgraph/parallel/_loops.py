@@ -181,37 +181,48 @@ def _run_measured(
     key = body_key(key_body, op)
     values: list[T] = []
     start = 0
-    min_len = grain
-    if min_len is None:
-        model = GRAINS.get(key)
-        if model is None or not model.trusted:
-            values, start, model = probe(loop.run_leaf, 0, n)
-            loop.raise_errors(what, n)
-            GRAINS.put(key, model)
-        dispatch = pool.dispatch_overhead()
-        min_len = model.min_len(dispatch, KIND_DEFAULTS[op].overhead_multiple)
-        limit = model.sequential_below(dispatch, pool.handoff_latency(), op)
-        # An untrusted model comes from a probe that ran this whole loop in
-        # pieces shorter than PROBE_MIN_S: loops up to this length stay one
-        # call (whatever the noisy fit says), longer ones probe again.
-        GRAINS.limits[key] = limit if model.trusted else n + 1
+    if grain is None:
+        values, start, min_len, limit = _measure_grain(pool, loop, key, n, what)
     else:
-        limit = 2 * min_len
+        min_len, limit = grain, 2 * grain
     if start < n:
         if pool.workers == 1 or n - start < limit:
             values.append(loop.run_leaf(start, n))
         else:
+            probed = len(loop.pieces)
             with pool.participate():
                 splitter = LengthSplitter(pool.workers, min_len)
                 values.append(_bridge(pool, loop, start, n, splitter, False))
             if grain is None:
-                GRAINS.refine(key, loop.pieces)
+                GRAINS.refine(key, loop.pieces[probed:])
     loop.raise_errors(what, n)
     result = values[0]
     for value in values[1:]:
         result = loop.join_values(result, value, 0, n)
     loop.raise_errors(what, n)
     return result
+
+
+def _measure_grain(
+    pool: WorkStealingPool, loop: _Loop[T], key: tuple[object, OpKind], n: int, what: str
+) -> tuple[list[T], int, int, int]:
+    """Probe if needed: (probe values, where the loop goes on, min_len, sequential limit)."""
+    values: list[T] = []
+    start = 0
+    model = GRAINS.get(key)
+    if model is None or not model.trusted:
+        values, start, model = probe(loop.run_leaf, 0, n)
+        loop.raise_errors(what, n)
+        GRAINS.put(key, model)
+    op = key[1]
+    dispatch = pool.dispatch_overhead()
+    min_len = model.min_len(dispatch, KIND_DEFAULTS[op].overhead_multiple)
+    limit = model.sequential_below(dispatch, pool.handoff_latency(), op)
+    # An untrusted model comes from a probe that ran this whole loop in
+    # pieces shorter than PROBE_MIN_S: loops up to this length stay one
+    # call (whatever the noisy fit says), longer ones probe again.
+    GRAINS.limits[key] = limit if model.trusted else n + 1
+    return values, start, min_len, limit
 
 
 def _nothing(_a: object, _b: object) -> None:
