@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.parallel import PoolStats, WorkStealingPool, get_pool, parallel_reduce, set_workers
@@ -175,3 +177,39 @@ def test_a_forked_child_gets_a_fresh_working_pool() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+Tree = int | list["Tree"]
+trees = st.recursive(
+    st.integers(-100, 100), lambda kids: st.lists(kids, min_size=1, max_size=4), max_leaves=60
+)
+
+
+def flat_sum(tree: Tree) -> int:
+    return tree if isinstance(tree, int) else sum(flat_sum(t) for t in tree)
+
+
+@pytest.fixture(scope="module")
+def pool3() -> Iterator[WorkStealingPool]:
+    """One 3-worker pool for all examples (starting a pool per example is slow)."""
+    pool = WorkStealingPool(3)
+    yield pool
+    pool.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(tree=trees)
+def test_any_fork_join_tree_computes_what_the_sequential_code_does(
+    pool3: WorkStealingPool, tree: Tree
+) -> None:
+    def total(node: Tree) -> int:
+        if isinstance(node, int):
+            return node
+        if len(node) == 1:
+            return total(node[0])
+        half = len(node) // 2
+        a, b = pool3.join(lambda s: total(node[:half]), lambda s: total(node[half:]))
+        return a + b
+
+    with pool3.participate():
+        assert total(tree) == flat_sum(tree)
