@@ -17,7 +17,7 @@ Then (3), (4) and (5) are compared in the interior (8 voxels from the volume edg
 where each treats the outside differently), and a dry run of a
 100,000 x 100,000 x 10,000 bbox is timed.
 
-    python benchmarks/volume_flow.py [--quick] [--workdir bench-out/volume_flow]
+    python benchmarks/volume_flow.py [--quick] [--repeat 3] [--workdir bench-out/volume_flow]
                                      [--mmap-threshold 131072]
 """
 
@@ -86,6 +86,7 @@ def _flow(fn: Callable[..., Any], src_path: str, dst_path: str, shape: tuple[int
     quarter = int(np.prod(shape)) * 4 // 4
     src = volume.open(src_path, cache_bytes=quarter)
     dst = volume.create(dst_path, shape, (CHUNK,) * 3, "float32", exist_ok=True)
+    top = (shape[0], shape[1], CHUNK)
     # Top-level tasks: full (z, y) slabs one storage chunk thick, following each other
     # along x, so the halo chunks two neighbours share fit the quarter-volume cache.
     # Bottom chunks: 2 x 2 x 1 storage chunks, cropped by the filter's reach (8).
@@ -93,7 +94,7 @@ def _flow(fn: Callable[..., Any], src_path: str, dst_path: str, shape: tuple[int
         fn,
         src,
         dst,
-        chunk_sizes=[(shape[0], shape[1], CHUNK), BOTTOM],
+        chunk_sizes=[top, tuple(min(b, t) for b, t in zip(BOTTOM, top, strict=True))],
         crop_pads=[0, HALO],
         skip_intermediates=True,
     )
@@ -175,6 +176,10 @@ def interior_agreement(workdir: Path, shape: tuple[int, ...], a: str, b: str) ->
     return worst
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: float(np.median([r[key] for r in runs])) for key in runs[0]}
+
+
 def dry_run(workdir: Path) -> tuple[Any, float]:
     big_src = volume.create(
         str(workdir / "huge-src.zarr"), HUGE_BBOX, (128,) * 3, "float32", exist_ok=True
@@ -205,6 +210,7 @@ def main() -> None:
         help="set MALLOC_MMAP_THRESHOLD_ (bytes) for every case: glibc then returns large "
         "freed buffers to the OS instead of keeping them in a fragmented heap",
     )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case (medians shown)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
@@ -223,14 +229,18 @@ def main() -> None:
         f"volume {shape} float32 ({mib:.0f} MiB), chunks {CHUNK}^3, {usable_cores()} cores, "
         f"MALLOC_MMAP_THRESHOLD_={malloc}"
     )
-    results = {}
-    for name in CASES:
-        cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
-        cmd += ["--quick"] if args.quick else []
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if out.returncode:
-            raise SystemExit(f"case {name} failed:\n{out.stderr}")
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in CASES}
+    for _ in range(args.repeat):
+        # Round-robin, so that load from elsewhere on the machine hits every case alike.
+        for name in CASES:
+            cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
+            cmd += ["--quick"] if args.quick else []
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if out.returncode:
+                raise SystemExit(f"case {name} failed:\n{out.stderr}")
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    results = {name: _median(r) for name, r in runs.items()}
+    print(f"median of {args.repeat} run(s) per case")
     base = results["copy"]["wall"]
     print(
         f"{'case':36} {'wall s':>7} {'x copy':>7} {'peak RSS MiB':>13} {'above import':>13} "
