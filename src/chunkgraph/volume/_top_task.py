@@ -135,18 +135,42 @@ def read_inputs(job: TopJob, region: Box) -> dict[str, np.ndarray]:
 
 
 def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
-    chunk = int(vol.chunks[len(vol.chunks) - region.ndim + axis])
-    origin = int(vol.offset[axis])
-    first = origin + ((region.start[axis] - origin) // chunk + 1) * chunk
-    cuts = [region.start[axis], *range(first, region.stop[axis], chunk), region.stop[axis]]
+    """``vol.read(region)``, one storage-chunk-thick slab along ``axis`` after another.
+
+    The storage chunks inside one slab are fetched concurrently (one read per
+    chunk on the local pool): the cache still sees the slabs in order, which
+    is all the sweep needs, and decoding uses every core.
+    """
+    from chunkgraph.parallel import parallel_map
+
     out = np.empty(tuple(vol.channel_shape) + region.shape, dtype=vol.dtype)
-    for lo, hi in itertools.pairwise(cuts):
-        start = list(region.start)
-        stop = list(region.stop)
-        start[axis], stop[axis] = lo, hi
-        piece = Box(start, stop)
+    spatial = vol.chunks[len(vol.chunks) - region.ndim :]
+    cuts = [_cuts(region, a, int(spatial[a]), int(vol.offset[a])) for a in range(region.ndim)]
+    others = [a for a in range(region.ndim) if a != axis]
+
+    def read_piece(piece: Box) -> None:
         out[at(piece, region)] = vol.read(piece)
+
+    for lo, hi in itertools.pairwise(cuts[axis]):
+        pieces = []
+        for bounds in itertools.product(*(itertools.pairwise(cuts[a]) for a in others)):
+            start, stop = list(region.start), list(region.stop)
+            start[axis], stop[axis] = lo, hi
+            for a, (b0, b1) in zip(others, bounds, strict=True):
+                start[a], stop[a] = b0, b1
+            pieces.append(Box(start, stop))
+        parallel_map(read_piece, pieces)
     return out
+
+
+def _cuts(region: Box, axis: int, chunk: int, origin: int) -> list[int]:
+    """Where ``region`` crosses storage chunk boundaries on ``axis``, with both ends.
+
+    >>> _cuts(Box((-8,), (72,)), 0, 64, 0)
+    [-8, 0, 64, 72]
+    """
+    first = origin + ((region.start[axis] - origin) // chunk + 1) * chunk
+    return [region.start[axis], *range(first, region.stop[axis], chunk), region.stop[axis]]
 
 
 # One lock per flow (keyed by its directory) and process: see read_inputs. Kept out of
