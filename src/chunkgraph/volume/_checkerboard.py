@@ -3,7 +3,9 @@
 Top-level chunk ``i`` (a grid index) contributes to ``chunk_i.padded(blend)``,
 which overlaps its neighbours by ``2 * blend``. Writing those overlaps to one
 volume would race on shared storage chunks, so each chunk writes to the layer
-of its parity, ``(i_0 % 2, i_1 % 2, ...)``, over the axes that blend::
+of its parity, ``(i_0 % 2, i_1 % 2, ...)``, over the axes that blend (``2**k``
+layers for ``k`` blended axes, at most ``2**d``: chunks never overlap along an
+axis without a blend pad, so parity along it buys nothing)::
 
     axis 0 ->   chunk 0     chunk 1     chunk 2     chunk 3
     layer 0   [=========]             [=========]
@@ -12,8 +14,9 @@ of its parity, ``(i_0 % 2, i_1 % 2, ...)``, over the axes that blend::
 
 Storage grid. Every layer covers ``bbox.padded(blend)`` and its storage grid
 starts at that corner, with a storage chunk ``s`` dividing the top chunk ``C``
-on each axis (the divisor nearest the destination's chunk, so reduction reads
-stay chunk-sized). Chunk ``i`` then starts on a storage boundary (``i * C``
+on each axis (the divisor nearest the destination's chunk among those of at
+least half its size, so reduction reads stay chunk-sized and a prime ``C``
+does not make one-voxel files). Chunk ``i`` then starts on a storage boundary (``i * C``
 from the corner) and ends before ``(i + 2) * C``, where the next chunk of its
 layer starts, because ``2 * blend <= C``: no storage chunk of a layer is
 touched by two tasks. A task's last storage chunk may be partly covered
@@ -27,10 +30,12 @@ aligned copy to the destination.
 
 Dtype. Layers hold unweighted outputs; reductions weigh them from geometry.
 The dtype must not lose what the weighted sum needs: the accumulation dtype
-(float64 for <= 32-bit data) for integer destinations and for ``defer``, the
-destination's own float dtype otherwise (float32 keeps every float32 result
-exact), and the destination dtype for ``max`` and for unblended copies, whose
-results are final values already.
+(float64 for <= 32-bit data) for integer destinations (rounding before the
+weighted sum would round twice) and for ``defer`` (left for a later pass);
+the destination's own dtype for float32 / float64 destinations (a weighted
+sum of values already at the final precision stays within an ulp of the
+float64 result, and an identity ``fn`` stays exact) and for ``max`` and
+unblended copies, whose stored values are final already.
 """
 
 from __future__ import annotations
