@@ -15,6 +15,8 @@ def test_demo_matches_whole_array_smoothing(tmp_path: Path) -> None:
     report = run_demo(tmp_path, progress=False)
     assert report.tasks_per_level[0] == 8 and report.reductions > 0
     assert report.read_amplification <= 1.3
+    text = report.summary()
+    assert report.flow_id in text and "tasks per level: [8, 192]" in text
     src = volume.open(str(tmp_path / "demo-src.zarr")).read(Box.from_shape(DEMO_SHAPE))
     out = volume.open(str(tmp_path / "demo-dst.zarr"))
     # away from the volume edge (where the flow sees fill values), every voxel is the
