@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from chunkgraph import volume
 from chunkgraph.geometry import Box
@@ -35,12 +36,13 @@ def test_without_cache_halos_amplify_reads(files: Any) -> None:
     assert report.read_amplification == 10 / 4
 
 
-def test_slab_cache_and_ordering_read_every_chunk_once(files: Any) -> None:
+@pytest.mark.parametrize("executor", ["sync", "threads"])
+def test_slab_cache_and_ordering_read_every_chunk_once(files: Any, executor: str) -> None:
     # room for three slabs of chunks: the one being finished and the two being started
     src = _source(files, 3 * 16 * CHUNK_BYTES)
     dst = files.empty(SHAPE, STORAGE, "float32")
     report = apply(
-        lambda src: src, src, dst, executor="sync", intermediates=files.root / "t", **FLOW
+        lambda src: src, src, dst, executor=executor, intermediates=files.root / "t", **FLOW
     )
     assert report.read_amplification == 1.0
     assert src.stats.chunks_read == 64
