@@ -240,3 +240,21 @@ def flow_configs(draw: st.DrawFn) -> dict[str, Any]:
 def test_identity_random_configs(files: Any, config: dict[str, Any]) -> None:
     shape, storage, dtype = config.pop("shape"), config.pop("storage"), config.pop("dtype")
     run_identity(files, shape, storage, dtype, **config)
+
+
+def test_identity_volumes_placed_at_an_offset(files: Any) -> None:
+    """Global coordinates: dst's storage grid starts at its offset, not at 0."""
+    data = files.random((40, 36), "int16")
+    src = files.source(data, (8, 8), offset=(5, -3))
+    dst = files.empty((40, 36), (8, 8), "int16", offset=(5, -3))
+    report = apply(
+        identity,
+        src,
+        dst,
+        chunk_sizes=[(20, 18), (10, 14)],
+        crop_pads=[(2, 2), (1, 1)],
+        blend_pads=[(3, 3), (2, 3)],
+        intermediates=files.root / "tmp",
+    )
+    assert report.bbox == Box((5, -3), (45, 33))
+    np.testing.assert_array_equal(dst.read(report.bbox), data)
