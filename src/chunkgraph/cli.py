@@ -37,8 +37,10 @@ def _demo(args: argparse.Namespace) -> int:
     console.rule("[bold]2. volume flow")
     started = time.perf_counter()
     report = run_demo(workdir, progress=not args.no_progress)
-    console.print(report)
-    console.print(f"volume flow finished in {time.perf_counter() - started:.2f} s; data in {workdir}")
+    console.print(report.summary())
+    console.print(
+        f"volume flow finished in {time.perf_counter() - started:.2f} s; data in {workdir}"
+    )
     return 0
 
 
@@ -50,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"chunkgraph {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a task graph and a volume flow on generated data")
-    demo.add_argument("--workdir", default="demo-out", help="where demo volumes go (default: demo-out)")
+    demo.add_argument(
+        "--workdir", default="demo-out", help="where demo volumes go (default: demo-out)"
+    )
     demo.add_argument(
         "--tasks", type=int, default=4096, help="blocks in the task-graph demo (default: 4096)"
     )

@@ -2,6 +2,7 @@
 
 from chunkgraph.execute._events import Event, EventKind, Subscriber
 from chunkgraph.execute._local import ExecutorKind, LocalExecutor, run
+from chunkgraph.execute._process_pool import ProcessPool
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.execute._scheduler import Scheduler, TaskState
 
@@ -10,6 +11,7 @@ __all__ = [
     "EventKind",
     "ExecutorKind",
     "LocalExecutor",
+    "ProcessPool",
     "ProgressBar",
     "Scheduler",
     "Subscriber",

@@ -27,6 +27,8 @@ EVENT_FLUSH_SECONDS = 0.1
 
 
 class EventKind(enum.Enum):
+    """What an ``Event`` reports: a run's start and end, or one task's transition."""
+
     RUN_STARTED = "run-started"
     STARTED = "started"
     FINISHED = "finished"

@@ -16,9 +16,16 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 
 from chunkgraph.volume._apply import ApplyReport, apply
 from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._flow_estimate import FlowEstimate
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
+from chunkgraph.volume._subchunk import FlowOutputError
 from chunkgraph.volume._volume import Volume
 
-__all__ = ["ApplyReport", "ChunkCache", "IOStats", "Volume", "apply", "create", "open", "remove"]
+__all__ = [
+    "ApplyReport",
+    "ChunkCache",
+    "FlowEstimate",
+    "FlowOutputError",
+    "IOStats", "Volume", "apply", "create", "open", "remove"]
