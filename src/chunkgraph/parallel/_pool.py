@@ -346,14 +346,15 @@ class WorkStealingPool:
         """Seconds of the caller's time one loop piece costs: fork, push, pop, join.
 
         Measured once, when the pool starts: a loop of ``_FORK_PROBE_LEAVES``
-        empty pieces, median of ``_FORK_PROBE_REPEATS`` runs, per piece.
+        empty pieces, fastest of ``_FORK_PROBE_REPEATS`` runs, per piece (this
+        is CPU work: other load only adds to it, so the minimum is the cost).
         """
         return self._measured()[0]
 
     def handoff_latency(self) -> float:
         """Seconds from pushing a job until a thief has run it and woken the owner.
 
-        Measured once, when the pool starts: the median of ``_HANDOFF_PROBES``
+        Measured once, when the pool starts: the lower quartile of ``_HANDOFF_PROBES``
         no-op hand-offs. It is paid in wall time, not in the owner's work, by
         each steal; a loop must be long enough to hide it. A loaded machine
         measures longer hand-offs, so fewer short loops go parallel. 0 with
@@ -369,8 +370,9 @@ class WorkStealingPool:
                 with self.participate():
                     forks = sorted(self._time_fork_tree() for _ in range(_FORK_PROBE_REPEATS))
                     hands = sorted(self._time_handoff() for _ in range(_HANDOFF_PROBES))
-                fork = forks[len(forks) // 2] / _FORK_PROBE_LEAVES
-                self._overheads = (fork, hands[len(hands) // 2])
+                # Lower quartile: a burst of load while the pool starts must
+                # not make every later loop in the process overly cautious.
+                self._overheads = (forks[0] / _FORK_PROBE_LEAVES, hands[len(hands) // 4])
         return self._overheads
 
     def _time_fork_tree(self) -> float:
