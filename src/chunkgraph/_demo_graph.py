@@ -24,7 +24,8 @@ from chunkgraph.execute import run
 from chunkgraph.graph import Graph, TaskRef
 
 FAN_IN = 16  # wide enough to keep the tree shallow, narrow enough to keep merges cheap
-BLOCK_LEN = 16_384  # float64 values per block: 128 KiB, big enough for numpy to release the GIL
+BLOCK_LEN = 8_192  # float64 values per block: 64 KiB, under glibc's 128 KiB mmap threshold (larger
+# blocks get fresh pages from the kernel on every call, and two threads then fight over page faults)
 
 Summary = tuple[int, float, float, float, float]  # count, sum, sum of squares, min, max
 
@@ -72,6 +73,7 @@ def build_statistics_graph(blocks: int) -> tuple[Graph, TaskRef]:
 class GraphDemoSummary:
     tasks: int
     seconds: float
+    sync_seconds: float  # the same graph run one task at a time in the caller
     mean: float
     std: float
     expected_mean: float
@@ -86,8 +88,9 @@ class GraphDemoSummary:
     def lines(self) -> list[str]:
         verdict = "matches numpy" if self.matches else "DOES NOT match numpy"
         return [
-            f"{self.tasks} tasks in {self.seconds:.2f} s "
-            f"({1e6 * self.seconds / self.tasks:.0f} µs per task, including the numpy work)",
+            f"{self.tasks} tasks in {self.seconds:.2f} s on threads "
+            f"({1e6 * self.seconds / self.tasks:.0f} µs per task, numpy work included); "
+            f"{self.sync_seconds:.2f} s one at a time: {self.sync_seconds / self.seconds:.2f}x",
             f"mean {self.mean:+.6f}, std {self.std:.6f}: {verdict} "
             f"(mean {self.expected_mean:+.6f}, std {self.expected_std:.6f})",
         ]
@@ -98,11 +101,15 @@ def run_graph_demo(blocks: int = 4096, progress: bool = True) -> GraphDemoSummar
     started = time.perf_counter()
     count, total, squares, _, _ = run(graph, targets=root, progress=progress)
     seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    run(graph, targets=root, executor="sync")
+    sync_seconds = time.perf_counter() - started
     mean = total / count
     whole = np.concatenate([_block(seed) for seed in range(blocks)])
     return GraphDemoSummary(
         tasks=len(graph),
         seconds=seconds,
+        sync_seconds=sync_seconds,
         mean=mean,
         std=float(np.sqrt(squares / count - mean * mean)),
         expected_mean=float(whole.mean()),

@@ -8,7 +8,7 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph.geometry import Box
-from chunkgraph.volume._demo import DEMO_SHAPE, RADIUS, binomial_smooth, run_demo
+from chunkgraph.volume._demo import DEMO_SHAPE, RADIUS, binomial_smooth, check_demo, run_demo
 
 
 def test_demo_matches_whole_array_smoothing(tmp_path: Path) -> None:
@@ -24,4 +24,5 @@ def test_demo_matches_whole_array_smoothing(tmp_path: Path) -> None:
     inner = Box.from_shape(DEMO_SHAPE).cropped(RADIUS)
     expected = binomial_smooth(src)
     np.testing.assert_allclose(out.read(inner), expected, rtol=1e-5, atol=1e-4)
+    assert check_demo(tmp_path) == float(np.abs(out.read(inner) - expected).max()) < 1e-3
     assert not (tmp_path / ".demo-dst.zarr.chunkgraph").exists()
