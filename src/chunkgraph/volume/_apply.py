@@ -44,6 +44,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
+from chunkgraph.parallel import usable_cores
 from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
 from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
 from chunkgraph.volume._reduce import (
@@ -53,7 +54,13 @@ from chunkgraph.volume._reduce import (
     top_indices_meeting,
 )
 from chunkgraph.volume._resume import REDUCE, TOP, MarkerStore, flow_id_of, grid_key
-from chunkgraph.volume._top_task import TopJob, TopStats, run_top_task
+from chunkgraph.volume._top_task import (
+    TopJob,
+    TopStats,
+    forget_flow,
+    run_top_task,
+    superchunks_in_flight,
+)
 
 if TYPE_CHECKING:
     from chunkgraph.execute import ExecutorKind
@@ -261,6 +268,7 @@ class _Flow:
             layer_vols=tuple(layer_vols),
             marker_root=str(flow_dir),
             sweep_axis=_sweep_axis(spec.top_grid),
+            max_in_flight=superchunks_in_flight(spec, usable_cores()),
         )
 
     def run(self, executor: ExecutorKind, progress: bool, t0: float) -> ApplyReport:
@@ -275,7 +283,10 @@ class _Flow:
             red_refs, skipped_red = self._add_reductions(graph, top_refs)
         before = _read_bytes(self.inputs)
         refs = list(top_refs.values()) + red_refs
-        results = run(graph, targets=refs, executor=executor, progress=progress) if refs else []
+        try:
+            results = run(graph, targets=refs, executor=executor, progress=progress) if refs else []
+        finally:
+            forget_flow(self.job.marker_root)
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
         report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)

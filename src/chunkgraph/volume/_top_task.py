@@ -24,9 +24,10 @@ run concurrently. Compute and writes of different tasks always overlap.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,8 +56,9 @@ class TopJob:
     """Everything a top-level task or a reduction needs; shared by all tasks of a flow.
 
     ``layers`` is None when the flow writes straight to ``dst``
-    (``skip_intermediates``). Volumes pickle by path, so a process executor
-    can ship a job to its workers.
+    (``skip_intermediates``). ``max_in_flight`` bounds the superchunks held at
+    once per process (0: no bound; see ``superchunks_in_flight``). Volumes
+    pickle by path, so a process executor can ship a job to its workers.
     """
 
     spec: FlowSpec
@@ -68,6 +70,7 @@ class TopJob:
     layer_vols: tuple[Volume, ...]
     marker_root: str
     sweep_axis: int = -1
+    max_in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,13 @@ class TopStats:
 
 def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     """Graph task: read the padded superchunk once, process all levels, write, mark done."""
+    with _in_flight_slot(job):
+        stats = _run_top_task(job, index, box)
+    MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
+    return stats
+
+
+def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     spec = job.spec
     region = box.padded(spec.context_pad)
     before = sum(v.stats.bytes_read for v in job.inputs.values())
@@ -102,17 +112,19 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     )
     if job.layers is None:
         written_bytes = stream_chunk(ctx, 0, box, job.dst)
-        MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
         return TopStats(tuple(ctx.counter.counts), read, written_bytes)
     out = process_chunk(ctx, 0, box)
+    counts = tuple(ctx.counter.counts)
+    # The superchunk is no longer needed: drop it before the cast and the write allocate.
+    del ctx, data
     out_box = box.padded(spec.levels[0].blend)
     keep = out_box.intersection(spec.bbox)
     part = out[at(keep, out_box)]
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     written = cast_to(part, dtype)
+    del out, part
     target.write(keep, written)
-    MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
-    return TopStats(tuple(ctx.counter.counts), read, int(written.nbytes))
+    return TopStats(counts, read, int(written.nbytes))
 
 
 def read_inputs(job: TopJob, region: Box) -> dict[str, np.ndarray]:
@@ -173,12 +185,100 @@ def _cuts(region: Box, axis: int, chunk: int, origin: int) -> list[int]:
     return [region.start[axis], *range(first, region.stop[axis], chunk), region.stop[axis]]
 
 
-# One lock per flow (keyed by its directory) and process: see read_inputs. Kept out of
-# TopJob so that jobs stay picklable for process executors.
+def superchunks_in_flight(spec: FlowSpec, cores: int) -> int:
+    """How many top-level tasks of one process may hold their superchunk at once (0: all).
+
+    A top-level task runs the levels below on the local pool, so one task with
+    at least ``cores`` bottom-level chunks keeps every core busy by itself; a
+    second task in flight would only add a second superchunk (the largest
+    buffer of a flow) and compete for the same cores. So: the fewest tasks
+    whose bottom chunks cover the cores. A one-level flow has no levels below
+    to spread over the pool, so its tasks stay unbounded (the executor's
+    worker count is then the only limit).
+
+    >>> from chunkgraph.volume._flow_spec import LevelSpec
+    >>> from types import SimpleNamespace
+    >>> two = SimpleNamespace(levels=(LevelSpec((256, 64), (0, 0), (0, 0), "linear"),
+    ...                               LevelSpec((64, 64), (8, 8), (0, 0), "linear")))
+    >>> superchunks_in_flight(two, 2), superchunks_in_flight(two, 8), superchunks_in_flight(two, 9)
+    (1, 2, 3)
+    """
+    levels = spec.levels
+    if len(levels) == 1:
+        return 0
+    bottom_chunks = 1
+    for parent, child in itertools.pairwise(levels):
+        for region, sub in zip(parent.region_shape, child.chunk, strict=True):
+            bottom_chunks *= region // sub
+    return max(1, -(-cores // bottom_chunks))
+
+
+@contextlib.contextmanager
+def _in_flight_slot(job: TopJob) -> Iterator[None]:
+    """Hold one of the flow's superchunk slots in this process (see ``superchunks_in_flight``).
+
+    Slots go out in arrival order, so tasks keep the executor's (sweep) order.
+    """
+    if job.max_in_flight <= 0:
+        yield
+        return
+    with _FLOW_STATE_GUARD:
+        slots = _SLOTS.setdefault(job.marker_root, FifoSlots(job.max_in_flight))
+    slots.acquire()
+    try:
+        yield
+    finally:
+        slots.release()
+
+
+class FifoSlots:
+    """A counting semaphore that serves waiters strictly in arrival order.
+
+    ``threading.Semaphore`` lets a thread that arrives just as a slot frees
+    take it ahead of older waiters; a top-level task that jumps the queue
+    breaks the sweep the chunk cache relies on (its halo chunks are evicted
+    before its neighbour runs).
+
+    >>> slots = FifoSlots(1)
+    >>> slots.acquire(); slots.release(); slots.acquire(); slots.release()
+    """
+
+    def __init__(self, slots: int) -> None:
+        self._cond = threading.Condition()
+        self._free = slots
+        self._next_ticket = 0
+        self._serving = 0
+
+    def acquire(self) -> None:
+        with self._cond:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            while ticket != self._serving or self._free == 0:
+                self._cond.wait()
+            self._serving += 1
+            self._free -= 1
+            self._cond.notify_all()  # the next ticket may find a free slot too
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+
+# Per flow (keyed by its directory) and process: the read lock (see read_inputs) and the
+# superchunk slots. Kept out of TopJob so that jobs stay picklable for process executors.
 _READ_LOCKS: dict[str, threading.Lock] = {}
-_READ_LOCKS_GUARD = threading.Lock()
+_SLOTS: dict[str, FifoSlots] = {}
+_FLOW_STATE_GUARD = threading.Lock()
 
 
 def _read_lock(flow: str) -> threading.Lock:
-    with _READ_LOCKS_GUARD:
+    with _FLOW_STATE_GUARD:
         return _READ_LOCKS.setdefault(flow, threading.Lock())
+
+
+def forget_flow(flow: str) -> None:
+    """Drop this process's lock and slots of a finished flow."""
+    with _FLOW_STATE_GUARD:
+        _READ_LOCKS.pop(flow, None)
+        _SLOTS.pop(flow, None)

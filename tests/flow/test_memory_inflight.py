@@ -1,0 +1,149 @@
+"""Memory bounds of a run: how many superchunks one process holds at once, and in what order
+top-level tasks get them (the chunk cache relies on that order)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunkgraph import volume
+from chunkgraph.geometry import Box
+from chunkgraph.volume import _apply, _top_task, apply
+from chunkgraph.volume._flow_spec import validate_flow
+from chunkgraph.volume._top_task import FifoSlots, superchunks_in_flight
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    top=st.integers(4, 40),
+    bottom=st.integers(1, 12),
+    crop=st.integers(0, 3),
+    cores=st.integers(1, 64),
+)
+def test_bound_covers_the_cores_with_bottom_chunks(
+    top: int, bottom: int, crop: int, cores: int
+) -> None:
+    """The bound is the fewest tasks whose bottom chunks (counted by a dry run) cover the cores."""
+    common = math.gcd(top + 2 * crop, top)  # bottom chunks tile both axes' regions
+    bottom = min(bottom, common)
+    while common % bottom:
+        bottom -= 1
+    name = f"mem-bound-{top}-{bottom}-{crop}"
+    src = volume.create(name, (2 * top, top), (4, 4), "float32", backend="memory", exist_ok=True)
+    dst = volume.create(
+        name + "-dst", src.shape, (4, 4), "float32", backend="memory", exist_ok=True
+    )
+    try:
+        flow: dict[str, Any] = dict(
+            chunk_sizes=[(top, top), (bottom, bottom)], crop_pads=[(crop, 0), 0]
+        )
+        report = apply(lambda x: x, src, dst, dry_run=True, **flow)
+        per_top = report.tasks_per_level[1] // report.tasks_per_level[0]
+        spec = validate_flow(lambda x: x, src, dst, **flow)
+        assert superchunks_in_flight(spec, cores) == max(1, -(-cores // per_top))
+    finally:
+        volume.remove(src.path)
+        volume.remove(dst.path)
+
+
+def test_one_level_flows_are_not_bounded(files: Any) -> None:
+    src = files.empty((16, 16), (4, 4), "uint8", backend="memory")
+    dst = files.empty((16, 16), (4, 4), "uint8", backend="memory")
+    spec = validate_flow(lambda x: x, src, dst, chunk_sizes=(8, 8))
+    assert superchunks_in_flight(spec, 4) == 0
+
+
+def test_slots_are_served_in_arrival_order() -> None:
+    slots = FifoSlots(1)
+    slots.acquire()  # held: everyone below queues
+    order: list[int] = []
+
+    def waiter(i: int) -> None:
+        slots.acquire()
+        order.append(i)
+        slots.release()
+
+    threads = []
+    for i in range(6):
+        t = threading.Thread(target=waiter, args=(i,))
+        t.start()
+        threads.append(t)
+        while slots._next_ticket != i + 2:  # wait until this one holds its ticket
+            time.sleep(0.001)
+    slots.release()
+    # A newcomer arriving as the slot frees must queue behind the earlier waiters.
+    waiter(6)
+    for t in threads:
+        t.join()
+    assert order == list(range(7))
+
+
+def test_two_slots_admit_two_holders() -> None:
+    slots = FifoSlots(2)
+    slots.acquire()
+    slots.acquire()
+    third = threading.Thread(target=slots.acquire)
+    third.start()
+    third.join(timeout=0.05)
+    assert third.is_alive()  # both slots are taken
+    slots.release()
+    third.join()
+    slots.release()
+    slots.release()
+
+
+@pytest.mark.parametrize("cores", [2, 64])
+def test_run_holds_at_most_the_bound(
+    files: Any, monkeypatch: pytest.MonkeyPatch, cores: int
+) -> None:
+    """Count top-level tasks holding their superchunk at once, under the threads executor."""
+    monkeypatch.setattr(_apply, "usable_cores", lambda: cores)
+    inner = _top_task._run_top_task
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0}
+
+    def counting(*args: Any) -> Any:
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            return inner(*args)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(_top_task, "_run_top_task", counting)
+    data = files.random((8, 32, 32), "float32")
+    src = volume.open(files.source(data, (8, 8, 8)).path, cache_bytes=3 * 16 * 8**3 * 4)
+    dst = files.empty((8, 32, 32), (8, 8, 8), "float32")
+
+    def slow_identity(x: np.ndarray) -> np.ndarray:
+        time.sleep(0.002)  # long enough for the executor to start the next task meanwhile
+        return x
+
+    report = apply(
+        slow_identity,
+        src,
+        dst,
+        chunk_sizes=[(8, 8, 32), (8, 8, 8)],
+        crop_pads=[0, 2],
+        executor="threads",
+        intermediates=files.root / "t",
+    )
+    # 4 bottom chunks per top task: 1 slot for 2 cores, 16 for 64 (more than the tasks)
+    spec = validate_flow(
+        slow_identity, src, dst, chunk_sizes=[(8, 8, 32), (8, 8, 8)], crop_pads=[0, 2]
+    )
+    bound = superchunks_in_flight(spec, cores)
+    assert bound == (1 if cores == 2 else 16)
+    assert 1 <= state["most"] <= bound
+    assert report.read_amplification == 1.0
+    np.testing.assert_array_equal(dst.read(Box.from_shape((8, 32, 32))), data)
+    assert _top_task._SLOTS == {} and _top_task._READ_LOCKS == {}  # forgotten after the run
