@@ -31,7 +31,7 @@ import numpy as np
 from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan
 from chunkgraph.volume._flow_spec import FlowSpec
-from chunkgraph.volume._subchunk import at, cast_to, lowest, weights_over
+from chunkgraph.volume._subchunk import add_weighted, at, cast_to, lowest, weights_over
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -121,10 +121,12 @@ def reduce_box(
             layer_read += data.nbytes
             target = acc[at(part, compute)]
             if weighted:
-                target += data * weights_over(padded, top, spec.bbox, part)
+                add_weighted(target, data, weights_over(padded, top, spec.bbox, part))
             else:
                 np.maximum(target, data, out=target)
+            del data, target
         result = cast_to(acc, spec.dst_dtype)
+        del acc  # the accumulator (float64) need not outlive its cast during the write
     if compute != box:
         whole = dst.read(box)
         whole[at(compute, box)] = result

@@ -246,12 +246,41 @@ class _Accumulator:
         elif self.child.blend_mode == "max":
             np.maximum(target, part, out=target)
         else:
-            target += part * weights_over(padded, self.child, self.region, part_box)
+            add_weighted(target, part, weights_over(padded, self.child, self.region, part_box))
 
     def result(self) -> np.ndarray:
         if self._array is None:
             raise RuntimeError("an accumulator was read before any child contributed")
         return self._array
+
+
+# A weighted sum multiplies each contribution (a child's output, a layer part) by its
+# weights before adding it; done in one go, that float64 product is as large as the part
+# (up to a whole reduction box: twice the bytes of float32 data). Slabs of about this many
+# bytes bound it; much smaller slabs would only add per-call overhead.
+WEIGHTED_SLAB_BYTES = 8 * 2**20
+
+
+def add_weighted(target: np.ndarray, data: np.ndarray, weights: np.ndarray) -> None:
+    """``target += data * weights`` in slabs along the first spatial axis (same values).
+
+    ``weights`` has one axis per spatial axis and broadcasts against ``data``,
+    whose leading axes are channels. Each voxel sees exactly the operations of
+    the one-go expression, so the result is identical, bit for bit.
+
+    >>> target, data = np.zeros((3, 5)), np.ones((3, 5), dtype=np.float32)
+    >>> add_weighted(target, data, np.array([[0.5], [1.0], [2.0]]))
+    >>> target[:, 0].tolist()
+    [0.5, 1.0, 2.0]
+    """
+    axis = data.ndim - weights.ndim
+    n = data.shape[axis]
+    row_bytes = data[(slice(None),) * axis + (slice(0, 1),)].size * np.dtype(np.float64).itemsize
+    step = max(1, WEIGHTED_SLAB_BYTES // max(1, row_bytes))
+    for lo in range(0, n, step):
+        rows = (slice(None),) * axis + (slice(lo, lo + step),)
+        w = weights if weights.shape[0] == 1 else weights[lo : lo + step]
+        target[rows] += data[rows] * w
 
 
 def weights_over(padded: Box, level: LevelSpec, region: Box, part: Box) -> np.ndarray:
