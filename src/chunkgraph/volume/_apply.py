@@ -27,6 +27,12 @@ neighbours and share halo storage chunks: with a chunk cache on the inputs
 cached when its neighbour needs it (``_top_task`` orders the reads so that an
 LRU cache sees one sweep). ``ApplyReport.read_amplification`` measures the
 result at the storage level.
+
+Memory. A run holds the input caches, the superchunks of the top-level tasks
+in flight (bounded per process, ``_top_task.superchunks_in_flight``), the
+buffers of the chunks being processed below them, and what the allocator
+keeps: ``apply`` caps glibc's per-thread malloc arenas for the threads it
+starts (``CORES_PER_MALLOC_ARENA``), unless ``MALLOC_ARENA_MAX`` is set.
 """
 
 from __future__ import annotations

@@ -19,7 +19,16 @@ cache then sees one sequential sweep, and the halo chunks a task shares with
 its successor are the last ones it read, which LRU keeps. Interleaved
 concurrent reads would fetch shared chunks twice (two misses on one chunk
 before either fills the cache). Without a cache nothing is shared, so reads
-run concurrently. Compute and writes of different tasks always overlap.
+run concurrently. Compute and writes of different tasks overlap when more
+than one task may hold its superchunk (below).
+
+Memory. The superchunk is a task's largest buffer, and a task already spreads
+the levels below over the local pool. So a process lets only as many tasks
+hold one at a time as it takes for their bottom chunks to cover the cores
+(``superchunks_in_flight``; one for the usual multi-level flow); the others
+wait for a slot, in arrival order, so the sweep order survives. A task
+drops its superchunk as soon as the levels below are done, before its
+output is cast and written.
 """
 
 from __future__ import annotations
