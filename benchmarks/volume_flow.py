@@ -125,7 +125,7 @@ def case_dask_gaussian(src_path: str, dst_path: str, shape: tuple[int, ...]) -> 
     import dask
     import dask.array as da
 
-    x = da.from_zarr(src_path)
+    x = da.from_zarr(src_path)  # type: ignore[no-untyped-call]
     y = x.map_overlap(gaussian, depth=HALO, boundary="none", dtype=np.float32)
     with dask.config.set(scheduler="threads", num_workers=usable_cores()):
         y.to_zarr(dst_path, overwrite=True)
