@@ -115,16 +115,14 @@ class ApplyReport:
         if self.estimate is not None:
             e = self.estimate
             lines.append(
-                f"  would read {e.bytes_to_read / 2**20:.1f} MiB, write "
-                f"{e.bytes_to_write / 2**20:.1f} MiB; one top-level task needs "
-                f"{e.top_task_memory_bytes / 2**20:.1f} MiB"
+                f"  would read {_size(e.bytes_to_read)}, write {_size(e.bytes_to_write)}; "
+                f"one top-level task needs {_size(e.top_task_memory_bytes)}"
             )
         else:
             lines.append(
-                f"  read {self.bytes_read / 2**20:.1f} MiB (amplification "
-                f"{self.read_amplification:.2f}), wrote {self.bytes_written / 2**20:.1f} MiB "
-                f"(+{self.temporary_bytes / 2**20:.1f} MiB temporary) in "
-                f"{self.wall_seconds:.2f} s"
+                f"  read {_size(self.bytes_read)} (amplification "
+                f"{self.read_amplification:.2f}), wrote {_size(self.bytes_written)} "
+                f"(+{_size(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
             )
         if self.top_tasks_skipped or self.reductions_skipped:
             lines.append(
@@ -134,6 +132,22 @@ class ApplyReport:
         if self.deferred_layers:
             lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
         return "\n".join(lines)
+
+
+def _size(nbytes: float) -> str:
+    """Bytes in binary units, three significant figures or so.
+
+    >>> _size(512), _size(37_748_736), _size(5.2e17)
+    ('512 B', '36.0 MiB', '462 PiB')
+    """
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    power = 0
+    while nbytes >= 1024 and power < len(units) - 1:
+        nbytes /= 1024
+        power += 1
+    if power == 0:
+        return f"{int(nbytes)} B"
+    return f"{nbytes:.1f} {units[power]}" if nbytes < 100 else f"{nbytes:.0f} {units[power]}"
 
 
 def apply(
