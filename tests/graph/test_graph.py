@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pickle
 from collections import namedtuple
+from operator import neg
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chunkgraph as cg
 from chunkgraph._errors import ConfigError, GraphError
 from chunkgraph.graph import DEFAULT_SECONDS, Cost, Graph, Resources, TaskRef, task
 
@@ -230,3 +232,30 @@ def test_nested_graph_contexts_restore_the_outer_graph() -> None:
 
 def test_decorated_task_pickles_by_reference() -> None:
     assert pickle.loads(pickle.dumps(double)) is double
+
+
+@pytest.mark.parametrize(
+    "bad_kwargs",
+    [
+        {"name": "load", "cost": cg.Cost},  # the class, not an instance
+        {"name": "load", "resources": {"cpu": -1}},
+        {"name": "first"},  # used already
+        {"name": 7},
+    ],
+    ids=["cost-class", "negative-resource", "duplicate-name", "non-string-name"],
+)
+def test_a_failed_add_leaves_the_graph_unchanged(bad_kwargs: dict[str, object]) -> None:
+    """first ──> (failed add)        then      first ──> load,  other
+
+    The failed add had a dependency and a name; neither may leak into the
+    tasks added after it.
+    """
+    g = cg.Graph()
+    first = g.add(abs, -3, name="first")
+    with pytest.raises((GraphError, ConfigError)):
+        g.add(pow, first, 2, **bad_kwargs)  # type: ignore[arg-type]
+    assert len(g) == 1
+    load = g.add(abs, -1, name="load")
+    other = g.add(neg, 5, name="other")
+    assert load.dependencies == [] and other.dependencies == []
+    assert cg.run(g, [load, other, first]) == [1, -5, 3]

@@ -157,18 +157,25 @@ class Graph:
                     shape |= TOP_REFS
                 elif isinstance(v, list | tuple | dict) and scan(v, TaskRef, refs):
                     shape = NESTED_REFS
-        if refs:
-            self._add_dependencies(tid, fn, name, refs)
+        # Check everything first: a failed add must leave the graph exactly as it was.
+        ids = self._dependency_ids(tid, fn, name, refs) if refs else None
         if name is not None:
-            self._claim_name(tid, name)
+            self._check_name(tid, name)
+        if cost is not None and not isinstance(cost, Cost):
+            raise GraphError(f"cost must be a chunkgraph Cost, got {cost!r}; e.g. Cost(seconds=2)")
+        res = Resources.coerce(resources) if resources is not None else None
+        # From here on nothing raises.
+        if ids:
+            self._dep_indices.extend(ids)
+        if name is not None:
+            self._ids_by_name[name] = tid
+            self._user_names[tid] = name
         if tid >= self._capacity:
             self._grow()
         if cost is not None:
             self._set_cost(tid, cost)
-        if resources is not None:
-            res = Resources.coerce(resources)
-            if res != DEFAULT_RESOURCES:
-                self._resources[tid] = self._interned.setdefault(res, res)
+        if res is not None and res != DEFAULT_RESOURCES:
+            self._resources[tid] = self._interned.setdefault(res, res)
         self._fns.append(fn)
         self._args.append(args)
         self._kwargs.append(kwargs or None)
@@ -178,9 +185,10 @@ class Graph:
             self._cache.clear()
         return TaskRef(self, tid)
 
-    def _add_dependencies(
+    def _dependency_ids(
         self, tid: int, fn: Callable[..., Any], name: str | None, refs: list[TaskRef]
-    ) -> None:
+    ) -> list[int]:
+        """The distinct task ids behind ``refs``; GraphError for a ref of another graph."""
         ids = []
         for ref in refs:
             if ref.graph is not self:
@@ -192,9 +200,9 @@ class Graph:
             ids.append(ref.id)
         if len(ids) > 1:
             ids = list(dict.fromkeys(ids))  # a result used twice is one dependency
-        self._dep_indices.extend(ids)
+        return ids
 
-    def _claim_name(self, tid: int, name: str) -> None:
+    def _check_name(self, tid: int, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise GraphError(f"task names must be non-empty strings, got {name!r}")
         if name in self._ids_by_name:
@@ -202,8 +210,6 @@ class Graph:
                 f"task name {name!r} is used twice (tasks {self._ids_by_name[name]} and {tid}); "
                 "names must be unique, or pass name=None for an automatic one"
             )
-        self._ids_by_name[name] = tid
-        self._user_names[tid] = name
 
     def _grow(self) -> None:
         new = max(_INITIAL_CAPACITY, 2 * self._capacity)
