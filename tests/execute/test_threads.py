@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from tests.execute._tasks import interrupt, mix
 
 from chunkgraph._errors import TaskError
 from chunkgraph.execute import Scheduler, run
-from chunkgraph.execute._threads import shared_pool
+from chunkgraph.execute._threads import acquire_pool, release_pool
 from chunkgraph.graph import Graph
 
 
@@ -144,12 +145,60 @@ def test_run_inside_a_task_uses_its_own_pool() -> None:
 
 
 def test_the_shared_pool_persists_between_runs() -> None:
-    pool = shared_pool(2)
+    pool, shared = acquire_pool(2)
+    release_pool(pool, shared)
     g = Graph()
     g.add(mix, 1)
     run(g, workers=2)
-    assert shared_pool(2) is pool
+    again, shared_again = acquire_pool(2)
+    release_pool(again, shared_again)
+    assert shared and shared_again and again is pool
     assert all(t.is_alive() for t in pool._threads)
+
+
+def test_a_lent_pool_is_not_lent_twice() -> None:
+    first, shared = acquire_pool(2)
+    second, second_shared = acquire_pool(2)
+    try:
+        assert shared and not second_shared and second is not first
+    finally:
+        release_pool(second, second_shared)
+        release_pool(first, shared)
+    assert not any(t.is_alive() for t in second._threads)
+
+
+def _nested_run(i: int) -> int:
+    inner = Graph()
+    return run(inner, inner.add(pow, i, 2), workers=2)  # type: ignore[no-any-return]
+
+
+def _run_from_other_threads() -> list[int]:
+    with ThreadPoolExecutor(2) as others:  # not executor threads: the case that deadlocked
+        return list(others.map(_nested_run, range(6)))
+
+
+def test_run_inside_a_task_from_another_thread_does_not_deadlock() -> None:
+    """outer task ──> plain threads ──> run(inner graph): the outer run holds the pool."""
+    g = Graph()
+    outcome: list[object] = []
+    driver = threading.Thread(
+        target=lambda: outcome.append(run(g, g.add(_run_from_other_threads), workers=2))
+    )
+    driver.start()
+    driver.join(timeout=60)
+    assert not driver.is_alive(), "nested run deadlocked"
+    assert outcome == [[0, 1, 4, 9, 16, 25]]
+
+
+def test_runs_with_many_worker_counts_do_not_accumulate_threads() -> None:
+    g = Graph()
+    g.add(mix, 1)
+    run(g, workers=3)
+    before = threading.active_count()
+    for workers in range(1, 12):
+        run(g, workers=workers)
+    run(g, workers=3)
+    assert threading.active_count() <= before
 
 
 def test_a_fault_in_the_bookkeeping_surfaces_instead_of_hanging(

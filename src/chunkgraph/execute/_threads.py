@@ -24,9 +24,12 @@ and narrow graphs (a chain, a reduction tree's top), go one task per batch and
 lose no parallelism or priority order. A worker stops its batch at the first
 failure, or when the run is stopping, and puts the unstarted tasks back.
 
-The pool threads persist between runs (``shared_pool(workers)``), so a run pays no
-thread start-up. A ``run()`` called from inside a task gets a fresh private pool
-(the shared one may be fully busy with the outer run, which would deadlock).
+The pool threads persist between runs, so a run pays no thread start-up. There
+is one persistent pool, lent to one run at a time (``acquire_pool``): a run that
+finds it lent out (a ``run()`` inside a task, from whichever thread, or runs
+started concurrently from several threads) gets a private pool for its duration,
+since waiting for the lent pool's threads could deadlock. Asking for another size
+replaces the idle pool, so threads never accumulate per ``workers`` value.
 """
 
 from __future__ import annotations
@@ -55,8 +58,6 @@ BATCH_SECONDS = 0.002
 # Weight of the newest batch in the moving average of seconds per task.
 BATCH_SMOOTHING = 0.25
 
-_local = threading.local()
-
 
 class ThreadPool:
     """Daemon threads that run submitted callables; they live until ``shutdown()``."""
@@ -72,7 +73,6 @@ class ThreadPool:
             thread.start()
 
     def _loop(self) -> None:
-        _local.in_pool = True
         while True:
             job = self._jobs.get()
             if job is None:
@@ -90,23 +90,44 @@ class ThreadPool:
             thread.join()
 
 
-_pools: dict[int, ThreadPool] = {}
-_pools_lock = threading.Lock()
+_shared: ThreadPool | None = None  # the persistent pool; guarded by _shared_lock
+_shared_lent = False  # True while one run uses it
+_shared_lock = threading.Lock()
 
 
 def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def shared_pool(workers: int) -> ThreadPool | None:
-    """The persistent pool of this size, or None when called from a pool thread."""
-    if getattr(_local, "in_pool", False):
-        return None
-    with _pools_lock:
-        pool = _pools.get(workers)
-        if pool is None:
-            pool = _pools[workers] = ThreadPool(workers)
-        return pool
+def acquire_pool(workers: int) -> tuple[ThreadPool, bool]:
+    """``(pool, shared)``: the persistent pool when it is free, else a private one.
+
+    Release with ``release_pool``. Contract: a shared pool is used by one run at a time.
+    """
+    global _shared, _shared_lent
+    retired = None
+    with _shared_lock:
+        if _shared_lent:
+            return ThreadPool(workers), False
+        if _shared is not None and _shared.workers != workers:
+            retired, _shared = _shared, None
+        if _shared is None:
+            _shared = ThreadPool(workers)
+        _shared_lent = True
+        pool = _shared
+    if retired is not None:
+        retired.shutdown()  # idle: its threads exit at once
+    return pool, True
+
+
+def release_pool(pool: ThreadPool, shared: bool) -> None:
+    """Give back a pool from ``acquire_pool`` (a private one is shut down)."""
+    global _shared_lent
+    if not shared:
+        pool.shutdown()
+        return
+    with _shared_lock:
+        _shared_lent = False
 
 
 class ThreadRun:
@@ -268,14 +289,10 @@ def run_threads(
     """Run ``scheduler`` to completion on ``workers`` threads (persistent when possible)."""
     if scheduler.finished:
         return
-    pool = shared_pool(workers)
-    private = pool is None
-    if pool is None:
-        pool = ThreadPool(workers)
+    pool, shared = acquire_pool(workers)
     run = ThreadRun(graph, scheduler, events)
     try:
         run.start(pool)
         run.wait()
     finally:
-        if private:
-            pool.shutdown()
+        release_pool(pool, shared)
