@@ -105,10 +105,7 @@ def test_layer_count_follows_the_blended_axes() -> None:
 
 
 def test_layer_dtype_is_lossless_for_what_reductions_do() -> None:
-    # Small integers blend through float32 (exact for them), wider ones through float64.
-    assert layer_dtype(_spec((8,), (2,), (2,), (0,), "linear", "uint8")) == np.float32
-    assert layer_dtype(_spec((8,), (2,), (2,), (0,), "quadratic", "uint16")) == np.float32
-    assert layer_dtype(_spec((8,), (2,), (2,), (0,), "linear", "uint32")) == np.float64
+    assert layer_dtype(_spec((8,), (2,), (2,), (0,), "linear", "uint8")) == np.float64
     assert layer_dtype(_spec((8,), (2,), (2,), (0,), "linear", "float32")) == np.float32
     assert layer_dtype(_spec((8,), (2,), (2,), (0,), "max", "uint8")) == np.uint8
     assert layer_dtype(_spec((8,), (0,), (2,), (0,), "linear", "int16")) == np.int16

@@ -69,8 +69,8 @@ def test_hand_computed_figures(mem: Make) -> None:
     assert est.total_tasks == 1008
     assert est.bytes_to_read == 96**3 and est.input_bytes == (("src", 96**3),)
     assert est.needed_bytes == 64**3 and est.read_amplification == (96 / 64) ** 3
-    # Outputs over chunk +- 4 clipped to the bbox: 36 + 36 per axis, float32 layers (uint8 dst).
-    assert est.temporary_bytes == 72**3 * 4
+    # Outputs over chunk +- 4 clipped to the bbox: 36 + 36 per axis, float64 layers.
+    assert est.temporary_bytes == 72**3 * 8
     assert est.dst_bytes == 64**3 and est.reductions == 8
     assert est.bytes_to_write == est.temporary_bytes + est.dst_bytes
     # Input 48^3 bytes + level 0 buffer 40^3 + level 1 buffer 16^3, float64.

@@ -29,12 +29,9 @@ Without a top-level blend pad there is one layer and the "reduction" is an
 aligned copy to the destination.
 
 Dtype. Layers hold unweighted outputs; reductions weigh them from geometry.
-The dtype must not lose what the weighted sum needs: float32 for integer
-destinations of at most 16 bits (every such integer is exact in float32's 24-bit
-mantissa, fractions keep ~2^-8 of a unit or better, far below the final rounding,
-and temporaries cost a half to a quarter of float64's I/O); the accumulation
-dtype (float64) for wider integers (rounding before the weighted sum would round
-twice) and for ``defer`` (left for a later pass);
+The dtype must not lose what the weighted sum needs: the accumulation dtype
+(float64 for <= 32-bit data) for integer destinations (rounding before the
+weighted sum would round twice) and for ``defer`` (left for a later pass);
 the destination's own dtype for float32 / float64 destinations (a weighted
 sum of values already at the final precision stays within an ulp of the
 float64 result, and an identity ``fn`` stays exact) and for ``max`` and
@@ -81,11 +78,6 @@ def nearest_divisor(n: int, target: int) -> int:
     return best
 
 
-# Integer destinations up to this many bytes blend through float32 layers: exact for
-# their integers, and 2-4x less temporary I/O than float64. Wider ones need float64.
-SMALL_INT_BYTES = 2
-
-
 def layer_dtype(spec: FlowSpec) -> np.dtype:
     """The dtype of the temporary layers (see the module docstring)."""
     top = spec.levels[0]
@@ -94,8 +86,6 @@ def layer_dtype(spec: FlowSpec) -> np.dtype:
         return dst
     if top.blend_mode != "defer" and dst.kind == "f" and dst.itemsize >= 4:
         return dst
-    if top.blend_mode != "defer" and dst.kind in "iub" and dst.itemsize <= SMALL_INT_BYTES:
-        return np.dtype("float32")
     return np.dtype(spec.accumulate_dtype)
 
 
