@@ -117,3 +117,28 @@ def test_nearest_divisor_never_goes_below_half_the_target() -> None:
         for target in (1, 3, 16, 64):
             d = nearest_divisor(n, target)
             assert n % d == 0 and (2 * d >= target or d == n)
+
+
+def test_blending_rounds_fractional_outputs_like_the_whole_array() -> None:
+    """x + 0.49999999 into uint8: layers must keep the fraction float32 would round to .5."""
+    from chunkgraph import volume
+    from chunkgraph.geometry import Box
+
+    data = np.arange(1024, dtype=np.uint8).reshape(32, 32)
+    src = volume.create("round-src", (32, 32), (8, 8), "uint8", backend="memory")
+    src.write(src.bounds, data)
+    dst = volume.create("round-dst", (32, 32), (8, 8), "uint8", backend="memory")
+    try:
+        volume.apply(
+            lambda x: x.astype("float64") + 0.49999999,
+            src,
+            dst,
+            chunk_sizes=[16],
+            blend_pads=2,
+            executor="sync",
+        )
+        expected = np.rint(data.astype("float64") + 0.49999999).astype("uint8")
+        np.testing.assert_array_equal(dst.read(Box.from_shape((32, 32))), expected)
+    finally:
+        volume.remove("round-src")
+        volume.remove("round-dst")
