@@ -93,15 +93,29 @@ class SubchunkContext:
 def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Cast, rounding to nearest when floats become integers (the exactness rule).
 
+    Values outside an integer dtype's range saturate at its limits rather than
+    wrap around (400 into uint8 is 255, not 144).
+
     >>> cast_to(np.array([0.4999, 2.5, 3.5000001]), np.dtype("u1")).tolist()
     [0, 2, 4]
+    >>> cast_to(np.array([400.0, -100.0]), np.dtype("u1")).tolist()
+    [255, 0]
+    >>> cast_to(np.array([70_000, -5], dtype="i4"), np.dtype("i2")).tolist()
+    [32767, -5]
     """
     dtype = np.dtype(dtype)
     if array.dtype == dtype:
         return array
-    if dtype.kind in "iub" and array.dtype.kind == "f":
-        rounded: np.ndarray = np.rint(array).astype(dtype)
-        return rounded
+    if dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        if array.dtype.kind == "f":
+            saturated = np.clip(np.rint(array), limits.min, limits.max)
+            return saturated.astype(dtype)  # type: ignore[no-any-return]
+        if array.dtype.kind in "iu" and not np.can_cast(array.dtype, dtype, "safe"):
+            # Clip in the source dtype with bounds it can hold, so nothing overflows.
+            source = np.iinfo(array.dtype)
+            low, high = max(limits.min, source.min), min(limits.max, source.max)
+            return np.clip(array, low, high).astype(dtype)  # type: ignore[no-any-return]
     cast: np.ndarray = array.astype(dtype)
     return cast
 

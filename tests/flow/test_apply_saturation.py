@@ -1,0 +1,31 @@
+"""Outputs beyond the destination's integer range saturate instead of wrapping around."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chunkgraph import volume
+from chunkgraph.geometry import Box
+
+
+@pytest.mark.parametrize("blend", [0, 2], ids=["copy", "blended"])
+@pytest.mark.parametrize(
+    ("fn", "expected"),
+    [
+        (lambda x: x.astype("int32") * 2, 255),  # 400 would wrap to 144
+        (lambda x: x.astype("int16") - 300, 0),  # -100 would wrap to 156
+        (lambda x: x.astype("float64") * 10.0, 255),
+    ],
+    ids=["int-over", "int-under", "float-over"],
+)
+def test_out_of_range_outputs_saturate(fn: object, expected: int, blend: int) -> None:
+    src = volume.create("sat-src", (16, 16), (8, 8), "uint8", backend="memory")
+    src.write(src.bounds, np.full((16, 16), 200, np.uint8))
+    dst = volume.create("sat-dst", (16, 16), (8, 8), "uint8", backend="memory")
+    try:
+        volume.apply(fn, src, dst, chunk_sizes=[8], blend_pads=blend, executor="sync")  # type: ignore[arg-type]
+        assert np.all(dst.read(Box.from_shape((16, 16))) == expected)
+    finally:
+        volume.remove("sat-src")
+        volume.remove("sat-dst")
