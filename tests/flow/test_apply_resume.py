@@ -98,3 +98,56 @@ def test_resume_after_sigkill_is_identical_and_reruns_only_unfinished(tmp_path: 
     ref = volume.open(str(tmp_path / "ref.zarr")).read(Box.from_shape(SHAPE))
     assert np.array_equal(out, ref)
     np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)
+
+
+class _Scale:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return x * self.factor
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return x * self.factor
+
+
+def test_flow_id_sees_the_state_of_callable_objects_and_bound_methods() -> None:
+    """Same code, other state: another flow, so resume never mixes their outputs."""
+    from types import SimpleNamespace
+
+    from chunkgraph.volume._resume import flow_id_of
+
+    dst = SimpleNamespace(backend="zarr", path="out", shape=(4,), chunks=(2,), dtype="u1",
+                          offset=(0,))  # fmt: skip
+    ids = {
+        name: flow_id_of(fn, {}, dst, "spec")  # type: ignore[arg-type]
+        for name, fn in {
+            "call-2": _Scale(2),
+            "call-3": _Scale(3),
+            "method-2": _Scale(2).apply,
+            "method-3": _Scale(3).apply,
+            "closure-2": (lambda m: lambda x: m(x))(_Scale(2)),
+            "closure-3": (lambda m: lambda x: m(x))(_Scale(3)),
+        }.items()
+    }
+    assert len(set(ids.values())) == len(ids)
+    assert flow_id_of(_Scale(2), {}, dst, "spec") == ids["call-2"]  # type: ignore[arg-type]
+
+
+def test_memory_volumes_make_flow_ids_private_to_their_process() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "from types import SimpleNamespace as N\n"
+        "from chunkgraph.volume._resume import flow_id_of\n"
+        "d = N(backend='memory', path='out', shape=(4,), chunks=(2,), dtype='u1', offset=(0,))\n"
+        "print(flow_id_of(len, {}, d, 'spec'))\n"
+    )
+    ids = {
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert len(ids) == 2

@@ -124,7 +124,9 @@ def flow_id_of(
 
 
 def _volume_fingerprint(vol: Volume) -> str:
-    return (
+    # A memory volume lives only in its process: same-named ones elsewhere are other data.
+    where = f" pid={os.getpid()}" if vol.backend == "memory" else ""
+    return where + (
         f"{vol.backend}:{vol.path} shape={tuple(vol.shape)} chunks={tuple(vol.chunks)} "
         f"dtype={np.dtype(vol.dtype).str} offset={tuple(vol.offset)}"
     )
@@ -152,7 +154,23 @@ def _fn_fingerprint(fn: object, depth: int) -> str:
         except ValueError:  # an empty cell (a name bound later)
             parts.append("<empty>")
     parts.append(_value_repr(getattr(target, "__defaults__", None), depth))
+    # The same code with other state is another computation (a model's weights, a
+    # scale): a bound method's object and a callable object carry their state.
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        parts.append("self=" + _state_repr(owner, depth + 1))
+    if not hasattr(fn, "__code__") and not isinstance(fn, types.BuiltinFunctionType):
+        parts.append("state=" + _state_repr(fn, depth + 1))
     return "|".join(parts)
+
+
+def _state_repr(obj: object, depth: int) -> str:
+    """An object's type and attributes (``__dict__``), recursively to a bounded depth."""
+    state = getattr(obj, "__dict__", None)
+    if depth > _FINGERPRINT_DEPTH or not isinstance(state, dict):
+        return type(obj).__qualname__
+    items = ",".join(f"{k}={_value_repr(v, depth)}" for k, v in sorted(state.items()))
+    return f"{type(obj).__qualname__}{{{items}}}"
 
 
 def _code_digest(code: types.CodeType) -> str:
@@ -177,6 +195,15 @@ def _value_repr(value: object, depth: int) -> str:
         return f"array{value.shape}{value.dtype.str}:{hashlib.sha256(value.tobytes()).hexdigest()}"
     if isinstance(value, np.generic):
         return repr(value.item())
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(
+                f"{k!r}:{_value_repr(v, depth)}"
+                for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))
+            )
+            + "}"
+        )
     if callable(value):
         return _fn_fingerprint(value, depth + 1)
-    return type(value).__qualname__
+    return _state_repr(value, depth + 1)
