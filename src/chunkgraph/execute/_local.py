@@ -30,7 +30,7 @@ from chunkgraph.graph import Graph, TaskRef
 from chunkgraph.planning import order
 
 ExecutorKind = Literal["threads", "processes", "sync"]
-_KINDS = ("threads", "processes", "sync")
+EXECUTOR_KINDS = ("threads", "processes", "sync")
 
 
 def _call(graph: Graph, t: int, results: list[Any]) -> Any:
@@ -75,8 +75,8 @@ class LocalExecutor:
     subscribers: tuple[Subscriber, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ConfigError(f"executor must be one of {_KINDS}, got {self.kind!r}")
+        if self.kind not in EXECUTOR_KINDS:
+            raise ConfigError(f"executor must be one of {EXECUTOR_KINDS}, got {self.kind!r}")
         if self.workers is not None and (
             not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1
         ):

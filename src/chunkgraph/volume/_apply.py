@@ -205,7 +205,13 @@ def apply(
 
 
 def _check_executor(executor: str | None, inputs: Mapping[str, Volume], dst: Volume) -> None:
-    """Memory volumes live in one process: a process executor's workers cannot see them."""
+    """A known executor; memory volumes live in one process, which process workers are not."""
+    from chunkgraph.execute._local import EXECUTOR_KINDS
+
+    if executor is not None and executor not in EXECUTOR_KINDS:
+        raise ConfigError(
+            f"executor must be one of {EXECUTOR_KINDS} (or None for 'threads'), got {executor!r}"
+        )
     if executor != "processes":
         return
     local = [n for n, v in inputs.items() if v.backend == "memory"]

@@ -1,4 +1,4 @@
-"""Outputs beyond the destination's integer range saturate instead of wrapping around."""
+"""Guards of apply: out-of-range outputs saturate; an unknown executor fails before any write."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ def test_out_of_range_outputs_saturate(fn: object, expected: int, blend: int) ->
     finally:
         volume.remove("sat-src")
         volume.remove("sat-dst")
+
+
+def test_an_unknown_executor_is_refused_before_anything_is_written(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from chunkgraph import ConfigError
+
+    root = Path(str(tmp_path))
+    src = volume.create(str(root / "s.zarr"), (16, 16), (8, 8), "uint8")
+    dst = volume.create(str(root / "d.zarr"), (16, 16), (8, 8), "uint8")
+    before = sorted(p.name for p in root.iterdir())
+    with pytest.raises(ConfigError, match="executor must be one of"):
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[8], blend_pads=2, executor="gpu")  # type: ignore[arg-type]
+    assert sorted(p.name for p in root.iterdir()) == before
