@@ -339,3 +339,47 @@ def test_an_untrusted_fit_never_makes_a_short_loop_probe_again(
     calls.clear()
     parallel_for(100, cheap_again)
     assert calls == [(0, 100)]
+
+
+def test_an_interrupt_in_a_piece_propagates_and_stops_the_loop() -> None:
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def body(start: int, stop: int) -> None:
+        if start == 0:
+            raise KeyboardInterrupt
+        time.sleep(0.002)
+        with lock:
+            done.append(stop - start)
+
+    with pytest.raises(KeyboardInterrupt):
+        parallel_for(400, body, grain=1)
+    assert sum(done) < 200  # far from the 399 other elements
+
+
+_SIGINT_DRIVER = """
+import os, signal, threading, time
+from chunkgraph.parallel import parallel_for
+done = []
+def body(start, stop):
+    for _ in range(start, stop):
+        time.sleep(0.02)
+        done.append(1)
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    parallel_for(200, body, grain=1)
+except KeyboardInterrupt:
+    print("interrupted", len(done))
+"""
+
+
+def test_ctrl_c_stops_a_running_loop_promptly() -> None:
+    """200 elements of 20 ms on 2 threads take ~2 s; Ctrl-C at 0.3 s must end it early."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _SIGINT_DRIVER], capture_output=True, text=True, timeout=60
+    ).stdout.split()
+    assert out[0] == "interrupted", out
+    assert int(out[1]) < 100, f"{out[1]} of 200 elements ran after Ctrl-C at 0.3 s"

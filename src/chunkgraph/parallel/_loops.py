@@ -57,6 +57,10 @@ class _Loop(Generic[T]):
             self.errors.append(error)
             self.failed = True
 
+    def abandon(self) -> None:
+        """Start nothing new (an interrupt is on its way out; it is not an error to group)."""
+        self.failed = True
+
     def run_leaf(self, start: int, stop: int) -> T:
         if self.failed:  # another piece failed: start nothing new
             return self.identity
@@ -66,6 +70,9 @@ class _Loop(Generic[T]):
         except Exception as error:
             self.fail(error, start, stop)
             return self.identity
+        except BaseException:
+            self.abandon()  # Ctrl-C or exit: propagate, and start no other piece
+            raise
         self.pieces.append((stop - start, time.perf_counter() - begin))
         return value
 
@@ -106,6 +113,7 @@ def _bridge(
     left, right = pool.join(
         lambda s: _bridge(pool, loop, start, mid, splitter, s),
         lambda s: _bridge(pool, loop, mid, stop, child, s),
+        loop.abandon,
     )
     return loop.join_values(left, right, start, stop)
 

@@ -224,11 +224,17 @@ class WorkStealingPool:
         return me
 
     # -- fork-join -----------------------------------------------------------
-    def join(self, left: Callable[[bool], A], right: Callable[[bool], B]) -> tuple[A, B]:
+    def join(
+        self,
+        left: Callable[[bool], A],
+        right: Callable[[bool], B],
+        abort: Callable[[], None] | None = None,
+    ) -> tuple[A, B]:
         """Run ``left(False)`` here and ``right(stolen)`` here or on a thief; both results.
 
         If either raises, both have finished before the error propagates
-        (``left``'s error first).
+        (``left``'s error first). ``abort`` is called first when ``left`` is
+        interrupted (Ctrl-C, SystemExit), so ``right`` can skip its work.
         """
         me = self._me()
         job = _Job(right, me)
@@ -237,6 +243,10 @@ class WorkStealingPool:
         self._wake_one()
         try:
             value = left(False)
+        except BaseException as error:
+            if abort is not None and not isinstance(error, Exception):
+                abort()
+            raise
         finally:
             self._reclaim(me, job)
         return value, job.result()
