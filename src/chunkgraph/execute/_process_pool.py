@@ -122,12 +122,10 @@ def _dumps(value: object) -> bytes:
     try:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError) as error:
-        # Lambdas and closures do not pickle by reference; cloudpickle (a dask
-        # dependency) pickles them by value when it is installed.
-        try:
-            import cloudpickle  # type: ignore[import-untyped]
-        except ImportError:
-            raise error from None
+        # Lambdas, closures and @task-decorated functions do not pickle by
+        # reference; cloudpickle (a dependency) pickles them by value.
+        import cloudpickle  # type: ignore[import-untyped]
+
         try:
             data: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
