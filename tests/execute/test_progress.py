@@ -41,3 +41,18 @@ def test_run_with_progress_draws_on_stderr(capsys: pytest.CaptureFixture[str]) -
     assert run(small_graph(5), progress=True)  # a non-empty dict of sink results
     captured = capsys.readouterr()
     assert "6/6" in captured.err and captured.out == ""
+
+
+def test_closing_twice_prints_nothing_more() -> None:
+    import io
+
+    from rich.console import Console
+
+    from chunkgraph.execute import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(console=Console(file=out, width=80))
+    bar.close()
+    after_first = out.getvalue()
+    bar.close()
+    assert out.getvalue() == after_first

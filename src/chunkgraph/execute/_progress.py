@@ -48,6 +48,7 @@ class ProgressBar:
             console=console or Console(stderr=True),
         )
         self._task: TaskID | None = None
+        self._closed = False
         self.done = 0
         self.failed = 0
 
@@ -70,6 +71,10 @@ class ProgressBar:
             self.close()
 
     def close(self) -> None:
+        """Draw the final state and release the terminal; later calls do nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self._task is not None:
             self._progress.refresh()
         self._progress.stop()
