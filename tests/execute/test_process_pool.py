@@ -686,3 +686,43 @@ def test_workers_of_a_killed_driver_exit_and_sweep() -> None:
     _, alive = psutil.wait_procs(workers, timeout=30)
     assert not alive, [p.pid for p in alive]
     assert not list_prefix(prefix)
+
+
+_SMALL_SHM_DRIVER = """
+import numpy as np
+from chunkgraph.execute._process_pool import ProcessPool
+if __name__ == "__main__":
+    big = np.ones(8_000_000)  # 64 MB: more than this /dev/shm holds
+    with ProcessPool(workers=1) as pool:
+        print(pool.submit(np.sum, (big,), {}).result(timeout=60))
+"""
+
+
+def _can_mount_private_shm() -> bool:
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+        capture_output=True,
+    )  # fmt: skip
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_mount_private_shm(),
+    reason="needs a private mount namespace (unshare -m, root) for a small /dev/shm",
+)
+def test_a_full_shared_memory_falls_back_to_the_pipe(tmp_path: Path) -> None:
+    """/dev/shm of 32 MB (a container's default is 64 MB) and a 64 MB argument:
+    the array goes through the pipe instead of killing the driver with SIGBUS."""
+    script = tmp_path / "driver.py"
+    script.write_text(_SMALL_SHM_DRIVER)
+    shell = f"mount -t tmpfs -o size=32m tmpfs /dev/shm && exec {sys.executable} {script}"
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert float(done.stdout.split()[-1]) == 8_000_000.0

@@ -40,6 +40,7 @@ when the pool's process has died, every segment of the pool (``unlink_prefix``).
 
 from __future__ import annotations
 
+import errno
 import itertools
 import mmap
 import os
@@ -100,6 +101,13 @@ def _open_mapping(name: str, size: int, *, create: bool) -> mmap.mmap:
     try:
         if create:
             os.ftruncate(fd, size)
+            try:
+                # ftruncate reserves nothing on tmpfs: without this, a full /dev/shm
+                # (64 MB in a default container) kills the writer with SIGBUS later.
+                os.posix_fallocate(fd, 0, size)
+            except OSError:
+                unlink_name(name)
+                raise
         return mmap.mmap(fd, size, flags=_MAP_FLAGS)
     finally:
         os.close(fd)
@@ -245,7 +253,12 @@ class SegmentTable:
             return None
         name = f"{self.prefix}{os.getpid()}_{next(self._counter)}"
         size = array.nbytes
-        mm = _open_mapping(name, size, create=True)
+        try:
+            mm = _open_mapping(name, size, create=True)
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.ENOMEM):
+                return None  # shared memory is full: this array goes through the pipe
+            raise
         if self.owner:
             self._track(name)
             self._adopt(name, mm)
