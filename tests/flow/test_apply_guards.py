@@ -43,3 +43,33 @@ def test_an_unknown_executor_is_refused_before_anything_is_written(tmp_path: obj
     with pytest.raises(ConfigError, match="executor must be one of"):
         volume.apply(lambda x: x, src, dst, chunk_sizes=[8], blend_pads=2, executor="gpu")  # type: ignore[arg-type]
     assert sorted(p.name for p in root.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("chunks", "blends", "crops"),
+    [([16], 3, 0), ([16, 11], [3, 1], [0, 1])],
+    ids=["one-level-blend", "two-level-blend-crop"],
+)
+def test_identity_keeps_negative_zero(chunks: list[int], blends: object, crops: object) -> None:
+    """-0.0 and +0.0 differ in their bits; an identity flow must keep both."""
+    data = np.random.default_rng(3).standard_normal((32, 32)).astype("float32")
+    data[5, 5] = data[16, 16] = data[0, 31] = -0.0
+    data[6, 6] = 0.0
+    src = volume.create("nz-src", (32, 32), (8, 8), "float32", backend="memory")
+    src.write(src.bounds, data)
+    dst = volume.create("nz-dst", (32, 32), (8, 8), "float32", backend="memory")
+    try:
+        volume.apply(
+            lambda x: x,
+            src,
+            dst,
+            chunk_sizes=chunks,
+            blend_pads=blends,
+            crop_pads=crops,
+            executor="sync",
+        )
+        out = dst.read(Box.from_shape((32, 32)))
+        assert out.tobytes() == data.tobytes()
+    finally:
+        volume.remove("nz-src")
+        volume.remove("nz-dst")

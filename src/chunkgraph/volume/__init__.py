@@ -28,4 +28,10 @@ __all__ = [
     "ChunkCache",
     "FlowEstimate",
     "FlowOutputError",
-    "IOStats", "Volume", "apply", "create", "open", "remove"]
+    "IOStats",
+    "Volume",
+    "apply",
+    "create",
+    "open",
+    "remove",
+]

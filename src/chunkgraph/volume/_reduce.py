@@ -31,7 +31,14 @@ import numpy as np
 from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan
 from chunkgraph.volume._flow_spec import FlowSpec
-from chunkgraph.volume._subchunk import add_weighted, at, cast_to, lowest, weights_over
+from chunkgraph.volume._subchunk import (
+    add_weighted,
+    at,
+    cast_to,
+    lowest,
+    weighted_sum_start,
+    weights_over,
+)
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -139,6 +146,6 @@ def _empty_accumulator(
     shape: tuple[int, ...], weighted: bool, layer_dtype: np.dtype, spec: FlowSpec
 ) -> np.ndarray:
     if weighted:
-        return np.zeros(shape, dtype=spec.accumulate_dtype)
+        return weighted_sum_start(shape, spec.accumulate_dtype)
     # max: stay in the layer dtype (exact for every integer width) from its minimum.
     return np.full(shape, lowest(layer_dtype), dtype=layer_dtype)

@@ -120,6 +120,18 @@ def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return cast
 
 
+def weighted_sum_start(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An empty weighted sum: -0.0, the exact identity of float addition.
+
+    Starting from +0.0 would turn a -0.0 input into +0.0 (``0.0 + -0.0 == +0.0``);
+    ``-0.0 + x`` is ``x`` for every x, +0.0 included, so identity flows stay bit-exact.
+
+    >>> float(weighted_sum_start((1,), np.dtype("f8"))[0] + np.float64(-0.0))
+    -0.0
+    """
+    return np.full(shape, -0.0, dtype=dtype)
+
+
 def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
     """The unweighted output of ``chunk`` at ``level``, over ``chunk.padded(blend)``."""
     ctx.counter.add(level)
@@ -246,7 +258,7 @@ class _Accumulator:
                 elif self.child.blend_mode == "max":
                     self._array = np.full(shape, lowest(self.accumulate), dtype=self.accumulate)
                 else:
-                    self._array = np.zeros(shape, dtype=self.accumulate)
+                    self._array = weighted_sum_start(shape, self.accumulate)
             return self._array
 
     def add(self, box: Box, out: np.ndarray) -> None:
