@@ -228,3 +228,31 @@ def test_an_argument_that_cannot_be_rebuilt_fails_its_task(kind: Any) -> None:
     (error,) = info.value.exceptions
     assert error.task == "odd-args"  # type: ignore[attr-defined]
     assert isinstance(error.__cause__, TypeError)
+
+
+def test_run_names_a_wrong_first_argument() -> None:
+    g = Graph()
+    ref = g.add(abs, -1)
+    with pytest.raises(ConfigError, match=r"run\(\) takes a Graph first, got TaskRef.*ref.graph"):
+        run(ref)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="got NoneType"):
+        run(None)  # type: ignore[arg-type]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str broken")
+
+
+def _raise_unprintable() -> None:
+    raise _Unprintable
+
+
+def test_an_exception_that_cannot_print_itself_is_still_reported() -> None:
+    g = Graph()
+    g.add(_raise_unprintable, name="odd")
+    with pytest.raises(ExceptionGroup) as info:
+        run(g, executor="sync")
+    (error,) = info.value.exceptions
+    assert isinstance(error, TaskError) and isinstance(error.__cause__, _Unprintable)
+    assert "could not be shown" in str(error)

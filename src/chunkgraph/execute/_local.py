@@ -124,14 +124,20 @@ def _priority(graph: Graph) -> np.ndarray[Any, np.dtype[np.int64]]:
     return priority
 
 
+def _describe(error: BaseException) -> str:
+    """``Type: message``, even for an exception whose ``__str__`` itself fails."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return f"{type(error).__name__} (its message could not be shown)"
+
+
 def _error_group(graph: Graph, scheduler: Scheduler) -> ExceptionGroup[TaskError]:
     dep_ptr, dep_idx = graph.dependencies()
     errors = []
     for t, cause in sorted(scheduler.failures.items()):
         inputs = [graph.name(int(d)) for d in dep_idx[dep_ptr[t] : dep_ptr[t + 1]]]
-        error = TaskError(
-            graph.name(t), inputs, scheduler.attempts[t], f"{type(cause).__name__}: {cause}"
-        )
+        error = TaskError(graph.name(t), inputs, scheduler.attempts[t], _describe(cause))
         error.__cause__ = cause
         errors.append(error)
     skipped = len(scheduler.cancelled())
@@ -189,6 +195,13 @@ def run(
     >>> run(g, total), run(g, [parts[3], total]), run(g)
     (4, [3, 4], {'total': 4})
     """
+    if not isinstance(graph, Graph):
+        hint = (
+            f"; for one task, call run(ref.graph, ref) with ref = {graph!r}"
+            if isinstance(graph, TaskRef)
+            else ""
+        )
+        raise ConfigError(f"run() takes a Graph first, got {type(graph).__name__}{hint}")
     subs = list(subscribers)
     bar = None
     if progress:
