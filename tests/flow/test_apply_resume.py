@@ -36,7 +36,10 @@ def slow_affine(src):
     return src.astype("float64") * 3.0 + 1.0
 
 src = volume.open(root + "/src.zarr")
-dst = volume.open(root + "/" + dst_name, mode="r+")
+if mode == "create":  # the script makes its own dst, as a first run usually does
+    dst = volume.create(root + "/" + dst_name, src.shape, src.chunks, "float32")
+else:
+    dst = volume.open(root + "/" + dst_name, mode="r+")
 report = volume.apply(
     slow_affine, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",
     intermediates=root + "/tmp-" + dst_name, resume=(mode == "resume"),
@@ -98,6 +101,46 @@ def test_resume_after_sigkill_is_identical_and_reruns_only_unfinished(tmp_path: 
     ref = volume.open(str(tmp_path / "ref.zarr")).read(Box.from_shape(SHAPE))
     assert np.array_equal(out, ref)
     np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)
+
+
+def test_resume_finds_the_work_of_a_run_that_created_dst(tmp_path: Path) -> None:
+    """A just-created volume and the same volume reopened must give one flow id."""
+    data = np.random.default_rng(4).standard_normal(SHAPE).astype(np.float32)
+    src = volume.create(str(tmp_path / "src.zarr"), SHAPE, (8, 8), "float32")
+    src.write(Box.from_shape(SHAPE), data)
+    script = tmp_path / "flow_script.py"
+    script.write_text(SCRIPT.format(src=str(SRC_DIR)))
+
+    killed = _start(script, "create", tmp_path, "dst.zarr", tmp_path / "log1")
+    deadline = time.monotonic() + 60
+    while _markers(tmp_path, "dst.zarr") < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    done_before = _markers(tmp_path, "dst.zarr")
+    assert 4 <= done_before < TOP_TASKS, "the kill must land mid-run"
+
+    resumed = _finish(_start(script, "resume", tmp_path, "dst.zarr", tmp_path / "log2"))
+    assert resumed["skipped"] == done_before
+    assert not any((tmp_path / "tmp-dst.zarr").glob("*/markers")), "the old flow is left behind"
+    out = volume.open(str(tmp_path / "dst.zarr")).read(Box.from_shape(SHAPE))
+    np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)
+
+
+def test_flow_id_depends_on_meaning_not_on_how_objects_print(tmp_path: Path) -> None:
+    from chunkgraph.volume._resume import flow_id_of
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    made = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    reopened = volume.open(str(tmp_path / "d.zarr"), mode="r+")
+    (tmp_path / "link.zarr").symlink_to(tmp_path / "d.zarr")
+    linked = volume.open(str(tmp_path / "link.zarr"), mode="r+")
+    ids = set()
+    for dst in (made, reopened, linked):
+        report = volume.apply(lambda x: x, src, dst, chunk_sizes=[8], blend_pads=2, dry_run=True)
+        ids.add(report.flow_id)
+    assert len(ids) == 1
+    assert flow_id_of(abs, {}, made, "spec") == flow_id_of(abs, {}, reopened, "spec")
 
 
 class _Scale:

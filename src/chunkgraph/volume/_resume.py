@@ -28,6 +28,7 @@ as a global variable ``fn`` reads, is the caller's to keep fixed.)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -119,17 +120,53 @@ def flow_id_of(
     for name in sorted(inputs):
         parts.append(f"input {name}: {_volume_fingerprint(inputs[name])}")
     parts.append(f"dst: {_volume_fingerprint(dst)}")
-    parts.append(repr(spec))
+    parts.append(f"spec: {_canonical(spec)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def _volume_fingerprint(vol: Volume) -> str:
-    # A memory volume lives only in its process: same-named ones elsewhere are other data.
-    where = f" pid={os.getpid()}" if vol.backend == "memory" else ""
-    return where + (
-        f"{vol.backend}:{vol.path} shape={tuple(vol.shape)} chunks={tuple(vol.chunks)} "
-        f"dtype={np.dtype(vol.dtype).str} offset={tuple(vol.offset)}"
+    """What a volume's data means: where it is stored and how it is laid out.
+
+    Never how the volume object prints: a reopened volume may spell the same
+    dtype differently (``float32`` / ``<f4``) and must keep the flow's id.
+    """
+    if vol.backend == "memory":
+        # A memory volume lives only in its process: same-named ones elsewhere are other data.
+        where = f"memory:{vol.path} pid={os.getpid()}"
+    else:
+        # Both on-disk backends read the same files: the place is the resolved path.
+        path = vol.path
+        where = f"disk:{path if '://' in path else os.path.realpath(path)}"
+    return (
+        f"{where} shape={tuple(map(int, vol.shape))} chunks={tuple(map(int, vol.chunks))} "
+        f"dtype={np.dtype(vol.dtype).str} offset={tuple(map(int, vol.offset))}"
     )
+
+
+def _canonical(value: object) -> str:
+    """A text for a spec value that depends only on its meaning (dtypes by their code).
+
+    >>> _canonical(np.dtype("float32")) == _canonical(np.dtype("<f4"))
+    True
+    """
+    if isinstance(value, np.dtype):
+        return np.dtype(value).str
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ",".join(
+            f"{f.name}={_canonical(getattr(value, f.name))}" for f in dataclasses.fields(value)
+        )
+        return f"{type(value).__name__}({fields})"
+    if isinstance(value, tuple | list):
+        return "(" + ",".join(_canonical(v) for v in value) + ")"
+    if isinstance(value, np.integer | np.bool_):
+        return repr(value.item())
+    if isinstance(value, bool | int | str | float) or value is None:
+        return repr(value)
+    from chunkgraph.geometry import Box
+
+    if isinstance(value, Box):
+        return f"Box({_canonical(value.start)},{_canonical(value.stop)})"
+    raise TypeError(f"no canonical form for {type(value).__name__} in a flow spec")
 
 
 def _fn_fingerprint(fn: object, depth: int) -> str:
