@@ -248,3 +248,55 @@ def test_process_executor_refuses_memory_volumes(files: Any) -> None:
     dst = files.empty((16, 16), (8, 8), "uint8")
     with pytest.raises(ConfigError, match="memory volumes"):
         apply(lambda src: src, src, dst, chunk_sizes=[(8, 8)], executor="processes")
+
+
+def _label_or_empty(kind: str) -> Any:
+    """A labelling fn as people write it: uint8 zeros where nothing is found.
+
+    Empty chunks answer at once and the others after a pause, so an empty
+    chunk is the first of its level to finish.
+    """
+
+    def fn(src: np.ndarray) -> np.ndarray:
+        if not src.any():
+            return np.zeros_like(src, dtype=np.uint8)
+        import time
+
+        time.sleep(0.01)
+        if kind == "labels":
+            return (src.astype(np.uint32) + 1000) * (src > 0)
+        return np.where(src > 0, 300.5, 0.0)
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype", "blend"),
+    [("labels", "uint32", 0), ("labels", "uint32", 2), ("values", "float32", 2)],
+    ids=["labels", "labels-top-blend-max", "fractions-top-blend"],
+)
+def test_outputs_are_assembled_in_the_flows_dtype_not_the_first_chunks(
+    files: Any, kind: str, dtype: str, blend: int
+) -> None:
+    top = 16 if blend == 0 else 12  # the padded top chunk is tiled by 8s either way
+    n = 2 * top
+    # Empty where a top-level task's first bottom chunk reads, set elsewhere.
+    pos = (np.arange(n) + blend) % top < 8
+    data = np.where(pos[:, None] & pos[None, :], 0, 7).astype(np.uint8)
+    src = files.source(data, (8, 8))
+    dst = files.empty((n, n), (8, 8), dtype)
+    apply(
+        _label_or_empty(kind),
+        src,
+        dst,
+        chunk_sizes=[(top, top), (8, 8)],
+        blend_pads=[blend, 0],
+        blend_modes="max" if kind == "labels" else "linear",
+        intermediates=files.root / "tmp",
+    )
+    out = dst.read(Box((0, 0), (n, n)))
+    if kind == "labels":
+        expected = np.where(data > 0, 1007, 0).astype(np.uint32)
+        np.testing.assert_array_equal(out, expected)
+    else:
+        np.testing.assert_allclose(out, np.where(data > 0, 300.5, 0.0), rtol=1e-6)

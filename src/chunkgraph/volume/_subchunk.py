@@ -141,7 +141,7 @@ def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
     region = chunk.padded(_add(spec.crop, spec.blend))
     child = ctx.spec.levels[level + 1]
     starts, stops, grid = region.split_arrays(child.chunk)
-    acc = _Accumulator(region, child, ctx.spec.accumulate_dtype)
+    acc = _Accumulator(region, child, ctx.spec.accumulate_dtype, assembly_dtype(ctx.spec, level))
 
     def run_child(i: int) -> None:
         box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
@@ -177,6 +177,34 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
     from chunkgraph.parallel import parallel_map
 
     return sum(parallel_map(run_child, list(range(len(starts)))))
+
+
+def assembly_dtype(spec: FlowSpec, level: int) -> np.dtype:
+    """The dtype in which ``level`` assembles children that do not blend.
+
+    Decided from the flow, never from what ``fn`` returned for one chunk (a
+    labelling ``fn`` may return uint8 zeros for an empty chunk and uint32
+    labels elsewhere). It is the dtype the level's output is next combined
+    in: the layer's dtype at the top (its output is cast to that anyway), the
+    accumulation dtype where the level itself blends into its parent, else
+    its parent's. Casting each child there is the same elementwise cast the
+    whole output would get later, so results do not change.
+
+    >>> from types import SimpleNamespace as N
+    >>> from chunkgraph.volume._flow_spec import LevelSpec
+    >>> lv = lambda b: LevelSpec((8,), (0,), (b,), "linear")
+    >>> spec = N(levels=(lv(0), lv(2), lv(0)), dst_dtype=np.dtype("u1"),
+    ...          accumulate_dtype=np.dtype("f8"))
+    >>> [str(assembly_dtype(spec, level)) for level in range(2)]
+    ['uint8', 'float64']
+    """
+    if level == 0:
+        from chunkgraph.volume._checkerboard import layer_dtype
+
+        return layer_dtype(spec)
+    if any(spec.levels[level].blend):
+        return np.dtype(spec.accumulate_dtype)
+    return assembly_dtype(spec, level - 1)
 
 
 def parity_waves(grid: tuple[int, ...], axes: tuple[bool, ...]) -> list[np.ndarray]:
@@ -239,10 +267,13 @@ class _Accumulator:
     disjoint (one parity wave), so it needs no lock beyond the lazy allocation.
     """
 
-    def __init__(self, region: Box, child: LevelSpec, accumulate: np.dtype) -> None:
+    def __init__(
+        self, region: Box, child: LevelSpec, accumulate: np.dtype, assemble: np.dtype
+    ) -> None:
         self.region = region
         self.child = child
         self.accumulate = np.dtype(accumulate)
+        self.assemble = np.dtype(assemble)
         self.blends = any(p > 0 for p in child.blend)
         self._array: np.ndarray | None = None
         self._lock = threading.Lock()
@@ -252,9 +283,9 @@ class _Accumulator:
             if self._array is None:
                 shape = sample.shape[: sample.ndim - self.region.ndim] + self.region.shape
                 if not self.blends:
-                    # Disjoint children: keep fn's dtype (half the memory of float64 for
-                    # float32 data); every voxel is assigned exactly once.
-                    self._array = np.empty(shape, dtype=sample.dtype)
+                    # Disjoint children: every voxel is assigned exactly once, in the
+                    # dtype the output is next combined in (see assembly_dtype).
+                    self._array = np.empty(shape, dtype=self.assemble)
                 elif self.child.blend_mode == "max":
                     self._array = np.full(shape, lowest(self.accumulate), dtype=self.accumulate)
                 else:
@@ -268,7 +299,7 @@ class _Accumulator:
         target = acc[at(part_box, self.region)]
         part = out[at(part_box, padded)]
         if not self.blends:
-            target[...] = part
+            target[...] = cast_to(part, self.assemble)
         elif self.child.blend_mode == "max":
             np.maximum(target, part, out=target)
         else:
