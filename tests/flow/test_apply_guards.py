@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from chunkgraph import volume
+from chunkgraph import ConfigError, volume
 from chunkgraph.geometry import Box
+from chunkgraph.volume import Volume
 
 
 @pytest.mark.parametrize("blend", [0, 2], ids=["copy", "blended"])
@@ -32,10 +36,6 @@ def test_out_of_range_outputs_saturate(fn: object, expected: int, blend: int) ->
 
 
 def test_an_unknown_executor_is_refused_before_anything_is_written(tmp_path: object) -> None:
-    from pathlib import Path
-
-    from chunkgraph import ConfigError
-
     root = Path(str(tmp_path))
     src = volume.create(str(root / "s.zarr"), (16, 16), (8, 8), "uint8")
     dst = volume.create(str(root / "d.zarr"), (16, 16), (8, 8), "uint8")
@@ -73,3 +73,153 @@ def test_identity_keeps_negative_zero(chunks: list[int], blends: object, crops: 
     finally:
         volume.remove("nz-src")
         volume.remove("nz-dst")
+
+
+def _opened_twice(root: Path, how: str) -> tuple[Volume, Volume]:
+    """One stored array as input and as dst, through two different handles."""
+    made = volume.create(str(root / "a.zarr"), (32, 32), (8, 8), "float32")
+    made.write(made.bounds, np.arange(32 * 32, dtype="float32").reshape(32, 32))
+    if how == "symlink":
+        (root / "link.zarr").symlink_to(root / "a.zarr")
+        return volume.open(str(root / "a.zarr")), volume.open(str(root / "link.zarr"), mode="r+")
+    if how == "relative":
+        rel = os.path.relpath(root / "x" / ".." / "a.zarr")
+        return volume.open(rel), volume.open(str(root / "a.zarr"), mode="r+")
+    pytest.importorskip("tensorstore")
+    return (
+        volume.open(str(root / "a.zarr"), backend="zarr"),
+        volume.open(str(root / "a.zarr"), mode="r+", backend="tensorstore"),
+    )
+
+
+@pytest.mark.parametrize("how", ["symlink", "relative", "zarr-and-tensorstore"])
+def test_dst_that_is_the_input_under_another_name_is_refused_with_pads(
+    tmp_path: Path, how: str
+) -> None:
+    (tmp_path / "x").mkdir()
+    src, dst = _opened_twice(tmp_path, how)
+    before = dst.read(dst.bounds).copy()
+    with pytest.raises(ConfigError, match=r"same stored array as input 'src'.*blend pad"):
+        volume.apply(lambda x: x + 1, src, dst, chunk_sizes=[16], blend_pads=2)
+    assert np.array_equal(dst.read(dst.bounds), before)
+
+
+def test_in_place_without_pads_is_allowed_and_exact(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    src, dst = _opened_twice(tmp_path, "symlink")
+    before = dst.read(dst.bounds).copy()
+    volume.apply(lambda x: x * 2 + 1, src, dst, chunk_sizes=[(16, 16), (8, 8)])
+    assert np.array_equal(dst.read(dst.bounds), before * 2 + 1)
+    with pytest.raises(ConfigError, match="skip_intermediates=True writes while"):
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[16], skip_intermediates=True)
+
+
+@pytest.mark.parametrize("flag", ["dry_run", "resume", "progress", "probe"])
+def test_boolean_options_must_be_bools(tmp_path: Path, flag: str) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "uint8")
+    with pytest.raises(ConfigError, match=f"{flag} must be True or False, got 'no'"):
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[8], **{flag: "no"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "s.zarr"]
+
+
+def test_intermediates_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "uint8")
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match=r"intermediates=.*notes.txt' is a file"):
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[8], intermediates=tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_a_users_empty_intermediates_directory_is_kept(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "uint8")
+    (tmp_path / "scratch").mkdir()
+    with pytest.raises(ExceptionGroup):
+        volume.apply(lambda x: 1 / 0, src, dst, chunk_sizes=[8], intermediates=tmp_path / "scratch")
+    assert (tmp_path / "scratch").is_dir()
+    report = volume.apply(
+        lambda x: x, src, dst, chunk_sizes=[8], blend_pads=2, intermediates=tmp_path / "scratch"
+    )
+    assert [p.name for p in (tmp_path / "scratch").iterdir()] == [f"{report.flow_id}.done"]
+
+
+def test_an_fn_that_cannot_be_pickled_is_refused_before_temporaries(tmp_path: Path) -> None:
+    import threading
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "uint8")
+    lock = threading.Lock()
+
+    def locked(x: np.ndarray) -> np.ndarray:
+        with lock:
+            return x
+
+    with pytest.raises(ConfigError, match="'locked' .* cannot be pickled: TypeError"):
+        volume.apply(locked, src, dst, chunk_sizes=[8], blend_pads=2, executor="processes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "s.zarr"]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("probe", [True, False])
+def test_nan_or_inf_into_an_integer_dst_is_refused_naming_the_chunk(
+    bad: float, probe: bool
+) -> None:
+    src = volume.create("nan-src", (16, 16), (8, 8), "float32", backend="memory")
+    dst = volume.create("nan-dst", (16, 16), (8, 8), "uint8", backend="memory")
+    data = np.ones((16, 16), "float32")
+    data[12, 3] = bad
+    src.write(src.bounds, data)
+    try:
+        with pytest.raises(ExceptionGroup) as info:
+            volume.apply(lambda x: x * 2, src, dst, chunk_sizes=[8], blend_pads=1, probe=probe)
+        cause = info.value.exceptions[0].__cause__
+        assert isinstance(cause, volume.FlowOutputError)
+        assert "NaN or infinite" in str(cause) and "(12, 3)" in str(cause)
+        assert "chunk Box(start=(8, 0), stop=(16, 8))" in str(cause)
+    finally:
+        volume.remove("nan-src")
+        volume.remove("nan-dst")
+
+
+def test_the_probe_catches_a_channel_mismatch_before_temporaries(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (3, 16, 16), (3, 8, 8), "uint8", spatial_ndim=2)
+    with pytest.raises(ExceptionGroup) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[8], blend_pads=2)
+    (error,) = info.value.exceptions
+    assert error.task.startswith("apply-probe") and "probe=False skips it" in str(error)
+    assert "expected (3, 12, 12)" in str(error.__cause__)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "s.zarr"]
+
+
+def test_fn_with_a_box_parameter_learns_where_it_is() -> None:
+    """Globally unique labels: each chunk numbers its voxels from its box's position."""
+    src = volume.create("box-src", (16, 24), (8, 8), "uint8", backend="memory", offset=(100, 0))
+    dst = volume.create("box-dst", (16, 24), (8, 8), "uint32", backend="memory", offset=(100, 0))
+    seen: list[Box] = []
+
+    def label(x: np.ndarray, box: Box) -> np.ndarray:
+        seen.append(box)
+        rows, cols = np.indices(box.shape)
+        return ((rows + box.start[0]) * 1000 + cols + box.start[1]).astype(np.uint32)
+
+    try:
+        volume.apply(label, src, dst, chunk_sizes=[8], crop_pads=2, probe=False)
+        rows, cols = np.indices((16, 24))
+        np.testing.assert_array_equal(dst.read(dst.bounds), (rows + 100) * 1000 + cols)
+        assert Box((98, -2), (110, 10)) in seen and len(seen) == 6
+    finally:
+        volume.remove("box-src")
+        volume.remove("box-dst")
+
+
+def test_dry_run_shows_temporary_bytes_and_where_they_go(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (32, 32), (8, 8), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (32, 32), (8, 8), "uint8")
+    report = volume.apply(lambda x: x, src, dst, chunk_sizes=[16], blend_pads=2, dry_run=True)
+    assert report.estimate is not None and report.estimate.temporary_bytes > 0
+    text = report.summary()
+    assert "to dst (+" in text and " temporary)" in text
+    assert f"temporaries under {tmp_path / '.d.zarr.chunkgraph' / report.flow_id}" in text

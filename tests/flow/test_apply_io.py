@@ -29,7 +29,13 @@ def test_without_cache_halos_amplify_reads(files: Any) -> None:
     src = _source(files, 0)
     dst = files.empty(SHAPE, STORAGE, "float32")
     report = apply(
-        lambda src: src, src, dst, executor="sync", intermediates=files.root / "t", **FLOW
+        lambda src: src,
+        src,
+        dst,
+        executor="sync",
+        intermediates=files.root / "t",
+        probe=False,  # the probe's own read of one bottom chunk is not the flow's pattern
+        **FLOW,
     )
     # 4 slabs: the two end slabs read 2 slabs each, the inner two read 3: 10 slabs of 16 chunks
     assert report.bytes_read == 10 * 16 * CHUNK_BYTES
@@ -51,6 +57,23 @@ def test_slab_cache_and_ordering_read_every_chunk_once(files: Any, executor: str
     )
 
 
+def test_the_probe_reads_one_bottom_chunk_and_the_report_counts_it(files: Any) -> None:
+    src = files.source(files.random((16, 16, 16), "uint8"), (4, 4, 4))
+    dst = files.empty((16, 16, 16), (4, 4, 4), "uint8")
+    seen: list[tuple[int, ...]] = []
+
+    def record(src: np.ndarray) -> np.ndarray:
+        seen.append(src.shape)
+        return src
+
+    args = dict(chunk_sizes=[(16, 16, 16), (4, 4, 4)], crop_pads=[0, 1], executor="sync")
+    plain = apply(record, src, dst, probe=False, intermediates=files.root / "a", **args)
+    probed = apply(record, src, dst, intermediates=files.root / "b", **args)
+    assert len(seen) == 2 * 64 + 1 and seen[-65] == (6, 6, 6)
+    # The probe reads the corner chunk with its 1-voxel halo again: 2x2x2 storage chunks of 64 B.
+    assert probed.bytes_read - plain.bytes_read == 8 * 64
+
+
 def test_superchunk_is_read_once_not_per_subchunk(files: Any) -> None:
     """Eight bottom chunks per top task, but one read of the padded superchunk per task."""
     src = files.source(files.random((16, 16, 16), "uint8"), (16, 16, 16))
@@ -63,6 +86,7 @@ def test_superchunk_is_read_once_not_per_subchunk(files: Any) -> None:
         crop_pads=[(0, 0, 0), (1, 1, 1)],
         executor="sync",
         intermediates=files.root / "t",
+        probe=False,
     )
     assert report.tasks_per_level == (1, 64)
     assert src.stats.chunks_read == 1

@@ -42,7 +42,7 @@ else:
     dst = volume.open(root + "/" + dst_name, mode="r+")
 report = volume.apply(
     slow_affine, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",
-    intermediates=root + "/tmp-" + dst_name, resume=(mode == "resume"),
+    intermediates=root + "/tmp-" + dst_name, resume=(mode == "resume"), probe=False,
 )
 print(json.dumps(dict(tasks=report.tasks_per_level, skipped=report.top_tasks_skipped,
                       reductions=report.reductions, reductions_skipped=report.reductions_skipped)))
@@ -194,3 +194,27 @@ def test_memory_volumes_make_flow_ids_private_to_their_process() -> None:
         for _ in range(2)
     }
     assert len(ids) == 2
+
+
+_CALLS: list[int] = []
+
+
+def test_resume_after_success_is_a_no_op(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    src.write(src.bounds, np.ones((16, 16), "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    calls = _CALLS  # a global: values an fn closes over are part of the flow's identity
+    calls.clear()
+
+    def double(x: np.ndarray) -> np.ndarray:
+        _CALLS.append(1)
+        return x * 2
+
+    first = volume.apply(double, src, dst, chunk_sizes=[8], blend_pads=2, probe=False)
+    assert first.tasks_per_level == (4,) and len(calls) == 4
+    again = volume.apply(double, src, dst, chunk_sizes=[8], blend_pads=2, resume=True)
+    assert again.tasks_per_level == (0,) and again.top_tasks_skipped == 4
+    assert again.reductions_skipped == first.reductions and again.finished_before
+    assert "already finished at" in again.summary() and len(calls) == 4
+    fresh = volume.apply(double, src, dst, chunk_sizes=[8], blend_pads=2, probe=False)
+    assert fresh.tasks_per_level == (4,) and len(calls) == 8  # without resume: run again

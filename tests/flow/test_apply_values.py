@@ -76,7 +76,8 @@ def test_stencil_with_crop_equals_whole_array_in_interior(files: Any, crop: int,
     assert np.array_equal(out, whole)  # exactly, not approximately
 
 
-def test_failing_fn_raises_task_error_naming_the_box(files: Any) -> None:
+@pytest.mark.parametrize("probe", [True, False])
+def test_failing_fn_raises_task_error_naming_the_box(files: Any, probe: bool) -> None:
     data = files.random((16, 16), "float32")
     src = files.source(data, (8, 8))
     dst = files.empty((16, 16), (8, 8), "float32")
@@ -85,11 +86,13 @@ def test_failing_fn_raises_task_error_naming_the_box(files: Any) -> None:
         raise ZeroDivisionError("boom")
 
     with pytest.raises(ExceptionGroup) as info:
-        apply(explode, src, dst, chunk_sizes=[(8, 8)], intermediates=files.root / "tmp")
+        apply(explode, src, dst, chunk_sizes=[(8, 8)], intermediates=files.root / "t", probe=probe)
     errors = info.value.exceptions
     assert all(isinstance(e, TaskError) for e in errors)
     names = {e.task for e in errors}
-    assert "apply-top" + str(Box((0, 0), (8, 8))) in names
+    assert ("apply-probe" if probe else "apply-top") + str(Box((0, 0), (8, 8))) in names
+    # The probe fails before anything exists; a failed run keeps its state for resume.
+    assert (files.root / "t").exists() is not probe
     cause = errors[0].__cause__
     assert isinstance(cause, ZeroDivisionError)
     assert any("chunk Box(" in note for note in getattr(cause, "__notes__", []))

@@ -286,7 +286,7 @@ def test_estimate_matches_the_run(
     dry = apply(fn, inputs, dst, dry_run=True, **kw)
     assert dry.estimate == est and dry.tasks_per_level == est.tasks_per_level
     assert dst.stats.bytes_written == 0
-    report = apply(fn, inputs, dst, intermediates=str(tmp_path), **kw)
+    report = apply(fn, inputs, dst, intermediates=str(tmp_path), probe=False, **kw)
     assert report.tasks_per_level == est.tasks_per_level
     assert report.reductions == est.reductions
     assert report.bytes_read == est.bytes_to_read

@@ -17,6 +17,7 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 from chunkgraph.volume._apply import ApplyReport, apply
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._flow_estimate import FlowEstimate
+from chunkgraph.volume._flow_lock import FlowLockedError
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
@@ -27,6 +28,7 @@ __all__ = [
     "ApplyReport",
     "ChunkCache",
     "FlowEstimate",
+    "FlowLockedError",
     "FlowOutputError",
     "IOStats",
     "Volume",

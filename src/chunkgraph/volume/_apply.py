@@ -54,14 +54,23 @@ from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 from chunkgraph.parallel import usable_cores
 from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
-from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
+from chunkgraph.volume._flow_lock import flow_lock
+from chunkgraph.volume._flow_spec import FlowSpec, check_bools, normalize_inputs, validate_flow
+from chunkgraph.volume._probe import probe_fn
 from chunkgraph.volume._reduce import (
     ReductionStats,
     reduce_box,
     reduction_boxes,
     top_indices_meeting,
 )
-from chunkgraph.volume._resume import REDUCE, TOP, MarkerStore, flow_id_of, grid_key
+from chunkgraph.volume._resume import (
+    REDUCE,
+    TOP,
+    CompletionRecord,
+    MarkerStore,
+    flow_id_of,
+    grid_key,
+)
 from chunkgraph.volume._top_task import (
     TopJob,
     TopStats,
@@ -87,8 +96,10 @@ class ApplyReport:
     inputs; ``read_amplification``: that over the input bytes inside the bbox
     (1.0 = every needed chunk read once); ``bytes_written``: bytes written to
     dst; ``temporary_bytes``: bytes written to temporary layers;
-    ``deferred_layers``: layer paths left for a later pass (``defer`` only).
-    Dry runs fill ``estimate`` and take counts from it.
+    ``deferred_layers``: layer paths left for a later pass (``defer`` only);
+    ``intermediates``: where the temporaries are (dry runs: would be; ``defer``:
+    are left); ``finished_before``: when a resumed flow had already finished
+    (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
     """
 
     flow_id: str
@@ -106,18 +117,24 @@ class ApplyReport:
     intermediates: str | None = None
     deferred_layers: tuple[str, ...] = ()
     estimate: FlowEstimate | None = None
+    finished_before: str = ""
 
     def summary(self) -> str:
         """A few human-readable lines."""
         levels = ", ".join(str(n) for n in self.tasks_per_level)
         lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
         lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
-        if self.estimate is not None:
+        if self.finished_before:
+            lines.append(f"  already finished at {self.finished_before}: nothing to do")
+        elif self.estimate is not None:
             e = self.estimate
             lines.append(
-                f"  would read {_size(e.bytes_to_read)}, write {_size(e.bytes_to_write)}; "
-                f"one top-level task needs {_size(e.top_task_memory_bytes)}"
+                f"  would read {_size(e.bytes_to_read)}, write {_size(e.dst_bytes)} to dst "
+                f"(+{_size(e.temporary_bytes)} temporary); one top-level task needs "
+                f"{_size(e.top_task_memory_bytes)}"
             )
+            if e.temporary_bytes:
+                lines.append(f"  temporaries under {self.intermediates}")
         else:
             lines.append(
                 f"  read {_size(self.bytes_read)} (amplification "
@@ -166,7 +183,11 @@ def apply(
     intermediates: str | os.PathLike[str] | None = None,
     skip_intermediates: bool = False,
     executor: ExecutorKind | None = None,
+    workers: int | None = None,
+    retries: int = 2,
     resume: bool = False,
+    lock_wait: float = 0.0,
+    probe: bool = True,
     progress: bool = False,
     dry_run: bool = False,
 ) -> ApplyReport:
@@ -174,12 +195,19 @@ def apply(
 
     ``chunk_sizes`` lists one processing chunk per level, top first; pads and
     modes are one value for all levels or one per level. ``fn`` gets arrays
-    of chunk + 2*crop + 2*blend at the bottom level and returns that shape or
-    chunk + 2*blend. Raises ``ConfigError`` before anything is written when the
-    configuration is invalid, ``ExceptionGroup`` of ``TaskError`` when ``fn``
-    fails (the task name and the note name the chunk's box).
+    of chunk + 2*crop + 2*blend at the bottom level (and, if it has a ``box``
+    parameter, the box they cover) and returns that shape or chunk + 2*blend.
+    ``workers`` and ``retries`` go to the executor (flow tasks are idempotent,
+    so a task whose worker died is simply run again). ``probe`` calls ``fn``
+    once on the first bottom chunk before anything is written, to catch a
+    wrong shape or dtype early. ``lock_wait``: seconds to wait when the same
+    flow is already running (0 refuses at once). Raises ``ConfigError``
+    before anything is written when the configuration is invalid,
+    ``FlowLockedError`` when the flow is running elsewhere, ``ExceptionGroup``
+    of ``TaskError`` when ``fn`` fails (the note names the chunk's box).
     """
     t0 = time.perf_counter()
+    check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
     spec = validate_flow(
         fn,
         inputs,
@@ -195,17 +223,39 @@ def apply(
         skip_intermediates=skip_intermediates,
     )
     named = normalize_inputs(inputs)
-    _check_executor(executor, named, dst)
+    _check_executor(executor, named, dst, fn)
+    _check_run_options(workers, retries, lock_wait)
     flow_id = flow_id_of(fn, named, dst, spec)
-    if dry_run:
-        return _dry_report(spec, named, dst, flow_id, time.perf_counter() - t0)
     root = _intermediates_root(intermediates, dst)
-    flow = _Flow(spec, fn, named, spec.positional_input, dst, root / flow_id, resume)
-    return flow.run(executor or "threads", progress, t0)
+    if dry_run:
+        return _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
+    made_root = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with flow_lock(root / f"{flow_id}.lock", lock_wait):
+            record = CompletionRecord(root, flow_id)
+            finished = record.read() if resume else None
+            if finished is not None:
+                return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
+            before = _read_bytes(named)
+            if probe:
+                probe_fn(spec, fn, named, dst)
+            record.remove()  # a fresh (or unfinished) run is not complete until it ends
+            flow = _Flow(spec, fn, named, dst, root / flow_id, resume)
+            report = flow.run(executor or "threads", workers, retries, progress, t0, before)
+            if not flow.deferred:
+                record.write(report)
+            return report
+    finally:
+        if made_root:
+            with contextlib.suppress(OSError):
+                root.rmdir()  # only when empty: a completion record is worth keeping
 
 
-def _check_executor(executor: str | None, inputs: Mapping[str, Volume], dst: Volume) -> None:
-    """A known executor; memory volumes live in one process, which process workers are not."""
+def _check_executor(
+    executor: str | None, inputs: Mapping[str, Volume], dst: Volume, fn: Callable[..., Any]
+) -> None:
+    """A known executor; for processes, no memory volumes and an fn that pickles."""
     from chunkgraph.execute._local import EXECUTOR_KINDS
 
     if executor is not None and executor not in EXECUTOR_KINDS:
@@ -221,10 +271,40 @@ def _check_executor(executor: str | None, inputs: Mapping[str, Volume], dst: Vol
             f"executor='processes' cannot use memory volumes ({', '.join(local)}): they exist "
             "only in this process; store them with backend='zarr' or use executor='threads'"
         )
+    import cloudpickle  # type: ignore[import-untyped]
+
+    try:
+        cloudpickle.dumps(fn)
+    except Exception as err:  # pickling raises many types (TypeError, PicklingError, ...)
+        raise ConfigError(
+            f"executor='processes' must send fn {getattr(fn, '__name__', fn)!r} to its worker "
+            f"processes, but it cannot be pickled: {type(err).__name__}: {err}. Make fn a "
+            "module-level function (or a callable object) that holds no locks, open files or "
+            "connections, or use executor='threads'"
+        ) from err
+
+
+def _check_run_options(workers: object, retries: object, lock_wait: object) -> None:
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise ConfigError(f"workers must be a positive int or None (all cores), got {workers!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
+    if isinstance(lock_wait, bool) or not isinstance(lock_wait, int | float) or not lock_wait >= 0:
+        raise ConfigError(
+            f"lock_wait must be a number of seconds >= 0 (0 refuses a busy flow at once, "
+            f"math.inf waits for it), got {lock_wait!r}"
+        )
 
 
 def _dry_report(
-    spec: FlowSpec, named: dict[str, Volume], dst: Volume, flow_id: str, seconds: float
+    spec: FlowSpec,
+    named: dict[str, Volume],
+    dst: Volume,
+    flow_id: str,
+    root: Path,
+    seconds: float,
 ) -> ApplyReport:
     from chunkgraph.volume._flow_estimate import estimate_flow
 
@@ -240,7 +320,29 @@ def _dry_report(
         read_amplification=0.0,
         wall_seconds=seconds,
         bbox=spec.bbox,
+        intermediates=str(root / flow_id),
         estimate=est,
+    )
+
+
+def _finished_report(
+    spec: FlowSpec, dst: Volume, flow_id: str, finished: Mapping[str, Any], seconds: float
+) -> ApplyReport:
+    """The report of a resumed run whose flow had already finished: nothing was done."""
+    return ApplyReport(
+        flow_id=flow_id,
+        dry_run=False,
+        tasks_per_level=(0,) * len(spec.levels),
+        reductions=0,
+        bytes_read=0,
+        bytes_written=0,
+        temporary_bytes=0,
+        read_amplification=0.0,
+        wall_seconds=seconds,
+        bbox=spec.bbox,
+        top_tasks_skipped=int(np.prod(spec.top_grid)),
+        reductions_skipped=int(finished.get("reductions", 0)),
+        finished_before=str(finished.get("finished", "")),
     )
 
 
@@ -250,8 +352,19 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
     The default is deterministic so that a resumed run finds the previous one's markers.
     """
     if intermediates is not None:
-        return Path(intermediates)
-    if dst.backend in ("zarr", "tensorstore"):
+        if not isinstance(intermediates, str | os.PathLike):
+            raise ConfigError(
+                f"intermediates must be a directory path or None, got {intermediates!r}"
+            )
+        root = Path(intermediates)
+        if root.exists() and not root.is_dir():
+            raise ConfigError(
+                f"intermediates={str(root)!r} is a file; give a directory (created if missing) "
+                "where the flow may keep its temporary layers and markers, or None for the "
+                "default beside dst"
+            )
+        return root
+    if dst.backend in ("zarr", "tensorstore") and "://" not in dst.path:
         where = Path(dst.path)
         return where.parent / f".{where.name}.chunkgraph"
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
@@ -265,7 +378,6 @@ class _Flow:
         spec: FlowSpec,
         fn: Callable[..., Any],
         inputs: dict[str, Volume],
-        positional: bool,
         dst: Volume,
         flow_dir: Path,
         resume: bool,
@@ -290,7 +402,6 @@ class _Flow:
             spec=spec,
             fn=fn,
             inputs=inputs,
-            positional=positional,
             dst=dst,
             layers=self.layers,
             layer_vols=tuple(layer_vols),
@@ -299,7 +410,15 @@ class _Flow:
             max_in_flight=superchunks_in_flight(spec, usable_cores()),
         )
 
-    def run(self, executor: ExecutorKind, progress: bool, t0: float) -> ApplyReport:
+    def run(
+        self,
+        executor: ExecutorKind,
+        workers: int | None,
+        retries: int,
+        progress: bool,
+        t0: float,
+        before: int,
+    ) -> ApplyReport:
         from chunkgraph.execute import run
         from chunkgraph.graph import Graph
 
@@ -309,10 +428,20 @@ class _Flow:
         skipped_red = 0
         if not self.direct and not self.deferred:
             red_refs, skipped_red = self._add_reductions(graph, top_refs)
-        before = _read_bytes(self.inputs)
         refs = list(top_refs.values()) + red_refs
         try:
-            results = run(graph, targets=refs, executor=executor, progress=progress) if refs else []
+            results = (
+                run(
+                    graph,
+                    targets=refs,
+                    executor=executor,
+                    retries=retries,
+                    progress=progress,
+                    workers=workers,
+                )
+                if refs
+                else []
+            )
         finally:
             forget_flow(self.job.marker_root)
         top_stats = [r for r in results if isinstance(r, TopStats)]
@@ -408,9 +537,6 @@ class _Flow:
         import shutil
 
         shutil.rmtree(self.flow_dir, ignore_errors=True)
-        parent = self.flow_dir.parent
-        with contextlib.suppress(OSError):
-            parent.rmdir()  # only if no other flow left anything there
 
 
 def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> ReductionStats:

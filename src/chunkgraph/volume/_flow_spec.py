@@ -22,10 +22,12 @@ level's crop and blend pads.
 Checks, in order (each a ``ConfigError`` naming its culprit)::
 
     fn callable; flags are bools; inputs a Volume or a dict of identifier -> Volume
-    dst a writable Volume that is not also an input; one spatial dimensionality
+    dst a writable Volume; one spatial dimensionality
     fn's signature accepts the inputs (positionally for one Volume, else by keyword)
+    and, when it has a ``box`` parameter, the chunk's box
     per-level arguments (``_flow_args``: a tuple is per axis, a list per level)
     auto_divisibility; 2 * blend <= chunk; ``defer`` only at the top, with a pad
+    dst is an input only without pads (same stored array, however opened)
     divisibility of every level; bbox inside dst (expanded when asked); top | bbox
     dtypes; reduction chunk a multiple of dst chunks; skip_intermediates allowed
 
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -83,6 +86,9 @@ BLEND_MODES: tuple[str, ...] = ("linear", "quadratic", "bump", "max", "defer")
 # The keyword under which a single (non-dict) input is known; fn receives it
 # positionally, but names in reports and markers need one.
 SINGLE_INPUT_NAME = "src"
+
+# A parameter of fn with this name receives the box its arrays cover (global coordinates).
+BOX_KEYWORD = "box"
 
 # dtype kinds a dst may have: bool, signed, unsigned, float. Blending and
 # rounding are defined for these only.
@@ -125,9 +131,12 @@ class FlowSpec:
     max_reduction_chunk_size: tuple[int, ...] | None
     skip_intermediates: bool
     spatial_ndim: int
-    # Added field: True when ``inputs`` was one Volume (not a dict); fn then gets
-    # its array as the first positional argument, and input_names == ("src",).
+    # True when ``inputs`` was one Volume (not a dict); fn then gets its array as
+    # the first positional argument, and input_names == ("src",).
     positional_input: bool = False
+    # True when fn has a parameter named ``box``: it then gets, by keyword, the box
+    # (global coordinates) its arrays cover, to make labels globally unique, say.
+    pass_box: bool = False
 
     @property
     def context_pad(self) -> tuple[int, ...]:
@@ -197,18 +206,16 @@ def validate_flow(
     """
     if not callable(fn):
         raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
-    for flag, value in (
-        ("auto_divisibility", auto_divisibility),
-        ("expand_bbox", expand_bbox),
-        ("skip_intermediates", skip_intermediates),
-    ):
-        if not isinstance(value, bool | np.bool_):
-            raise ConfigError(f"{flag} must be True or False, got {value!r}")
+    check_bools(
+        auto_divisibility=auto_divisibility,
+        expand_bbox=expand_bbox,
+        skip_intermediates=skip_intermediates,
+    )
     named = normalize_inputs(inputs)
     positional = isinstance(inputs, _volume_class())
     out = _check_dst(dst, named)
     ndim = _check_spatial_ndim(named, out)
-    _check_signature(fn, named, positional)
+    pass_box = _check_signature(fn, named, positional)
 
     chunks = parse_chunk_sizes(chunk_sizes, ndim)
     n_levels = len(chunks)
@@ -222,6 +229,7 @@ def validate_flow(
         for i in range(n_levels)
     )
     _check_levels(levels)
+    _check_in_place(named, out, levels, bool(skip_intermediates))
     check_divisibility(chunks, crops, blends)
 
     region = _resolve_bbox(bbox, out, ndim)
@@ -244,6 +252,7 @@ def validate_flow(
         skip_intermediates=bool(skip_intermediates),
         spatial_ndim=ndim,
         positional_input=positional,
+        pass_box=pass_box,
     )
 
 
@@ -268,14 +277,56 @@ def _check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
             f"dst {dst.path!r} is open read-only (mode {dst.mode!r}); "
             "open it with chunkgraph.volume.open(path, mode='r+')"
         )
-    for name, vol in named.items():
-        if vol is dst or (vol.backend == dst.backend and vol.path == dst.path):
-            raise ConfigError(
-                f"dst {dst.path!r} is also input {name!r}; the flow reads padded regions that "
-                "neighbouring tasks write, so in-place processing would read half-written data. "
-                "Write to a new volume instead"
-            )
     return dst
+
+
+def same_storage(a: Volume, b: Volume) -> bool:
+    """True when two volumes are the same stored array, however they were opened.
+
+    On disk that is the same directory (``samefile``: symlinks, relative
+    paths, zarr and TensorStore handles of one array); a memory volume is its
+    registered name.
+    """
+    if a is b:
+        return True
+    if (a.backend == "memory") != (b.backend == "memory"):
+        return False
+    if a.backend == "memory" or "://" in a.path or "://" in b.path:
+        return bool(a.path == b.path)
+    try:
+        return os.path.samefile(a.path, b.path)
+    except OSError:  # one of them is gone: compare what is left, the resolved paths
+        return os.path.realpath(a.path) == os.path.realpath(b.path)
+
+
+def _check_in_place(
+    named: Mapping[str, Volume], dst: Volume, levels: Sequence[LevelSpec], direct: bool
+) -> None:
+    """Refuse dst as an input unless every task reads exactly what it alone writes.
+
+    With a crop or blend pad a task reads beyond its own chunk, into chunks that
+    neighbouring tasks write: it would read half-written data. Without pads a
+    task reads only its chunk, which is written by the reduction after every
+    task reading it has finished, so in-place is safe; except with
+    ``skip_intermediates``, where a task that is interrupted mid-write would read
+    its own partial output when it runs again.
+    """
+    for name, vol in named.items():
+        if not same_storage(vol, dst):
+            continue
+        padded = [i for i, lv in enumerate(levels) if any(lv.crop) or any(lv.blend)]
+        if padded or direct:
+            why = (
+                f"level {padded[0]} has crop pad {levels[padded[0]].crop} and blend pad "
+                f"{levels[padded[0]].blend}, so tasks read regions that neighbouring tasks write"
+                if padded
+                else "skip_intermediates=True writes while other chunks are read, and a rerun "
+                "after an interruption would read its own partial output"
+            )
+            raise ConfigError(
+                f"dst {dst.path!r} is the same stored array as input {name!r} ({vol.path!r}); "
+                f"in-place processing is refused because {why}. Write to a new volume instead"
+            )
 
 
 def _check_spatial_ndim(named: Mapping[str, Volume], dst: Volume) -> int:
@@ -294,23 +345,46 @@ def _check_spatial_ndim(named: Mapping[str, Volume], dst: Volume) -> int:
     return int(dst.spatial_ndim)
 
 
-def _check_signature(fn: Callable[..., Any], named: Mapping[str, Volume], positional: bool) -> None:
+def _check_signature(fn: Callable[..., Any], named: Mapping[str, Volume], positional: bool) -> bool:
+    """Check that fn accepts the inputs; True when it also takes the ``box`` keyword."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # builtins and ufuncs may have no signature to check
-        return
+        return False
+    box = signature.parameters.get(BOX_KEYWORD)
+    pass_box = box is not None and box.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    if pass_box and BOX_KEYWORD in named and not positional:
+        raise ConfigError(
+            f"input name {BOX_KEYWORD!r} clashes with fn's {BOX_KEYWORD!r} parameter, which "
+            "receives the box of the chunk; rename the input (e.g. 'boxes')"
+        )
     probe = object()
+    extra = {BOX_KEYWORD: probe} if pass_box else {}
     try:
         if positional:
-            signature.bind(probe)
+            signature.bind(probe, **extra)
         else:
-            signature.bind(**dict.fromkeys(named, probe))
+            signature.bind(**dict.fromkeys(named, probe), **extra)
     except TypeError as err:
         call = "fn(array)" if positional else f"fn({', '.join(f'{n}=array' for n in named)})"
         raise ConfigError(
             f"fn {getattr(fn, '__name__', fn)!r}{signature} cannot be called as {call}: {err}; "
             "a single Volume is passed positionally, a dict of inputs by keyword"
+            + (f", and the chunk's box as {BOX_KEYWORD}=Box" if pass_box else "")
         ) from None
+    return pass_box
+
+
+def check_bools(**flags: object) -> None:
+    """Each flag must be a real bool: ``"no"`` or ``0.5`` would silently read as True."""
+    for flag, value in flags.items():
+        if not isinstance(value, bool | np.bool_):
+            raise ConfigError(
+                f"{flag} must be True or False, got {value!r} ({type(value).__name__})"
+            )
 
 
 # --- modes and level checks ---------------------------------------------------------

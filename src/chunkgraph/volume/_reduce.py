@@ -16,8 +16,9 @@ writes each destination chunk exactly once::
 
 A reduction box at the bbox edge may cover destination voxels outside the
 bbox (the bbox need not be chunk-aligned): those are read from the
-destination first and written back unchanged, which is race-free because no
-other task writes that destination chunk.
+destination first and written back unchanged. No other task of the flow
+writes that destination chunk; another flow over the adjacent region may, so
+such edge chunks are locked while they are rewritten (``_edge_locks``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 
 from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan
+from chunkgraph.volume._edge_locks import edge_chunks_locked, partial_chunks
 from chunkgraph.volume._flow_spec import FlowSpec
 from chunkgraph.volume._subchunk import (
     add_weighted,
@@ -134,12 +136,15 @@ def reduce_box(
             del data, target
         result = cast_to(acc, spec.dst_dtype)
         del acc  # the accumulator (float64) need not outlive its cast during the write
-    if compute != box:
+    if compute == box:
+        dst.write(box, result)
+        return ReductionStats(bytes_written=int(result.nbytes), temporary_bytes_read=layer_read)
+    # Edge chunks the bbox cuts: another flow may rewrite their other part (_edge_locks).
+    with edge_chunks_locked(dst, partial_chunks(dst, box, compute)):
         whole = dst.read(box)
         whole[at(compute, box)] = result
-        result = whole
-    dst.write(box, result)
-    return ReductionStats(bytes_written=int(result.nbytes), temporary_bytes_read=layer_read)
+        dst.write(box, whole)
+    return ReductionStats(bytes_written=int(whole.nbytes), temporary_bytes_read=layer_read)
 
 
 def _empty_accumulator(

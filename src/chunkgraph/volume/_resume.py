@@ -12,6 +12,10 @@ State (all under ``<intermediates>/<flow_id>/``)::
     markers/top/<key>       top-level task ``key`` wrote its temporary output
     markers/reduce/<key>    reduction ``key`` wrote its dst chunks
 
+and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
+(``_flow_lock``) and ``<flow_id>.done`` once a run has finished it
+(``CompletionRecord``; the markers and temporaries are gone by then).
+
 A marker is created by writing a uniquely named temporary file and renaming
 it into place (``os.replace`` is atomic on POSIX), so a reader sees either no
 marker or a complete one. Keys are grid indices joined by ``_``
@@ -31,8 +35,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import shutil
+import time
 import types
 import uuid
 from collections.abc import Callable, Mapping
@@ -97,6 +103,42 @@ class MarkerStore:
             folder = self._dir(kind)
             shutil.rmtree(folder)
             folder.mkdir(parents=True)
+
+
+class CompletionRecord:
+    """``<intermediates>/<flow id>.done``: the flow finished; a resumed run has nothing to do.
+
+    A successful run deletes its temporaries and markers, so without this
+    small record ``resume=True`` after success would redo everything. It is
+    removed when a run of the flow starts (until that run completes, the flow
+    is not finished) and written, atomically, once it has.
+    """
+
+    def __init__(self, root: Path, flow_id: str) -> None:
+        self.path = Path(root) / f"{flow_id}.done"
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            record: dict[str, Any] = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return record
+
+    def write(self, report: Any) -> None:
+        record = {
+            "flow_id": report.flow_id,
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "bbox": [list(report.bbox.start), list(report.bbox.stop)],
+            "tasks_per_level": list(report.tasks_per_level),
+            "reductions": report.reductions + report.reductions_skipped,
+            "bytes_written": report.bytes_written,
+        }
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 # How deep flow_id_of follows callables nested in closures, defaults and partials:

@@ -46,7 +46,7 @@ import numpy as np
 from chunkgraph._errors import ChunkgraphError
 from chunkgraph.geometry import Box
 from chunkgraph.volume._blend import axis_weights
-from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec
+from chunkgraph.volume._flow_spec import BOX_KEYWORD, FlowSpec, LevelSpec
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -77,13 +77,12 @@ class SubchunkContext:
     """What every level of one top-level task needs.
 
     ``data`` maps input names to read-only arrays (channels first, then the
-    spatial axes) covering ``data_box``; ``positional`` passes the single input
+    spatial axes) covering ``data_box``; ``spec.positional_input`` passes the single input
     as ``fn``'s first argument instead of by keyword.
     """
 
     spec: FlowSpec
     fn: Callable[..., Any]
-    positional: bool
     data: Mapping[str, np.ndarray]
     data_box: Box
     out_channel_shape: tuple[int, ...]
@@ -226,17 +225,49 @@ def parity_waves(grid: tuple[int, ...], axes: tuple[bool, ...]) -> list[np.ndarr
 
 def _call_fn(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
     spec = ctx.spec.levels[level]
-    read_box = chunk.padded(_add(spec.crop, spec.blend))
-    out_box = chunk.padded(spec.blend)
-    view = at(read_box, ctx.data_box)
+    view = at(chunk.padded(_add(spec.crop, spec.blend)), ctx.data_box)
     arrays = {name: array[view] for name, array in ctx.data.items()}
+    return call_fn(ctx.spec, ctx.fn, arrays, chunk, ctx.out_channel_shape)
+
+
+def call_fn(
+    spec: FlowSpec,
+    fn: Callable[..., Any],
+    arrays: Mapping[str, np.ndarray],
+    chunk: Box,
+    channels: tuple[int, ...],
+) -> np.ndarray:
+    """``fn`` on one bottom chunk's arrays; its output checked, cropped to chunk + blend."""
+    bottom = spec.levels[-1]
+    read_box = chunk.padded(_add(bottom.crop, bottom.blend))
+    out_box = chunk.padded(bottom.blend)
+    extra = {BOX_KEYWORD: read_box} if spec.pass_box else {}
     try:
-        result = ctx.fn(*arrays.values()) if ctx.positional else ctx.fn(**arrays)
+        args = tuple(arrays.values()) if spec.positional_input else ()
+        result = fn(*args, **extra) if args else fn(**arrays, **extra)
     except Exception as exc:
-        exc.add_note(f"in the apply flow's fn on chunk {chunk} (level {level}, read {read_box})")
+        exc.add_note(f"in the apply flow's fn on chunk {chunk} (read {read_box})")
         raise
-    out = np.asarray(result)
-    return _checked_output(out, ctx.out_channel_shape, chunk, read_box, out_box)
+    out = _checked_output(np.asarray(result), channels, chunk, read_box, out_box)
+    _check_finite(out, spec.dst_dtype, chunk, out_box)
+    return out
+
+
+def _check_finite(out: np.ndarray, dst: np.dtype, chunk: Box, out_box: Box) -> None:
+    """NaN and inf have no integer value: refuse them rather than write an arbitrary one."""
+    if out.dtype.kind != "f" or np.dtype(dst).kind not in "iu":
+        return
+    finite = np.isfinite(out)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)[0][out.ndim - chunk.ndim :]
+    where = tuple(int(s + i) for s, i in zip(out_box.start, bad, strict=True))
+    raise FlowOutputError(
+        f"fn returned {int(out.size - finite.sum())} NaN or infinite value(s) for chunk {chunk} "
+        f"(the first near {where}), which an integer dst ({np.dtype(dst)}) cannot hold; replace "
+        "them in fn (e.g. np.nan_to_num(out, nan=0, posinf=..., neginf=...)) or write to a "
+        "float dst"
+    )
 
 
 def _checked_output(

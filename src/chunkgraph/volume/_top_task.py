@@ -73,7 +73,6 @@ class TopJob:
     spec: FlowSpec
     fn: Callable[..., Any]
     inputs: Mapping[str, Volume]
-    positional: bool
     dst: Volume
     layers: LayerPlan | None
     layer_vols: tuple[Volume, ...]
@@ -113,7 +112,6 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     ctx = SubchunkContext(
         spec=spec,
         fn=job.fn,
-        positional=job.positional,
         data=data,
         data_box=region,
         out_channel_shape=tuple(job.dst.channel_shape),

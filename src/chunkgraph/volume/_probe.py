@@ -1,0 +1,70 @@
+"""One call of ``fn`` before a flow starts: wrong shapes and dtypes fail in a second.
+
+Without it, an ``fn`` that returns one channel for a three-channel dst, an
+object array, or NaN for an integer dst fails only inside the first task, after
+temporary layers exist and possibly hours into a queue. The probe reads the
+inputs over the first bottom-level chunk of the bbox (exactly what that chunk's
+``fn`` call will get), calls ``fn`` once, and checks its output with the same
+checks the flow applies to every chunk. It costs one bottom chunk's read and
+compute; ``apply(..., probe=False)`` skips it (for an ``fn`` with side effects,
+or one too expensive to run twice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from chunkgraph._errors import TaskError
+from chunkgraph.geometry import Box
+from chunkgraph.volume._flow_spec import FlowSpec
+from chunkgraph.volume._subchunk import call_fn
+
+if TYPE_CHECKING:
+    from chunkgraph.volume import Volume
+
+
+def first_bottom_chunk(spec: FlowSpec) -> Box:
+    """The first (lowest corner) bottom-level chunk of the flow.
+
+    Each level below the top tiles its parent's chunk padded by the parent's
+    crop and blend, so the first bottom chunk starts at the bbox corner minus
+    those pads of every level above the bottom.
+
+    >>> from chunkgraph.volume._flow_spec import LevelSpec
+    >>> from types import SimpleNamespace
+    >>> top = LevelSpec((32, 32), (0, 0), (4, 4), "linear")
+    >>> bottom = LevelSpec((8, 8), (2, 2), (0, 0), "linear")
+    >>> spec = SimpleNamespace(bbox=Box((0, 0), (64, 64)), levels=(top, bottom))
+    >>> first_bottom_chunk(spec)
+    Box(start=(-4, -4), stop=(4, 4))
+    """
+    start = list(spec.bbox.start)
+    for level in spec.levels[:-1]:
+        start = [s - c - b for s, c, b in zip(start, level.crop, level.blend, strict=True)]
+    bottom = spec.levels[-1].chunk
+    return Box(tuple(start), tuple(s + c for s, c in zip(start, bottom, strict=True)))
+
+
+def probe_fn(
+    spec: FlowSpec, fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume
+) -> None:
+    """Call ``fn`` on the first bottom chunk; raise what the flow would raise there."""
+    chunk = first_bottom_chunk(spec)
+    bottom = spec.levels[-1]
+    read_box = chunk.padded(tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True)))
+    arrays = {name: vol.read(read_box) for name, vol in inputs.items()}
+    for array in arrays.values():
+        array.flags.writeable = False  # as in the flow: fn gets read-only views
+    try:
+        call_fn(spec, fn, arrays, chunk, tuple(dst.channel_shape))
+    except Exception as exc:
+        # The same contract as a failing task: one group of TaskError, the cause attached.
+        error = TaskError(
+            f"apply-probe{chunk}",
+            attempts=1,
+            detail=f"{type(exc).__name__}: {exc} (in the probe call of fn on the first "
+            "bottom-level chunk, before anything was written; probe=False skips it)",
+        )
+        error.__cause__ = exc
+        raise ExceptionGroup("the apply flow's fn failed its probe call", [error]) from None
