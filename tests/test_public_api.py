@@ -7,7 +7,7 @@ import chunkgraph
 EXPECTED = {
     # errors
     "ChunkgraphError", "ConfigError", "AlignmentError", "GraphError", "PlanError",
-    "TaskError", "WorkerDiedError",
+    "TaskError", "WorkerDiedError", "CorruptChunkError",
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
     # volumes
@@ -34,7 +34,14 @@ def test_every_public_callable_has_a_docstring() -> None:
 def test_errors_share_one_root_and_match_builtins() -> None:
     assert issubclass(chunkgraph.ConfigError, ValueError)
     assert issubclass(chunkgraph.AlignmentError, chunkgraph.ConfigError)
-    for name in ("ConfigError", "GraphError", "PlanError", "TaskError", "WorkerDiedError"):
+    for name in (
+        "ConfigError",
+        "CorruptChunkError",
+        "GraphError",
+        "PlanError",
+        "TaskError",
+        "WorkerDiedError",
+    ):
         assert issubclass(getattr(chunkgraph, name), chunkgraph.ChunkgraphError)
 
 

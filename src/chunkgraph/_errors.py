@@ -3,6 +3,7 @@
     ChunkgraphError
     ├── ConfigError(ValueError)      bad parameters: what, where, what would be valid
     │   └── AlignmentError           a write that does not cover whole storage chunks
+    ├── CorruptChunkError(ValueError) a stored chunk that cannot be decoded: its key and file
     ├── GraphError(ValueError)       a malformed graph: cycle, foreign ref, duplicate name
     ├── PlanError(RuntimeError)      a plan that cannot be made
     ├── TaskError(RuntimeError)      one task failed: its name, its inputs, the cause
@@ -28,6 +29,43 @@ class ConfigError(ChunkgraphError, ValueError):
 
 class AlignmentError(ConfigError):
     """A write to an ``aligned_writes`` volume does not cover whole storage chunks."""
+
+
+class CorruptChunkError(ChunkgraphError, ValueError):
+    """Stored chunks of a volume cannot be decoded (checksum mismatch, truncated, garbled).
+
+    ``volume`` is the volume's path; ``chunks``, ``keys`` and ``files`` are the
+    failing chunks' grid indices, storage keys (``c/0/1/2``) and file paths.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        volume: str = "",
+        chunks: Sequence[tuple[int, ...]] = (),
+        keys: Sequence[str] = (),
+        files: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.volume = volume
+        self.chunks = tuple(tuple(c) for c in chunks)
+        self.keys = tuple(keys)
+        self.files = tuple(files)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only fields: rebuild through a helper so they survive a process boundary.
+        return (_corrupt_chunk_error, (str(self), self.volume, self.chunks, self.keys, self.files))
+
+
+def _corrupt_chunk_error(
+    message: str,
+    volume: str,
+    chunks: Sequence[tuple[int, ...]],
+    keys: Sequence[str],
+    files: Sequence[str],
+) -> CorruptChunkError:
+    return CorruptChunkError(message, volume=volume, chunks=chunks, keys=keys, files=files)
 
 
 class GraphError(ChunkgraphError, ValueError):
