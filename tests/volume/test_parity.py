@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -94,10 +95,11 @@ def test_same_sequence_same_arrays_on_every_backend(
         volume.remove(vols[2].path)
 
 
+@pytest.mark.parametrize("checksum", [True, False])
 @pytest.mark.parametrize("compressor", ["default", None])
 @pytest.mark.parametrize(("writer", "reader"), [("zarr", "tensorstore"), ("tensorstore", "zarr")])
 def test_one_backend_reads_the_others_volume(
-    tmp_path: Path, writer: str, reader: str, compressor: str | None
+    tmp_path: Path, writer: str, reader: str, compressor: str | None, checksum: bool
 ) -> None:
     path = str(tmp_path / "shared")
     v = volume.create(
@@ -110,7 +112,10 @@ def test_one_backend_reads_the_others_volume(
         spatial_ndim=2,  # type: ignore[arg-type]
         fill_value=0.5,
         compressor=compressor,
+        checksum=checksum,
     )
+    codecs = json.loads((tmp_path / "shared" / "zarr.json").read_text())["codecs"]
+    assert (codecs[-1] == {"name": "crc32c"}) is checksum
     data = np.random.default_rng(0).random((2, 6, 8), dtype="float32")
     v.write(v.bounds, data)
     other = volume.open(path, "r+", backend=reader)
@@ -134,13 +139,27 @@ def test_open_defaults_to_the_creating_backend(tmp_path: Path) -> None:
     assert volume.open(tmp_path / "z").backend == "zarr"
 
 
-def test_uncompressed_volume_stores_raw_chunk_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("checksum", [True, False])
+def test_uncompressed_volume_stores_raw_chunk_bytes(tmp_path: Path, checksum: bool) -> None:
+    import google_crc32c
+
+    payload = np.arange(16, dtype="<u2").tobytes()
+    # The checksum is CRC-32C of the payload, appended little-endian (Zarr v3 crc32c codec).
+    suffix = google_crc32c.value(payload).to_bytes(4, "little") if checksum else b""
     for backend in ("zarr", "tensorstore"):
         path = tmp_path / backend
-        v = volume.create(str(path), (4, 4), (4, 4), "uint16", backend=backend, compressor=None)  # type: ignore[arg-type]
+        v = volume.create(
+            str(path),
+            (4, 4),
+            (4, 4),
+            "uint16",
+            backend=backend,
+            compressor=None,
+            checksum=checksum,  # type: ignore[arg-type]
+        )
         v.write(v.bounds, np.arange(16, dtype="uint16").reshape(4, 4))
         raw = (path / "c" / "0" / "0").read_bytes()
-        assert raw == np.arange(16, dtype="<u2").tobytes(), backend
+        assert raw == payload + suffix, backend
 
 
 @pytest.mark.parametrize("backend", ["zarr", "tensorstore"])

@@ -11,9 +11,11 @@
 
 Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (coordinates, fill, alignment, cache, accounting), ``_registry.py``
-(create/open/remove), one module per backend, ``_cache.py``, ``_stats.py``.
+(create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
+errors naming a damaged chunk), ``_cache.py``, ``_stats.py``.
 """
 
+from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._apply import ApplyReport, apply
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._flow_estimate import FlowEstimate
@@ -27,6 +29,7 @@ from chunkgraph.volume._volume import Volume
 __all__ = [
     "ApplyReport",
     "ChunkCache",
+    "CorruptChunkError",
     "FlowEstimate",
     "FlowLockedError",
     "FlowOutputError",

@@ -53,6 +53,7 @@ def create(
     *,
     fill_value: Any = 0,
     compressor: object = "default",
+    checksum: bool = True,
     backend: BackendName = "zarr",
     offset: Any = None,
     exist_ok: bool = False,
@@ -64,6 +65,9 @@ def create(
 
     ``shape``/``chunks`` cover all axes; the trailing ``spatial_ndim`` (default:
     all) are spatial and ``offset`` (default 0) places them in global space.
+    ``checksum`` ends the on-disk codec chain with crc32c, so a damaged chunk file
+    raises ``CorruptChunkError`` instead of reading as wrong numbers (ignored by
+    the memory backend).
 
     >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
     ...            spatial_ndim=2, offset=(100, 0))
@@ -75,6 +79,11 @@ def create(
         raise ConfigError(f"backend {backend!r} is not one of {BACKENDS}")
     if cache_bytes < 0:
         raise ConfigError(f"cache_bytes must be >= 0 (0 turns the cache off), got {cache_bytes}")
+    if not isinstance(checksum, bool):
+        raise ConfigError(
+            f"checksum must be True (crc32c on every chunk, the default) or False, "
+            f"got {checksum!r} of type {type(checksum).__name__}"
+        )
     meta = _build_meta(
         shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend
     )
@@ -93,9 +102,9 @@ def create(
     if backend == "memory":
         storage = create_memory(name, meta)
     elif backend == "tensorstore":
-        storage = create_tensorstore(name, meta, compressor, overwrite=False)
+        storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
     else:
-        storage = create_zarr(name, meta, compressor, overwrite=False)
+        storage = create_zarr(name, meta, compressor, checksum, overwrite=False)
     return Volume(storage, "r+", cache_bytes)
 
 

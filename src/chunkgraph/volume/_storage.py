@@ -115,7 +115,10 @@ class Storage(Protocol):
     path: str
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
-        """A new array (never a view of backend memory) holding ``index``."""
+        """A new array (never a view of backend memory) holding ``index``.
+
+        Stored bytes that do not decode raise ``CorruptChunkError`` naming the chunks.
+        """
         ...
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:

@@ -2,8 +2,10 @@
 
 It writes exactly the layout zarr-python writes (same ``zarr.json``, same
 chunk keys ``c/i/j/k``, same codecs: bytes + zstd level 0 for
-``compressor="default"``, bytes alone for ``None``), so volumes move freely
-between the two backends. TensorStore is an optional dependency: it is
+``compressor="default"``, bytes alone for ``None``, then ``crc32c`` when
+``checksum=True``), so volumes move freely between the two backends. A region
+that fails to decode is re-read chunk by chunk to name the damaged chunk
+(``CorruptChunkError``, see ``_integrity``). TensorStore is an optional dependency: it is
 imported only when this backend is used.
 
 One TensorStore ``Context`` is shared per process so all volumes draw on one
@@ -22,12 +24,16 @@ from typing import Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.volume._integrity import CRC32C, ChunkLayout, raise_corrupt_chunks
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 
 BACKEND = "tensorstore"
 
 # zarr-python's default codec chain for Zarr v3, mirrored so both backends write the same bytes.
 _ZSTD = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
+# The status codes TensorStore gives bytes that do not decode (a digest mismatch is
+# DATA_LOSS; truncated or garbled zstd and short raw chunks are FAILED_PRECONDITION).
+_DECODE_STATUSES = ("DATA_LOSS", "FAILED_PRECONDITION")
 
 
 def _tensorstore() -> Any:
@@ -69,14 +75,45 @@ class TensorStoreStorage:
         self._store = store
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
-        return np.asarray(self._store[index].read().result())
+        try:
+            return self._read(index)
+        except ValueError as error:
+            if not _is_decode_error(error):
+                raise
+            raise_corrupt_chunks(self._layout(), index, self._read, _is_decode_error, error, "read")
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
-        self._store[index].write(data).result()
+        try:
+            self._store[index].write(data).result()
+        except ValueError as error:
+            # Only a partial-chunk write reads (to merge); a damaged chunk fails it here.
+            if not _is_decode_error(error):
+                raise
+            raise_corrupt_chunks(
+                self._layout(), index, self._read, _is_decode_error, error, "write"
+            )
+
+    def _read(self, index: Index) -> np.ndarray[Any, Any]:
+        return np.asarray(self._store[index].read().result())
+
+    def _layout(self) -> ChunkLayout:
+        stored = self._store.spec(retain_context=False).to_json()["metadata"]
+        return ChunkLayout(
+            path=self.path,
+            shape=tuple(stored["shape"]),
+            grid=tuple(stored["chunk_grid"]["configuration"]["chunk_shape"]),
+            encoding=stored.get("chunk_key_encoding", {"name": "default"}),
+            offset=self.meta.offset,
+            fill_value=self.meta.fill_value,
+        )
+
+
+def _is_decode_error(error: BaseException) -> bool:
+    return isinstance(error, ValueError) and str(error).startswith(_DECODE_STATUSES)
 
 
 def create_tensorstore(
-    path: str, meta: VolumeMeta, compressor: object, overwrite: bool
+    path: str, meta: VolumeMeta, compressor: object, checksum: bool, overwrite: bool
 ) -> TensorStoreStorage:
     ts = _tensorstore()
     if compressor not in ("default", None):
@@ -87,6 +124,8 @@ def create_tensorstore(
     if meta.dtype.itemsize > 1:
         bytes_codec["configuration"] = {"endian": "little"}
     codecs = [bytes_codec] + ([_ZSTD] if compressor == "default" else [])
+    if checksum:
+        codecs.append({"name": CRC32C})
     spec = {
         "driver": "zarr3",
         "kvstore": _kvstore(path),

@@ -3,7 +3,8 @@
 Layout on disk is plain Zarr v3 (``zarr.json`` + ``c/…`` chunk files), the
 same one the TensorStore backend reads and writes, so either backend opens a
 volume made by the other. ``compressor="default"`` is zarr's own default
-codec chain (bytes + zstd); ``None`` stores raw bytes.
+codec chain (bytes + zstd); ``None`` stores raw bytes. ``checksum=True`` (the
+default of ``create``) appends ``crc32c`` to either chain (see ``_integrity``).
 
 Paths with a URL scheme (``s3://…``, ``gs://…``) are handed to zarr as they
 are and go through its fsspec store; only local directories are exercised by
@@ -11,7 +12,9 @@ the test suite.
 
 Regions are read and written in one zarr call each: zarr fetches and decodes
 the touched chunks concurrently and performs the read-modify-write of partial
-chunks itself.
+chunks itself. A region that fails to decode is re-read chunk by chunk to
+name the damaged chunk (``CorruptChunkError``); that costs nothing until a
+read fails.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.volume._integrity import ChunkLayout, raise_corrupt_chunks
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 
 BACKEND = "zarr"
@@ -36,30 +41,68 @@ class ZarrStorage:
         self._array = array
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
-        return np.asarray(self._array[index])
+        try:
+            return self._read(index)
+        except Exception as error:
+            if not _is_decode_error(error):
+                raise
+            raise_corrupt_chunks(self._layout(), index, self._read, _is_decode_error, error, "read")
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
-        self._array[index] = data
+        try:
+            self._array[index] = data
+        except Exception as error:
+            # Only a partial-chunk write reads (to merge); a damaged chunk fails it here.
+            if not _is_decode_error(error):
+                raise
+            raise_corrupt_chunks(
+                self._layout(), index, self._read, _is_decode_error, error, "write"
+            )
+
+    def _read(self, index: Index) -> np.ndarray[Any, Any]:
+        return np.asarray(self._array[index])
+
+    def _layout(self) -> ChunkLayout:
+        array = self._array
+        return ChunkLayout(
+            path=self.path,
+            shape=tuple(array.shape),
+            grid=tuple(array.shards or array.chunks),
+            encoding=array.metadata.chunk_key_encoding.to_dict(),
+            offset=self.meta.offset,
+            fill_value=self.meta.fill_value,
+        )
 
 
-def _compressors(compressor: object) -> Any:
-    if compressor == "default":
-        return "auto"
-    if compressor is None:
-        return None
-    raise ConfigError(
-        f"compressor {compressor!r} is not supported; use 'default' (zstd) or None (raw bytes)"
-    )
+def _is_decode_error(error: BaseException) -> bool:
+    # zarr's codecs fail with many types (ValueError from crc32c and short raw chunks,
+    # RuntimeError from zstd and blosc, zlib.error from gzip); an OSError is the store
+    # failing to deliver bytes, not bytes failing to decode.
+    return not isinstance(error, OSError)
 
 
-def create_zarr(path: str, meta: VolumeMeta, compressor: object, overwrite: bool) -> ZarrStorage:
+def _compressors(compressor: object, checksum: bool) -> Any:
+    if compressor not in ("default", None):
+        raise ConfigError(
+            f"compressor {compressor!r} is not supported; use 'default' (zstd) or None (raw bytes)"
+        )
+    if not checksum:
+        return "auto" if compressor == "default" else None
+    # Spelled out (zarr's "auto" is this zstd) because the checksum must come last.
+    zstd = [ZstdCodec(level=0, checksum=False)] if compressor == "default" else []
+    return [*zstd, Crc32cCodec()]
+
+
+def create_zarr(
+    path: str, meta: VolumeMeta, compressor: object, checksum: bool, overwrite: bool
+) -> ZarrStorage:
     array = zarr.create_array(
         store=path,
         shape=meta.shape,
         chunks=meta.chunks,
         dtype=meta.dtype,
         fill_value=meta.fill_value,
-        compressors=_compressors(compressor),
+        compressors=_compressors(compressor, checksum),
         zarr_format=3,
         attributes=meta.attrs(),
         overwrite=overwrite,
