@@ -33,7 +33,8 @@ from chunkgraph import volume
 from chunkgraph.geometry import Box
 from chunkgraph.volume import FlowLockedError
 
-root, mode, start, stop, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+root, mode = sys.argv[1], sys.argv[2]
+start, stop, delay = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 
 def slow_affine(src):
     time.sleep(delay)
@@ -126,7 +127,7 @@ def test_a_killed_owner_leaves_no_stale_lock(tmp_path: Path) -> None:
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     assert lock.exists()  # the file stays, but nobody holds it any more
-    code, resumed = _result(_start(tmp_path, "run", (0, 32), 0.0))
+    code, _ = _result(_start(tmp_path, "run", (0, 32), 0.0))
     assert code == 0
     out = volume.open(str(tmp_path / "dst.zarr")).read(Box.from_shape(SHAPE))
     np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)

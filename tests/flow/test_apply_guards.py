@@ -156,7 +156,7 @@ def test_an_fn_that_cannot_be_pickled_is_refused_before_temporaries(tmp_path: Pa
         with lock:
             return x
 
-    with pytest.raises(ConfigError, match="'locked' .* cannot be pickled: TypeError"):
+    with pytest.raises(ConfigError, match=r"'locked' .* cannot be pickled: TypeError"):
         volume.apply(locked, src, dst, chunk_sizes=[8], blend_pads=2, executor="processes")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "s.zarr"]
 

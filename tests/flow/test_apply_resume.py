@@ -218,3 +218,49 @@ def test_resume_after_success_is_a_no_op(tmp_path: Path) -> None:
     assert "already finished at" in again.summary() and len(calls) == 4
     fresh = volume.apply(double, src, dst, chunk_sizes=[8], blend_pads=2, probe=False)
     assert fresh.tasks_per_level == (4,) and len(calls) == 8  # without resume: run again
+
+
+KILLED_WHILE_CLEANING = """
+import os, shutil, signal, sys
+sys.path.insert(0, {src!r})
+import numpy as np
+from chunkgraph import volume
+
+root, mode = sys.argv[1], sys.argv[2]
+if mode == "die-while-cleaning":
+    # Die in the middle of deleting the temporaries, in the order some file systems list
+    # them: the layers and the reductions' markers gone, the top-level markers not yet.
+    plain = shutil.rmtree
+    def dying_rmtree(path, *args, **kwargs):
+        layers = os.path.join(path, "layers")
+        if os.path.isdir(layers):
+            plain(layers)
+            plain(os.path.join(path, "markers", "reduce"))
+            os.kill(os.getpid(), signal.SIGKILL)
+        plain(path, *args, **kwargs)
+    shutil.rmtree = dying_rmtree
+
+def affine(x):
+    return x * 3.0 + 1.0
+
+src = volume.open(root + "/src.zarr")
+dst = volume.open(root + "/dst.zarr", mode="r+")
+volume.apply(affine, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, resume=True,
+             intermediates=root + "/tmp")
+"""
+
+
+def test_a_kill_while_deleting_temporaries_never_corrupts_a_resume(tmp_path: Path) -> None:
+    data = np.random.default_rng(6).standard_normal(SHAPE).astype(np.float32)
+    src = volume.create(str(tmp_path / "src.zarr"), SHAPE, (8, 8), "float32")
+    src.write(Box.from_shape(SHAPE), data)
+    volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "float32")
+    script = tmp_path / "flow_script.py"
+    script.write_text(KILLED_WHILE_CLEANING.format(src=str(SRC_DIR)))
+    run = [sys.executable, str(script), str(tmp_path)]
+    died = subprocess.run([*run, "die-while-cleaning"], capture_output=True, check=False)
+    assert died.returncode == -signal.SIGKILL
+    subprocess.run([*run, "resume"], capture_output=True, check=True)
+    out = volume.open(str(tmp_path / "dst.zarr")).read(Box.from_shape(SHAPE))
+    np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.is_dir()] == []

@@ -68,6 +68,7 @@ from chunkgraph.volume._resume import (
     TOP,
     CompletionRecord,
     MarkerStore,
+    discard_flow_dir,
     flow_id_of,
     grid_key,
 )
@@ -236,6 +237,7 @@ def apply(
             record = CompletionRecord(root, flow_id)
             finished = record.read() if resume else None
             if finished is not None:
+                discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
                 return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
             before = _read_bytes(named)
             if probe:
@@ -244,7 +246,10 @@ def apply(
             flow = _Flow(spec, fn, named, dst, root / flow_id, resume)
             report = flow.run(executor or "threads", workers, retries, progress, t0, before)
             if not flow.deferred:
+                # Finished first, then delete: a kill while deleting must never leave done
+                # markers whose layers are gone (a resume would reduce missing data).
                 record.write(report)
+                discard_flow_dir(root / flow_id)
             return report
     finally:
         if made_root:
@@ -446,10 +451,7 @@ class _Flow:
             forget_flow(self.job.marker_root)
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
-        report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
-        if not self.deferred:
-            self._cleanup()
-        return report
+        return self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
 
     def _add_top_tasks(self, graph: Graph) -> tuple[dict[tuple[int, ...], TaskRef], int]:
         """One task per top-level chunk not yet marked done, in C order of the top grid."""
@@ -532,11 +534,6 @@ class _Flow:
             intermediates=str(self.flow_dir) if self.deferred else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
         )
-
-    def _cleanup(self) -> None:
-        import shutil
-
-        shutil.rmtree(self.flow_dir, ignore_errors=True)
 
 
 def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> ReductionStats:

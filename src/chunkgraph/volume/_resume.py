@@ -141,6 +141,23 @@ class CompletionRecord:
         self.path.unlink(missing_ok=True)
 
 
+def discard_flow_dir(flow_dir: Path) -> None:
+    """Delete a flow's directory so that no interruption leaves part of it looking valid.
+
+    Deleting file by file in directory order may remove the layers before the
+    markers that vouch for them; a kill in between would leave markers of work
+    whose data is gone. So the directory is first renamed away (atomic), and
+    the renamed copy, which nothing reads, is deleted; copies that an earlier
+    interrupted deletion left behind are deleted too.
+    """
+    flow_dir = Path(flow_dir)
+    if flow_dir.exists():
+        tomb = flow_dir.with_name(f".{flow_dir.name}.deleted-{uuid.uuid4().hex[:8]}")
+        os.replace(flow_dir, tomb)
+    for tomb in flow_dir.parent.glob(f".{flow_dir.name}.deleted-*"):
+        shutil.rmtree(tomb, ignore_errors=True)
+
+
 # How deep flow_id_of follows callables nested in closures, defaults and partials:
 # deep enough for decorators and partials of partials, bounded against cycles.
 _FINGERPRINT_DEPTH = 4
