@@ -82,3 +82,9 @@ class Unbuildable(namedtuple("Unbuildable", "ref other")):
     @classmethod
     def _make(cls, iterable: Any) -> Any:
         raise TypeError("Unbuildable cannot be rebuilt")
+
+
+def announce_then_sleep(seconds: float, *_: Any) -> None:
+    """Print "started" on stdout (a driver script's signal to go on), then sleep."""
+    print("started", flush=True)
+    time.sleep(seconds)

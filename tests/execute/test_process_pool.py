@@ -35,7 +35,7 @@ from chunkgraph.execute._process_pool import (
     ProcessPool,
     queue_depth,
 )
-from chunkgraph.execute._shm import SHM_MIN_BYTES, list_prefix
+from chunkgraph.execute._shm import SHM_MIN_BYTES, flush_finalized, list_prefix
 from chunkgraph.execute._worker import RemoteError, RemoteTraceback
 
 # Workers import the functions they run by module name; this module is
@@ -178,6 +178,12 @@ def _children() -> set[int]:
     return found
 
 
+@pytest.fixture(autouse=True)
+def _segments_of_earlier_tests_are_gone() -> None:
+    """Dropped mappings are unlinked by a reaper thread: let it finish before comparing."""
+    assert flush_finalized()
+
+
 @pytest.fixture(scope="module")
 def pool() -> Any:
     with ProcessPool(workers=2) as shared:
@@ -289,6 +295,7 @@ def test_returned_input_reuses_the_input_segment(pool: ProcessPool) -> None:
     assert isinstance(echoed.base, mmap.mmap) and not np.shares_memory(echoed, data)
     np.testing.assert_array_equal(echoed, data)
     del echoed
+    assert flush_finalized()
     assert pool._table.linked == before
 
 
@@ -320,8 +327,10 @@ def test_segment_unlinked_when_last_view_dropped(pool: ProcessPool) -> None:
     name, _ = pool._table.segment_of(result)
     view = result[5:]
     del result
+    assert flush_finalized()
     assert name in list_prefix(pool.segment_prefix)
     del view
+    assert flush_finalized()  # unlinking happens in the reaper thread
     assert name not in list_prefix(pool.segment_prefix)
     assert name not in pool._table.linked
 

@@ -40,6 +40,10 @@ Why these choices
 * "forkserver" start method: safe when the parent runs threads (plain fork is
   not), and a fresh worker forks from a small server that has already imported
   numpy, so replacing a dead worker costs milliseconds, not a new interpreter.
+* A new pool first sweeps the segments of processes that died without
+  cleaning up (``_shm.sweep_orphans``: kill -9 of a whole process group leaves
+  them, since the workers and the resource tracker die too); its own prefix
+  names it as their owner for the pools that come after.
 * Only the manager thread resolves futures of dispatched calls, so a result
   and a cancellation can never race on one future; future callbacks run there
   without the pool lock held, and may call ``submit`` again.
@@ -57,7 +61,6 @@ import enum
 import itertools
 import os
 import pickle
-import secrets
 import selectors
 import threading
 import weakref
@@ -72,6 +75,9 @@ from chunkgraph.execute._shm import (
     SHM_MIN_BYTES,
     SegmentTable,
     list_prefix,
+    owner_prefix,
+    reap_pending,
+    sweep_orphans,
     unlink_name,
     unlink_prefix,
 )
@@ -172,7 +178,10 @@ class ProcessPool:
             )
         self._ctx = worker_context(start_method)
         self.size = workers
-        self.segment_prefix = f"cg_{secrets.token_hex(3)}_"
+        # Segments of processes killed outright (kill -9) are removed here, since
+        # nothing of theirs survived to do it; see _shm's module doc.
+        sweep_orphans()
+        self.segment_prefix = owner_prefix()
         self._table = SegmentTable(self.segment_prefix, owner=True, min_bytes=shm_min_bytes)
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
@@ -407,6 +416,7 @@ class ProcessPool:
         except Exception as failure:  # a result that cannot be rebuilt here
             error = failure
         call.keep = None
+        reap_pending()  # the argument segments just released: unlinked before the caller sees
         _resolve(call.future, value, error)
 
     def _bury(self, worker: WorkerHandle) -> None:

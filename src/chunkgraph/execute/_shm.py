@@ -17,18 +17,31 @@ Lifetime: the owner side (the pool's process)::
 
     segment  <--mapped by--  mmap  <--buffer of--  ndarray views (results, args)
        ^                       |
-       |                weakref.finalize(mmap)
-       +------ unlink  <-------+      when the last view is garbage-collected
+       |            weakref callback: SimpleQueue.put (C code only)
+       |                       v
+       +------ unlink  <-- reaper thread      when the last view is garbage-collected
 
 * Every segment is mapped through one ``mmap`` object per process; numpy views
   keep that ``mmap`` alive through their ``.base`` chain, so "the last view is
-  gone" is exactly "the mmap is collected", and its finalizer unlinks the
-  segment on the owner side. A scheduler that drops a result frees its memory.
+  gone" is exactly "the mmap is collected", and then the segment is unlinked
+  on the owner side. A scheduler that drops a result frees its memory.
+* The mapping's weak reference calls ``SimpleQueue.put``, which runs no Python
+  bytecode, so a Ctrl-C can never be raised inside it (Python reports an
+  exception raised in a finalizer as "Exception ignored" and loses it). A
+  daemon *reaper* thread, one per process, does the real work: it forgets the
+  mapping and, on the owner side, unlinks the segment. Signal handlers run only
+  in the main thread, so nothing the reaper runs can absorb an interrupt.
+  Unlinking is therefore asynchronous, microseconds after the last view dies;
+  ``flush_finalized()`` waits for it. The pool's manager thread also reaps
+  (``reap_pending()``) as each call ends, so a call's argument segments are
+  gone when its future resolves.
 * :class:`SegmentTable` is the owner's state: ``_linked`` holds every segment
   name created or received and not yet unlinked (what ``unlink_all`` removes
   at shutdown, even while views are still alive: a Linux mapping outlives its
-  name); ``_maps`` maps ``id(mmap)`` to ``(name, address)`` for the live
-  mappings, so an array can be recognised as shared and re-sent by name.
+  name); ``_maps`` maps ``id(mmap)`` to ``(name, address, weak ref)`` for the
+  mappings, so an array can be recognised as shared and re-sent by name (an
+  entry whose mapping died but is not reaped yet never matches: its weak ref
+  is checked, since the id may already belong to another object).
 * Each linked name is registered once with ``multiprocessing``'s resource
   tracker and unregistered once when unlinked, so a parent killed outright
   still has its segments removed, and no double-unlink warning is printed.
@@ -36,14 +49,26 @@ Lifetime: the owner side (the pool's process)::
 Workers (non-owners) map segments only for the duration of one task. They
 unlink only segments they made for a result they then failed to send, and,
 when the pool's process has died, every segment of the pool (``unlink_prefix``).
+
+Names and orphans: a pool's prefix names its owner, ``cg_<pid>_<start>_<pidns>_<n>_``
+(hex: the owner's pid, its start time in clock ticks since boot, its pid
+namespace, a per-process pool counter), and each segment adds ``<creator pid>_<k>``.
+A process killed outright (``kill -9`` of a whole process group takes the
+workers and the resource tracker with it) leaves its segments behind;
+``sweep_orphans()``, run when a pool starts, unlinks those whose owner is gone:
+no process with that pid, a zombie, or a process with that pid but another start
+time (the pid was reused). Segments of another pid namespace are never judged
+(their pids mean nothing here), nor names in any other format.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import mmap
 import os
+import queue
 import threading
 import weakref
 from collections.abc import Iterator
@@ -147,6 +172,71 @@ def _shareable(value: object, min_bytes: int) -> bool:
     )
 
 
+class _MappingRef(weakref.ref[mmap.mmap]):
+    """A weak reference to one mapping, with what its table must forget when it dies."""
+
+    __slots__ = ("key", "name", "table")
+    key: int
+    name: str
+    table: SegmentTable
+
+
+# Dead mappings (their weak refs) waiting for the reaper, and flush markers.
+_finalized: queue.SimpleQueue[_MappingRef | threading.Event] = queue.SimpleQueue()
+_reaper_pid = 0  # the process whose reaper thread is running (a forked child has none)
+_reaper_lock = threading.Lock()
+
+
+def _start_reaper() -> None:
+    global _reaper_pid
+    if _reaper_pid == os.getpid():
+        return
+    with _reaper_lock:
+        if _reaper_pid != os.getpid():
+            threading.Thread(target=_reap, name="chunkgraph-shm-reaper", daemon=True).start()
+            _reaper_pid = os.getpid()
+
+
+def _reap() -> None:
+    while True:
+        _handle(_finalized.get())
+
+
+def _handle(item: _MappingRef | threading.Event) -> None:
+    if isinstance(item, threading.Event):
+        item.set()
+        return
+    # A name that fails to unlink keeps its prefix: the owner's shutdown
+    # (unlink_prefix) removes it, so the reaper goes on serving.
+    with contextlib.suppress(OSError):
+        item.table._forget(item)
+
+
+def reap_pending() -> None:
+    """Forget (and unlink) the mappings collected so far, in the calling thread.
+
+    For threads that signal handlers never interrupt (not the main thread): the
+    pool's manager calls it as a call ends, so an argument's segment is gone by
+    the time its future resolves.
+    """
+    while not _finalized.empty():  # the common case: nothing to do, and no exception raised
+        try:
+            item = _finalized.get_nowait()
+        except queue.Empty:  # the reaper thread took it first
+            return
+        _handle(item)
+
+
+def flush_finalized(timeout: float = 10.0) -> bool:
+    """Wait until every mapping collected so far is forgotten (and unlinked by its
+    owner); False if the reaper did not get there within ``timeout`` seconds."""
+    if _reaper_pid != os.getpid():
+        return True  # nothing was ever adopted in this process
+    marker = threading.Event()
+    _finalized.put(marker)
+    return marker.wait(timeout)
+
+
 class SegmentTable:
     """The segments one process maps; owner tables also create and unlink them.
 
@@ -161,34 +251,41 @@ class SegmentTable:
         self._lock = threading.Lock()
         self._counter = itertools.count()
         self._linked: set[str] = set()
-        self._maps: dict[int, tuple[str, int]] = {}
-        self._by_name: dict[str, weakref.ref[mmap.mmap]] = {}
+        self._maps: dict[int, tuple[str, int, _MappingRef]] = {}
+        self._by_name: dict[str, _MappingRef] = {}
 
     # -- mapping -------------------------------------------------------------------
 
     def _adopt(self, name: str, mm: mmap.mmap) -> None:
-        """Record a live mapping; on the owner side its collection unlinks the name."""
-        key = id(mm)
+        """Record a live mapping; its collection queues it for the reaper."""
+        _start_reaper()
+        ref = _MappingRef(mm, _finalized.put)
+        ref.table, ref.name, ref.key = self, name, id(mm)
         with self._lock:
-            self._maps[key] = (name, _address(mm))
-            self._by_name[name] = weakref.ref(mm)
-        weakref.finalize(mm, self._forget, key, name)
+            self._maps[ref.key] = (name, _address(mm), ref)
+            self._by_name[name] = ref
 
-    def _forget(self, key: int, name: str) -> None:
+    def _forget(self, ref: _MappingRef) -> None:
+        """A mapping died: drop its entries (if still its own) and, as owner, unlink it."""
         with self._lock:
-            self._maps.pop(key, None)
-            ref = self._by_name.get(name)
-            if ref is not None and ref() is None:
-                del self._by_name[name]
+            entry = self._maps.get(ref.key)
+            if entry is not None and entry[2] is ref:
+                del self._maps[ref.key]
+            if self._by_name.get(ref.name) is ref:
+                del self._by_name[ref.name]
         if self.owner:
-            self.unlink(name)
+            self.unlink(ref.name)
 
     def _mapping(self, ref: ShmRef) -> mmap.mmap:
         with self._lock:
             known = self._by_name.get(ref.name)
-            mm = known() if known is not None else None
+        mm = known() if known is not None else None
         if mm is not None:
             return mm
+        if known is not None and self.owner:
+            # Its last view died and the reaper has not unlinked it yet: do it
+            # now, so the name fails to open here just as if it had.
+            self._forget(known)
         mm = _open_mapping(ref.name, ref.nbytes_segment, create=False)
         if self.owner:
             self._track(ref.name)
@@ -232,7 +329,10 @@ class SegmentTable:
         if not isinstance(root, mmap.mmap):
             return None
         with self._lock:
-            return self._maps.get(id(root))
+            entry = self._maps.get(id(root))
+        if entry is None or entry[2]() is not root:
+            return None
+        return entry[0], entry[1]
 
     def export(self, array: np.ndarray[Any, Any]) -> tuple[ShmRef, object] | None:
         """A reference to ``array`` in shared memory, copying it there if needed.
@@ -331,6 +431,88 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
         strides.append(step)
         step *= max(extent, 1)
     return tuple(reversed(strides))
+
+
+_pool_counter = itertools.count()
+
+
+def _process_start(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot); None if it is not running (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The command name (field 2) may hold spaces and parentheses: split after it.
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] in (b"Z", b"X"):  # dead, not yet reaped by its parent
+        return None
+    return int(fields[19])
+
+
+def _pid_namespace() -> int:
+    """This process's pid namespace (an inode number), 0 where /proc does not tell."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owner_prefix() -> str:
+    """A new segment prefix owned by this process: ``cg_<pid>_<start>_<pidns>_<n>_`` (hex)."""
+    pid = os.getpid()
+    start = _process_start(pid) or 0
+    return f"cg_{pid:x}_{start:x}_{_pid_namespace():x}_{next(_pool_counter):x}_"
+
+
+def owner_of(name: str) -> tuple[int, int, int] | None:
+    """``(pid, start, pid namespace)`` of the process owning segment ``name``;
+    None for a name in any other format.
+
+    >>> owner_of("cg_1f_2a_3_0_31_7"), owner_of("cg_a1b2c3_31_7")
+    ((31, 42, 3), None)
+    """
+    parts = name.split("_")
+    if len(parts) != 7 or parts[0] != "cg":
+        return None
+    try:
+        pid, start, namespace = (int(part, 16) for part in parts[1:4])
+    except ValueError:
+        return None
+    return pid, start, namespace
+
+
+def sweep_orphans() -> list[str]:
+    """Unlink every segment whose owning process is gone; returns their names.
+
+    An owner is gone when no process has its pid, or the one that has it
+    started at another time (the pid was reused). Segments of live owners,
+    of another pid namespace and of other users, and names in other formats
+    are left alone. Linux only (elsewhere segments cannot be listed).
+    """
+    namespace = _pid_namespace()
+    if not namespace:
+        return []
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return []
+    running: dict[tuple[int, int], bool] = {}
+    removed = []
+    for name in names:
+        owner = owner_of(name)
+        if owner is None or owner[2] != namespace:
+            continue
+        pid, start, _ = owner
+        if (pid, start) not in running:
+            running[pid, start] = _process_start(pid) == start
+        if running[pid, start]:
+            continue
+        try:
+            if unlink_name(name):
+                removed.append(name)
+        except OSError:  # another user's segment: not ours to remove
+            continue
+    return removed
 
 
 def unlink_prefix(prefix: str) -> list[str]:
