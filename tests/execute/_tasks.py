@@ -84,6 +84,31 @@ class Unbuildable(namedtuple("Unbuildable", "ref other")):
         raise TypeError("Unbuildable cannot be rebuilt")
 
 
+def interrupt_counted(counter: str) -> None:
+    """Count the call in the file ``counter``, then raise KeyboardInterrupt as a task's own code."""
+    path = Path(counter)
+    path.write_text(str(int(path.read_text()) + 1 if path.exists() else 1))
+    raise KeyboardInterrupt
+
+
+def big(i: int) -> np.ndarray:
+    """A 320 KB array: above the shared-memory threshold, so it travels as a segment."""
+    return np.full(40_000, float(i))
+
+
+def combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def hang_once(marker: str, value: int) -> int:
+    """The first call (marker absent) writes its pid to ``marker`` and hangs; later calls return."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text(str(os.getpid()))
+        time.sleep(1000)
+    return value
+
+
 def announce_then_sleep(seconds: float, *_: Any) -> None:
     """Print "started" on stdout (a driver script's signal to go on), then sleep."""
     print("started", flush=True)

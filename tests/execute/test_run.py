@@ -6,6 +6,7 @@ hypothesis examples since each run starts a pool).
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tests.execute._tasks import (
     copy_of,
     fail,
     flaky,
+    interrupt_counted,
     mix,
     mix_kw,
     mix_nested,
@@ -134,6 +136,29 @@ def test_retries_exhausted_raise_a_group_with_the_cause(kind: Any, tmp_path: Pat
     assert "flaky call 2 of 5" in str(error.__cause__)
     assert "1 task(s) did not run" in str(info.value)
     assert (tmp_path / "count").read_text() == "2"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_system_exit_in_a_task_is_a_failed_try(kind: Any) -> None:
+    """quits (sys.exit(3)) -> never: retried, then one TaskError; the program goes on."""
+    g = Graph()
+    g.add(mix, 0, g.add(sys.exit, 3, name="quits"), name="never")
+    with pytest.raises(ExceptionGroup) as info:
+        run(g, executor=kind, workers=2, retries=1)
+    (error,) = info.value.exceptions
+    assert isinstance(error, TaskError) and (error.task, error.attempts) == ("quits", 2)
+    assert "SystemExit" in str(error)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_keyboard_interrupt_raised_by_a_task_interrupts_the_run(kind: Any, tmp_path: Path) -> None:
+    """stop (raises KeyboardInterrupt) -> never: not a failed try, never retried."""
+    counter = tmp_path / "calls"
+    g = Graph()
+    g.add(mix, 0, g.add(interrupt_counted, str(counter), name="stop"), name="never")
+    with pytest.raises(KeyboardInterrupt):
+        run(g, executor=kind, workers=2, retries=2)
+    assert counter.read_text() == "1"
 
 
 @pytest.mark.parametrize("kind", KINDS)

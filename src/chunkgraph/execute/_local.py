@@ -11,7 +11,11 @@ reference behaviour for debugging and deterministic tests.
 A run either returns every target's result or raises: when tasks fail for
 good it raises one ``ExceptionGroup`` holding a ``TaskError`` per failed task
 (its name, its inputs' names, its attempts; the original exception, with its
-traceback, as ``__cause__``), never a partial result.
+traceback, as ``__cause__``), never a partial result. Any exception a task
+raises is a failed try, ``SystemExit`` included (it must not end the program
+that waits for the task); ``KeyboardInterrupt`` is not: it interrupts the run.
+A Ctrl-C while ``run()`` is active always ends it with ``KeyboardInterrupt``
+(see ``_interrupts``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any, Literal
 import numpy as np
 
 from chunkgraph._errors import ConfigError, TaskError
+from chunkgraph.execute import _interrupts
 from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
+from chunkgraph.execute._limits import check_timeout, task_timeouts
 from chunkgraph.execute._scheduler import Scheduler
 from chunkgraph.execute._threads import default_workers, run_threads
 from chunkgraph.graph import Graph, TaskRef
@@ -39,13 +45,19 @@ def _call(graph: Graph, t: int, results: list[Any]) -> Any:
 
 
 def _run_sync(graph: Graph, scheduler: Scheduler, events: EventQueue | None) -> None:
-    while batch := scheduler.take(1):
+    while True:
+        _interrupts.check()
+        batch = scheduler.take(1)
+        if not batch:
+            return
         t = batch[0]
         if events is not None:
             events.emit(EventKind.STARTED, t, graph.name(t), scheduler.attempt(t))
         try:
             value = _call(graph, t, scheduler.results)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # SystemExit too: a failed try, not the end of the program
             kind = EventKind.RETRIED if scheduler.fail(t, error) else EventKind.FAILED
             if events is not None:
                 events.emit(kind, t, graph.name(t), scheduler.attempts[t], error=error)
@@ -66,13 +78,17 @@ class LocalExecutor:
     "processes" (worker processes, numpy arrays through shared memory) or "sync"
     (the calling thread). ``workers``: default all usable cores. ``retries``: extra
     tries per task (a dead worker process counts as a try). ``subscribers``:
-    callables receiving every ``Event``.
+    callables receiving every ``Event``. ``timeout``: seconds a try of a task may
+    run before it fails with ``TimeoutError`` (a worker process running it is
+    killed; a thread, which cannot be killed, is abandoned); None: no limit.
+    Refused for "sync", where nothing could stop the calling thread.
     """
 
     kind: ExecutorKind = "threads"
     workers: int | None = None
     retries: int = 0
     subscribers: tuple[Subscriber, ...] = field(default=())
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTOR_KINDS:
@@ -85,6 +101,13 @@ class LocalExecutor:
             )
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
             raise ConfigError(f"retries must be an int >= 0, got {self.retries!r}")
+        object.__setattr__(self, "timeout", check_timeout(self.timeout))
+        if self.timeout is not None and self.kind == "sync":
+            raise ConfigError(
+                f"timeout={self.timeout:g} cannot be enforced with executor='sync' (tasks run "
+                "in the calling thread, which nothing can stop); use executor='threads' or "
+                "'processes', or timeout=None"
+            )
 
     def run(self, graph: Graph, targets: Sequence[int] | None = None) -> dict[int, Any]:
         """Run the tasks ``targets`` need (default: every sink); returns ``{id: result}``."""
@@ -92,17 +115,25 @@ class LocalExecutor:
         target_ids = graph.sinks().tolist() if targets is None else list(targets)
         priority = _priority(graph)
         scheduler = Scheduler(graph, target_ids, priority, retries=self.retries)
+        with _interrupts.InterruptGuard():
+            self._drive(graph, scheduler)
+        if scheduler.failures:
+            raise _error_group(graph, scheduler)
+        return {t: scheduler.results[t] for t in target_ids}
+
+    def _drive(self, graph: Graph, scheduler: Scheduler) -> None:
         events = EventQueue(self.subscribers) if self.subscribers else None
         if events is not None:
             events.emit(EventKind.RUN_STARTED, total=scheduler.total)
         workers = self.workers or default_workers()
+        timeout_of = task_timeouts(self.timeout)
         try:
             if self.kind == "threads":
-                run_threads(graph, scheduler, events, workers)
+                run_threads(graph, scheduler, events, workers, timeout_of)
             elif self.kind == "processes":
                 from chunkgraph.execute._processes import run_processes
 
-                run_processes(graph, scheduler, events, workers)
+                run_processes(graph, scheduler, events, workers, timeout_of)
             else:
                 _run_sync(graph, scheduler, events)
         finally:
@@ -111,9 +142,6 @@ class LocalExecutor:
                     events.emit(EventKind.CANCELLED, t, graph.name(t))
                 events.emit(EventKind.RUN_FINISHED, total=scheduler.done)
                 events.drain()
-        if scheduler.failures:
-            raise _error_group(graph, scheduler)
-        return {t: scheduler.results[t] for t in target_ids}
 
 
 def _priority(graph: Graph) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -181,12 +209,14 @@ def run(
     progress: bool = False,
     workers: int | None = None,
     subscribers: Iterable[Subscriber] = (),
+    timeout: float | None = None,
 ) -> Any:
     """Run ``graph`` and return the results of ``targets``.
 
     ``targets``: a TaskRef (returns its value), a list/tuple/dict of TaskRefs (the same
     structure of values), or None (a dict ``{sink name: value}`` of every task no other
     task consumes). Failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
+    ``timeout``: seconds each try of each task may run (see ``LocalExecutor``).
 
     >>> from chunkgraph.graph import Graph
     >>> g = Graph()
@@ -204,13 +234,13 @@ def run(
         raise ConfigError(f"run() takes a Graph first, got {type(graph).__name__}{hint}")
     subs = list(subscribers)
     bar = None
-    if progress:
-        from chunkgraph.execute._progress import ProgressBar
-
-        bar = ProgressBar()
-        subs.append(bar)
-    local = LocalExecutor(executor, workers, retries, tuple(subs))
     try:
+        if progress:
+            from chunkgraph.execute._progress import ProgressBar
+
+            bar = ProgressBar()
+            subs.append(bar)
+        local = LocalExecutor(executor, workers, retries, tuple(subs), timeout)
         if targets is None:
             by_id = local.run(graph)
             return {graph.name(t): value for t, value in by_id.items()}

@@ -51,6 +51,13 @@ Why these choices
   or the exit hook) terminates workers at once (SIGTERM, SIGKILL after
   ``TERMINATE_GRACE_S``), joins them, fails unfinished futures as cancelled and
   unlinks every segment the pool created, plus any a dying worker left behind.
+* A time limit (``submit(..., timeout=)``) counts from when the call started in
+  its worker, as far as the pool can tell (see ``WorkerHandle.head_since``).
+  The manager wakes at the nearest deadline; a call past it has its worker
+  killed (SIGKILL: a call stuck in C code ignores anything gentler) and fails
+  with :class:`CallTimeoutError`; the calls queued behind it go to other
+  workers, and a fresh worker replaces the killed one. If the call finished
+  just before the kill, its result stands and only the queued calls move.
 """
 
 from __future__ import annotations
@@ -63,14 +70,16 @@ import os
 import pickle
 import selectors
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from typing import Any
 
-from chunkgraph._errors import ConfigError, WorkerDiedError
-from chunkgraph.execute import _worker
+from chunkgraph._errors import ChunkgraphError, ConfigError, WorkerDiedError
+from chunkgraph.execute import _interrupts, _worker
+from chunkgraph.execute._limits import check_timeout
 from chunkgraph.execute._shm import (
     SHM_MIN_BYTES,
     SegmentTable,
@@ -112,6 +121,21 @@ DURATION_SMOOTHING = 0.1
 # Workers in a row that die before reporting ready; beyond this the pool stops
 # respawning (something in the environment, not a task, is killing them).
 MAX_STARTUP_FAILURES = 3
+
+
+class CallTimeoutError(ChunkgraphError, TimeoutError):
+    """A call ran longer than its ``timeout``; its worker was killed and replaced."""
+
+    def __init__(self, seconds: float, pid: int | None) -> None:
+        super().__init__(
+            f"call exceeded timeout={seconds:g} s; its worker process {pid} was killed "
+            "(SIGKILL) and replaced"
+        )
+        self.seconds = seconds
+        self.pid = pid
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.seconds, self.pid))
 
 
 class PoolState(enum.Enum):
@@ -192,17 +216,27 @@ class ProcessPool:
         self._broken_reason = f"{MAX_STARTUP_FAILURES} workers in a row died before starting"
         self._call_seconds: float | None = None  # moving average of how long calls run
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
-        try:
-            for _ in range(workers):
-                self._workers.append(self._start_worker())
-        except BaseException:
-            terminate_workers(self._workers)
-            raise
         self._manager = threading.Thread(
             target=self._manage, name=f"chunkgraph-pool-{self.segment_prefix}", daemon=True
         )
-        self._manager.start()
-        _live_pools.add(self)
+        managed = False
+        try:
+            # A Ctrl-C in the middle would leave workers or a manager no one ends:
+            # it is held until they are all started and then ends them below.
+            with _interrupts.Deferred():
+                try:
+                    for _ in range(workers):
+                        self._workers.append(self._start_worker())
+                    self._manager.start()
+                except BaseException:
+                    terminate_workers(self._workers)
+                    raise
+                managed = True
+                _live_pools.add(self)
+        except BaseException:
+            if managed:
+                self.shutdown(wait=True, cancel_futures=True)
+            raise
 
     # -- public --------------------------------------------------------------------
 
@@ -211,8 +245,15 @@ class ProcessPool:
         fn: Callable[..., Any],
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> Future[Any]:
-        """Run ``fn(*args, **kwargs)`` in a worker; numpy arrays go through shared memory."""
+        """Run ``fn(*args, **kwargs)`` in a worker; numpy arrays go through shared memory.
+
+        ``timeout``: seconds the call may run once started; past that its worker is
+        killed and the future fails with ``CallTimeoutError``. None: no limit.
+        """
+        seconds = check_timeout(timeout)
         with self._lock:
             if self._state is not PoolState.RUNNING:
                 raise self._refusal()
@@ -231,10 +272,12 @@ class ProcessPool:
         with self._lock:
             if self._state is not PoolState.RUNNING:
                 raise self._refusal()
-            self._pending.append(Call(future, message, keep))
+            self._pending.append(Call(future, message, keep, seconds))
             # Straight to a worker that is nearly idle; deeper queues are topped
             # up by the manager, one batch per worker per round of results.
             self._dispatch(MIN_DEPTH)
+        if seconds is not None:
+            self._wake()  # the manager may be asleep with no deadline to wake it
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -307,6 +350,8 @@ class ProcessPool:
                     call.keep = None  # cancelled before it ran
                     continue
                 call.started = True
+            if not worker.inflight:
+                worker.head_since = time.monotonic()
             worker.inflight.append(call)
             batches.setdefault(worker, []).append(call)
         for worker, calls in batches.items():
@@ -358,7 +403,7 @@ class ProcessPool:
 
     def _serve_once(self) -> bool:
         """One wait-and-handle round; False when the pool should close."""
-        events = [key.data for key, _ in self._selector.select()]
+        events = [key.data for key, _ in self._selector.select(self._until_deadline())]
         finished: list[tuple[Call, int, memoryview]] = []
         for item in events:
             if item is not None and not item[1]:
@@ -374,6 +419,7 @@ class ProcessPool:
         if None in events:
             while self._wake_r.poll():
                 self._wake_r.recv_bytes()
+        self._expire()
         with self._lock:
             state = self._state
             idle = not self._pending and not any(w.inflight for w in self._workers)
@@ -388,6 +434,8 @@ class ProcessPool:
                 _, status, seconds = _worker.STATUS.unpack_from(message)
                 body = memoryview(message)[_worker.STATUS.size :]
                 with self._lock:
+                    # Either way the worker starts its next call now: its clock starts.
+                    worker.head_since = time.monotonic()
                     if status == _worker.HELLO:
                         worker.ready = True
                         self._startup_failures = 0
@@ -397,6 +445,28 @@ class ProcessPool:
         except (EOFError, OSError):
             pass  # the sentinel reports the death
         return finished
+
+    def _until_deadline(self) -> float | None:
+        """Seconds until the nearest time limit of a running call; None if none has one."""
+        with self._lock:
+            deadlines = [d for w in self._workers if (d := w.deadline()) is not None]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _expire(self) -> None:
+        """Kill every worker whose running call is past its time limit."""
+        now = time.monotonic()
+        expired = []
+        with self._lock:
+            for worker in self._workers:
+                deadline = worker.deadline()
+                if deadline is not None and deadline <= now:
+                    worker.timed_out = worker.inflight[0]
+                    worker.closed = True  # send it nothing more; _bury takes it from here
+                    expired.append(worker)
+        for worker in expired:
+            worker.process.kill()
 
     def _learn(self, seconds: float) -> None:
         average = self._call_seconds
@@ -431,7 +501,12 @@ class ProcessPool:
         with self._lock:
             self._workers.remove(worker)
             if worker.ready and worker.inflight:
-                victim = worker.inflight.popleft()
+                head = worker.inflight[0]
+                # Killed for a time limit, but that call finished after all (its
+                # result was drained above): the one now first did not fail, it
+                # goes back to pending with the rest.
+                if worker.timed_out is None or head is worker.timed_out:
+                    victim = worker.inflight.popleft()
             elif not worker.ready:
                 self._startup_failures += 1
             self._pending.extendleft(reversed(worker.inflight))
@@ -445,13 +520,15 @@ class ProcessPool:
         self._sweep_unreported(worker)
         if victim is not None:
             victim.keep = None
-            _resolve(
-                victim.future,
-                error=WorkerDiedError(
+            error: BaseException
+            if victim is worker.timed_out and victim.timeout is not None:
+                error = CallTimeoutError(victim.timeout, worker.process.pid)
+            else:
+                error = WorkerDiedError(
                     f"worker process {worker.process.pid} {cause} while running a task; "
                     "a fresh worker replaces it"
-                ),
-            )
+                )
+            _resolve(victim.future, error=error)
         if replace:
             self._replace()
 

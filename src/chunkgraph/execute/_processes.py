@@ -14,9 +14,11 @@ Scheduler like in thread mode.
 
 A worker that dies fails its future with WorkerDiedError; the pool starts a
 fresh worker and the Scheduler counts the death as a try, so the task is
-retried when ``retries`` allows. On the first failure that is not retried, the
-driver starts nothing more, cancels queued futures and waits for running ones.
-On Ctrl-C (or any error in the driver) the pool is shut down with
+retried when ``retries`` allows. A task with a time limit that runs past it has
+its worker killed by the pool, and the try fails with ``TimeoutError``. On the
+first failure that is not retried, the driver starts nothing more, cancels
+queued futures and waits for running ones. On Ctrl-C (or any error in the
+driver, or a KeyboardInterrupt a task raised) the pool is shut down with
 ``cancel_futures=True``: its workers are terminated and its shared memory
 freed before the exception propagates.
 
@@ -29,14 +31,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from chunkgraph.execute import _interrupts
 from chunkgraph.execute._events import EVENT_FLUSH_SECONDS, EventKind, EventQueue
+from chunkgraph.execute._limits import TimeoutOf, timeout_error
+from chunkgraph.execute._process_pool import CallTimeoutError, ProcessPool
 from chunkgraph.execute._scheduler import Scheduler
 from chunkgraph.graph import Graph
-
-if TYPE_CHECKING:
-    from chunkgraph.execute._process_pool import ProcessPool
 
 # Tasks submitted per worker at a time. 1 leaves a worker idle for a round trip
 # between tasks; more keeps workers busy but commits tasks to the pool's queue
@@ -48,12 +50,18 @@ class ProcessDriver:
     """Feeds a Scheduler's tasks to a ProcessPool and records their outcomes."""
 
     def __init__(
-        self, graph: Graph, scheduler: Scheduler, events: EventQueue | None, pool: ProcessPool
+        self,
+        graph: Graph,
+        scheduler: Scheduler,
+        events: EventQueue | None,
+        pool: ProcessPool,
+        timeout_of: TimeoutOf | None = None,
     ) -> None:
         self.graph = graph
         self.scheduler = scheduler
         self.events = events
         self.pool = pool
+        self.timeout_of = timeout_of
         self.limit = max(1, pool.size * IN_FLIGHT_PER_WORKER)
         self.in_flight: dict[Future[Any], int] = {}
         self.completed: deque[Future[Any]] = deque()
@@ -66,6 +74,7 @@ class ProcessDriver:
     def run(self) -> None:
         sched = self.scheduler
         while True:
+            _interrupts.check()
             self._submit_ready()
             if sched.finished and not self.in_flight:
                 break
@@ -91,7 +100,8 @@ class ProcessDriver:
             except Exception as error:  # rebuilding the arguments failed: the task failed
                 self._failed(t, error)
                 continue
-            future = self.pool.submit(fn, args, kwargs)
+            timeout = None if self.timeout_of is None else self.timeout_of(t)
+            future = self.pool.submit(fn, args, kwargs, timeout=timeout)
             self.in_flight[future] = t
             future.add_done_callback(self._on_done)
 
@@ -109,6 +119,9 @@ class ProcessDriver:
                 value = future.result()
             except CancelledError:
                 sched.put_back([t])  # never ran; the run is stopping, so it stays READY
+            except CallTimeoutError as error:
+                consequence = f"its worker process {error.pid} was killed (SIGKILL) and replaced"
+                self._failed(t, timeout_error(graph.name(t), error.seconds, consequence))
             except Exception as error:
                 self._failed(t, error)
             else:
@@ -118,18 +131,23 @@ class ProcessDriver:
 
 
 def run_processes(
-    graph: Graph, scheduler: Scheduler, events: EventQueue | None, workers: int
+    graph: Graph,
+    scheduler: Scheduler,
+    events: EventQueue | None,
+    workers: int,
+    timeout_of: TimeoutOf | None = None,
 ) -> None:
     """Run ``scheduler`` to completion on a fresh ProcessPool of ``workers`` processes."""
     if scheduler.finished:
         return
-    from chunkgraph.execute._process_pool import ProcessPool
-
-    pool = ProcessPool(workers)
+    pool: ProcessPool | None = None
     try:
-        ProcessDriver(graph, scheduler, events, pool).run()
+        with _interrupts.Deferred():  # no Ctrl-C between the pool's start and `pool =`
+            pool = ProcessPool(workers)
+        ProcessDriver(graph, scheduler, events, pool, timeout_of).run()
     except BaseException:
         scheduler.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

@@ -25,7 +25,10 @@ and the reader sweeps the pool's segments and ends the worker at once, even
 in the middle of a task (no orphan outlives its pool).
 
 SIGINT is ignored: Ctrl-C reaches the whole process group, and it is the
-pool's process that decides to cancel and terminate its workers.
+pool's process that decides to cancel and terminate its workers. A call that
+raises KeyboardInterrupt itself reports it as it is (the caller is being
+interrupted); a SystemExit, or any other exception that is not an
+``Exception``, becomes a :class:`RemoteError`, a plain failure of that call.
 """
 
 from __future__ import annotations
@@ -83,9 +86,10 @@ def _read_tasks(
 
 def _error_payload(error: BaseException) -> bytes:
     text = "".join(traceback.format_exception(error))
-    if not isinstance(error, Exception):
+    if not isinstance(error, Exception | KeyboardInterrupt):
         # SystemExit and the like end the process that raises them; a task's
         # sys.exit() must fail that task, not end the program waiting for it.
+        # A KeyboardInterrupt travels as itself: the caller's run is interrupted.
         error = RemoteError(f"task raised {type(error).__name__}({error})")
     try:
         payload = pickle.dumps((error, text), protocol=pickle.HIGHEST_PROTOCOL)

@@ -12,8 +12,12 @@ A :class:`WorkerHandle` is what the pool knows of a worker::
   that order, so while it lives the first one is running (or about to).
 * ``ready``: it said hello. A worker that dies before that failed to start;
   one that dies after it is blamed on its running call.
-* ``closed``: writing to it failed; nothing more is sent, and its sentinel
-  reports the death.
+* ``closed``: writing to it failed, or it is being killed; nothing more is
+  sent, and its sentinel reports the death.
+* ``head_since``: when its first in-flight call started, as seen from the pool
+  (when it was sent to an idle worker, or when the call before it reported);
+  never earlier than the real start, so a time limit is never cut short.
+* ``timed_out``: the call it was killed for running too long, if it was.
 
 Workers are started from a fork server ("forkserver") or a fresh interpreter
 ("spawn"); never plain "fork", which copies the parent's threads' locks in
@@ -49,21 +53,37 @@ Context = ForkServerContext | SpawnContext
 
 
 class Call:
-    """One submitted call: its future, its wire frame, what pins its segments."""
+    """One submitted call: its future, its wire frame, what pins its segments, its limit."""
 
-    __slots__ = ("future", "keep", "message", "started")
+    __slots__ = ("future", "keep", "message", "started", "timeout")
 
-    def __init__(self, future: Future[Any], message: bytes, keep: list[object]) -> None:
+    def __init__(
+        self,
+        future: Future[Any],
+        message: bytes,
+        keep: list[object],
+        timeout: float | None = None,
+    ) -> None:
         self.future = future
         self.message = message
         self.keep: list[object] | None = keep  # None once the call is over
         self.started = False  # its future is RUNNING (it was given to a worker once)
+        self.timeout = timeout  # seconds it may run in a worker; None: no limit
 
 
 class WorkerHandle:
     """One worker process, its two pipes and the calls it holds (see the module doc)."""
 
-    __slots__ = ("closed", "inflight", "process", "ready", "results", "tasks")
+    __slots__ = (
+        "closed",
+        "head_since",
+        "inflight",
+        "process",
+        "ready",
+        "results",
+        "tasks",
+        "timed_out",
+    )
 
     def __init__(self, process: BaseProcess, tasks: Connection, results: Connection) -> None:
         self.process = process
@@ -72,6 +92,15 @@ class WorkerHandle:
         self.inflight: deque[Call] = deque()
         self.ready = False
         self.closed = False
+        self.head_since = 0.0  # time.monotonic() when inflight[0] started
+        self.timed_out: Call | None = None
+
+    def deadline(self) -> float | None:
+        """When its running call's time limit ends (monotonic clock), if it has one."""
+        if not self.ready or not self.inflight or self.timed_out is not None:
+            return None
+        timeout = self.inflight[0].timeout
+        return None if timeout is None else self.head_since + timeout
 
 
 def load(worker: WorkerHandle) -> int:
