@@ -8,11 +8,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
-from tests.execute._tasks import always_exit, exit_once, mix
+from tests.execute._tasks import always_exit, exit_once, hang_once, mix
 
 from chunkgraph._errors import TaskError, WorkerDiedError
 from chunkgraph.execute import Event, EventKind, run
@@ -36,6 +37,27 @@ def test_a_killed_worker_is_retried_on_a_fresh_one(tmp_path: Path) -> None:
     assert got == [mix(0, 41), *[mix(i) for i in range(6)]]
     (retried,) = [e for e in events if e.kind is EventKind.RETRIED]
     assert retried.name == "exits-once" and isinstance(retried.error, WorkerDiedError)
+
+
+def test_a_worker_killed_from_outside_mid_task_is_retried(tmp_path: Path) -> None:
+    """hangs-once (its worker gets SIGKILL from here while it runs) -> consume."""
+    marker = tmp_path / "pid"
+    g = Graph()
+    y = g.add(mix, 0, g.add(hang_once, str(marker), 41, name="hangs-once"))
+    events: list[Event] = []
+    with ThreadPoolExecutor(1) as caller:  # run() blocks; the kill comes from this thread
+        outcome = caller.submit(
+            run, g, y, executor="processes", retries=1, workers=2, subscribers=[events.append]
+        )
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text():
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.01)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        assert outcome.result(timeout=60) == mix(0, 41)
+    (retried,) = [e for e in events if e.kind is EventKind.RETRIED]
+    assert retried.name == "hangs-once" and isinstance(retried.error, WorkerDiedError)
+    assert "SIGKILL" in str(retried.error)
 
 
 def test_a_worker_death_without_retries_is_a_task_error() -> None:
