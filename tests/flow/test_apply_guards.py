@@ -223,3 +223,52 @@ def test_dry_run_shows_temporary_bytes_and_where_they_go(tmp_path: Path) -> None
     text = report.summary()
     assert "to dst (+" in text and " temporary)" in text
     assert f"temporaries under {tmp_path / '.d.zarr.chunkgraph' / report.flow_id}" in text
+
+
+def test_a_hung_fn_times_out_the_retry_completes_and_the_late_call_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """One chunk's first call hangs (a stuck network read, say); its retry does not."""
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    src.write(src.bounds, np.ones((16, 16), "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    hung = tmp_path / "hung"
+    woke = tmp_path / "woke"
+
+    def hangs_once(x: np.ndarray, box: Box) -> np.ndarray:
+        if box.start == (4, 4) and not hung.exists():
+            hung.touch()
+            import time
+
+            time.sleep(4)  # past the timeout: the thread is abandoned, then wakes up
+            woke.touch()
+        return x + 1
+
+    report = volume.apply(
+        hangs_once,
+        src,
+        dst,
+        chunk_sizes=[(16, 16), (8, 8)],
+        blend_pads=[4, 0],
+        timeout=1.0,
+        retries=1,
+        probe=False,
+        intermediates=tmp_path / "t",
+    )
+    assert report.tasks_per_level == (1, 9)
+    assert np.array_equal(dst.read(dst.bounds), np.full((16, 16), 2, "float32"))
+    kept = sorted(p.name for p in (tmp_path / "t").iterdir())
+    deadline = 50
+    while not woke.exists() and deadline:
+        import time
+
+        time.sleep(0.1)
+        deadline -= 1
+    import time
+
+    time.sleep(0.5)  # the late call has returned; its task would write now
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == kept == [f"{report.flow_id}.done"]
+    with pytest.raises(ConfigError, match="timeout must be a positive number"):
+        volume.apply(hangs_once, src, dst, chunk_sizes=[8], timeout=0)
+    with pytest.raises(ConfigError, match="timeout needs executor='threads'"):
+        volume.apply(hangs_once, src, dst, chunk_sizes=[8], timeout=5, executor="sync")

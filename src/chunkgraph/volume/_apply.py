@@ -43,6 +43,7 @@ import contextlib
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,7 @@ from chunkgraph.parallel import usable_cores
 from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
 from chunkgraph.volume._flow_lock import flow_lock
 from chunkgraph.volume._flow_spec import FlowSpec, check_bools, normalize_inputs, validate_flow
+from chunkgraph.volume._late_writes import end_run
 from chunkgraph.volume._probe import probe_fn
 from chunkgraph.volume._reduce import (
     ReductionStats,
@@ -186,6 +188,7 @@ def apply(
     executor: ExecutorKind | None = None,
     workers: int | None = None,
     retries: int = 2,
+    timeout: float | None = None,
     resume: bool = False,
     lock_wait: float = 0.0,
     probe: bool = True,
@@ -198,8 +201,9 @@ def apply(
     modes are one value for all levels or one per level. ``fn`` gets arrays
     of chunk + 2*crop + 2*blend at the bottom level (and, if it has a ``box``
     parameter, the box they cover) and returns that shape or chunk + 2*blend.
-    ``workers`` and ``retries`` go to the executor (flow tasks are idempotent,
-    so a task whose worker died is simply run again). ``probe`` calls ``fn``
+    ``workers``, ``retries`` and ``timeout`` (seconds per task try) go to the
+    executor (flow tasks are idempotent, so a task whose worker died or hung
+    is simply run again). ``probe`` calls ``fn``
     once on the first bottom chunk before anything is written, to catch a
     wrong shape or dtype early. ``lock_wait``: seconds to wait when the same
     flow is already running (0 refuses at once). Raises ``ConfigError``
@@ -226,6 +230,7 @@ def apply(
     named = normalize_inputs(inputs)
     _check_executor(executor, named, dst, fn)
     _check_run_options(workers, retries, lock_wait)
+    _check_timeout(timeout, executor)
     flow_id = flow_id_of(fn, named, dst, spec)
     root = _intermediates_root(intermediates, dst)
     if dry_run:
@@ -244,7 +249,9 @@ def apply(
                 probe_fn(spec, fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
             flow = _Flow(spec, fn, named, dst, root / flow_id, resume)
-            report = flow.run(executor or "threads", workers, retries, progress, t0, before)
+            report = flow.run(
+                executor or "threads", workers, retries, timeout, progress, t0, before
+            )
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
                 # markers whose layers are gone (a resume would reduce missing data).
@@ -287,6 +294,16 @@ def _check_executor(
             "module-level function (or a callable object) that holds no locks, open files or "
             "connections, or use executor='threads'"
         ) from err
+
+
+def _check_timeout(timeout: object, executor: str | None) -> None:
+    from chunkgraph.execute._limits import check_timeout
+
+    if check_timeout(timeout) is not None and executor == "sync":
+        raise ConfigError(
+            "timeout needs executor='threads' or 'processes': executor='sync' runs fn in the "
+            "calling thread, which nothing can stop"
+        )
 
 
 def _check_run_options(workers: object, retries: object, lock_wait: object) -> None:
@@ -411,6 +428,7 @@ class _Flow:
             layers=self.layers,
             layer_vols=tuple(layer_vols),
             marker_root=str(flow_dir),
+            run_token=uuid.uuid4().hex,
             sweep_axis=_sweep_axis(spec.top_grid),
             max_in_flight=superchunks_in_flight(spec, usable_cores()),
         )
@@ -420,6 +438,7 @@ class _Flow:
         executor: ExecutorKind,
         workers: int | None,
         retries: int,
+        timeout: float | None,
         progress: bool,
         t0: float,
         before: int,
@@ -443,12 +462,14 @@ class _Flow:
                     retries=retries,
                     progress=progress,
                     workers=workers,
+                    timeout=timeout,
                 )
                 if refs
                 else []
             )
         finally:
             forget_flow(self.job.marker_root)
+            end_run(self.job.run_token)
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
         return self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
@@ -540,7 +561,7 @@ def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> Reductio
     """Graph task: one reduction box, then its done marker."""
     if job.layers is None:
         raise RuntimeError("a reduction needs temporary layers; this flow writes directly")
-    stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box)
+    stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
     MarkerStore(Path(job.marker_root)).mark_done(REDUCE, key)
     return stats
 

@@ -33,6 +33,7 @@ from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan
 from chunkgraph.volume._edge_locks import edge_chunks_locked, partial_chunks
 from chunkgraph.volume._flow_spec import FlowSpec
+from chunkgraph.volume._late_writes import check_run_live
 from chunkgraph.volume._subchunk import (
     add_weighted,
     at,
@@ -108,7 +109,12 @@ class ReductionStats:
 
 
 def reduce_box(
-    spec: FlowSpec, layers: LayerPlan, layer_vols: list[Volume], dst: Volume, box: Box
+    spec: FlowSpec,
+    layers: LayerPlan,
+    layer_vols: list[Volume],
+    dst: Volume,
+    box: Box,
+    run_token: str = "",
 ) -> ReductionStats:
     """Compute the flow's output over ``box`` (a reduction's write box) and write it."""
     compute = box.intersection(spec.bbox)
@@ -136,6 +142,7 @@ def reduce_box(
             del data, target
         result = cast_to(acc, spec.dst_dtype)
         del acc  # the accumulator (float64) need not outlive its cast during the write
+    check_run_live(run_token)
     if compute == box:
         dst.write(box, result)
         return ReductionStats(bytes_written=int(result.nbytes), temporary_bytes_read=layer_read)

@@ -47,6 +47,7 @@ from chunkgraph._errors import ChunkgraphError
 from chunkgraph.geometry import Box
 from chunkgraph.volume._blend import axis_weights
 from chunkgraph.volume._flow_spec import BOX_KEYWORD, FlowSpec, LevelSpec
+from chunkgraph.volume._late_writes import check_run_live
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -87,6 +88,7 @@ class SubchunkContext:
     data_box: Box
     out_channel_shape: tuple[int, ...]
     counter: LevelCounter
+    run_token: str = ""  # direct writes check it (_late_writes)
 
 
 def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -165,6 +167,7 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
     ctx.counter.add(level)
     if level == len(ctx.spec.levels) - 1:
         out = cast_to(_call_fn(ctx, level, chunk), dst.dtype)
+        check_run_live(ctx.run_token)
         dst.write(chunk, out)
         return int(out.nbytes)
     starts, stops, _ = chunk.split_arrays(ctx.spec.levels[level + 1].chunk)

@@ -46,6 +46,7 @@ import numpy as np
 from chunkgraph.geometry import Box
 from chunkgraph.volume._checkerboard import LayerPlan
 from chunkgraph.volume._flow_spec import FlowSpec
+from chunkgraph.volume._late_writes import check_run_live
 from chunkgraph.volume._resume import TOP, MarkerStore, grid_key
 from chunkgraph.volume._subchunk import (
     LevelCounter,
@@ -79,6 +80,7 @@ class TopJob:
     marker_root: str
     sweep_axis: int = -1
     max_in_flight: int = 0
+    run_token: str = ""  # see _late_writes: no writes once the run has ended
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,9 @@ class TopStats:
 
 def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     """Graph task: read the padded superchunk once, process all levels, write, mark done."""
-    with _in_flight_slot(job):
+    with _in_flight_slot(job, index):
         stats = _run_top_task(job, index, box)
+    check_run_live(job.run_token)
     MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
     return stats
 
@@ -116,6 +119,7 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
         data_box=region,
         out_channel_shape=tuple(job.dst.channel_shape),
         counter=LevelCounter([0] * len(spec.levels)),
+        run_token=job.run_token,
     )
     if job.layers is None:
         written_bytes = stream_chunk(ctx, 0, box, job.dst)
@@ -130,6 +134,7 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     written = cast_to(part, dtype)
     del out, part
+    check_run_live(job.run_token)
     target.write(keep, written)
     return TopStats(counts, read, int(written.nbytes))
 
@@ -221,20 +226,32 @@ def superchunks_in_flight(spec: FlowSpec, cores: int) -> int:
 
 
 @contextlib.contextmanager
-def _in_flight_slot(job: TopJob) -> Iterator[None]:
+def _in_flight_slot(job: TopJob, index: tuple[int, ...]) -> Iterator[None]:
     """Hold one of the flow's superchunk slots in this process (see ``superchunks_in_flight``).
 
     Slots go out in arrival order, so tasks keep the executor's (sweep) order.
+    A try of a task whose earlier try still holds a slot (a thread abandoned
+    after a timeout, which cannot be killed) takes over that slot instead of
+    waiting for it: the abandoned try may never give it back.
     """
     if job.max_in_flight <= 0:
         yield
         return
+    key = (job.marker_root, index)
     with _FLOW_STATE_GUARD:
         slots = _SLOTS.setdefault(job.marker_root, FifoSlots(job.max_in_flight))
+        inherited = key in _HOLDERS
+    if inherited:
+        yield
+        return
     slots.acquire()
+    with _FLOW_STATE_GUARD:
+        _HOLDERS.add(key)
     try:
         yield
     finally:
+        with _FLOW_STATE_GUARD:
+            _HOLDERS.discard(key)
         slots.release()
 
 
@@ -276,6 +293,7 @@ class FifoSlots:
 # superchunk slots. Kept out of TopJob so that jobs stay picklable for process executors.
 _READ_LOCKS: dict[str, threading.Lock] = {}
 _SLOTS: dict[str, FifoSlots] = {}
+_HOLDERS: set[tuple[str, tuple[int, ...]]] = set()  # (flow, task index) holding a slot
 _FLOW_STATE_GUARD = threading.Lock()
 
 
