@@ -47,6 +47,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import usable_cores
 from chunkgraph.parallel._splitter import LengthSplitter
 
 A = TypeVar("A")
@@ -63,14 +64,6 @@ SLEEP_TIMEOUT_S = 0.05
 _HANDOFF_PROBES = 15
 _FORK_PROBE_LEAVES = 64
 _FORK_PROBE_REPEATS = 5
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # platforms without affinity support
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
