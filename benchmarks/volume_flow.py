@@ -24,7 +24,7 @@ Memory. Peak RSS is shown whole and above the case's own baseline (the interpret
 numpy, scipy, zarr, chunkgraph and, for (4), dask imported, measured in the case's process
 before it starts). A chunkgraph case cannot go below baseline + its chunk cache, printed
 as the floor. ``apply`` caps glibc's malloc arenas for the threads it starts (see
-``volume._apply``); threads that zarr started earlier keep theirs, so ``--arena-max``
+``flow._apply``); threads that zarr started earlier keep theirs, so ``--arena-max``
 (MALLOC_ARENA_MAX for every case, peers included) shows what the cap does for a whole
 process.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chunkgraph import cli
-from chunkgraph._demo_graph import build_statistics_graph, run_graph_demo
+from chunkgraph.cli._graph_demo import build_statistics_graph, run_graph_demo
 
 
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -128,7 +128,7 @@ def test_resume_finds_the_work_of_a_run_that_created_dst(tmp_path: Path) -> None
 
 
 def test_flow_id_depends_on_meaning_not_on_how_objects_print(tmp_path: Path) -> None:
-    from chunkgraph.volume._resume import flow_id_of
+    from chunkgraph.flow._fingerprint import flow_id_of
 
     src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
     made = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
@@ -158,7 +158,7 @@ def test_flow_id_sees_the_state_of_callable_objects_and_bound_methods() -> None:
     """Same code, other state: another flow, so resume never mixes their outputs."""
     from types import SimpleNamespace
 
-    from chunkgraph.volume._resume import flow_id_of
+    from chunkgraph.flow._fingerprint import flow_id_of
 
     dst = SimpleNamespace(backend="zarr", path="out", shape=(4,), chunks=(2,), dtype="u1",
                           offset=(0,))  # fmt: skip
@@ -183,7 +183,7 @@ def test_memory_volumes_make_flow_ids_private_to_their_process() -> None:
 
     script = (
         "from types import SimpleNamespace as N\n"
-        "from chunkgraph.volume._resume import flow_id_of\n"
+        "from chunkgraph.flow._fingerprint import flow_id_of\n"
         "d = N(backend='memory', path='out', shape=(4,), chunks=(2,), dtype='u1', offset=(0,))\n"
         "print(flow_id_of(len, {}, d, 'spec'))\n"
     )

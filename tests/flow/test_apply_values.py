@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from chunkgraph._errors import ConfigError, TaskError
+from chunkgraph.flow._subchunk import FlowOutputError
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
-from chunkgraph.volume._subchunk import FlowOutputError
 
 
 def affine(src: np.ndarray) -> np.ndarray:

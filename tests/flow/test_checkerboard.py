@@ -10,10 +10,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkgraph.flow._checkerboard import layer_dtype, nearest_divisor, plan_layers
+from chunkgraph.flow._reduce import top_chunk_box, top_indices_meeting
+from chunkgraph.flow._spec import FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
-from chunkgraph.volume._checkerboard import layer_dtype, nearest_divisor, plan_layers
-from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec
-from chunkgraph.volume._reduce import top_chunk_box, top_indices_meeting
 
 
 def _spec(

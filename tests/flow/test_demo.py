@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from chunkgraph import volume
+from chunkgraph.cli._flow_demo import DEMO_SHAPE, RADIUS, binomial_smooth, check_demo, run_demo
 from chunkgraph.geometry import Box
-from chunkgraph.volume._demo import DEMO_SHAPE, RADIUS, binomial_smooth, check_demo, run_demo
 
 
 def test_demo_matches_whole_array_smoothing(tmp_path: Path) -> None:

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import volume
+from chunkgraph.flow._apply import apply
+from chunkgraph.flow._estimate import estimate_flow, written_region
+from chunkgraph.flow._spec import FlowSpec, normalize_inputs, validate_flow
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
-from chunkgraph.volume._apply import apply
-from chunkgraph.volume._flow_estimate import estimate_flow, written_region
-from chunkgraph.volume._flow_spec import FlowSpec, normalize_inputs, validate_flow
 
 Make = Callable[..., Volume]
 

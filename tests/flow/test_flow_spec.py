@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
+from chunkgraph.flow._divisibility import auto_divisible_chunks, check_divisibility
+from chunkgraph.flow._spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
-from chunkgraph.volume._divisibility import auto_divisible_chunks, check_divisibility
-from chunkgraph.volume._flow_spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
 
 Make = Callable[..., Volume]
 

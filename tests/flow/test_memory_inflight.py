@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import volume
+from chunkgraph.flow import _apply, _top_task, apply
+from chunkgraph.flow._spec import validate_flow
+from chunkgraph.flow._top_task import FifoSlots, superchunks_in_flight
 from chunkgraph.geometry import Box
-from chunkgraph.volume import _apply, _top_task, apply
-from chunkgraph.volume._flow_spec import validate_flow
-from chunkgraph.volume._top_task import FifoSlots, superchunks_in_flight
 
 
 @settings(max_examples=40, deadline=None)

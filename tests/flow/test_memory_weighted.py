@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkgraph.flow import _subchunk, apply
+from chunkgraph.flow._subchunk import add_weighted
 from chunkgraph.geometry import Box
-from chunkgraph.volume import _subchunk, apply
-from chunkgraph.volume._subchunk import add_weighted
 
 
 @settings(max_examples=60, deadline=None)

@@ -3,6 +3,7 @@
 See ``README.md`` in this folder for the splitting and grain rules.
 """
 
+from chunkgraph._util import usable_cores
 from chunkgraph.parallel._grain import CostModel, OpKind
 from chunkgraph.parallel._loops import parallel_for, parallel_map, parallel_reduce
 from chunkgraph.parallel._pool import (
@@ -10,7 +11,6 @@ from chunkgraph.parallel._pool import (
     WorkStealingPool,
     get_pool,
     set_workers,
-    usable_cores,
 )
 from chunkgraph.parallel._sort import parallel_sort
 from chunkgraph.parallel._splitter import LengthSplitter, Splitter, plan_pieces

@@ -12,19 +12,32 @@
 Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (coordinates, fill, alignment, cache, accounting), ``_registry.py``
 (create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
-errors naming a damaged chunk), ``_cache.py``, ``_stats.py``.
+errors naming a damaged chunk), ``_cache.py``, ``_stats.py``. The apply flow
+lives in ``chunkgraph.flow``; ``volume.apply`` and its types are re-exported
+from there on first use (the flow sits above the storage layer).
 """
 
+from typing import Any
+
 from chunkgraph._errors import CorruptChunkError
-from chunkgraph.volume._apply import ApplyReport, apply
 from chunkgraph.volume._cache import ChunkCache
-from chunkgraph.volume._flow_estimate import FlowEstimate
-from chunkgraph.volume._flow_lock import FlowLockedError
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
-from chunkgraph.volume._subchunk import FlowOutputError
 from chunkgraph.volume._volume import Volume
+
+# The flow's public names, reachable as ``chunkgraph.volume.<name>`` for user code
+# written against that spelling; imported lazily so that storage does not import the flow.
+_FLOW_NAMES = ("ApplyReport", "FlowEstimate", "FlowLockedError", "FlowOutputError", "apply")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FLOW_NAMES:
+        from chunkgraph import flow
+
+        return getattr(flow, name)
+    raise AttributeError(f"module 'chunkgraph.volume' has no attribute {name!r}")
+
 
 __all__ = [
     "ApplyReport",

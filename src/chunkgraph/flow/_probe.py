@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import TaskError
+from chunkgraph.flow._spec import FlowSpec
+from chunkgraph.flow._subchunk import call_fn
 from chunkgraph.geometry import Box
-from chunkgraph.volume._flow_spec import FlowSpec
-from chunkgraph.volume._subchunk import call_fn
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -31,7 +31,7 @@ def first_bottom_chunk(spec: FlowSpec) -> Box:
     crop and blend, so the first bottom chunk starts at the bbox corner minus
     those pads of every level above the bottom.
 
-    >>> from chunkgraph.volume._flow_spec import LevelSpec
+    >>> from chunkgraph.flow._spec import LevelSpec
     >>> from types import SimpleNamespace
     >>> top = LevelSpec((32, 32), (0, 0), (4, 4), "linear")
     >>> bottom = LevelSpec((8, 8), (2, 2), (0, 0), "linear")

@@ -43,12 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph.geometry import Box
-from chunkgraph.volume._checkerboard import LayerPlan
-from chunkgraph.volume._flow_spec import FlowSpec
-from chunkgraph.volume._late_writes import check_run_live
-from chunkgraph.volume._resume import TOP, MarkerStore, grid_key
-from chunkgraph.volume._subchunk import (
+from chunkgraph.flow._checkerboard import LayerPlan
+from chunkgraph.flow._late_writes import check_run_live
+from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
+from chunkgraph.flow._spec import FlowSpec
+from chunkgraph.flow._subchunk import (
     LevelCounter,
     SubchunkContext,
     at,
@@ -56,6 +55,7 @@ from chunkgraph.volume._subchunk import (
     process_chunk,
     stream_chunk,
 )
+from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -208,7 +208,7 @@ def superchunks_in_flight(spec: FlowSpec, cores: int) -> int:
     to spread over the pool, so its tasks stay unbounded (the executor's
     worker count is then the only limit).
 
-    >>> from chunkgraph.volume._flow_spec import LevelSpec
+    >>> from chunkgraph.flow._spec import LevelSpec
     >>> from types import SimpleNamespace
     >>> two = SimpleNamespace(levels=(LevelSpec((256, 64), (0, 0), (0, 0), "linear"),
     ...                               LevelSpec((64, 64), (8, 8), (0, 0), "linear")))

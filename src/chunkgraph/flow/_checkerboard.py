@@ -43,15 +43,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chunkgraph import volume
+from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.geometry import Box
-from chunkgraph.volume._flow_spec import FlowSpec
-
-if TYPE_CHECKING:
-    from chunkgraph.volume import Volume
+from chunkgraph.volume import Volume
 
 
 def nearest_divisor(n: int, target: int) -> int:
@@ -125,8 +123,6 @@ class LayerPlan:
 
     def create(self) -> list[Volume]:
         """Create (or reopen, when resuming) every layer."""
-        from chunkgraph import volume
-
         self.root.mkdir(parents=True, exist_ok=True)
         return [
             volume.create(

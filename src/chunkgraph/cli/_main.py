@@ -26,8 +26,8 @@ DEMO_TOLERANCE = 1e-3
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from chunkgraph._demo_graph import run_graph_demo
-    from chunkgraph.volume._demo import check_demo, run_demo
+    from chunkgraph.cli._flow_demo import check_demo, run_demo
+    from chunkgraph.cli._graph_demo import run_graph_demo
 
     console = Console()
     workdir = Path(args.workdir)

@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chunkgraph.geometry import Box
-from chunkgraph.volume._checkerboard import LayerPlan
-from chunkgraph.volume._edge_locks import edge_chunks_locked, partial_chunks
-from chunkgraph.volume._flow_spec import FlowSpec
-from chunkgraph.volume._late_writes import check_run_live
-from chunkgraph.volume._subchunk import (
+from chunkgraph.flow._checkerboard import LayerPlan
+from chunkgraph.flow._edge_locks import edge_chunks_locked, partial_chunks
+from chunkgraph.flow._late_writes import check_run_live
+from chunkgraph.flow._spec import FlowSpec
+from chunkgraph.flow._subchunk import (
     add_weighted,
     at,
     cast_to,
@@ -42,6 +41,7 @@ from chunkgraph.volume._subchunk import (
     weighted_sum_start,
     weights_over,
 )
+from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume

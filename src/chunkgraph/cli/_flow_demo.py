@@ -28,7 +28,7 @@ import numpy as np
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.volume._apply import ApplyReport
+    from chunkgraph.flow._apply import ApplyReport
 
 DEMO_SHAPE = (128, 256, 512)  # 64 MiB of float32
 DEMO_CHUNKS = (64, 64, 64)
@@ -73,7 +73,7 @@ def make_source(path: Path, shape: tuple[int, ...] = DEMO_SHAPE) -> None:
 def run_demo(workdir: Path, progress: bool = True) -> ApplyReport:
     """Generate the source under ``workdir``, smooth it, and return the ``ApplyReport``."""
     from chunkgraph import volume
-    from chunkgraph.volume._apply import apply
+    from chunkgraph.flow._apply import apply
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

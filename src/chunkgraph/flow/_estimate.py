@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chunkgraph.flow._checkerboard import layer_dtype
+from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.geometry import Box
-from chunkgraph.volume._checkerboard import layer_dtype
-from chunkgraph.volume._flow_spec import FlowSpec
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume

@@ -16,7 +16,7 @@ Pipeline of one call::
 State on disk, under ``<intermediates>/<flow_id>/`` (``intermediates`` defaults
 to ``.<dst name>.chunkgraph`` beside a file-backed dst, so a rerun finds it):
 ``layers/layer_<k>.zarr`` (the checkerboard, ``_checkerboard``) and
-``markers/`` (done markers, ``_resume``). A successful run deletes it, except
+``markers/`` (done markers, ``_markers``). A successful run deletes it, except
 with ``defer``, whose layers are the result. A run without ``resume=True``
 starts from a clean flow directory.
 
@@ -52,41 +52,41 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.geometry import Box
-from chunkgraph.parallel import usable_cores
-from chunkgraph.volume._checkerboard import LayerPlan, plan_layers
-from chunkgraph.volume._flow_lock import flow_lock
-from chunkgraph.volume._flow_spec import FlowSpec, check_bools, normalize_inputs, validate_flow
-from chunkgraph.volume._late_writes import end_run
-from chunkgraph.volume._probe import probe_fn
-from chunkgraph.volume._reduce import (
-    ReductionStats,
-    reduce_box,
-    reduction_boxes,
-    top_indices_meeting,
-)
-from chunkgraph.volume._resume import (
+from chunkgraph._util import usable_cores
+from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
+from chunkgraph.flow._fingerprint import flow_id_of
+from chunkgraph.flow._late_writes import end_run
+from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._markers import (
     REDUCE,
     TOP,
     CompletionRecord,
     MarkerStore,
     discard_flow_dir,
-    flow_id_of,
     grid_key,
 )
-from chunkgraph.volume._top_task import (
+from chunkgraph.flow._probe import probe_fn
+from chunkgraph.flow._reduce import (
+    ReductionStats,
+    reduce_box,
+    reduction_boxes,
+    top_indices_meeting,
+)
+from chunkgraph.flow._spec import FlowSpec, check_bools, normalize_inputs, validate_flow
+from chunkgraph.flow._top_task import (
     TopJob,
     TopStats,
     forget_flow,
     run_top_task,
     superchunks_in_flight,
 )
+from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
     from chunkgraph.execute import ExecutorKind
+    from chunkgraph.flow._estimate import FlowEstimate
     from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.volume import Volume
-    from chunkgraph.volume._flow_estimate import FlowEstimate
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ def _dry_report(
     root: Path,
     seconds: float,
 ) -> ApplyReport:
-    from chunkgraph.volume._flow_estimate import estimate_flow
+    from chunkgraph.flow._estimate import estimate_flow
 
     est = estimate_flow(spec, named, dst)
     return ApplyReport(
@@ -578,7 +578,7 @@ def _sweep_axis(grid: tuple[int, ...]) -> int:
 
 def _top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
     """Peak memory hint of one top-level task, from the dry-run arithmetic."""
-    from chunkgraph.volume._flow_estimate import estimate_flow
+    from chunkgraph.flow._estimate import estimate_flow
 
     return int(estimate_flow(spec, inputs, dst).top_task_memory_bytes)
 

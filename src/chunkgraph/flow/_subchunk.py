@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ChunkgraphError
+from chunkgraph.flow._blend import axis_weights
+from chunkgraph.flow._late_writes import check_run_live
+from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
-from chunkgraph.volume._blend import axis_weights
-from chunkgraph.volume._flow_spec import BOX_KEYWORD, FlowSpec, LevelSpec
-from chunkgraph.volume._late_writes import check_run_live
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -193,7 +193,7 @@ def assembly_dtype(spec: FlowSpec, level: int) -> np.dtype:
     whole output would get later, so results do not change.
 
     >>> from types import SimpleNamespace as N
-    >>> from chunkgraph.volume._flow_spec import LevelSpec
+    >>> from chunkgraph.flow._spec import LevelSpec
     >>> lv = lambda b: LevelSpec((8,), (0,), (b,), "linear")
     >>> spec = N(levels=(lv(0), lv(2), lv(0)), dst_dtype=np.dtype("u1"),
     ...          accumulate_dtype=np.dtype("f8"))
@@ -201,7 +201,7 @@ def assembly_dtype(spec: FlowSpec, level: int) -> np.dtype:
     ['uint8', 'float64']
     """
     if level == 0:
-        from chunkgraph.volume._checkerboard import layer_dtype
+        from chunkgraph.flow._checkerboard import layer_dtype
 
         return layer_dtype(spec)
     if any(spec.levels[level].blend):

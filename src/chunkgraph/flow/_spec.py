@@ -61,24 +61,22 @@ import keyword
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.geometry import Box
-from chunkgraph.volume._blend import WEIGHTED_MODES
-from chunkgraph.volume._divisibility import (
+from chunkgraph.flow._args import parse_chunk_sizes, per_axis, per_level
+from chunkgraph.flow._blend import WEIGHTED_MODES
+from chunkgraph.flow._divisibility import (
     auto_divisible_chunks,
     check_divisibility,
     check_top_divides,
     either,
     expanded_bbox,
 )
-from chunkgraph.volume._flow_args import parse_chunk_sizes, per_axis, per_level
-
-if TYPE_CHECKING:
-    from chunkgraph.volume import Volume
+from chunkgraph.geometry import Box
+from chunkgraph.volume import Volume
 
 BlendMode = Literal["linear", "quadratic", "bump", "max", "defer"]
 BLEND_MODES: tuple[str, ...] = ("linear", "quadratic", "bump", "max", "defer")
@@ -156,7 +154,7 @@ def normalize_inputs(inputs: object) -> dict[str, Volume]:
 
     Names must be Python identifiers, since ``fn`` receives them as keywords.
     """
-    volume_cls = _volume_class()
+    volume_cls = Volume
     if isinstance(inputs, volume_cls):
         return {SINGLE_INPUT_NAME: inputs}
     if not isinstance(inputs, Mapping):
@@ -212,7 +210,7 @@ def validate_flow(
         skip_intermediates=skip_intermediates,
     )
     named = normalize_inputs(inputs)
-    positional = isinstance(inputs, _volume_class())
+    positional = isinstance(inputs, Volume)
     out = _check_dst(dst, named)
     ndim = _check_spatial_ndim(named, out)
     pass_box = _check_signature(fn, named, positional)
@@ -259,15 +257,8 @@ def validate_flow(
 # --- inputs, dst, dimensions ---------------------------------------------------------
 
 
-def _volume_class() -> type[Volume]:
-    # Imported when called: chunkgraph.volume imports the flow, which imports this.
-    from chunkgraph.volume import Volume
-
-    return Volume
-
-
 def _check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
-    if not isinstance(dst, _volume_class()):
+    if not isinstance(dst, Volume):
         raise ConfigError(
             f"dst must be a Volume, got {type(dst).__name__}; create one with "
             "chunkgraph.volume.create(path, shape, chunks, dtype)"

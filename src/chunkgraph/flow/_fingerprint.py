@@ -1,33 +1,13 @@
-"""Done markers of one apply flow: what a rerun with ``resume=True`` may skip.
+"""The flow id: which earlier run's state a rerun may reuse.
 
-Policy. Every top-level task and every reduction writes its data first and
-only then an empty marker file named after its grid key. A marker therefore
-proves that the data it stands for is complete on disk; a process killed at
-any point (SIGKILL included) leaves at worst a task whose data is partly
-written and whose marker is missing, and that task simply runs again and
-overwrites the same voxels with the same values.
-
-State (all under ``<intermediates>/<flow_id>/``)::
-
-    markers/top/<key>       top-level task ``key`` wrote its temporary output
-    markers/reduce/<key>    reduction ``key`` wrote its dst chunks
-
-and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
-(``_flow_lock``) and ``<flow_id>.done`` once a run has finished it
-(``CompletionRecord``; the markers and temporaries are gone by then).
-
-A marker is created by writing a uniquely named temporary file and renaming
-it into place (``os.replace`` is atomic on POSIX), so a reader sees either no
-marker or a complete one. Keys are grid indices joined by ``_``
-(``"3_0_12"``), which keeps a directory listing the only query needed: the
-driver lists each directory once instead of probing one path per task.
-
-Identity. The flow id names the directory: a hash of ``fn`` (module,
-qualified name, bytecode and constants, closure and default values of simple
-types), of every input's and the destination's path and metadata, and of
-every field of the validated ``FlowSpec``. Changing any of them starts a new
-flow instead of resuming an incompatible one. (What the hash cannot see, such
-as a global variable ``fn`` reads, is the caller's to keep fixed.)
+The id names the flow's directory: a hash of ``fn`` (module, qualified
+name, bytecode and constants, the values it closes over and its defaults, a
+callable object's or bound method's state), of every input's and the
+destination's resolved path, shape, chunks, dtype code and offset, and of
+every field of the validated ``FlowSpec`` in a canonical text. Changing any
+of them starts a new flow instead of resuming an incompatible one; nothing in
+it depends on how an object prints. (What the hash cannot see, such as a
+global variable ``fn`` reads, is the caller's to keep fixed.)
 """
 
 from __future__ import annotations
@@ -35,131 +15,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import os
-import shutil
-import time
 import types
-import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunkgraph.geometry import Box
+
 if TYPE_CHECKING:
+    from chunkgraph.flow._spec import FlowSpec
     from chunkgraph.volume import Volume
-    from chunkgraph.volume._flow_spec import FlowSpec
 
-TOP = "top"
-REDUCE = "reduce"
-_KINDS = (TOP, REDUCE)
-
-
-def grid_key(index: tuple[int, ...]) -> str:
-    """The marker name of a grid index.
-
-    >>> grid_key((3, 0, 12))
-    '3_0_12'
-    """
-    return "_".join(str(int(i)) for i in index)
-
-
-class MarkerStore:
-    """Done markers under ``root`` (the flow's directory); safe from many threads.
-
-    >>> import tempfile
-    >>> store = MarkerStore(Path(tempfile.mkdtemp()))
-    >>> store.mark_done(TOP, "0_1")
-    >>> store.done_keys(TOP), store.done_keys(REDUCE)
-    ({'0_1'}, set())
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        for kind in _KINDS:
-            (self.root / "markers" / kind).mkdir(parents=True, exist_ok=True)
-
-    def _dir(self, kind: str) -> Path:
-        if kind not in _KINDS:
-            raise ValueError(f"unknown marker kind {kind!r}; valid kinds are {_KINDS}")
-        return self.root / "markers" / kind
-
-    def mark_done(self, kind: str, key: str) -> None:
-        """Record that ``key`` finished; call only after its data is written."""
-        folder = self._dir(kind)
-        tmp = folder / f".{key}.{uuid.uuid4().hex}.tmp"
-        tmp.write_bytes(b"")
-        os.replace(tmp, folder / key)
-
-    def done_keys(self, kind: str) -> set[str]:
-        """Keys of ``kind`` marked done (temporary files of interrupted marks ignored)."""
-        folder = self._dir(kind)
-        return {name for name in os.listdir(folder) if not name.startswith(".")}
-
-    def clear(self) -> None:
-        """Forget every marker (a fresh, non-resumed run)."""
-        for kind in _KINDS:
-            folder = self._dir(kind)
-            shutil.rmtree(folder)
-            folder.mkdir(parents=True)
-
-
-class CompletionRecord:
-    """``<intermediates>/<flow id>.done``: the flow finished; a resumed run has nothing to do.
-
-    A successful run deletes its temporaries and markers, so without this
-    small record ``resume=True`` after success would redo everything. It is
-    removed when a run of the flow starts (until that run completes, the flow
-    is not finished) and written, atomically, once it has.
-    """
-
-    def __init__(self, root: Path, flow_id: str) -> None:
-        self.path = Path(root) / f"{flow_id}.done"
-
-    def read(self) -> dict[str, Any] | None:
-        try:
-            record: dict[str, Any] = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return record
-
-    def write(self, report: Any) -> None:
-        record = {
-            "flow_id": report.flow_id,
-            "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "bbox": [list(report.bbox.start), list(report.bbox.stop)],
-            "tasks_per_level": list(report.tasks_per_level),
-            "reductions": report.reductions + report.reductions_skipped,
-            "bytes_written": report.bytes_written,
-        }
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.path)
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def discard_flow_dir(flow_dir: Path) -> None:
-    """Delete a flow's directory so that no interruption leaves part of it looking valid.
-
-    Deleting file by file in directory order may remove the layers before the
-    markers that vouch for them; a kill in between would leave markers of work
-    whose data is gone. So the directory is first renamed away (atomic), and
-    the renamed copy, which nothing reads, is deleted; copies that an earlier
-    interrupted deletion left behind are deleted too.
-    """
-    flow_dir = Path(flow_dir)
-    if flow_dir.exists():
-        tomb = flow_dir.with_name(f".{flow_dir.name}.deleted-{uuid.uuid4().hex[:8]}")
-        os.replace(flow_dir, tomb)
-    for tomb in flow_dir.parent.glob(f".{flow_dir.name}.deleted-*"):
-        shutil.rmtree(tomb, ignore_errors=True)
-
-
-# How deep flow_id_of follows callables nested in closures, defaults and partials:
-# deep enough for decorators and partials of partials, bounded against cycles.
 _FINGERPRINT_DEPTH = 4
 
 
@@ -221,8 +89,6 @@ def _canonical(value: object) -> str:
         return repr(value.item())
     if isinstance(value, bool | int | str | float) or value is None:
         return repr(value)
-    from chunkgraph.geometry import Box
-
     if isinstance(value, Box):
         return f"Box({_canonical(value.start)},{_canonical(value.stop)})"
     raise TypeError(f"no canonical form for {type(value).__name__} in a flow spec")

@@ -1,0 +1,23 @@
+"""The subchunkable apply flow: ``apply(fn, inputs, dst, chunk_sizes=...)`` over volumes.
+
+Applies a function to a huge chunked volume with context padding (crop) and
+blended overlaps, recursively subchunked so that reads are not amplified,
+writes never race, memory stays bounded and the driver enumerates only the
+top level; resumable after a crash. ``chunkgraph.volume.apply`` is the same
+function. Design notes: ``flow/README.md``.
+"""
+
+from chunkgraph.flow._apply import ApplyReport, apply
+from chunkgraph.flow._estimate import FlowEstimate
+from chunkgraph.flow._late_writes import RunEndedError
+from chunkgraph.flow._lock import FlowLockedError
+from chunkgraph.flow._subchunk import FlowOutputError
+
+__all__ = [
+    "ApplyReport",
+    "FlowEstimate",
+    "FlowLockedError",
+    "FlowOutputError",
+    "RunEndedError",
+    "apply",
+]
