@@ -7,15 +7,17 @@ import chunkgraph
 EXPECTED = {
     # errors
     "ChunkgraphError", "ConfigError", "AlignmentError", "GraphError", "PlanError",
-    "TaskError", "WorkerDiedError", "CorruptChunkError",
+    "TaskError", "WorkerDiedError", "CorruptChunkError", "VolumeNotFoundError", "UsageError",
+    "FlowOutputError", "FlowLockedError", "RunEndedError",
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
     # volumes
-    "Box", "Volume", "IOStats", "ApplyReport",
+    "Box", "Volume", "IOStats", "ApplyReport", "apply",
     # loops
     "parallel_for", "parallel_map", "parallel_reduce", "parallel_sort",
     # subpackages and version
-    "geometry", "graph", "planning", "parallel", "execute", "volume", "__version__",
+    "geometry", "graph", "planning", "parallel", "execute", "volume", "flow", "lowlevel",
+    "__version__",
 }  # fmt: skip
 
 
@@ -56,3 +58,51 @@ def test_task_error_keeps_its_fields_across_pickling() -> None:
         2,
         str(error),
     )
+
+
+def test_every_error_is_under_the_root_shows_its_public_module_and_pickles() -> None:
+    import pickle
+
+    import chunkgraph._errors as errors
+
+    classes = [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    ]
+    assert len(classes) >= 13
+    for cls in classes:
+        assert issubclass(cls, chunkgraph.ChunkgraphError)
+        assert cls.__module__ == "chunkgraph" and getattr(chunkgraph, cls.__name__) is cls
+        # each leaf is also the built-in a user would catch
+        assert cls is chunkgraph.ChunkgraphError or len(cls.__mro__) > 3
+    assert issubclass(chunkgraph.VolumeNotFoundError, FileNotFoundError)
+    error = chunkgraph.FlowLockedError("busy")
+    assert type(pickle.loads(pickle.dumps(error))) is chunkgraph.FlowLockedError
+    assert repr(chunkgraph.ConfigError("x")).startswith("ConfigError(")
+
+
+def test_import_is_lazy_and_graphs_never_import_storage() -> None:
+    """``import chunkgraph`` loads no numpy-heavy parts; running a graph loads no zarr."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, chunkgraph as cg\n"
+        "assert 'zarr' not in sys.modules and 'chunkgraph.volume' not in sys.modules\n"
+        "with cg.Graph() as g:\n"
+        "    t = cg.task(sum)([1, 2])\n"
+        "assert cg.run(g, t, executor='processes') == 3\n"
+        "print(sorted(m for m in ('zarr', 'tensorstore', 'scipy') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_volume_apply_is_still_the_flow() -> None:
+    from chunkgraph import flow, volume
+
+    assert volume.apply is flow.apply is chunkgraph.apply
+    assert volume.ApplyReport is chunkgraph.ApplyReport

@@ -7,29 +7,97 @@
     14
 
 The subpackages are public too: ``chunkgraph.geometry`` (boxes),
-``chunkgraph.volume`` (volumes and the subchunkable ``apply`` flow),
-``chunkgraph.parallel`` (adaptive fork-join loops), ``chunkgraph.execute``
-(executors, events, the process pool) and ``chunkgraph.planning``.
+``chunkgraph.graph`` (task graphs), ``chunkgraph.volume`` (chunked storage),
+``chunkgraph.flow`` (the subchunkable ``apply`` flow), ``chunkgraph.parallel``
+(adaptive fork-join loops), ``chunkgraph.execute`` (executors, events) and
+``chunkgraph.planning``; ``chunkgraph.lowlevel`` gathers the engine's parts
+for people who build on them (scheduler, process pool, work-stealing pool,
+splitters).
+
+Names are imported on first use, so ``import chunkgraph`` is cheap and a
+process that only runs task graphs never imports the storage libraries
+(zarr, tensorstore).
 """
 
-from chunkgraph import execute, geometry, graph, parallel, planning, volume
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from chunkgraph._errors import (
     AlignmentError,
     ChunkgraphError,
     ConfigError,
     CorruptChunkError,
+    FlowLockedError,
+    FlowOutputError,
     GraphError,
     PlanError,
+    RunEndedError,
     TaskError,
+    UsageError,
+    VolumeNotFoundError,
     WorkerDiedError,
 )
-from chunkgraph.execute import Event, EventKind, LocalExecutor, run
-from chunkgraph.geometry import Box
-from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
-from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
-from chunkgraph.volume import ApplyReport, IOStats, Volume
 
 __version__ = "0.1.0"
+
+# name -> the module that defines it (imported on first access).
+_LAZY = {
+    "Box": "chunkgraph.geometry",
+    "Graph": "chunkgraph.graph",
+    "TaskRef": "chunkgraph.graph",
+    "Cost": "chunkgraph.graph",
+    "Resources": "chunkgraph.graph",
+    "task": "chunkgraph.graph",
+    "run": "chunkgraph.execute",
+    "LocalExecutor": "chunkgraph.execute",
+    "Event": "chunkgraph.execute",
+    "EventKind": "chunkgraph.execute",
+    "Volume": "chunkgraph.volume",
+    "IOStats": "chunkgraph.volume",
+    "ApplyReport": "chunkgraph.flow",
+    "apply": "chunkgraph.flow",
+    "parallel_for": "chunkgraph.parallel",
+    "parallel_map": "chunkgraph.parallel",
+    "parallel_reduce": "chunkgraph.parallel",
+    "parallel_sort": "chunkgraph.parallel",
+}
+_SUBPACKAGES = (
+    "execute",
+    "flow",
+    "geometry",
+    "graph",
+    "lowlevel",
+    "parallel",
+    "planning",
+    "volume",
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"chunkgraph.{name}")
+    else:
+        raise AttributeError(f"module 'chunkgraph' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))
+
+
+if TYPE_CHECKING:
+    from chunkgraph import execute, flow, geometry, graph, lowlevel, parallel, planning, volume
+    from chunkgraph.execute import Event, EventKind, LocalExecutor, run
+    from chunkgraph.flow import ApplyReport, apply
+    from chunkgraph.geometry import Box
+    from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
+    from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
+    from chunkgraph.volume import IOStats, Volume
 
 __all__ = [
     "AlignmentError",
@@ -41,20 +109,28 @@ __all__ = [
     "Cost",
     "Event",
     "EventKind",
+    "FlowLockedError",
+    "FlowOutputError",
     "Graph",
     "GraphError",
     "IOStats",
     "LocalExecutor",
     "PlanError",
     "Resources",
+    "RunEndedError",
     "TaskError",
     "TaskRef",
+    "UsageError",
     "Volume",
+    "VolumeNotFoundError",
     "WorkerDiedError",
     "__version__",
+    "apply",
     "execute",
+    "flow",
     "geometry",
     "graph",
+    "lowlevel",
     "parallel",
     "parallel_for",
     "parallel_map",

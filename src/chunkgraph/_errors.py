@@ -1,13 +1,20 @@
 """The exception hierarchy: one root, each leaf also a matching built-in.
 
     ChunkgraphError
-    ├── ConfigError(ValueError)      bad parameters: what, where, what would be valid
-    │   └── AlignmentError           a write that does not cover whole storage chunks
-    ├── CorruptChunkError(ValueError) a stored chunk that cannot be decoded: its key and file
-    ├── GraphError(ValueError)       a malformed graph: cycle, foreign ref, duplicate name
-    ├── PlanError(RuntimeError)      a plan that cannot be made
-    ├── TaskError(RuntimeError)      one task failed: its name, its inputs, the cause
-    └── WorkerDiedError(RuntimeError) a worker process vanished while running a task
+    ├── ConfigError(ValueError)           bad parameters: what, where, what would be valid
+    │   └── AlignmentError                a write that does not cover whole storage chunks
+    ├── VolumeNotFoundError(FileNotFoundError)  no volume at that path or name
+    ├── CorruptChunkError(ValueError)     a stored chunk that cannot be decoded: key and file
+    ├── GraphError(ValueError)            a malformed graph: cycle, foreign ref, duplicate name
+    ├── PlanError(RuntimeError)           a plan that cannot be made
+    ├── UsageError(RuntimeError)          an object used in a state that does not allow it
+    ├── TaskError(RuntimeError)           one task failed: its name, its inputs, the cause
+    ├── WorkerDiedError(RuntimeError)     a worker process vanished while running a task
+    ├── FlowOutputError(ValueError)       an apply flow's fn returned an unusable array
+    ├── FlowLockedError(RuntimeError)     the same flow is already running elsewhere
+    └── RunEndedError(RuntimeError)       a late write of an abandoned flow task, dropped
+
+Every class shows its public module (``chunkgraph.ConfigError``) in tracebacks.
 
 Many failures of one run surface together as a single ``ExceptionGroup`` of
 ``TaskError``; the original exception (a worker's remote traceback included)
@@ -68,6 +75,26 @@ def _corrupt_chunk_error(
     return CorruptChunkError(message, volume=volume, chunks=chunks, keys=keys, files=files)
 
 
+class VolumeNotFoundError(ChunkgraphError, FileNotFoundError):
+    """No volume exists at the given path (or under the given memory name)."""
+
+
+class UsageError(ChunkgraphError, RuntimeError):
+    """An object was used in a state that does not allow it (a closed pool, say)."""
+
+
+class FlowOutputError(ChunkgraphError, ValueError):
+    """An apply flow's ``fn`` returned an array the flow cannot use (shape, dtype, NaN)."""
+
+
+class FlowLockedError(ChunkgraphError, RuntimeError):
+    """Another run holds the flow's lock (the same flow started twice on one destination)."""
+
+
+class RunEndedError(ChunkgraphError, RuntimeError):
+    """A flow task tried to write after its run had ended; the write was dropped."""
+
+
 class GraphError(ChunkgraphError, ValueError):
     """The task graph is malformed (a cycle, a foreign reference, a duplicate name)."""
 
@@ -109,3 +136,24 @@ class TaskError(ChunkgraphError, RuntimeError):
     def __reduce__(self) -> tuple[object, ...]:
         # Keep the fields when the error crosses a process boundary.
         return (type(self), (self.task, self.inputs, self.attempts, self.detail))
+
+
+# Tracebacks and reprs name the public spelling, not this private module. Pickle
+# finds each class there too (``chunkgraph`` exports every one of them).
+for _cls in (
+    ChunkgraphError,
+    ConfigError,
+    AlignmentError,
+    VolumeNotFoundError,
+    CorruptChunkError,
+    GraphError,
+    PlanError,
+    UsageError,
+    TaskError,
+    WorkerDiedError,
+    FlowOutputError,
+    FlowLockedError,
+    RunEndedError,
+):
+    _cls.__module__ = "chunkgraph"
+del _cls

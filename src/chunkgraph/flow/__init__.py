@@ -7,11 +7,9 @@ top level; resumable after a crash. ``chunkgraph.volume.apply`` is the same
 function. Design notes: ``flow/README.md``.
 """
 
+from chunkgraph._errors import FlowLockedError, FlowOutputError, RunEndedError
 from chunkgraph.flow._apply import ApplyReport, apply
 from chunkgraph.flow._estimate import FlowEstimate
-from chunkgraph.flow._late_writes import RunEndedError
-from chunkgraph.flow._lock import FlowLockedError
-from chunkgraph.flow._subchunk import FlowOutputError
 
 __all__ = [
     "ApplyReport",

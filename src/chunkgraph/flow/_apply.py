@@ -560,7 +560,7 @@ class _Flow:
 def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> ReductionStats:
     """Graph task: one reduction box, then its done marker."""
     if job.layers is None:
-        raise RuntimeError("a reduction needs temporary layers; this flow writes directly")
+        raise AssertionError("a reduction needs temporary layers; this flow writes directly")
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
     MarkerStore(Path(job.marker_root)).mark_done(REDUCE, key)
     return stats

@@ -91,7 +91,7 @@ def _canonical(value: object) -> str:
         return repr(value)
     if isinstance(value, Box):
         return f"Box({_canonical(value.start)},{_canonical(value.stop)})"
-    raise TypeError(f"no canonical form for {type(value).__name__} in a flow spec")
+    raise AssertionError(f"no canonical form for {type(value).__name__} in a flow spec")
 
 
 def _fn_fingerprint(fn: object, depth: int) -> str:

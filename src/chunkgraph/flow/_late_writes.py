@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import threading
 
-from chunkgraph._errors import ChunkgraphError
+from chunkgraph._errors import RunEndedError
 
 _ENDED: set[str] = set()
 _GUARD = threading.Lock()
-
-
-class RunEndedError(ChunkgraphError, RuntimeError):
-    """A flow task tried to write after its run had ended; the write was dropped."""
 
 
 def end_run(token: str) -> None:

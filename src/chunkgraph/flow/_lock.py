@@ -33,14 +33,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from chunkgraph._errors import ChunkgraphError
+from chunkgraph._errors import FlowLockedError
 
 # How often a run that waits for a lock tries again; short next to any flow.
 _POLL_SECONDS = 0.1
-
-
-class FlowLockedError(ChunkgraphError, RuntimeError):
-    """Another run holds the flow's lock (the same flow started twice on one destination)."""
 
 
 @contextlib.contextmanager
@@ -54,7 +50,7 @@ def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
     ...         pass
     Traceback (most recent call last):
       ...
-    chunkgraph.flow._lock.FlowLockedError: ...
+    chunkgraph.FlowLockedError: ...
     >>> lock.exists()
     False
     """

@@ -64,7 +64,7 @@ class MarkerStore:
 
     def _dir(self, kind: str) -> Path:
         if kind not in _KINDS:
-            raise ValueError(f"unknown marker kind {kind!r}; valid kinds are {_KINDS}")
+            raise AssertionError(f"unknown marker kind {kind!r}; valid kinds are {_KINDS}")
         return self.root / "markers" / kind
 
     def mark_done(self, kind: str, key: str) -> None:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ChunkgraphError
+from chunkgraph._errors import FlowOutputError
 from chunkgraph.flow._blend import axis_weights
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
@@ -55,10 +55,6 @@ if TYPE_CHECKING:
 # dtype kinds an fn may return: bool, signed, unsigned, float. Anything else
 # (complex, object, strings) cannot be blended or cast into a volume.
 _NUMERIC_KINDS = "biuf"
-
-
-class FlowOutputError(ChunkgraphError, ValueError):
-    """``fn`` returned an array the flow cannot use (wrong shape or dtype)."""
 
 
 @dataclass
@@ -341,7 +337,7 @@ class _Accumulator:
 
     def result(self) -> np.ndarray:
         if self._array is None:
-            raise RuntimeError("an accumulator was read before any child contributed")
+            raise AssertionError("an accumulator was read before any child contributed")
         return self._array
 
 

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, UsageError
 from chunkgraph._util import usable_cores
 from chunkgraph.parallel._splitter import LengthSplitter
 
@@ -199,7 +199,7 @@ class WorkStealingPool:
             yield
             return
         if self._closed:
-            raise RuntimeError("this WorkStealingPool is closed; use get_pool() for a live one")
+            raise UsageError("this WorkStealingPool is closed; use get_pool() for a live one")
         me = _Participant(threading.current_thread().name)
         self._register(me)
         try:
@@ -210,7 +210,7 @@ class WorkStealingPool:
     def _me(self) -> _Participant:
         me: _Participant | None = getattr(self._local, "participant", None)
         if me is None:
-            raise RuntimeError(
+            raise UsageError(
                 "WorkStealingPool.join was called from a thread that has not entered the pool; "
                 "wrap the call in `with pool.participate():`"
             )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkgraph._errors import VolumeNotFoundError
 from chunkgraph.volume._storage import Index, VolumeMeta
 
 BACKEND = "memory"
@@ -55,7 +56,7 @@ def open_memory(name: str) -> MemoryStorage:
     with _REGISTRY_LOCK:
         storage = _REGISTRY.get(name)
     if storage is None:
-        raise FileNotFoundError(f"no memory volume named {name!r} in this process")
+        raise VolumeNotFoundError(f"no memory volume named {name!r} in this process")
     return storage
 
 

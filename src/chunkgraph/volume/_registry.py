@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.geometry._box import as_int_tuple
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
@@ -167,7 +167,7 @@ def open_volume(
         return Volume(open_memory(text), mode, cache_bytes)
     name = _normalise_path(text, "zarr")
     if "://" not in name and not _is_on_disk(name):
-        raise FileNotFoundError(f"no volume at {name!r} (no zarr.json there)")
+        raise VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
     chosen = backend or _creator_backend(name)
     storage = open_tensorstore(name, mode) if chosen == "tensorstore" else open_zarr(name, mode)
     return Volume(storage, mode, cache_bytes)
@@ -201,5 +201,7 @@ def remove(path: str | os.PathLike[str], *, missing_ok: bool = False) -> None:
     if not _is_on_disk(name):
         if missing_ok:
             return
-        raise FileNotFoundError(f"no volume at {name!r} (neither a memory volume nor a zarr.json)")
+        raise VolumeNotFoundError(
+            f"no volume at {name!r} (neither a memory volume nor a zarr.json)"
+        )
     shutil.rmtree(name)
