@@ -398,7 +398,7 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
     (
         "chunk size a bool",
         _case(chunk_sizes=[(32, True, 32)]),
-        r"chunk_sizes\[0\]\[1\] must be an integer, got True",
+        r"chunk_sizes\[0\]\[1\] must be an integer, got True \(a bool",
     ),
     (
         "crop_pads one per level, wrong count",
@@ -428,7 +428,7 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
     (
         "per-axis pad of wrong length",
         _case(crop_pads=(1, 2)),
-        r"crop_pads = \(1, 2\) has 2 entries; expected 3, one per spatial axis",
+        r"crop_pads = \(1, 2\) has 2 entries; expected 3, one per axis \(or a single int",
     ),
     (
         "unknown blend mode",

@@ -62,7 +62,7 @@ def test_is_frozen() -> None:
     [
         ((0, 0), (1,), "different numbers of axes"),
         ((0, 5), (1, 4), "axis 1"),
-        ((0.5,), (1,), "integers"),
+        ((0.5,), (1,), r"start\[0\] must be an integer, got 0.5 \(float\)"),
         ((True,), (1,), "bool"),
         ("ab", (1, 2), "sequence"),
     ],

@@ -238,7 +238,7 @@ def test_create_validates_its_arguments(tmp_path: Path) -> None:
     p = str(tmp_path / "bad")
     with pytest.raises(ConfigError, match="backend 'hdf5'"):
         volume.create(p, (4,), (2,), "uint8", backend="hdf5")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="chunks \\(2,\\) has 1 axes"):
+    with pytest.raises(ConfigError, match=r"chunks \(2,\) has 1 axes but shape \(4, 4\) has 2"):
         volume.create(p, (4, 4), (2,), "uint8")
     with pytest.raises(ConfigError, match="offset"):
         volume.create(p, (4, 4), (2, 2), "uint8", offset=(1,))

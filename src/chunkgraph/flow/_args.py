@@ -23,13 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-
-
-def as_int(value: object, what: str) -> int:
-    """A Python int from an int or numpy integer (bools are refused: True is not a size)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ConfigError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
-    return int(value)
+from chunkgraph._util import per_axis
 
 
 def listed(value: object) -> object:
@@ -44,19 +38,6 @@ def listed(value: object) -> object:
 def is_per_axis(value: object) -> bool:
     """A tuple of ints is one value per axis (a list is one value per level)."""
     return isinstance(value, tuple) and all(isinstance(v, int | np.integer) for v in value)
-
-
-def per_axis(value: object, ndim: int, what: str) -> tuple[int, ...]:
-    """An int (all axes) or ``ndim`` ints -> ``ndim`` ints."""
-    value = listed(value)
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        if len(value) != ndim:
-            raise ConfigError(
-                f"{what} = {tuple(value)} has {len(value)} entries; expected {ndim}, "
-                f"one per spatial axis (or a single int for all axes)"
-            )
-        return tuple(as_int(v, f"{what}[{i}]") for i, v in enumerate(value))
-    return (as_int(value, what),) * ndim
 
 
 def parse_chunk_sizes(chunk_sizes: object, ndim: int) -> list[tuple[int, ...]]:

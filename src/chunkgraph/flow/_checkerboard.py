@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkgraph import volume
+from chunkgraph._util import divisors
 from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -62,18 +63,8 @@ def nearest_divisor(n: int, target: int) -> int:
     >>> nearest_divisor(128, 64), nearest_divisor(45, 16), nearest_divisor(7, 3)
     (64, 15, 7)
     """
-    best = n
-    for d in range(1, int(n**0.5) + 1):
-        if n % d:
-            continue
-        for cand in (d, n // d):
-            if 2 * cand < target:
-                continue
-            if abs(cand - target) < abs(best - target) or (
-                abs(cand - target) == abs(best - target) and cand > best
-            ):
-                best = cand
-    return best
+    fit = [d for d in divisors(n) if 2 * d >= target] or [n]
+    return min(fit, key=lambda d: (abs(d - target), -d))
 
 
 def layer_dtype(spec: FlowSpec) -> np.dtype:

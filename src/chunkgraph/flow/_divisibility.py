@@ -13,10 +13,10 @@ the largest size below the given one that satisfies the rule, bottom-up;
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import divisors
 from chunkgraph.geometry import Box
 
 
@@ -90,12 +90,9 @@ def check_divisibility(
 
 def nearest_divisors(n: int, near: int) -> tuple[int | None, int | None]:
     """The divisors of ``n`` closest to ``near`` from below and from above."""
-    divisors: set[int] = set()
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            divisors.update((d, n // d))
-    below = max((d for d in divisors if d < near), default=None)
-    above = min((d for d in divisors if d > near), default=None)
+    found = divisors(n)
+    below = max((d for d in found if d < near), default=None)
+    above = min((d for d in found if d > near), default=None)
     return below, above
 
 

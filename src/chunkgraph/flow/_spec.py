@@ -66,7 +66,8 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._args import parse_chunk_sizes, per_axis, per_level
+from chunkgraph._util import per_axis
+from chunkgraph.flow._args import parse_chunk_sizes, per_level
 from chunkgraph.flow._blend import WEIGHTED_MODES
 from chunkgraph.flow._divisibility import (
     auto_divisible_chunks,

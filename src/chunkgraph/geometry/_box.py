@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal, SupportsIndex, TypeAlias
 import numpy as np
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import as_int, as_int_tuple, per_axis
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -44,44 +45,10 @@ SnapDirection = Literal["outer", "inner", "down", "up"]
 SplitMode = Literal["exact", "shrink", "expand"]
 
 
-def _as_int(value: object, what: str) -> int:
-    """One integer coordinate; bools and floats are refused (2.0 is not a voxel index)."""
-    if isinstance(value, bool | np.bool_):
-        raise ConfigError(f"{what} must be integers, got the bool {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ConfigError(
-            f"{what} must be integers, got {value!r} of type {type(value).__name__}; "
-            f"pass whole numbers such as int({value!r})"
-        ) from None
-
-
-def as_int_tuple(values: object, what: str, ndim: int | None = None) -> tuple[int, ...]:
-    """Coerce a sequence (list, tuple, 1-d array) to a tuple of Python ints, checking length."""
-    if isinstance(values, np.ndarray):
-        if values.ndim != 1:
-            raise ConfigError(f"{what} must be 1-d, got an array of shape {values.shape}")
-        values = values.tolist()
-    if not isinstance(values, Iterable) or isinstance(values, str | bytes):
-        raise ConfigError(f"{what} must be a sequence of integers, got {values!r}")
-    out = tuple(_as_int(v, what) for v in values)
-    if ndim is not None and len(out) != ndim:
-        raise ConfigError(f"{what} has {len(out)} axes {out}, expected {ndim}")
-    return out
-
-
-def per_axis(value: object, ndim: int, what: str) -> tuple[int, ...]:
-    """An int broadcast to every axis, or a per-axis sequence of ints."""
-    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
-        return as_int_tuple(value, what, ndim)
-    return (_as_int(value, what),) * ndim
-
-
 def pad_pairs(pad: object, ndim: int) -> tuple[tuple[int, int], ...]:
     """Normalise a pad to per-axis ``(low, high)`` pairs (see the module docstring)."""
     if not isinstance(pad, Iterable) or isinstance(pad, str | bytes):
-        p = _as_int(pad, "pad")
+        p = as_int(pad, "pad")
         return ((p, p),) * ndim
     items = list(pad.tolist() if isinstance(pad, np.ndarray) else pad)
     if len(items) != ndim:
@@ -95,7 +62,7 @@ def pad_pairs(pad: object, ndim: int) -> tuple[tuple[int, int], ...]:
             lo_hi = as_int_tuple(item, "pad pair", 2)
             pairs.append((lo_hi[0], lo_hi[1]))
         else:
-            p = _as_int(item, "pad")
+            p = as_int(item, "pad")
             pairs.append((p, p))
     return tuple(pairs)
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import divisors
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -50,7 +51,7 @@ def split_arrays(
     mode: SplitMode,
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], tuple[int, ...]]:
     """``(starts, stops, grid_shape)``: int64 arrays of shape ``(n, ndim)``, rows in C order."""
-    from chunkgraph.geometry._box import per_axis
+    from chunkgraph._util import per_axis
 
     ndim = box.ndim
     c = per_axis(chunk, ndim, "chunk")
@@ -101,7 +102,7 @@ def _check_exact(axis: int, lo: int, hi: int, c: int, s: int, o: int) -> None:
         )
     if size < c or (size - c) % s != 0:
         if s == c:
-            sizes = [d for d in range(1, size + 1) if size % d == 0][-6:]
+            sizes = divisors(size)[-6:]
             hint = f"chunk sizes that divide {size}: {sizes}"
         else:
             k = max(0, (size - c) // s)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
-from chunkgraph.geometry._box import as_int_tuple
+from chunkgraph._util import as_int_tuple
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore

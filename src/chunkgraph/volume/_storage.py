@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.geometry._box import as_int_tuple
+from chunkgraph._util import as_int_tuple
 
 ATTRS_KEY = "chunkgraph"
 Index = tuple[slice, ...]
