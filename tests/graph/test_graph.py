@@ -259,3 +259,33 @@ def test_a_failed_add_leaves_the_graph_unchanged(bad_kwargs: dict[str, object]) 
     other = g.add(neg, 5, name="other")
     assert load.dependencies == [] and other.dependencies == []
     assert cg.run(g, [load, other, first]) == [1, -5, 3]
+
+
+def test_cached_values_are_kept_until_the_graph_changes() -> None:
+    """add() and set_cost() forget what cached() kept; reads in between reuse it."""
+    g = Graph()
+    a = g.add(abs, -1)
+    calls: list[int] = []
+
+    def count(graph: Graph) -> int:
+        calls.append(len(graph))
+        return len(graph)
+
+    assert g.cached("n", count) == 1 and g.cached("n", count) == 1
+    assert calls == [1]
+    g.set_cost(a, Cost(seconds=2.0))
+    assert g.cached("n", count) == 1 and calls == [1, 1]
+    g.add(abs, a)
+    assert g.cached("n", count) == 2 and calls == [1, 1, 2]
+
+
+def test_task_id_takes_refs_ids_and_names_of_this_graph_only() -> None:
+    g = Graph()
+    a = g.add(abs, -1, name="a")
+    b = g.add(abs, a)
+    assert [g.task_id(k) for k in (a, b, 1, "a", b.name)] == [0, 1, 1, 0, 1]
+    other = Graph()
+    other.add(abs, 1)
+    for bad in (other.ref(0), 2, -1, "nope"):
+        with pytest.raises(GraphError):
+            g.task_id(bad)

@@ -145,11 +145,7 @@ class LocalExecutor:
 
 
 def _priority(graph: Graph) -> np.ndarray[Any, np.dtype[np.int64]]:
-    cache = graph._cache  # dropped by the next add(); shared by repeated runs
-    if "order" not in cache:
-        cache["order"] = order(graph)
-    priority: np.ndarray[Any, np.dtype[np.int64]] = cache["order"]
-    return priority
+    return graph.cached("order", order)  # shared by repeated runs of an unchanged graph
 
 
 def _describe(error: BaseException) -> str:
@@ -177,7 +173,7 @@ def _error_group(graph: Graph, scheduler: Scheduler) -> ExceptionGroup[TaskError
 
 def _target_ids(graph: Graph, targets: object) -> list[int]:
     if isinstance(targets, TaskRef):
-        return [graph._id(targets)]
+        return [graph.task_id(targets)]
     if isinstance(targets, str):
         return [graph.ref(targets).id]
     if isinstance(targets, Mapping):

@@ -1,10 +1,14 @@
 """Task graphs: ``Graph``, ``TaskRef``, ``Cost``, ``Resources`` and the ``@task`` decorator.
 
 See ``_graph.py`` for the storage layout (CSR dependency arrays, cost columns).
+``collect_leaves`` / ``replace_leaves`` / ``has_leaf`` state which containers
+chunkgraph looks inside (for TaskRefs here, for shared-memory arrays in the
+process pool); see ``_nested.py``.
 """
 
 from chunkgraph.graph._cost import DEFAULT_RESOURCES, DEFAULT_SECONDS, Cost, Resources
 from chunkgraph.graph._graph import CostColumns, Graph, TaskRef
+from chunkgraph.graph._nested import collect_leaves, has_leaf, replace_leaves
 from chunkgraph.graph._task import Task, task
 
 __all__ = [
@@ -16,5 +20,8 @@ __all__ = [
     "Resources",
     "Task",
     "TaskRef",
+    "collect_leaves",
+    "has_leaf",
+    "replace_leaves",
     "task",
 ]

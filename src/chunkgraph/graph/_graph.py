@@ -18,6 +18,8 @@ Policy and why:
   order, so the dependency CSR is built incrementally in ``array('q')`` buffers
   (compact, fast appends); the numpy copies and the *dependents* CSR (the
   transpose) are built lazily on first use and dropped by the next ``add()``.
+  Values derived by other layers (a priority order) are kept the same way
+  through ``cached()``, which ``set_cost()`` also clears: they may read costs.
 * Every dependency of a task added with ``add()`` has a smaller id, so the id
   order is a topological order and no cycle can exist. A cycle needs a forged
   ``TaskRef``; ``validate()`` checks for that (and for ids out of range).
@@ -32,7 +34,7 @@ from __future__ import annotations
 import contextvars
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +44,7 @@ from chunkgraph.graph._cost import DEFAULT_RESOURCES, DEFAULT_SECONDS, Cost, Res
 from chunkgraph.graph._payload import NESTED_REFS, NO_REFS, TOP_REFS, resolve_call, scan
 
 IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
 
 # First capacity of the cost columns; they double when full, so growth costs
 # O(log n) reallocations and at most 2x the final size.
@@ -231,8 +234,8 @@ class Graph:
 
     def set_cost(self, ref: TaskRef | int, cost: Cost) -> None:
         """Replace a task's cost estimate (e.g. with a measured one)."""
-        self._set_cost(self._id(ref), cost)
-        self._cache.pop("order", None)
+        self._set_cost(self.task_id(ref), cost)
+        self._cache.pop("derived", None)  # an order or a plan depends on the costs
 
     def __enter__(self) -> Graph:
         self._tokens.append(current_graph.set(self))
@@ -260,9 +263,20 @@ class Graph:
             if suffix.isdigit() and int(suffix) < len(self) and self.name(int(suffix)) == key:
                 return TaskRef(self, int(suffix))
             raise GraphError(f"no task named {key!r} in this graph of {len(self)} tasks")
-        return TaskRef(self, self._id(key))
+        return TaskRef(self, self.task_id(key))
 
-    def _id(self, key: TaskRef | int) -> int:
+    def task_id(self, key: TaskRef | int | str) -> int:
+        """The id of a task given as a TaskRef of this graph, an id or a name.
+
+        GraphError when it is not a task of this graph.
+
+        >>> g = Graph()
+        >>> a = g.add(abs, -1, name="a")
+        >>> g.task_id(a), g.task_id("a"), g.task_id(0)
+        (0, 0, 0)
+        """
+        if isinstance(key, str):
+            return self.ref(key).id
         if isinstance(key, TaskRef):
             if key.graph is not self:
                 raise GraphError(f"{key!r} belongs to another Graph")
@@ -356,6 +370,25 @@ class Graph:
                 f"the graph has a cycle: {path}; a task cannot depend on its own result"
             )
         check_names(self, self._user_names)
+
+    def cached(self, key: str, compute: Callable[[Graph], T]) -> T:
+        """``compute(self)``, computed once and kept under ``key`` until the graph changes.
+
+        For what is derived from the whole graph and reused by every run of it
+        (the executors keep ``planning.order`` here). ``add()`` and ``set_cost()``
+        forget every kept value; the caller names the key and must not mutate
+        the value.
+
+        >>> g = Graph()
+        >>> _ = g.add(abs, -1)
+        >>> g.cached("size", len), g.cached("size", lambda graph: -1)
+        (1, 1)
+        """
+        derived: dict[str, Any] = self._cache.setdefault("derived", {})
+        if key not in derived:
+            derived[key] = compute(self)
+        value: T = derived[key]
+        return value
 
     def topological_order(self) -> IntArray:
         """Task ids, each after all its dependencies (the id order unless refs were forged)."""

@@ -8,22 +8,21 @@ run-time substitution needs:
     TOP_REFS    TaskRefs only as direct arguments: one flat pass per call
     NESTED_REFS TaskRefs inside list / tuple / dict values: recursive rebuild
 
-The scan recurses only into ``list``, ``tuple`` (named tuples included) and
-``dict``; it never looks inside numpy arrays, sets or other objects, which
-keeps ``add()`` cheap for tasks that carry large arrays as arguments.
+Which containers are searched, and how they are rebuilt (named tuples and
+dict subclasses keep their type), is ``_nested``'s rule, the same one the
+process pool uses to find arrays.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from chunkgraph.graph._nested import collect_leaves, replace_leaves
 
 NO_REFS = 0
 TOP_REFS = 1
 NESTED_REFS = 2
-
-_CONTAINERS = (list, tuple, dict)
 
 
 def scan(value: object, ref_type: type, found: list[Any]) -> bool:
@@ -31,38 +30,7 @@ def scan(value: object, ref_type: type, found: list[Any]) -> bool:
 
     Returns True when at least one was found. ``value`` itself is a container.
     """
-    hit = False
-    items = value.values() if isinstance(value, dict) else value
-    for item in items:  # type: ignore[attr-defined]
-        if item.__class__ is ref_type:
-            found.append(item)
-            hit = True
-        elif isinstance(item, _CONTAINERS) and scan(item, ref_type, found):
-            hit = True
-    return hit
-
-
-def substitute(value: Any, ref_type: type, lookup: Callable[[Any], Any]) -> Any:
-    """Return ``value`` with every nested ``ref_type`` replaced by ``lookup(ref)``."""
-    cls = value.__class__
-    if cls is ref_type:
-        return lookup(value)
-    if isinstance(value, dict):
-        if cls is dict:
-            return {k: substitute(v, ref_type, lookup) for k, v in value.items()}
-        # A subclass (defaultdict, OrderedDict) keeps its type and settings.
-        out = copy.copy(value)
-        for k, v in value.items():
-            out[k] = substitute(v, ref_type, lookup)
-        return out
-    if isinstance(value, list):
-        return [substitute(v, ref_type, lookup) for v in value]
-    if isinstance(value, tuple):
-        items = [substitute(v, ref_type, lookup) for v in value]
-        if hasattr(value, "_make"):  # a named tuple keeps its type
-            return value._make(items)
-        return tuple(items)
-    return value
+    return collect_leaves(value, lambda item: item.__class__ is ref_type, found)
 
 
 def resolve_call(
@@ -82,10 +50,10 @@ def resolve_call(
         new_kwargs = {k: results[v.id] if v.__class__ is ref_type else v for k, v in kwargs.items()}
         return new_args, new_kwargs
 
-    def lookup(ref: Any) -> Any:
-        return results[ref.id]
+    def result_of(item: Any) -> Any:
+        return results[item.id] if item.__class__ is ref_type else item
 
     return (
-        tuple(substitute(a, ref_type, lookup) for a in args),
-        {k: substitute(v, ref_type, lookup) for k, v in (kwargs or {}).items()},
+        tuple(replace_leaves(a, result_of) for a in args),
+        {k: replace_leaves(v, result_of) for k, v in (kwargs or {}).items()},
     )
