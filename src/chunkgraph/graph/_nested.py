@@ -82,7 +82,7 @@ def replace_leaves(value: Any, new: Callable[[Any], Any]) -> Any:
         }
         if cls is dict:
             return out
-        mapping: dict[Any, Any] = copy.copy(value)
+        mapping: dict[Any, Any] = copy.copy(value)  # type: ignore[arg-type]
         mapping.update(out)
         return mapping
     items = [replace_leaves(v, new) if isinstance(v, CONTAINERS) else new(v) for v in value]
