@@ -221,7 +221,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def probe(run: Callable[[int, int], T], start: int, stop: int) -> tuple[list[T], int, CostModel]:
-    """Run doubling pieces of ``[start, stop)`` in the caller and fit their cost.
+    """Run pieces of ``[start, stop)`` in the caller, growing ``PROBE_GROWTH``-fold
+    (1, 4, 16, ... elements) until one takes ``PROBE_MIN_S``, and fit their cost.
 
     Returns the pieces' values (in order), where the loop continues, and the
     model. Stops early when the range is used up; exceptions propagate.
