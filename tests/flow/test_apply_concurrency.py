@@ -38,6 +38,11 @@ start, stop, delay = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 
 def slow_affine(src):
     time.sleep(delay)
+    if mode == "gated":  # hold the flow until the test has tried its second run
+        import os
+        deadline = time.monotonic() + 60
+        while not os.path.exists(root + "/release") and time.monotonic() < deadline:
+            time.sleep(0.01)
     return src.astype("float64") * 3.0 + 1.0
 
 if mode == "slow-writes":
@@ -105,11 +110,13 @@ def _wait_for_lock(root: Path) -> Path:
 
 def test_the_same_flow_started_twice_is_refused_then_waits(tmp_path: Path) -> None:
     data = _setup(tmp_path)
-    first = _start(tmp_path, "run", (0, 32), 0.1)
+    first = _start(tmp_path, "gated", (0, 32), 0.0)
     _wait_for_lock(tmp_path)
-    code, refused = _result(_start(tmp_path, "run", (0, 32), 0.1))
+    code, refused = _result(_start(tmp_path, "run", (0, 32), 0.0))
     assert code == 3 and f"process {first.pid} on host" in refused["locked"]
-    waiting = _start(tmp_path, "wait", (0, 32), 0.1)
+    waiting = _start(tmp_path, "wait", (0, 32), 0.0)
+    time.sleep(0.5)  # let it start waiting
+    (tmp_path / "release").touch()
     code, done = _result(first)
     assert code == 0 and done["tasks"] == [6]
     code, waited = _result(waiting)

@@ -54,7 +54,7 @@ def test_no_two_tasks_of_a_layer_share_a_storage_chunk(
     layout: tuple[FlowSpec, tuple[int, ...]],
 ) -> None:
     spec, dst_chunk = layout
-    dst = SimpleNamespace(chunks=dst_chunk, channel_shape=())
+    dst = SimpleNamespace(chunks=dst_chunk, spatial_chunks=dst_chunk, channel_shape=())
     plan = plan_layers(spec, dst, Path("unused"))  # type: ignore[arg-type]
     top = spec.levels[0]
     assert all(c % s == 0 for c, s in zip(top.chunk, plan.storage_chunk, strict=True))
@@ -97,7 +97,7 @@ def test_layer_count_follows_the_blended_axes() -> None:
     spec = _spec((8, 8, 8), (2, 0, 3), (2, 2, 2), (0, 0, 0))
     plan = plan_layers(
         spec,
-        SimpleNamespace(chunks=(4, 4, 4), channel_shape=()),  # type: ignore[arg-type]
+        SimpleNamespace(chunks=(4, 4, 4), spatial_chunks=(4, 4, 4), channel_shape=()),  # type: ignore[arg-type]
         Path("unused"),
     )
     assert plan.parity_axes == (0, 2) and plan.n_layers == 4

@@ -54,6 +54,7 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
+from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._lock import flow_lock
@@ -481,7 +482,7 @@ class _Flow:
         spec = self.spec
         starts, stops, grid = spec.bbox.split_arrays(spec.levels[0].chunk)
         done = self.markers.done_keys(TOP)
-        cost = Cost(memory=_top_task_memory(spec, self.inputs, self.dst))
+        cost = Cost(memory=top_task_memory(spec, self.inputs, self.dst))
         indices = np.indices(grid).reshape(len(grid), -1).T.tolist()
         refs: dict[tuple[int, ...], TaskRef] = {}
         for index, a, b in zip(indices, starts.tolist(), stops.tolist(), strict=True):
@@ -574,13 +575,6 @@ def _sweep_axis(grid: tuple[int, ...]) -> int:
     """
     moving = [a for a, n in enumerate(grid) if n > 1]
     return moving[-1] if moving else len(grid) - 1
-
-
-def _top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
-    """Peak memory hint of one top-level task, from the dry-run arithmetic."""
-    from chunkgraph.flow._estimate import estimate_flow
-
-    return int(estimate_flow(spec, inputs, dst).top_task_memory_bytes)
 
 
 def _read_bytes(inputs: Mapping[str, Volume]) -> int:

@@ -138,7 +138,7 @@ class LayerPlan:
 def plan_layers(spec: FlowSpec, dst: Volume, root: Path) -> LayerPlan:
     """Choose parity axes, extent, storage grid and dtype of a flow's temporary layers."""
     top = spec.levels[0]
-    dst_chunk = tuple(dst.chunks[len(dst.chunks) - spec.spatial_ndim :])
+    dst_chunk = dst.spatial_chunks
     storage = tuple(nearest_divisor(c, t) for c, t in zip(top.chunk, dst_chunk, strict=True))
     return LayerPlan(
         root=root,

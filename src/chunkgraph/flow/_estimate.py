@@ -60,7 +60,7 @@ class FlowEstimate:
     bytes_to_read: int  # all inputs, whole storage chunks (clipped to bounds), no cache
     bytes_to_write: int  # temporary_bytes + dst_bytes
     top_task_memory_bytes: int
-    # Added fields: the parts of the sums above.
+    # The parts of the sums above, for reports that show them apart.
     input_bytes: tuple[tuple[str, int], ...] = ()  # bytes_to_read per input name
     temporary_bytes: int = 0  # written to checkerboard layers (read back once by reductions)
     dst_bytes: int = 0  # written to dst by reductions (or directly)
@@ -86,13 +86,13 @@ def estimate_flow(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> 
     deferred = spec.levels[0].blend_mode == "defer"
     region = written_region(spec, dst)
     dst_bytes = 0 if deferred else region.size * _voxel_bytes(dst)
-    reductions = 0 if spec.skip_intermediates or deferred else _reduction_count(spec, region, dst)
+    reductions = 0 if spec.skip_intermediates or deferred else _reduction_count(spec, region)
     return FlowEstimate(
         tasks_per_level=tasks,
         reductions=reductions,
         bytes_to_read=sum(b for _, b in per_input),
         bytes_to_write=temporary + dst_bytes,
-        top_task_memory_bytes=_top_task_memory(spec, inputs, dst),
+        top_task_memory_bytes=top_task_memory(spec, inputs, dst),
         input_bytes=per_input,
         temporary_bytes=temporary,
         dst_bytes=dst_bytes,
@@ -117,7 +117,7 @@ def tasks_per_level(spec: FlowSpec) -> tuple[int, ...]:
 
 def written_region(spec: FlowSpec, dst: Volume) -> Box:
     """The dst region reductions write: bbox snapped outward to dst chunks, inside dst."""
-    chunks = _spatial_chunks(dst, spec.spatial_ndim)
+    chunks = dst.spatial_chunks
     bounds: Box = dst.bounds
     return spec.bbox.snapped(chunks, offset=bounds.start).intersection(bounds)
 
@@ -134,7 +134,7 @@ def _top_starts(spec: FlowSpec) -> list[np.ndarray]:
 def _input_read_bytes(spec: FlowSpec, starts: list[np.ndarray], vol: Volume) -> int:
     """Bytes of the storage chunks every top task's padded read touches, summed."""
     top, pad = spec.levels[0].chunk, spec.context_pad
-    chunks = _spatial_chunks(vol, spec.spatial_ndim)
+    chunks = vol.spatial_chunks
     bounds: Box = vol.bounds
     total = _voxel_bytes(vol)
     for a, first in enumerate(starts):
@@ -158,23 +158,18 @@ def _temporary_bytes(spec: FlowSpec, starts: list[np.ndarray], dst: Volume) -> i
     return total
 
 
-def _reduction_count(spec: FlowSpec, region: Box, dst: Volume) -> int:
-    chunks = _spatial_chunks(dst, spec.spatial_ndim)
-    limit = spec.max_reduction_chunk_size or spec.levels[0].chunk
-    size = tuple(max(1, m // c) * c for m, c in zip(limit, chunks, strict=True))
+def _reduction_count(spec: FlowSpec, region: Box) -> int:
+    size = spec.max_reduction_chunk_size
     return math.prod(-(-n // s) for n, s in zip(region.shape, size, strict=True))
 
 
-def _top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
+def top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
+    """Peak bytes of one top-level task: its padded read plus one buffer per level."""
     read_shape = spec.levels[0].chunk
     read_voxels = math.prod(c + 2 * p for c, p in zip(read_shape, spec.context_pad, strict=True))
     held = sum(read_voxels * _voxel_bytes(vol) for vol in inputs.values())
     out_item = math.prod(dst.channel_shape) * spec.accumulate_dtype.itemsize
     return held + sum(math.prod(lv.region_shape) * out_item for lv in spec.levels)
-
-
-def _spatial_chunks(vol: Volume, ndim: int) -> tuple[int, ...]:
-    return tuple(int(c) for c in vol.chunks[len(vol.chunks) - ndim :])
 
 
 def _voxel_bytes(vol: Volume) -> int:

@@ -47,26 +47,12 @@ if TYPE_CHECKING:
     from chunkgraph.volume import Volume
 
 
-def spatial_chunks(vol: Volume, spatial_ndim: int) -> tuple[int, ...]:
-    return tuple(int(c) for c in vol.chunks[len(vol.chunks) - spatial_ndim :])
-
-
-def reduction_chunk(spec: FlowSpec, dst_chunk: tuple[int, ...]) -> tuple[int, ...]:
-    """Per axis: the largest multiple of the dst chunk within the limit (at least one chunk).
-
-    The limit is ``max_reduction_chunk_size`` or, by default, the top-level
-    chunk, so there are about as many reductions as top-level tasks.
-    """
-    limit = spec.max_reduction_chunk_size or spec.levels[0].chunk
-    return tuple(max(1, lim // c) * c for lim, c in zip(limit, dst_chunk, strict=True))
-
-
 def reduction_boxes(spec: FlowSpec, dst: Volume) -> tuple[list[Box], tuple[int, ...]]:
     """The write boxes of all reductions in C order, and their grid shape."""
-    dst_chunk = spatial_chunks(dst, spec.spatial_ndim)
+    dst_chunk = dst.spatial_chunks
     origin = dst.bounds.start
     region = spec.bbox.snapped(dst_chunk, offset=origin).intersection(dst.bounds)
-    return _split(region, reduction_chunk(spec, dst_chunk))
+    return _split(region, spec.max_reduction_chunk_size)
 
 
 def _split(region: Box, chunk: tuple[int, ...]) -> tuple[list[Box], tuple[int, ...]]:

@@ -68,7 +68,7 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import per_axis
 from chunkgraph.flow._args import parse_chunk_sizes, per_level
-from chunkgraph.flow._blend import WEIGHTED_MODES
+from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
 from chunkgraph.flow._divisibility import (
     auto_divisible_chunks,
     check_divisibility,
@@ -80,7 +80,7 @@ from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
 BlendMode = Literal["linear", "quadratic", "bump", "max", "defer"]
-BLEND_MODES: tuple[str, ...] = ("linear", "quadratic", "bump", "max", "defer")
+BLEND_MODES: tuple[str, ...] = ALL_MODES
 
 # The keyword under which a single (non-dict) input is known; fn receives it
 # positionally, but names in reports and markers need one.
@@ -125,9 +125,9 @@ class FlowSpec:
     input_names: tuple[str, ...]  # keyword names passed to fn; ("src",) style for one Volume
     dst_dtype: np.dtype[Any]
     accumulate_dtype: np.dtype[Any]  # float64 for <= 32-bit data, per the exactness rule
-    # Always set by validate_flow: the user's value, or by default the top chunk
+    # The reduction boxes' size: the user's value, or by default the top chunk
     # rounded down to whole dst chunks (at least one dst chunk) per axis.
-    max_reduction_chunk_size: tuple[int, ...] | None
+    max_reduction_chunk_size: tuple[int, ...]
     skip_intermediates: bool
     spatial_ndim: int
     # True when ``inputs`` was one Volume (not a dict); fn then gets its array as
@@ -237,7 +237,7 @@ def validate_flow(
     check_top_divides(region, levels[0].chunk)
 
     accumulate = _accumulate_dtype(named, out, levels)
-    dst_chunks = tuple(out.chunks[-ndim:])
+    dst_chunks = out.spatial_chunks
     reduction = _reduction_chunk(max_reduction_chunk_size, dst_chunks, levels[0].chunk)
     if skip_intermediates:
         _check_skip_intermediates(levels, region, out)
@@ -520,7 +520,7 @@ def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volum
                 "the crop to the bottom level or set skip_intermediates=False"
             )
     ndim = bbox.ndim
-    chunks = tuple(dst.chunks[-ndim:])
+    chunks = dst.spatial_chunks
     bottom = levels[-1].chunk
     bounds: Box = dst.bounds
     for axis in range(ndim):

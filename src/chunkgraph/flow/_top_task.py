@@ -168,7 +168,7 @@ def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
     from chunkgraph.parallel import parallel_map
 
     out = np.empty(tuple(vol.channel_shape) + region.shape, dtype=vol.dtype)
-    spatial = vol.chunks[len(vol.chunks) - region.ndim :]
+    spatial = vol.spatial_chunks
     cuts = [_cuts(region, a, int(spatial[a]), int(vol.offset[a])) for a in range(region.ndim)]
     others = [a for a in range(region.ndim) if a != axis]
 

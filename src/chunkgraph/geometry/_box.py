@@ -101,8 +101,12 @@ class Box:
         object.__setattr__(self, "stop", stop_t)
 
     @classmethod
-    def _trusted(cls, start: tuple[int, ...], stop: tuple[int, ...]) -> Box:
-        """Build without validation; only for corners already known valid (hot paths)."""
+    def unchecked(cls, start: tuple[int, ...], stop: tuple[int, ...]) -> Box:
+        """A box from corners already known valid (tuples of ints, start <= stop), unchecked.
+
+        For hot paths that derive corners from valid boxes (chunk grids, say):
+        it skips the coercion and checks of ``Box(start, stop)``, about 10x cheaper.
+        """
         box = object.__new__(cls)
         object.__setattr__(box, "start", start)
         object.__setattr__(box, "stop", stop)
@@ -156,7 +160,7 @@ class Box:
         # map() over builtins: this runs on every Volume read and write, keep it cheap.
         start = tuple(map(max, self.start, other.start))
         stop = tuple(map(max, start, map(min, self.stop, other.stop)))
-        return Box._trusted(start, stop)
+        return Box.unchecked(start, stop)
 
     def union(self, other: Box) -> Box:
         """The bounding box of both; an empty box contributes nothing.
@@ -171,7 +175,7 @@ class Box:
             return other
         start = tuple(min(a, b) for a, b in zip(self.start, other.start, strict=True))
         stop = tuple(max(a, b) for a, b in zip(self.stop, other.stop, strict=True))
-        return Box._trusted(start, stop)
+        return Box.unchecked(start, stop)
 
     def contains(self, other: Box | Ints) -> bool:
         """Whether a box (an empty one is contained everywhere) or a point lies inside."""
@@ -191,7 +195,7 @@ class Box:
     def translated(self, offset: Ints | IntLike) -> Box:
         """Shifted by ``offset`` (an int for every axis, or per axis)."""
         off = per_axis(offset, self.ndim, "offset")
-        return Box._trusted(
+        return Box.unchecked(
             tuple(a + o for a, o in zip(self.start, off, strict=True)),
             tuple(b + o for b, o in zip(self.stop, off, strict=True)),
         )
@@ -210,7 +214,7 @@ class Box:
                 f"padding {self} by {pad!r} gives a negative shape (start {start}, stop {stop}); "
                 f"a box of shape {self.shape} can shrink by at most its size per axis"
             )
-        return Box._trusted(start, stop)
+        return Box.unchecked(start, stop)
 
     def cropped(self, pad: Pad) -> Box:
         """Shrunk by ``pad`` on each side: the exact inverse of ``padded(pad)``."""
@@ -249,7 +253,7 @@ class Box:
         stop = tuple(_snap(b, gi, oi, stop_up) for b, gi, oi in zip(self.stop, g, o, strict=True))
         # "inner" on a box smaller than one cell would cross over: collapse to empty.
         stop = tuple(max(a, b) for a, b in zip(start, stop, strict=True))
-        return Box._trusted(start, stop)
+        return Box.unchecked(start, stop)
 
     # -- chunking ----------------------------------------------------------------------
 
@@ -278,7 +282,7 @@ class Box:
         [(2, 3), (2, 2), (2, 3), (2, 2)]
         """
         starts, stops, _ = self.split_arrays(chunk, stride, offset, mode)
-        make = Box._trusted
+        make = Box.unchecked
         return [
             make(tuple(a), tuple(b)) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
         ]

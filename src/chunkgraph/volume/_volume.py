@@ -381,7 +381,7 @@ class Volume:
                 min(a + c, e)
                 for a, c, e in zip(start, self._spatial_chunks, self._bounds.stop, strict=True)
             )
-            out.append((key, Box._trusted(start, stop)))
+            out.append((key, Box.unchecked(start, stop)))
         return out
 
     def _count_read(self, inner: Box) -> None:
