@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkgraph.execute._process_pool import ProcessPool
+from chunkgraph.execute import ProcessPool
 
 
 def _best(fn: Callable[[], float], repeat: int) -> float:

@@ -14,14 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chunkgraph.execute._shm import (
-    _open_mapping,
+from chunkgraph.execute.pool._segment_names import (
     list_prefix,
     owner_of,
     owner_prefix,
     sweep_orphans,
     unlink_name,
 )
+from chunkgraph.execute.pool._shm import _open_mapping
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/dev/shm") or not os.path.exists("/proc/self/ns/pid"),

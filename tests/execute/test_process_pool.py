@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections import OrderedDict, namedtuple
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from pathlib import Path
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from chunkgraph._errors import ConfigError, WorkerDiedError
-from chunkgraph.execute._process_pool import (
+from chunkgraph.execute.pool._process_pool import (
     MAX_DEPTH,
     MIN_DEPTH,
     QUEUE_SECONDS,
@@ -35,8 +36,9 @@ from chunkgraph.execute._process_pool import (
     ProcessPool,
     queue_depth,
 )
-from chunkgraph.execute._shm import SHM_MIN_BYTES, flush_finalized, list_prefix
-from chunkgraph.execute._worker import RemoteError, RemoteTraceback
+from chunkgraph.execute.pool._segment_names import list_prefix
+from chunkgraph.execute.pool._shm import SHM_MIN_BYTES, flush_finalized
+from chunkgraph.execute.pool._worker import RemoteError, RemoteTraceback
 
 # Workers import the functions they run by module name; this module is
 # ``tests.execute.test_process_pool``, importable once the repository root is on
@@ -75,6 +77,26 @@ def describe(value: Any) -> Any:
 
 def identity(value: Any) -> Any:
     return value
+
+
+Bundle = namedtuple("Bundle", "data label")
+
+
+class Unrebuildable(namedtuple("Unrebuildable", "data")):
+    """A named tuple whose ``_make`` fails, so it cannot be rebuilt around a reference."""
+
+    @classmethod
+    def _make(cls, iterable: Any) -> Any:
+        raise TypeError("Unrebuildable cannot be rebuilt")
+
+
+def arrival(bundle: Bundle, mapping: OrderedDict[str, Any]) -> tuple[Any, ...]:
+    """How a Bundle and an OrderedDict arrived: their types, and whether their arrays are mapped."""
+    return (type(bundle), type(mapping), describe(bundle.data)[3], describe(mapping["a"])[3])
+
+
+def wrap_unrebuildable(size: int) -> Unrebuildable:
+    return Unrebuildable(np.ones(size))
 
 
 def transformed(value: Any) -> Any:
@@ -254,6 +276,27 @@ def test_nested_arrays_round_trip(
     assert back["a"][1][0].dtype == big.dtype
     assert back["a"][1][1] == 6 and back["c"] == "texttext"
     assert isinstance(back["a"], list) and isinstance(back["a"][1], tuple)
+
+
+def test_arrays_in_named_tuples_and_dict_subclasses_use_shared_memory(pool: ProcessPool) -> None:
+    """The graph's container rule: a named tuple or an OrderedDict is opened like a tuple or
+    a dict, so a large array inside travels through a segment, both ways, and the container
+    keeps its type."""
+    data = np.arange(BIG, dtype=np.float64)
+    payload = (Bundle(data, "x"), OrderedDict(a=data, b=1))
+    assert pool.submit(arrival, payload, {}).result() == (Bundle, OrderedDict, True, True)
+    back = pool.submit(identity, (payload,), {}).result()
+    assert type(back[0]) is Bundle and type(back[1]) is OrderedDict
+    for array in (back[0].data, back[1]["a"]):
+        assert isinstance(array.base, mmap.mmap)
+        np.testing.assert_array_equal(array, data)
+
+
+def test_a_result_that_cannot_be_rebuilt_fails_and_leaves_no_segment(pool: ProcessPool) -> None:
+    before = set(list_prefix(pool.segment_prefix))
+    with pytest.raises(TypeError, match="cannot be rebuilt"):
+        pool.submit(wrap_unrebuildable, (BIG,), {}).result()
+    assert set(list_prefix(pool.segment_prefix)) <= before
 
 
 def test_large_results_are_shared_memory_views(pool: ProcessPool) -> None:
@@ -443,7 +486,7 @@ def test_unpicklable_result_fails_and_frees_its_segments(pool: ProcessPool) -> N
 
 def test_workers_that_cannot_start_break_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     """Real worker processes that exit before serving: the pool gives up instead of looping."""
-    from chunkgraph.execute import _worker
+    from chunkgraph.execute.pool import _worker
 
     monkeypatch.setattr(_worker, "main", die_at_start)
     before = _children()
@@ -605,7 +648,7 @@ _DRIVER = textwrap.dedent(
     """
     import sys, time, numpy as np
     sys.path[:0] = [{src!r}]
-    from chunkgraph.execute._process_pool import ProcessPool
+    from chunkgraph.execute.pool._process_pool import ProcessPool
 
     def work(pool):
         held = pool.submit(np.ones, ((100000,),), {{}}).result()
@@ -627,7 +670,7 @@ _QUIET_DRIVER = textwrap.dedent(
     """
     import sys, numpy as np
     sys.path[:0] = [{src!r}]
-    from chunkgraph.execute._process_pool import ProcessPool
+    from chunkgraph.execute.pool._process_pool import ProcessPool
 
     pool = ProcessPool(workers=2)
     held = [pool.submit(np.negative, (np.ones(100000),), {{}}).result() for _ in range(3)]
@@ -699,7 +742,7 @@ def test_workers_of_a_killed_driver_exit_and_sweep() -> None:
 
 _SMALL_SHM_DRIVER = """
 import numpy as np
-from chunkgraph.execute._process_pool import ProcessPool
+from chunkgraph.execute.pool._process_pool import ProcessPool
 if __name__ == "__main__":
     big = np.ones(8_000_000)  # 64 MB: more than this /dev/shm holds
     with ProcessPool(workers=1) as pool:

@@ -17,8 +17,8 @@ from tests.execute._tasks import hang_once, mix, sleep_then
 
 from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph.execute import Event, EventKind, LocalExecutor, ProcessPool, run
-from chunkgraph.execute._process_pool import CallTimeoutError
 from chunkgraph.execute._threads import acquire_pool, release_pool
+from chunkgraph.execute.pool._process_pool import CallTimeoutError
 from chunkgraph.graph import Graph
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,9 +2,9 @@
 
 from chunkgraph.execute._events import Event, EventKind, Subscriber
 from chunkgraph.execute._local import ExecutorKind, LocalExecutor, run
-from chunkgraph.execute._process_pool import ProcessPool
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.execute._scheduler import Scheduler, TaskState
+from chunkgraph.execute.pool import ProcessPool
 
 __all__ = [
     "Event",

@@ -36,8 +36,8 @@ from typing import Any
 from chunkgraph.execute import _interrupts
 from chunkgraph.execute._events import EVENT_FLUSH_SECONDS, EventKind, EventQueue
 from chunkgraph.execute._limits import TimeoutOf, timeout_error
-from chunkgraph.execute._process_pool import CallTimeoutError, ProcessPool
 from chunkgraph.execute._scheduler import Scheduler
+from chunkgraph.execute.pool._process_pool import CallTimeoutError, ProcessPool
 from chunkgraph.graph import Graph
 
 # Tasks submitted per worker at a time. 1 leaves a worker idle for a round trip

@@ -66,7 +66,6 @@ import atexit
 import contextlib
 import enum
 import itertools
-import os
 import pickle
 import selectors
 import threading
@@ -78,19 +77,19 @@ from concurrent.futures import CancelledError, Future, InvalidStateError
 from typing import Any
 
 from chunkgraph._errors import ChunkgraphError, ConfigError, WorkerDiedError
-from chunkgraph.execute import _interrupts, _worker
+from chunkgraph._util import usable_cores
+from chunkgraph.execute import _interrupts
 from chunkgraph.execute._limits import check_timeout
-from chunkgraph.execute._shm import (
-    SHM_MIN_BYTES,
-    SegmentTable,
+from chunkgraph.execute.pool import _worker
+from chunkgraph.execute.pool._segment_names import (
     list_prefix,
     owner_prefix,
-    reap_pending,
     sweep_orphans,
     unlink_name,
     unlink_prefix,
 )
-from chunkgraph.execute._worker_handle import (
+from chunkgraph.execute.pool._shm import SHM_MIN_BYTES, SegmentTable, reap_pending
+from chunkgraph.execute.pool._worker_handle import (
     Call,
     WorkerHandle,
     describe_exit,
@@ -190,7 +189,7 @@ class ProcessPool:
         shm_min_bytes: int = SHM_MIN_BYTES,
     ) -> None:
         if workers is None:
-            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            workers = usable_cores()
         if not isinstance(workers, int) or workers < 1:
             raise ConfigError(
                 f"workers must be a positive int or None (all cores), got {workers!r}"

@@ -3,7 +3,8 @@
 Policy
 ------
 A message between the pool and a worker is pickled, but every ``np.ndarray``
-found in it (also nested in lists, tuples and dicts) at or above
+found in it (also nested in lists, tuples and dicts, named tuples and dict
+subclasses included: the graph's ``replace_leaves`` rule) at or above
 ``SHM_MIN_BYTES`` is replaced by a small :class:`ShmRef` (segment name, dtype,
 shape, strides, byte offset). The receiver maps the segment and builds a view
 on it: the array bytes are copied once, into the segment, by whoever created
@@ -50,15 +51,8 @@ Workers (non-owners) map segments only for the duration of one task. They
 unlink only segments they made for a result they then failed to send, and,
 when the pool's process has died, every segment of the pool (``unlink_prefix``).
 
-Names and orphans: a pool's prefix names its owner, ``cg_<pid>_<start>_<pidns>_<n>_``
-(hex: the owner's pid, its start time in clock ticks since boot, its pid
-namespace, a per-process pool counter), and each segment adds ``<creator pid>_<k>``.
-A process killed outright (``kill -9`` of a whole process group takes the
-workers and the resource tracker with it) leaves its segments behind;
-``sweep_orphans()``, run when a pool starts, unlinks those whose owner is gone:
-no process with that pid, a zombie, or a process with that pid but another start
-time (the pid was reused). Segments of another pid namespace are never judged
-(their pids mean nothing here), nor names in any other format.
+Segment names say which process owns them, so that the segments of a process
+killed outright can be found and removed: see ``_segment_names``.
 """
 
 from __future__ import annotations
@@ -71,18 +65,14 @@ import os
 import queue
 import threading
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Any
 
 import numpy as np
 
-try:  # The same primitive multiprocessing.shared_memory is built on.
-    import _posixshmem  # type: ignore[import-not-found]
-except ImportError as error:  # pragma: no cover - Windows
-    raise ImportError("chunkgraph's process pool needs POSIX shared memory") from error
-
-from multiprocessing import resource_tracker
+from chunkgraph.execute.pool._segment_names import open_name, unlink_name
+from chunkgraph.graph import collect_leaves, has_leaf, replace_leaves
 
 # Arrays smaller than this are pickled with the message instead. A segment has
 # a fixed cost (create, map, fault its pages in on both sides, unlink, tell the
@@ -93,19 +83,12 @@ from multiprocessing import resource_tracker
 # 256 KiB pipe 1.9 ms vs shared 1.4 ms; 4 MiB pipe 22.6 ms vs shared 11.9 ms.
 SHM_MIN_BYTES = 256 * 1024
 
-# Where POSIX shared memory names appear as files on Linux; used to sweep the
-# segments of a pool whose creator died before reporting them.
-_SHM_DIR = "/dev/shm"
-
 _TRACKER_TYPE = "shared_memory"
 
 # Map every page at once (Linux): one system call instead of a page fault per
 # 4 KiB page, which costs microseconds each in a virtual machine. A segment
 # holds one array, written whole by its creator and usually read whole.
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-
-# Types that never contain arrays: the container walk returns them at once.
-_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +105,7 @@ class ShmRef:
 
 def _open_mapping(name: str, size: int, *, create: bool) -> mmap.mmap:
     flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
+    fd = open_name(name, flags)
     try:
         if create:
             os.ftruncate(fd, size)
@@ -136,15 +119,6 @@ def _open_mapping(name: str, size: int, *, create: bool) -> mmap.mmap:
         return mmap.mmap(fd, size, flags=_MAP_FLAGS)
     finally:
         os.close(fd)
-
-
-def unlink_name(name: str) -> bool:
-    """Remove a segment name; False if it was already gone."""
-    try:
-        _posixshmem.shm_unlink("/" + name)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _address(mm: mmap.mmap) -> int:
@@ -377,51 +351,67 @@ class SegmentTable:
     # -- nested containers ---------------------------------------------------------
 
     def encode(self, value: object, keep: list[object]) -> object:
-        """``value`` with shareable arrays replaced by refs; ``keep`` gets what pins them."""
-        kind = type(value)
-        if kind in _ATOMS:
+        """``value`` with shareable arrays replaced by refs; ``keep`` gets what pins them.
+
+        Arrays are found in containers by the graph's rule (``replace_leaves``:
+        named tuples and dict subclasses too); a value holding no array is
+        returned as it is, not rebuilt.
+        """
+        if not has_leaf(value, _is_array):
             return value
-        if kind is np.ndarray:
-            exported = self.export(value)  # type: ignore[arg-type]
+
+        created: list[str] = []
+
+        def export(leaf: object) -> object:
+            if type(leaf) is not np.ndarray:
+                return leaf
+            exported = self.export(leaf)
             if exported is None:
-                return value
-            keep.append(exported[1])
-            return exported[0]
-        if kind is list:
-            return [self.encode(item, keep) for item in value]  # type: ignore[attr-defined]
-        if kind is tuple:
-            return tuple([self.encode(item, keep) for item in value])  # type: ignore[attr-defined]
-        if kind is dict:
-            return {k: self.encode(v, keep) for k, v in value.items()}  # type: ignore[attr-defined]
-        return value
+                return leaf
+            ref, pin = exported
+            if isinstance(pin, mmap.mmap):
+                created.append(ref.name)
+            keep.append(pin)
+            return ref
+
+        try:
+            return replace_leaves(value, export)
+        except BaseException:
+            # A container that cannot be rebuilt (a named tuple whose _make fails):
+            # the segments made for it so far would reach no one.
+            for name in created:
+                if self.owner:
+                    self.unlink(name)
+                else:
+                    unlink_name(name)
+            raise
 
     def decode(self, value: object, *, writeable: bool = True) -> object:
         """The inverse of :meth:`encode`: refs become views on mapped segments."""
-        kind = type(value)
-        if kind in _ATOMS:
+        if not has_leaf(value, _is_ref):
             return value
-        if kind is ShmRef:
-            return self.materialize(value, writeable=writeable)  # type: ignore[arg-type]
-        if kind is list:
-            return [self.decode(item, writeable=writeable) for item in value]  # type: ignore[attr-defined]
-        if kind is tuple:
-            return tuple([self.decode(item, writeable=writeable) for item in value])  # type: ignore[attr-defined]
-        if kind is dict:
-            return {k: self.decode(v, writeable=writeable) for k, v in value.items()}  # type: ignore[attr-defined]
-        return value
+
+        def materialize(leaf: object) -> object:
+            if type(leaf) is not ShmRef:
+                return leaf
+            return self.materialize(leaf, writeable=writeable)
+
+        return replace_leaves(value, materialize)
 
 
-def iter_refs(value: object) -> Iterator[ShmRef]:
+def _is_array(value: object) -> bool:
+    return type(value) is np.ndarray
+
+
+def _is_ref(value: object) -> bool:
+    return type(value) is ShmRef
+
+
+def iter_refs(value: object) -> list[ShmRef]:
     """Every :class:`ShmRef` inside an encoded value."""
-    kind = type(value)
-    if kind is ShmRef:
-        yield value  # type: ignore[misc]
-    elif kind is list or kind is tuple:
-        for item in value:  # type: ignore[attr-defined]
-            yield from iter_refs(item)
-    elif kind is dict:
-        for item in value.values():  # type: ignore[attr-defined]
-            yield from iter_refs(item)
+    found: list[ShmRef] = []
+    collect_leaves([value], _is_ref, found)  # in a list: the value itself may be a ref
+    return found
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -431,107 +421,3 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
         strides.append(step)
         step *= max(extent, 1)
     return tuple(reversed(strides))
-
-
-_pool_counter = itertools.count()
-
-
-def _process_start(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks after boot); None if it is not running (or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            # The command name (field 2) may hold spaces and parentheses: split after it.
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    if fields[0] in (b"Z", b"X"):  # dead, not yet reaped by its parent
-        return None
-    return int(fields[19])
-
-
-def _pid_namespace() -> int:
-    """This process's pid namespace (an inode number), 0 where /proc does not tell."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def owner_prefix() -> str:
-    """A new segment prefix owned by this process: ``cg_<pid>_<start>_<pidns>_<n>_`` (hex)."""
-    pid = os.getpid()
-    start = _process_start(pid) or 0
-    return f"cg_{pid:x}_{start:x}_{_pid_namespace():x}_{next(_pool_counter):x}_"
-
-
-def owner_of(name: str) -> tuple[int, int, int] | None:
-    """``(pid, start, pid namespace)`` of the process owning segment ``name``;
-    None for a name in any other format.
-
-    >>> owner_of("cg_1f_2a_3_0_31_7"), owner_of("cg_a1b2c3_31_7")
-    ((31, 42, 3), None)
-    """
-    parts = name.split("_")
-    if len(parts) != 7 or parts[0] != "cg":
-        return None
-    try:
-        pid, start, namespace = (int(part, 16) for part in parts[1:4])
-    except ValueError:
-        return None
-    return pid, start, namespace
-
-
-def sweep_orphans() -> list[str]:
-    """Unlink every segment whose owning process is gone; returns their names.
-
-    An owner is gone when no process has its pid, or the one that has it
-    started at another time (the pid was reused). Segments of live owners,
-    of another pid namespace and of other users, and names in other formats
-    are left alone. Linux only (elsewhere segments cannot be listed).
-    """
-    namespace = _pid_namespace()
-    if not namespace:
-        return []
-    try:
-        names = os.listdir(_SHM_DIR)
-    except OSError:
-        return []
-    running: dict[tuple[int, int], bool] = {}
-    removed = []
-    for name in names:
-        owner = owner_of(name)
-        if owner is None or owner[2] != namespace:
-            continue
-        pid, start, _ = owner
-        if (pid, start) not in running:
-            running[pid, start] = _process_start(pid) == start
-        if running[pid, start]:
-            continue
-        try:
-            if unlink_name(name):
-                removed.append(name)
-        except OSError:  # another user's segment: not ours to remove
-            continue
-    return removed
-
-
-def unlink_prefix(prefix: str) -> list[str]:
-    """Unlink every segment whose name starts with ``prefix``; returns the names.
-
-    The last-resort sweep for segments created by a process that died before
-    handing them over. Only Linux lists segments as files; elsewhere this finds
-    nothing and the resource tracker is the safety net.
-    """
-    try:
-        names = [entry for entry in os.listdir(_SHM_DIR) if entry.startswith(prefix)]
-    except OSError:
-        return []
-    return [name for name in names if unlink_name(name)]
-
-
-def list_prefix(prefix: str) -> list[str]:
-    """Names of existing segments starting with ``prefix`` (Linux only)."""
-    try:
-        return sorted(entry for entry in os.listdir(_SHM_DIR) if entry.startswith(prefix))
-    except OSError:
-        return []

@@ -13,7 +13,7 @@ bytes, so either side reads ids and lengths before unpickling anything)::
 
 ``seconds`` is how long ``fn`` ran; the pool uses it to decide how many calls
 to queue per worker. Arrays inside the pickles are
-:class:`~chunkgraph.execute._shm.ShmRef` s; inputs arrive as read-only views (a
+:class:`~chunkgraph.execute.pool._shm.ShmRef` s; inputs arrive as read-only views (a
 worker must not change data another task may read), outputs are copied once
 into new segments, or referenced by name when a worker returns (a view of) one
 of its inputs.
@@ -45,7 +45,8 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn, cast
 
 from chunkgraph._errors import ChunkgraphError
-from chunkgraph.execute._shm import SegmentTable, iter_refs, unlink_name, unlink_prefix
+from chunkgraph.execute.pool._segment_names import unlink_name, unlink_prefix
+from chunkgraph.execute.pool._shm import SegmentTable, iter_refs
 
 FRAME = struct.Struct("<QQ")
 STATUS = struct.Struct("<QBd")

@@ -37,7 +37,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.execute import _worker
+from chunkgraph.execute.pool import _worker
 
 # Seconds a worker gets to exit after SIGTERM before SIGKILL. Workers do no
 # cleanup of their own on SIGTERM, so this only covers a slow kernel.
@@ -47,7 +47,7 @@ TERMINATE_GRACE_S = 1.0
 STOP_TIMEOUT_S = 5.0
 
 # Imported once by the fork server, so each forked worker starts with them.
-_WORKER_PRELOAD = ["numpy", "chunkgraph.execute._worker"]
+_WORKER_PRELOAD = ["numpy", "chunkgraph.execute.pool._worker"]
 
 Context = ForkServerContext | SpawnContext
 
