@@ -18,7 +18,7 @@ import pytest
 from tests.execute._tasks import mix
 
 from chunkgraph.execute import run
-from chunkgraph.execute._threads import acquire_pool, release_pool
+from chunkgraph.execute._thread_pool import acquire_pool, release_pool
 from chunkgraph.graph import Graph
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from tests.execute._tasks import interrupt, mix
 
 from chunkgraph._errors import TaskError
 from chunkgraph.execute import Scheduler, run
-from chunkgraph.execute._threads import acquire_pool, release_pool
+from chunkgraph.execute._thread_pool import acquire_pool, release_pool
 from chunkgraph.graph import Graph
 
 

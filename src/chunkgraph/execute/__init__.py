@@ -1,14 +1,23 @@
-"""Running graphs: ``run()``, ``LocalExecutor`` (threads, processes, sync), events, progress."""
+"""Running graphs: ``run()``, the ``Executor`` protocol, ``LocalExecutor`` (threads,
+processes, sync), events, progress. ``pool`` holds the process pool.
+
+``resolve_executor(executor)`` turns what a caller passes as ``executor=`` (a kind
+in ``EXECUTOR_KINDS`` or an ``Executor``) into an Executor, or raises ConfigError.
+"""
 
 from chunkgraph.execute._events import Event, EventKind, Subscriber
-from chunkgraph.execute._local import ExecutorKind, LocalExecutor, run
+from chunkgraph.execute._executor import Executor, resolve_executor
+from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
 from chunkgraph.execute._progress import ProgressBar
+from chunkgraph.execute._run import run
 from chunkgraph.execute._scheduler import Scheduler, TaskState
 from chunkgraph.execute.pool import ProcessPool
 
 __all__ = [
+    "EXECUTOR_KINDS",
     "Event",
     "EventKind",
+    "Executor",
     "ExecutorKind",
     "LocalExecutor",
     "ProcessPool",
@@ -16,5 +25,6 @@ __all__ = [
     "Scheduler",
     "Subscriber",
     "TaskState",
+    "resolve_executor",
     "run",
 ]

@@ -269,7 +269,7 @@ def _check_executor(
     executor: str | None, inputs: Mapping[str, Volume], dst: Volume, fn: Callable[..., Any]
 ) -> None:
     """A known executor; for processes, no memory volumes and an fn that pickles."""
-    from chunkgraph.execute._local import EXECUTOR_KINDS
+    from chunkgraph.execute import EXECUTOR_KINDS
 
     if executor is not None and executor not in EXECUTOR_KINDS:
         raise ConfigError(
