@@ -27,6 +27,17 @@ a child process of this script. Faults:
    resumed from real disk. The deletion order is the filesystem's directory order
    (tmpfs: newest first; ext4: hash order), so other filesystems see other phases.
    Needs strace and the tmpfs mount; skipped with the reason otherwise.
+5. **kill -9 of a process-mode task graph**: the flow's tasks exchange no array of
+   256 KiB or more, so its runs make no ``/dev/shm/cg_*`` segment and faults 1-4 leave
+   the shared-memory cleanup unexercised. Here a ``chunkgraph`` Graph of 47 tasks whose
+   results are 8 MiB int64 arrays (16 leaves, a stage each, pairwise sums) runs with
+   ``run(executor="processes")``, so every array travels through a segment; its process
+   group gets SIGKILL at a random point of the task phase (after its pool's first
+   segment appears), which leaves the segments behind ("left at the kill"). A fresh
+   process then runs the same graph: its process pool sweeps, as it starts, the
+   segments whose owner died ("swept by the rerun" counts the killed run's segments
+   that sweep removed; another program's pool starting meanwhile may take some first).
+   Its result must equal numpy's, computed here without chunkgraph.
 
 Per run it measures, from what happened:
 
@@ -43,7 +54,8 @@ Per run it measures, from what happened:
   ``/dev/shm/cg_*`` segments that did not exist before and were created by this
   benchmark's processes (segment names carry the creator's pid; segments of other
   programs running meanwhile are ignored), and processes of a killed run still alive
-  after the kill. The "of made" count says how many segments the runs created at all.
+  after the kill. The "of made" count says how many segments the runs created at all
+  (seen by polling /dev/shm every 20 ms, so short-lived ones may be missed).
 
     python benchmarks/faults.py [--runs 8] [--quick] [--seed 0] [--out bench-out/faults]
 
@@ -54,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import inspect
 import json
 import os
@@ -126,6 +139,9 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
 
 def run_child(cfg: dict[str, Any]) -> None:
     """Child process: create or open dst, announce the flow id, run apply, write its report."""
+    if cfg.get("mode") == "graph":
+        run_graph_child(cfg)
+        return
     status = Path(cfg["status"])
     src = volume.open(cfg["src"], cache_bytes=CACHE_BYTES)
     dst = volume.create(cfg["dst"], SHAPE, (CHUNK,) * 3, "float32", exist_ok=True)
@@ -153,6 +169,94 @@ def run_child(cfg: dict[str, Any]) -> None:
         "bytes_written",
     )
     _write_json(status.with_suffix(".done"), {k: getattr(report, k, None) for k in fields})
+
+
+# --- the child: one process-mode task graph ----------------------------------------------------
+
+# A fan-in of int64 arrays of GRAPH_ELEMS elements (8 MiB each, far above the process pool's
+# 256 KiB shared-memory threshold): every result and every argument between the driver and
+# the workers travels as a /dev/shm/cg_* segment. Integer arithmetic, so any evaluation
+# order gives the same bytes.
+GRAPH_LEAVES = 16
+GRAPH_ELEMS = 1 << 20
+GRAPH_ROUNDS = 6  # work of a stage task, so that a run lasts a few seconds
+GRAPH_MOD = 65521
+GRAPH_TASKS = 3 * GRAPH_LEAVES - 1  # leaves, stages, and the pairwise sums
+
+
+def graph_leaf(i: int) -> np.ndarray:
+    out: np.ndarray = (np.arange(GRAPH_ELEMS, dtype=np.int64) * (i + 1)) % GRAPH_MOD
+    return out
+
+
+def graph_stage(a: np.ndarray, i: int) -> np.ndarray:
+    out = a
+    for _ in range(GRAPH_ROUNDS):
+        out = (out * 31 + i) % GRAPH_MOD
+    return out
+
+
+def graph_combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out: np.ndarray = a + b
+    return out
+
+
+def graph_reference() -> np.ndarray:
+    """The graph's result computed with numpy alone, in this process."""
+    total = np.zeros(GRAPH_ELEMS, dtype=np.int64)
+    for i in range(GRAPH_LEAVES):
+        total += graph_stage(graph_leaf(i), i)
+    return total
+
+
+def record_sweeps() -> list[str]:
+    """A list that gets the segment names the process pool's start-up sweep of orphans
+    removes in this process (empty, and nothing wrapped, where the pool has no sweep)."""
+    swept: list[str] = []
+    # The pool module calls the sweep by its own global name (the pool moved into a
+    # subpackage in later versions).
+    for module in ("chunkgraph.execute.pool._process_pool", "chunkgraph.execute._process_pool"):
+        with contextlib.suppress(ImportError):
+            pool = importlib.import_module(module)
+            break
+    else:
+        return swept
+    original = getattr(pool, "sweep_orphans", None)
+    if original is None:
+        return swept
+
+    def recording() -> Any:
+        names = original()
+        swept.extend(names or ())
+        return names
+
+    setattr(pool, "sweep_orphans", recording)  # noqa: B010 - the name the pool calls
+    return swept
+
+
+def run_graph_child(cfg: dict[str, Any]) -> None:
+    """Child process: build the graph, announce, run it on processes, save its result."""
+    import chunkgraph as cg
+
+    status = Path(cfg["status"])
+    swept = record_sweeps()
+    with cg.Graph() as g:
+        parts = [g.add(graph_stage, g.add(graph_leaf, i), i) for i in range(GRAPH_LEAVES)]
+        while len(parts) > 1:
+            pairs = zip(parts[::2], parts[1::2], strict=True)
+            parts = [g.add(graph_combine, a, b) for a, b in pairs]
+    extra: dict[str, Any] = {}
+    params = inspect.signature(cg.run).parameters
+    if "workers" in params:
+        extra["workers"] = workers_of("processes")
+    if "timeout" in params:
+        extra["timeout"] = CHILD_TIMEOUT_S
+    _write_json(status.with_suffix(".started"), {"flow_id": "", "pid": os.getpid()})
+    t0 = time.perf_counter()
+    result = cg.run(g, parts[0], executor="processes", **extra)
+    wall = time.perf_counter() - t0
+    np.save(status.with_suffix(".npy"), np.asarray(result))
+    _write_json(status.with_suffix(".done"), {"wall_seconds": wall, "swept": swept})
 
 
 # --- observing children -------------------------------------------------------------------------
@@ -277,6 +381,37 @@ def markers(root: Path, flow_id: str) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
+def completed(root: Path, flow_id: str) -> bool:
+    """Whether the flow's completion record exists: every task finished (the run writes
+    it before deleting the markers, so a kill after it leaves few or no markers)."""
+    return (root / f"{flow_id}.done").exists()
+
+
+def tasks_done(root: Path, flow_id: str, total: int) -> int:
+    """Tasks of one flow finished: all once it is complete, else its done markers."""
+    return total if completed(root, flow_id) else sum(markers(root, flow_id))
+
+
+def cleanup_state(root: Path, flow_id: str) -> str:
+    """What an interrupted deletion left of a flow: its completion record, its folder, and
+    copies renamed away for deletion (``.<flow id>.deleted-*``, by versions that do so)."""
+    parts = [f"completion record {'present' if completed(root, flow_id) else 'absent'}"]
+    for folder in [root / flow_id, *sorted(root.glob(f".{flow_id}.deleted-*"))]:
+        if not folder.is_dir():
+            continue
+        counts = []
+        for kind in ("top", "reduce"):
+            with contextlib.suppress(OSError):
+                n = sum(1 for x in os.listdir(folder / "markers" / kind) if not x.startswith("."))
+                counts.append(f"{n} {kind}")
+        layers = "layers" if (folder / "layers").exists() else "no layers"
+        what = "flow folder" if folder.name == flow_id else "renamed-away copy"
+        parts.append(f"{what} with {layers}, markers: {', '.join(counts) or 'none'}")
+    if len(parts) == 1:
+        parts.append("no flow folder")
+    return "; ".join(parts)
+
+
 def marker_keys(root: Path, flow_id: str, kind: str) -> list[tuple[int, ...]]:
     folder = root / flow_id / "markers" / kind
     with contextlib.suppress(OSError):
@@ -342,6 +477,9 @@ class Outcome:
     procs_left: int
     notes: list[str] = field(default_factory=list)
     shm_used: int = 0  # segments its processes made (the leftover check's exposure)
+    recovery: str = "resume"  # how the work is finished after the fault: "resume" or "rerun"
+    shm_at_kill: int | None = None  # our segments present right after a kill (graph runs)
+    swept: int | None = None  # of those, how many the rerun's start-up sweep removed
 
 
 @dataclass
@@ -359,6 +497,9 @@ class Bench:
     foreign_shm: int = 0
     used_shm: set[str] = field(default_factory=set)  # segments our runs made, ever
     n_child: int = 0
+    graph_ref: np.ndarray | None = None  # the task graph's result, computed with numpy
+    graph_wall: float = 0.0  # a clean graph run's time in run()
+    graph_lead: float = 0.0  # of which before its first segment appeared (pool start)
 
     def __post_init__(self) -> None:
         self.src = self.work / "src.zarr"
@@ -382,8 +523,6 @@ class Bench:
         wrap: Sequence[str] = (),
     ) -> tuple[subprocess.Popen[bytes], Path, Path]:
         """Start one apply in a new session; returns the process, its status stem and log."""
-        self.n_child += 1
-        stem = self.work / f"child{self.n_child:03d}"
         cfg = dict(
             src=str(self.src),
             dst=str(dst),
@@ -391,8 +530,16 @@ class Bench:
             resume=resume,
             intermediates=None if intermediates is None else str(intermediates),
             retries=retries,
-            status=str(stem),
         )
+        return self.launch(cfg, wrap)
+
+    def launch(
+        self, cfg: dict[str, Any], wrap: Sequence[str] = ()
+    ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+        """Start a child with ``cfg`` (plus its status stem) in a new session."""
+        self.n_child += 1
+        stem = self.work / f"child{self.n_child:03d}"
+        cfg = {**cfg, "status": str(stem)}
         cmd = [*wrap, sys.executable, os.path.abspath(__file__), "--child", json.dumps(cfg)]
         log = self.out / "logs" / f"child{self.n_child:03d}.log"
         with open(log, "wb") as f:
@@ -460,12 +607,15 @@ class Bench:
         return (self.total - skipped) - (self.total - done_at_fault)
 
     def leftovers(
-        self, root: Path, shm_before: set[str], pids: set[int]
+        self, root: Path | None, shm_before: set[str], pids: set[int]
     ) -> tuple[int, int, list[str]]:
+        """(paths left under ``root``, our new segments, notes); ``root`` None: no flow."""
         new = shm_names() - shm_before
         mine = ours(new, pids)
         self.foreign_shm += len(new - mine)
         notes = [f"left {len(mine)} segment(s), e.g. {sorted(mine)[0]}"] if mine else []
+        if root is None:
+            return 0, len(mine), notes
         left = files_under(root)
         if left:
             notes.append(f"left {left} path(s) under {root.name}: {flow_dirs(root)}")
@@ -562,10 +712,13 @@ class Bench:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         pids = self.stop(watch)
-        done = sum(markers(root, flow_id))
-        if flow_id not in flow_dirs(root) and not finished_first:
+        done = tasks_done(root, flow_id, self.total)
+        if completed(root, flow_id):
+            if not finished_first:
+                notes.append("killed after every task finished (completion record written)")
+        elif flow_id not in flow_dirs(root) and not finished_first:
             notes.append(f"no flow dir {flow_id} at the kill; found {flow_dirs(root)}")
-        if done != counted:
+        elif done != counted:
             notes.append(f"{done - counted} task(s) finished between counting and the kill")
         first = "finished before the kill" if finished_first else f"killed at {at:.2f} s"
         if alive:
@@ -639,7 +792,7 @@ class Bench:
             notes += message_lines(text, "TaskError", str(victim))
             if rc == -9999:
                 first = f"hung > {CHILD_TIMEOUT_S:.0f} s, killed"
-            done = sum(markers(root, flow_id))
+            done = tasks_done(root, flow_id, self.total)
             identical, redone, more, pids2 = self.resume_and_check(
                 executor, dst, root, done, flow_id, retries=retries
             )
@@ -761,17 +914,12 @@ class Bench:
         flow_id = json.loads(started.read_text())["flow_id"]
         root = save / "inter"
         notes: list[str] = []
-        top, red = markers(root, flow_id)
         killed = rc in (137, -9)
         first = f"killed at its unlinkat #{nth}" if killed else f"not killed (exit {rc})"
         if killed:
-            layers = (root / flow_id / "layers").exists()
-            notes.append(
-                f"{phase}: left layers {'present' if layers else 'gone'}, "
-                f"{top} top and {red} reduce markers"
-            )
+            notes.append(f"{phase}: left {cleanup_state(root, flow_id)}")
         # Every task had finished: cleanup starts after run() returned all results.
-        done = self.total if killed else top + red
+        done = self.total if killed else tasks_done(root, flow_id, self.total)
         identical, redone, more, pids2 = self.resume_and_check(executor, dst, root, done, flow_id)
         if not identical:
             vol = volume.open(str(dst))
@@ -802,6 +950,147 @@ class Bench:
         print(
             f"  [kill -9 while {phase} {executor}] {first}; redone {redone}; "
             f"identical: {identical}; leftovers: {left} path(s), {shm} segment(s)"
+            + "".join(f"\n      {n}" for n in row.notes),
+            flush=True,
+        )
+        return row
+
+    # fault 5
+
+    def graph_child(self) -> tuple[subprocess.Popen[bytes], Path, Path, TreeWatcher]:
+        """Start a child that runs the task graph on processes; returns it with a watcher."""
+        proc, stem, log = self.launch({"mode": "graph"})
+        return proc, stem, log, TreeWatcher(proc.pid)
+
+    @staticmethod
+    def wait_segment(proc: subprocess.Popen[bytes]) -> float | None:
+        """Seconds until the first segment of a pool the child owns exists (its name
+        starts with ``cg_<child pid, hex>_``); None if the child exits first."""
+        prefix = f"cg_{proc.pid:x}_"
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < CHILD_TIMEOUT_S and proc.poll() is None:
+            if any(n.startswith(prefix) for n in shm_names()):
+                return time.monotonic() - t0
+            time.sleep(0.005)
+        return None
+
+    def graph_result(self, stem: Path) -> bool:
+        """Whether a graph child's saved result equals the numpy reference."""
+        path = stem.with_suffix(".npy")
+        if self.graph_ref is None or not path.exists():
+            return False
+        return bool(np.array_equal(np.load(path), self.graph_ref))
+
+    def graph_clean(self) -> Outcome:
+        """A clean run of the task graph: its time, result and leftovers."""
+        self.graph_ref = graph_reference()
+        before, used0 = shm_names(), len(self.used_shm)
+        proc, stem, log, watch = self.graph_child()
+        if self.wait_started(proc, stem) is None:
+            raise RuntimeError(f"the graph run exited before run() (exit {proc.wait()}); see {log}")
+        lead = self.wait_segment(proc)
+        rc, report = self.finish(proc, stem)
+        pids = self.stop(watch)
+        if report is None:
+            raise RuntimeError(f"the clean graph run failed (exit {rc}); see {log}")
+        self.graph_wall = float(report["wall_seconds"])
+        notes: list[str] = []
+        if lead is None:
+            notes.append("no segment named after the run's process was seen")
+        self.graph_lead = min(lead or 0.0, self.graph_wall)
+        left, shm, more = self.leftovers(None, before, pids)
+        row = Outcome(
+            "none (clean run)",
+            "processes",
+            "completed",
+            self.graph_result(stem),
+            GRAPH_TASKS,
+            None,
+            workers_of("processes"),
+            left,
+            shm,
+            0,
+            notes + more,
+            recovery="rerun",
+        )
+        row.shm_used = len(self.used_shm) - used0
+        print(
+            f"  clean graph: {self.graph_wall:.2f} s in run() ({self.graph_lead:.2f} s before "
+            f"its first segment), {GRAPH_TASKS} tasks, {row.shm_used} segment(s) seen; "
+            f"result equals numpy's: {row.identical}",
+            flush=True,
+        )
+        return row
+
+    def graph_kill9(self, run: int, runs: int) -> Outcome:
+        """SIGKILL the graph run's process group while tasks run; then a fresh run."""
+        before, used0 = shm_names(), len(self.used_shm)
+        proc, stem, log, watch = self.graph_child()
+        if self.wait_started(proc, stem) is None:
+            raise RuntimeError(f"the graph run exited before run() (exit {proc.wait()}); see {log}")
+        t0 = time.monotonic()
+        lead = self.wait_segment(proc)
+        # A random point of the task phase: segments exist only once the pool is up.
+        share = self.rng.uniform(0.1, 0.9)
+        time.sleep(share * max(0.0, self.graph_wall - self.graph_lead))
+        finished_first = proc.poll() is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        at = time.monotonic() - t0
+        proc.wait()
+        time.sleep(0.2)  # let the kernel finish delivering SIGKILL to the group
+        alive = watch.survivors()
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        pids = self.stop(watch)
+        at_kill = ours(shm_names() - before, pids)
+        notes: list[str] = []
+        first = "finished before the kill" if finished_first else f"killed at {at:.2f} s"
+        if lead is None and not finished_first:
+            notes.append("killed before any segment of its pool appeared")
+        if alive:
+            notes.append(f"{len(alive)} process(es) of the killed run survived the group kill")
+        # A fresh process: its pool's start sweeps segments whose owner died.
+        proc2, stem2, log2, watch2 = self.graph_child()
+        rc2, report2 = self.finish(proc2, stem2)
+        pids2 = self.stop(watch2)
+        swept: set[str] = set()
+        if report2 is None:
+            identical = False
+            notes.append(f"rerun failed (exit {rc2}, see {log2})")
+        else:
+            identical = self.graph_result(stem2)
+            swept = set(report2.get("swept") or ()) & at_kill
+            if not identical:
+                notes.append(f"the rerun's result differs from numpy's (see {log2})")
+        others = len(at_kill - swept - shm_names())
+        if others and report2 is not None:
+            notes.append(
+                f"{others} segment(s) left at the kill were removed before the rerun's sweep"
+            )
+        left, shm, leftover_notes = self.leftovers(None, before, pids | pids2)
+        row = Outcome(
+            "kill -9 of a process-mode task graph",
+            "processes",
+            first,
+            identical,
+            GRAPH_TASKS,
+            None,
+            workers_of("processes"),
+            left,
+            shm,
+            len(alive),
+            notes + leftover_notes,
+            recovery="rerun",
+            shm_at_kill=len(at_kill),
+            swept=len(swept),
+        )
+        row.shm_used = len(self.used_shm) - used0
+        print(
+            f"  [graph kill -9 {run + 1}/{runs}] {first} ({share:.0%} of its task phase), "
+            f"{len(at_kill)} segment(s) left at the kill, {len(swept)} swept by the rerun; "
+            f"rerun equals numpy: {identical}; leftovers: {shm} segment(s)"
             + "".join(f"\n      {n}" for n in row.notes),
             flush=True,
         )
@@ -913,7 +1202,7 @@ class Bench:
             check_dst = dst
         else:
             check_dst = save / "dst.zarr"
-        done = sum(markers(root, flow_id))
+        done = tasks_done(root, flow_id, self.total)
         good, marked = self.check_done_regions(check_dst, root, flow_id) if rc else (0, 0)
         more: list[str] = []
         pids2: set[int] = set()
@@ -974,11 +1263,13 @@ class Bench:
 
 
 def table(rows: list[Outcome]) -> str:
+    at_kill = any(r.shm_at_kill is not None for r in rows)
     lines = [
         "| fault | executor | runs | faulted run | identical to clean | redone on resume "
         "(max; mean of total) | in flight at the fault (bound) | leftover flow paths | "
-        "leftover /dev/shm/cg_* (of made) | leftover processes |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        + ("/dev/shm/cg_* left at the kill (swept by the rerun) | " if at_kill else "")
+        + "leftover /dev/shm/cg_* (of made) | leftover processes |",
+        "|---|---|---:|---|---:|---:|---:|---:|" + ("---:|" if at_kill else "") + "---:|---:|",
     ]
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for r in rows:
@@ -996,14 +1287,28 @@ def table(rows: list[Outcome]) -> str:
         )
         if redone:
             cell = f"{max(redone)}/{rs[0].total}; {np.mean(redone) / rs[0].total:.1%}"
+        elif rs[0].recovery == "rerun" and rs[0].shm_at_kill is not None:
+            cell = "n/a (a rerun redoes all)"
         else:
             cell = "n/a (no resume)"
         if failed_resumes:
             cell += f" ({failed_resumes} resume(s) failed)"
+        failed_reruns = sum(1 for r in rs if any("rerun failed" in n for n in r.notes))
+        if failed_reruns:
+            cell += f" ({failed_reruns} rerun(s) failed)"
+        kill_cell = ""
+        if at_kill:
+            counted = [r for r in rs if r.shm_at_kill is not None]
+            kill_cell = (
+                f"{sum(r.shm_at_kill or 0 for r in counted)} "
+                f"({sum(r.swept or 0 for r in counted)}) | "
+                if counted
+                else "n/a | "
+            )
         lines.append(
             f"| {fault} | {executor} | {len(rs)} | {first} | "
             f"{sum(r.identical for r in rs)}/{len(rs)} | {cell} | {max(r.bound for r in rs)} | "
-            f"{sum(r.flow_left for r in rs)} | "
+            f"{sum(r.flow_left for r in rs)} | {kill_cell}"
             f"{sum(r.shm_left for r in rs)} (of {sum(r.shm_used for r in rs)}) | "
             f"{sum(r.procs_left for r in rs)} |"
         )
@@ -1011,18 +1316,27 @@ def table(rows: list[Outcome]) -> str:
 
 
 def targets(rows: list[Outcome]) -> str:
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "MISSED"
+
     identical = all(r.identical for r in rows)
     within = all(r.redone is None or r.redone <= r.bound for r in rows)
     resumed = all(not any("resume failed" in n for n in r.notes) for r in rows)
     clean = all(r.flow_left == 0 and r.shm_left == 0 and r.procs_left == 0 for r in rows)
+    if rows and all(r.recovery == "rerun" for r in rows):
+        rerun = all(not any("rerun failed" in n for n in r.notes) for r in rows)
+        killed = [r for r in rows if r.shm_at_kill is not None and r.first.startswith("killed")]
+        exercised = all(r.shm_at_kill for r in killed)
+        return (
+            f"targets: every result equals numpy's {mark(identical)}, "
+            f"every rerun succeeded {mark(rerun)}, "
+            f"every kill left segments (the sweep is exercised) {mark(exercised)}, "
+            f"no leftovers after the rerun {mark(clean)}"
+        )
     extra = []
     corrupted = [r for r in rows if "CORRUPTED" in r.first]
     if corrupted:
         extra.append("done regions intact MISSED")
-
-    def mark(ok: bool) -> str:
-        return "ok" if ok else "MISSED"
-
     return (
         f"targets: every run identical {mark(identical)}, "
         f"every resume succeeded {mark(resumed)}, "
@@ -1046,13 +1360,14 @@ def main() -> None:
         "--runs",
         type=int,
         default=None,
-        help="kill -9 runs per executor (default 8; half as many killed-worker runs)",
+        help="kill -9 runs per executor (default 8; half as many killed-worker runs and "
+        "task graph kills, at least 2 of those)",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
         help="2 kill -9 runs per executor, 1 killed worker, 1 full disk of each kind per "
-        "executor, cleanup kills on threads only",
+        "executor, cleanup kills on threads only, 2 task graph kills",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill times")
     parser.add_argument("--out", default="bench-out/faults", help="tables, JSON and child logs")
@@ -1063,6 +1378,7 @@ def main() -> None:
         return
     runs = args.runs if args.runs is not None else (2 if args.quick else 8)
     worker_runs = 1 if args.quick else max(1, runs // 2)
+    graph_runs = max(2, runs // 2)
     out = Path(args.out)
     shutil.rmtree(out / "logs", ignore_errors=True)
     (out / "logs").mkdir(parents=True)
@@ -1113,6 +1429,18 @@ def main() -> None:
             sections.append(
                 ("fault 4: kill -9 during the final cleanup", [], f"skipped: {why_trace}")
             )
+        print(
+            f"fault 5: kill -9 of a process-mode task graph, {graph_runs} run(s), "
+            "each followed by a fresh run",
+            flush=True,
+        )
+        rows = [bench.graph_clean()]
+        rows += [bench.graph_kill9(i, graph_runs) for i in range(graph_runs)]
+        title = (
+            "fault 5: kill -9 of a process-mode task graph (arrays through /dev/shm), "
+            "then a fresh process-mode run"
+        )
+        sections.append((title, rows, None))
         foreign = bench.foreign_shm
     text = []
     for title, rows, skipped in sections:
