@@ -12,7 +12,21 @@ import pytest
     [
         ("chunkgraph.graph", {"Graph", "TaskRef", "Cost", "Resources", "task"}),
         ("chunkgraph.planning", {"order", "bottom_level", "top_level", "path_length"}),
-        ("chunkgraph.execute", {"run", "LocalExecutor", "Event", "EventKind", "ProgressBar"}),
+        (
+            "chunkgraph.execute",
+            {
+                "run",
+                "LocalExecutor",
+                "Event",
+                "EventKind",
+                "ProgressBar",
+                "Executor",
+                "EXECUTOR_KINDS",
+                "resolve_executor",
+                "ProcessPool",
+            },
+        ),
+        ("chunkgraph.execute.pool", {"ProcessPool", "CallTimeoutError", "PoolState"}),
     ],
 )
 def test_public_names_are_exported(package: str, names: set[str]) -> None:

@@ -100,6 +100,10 @@ class ThreadBackend:
         self.driver = driver
         self.scheduler = driver.scheduler
         self.timeout_of = driver.timeout_of
+        # Bound once: a worker calls these for every task, outside the lock.
+        self._announce = driver.started if driver.events is not None else None
+        self._resolve = driver.graph.resolve
+        self._results = driver.scheduler.results
         self.workers = workers
         self.lock = threading.Lock()
         self.ready_signal = threading.Condition(self.lock)
@@ -266,15 +270,14 @@ class ThreadBackend:
         failed: list[tuple[int, BaseException]],
     ) -> None:
         """Run one task outside the lock; its outcome goes to ``done`` or ``failed``."""
-        driver = self.driver
-        if driver.events is not None:
-            driver.started(t)
+        if self._announce is not None:
+            self._announce(t)
         if self.timeout_of is not None:
             seconds = self.timeout_of(t)
             slot.deadline = math.inf if seconds is None else monotonic() + seconds
         slot.task = t
         try:
-            fn, args, kwargs = driver.call_of(t)
+            fn, args, kwargs = self._resolve(t, self._results)  # Driver.call_of, inlined
             done.append((t, fn(*args, **kwargs)))
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: see report()
             failed.append((t, error))
