@@ -52,11 +52,14 @@ def collect_leaves(value: object, wanted: Callable[[Any], bool], found: list[Any
 
 
 def has_leaf(value: object, wanted: Callable[[Any], bool]) -> bool:
-    """Whether any leaf of ``value`` (a container or a leaf itself) is ``wanted``."""
+    """Whether any leaf of ``value`` (a container, or a leaf itself) is ``wanted``."""
     if not isinstance(value, CONTAINERS):
         return wanted(value)
     items = value.values() if isinstance(value, dict) else value
-    return any(has_leaf(item, wanted) for item in items)
+    for item in items:
+        if has_leaf(item, wanted) if isinstance(item, CONTAINERS) else wanted(item):
+            return True
+    return False
 
 
 def replace_leaves(value: Any, new: Callable[[Any], Any]) -> Any:
