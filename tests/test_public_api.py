@@ -8,7 +8,8 @@ EXPECTED = {
     # errors
     "ChunkgraphError", "ConfigError", "AlignmentError", "GraphError", "PlanError",
     "TaskError", "WorkerDiedError", "CorruptChunkError", "VolumeNotFoundError", "UsageError",
-    "FlowOutputError", "FlowLockedError", "RunEndedError",
+    "FlowOutputError", "FlowLockedError", "RunEndedError", "CallTimeoutError", "RemoteError",
+    "RemoteTraceback",
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
     # volumes

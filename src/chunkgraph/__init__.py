@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import (
     AlignmentError,
+    CallTimeoutError,
     ChunkgraphError,
     ConfigError,
     CorruptChunkError,
@@ -33,6 +34,8 @@ from chunkgraph._errors import (
     FlowOutputError,
     GraphError,
     PlanError,
+    RemoteError,
+    RemoteTraceback,
     RunEndedError,
     TaskError,
     UsageError,
@@ -103,6 +106,7 @@ __all__ = [
     "AlignmentError",
     "ApplyReport",
     "Box",
+    "CallTimeoutError",
     "ChunkgraphError",
     "ConfigError",
     "CorruptChunkError",
@@ -116,6 +120,8 @@ __all__ = [
     "IOStats",
     "LocalExecutor",
     "PlanError",
+    "RemoteError",
+    "RemoteTraceback",
     "Resources",
     "RunEndedError",
     "TaskError",

@@ -12,7 +12,10 @@
     ├── WorkerDiedError(RuntimeError)     a worker process vanished while running a task
     ├── FlowOutputError(ValueError)       an apply flow's fn returned an unusable array
     ├── FlowLockedError(RuntimeError)     the same flow is already running elsewhere
-    └── RunEndedError(RuntimeError)       a late write of an abandoned flow task, dropped
+    ├── RunEndedError(RuntimeError)       a late write of an abandoned flow task, dropped
+    ├── CallTimeoutError(TimeoutError)    a process-pool call overran; its worker was killed
+    ├── RemoteError(RuntimeError)         a worker's exception that could not cross processes
+    └── RemoteTraceback                   a worker's traceback text, carried as __cause__
 
 Every class shows its public module (``chunkgraph.ConfigError``) in tracebacks.
 
@@ -95,6 +98,37 @@ class RunEndedError(ChunkgraphError, RuntimeError):
     """A flow task tried to write after its run had ended; the write was dropped."""
 
 
+class CallTimeoutError(ChunkgraphError, TimeoutError):
+    """A call ran longer than its ``timeout``; its worker was killed and replaced."""
+
+    def __init__(self, seconds: float, pid: int | None) -> None:
+        super().__init__(
+            f"call exceeded timeout={seconds:g} s; its worker process {pid} was killed "
+            "(SIGKILL) and replaced"
+        )
+        self.seconds = seconds
+        self.pid = pid
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.seconds, self.pid))
+
+
+class RemoteTraceback(ChunkgraphError):
+    """The traceback text of an exception raised in a worker process."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text
+
+
+class RemoteError(ChunkgraphError, RuntimeError):
+    """Stands in for a worker's exception that cannot cross processes (it does not
+    pickle, or it is a SystemExit); the message is its last traceback line."""
+
+
 class GraphError(ChunkgraphError, ValueError):
     """The task graph is malformed (a cycle, a foreign reference, a duplicate name)."""
 
@@ -154,6 +188,9 @@ for _cls in (
     FlowOutputError,
     FlowLockedError,
     RunEndedError,
+    CallTimeoutError,
+    RemoteError,
+    RemoteTraceback,
 ):
     _cls.__module__ = "chunkgraph"
 del _cls

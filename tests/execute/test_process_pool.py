@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from chunkgraph import RemoteError, RemoteTraceback
 from chunkgraph._errors import ConfigError, WorkerDiedError
 from chunkgraph.execute.pool._process_pool import (
     MAX_DEPTH,
@@ -38,7 +39,6 @@ from chunkgraph.execute.pool._process_pool import (
 )
 from chunkgraph.execute.pool._segment_names import list_prefix
 from chunkgraph.execute.pool._shm import SHM_MIN_BYTES, flush_finalized
-from chunkgraph.execute.pool._worker import RemoteError, RemoteTraceback
 
 # Workers import the functions they run by module name; this module is
 # ``tests.execute.test_process_pool``, importable once the repository root is on

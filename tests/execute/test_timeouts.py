@@ -15,10 +15,10 @@ import psutil
 import pytest
 from tests.execute._tasks import hang_once, mix, sleep_then
 
+from chunkgraph import CallTimeoutError
 from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph.execute import Event, EventKind, LocalExecutor, ProcessPool, run
 from chunkgraph.execute._thread_pool import acquire_pool, release_pool
-from chunkgraph.execute.pool._process_pool import CallTimeoutError
 from chunkgraph.graph import Graph
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -270,5 +270,21 @@ def test_a_hung_fn_times_out_the_retry_completes_and_the_late_call_writes_nothin
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == kept == [f"{report.flow_id}.done"]
     with pytest.raises(ConfigError, match="timeout must be a positive number"):
         volume.apply(hangs_once, src, dst, chunk_sizes=[8], timeout=0)
-    with pytest.raises(ConfigError, match="timeout needs executor='threads'"):
+    with pytest.raises(ConfigError, match="timeout=5 cannot be enforced with executor='sync'"):
         volume.apply(hangs_once, src, dst, chunk_sizes=[8], timeout=5, executor="sync")
+
+
+def test_apply_takes_an_executor_object(tmp_path: Path) -> None:
+    from chunkgraph.execute import LocalExecutor
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
+    src.write(src.bounds, np.full((16, 16), 3, "uint8"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "uint8")
+    volume.apply(
+        lambda x: x * 2, src, dst, chunk_sizes=[8], blend_pads=2, executor=LocalExecutor("sync")
+    )
+    assert np.all(dst.read(dst.bounds) == 6)
+    with pytest.raises(ConfigError, match="given beside executor="):
+        volume.apply(
+            lambda x: x, src, dst, chunk_sizes=[8], workers=3, executor=LocalExecutor("sync")
+        )

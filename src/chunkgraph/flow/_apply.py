@@ -83,8 +83,12 @@ from chunkgraph.flow._top_task import (
 )
 from chunkgraph.geometry import Box
 
+# Flow tasks are idempotent: a try lost to a dead worker or a transient I/O error
+# simply runs again.
+DEFAULT_RETRIES = 2
+
 if TYPE_CHECKING:
-    from chunkgraph.execute import ExecutorKind
+    from chunkgraph.execute import Executor, ExecutorKind
     from chunkgraph.flow._estimate import FlowEstimate
     from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.volume import Volume
@@ -186,9 +190,9 @@ def apply(
     max_reduction_chunk_size: Any = None,
     intermediates: str | os.PathLike[str] | None = None,
     skip_intermediates: bool = False,
-    executor: ExecutorKind | None = None,
+    executor: ExecutorKind | Executor | None = None,
     workers: int | None = None,
-    retries: int = 2,
+    retries: int = DEFAULT_RETRIES,
     timeout: float | None = None,
     resume: bool = False,
     lock_wait: float = 0.0,
@@ -229,9 +233,8 @@ def apply(
         skip_intermediates=skip_intermediates,
     )
     named = normalize_inputs(inputs)
-    _check_executor(executor, named, dst, fn)
+    chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn)
     _check_run_options(workers, retries, lock_wait)
-    _check_timeout(timeout, executor)
     flow_id = flow_id_of(fn, named, dst, spec)
     root = _intermediates_root(intermediates, dst)
     if dry_run:
@@ -250,9 +253,7 @@ def apply(
                 probe_fn(spec, fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
             flow = _Flow(spec, fn, named, dst, root / flow_id, resume)
-            report = flow.run(
-                executor or "threads", workers, retries, timeout, progress, t0, before
-            )
+            report = flow.run(chosen, progress, t0, before)
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
                 # markers whose layers are gone (a resume would reduce missing data).
@@ -265,24 +266,39 @@ def apply(
                 root.rmdir()  # only when empty: a completion record is worth keeping
 
 
-def _check_executor(
-    executor: str | None, inputs: Mapping[str, Volume], dst: Volume, fn: Callable[..., Any]
-) -> None:
-    """A known executor; for processes, no memory volumes and an fn that pickles."""
-    from chunkgraph.execute import EXECUTOR_KINDS
+def _resolve_executor(
+    executor: ExecutorKind | Executor | None,
+    workers: int | None,
+    retries: int,
+    timeout: float | None,
+    inputs: Mapping[str, Volume],
+    dst: Volume,
+    fn: Callable[..., Any],
+) -> Executor:
+    """The executor to run on; outside this process, no memory volumes and an fn that pickles.
 
-    if executor is not None and executor not in EXECUTOR_KINDS:
-        raise ConfigError(
-            f"executor must be one of {EXECUTOR_KINDS} (or None for 'threads'), got {executor!r}"
+    A kind ("threads", the default, "processes", "sync") takes ``workers``,
+    ``retries`` and ``timeout``; an Executor carries its own settings, so only
+    apply's default ``retries`` may stand beside it.
+    """
+    from chunkgraph.execute import resolve_executor
+
+    if executor is None or isinstance(executor, str):
+        chosen = resolve_executor(
+            executor or "threads", workers=workers, retries=retries, timeout=timeout
         )
-    if executor != "processes":
-        return
+    else:
+        own = 0 if retries == DEFAULT_RETRIES else retries
+        chosen = resolve_executor(executor, workers=workers, retries=own, timeout=timeout)
+    if chosen.in_process:
+        return chosen
+    where = f"executor={executor!r} runs tasks in other processes"
     local = [n for n, v in inputs.items() if v.backend == "memory"]
     local += ["dst"] if dst.backend == "memory" else []
     if local:
         raise ConfigError(
-            f"executor='processes' cannot use memory volumes ({', '.join(local)}): they exist "
-            "only in this process; store them with backend='zarr' or use executor='threads'"
+            f"{where} and cannot use memory volumes ({', '.join(local)}): they exist only in "
+            "this process; store them with backend='zarr' or use executor='threads'"
         )
     import cloudpickle  # type: ignore[import-untyped]
 
@@ -290,21 +306,12 @@ def _check_executor(
         cloudpickle.dumps(fn)
     except Exception as err:  # pickling raises many types (TypeError, PicklingError, ...)
         raise ConfigError(
-            f"executor='processes' must send fn {getattr(fn, '__name__', fn)!r} to its worker "
-            f"processes, but it cannot be pickled: {type(err).__name__}: {err}. Make fn a "
-            "module-level function (or a callable object) that holds no locks, open files or "
-            "connections, or use executor='threads'"
+            f"{where} and must send fn {getattr(fn, '__name__', fn)!r} there, but it cannot be "
+            f"pickled: {type(err).__name__}: {err}. Make fn a module-level function (or a "
+            "callable object) that holds no locks, open files or connections, or use "
+            "executor='threads'"
         ) from err
-
-
-def _check_timeout(timeout: object, executor: str | None) -> None:
-    from chunkgraph.execute._limits import check_timeout
-
-    if check_timeout(timeout) is not None and executor == "sync":
-        raise ConfigError(
-            "timeout needs executor='threads' or 'processes': executor='sync' runs fn in the "
-            "calling thread, which nothing can stop"
-        )
+    return chosen
 
 
 def _check_run_options(workers: object, retries: object, lock_wait: object) -> None:
@@ -434,16 +441,7 @@ class _Flow:
             max_in_flight=superchunks_in_flight(spec, usable_cores()),
         )
 
-    def run(
-        self,
-        executor: ExecutorKind,
-        workers: int | None,
-        retries: int,
-        timeout: float | None,
-        progress: bool,
-        t0: float,
-        before: int,
-    ) -> ApplyReport:
+    def run(self, executor: Executor, progress: bool, t0: float, before: int) -> ApplyReport:
         from chunkgraph.execute import run
         from chunkgraph.graph import Graph
 
@@ -455,19 +453,7 @@ class _Flow:
             red_refs, skipped_red = self._add_reductions(graph, top_refs)
         refs = list(top_refs.values()) + red_refs
         try:
-            results = (
-                run(
-                    graph,
-                    targets=refs,
-                    executor=executor,
-                    retries=retries,
-                    progress=progress,
-                    workers=workers,
-                    timeout=timeout,
-                )
-                if refs
-                else []
-            )
+            results = run(graph, targets=refs, executor=executor, progress=progress) if refs else []
         finally:
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)

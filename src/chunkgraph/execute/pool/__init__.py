@@ -8,6 +8,7 @@ it is gone. It knows nothing of graphs: the executor's process backend submits
 calls to it.
 """
 
-from chunkgraph.execute.pool._process_pool import CallTimeoutError, PoolState, ProcessPool
+from chunkgraph._errors import CallTimeoutError
+from chunkgraph.execute.pool._process_pool import PoolState, ProcessPool
 
 __all__ = ["CallTimeoutError", "PoolState", "ProcessPool"]

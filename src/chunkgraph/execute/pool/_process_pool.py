@@ -76,7 +76,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from typing import Any
 
-from chunkgraph._errors import ChunkgraphError, ConfigError, WorkerDiedError
+from chunkgraph._errors import CallTimeoutError, ConfigError, UsageError, WorkerDiedError
 from chunkgraph._util import usable_cores
 from chunkgraph.execute import _interrupts
 from chunkgraph.execute._limits import check_timeout
@@ -120,21 +120,6 @@ DURATION_SMOOTHING = 0.1
 # Workers in a row that die before reporting ready; beyond this the pool stops
 # respawning (something in the environment, not a task, is killing them).
 MAX_STARTUP_FAILURES = 3
-
-
-class CallTimeoutError(ChunkgraphError, TimeoutError):
-    """A call ran longer than its ``timeout``; its worker was killed and replaced."""
-
-    def __init__(self, seconds: float, pid: int | None) -> None:
-        super().__init__(
-            f"call exceeded timeout={seconds:g} s; its worker process {pid} was killed "
-            "(SIGKILL) and replaced"
-        )
-        self.seconds = seconds
-        self.pid = pid
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.seconds, self.pid))
 
 
 class PoolState(enum.Enum):
@@ -326,7 +311,7 @@ class ProcessPool:
                 "there: guard its work with `if __name__ == '__main__':`), then create a new "
                 "ProcessPool"
             )
-        return RuntimeError(
+        return UsageError(
             f"cannot submit to a process pool that is {self._state.value}; create a new "
             "ProcessPool, or submit before calling shutdown()"
         )

@@ -44,7 +44,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn, cast
 
-from chunkgraph._errors import ChunkgraphError
+from chunkgraph._errors import RemoteError, RemoteTraceback
 from chunkgraph.execute.pool._segment_names import unlink_name, unlink_prefix
 from chunkgraph.execute.pool._shm import SegmentTable, iter_refs
 
@@ -157,19 +157,3 @@ def unpickle_error(payload: bytes) -> BaseException:
         error = RemoteError(first)
     error.__cause__ = RemoteTraceback(text)
     return error
-
-
-class RemoteTraceback(Exception):
-    """The traceback text of an exception raised in a worker process."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return "\n" + self.text
-
-
-class RemoteError(ChunkgraphError, RuntimeError):
-    """Stands in for a worker's exception that cannot cross processes (it does not
-    pickle, or it is a SystemExit); the message is its last traceback line."""
