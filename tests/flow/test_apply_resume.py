@@ -69,6 +69,18 @@ def _markers(root: Path, dst: str) -> int:
     return len([p for p in (root / f"tmp-{dst}").glob("*/markers/top/*") if p.name[0] != "."])
 
 
+def _kill_mid_run(killed: subprocess.Popen[str], root: Path) -> int:
+    """SIGKILL a flow once it has marked 4 top-level tasks done; how many it marked."""
+    deadline = time.monotonic() + 60
+    while _markers(root, "dst.zarr") < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    done_before = _markers(root, "dst.zarr")
+    assert 4 <= done_before < TOP_TASKS, "the kill must land mid-run"
+    return done_before
+
+
 def test_resume_after_sigkill_is_identical_and_reruns_only_unfinished(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     data = rng.standard_normal(SHAPE).astype(np.float32)
@@ -79,14 +91,9 @@ def test_resume_after_sigkill_is_identical_and_reruns_only_unfinished(tmp_path: 
     script = tmp_path / "flow_script.py"
     script.write_text(SCRIPT.format(src=str(SRC_DIR)))
 
-    killed = _start(script, "fresh", tmp_path, "dst.zarr", tmp_path / "log1")
-    deadline = time.monotonic() + 60
-    while _markers(tmp_path, "dst.zarr") < 4 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
-    done_before = _markers(tmp_path, "dst.zarr")
-    assert 4 <= done_before < TOP_TASKS, "the kill must land mid-run"
+    done_before = _kill_mid_run(
+        _start(script, "fresh", tmp_path, "dst.zarr", tmp_path / "log1"), tmp_path
+    )
 
     resumed = _finish(_start(script, "resume", tmp_path, "dst.zarr", tmp_path / "log2"))
     assert resumed["skipped"] == done_before
@@ -111,14 +118,9 @@ def test_resume_finds_the_work_of_a_run_that_created_dst(tmp_path: Path) -> None
     script = tmp_path / "flow_script.py"
     script.write_text(SCRIPT.format(src=str(SRC_DIR)))
 
-    killed = _start(script, "create", tmp_path, "dst.zarr", tmp_path / "log1")
-    deadline = time.monotonic() + 60
-    while _markers(tmp_path, "dst.zarr") < 4 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
-    done_before = _markers(tmp_path, "dst.zarr")
-    assert 4 <= done_before < TOP_TASKS, "the kill must land mid-run"
+    done_before = _kill_mid_run(
+        _start(script, "create", tmp_path, "dst.zarr", tmp_path / "log1"), tmp_path
+    )
 
     resumed = _finish(_start(script, "resume", tmp_path, "dst.zarr", tmp_path / "log2"))
     assert resumed["skipped"] == done_before

@@ -339,19 +339,29 @@ def _dry_report(
     from chunkgraph.flow._estimate import estimate_flow
 
     est = estimate_flow(spec, named, dst)
-    return ApplyReport(
-        flow_id=flow_id,
+    return _no_io_report(
+        spec,
+        flow_id,
+        seconds,
         dry_run=True,
         tasks_per_level=tuple(est.tasks_per_level),
         reductions=est.reductions,
+        intermediates=str(root / flow_id),
+        estimate=est,
+    )
+
+
+def _no_io_report(spec: FlowSpec, flow_id: str, seconds: float, **fields: Any) -> ApplyReport:
+    """A report of a call that read and wrote nothing (a dry run, a finished flow)."""
+    return ApplyReport(
+        flow_id=flow_id,
         bytes_read=0,
         bytes_written=0,
         temporary_bytes=0,
         read_amplification=0.0,
         wall_seconds=seconds,
         bbox=spec.bbox,
-        intermediates=str(root / flow_id),
-        estimate=est,
+        **fields,
     )
 
 
@@ -359,17 +369,13 @@ def _finished_report(
     spec: FlowSpec, dst: Volume, flow_id: str, finished: Mapping[str, Any], seconds: float
 ) -> ApplyReport:
     """The report of a resumed run whose flow had already finished: nothing was done."""
-    return ApplyReport(
-        flow_id=flow_id,
+    return _no_io_report(
+        spec,
+        flow_id,
+        seconds,
         dry_run=False,
         tasks_per_level=(0,) * len(spec.levels),
         reductions=0,
-        bytes_read=0,
-        bytes_written=0,
-        temporary_bytes=0,
-        read_amplification=0.0,
-        wall_seconds=seconds,
-        bbox=spec.bbox,
         top_tasks_skipped=int(np.prod(spec.top_grid)),
         reductions_skipped=int(finished.get("reductions", 0)),
         finished_before=str(finished.get("finished", "")),
