@@ -164,7 +164,13 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_ends_the_run(tmp_path: Path, ki
         err = driver.finish(timeout=60)
     finally:
         driver.kill()
-    assert "Exception ignored" in err, err  # the scenario happened: Python lost the exception
+    if kind == "sync":
+        # The scenario happened: Python lost the exception; the record still ends the run.
+        assert "Exception ignored" in err, err
+    else:
+        # With workers running the tasks the driver holds Ctrl-C and raises it itself at
+        # the top of its loop, so there is no exception for a finalizer to lose.
+        assert "Exception ignored" not in err, err
     assert outcome == "interrupted"
 
 

@@ -6,7 +6,7 @@ task and how to learn its outcome. Everything else a run does is here, once:
     Driver.run(backend)
       RUN_STARTED
       backend.open()                  get workers (held Ctrl-C: see _interrupts.Deferred)
-      loop:
+      loop (Ctrl-C held, unless tasks run in this thread):
         Ctrl-C seen?                  raise KeyboardInterrupt (_interrupts.check)
         backend.start()               hand ready tasks to workers (take(), by priority)
         backend.done()?               nothing in flight and the Scheduler finished: stop
@@ -18,6 +18,15 @@ task and how to learn its outcome. Everything else a run does is here, once:
       on any exception: backend.abort() (cancel, stop running work), re-raise
       always:           backend.close() (give workers back)
       CANCELLED for every task that did not run, RUN_FINISHED, last delivery
+
+Ctrl-C at a safe point. While workers run the tasks, the loop holds SIGINT
+(``_interrupts.Deferred``) and raises KeyboardInterrupt at the top of its next
+turn, at most ``EVENT_FLUSH_SECONDS`` later. Raised wherever the main thread
+happened to be, it could land between a lock's acquire and the ``with`` block
+that releases it (inside ``threading.Event.wait``, say), and the pool's
+manager thread, needing that lock, would hang the run's shutdown forever.
+The sync backend runs tasks in this thread, so there Ctrl-C interrupts the
+task at once.
 
 Outcomes all go through :meth:`Driver.report`, which owns the Scheduler's
 bookkeeping and the events that go with it:
@@ -39,6 +48,7 @@ this loop for each task would cost more than the tasks it runs (see
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -51,6 +61,10 @@ from chunkgraph.graph import Graph
 
 class Backend(Protocol):
     """A way of running tasks, driven by :meth:`Driver.run` (see the module doc)."""
+
+    # True when tasks run inside start(), in the caller's thread (a Ctrl-C must
+    # then interrupt the task itself; otherwise it is taken at a safe point).
+    tasks_in_caller: bool
 
     def open(self) -> None:
         """Acquire workers. Runs with Ctrl-C held, so it is never cut in the middle."""
@@ -126,19 +140,24 @@ class Driver:
         try:
             with _interrupts.Deferred():  # workers acquired are workers given back
                 backend.open()
-            while True:
-                _interrupts.check()
-                backend.start()
-                if backend.done():
-                    break
-                if sched.stopping:
-                    backend.drop_queued()
-                backend.wait(EVENT_FLUSH_SECONDS)
-                backend.collect()
-                if self.stop_error is not None:
-                    raise self.stop_error
-                if events is not None:
-                    events.drain()
+            held = contextlib.nullcontext() if backend.tasks_in_caller else _interrupts.Deferred()
+            with held:
+                while True:
+                    if isinstance(held, _interrupts.Deferred) and held.seen:
+                        held.seen = False  # raised here, not again when the block ends
+                        raise KeyboardInterrupt
+                    _interrupts.check()
+                    backend.start()
+                    if backend.done():
+                        break
+                    if sched.stopping:
+                        backend.drop_queued()
+                    backend.wait(EVENT_FLUSH_SECONDS)
+                    backend.collect()
+                    if self.stop_error is not None:
+                        raise self.stop_error
+                    if events is not None:
+                        events.drain()
         except BaseException:
             backend.abort()
             raise

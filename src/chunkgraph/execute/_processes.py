@@ -45,6 +45,8 @@ IN_FLIGHT_PER_WORKER = 2
 class ProcessBackend:
     """The driver's backend on a fresh ProcessPool of ``workers`` processes."""
 
+    tasks_in_caller = False
+
     def __init__(self, driver: Driver, workers: int) -> None:
         self.driver = driver
         self.workers = workers

@@ -14,6 +14,8 @@ from chunkgraph.execute._driver import Driver
 class SyncBackend:
     """Runs one ready task per turn of the driver's loop, inside ``start()``."""
 
+    tasks_in_caller = True
+
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
 

@@ -96,6 +96,8 @@ class _Slot:
 class ThreadBackend:
     """The driver's backend on ``workers`` pool threads (see the module doc)."""
 
+    tasks_in_caller = False
+
     def __init__(self, driver: Driver, workers: int) -> None:
         self.driver = driver
         self.scheduler = driver.scheduler
