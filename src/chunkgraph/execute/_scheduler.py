@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chunkgraph.graph import Graph
+from chunkgraph.graph import Graph, needed_mask
 
 
 class TaskState(enum.IntEnum):
@@ -45,24 +45,6 @@ class TaskState(enum.IntEnum):
     DONE = 3
     FAILED = 4
     SKIPPED = 5  # not needed by the targets
-
-
-def needed_mask(graph: Graph, targets: Sequence[int]) -> npt.NDArray[np.bool_]:
-    """True for the targets and every task they transitively depend on."""
-    n = len(graph)
-    wanted = np.zeros(n, dtype=bool)
-    wanted[np.asarray(targets, dtype=np.int64)] = True
-    if wanted[graph.sinks()].all():
-        return np.ones(n, dtype=bool)  # every task leads to some sink
-    ptr, idx = (a.tolist() for a in graph.dependencies())
-    needed = bytearray(wanted.astype(np.uint8).tobytes())
-    # Consumers come after their dependencies in topological order, so one
-    # backward sweep marks every ancestor of a target.
-    for t in graph.topological_order()[::-1].tolist():
-        if needed[t]:
-            for d in idx[ptr[t] : ptr[t + 1]]:
-                needed[d] = 1
-    return np.frombuffer(needed, dtype=np.uint8).astype(bool)
 
 
 class Scheduler:

@@ -6,14 +6,21 @@ chunkgraph looks inside (for TaskRefs here, for shared-memory arrays in the
 process pool); see ``_nested.py``.
 """
 
-from chunkgraph.graph._cost import DEFAULT_RESOURCES, DEFAULT_SECONDS, Cost, Resources
-from chunkgraph.graph._graph import CostColumns, Graph, TaskRef
+from chunkgraph.graph._cost import (
+    DEFAULT_RESOURCES,
+    DEFAULT_SECONDS,
+    ContextSeconds,
+    Cost,
+    Resources,
+)
+from chunkgraph.graph._graph import CostColumns, Graph, TaskRef, needed_mask
 from chunkgraph.graph._nested import collect_leaves, has_leaf, replace_leaves
 from chunkgraph.graph._task import Task, task
 
 __all__ = [
     "DEFAULT_RESOURCES",
     "DEFAULT_SECONDS",
+    "ContextSeconds",
     "Cost",
     "CostColumns",
     "Graph",
@@ -22,6 +29,7 @@ __all__ = [
     "TaskRef",
     "collect_leaves",
     "has_leaf",
+    "needed_mask",
     "replace_leaves",
     "task",
 ]

@@ -26,23 +26,96 @@ DEFAULT_SECONDS = 1e-3
 class Cost:
     """Estimated cost of one task: run time, peak memory, size of its result.
 
+    ``seconds`` is either one number (the time on a context of ``speed`` 1; a
+    faster context divides it by its speed) or a mapping from a context's name
+    or kind to the seconds it takes there, for costs that differ by hardware
+    (a GPU kernel, a CPU fallback). A context with no entry (neither its name
+    nor its kind) cannot run the task. ``memory`` is the task's peak while it
+    runs, ``output_bytes`` the size of the result it hands to each consumer
+    (``Graph.set_edge_bytes`` sets one consumer's share apart).
+
     >>> Cost(seconds=2.0, memory=1 << 20)
     Cost(seconds=2.0, memory=1048576, output_bytes=0)
+    >>> Cost(seconds={"cpu": 14, "gpu": 2}).seconds
+    ContextSeconds(cpu=14, gpu=2)
     """
 
-    seconds: float = DEFAULT_SECONDS
+    seconds: float | ContextSeconds = DEFAULT_SECONDS
     memory: int = 0
     output_bytes: int = 0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.seconds, int | float) and math.isfinite(self.seconds)):
-            raise ConfigError(f"Cost.seconds must be a finite number >= 0, got {self.seconds!r}")
-        if self.seconds < 0:
-            raise ConfigError(f"Cost.seconds must be >= 0, got {self.seconds!r}")
+        if isinstance(self.seconds, Mapping):
+            if not isinstance(self.seconds, ContextSeconds):
+                object.__setattr__(self, "seconds", ContextSeconds(self.seconds))
+        else:
+            _check_seconds("Cost.seconds", self.seconds)
         for field in ("memory", "output_bytes"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"Cost.{field} must be an int >= 0 (bytes), got {value!r}")
+
+
+def _check_seconds(what: str, value: object) -> None:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(f"{what} must be a finite number >= 0 (seconds), got {value!r}")
+
+
+class ContextSeconds(Mapping[str, float]):
+    """Seconds a task takes per context name or kind: ``{"cpu": 14, "gpu": 2}``.
+
+    Immutable and hashable. ``mean`` is the number the graph's single
+    ``seconds`` column holds for it (the average over the entries, as HEFT's
+    ranks use).
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, mapping: Mapping[str, float]) -> None:
+        if not mapping:
+            raise ConfigError(
+                "Cost.seconds as a mapping needs at least one entry, e.g. {'cpu': 2.0, 'gpu': 0.5}"
+            )
+        for key, value in mapping.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(
+                    f"Cost.seconds keys must be context names or kinds (strings), got {key!r}"
+                )
+            _check_seconds(f"Cost.seconds[{key!r}]", value)
+        self._items: tuple[tuple[str, float], ...] = tuple(sorted(mapping.items()))
+
+    @property
+    def mean(self) -> float:
+        return sum(v for _, v in self._items) / len(self._items)
+
+    def __getitem__(self, key: str) -> float:
+        for name, value in self._items:
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self._items) == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={value!r}" for name, value in self._items)
+        return f"ContextSeconds({inner})"
 
 
 class Resources(Mapping[str, float]):

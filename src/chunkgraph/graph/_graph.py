@@ -11,6 +11,10 @@ a million-task graph costs tens of bytes per task plus its payloads:
       |                                               _dep_indices (CSR, append-only)
       +-- _seconds[i], _memory[i], _output_bytes[i]   cost columns (numpy, grown x2)
       +-- _user_names[i] (sparse), _resources[i] (sparse; default {"cpu": 1})
+      +-- _context_seconds[i] (sparse): seconds per context name/kind, when
+      |                       given as a mapping (_seconds[i] holds their mean)
+      +-- _edge_bytes[(i, c)] (sparse): bytes i sends to consumer c, where
+                              that differs from _output_bytes[i]
 
 Policy and why:
 
@@ -25,13 +29,16 @@ Policy and why:
   ``TaskRef``; ``validate()`` checks for that (and for ids out of range).
 * Auto names (``"<fn name>-<id>"``) are computed on demand, never stored; user
   names are unique, checked when added, and against auto names in ``validate()``.
-* Cost columns are the only per-task numbers the planner reads; a later
-  per-context cost (a GPU vs a CPU time) becomes a 2-d ``seconds`` column.
+* Cost columns are the only per-task numbers the planner reads. Costs that
+  differ per context (a GPU vs a CPU time) are rare and kept sparse beside the
+  column, which holds their mean so that context-free passes (the priority
+  order) still see one number per task.
 """
 
 from __future__ import annotations
 
 import contextvars
+from types import MappingProxyType
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -40,7 +47,13 @@ import numpy as np
 import numpy.typing as npt
 
 from chunkgraph._errors import GraphError
-from chunkgraph.graph._cost import DEFAULT_RESOURCES, DEFAULT_SECONDS, Cost, Resources
+from chunkgraph.graph._cost import (
+    DEFAULT_RESOURCES,
+    DEFAULT_SECONDS,
+    ContextSeconds,
+    Cost,
+    Resources,
+)
 from chunkgraph.graph._payload import NESTED_REFS, NO_REFS, TOP_REFS, resolve_call, scan
 
 IntArray = npt.NDArray[np.int64]
@@ -126,6 +139,8 @@ class Graph:
         self._user_names: dict[int, str] = {}
         self._ids_by_name: dict[str, int] = {}
         self._resources: dict[int, Resources] = {}
+        self._context_seconds: dict[int, ContextSeconds] = {}
+        self._edge_bytes: dict[tuple[int, int], int] = {}
         self._interned: dict[Resources, Resources] = {}
         self._cache: dict[str, Any] = {}
         self._tokens: list[contextvars.Token[Graph | None]] = []
@@ -228,7 +243,12 @@ class Graph:
     def _set_cost(self, tid: int, cost: Cost) -> None:
         if not isinstance(cost, Cost):
             raise GraphError(f"cost must be a chunkgraph Cost, got {cost!r}; e.g. Cost(seconds=2)")
-        self._seconds[tid] = cost.seconds
+        if isinstance(cost.seconds, ContextSeconds):
+            self._context_seconds[tid] = cost.seconds
+            self._seconds[tid] = cost.seconds.mean
+        else:
+            self._context_seconds.pop(tid, None)
+            self._seconds[tid] = cost.seconds
         self._memory[tid] = cost.memory
         self._output_bytes[tid] = cost.output_bytes
 
@@ -236,6 +256,44 @@ class Graph:
         """Replace a task's cost estimate (e.g. with a measured one)."""
         self._set_cost(self.task_id(ref), cost)
         self._cache.pop("derived", None)  # an order or a plan depends on the costs
+
+    def set_edge_bytes(
+        self, producer: TaskRef | int | str, consumer: TaskRef | int | str, nbytes: int
+    ) -> None:
+        """Declare that ``producer`` sends ``nbytes`` to ``consumer`` (instead of its
+        ``Cost.output_bytes``): a task may send different amounts to different consumers.
+
+        >>> g = Graph()
+        >>> a = g.add(abs, -1, cost=Cost(output_bytes=10))
+        >>> b, c = g.add(abs, a), g.add(abs, a)
+        >>> g.set_edge_bytes(a, c, 4)
+        >>> g.edge_bytes(a, b), g.edge_bytes(a, c)
+        (10, 4)
+        """
+        p, c = self.task_id(producer), self.task_id(consumer)
+        lo, hi = self._dep_indptr[c], self._dep_indptr[c + 1]
+        if p not in self._dep_indices[lo:hi]:
+            raise GraphError(
+                f"{self.name(c)!r} does not consume {self.name(p)!r}: edge sizes are set "
+                "only for a task and one of its inputs"
+            )
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise GraphError(f"nbytes must be an int >= 0, got {nbytes!r}")
+        self._edge_bytes[(p, c)] = nbytes
+        self._cache.pop("derived", None)  # a plan depends on the sizes
+
+    def edge_bytes(self, producer: int, consumer: int) -> int:
+        """Bytes ``producer`` sends to ``consumer`` (ids): as set, else its output_bytes."""
+        size = self._edge_bytes.get((producer, consumer))
+        return int(self._output_bytes[producer]) if size is None else size
+
+    def edge_bytes_overrides(self) -> Mapping[tuple[int, int], int]:
+        """The sizes set by ``set_edge_bytes``, by ``(producer, consumer)`` (read-only view)."""
+        return MappingProxyType(self._edge_bytes)
+
+    def context_seconds(self) -> Mapping[int, ContextSeconds]:
+        """The tasks whose seconds were given per context, by id (read-only view)."""
+        return MappingProxyType(self._context_seconds)
 
     def __enter__(self) -> Graph:
         self._tokens.append(current_graph.set(self))
@@ -307,7 +365,9 @@ class Graph:
         return self._fns[tid], args, kwargs
 
     def cost(self, tid: int) -> Cost:
-        return Cost(float(self._seconds[tid]), int(self._memory[tid]), int(self._output_bytes[tid]))
+        per_context = self._context_seconds.get(tid)
+        seconds = float(self._seconds[tid]) if per_context is None else per_context
+        return Cost(seconds, int(self._memory[tid]), int(self._output_bytes[tid]))
 
     def costs(self) -> CostColumns:
         """Cost columns as read-only views (valid until the next ``add``)."""
@@ -323,6 +383,10 @@ class Graph:
 
     def resources(self, tid: int) -> Resources:
         return self._resources.get(tid, DEFAULT_RESOURCES)
+
+    def resources_overrides(self) -> Mapping[int, Resources]:
+        """The tasks whose resources are not the default ``{"cpu": 1}``, by id (read-only)."""
+        return MappingProxyType(self._resources)
 
     def dependencies(self) -> tuple[IntArray, IntArray]:
         """``(indptr, indices)``: task i consumes ``indices[indptr[i]:indptr[i+1]]``."""
@@ -398,6 +462,24 @@ class Graph:
             self._cache["topo"] = topological_order(self)
         result: IntArray = self._cache["topo"]
         return result
+
+
+def needed_mask(graph: Graph, targets: Sequence[int]) -> npt.NDArray[np.bool_]:
+    """True for the targets and every task they transitively depend on."""
+    n = len(graph)
+    wanted = np.zeros(n, dtype=bool)
+    wanted[np.asarray(targets, dtype=np.int64)] = True
+    if wanted[graph.sinks()].all():
+        return np.ones(n, dtype=bool)  # every task leads to some sink
+    ptr, idx = (a.tolist() for a in graph.dependencies())
+    needed = bytearray(wanted.astype(np.uint8).tobytes())
+    # Consumers come after their dependencies in topological order, so one
+    # backward sweep marks every ancestor of a target.
+    for t in graph.topological_order()[::-1].tolist():
+        if needed[t]:
+            for d in idx[ptr[t] : ptr[t + 1]]:
+                needed[d] = 1
+    return np.frombuffer(needed, dtype=np.uint8).astype(bool)
 
 
 def _fn_name(fn: Callable[..., Any]) -> str:

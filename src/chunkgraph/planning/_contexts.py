@@ -1,0 +1,244 @@
+"""Processing contexts (where tasks run) and the links between them.
+
+A ``Context`` is a set of interchangeable workers that share memory: a NUMA
+node's cores, one GPU, a Dask worker. The planner assigns each task to one
+context and one of its ``slots``; ``speed`` scales a task's single-number
+cost, ``memory`` is the budget that live data on the context must stay under.
+
+A ``Link`` says what moving data between two contexts costs:
+``latency + bytes / bandwidth`` seconds. Within one context it is free. Two
+contexts on one ``host`` share memory (NUMA nodes, a GPU's host side) and
+default to ``SHARED_MEMORY``; contexts on different hosts need a link given
+to ``plan(links=...)`` or default to ``NETWORK``.
+
+``local_contexts()`` describes this machine: one CPU context per NUMA node
+(its cores and memory, from ``/sys/devices/system/node``; one for the whole
+machine where that is absent), and one GPU context per NVIDIA GPU that
+``nvidia-smi`` lists (none without one).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from chunkgraph._errors import ConfigError
+from chunkgraph._util import usable_cores
+
+ContextKind = Literal["cpu", "gpu"]
+CONTEXT_KINDS: tuple[ContextKind, ...] = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where tasks run: ``slots`` workers of one ``kind`` sharing ``memory`` bytes.
+
+    >>> Context("numa0", slots=8, memory=64 << 30)
+    Context(name='numa0', kind='cpu', slots=8, speed=1.0, memory=68719476736, host='local')
+    """
+
+    name: str
+    kind: ContextKind = "cpu"
+    slots: int = 1
+    speed: float = 1.0
+    memory: float = math.inf
+    host: str = "local"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"Context.name must be a non-empty string, got {self.name!r}")
+        if self.kind not in CONTEXT_KINDS:
+            raise ConfigError(
+                f"Context {self.name!r}: kind must be one of {CONTEXT_KINDS}, got {self.kind!r}"
+            )
+        if not isinstance(self.slots, int) or isinstance(self.slots, bool) or self.slots < 1:
+            raise ConfigError(
+                f"Context {self.name!r}: slots must be an int >= 1 (its workers), "
+                f"got {self.slots!r}"
+            )
+        if (
+            not isinstance(self.speed, int | float)
+            or isinstance(self.speed, bool)
+            or not (0 < self.speed < math.inf)
+        ):
+            raise ConfigError(
+                f"Context {self.name!r}: speed must be a positive finite number "
+                f"(1.0 = the speed costs are given for), got {self.speed!r}"
+            )
+        if (
+            not isinstance(self.memory, int | float)
+            or isinstance(self.memory, bool)
+            or not self.memory > 0
+        ):
+            raise ConfigError(
+                f"Context {self.name!r}: memory must be a positive number of bytes "
+                f"(or math.inf: no budget), got {self.memory!r}"
+            )
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError(f"Context {self.name!r}: host must be a non-empty string")
+
+
+@dataclass(frozen=True)
+class Link:
+    """The cost of moving data between two contexts: ``latency + nbytes / bandwidth``.
+
+    >>> Link(bandwidth=1e9, latency=1e-3).seconds(1_000_000)
+    0.002
+    """
+
+    bandwidth: float
+    latency: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bandwidth, int | float) or not self.bandwidth > 0:
+            raise ConfigError(
+                f"Link.bandwidth must be a positive number (bytes per second; math.inf: "
+                f"free), got {self.bandwidth!r}"
+            )
+        if (
+            not isinstance(self.latency, int | float)
+            or not math.isfinite(self.latency)
+            or self.latency < 0
+        ):
+            raise ConfigError(
+                f"Link.latency must be a finite number >= 0 (seconds), got {self.latency!r}"
+            )
+
+    def seconds(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+# Between contexts of one host: a copy through shared memory (or none at all).
+SHARED_MEMORY = Link(bandwidth=10e9, latency=1e-6)
+# Between hosts when no link is given: a 10 Gb/s network.
+NETWORK = Link(bandwidth=1.25e9, latency=1e-4)
+
+Links = Link | Mapping[tuple[str, str], Link] | None
+
+
+def check_contexts(contexts: Sequence[Context]) -> tuple[Context, ...]:
+    """The contexts as a tuple; ConfigError for none, a non-Context or a name used twice."""
+    if isinstance(contexts, Context):
+        contexts = (contexts,)
+    result = tuple(contexts)
+    if not result:
+        raise ConfigError("plan needs at least one Context, e.g. [Context('cpu', slots=4)]")
+    seen: set[str] = set()
+    for ctx in result:
+        if not isinstance(ctx, Context):
+            raise ConfigError(f"contexts must be chunkgraph Context objects, got {ctx!r}")
+        if ctx.name in seen:
+            raise ConfigError(f"context name {ctx.name!r} is used twice; names must be unique")
+        seen.add(ctx.name)
+    return result
+
+
+def link_between(a: Context, b: Context, links: Links = None) -> Link | None:
+    """The link from ``a`` to ``b`` (None: the same context, moving data is free).
+
+    ``links`` is one Link for every pair of different hosts, or a mapping by
+    ``(name, name)`` (either order) that overrides the defaults.
+    """
+    if a.name == b.name:
+        return None
+    if isinstance(links, Mapping):
+        given = links.get((a.name, b.name)) or links.get((b.name, a.name))
+        if given is not None:
+            return given
+    elif isinstance(links, Link) and a.host != b.host:
+        return links
+    return SHARED_MEMORY if a.host == b.host else NETWORK
+
+
+def local_contexts(*, gpus: bool = True) -> tuple[Context, ...]:
+    """This machine's contexts: one per NUMA node (cores, memory), one per NVIDIA GPU.
+
+    Only the cores this process may use are counted. A machine without NUMA
+    information is one CPU context named ``"cpu"``.
+    """
+    contexts = list(_numa_contexts())
+    if gpus:
+        contexts.extend(_gpu_contexts())
+    return tuple(contexts)
+
+
+def _numa_contexts() -> list[Context]:
+    allowed = _allowed_cores()
+    nodes = []
+    root = Path("/sys/devices/system/node")
+    for node in sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        try:
+            cores = _parse_cpulist((node / "cpulist").read_text()) & allowed
+            memory = _node_memory(node / "meminfo")
+        except (OSError, ValueError):
+            continue
+        if cores:
+            nodes.append(Context(node.name.replace("node", "numa"), "cpu", len(cores), 1.0, memory))
+    if len(nodes) > 1:
+        return nodes
+    return [Context("cpu", "cpu", usable_cores(), 1.0, _total_memory())]
+
+
+def _allowed_cores() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _parse_cpulist(text: str) -> set[int]:
+    """``"0-3,8,10-11"`` -> {0, 1, 2, 3, 8, 10, 11}."""
+    cores: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    return cores
+
+
+def _node_memory(meminfo: Path) -> float:
+    for line in meminfo.read_text().splitlines():
+        if "MemTotal:" in line:
+            return float(int(line.split()[-2]) * 1024)
+    return math.inf
+
+
+def _total_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def _gpu_contexts() -> list[Context]:
+    """One context per GPU ``nvidia-smi`` lists (its memory; one slot: one kernel stream)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    contexts = []
+    for line in out.splitlines():
+        index, _, mib = line.partition(",")
+        if index.strip().isdigit():
+            try:
+                memory = float(int(mib.strip()) << 20)
+            except ValueError:
+                memory = math.inf
+            contexts.append(Context(f"gpu{index.strip()}", "gpu", 1, 1.0, memory))
+    return contexts

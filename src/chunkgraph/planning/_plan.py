@@ -1,0 +1,376 @@
+"""``plan()``: the passes in order, and the ``Plan`` they produce.
+
+    plan(graph, contexts)
+      fuse_chains      chains -> one unit each (fuse=True)                _fuse
+      build_problem    units × contexts: seconds, memory, edge sizes      _problem
+      strategy         "heft" | "peft" | "merge" | "auto" -> Schedule     _list_schedule,
+                                                                          _partition
+      Plan             per task: context, slot, start, finish, subgraph;
+                       simulate(), gantt(path), summary()
+
+``auto`` runs every strategy that suits the graph and keeps the one whose
+simulated makespan is best (each already holds the memory caps). One context
+needs no placement at all: its plan is the priority order (``_order``), which
+is what ``run()`` uses on a machine with one NUMA node, at no cost beyond the
+order it always computed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.graph import Graph, TaskRef
+from chunkgraph.planning._contexts import Context, Links, check_contexts, local_contexts
+from chunkgraph.planning._problem import Problem, build_problem
+from chunkgraph.planning._schedule import Schedule
+
+if TYPE_CHECKING:
+    from chunkgraph.planning._simulate import SimResult
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+Strategy = Literal["auto", "heft", "peft", "merge"]
+STRATEGIES: tuple[Strategy, ...] = ("auto", "heft", "peft", "merge")
+
+# ``auto`` tries every strategy up to this many units, and only the cheapest
+# (HEFT, O(units × contexts × slots)) above it, so a big graph plans in seconds.
+AUTO_TRY_ALL_UNITS = 20_000
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    """A unit of dispatch: tasks planned to run together on one context."""
+
+    id: int
+    context: Context
+    tasks: IntArray  # graph task ids, in planned order
+    start: float
+    finish: float
+
+
+class Plan:
+    """Which context, slot and time each task of a graph is planned for.
+
+    Arrays are indexed by graph task id; a task the targets do not need has
+    context -1. ``order`` is the priority the executor follows (a topological
+    order: lower starts first).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        problem: Problem,
+        schedule: Schedule | None,
+        strategy: str,
+        memory_cap: FloatArray,
+        targets: IntArray,
+        planning_seconds: float,
+        priority: IntArray | None = None,
+    ) -> None:
+        self.graph = graph
+        self.problem = problem
+        self.contexts = problem.contexts
+        self.strategy = strategy
+        self.memory_cap = memory_cap
+        self.targets = targets
+        self.planning_seconds = planning_seconds
+        self._schedule = schedule
+        self._priority = priority
+        self._length = len(graph)
+
+    # -- what the executor reads ---------------------------------------------------------
+
+    @property
+    def schedule(self) -> Schedule:
+        """The unit-level schedule (computed on first use for a one-context plan)."""
+        if self._schedule is None:
+            from chunkgraph.planning._list_schedule import list_schedule
+
+            self._schedule = list_schedule(
+                self.problem, self._unit_priority(), memory_cap=self.memory_cap
+            )
+        return self._schedule
+
+    def _unit_priority(self) -> IntArray:
+        assert self._priority is not None
+        p = self.problem
+        heads = p.member_idx[p.member_ptr[:-1]]
+        return np.argsort(np.argsort(self._priority[heads], kind="stable"), kind="stable")
+
+    @property
+    def order(self) -> IntArray:
+        """Priority of every task (lower starts first); a topological order."""
+        if self._priority is None:
+            s, p = self.schedule, self.problem
+            start = np.full(self._length, np.inf)
+            position = np.zeros(self._length, np.int64)
+            sizes = np.diff(p.member_ptr)
+            start[p.member_idx] = np.repeat(s.start, sizes)
+            topo = np.empty(self._length, np.int64)
+            topo[self.graph.topological_order()] = np.arange(self._length)
+            position[:] = topo
+            keys = np.lexsort((position, start))
+            priority = np.empty(self._length, np.int64)
+            priority[keys] = np.arange(self._length)
+            self._priority = priority
+        return self._priority
+
+    @property
+    def task_context(self) -> IntArray:
+        """Context index of every task (-1: not needed by the targets)."""
+        if len(self.contexts) == 1 and self._schedule is None:
+            out = np.where(self.problem.unit_of >= 0, 0, -1).astype(np.int64)
+            return out
+        return self._per_task(self.schedule.context, -1)
+
+    @property
+    def task_subgraph(self) -> IntArray:
+        """Subgraph id of every task (-1: not needed)."""
+        if self._schedule is None:
+            return self.problem.unit_of  # one context: each unit is dispatched alone
+        return self._per_task(self.schedule.subgraph, -1)
+
+    def _per_task(self, values: npt.NDArray[np.generic], fill: float) -> npt.NDArray[np.generic]:
+        p = self.problem
+        out = np.full(self._length, fill, dtype=values.dtype)
+        out[p.member_idx] = np.repeat(values, np.diff(p.member_ptr))
+        return out
+
+    # -- what a person reads ---------------------------------------------------------------
+
+    def times(self) -> tuple[FloatArray, FloatArray]:
+        """Expected (start, finish) of every task; a fused unit's time is split among
+        its tasks in proportion to their costs (nan: not needed)."""
+        s, p = self.schedule, self.problem
+        start = np.full(self._length, np.nan)
+        finish = np.full(self._length, np.nan)
+        base = np.asarray(self.graph.costs().seconds, dtype=np.float64)
+        for u in range(len(p)):
+            members = p.members(u)
+            if len(members) == 1:
+                start[members[0]], finish[members[0]] = s.start[u], s.finish[u]
+                continue
+            weights = base[members]
+            total = float(weights.sum()) or float(len(members))
+            share = (weights if weights.sum() else np.ones(len(members))) / total
+            edges = s.start[u] + np.concatenate(([0.0], np.cumsum(share))) * (
+                s.finish[u] - s.start[u]
+            )
+            start[members], finish[members] = edges[:-1], edges[1:]
+        return start, finish
+
+    @property
+    def makespan(self) -> float:
+        """The expected end of the run, in seconds."""
+        return self.schedule.makespan
+
+    def subgraphs(self) -> list[Subgraph]:
+        """The units of dispatch, in order of expected start."""
+        s, p = self.schedule, self.problem
+        groups: dict[int, list[int]] = {}
+        for u in np.argsort(s.start, kind="stable").tolist():
+            groups.setdefault(int(s.subgraph[u]), []).append(u)
+        out = []
+        for sid, units in groups.items():
+            tasks = np.concatenate([p.members(u) for u in units])
+            out.append(
+                Subgraph(
+                    sid,
+                    self.contexts[int(s.context[units[0]])],
+                    tasks,
+                    float(s.start[units].min()),
+                    float(s.finish[units].max()),
+                )
+            )
+        return sorted(out, key=lambda sg: (sg.start, sg.id))
+
+    def context_of(self, task: TaskRef | int | str) -> Context | None:
+        """The context ``task`` is planned on (None: not needed by the targets)."""
+        c = int(self.task_context[self.graph.task_id(task)])
+        return None if c < 0 else self.contexts[c]
+
+    def simulate(self) -> SimResult:
+        """Replay the plan with the cost model: makespan, busy time and peak memory per
+        context, bytes moved between contexts, and the lower bound."""
+        from chunkgraph.planning._simulate import simulate
+
+        return simulate(self.problem, self.schedule, self.memory_cap, self.targets)
+
+    def gantt(self, path: str | object) -> None:
+        """Draw the plan as a PNG: one row per slot, fused tasks labelled with their names."""
+        from chunkgraph.planning._gantt import draw_gantt
+
+        draw_gantt(self, path)
+
+    def summary(self) -> str:
+        """A few lines: strategy, tasks and units, makespan against the lower bound, per
+        context its busy share, peak memory against its budget."""
+        sim = self.simulate()
+        p = self.problem
+        fused = len(p.member_idx) - len(p)
+        lines = [
+            f"plan: {len(p.member_idx)} tasks as {len(p)} units ({fused} fused away), "
+            f"strategy {self.strategy}, planned in {self.planning_seconds:.3f} s",
+            f"makespan {sim.makespan:.4g} s (lower bound {sim.lower_bound:.4g} s, "
+            f"{sim.makespan / sim.lower_bound if sim.lower_bound > 0 else 1.0:.2f}x); "
+            f"{_bytes(sim.bytes_moved)} moved between contexts",
+        ]
+        for c, ctx in enumerate(self.contexts):
+            busy = sim.busy[c] / (ctx.slots * sim.makespan) if sim.makespan > 0 else 0.0
+            cap = self.memory_cap[c]
+            budget = "no budget" if math.isinf(cap) else f"budget {_bytes(cap)}"
+            lines.append(
+                f"  {ctx.name:<10} {ctx.kind} x{ctx.slots}: {int((self.task_context == c).sum())} "
+                f"tasks, busy {busy:.0%}, peak memory {_bytes(sim.peak_memory[c])} ({budget})"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        names = ", ".join(c.name for c in self.contexts)
+        return f"<Plan: {self._length} tasks on {names}, strategy {self.strategy}>"
+
+
+def _bytes(n: float) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def plan(
+    graph: Graph,
+    contexts: Sequence[Context] | Context | None = None,
+    *,
+    strategy: Strategy = "auto",
+    fuse: bool = True,
+    memory: float | Mapping[str, float] | None = None,
+    links: Links = None,
+    targets: Sequence[TaskRef | int | str] | None = None,
+) -> Plan:
+    """Plan ``graph`` on ``contexts`` (default: ``local_contexts()``).
+
+    ``strategy``: "heft", "peft", "merge" (partitioning by merging along the
+    critical path, then list scheduling), or "auto" (the best simulated of
+    them). ``fuse``: run chains as one unit. ``memory``: a byte budget for
+    every context, or one per context name, instead of the contexts' own.
+    ``links``: a Link for every pair of hosts, or Links by (name, name).
+    ``targets``: the tasks whose results are wanted (default: every sink);
+    only what they need is planned, and they are never fused away.
+
+    >>> import chunkgraph as cg
+    >>> g = cg.Graph()
+    >>> a = g.add(abs, -1, cost=cg.Cost(seconds=2))
+    >>> b = g.add(abs, a, cost=cg.Cost(seconds=3))
+    >>> p = cg.plan(g, [cg.Context("cpu", slots=2)])
+    >>> p.makespan, len(p.problem)  # the chain runs as one fused unit
+    (5.0, 1)
+    """
+    began = time.perf_counter()
+    if not isinstance(graph, Graph):
+        raise ConfigError(f"plan() takes a Graph first, got {type(graph).__name__}")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not isinstance(fuse, bool):
+        raise ConfigError(f"fuse must be True or False, got {fuse!r}")
+    graph.validate()
+    ctx = check_contexts(local_contexts() if contexts is None else contexts)  # type: ignore[arg-type]
+    cap = _memory_caps(ctx, memory)
+    target_ids = (
+        graph.sinks() if targets is None else np.array([graph.task_id(t) for t in targets])
+    ).astype(np.int64)
+    from chunkgraph.planning._fuse import fuse_chains
+
+    member_ptr, member_idx = fuse_chains(graph, target_ids, fuse=fuse)
+    problem = build_problem(
+        graph, ctx, links, member_ptr=member_ptr, member_idx=member_idx, targets=target_ids
+    )
+    _check_fits(problem, cap)
+    if len(ctx) == 1 and strategy == "auto" and math.isinf(cap[0]):
+        # One context, no budget: placement is trivial and the order is the plan.
+        from chunkgraph.planning._order import order
+
+        priority = graph.cached("order", order)
+        return Plan(graph, problem, None, "order", cap, target_ids,
+                    time.perf_counter() - began, priority)  # fmt: skip
+    chosen, schedule = _run_strategy(problem, strategy, cap, target_ids)
+    return Plan(graph, problem, schedule, chosen, cap, target_ids, time.perf_counter() - began)
+
+
+def _memory_caps(
+    contexts: tuple[Context, ...], memory: float | Mapping[str, float] | None
+) -> FloatArray:
+    caps = np.array([float(c.memory) for c in contexts])
+    if memory is None:
+        return caps
+    if isinstance(memory, Mapping):
+        names = {c.name: i for i, c in enumerate(contexts)}
+        for name, value in memory.items():
+            if name not in names:
+                raise ConfigError(
+                    f"memory names context {name!r}, which is not one of {sorted(names)}"
+                )
+            caps[names[name]] = _check_budget(value)
+        return caps
+    return np.full(len(contexts), _check_budget(memory))
+
+
+def _check_budget(value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise ConfigError(f"memory must be a positive number of bytes, got {value!r}")
+    return float(value)
+
+
+def _check_fits(problem: Problem, cap: FloatArray) -> None:
+    """PlanError for a task whose own memory exceeds every context that can run it."""
+    from chunkgraph._errors import PlanError
+
+    if np.isinf(cap).all() or not len(problem):
+        return
+    fits = (problem.memory[:, None] <= cap[None, :]) & problem.can_run()
+    bad = np.flatnonzero(~fits.any(axis=1))
+    if len(bad):
+        u = int(bad[0])
+        largest = int(np.argmax(cap))
+        raise PlanError(
+            f"task {problem.label(u)!r} needs {_bytes(problem.memory[u])} while it runs, more "
+            f"than any context that can run it has; the largest is "
+            f"{problem.contexts[largest].name!r} with {_bytes(cap[largest])}. Raise its "
+            "memory budget, or split the task"
+        )
+
+
+def _strategies() -> dict[str, Callable[[Problem, FloatArray], Schedule]]:
+    from chunkgraph.planning._list_schedule import heft, peft
+    from chunkgraph.planning._partition import merge
+
+    return {"heft": heft, "peft": peft, "merge": merge}
+
+
+def _run_strategy(
+    problem: Problem, strategy: Strategy, cap: FloatArray, targets: IntArray
+) -> tuple[str, Schedule]:
+    table = _strategies()
+    if strategy != "auto":
+        return strategy, table[strategy](problem, cap)
+    names = list(table) if len(problem) <= AUTO_TRY_ALL_UNITS else ["heft"]
+    from chunkgraph.planning._simulate import simulate
+
+    best: tuple[float, str, Schedule] | None = None
+    for name in names:
+        schedule = table[name](problem, cap)
+        makespan = simulate(problem, schedule, cap, targets).makespan
+        if best is None or makespan < best[0] - 1e-12:
+            best = (makespan, name, schedule)
+    assert best is not None
+    return best[1], best[2]
