@@ -38,9 +38,9 @@ Policy and why:
 from __future__ import annotations
 
 import contextvars
-from types import MappingProxyType
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
