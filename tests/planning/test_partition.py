@@ -225,6 +225,24 @@ def test_gpu_friendly_tasks_go_to_the_gpu() -> None:
     assert schedule.makespan <= 8.0 + 1e-3  # plus two link latencies per pipeline
 
 
+def test_idle_cpus_help_a_backed_up_gpu() -> None:
+    """Sixteen pipelines load -> compute -> one sum: all sixteen computes on the GPU
+    end at 18 s; CPU workers that take a few (8 s each) end it by 14 s."""
+    g = Graph()
+    one = Cost(seconds=1.0)
+    loads = [g.add(abs, i, name=f"load{15 - i}", cost=one) for i in range(16)]
+    gpu_friendly = Cost(seconds={"cpu": 8.0, "gpu": 1.0})
+    computes = [g.add(abs, x, name=f"compute{i}", cost=gpu_friendly) for i, x in enumerate(loads)]
+    g.add(sum, computes, name="sum", cost=one)
+    problem = build_problem(g, [Context("cpu", slots=4), Context("gpu", kind="gpu", slots=1)])
+
+    schedule = merge(problem, INF2)
+
+    on_cpu = int((schedule.context[[t.id for t in computes]] == 0).sum())
+    assert 1 <= on_cpu <= 6
+    assert schedule.makespan <= 14.0 + 1e-3  # plus link latencies
+
+
 def test_a_cpu_subgraph_does_not_grow_into_a_gpu_friendly_task() -> None:
     """load -> compute -> save beside 40 one-second CPU tasks (so a subgraph may hold
     5.4 s of work): the compute takes 2 s on a CPU and 0.25 s on the GPU, and the

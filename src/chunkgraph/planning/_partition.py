@@ -16,6 +16,8 @@ State of the partitioner (``_Partitioner``):
     subgraph[u]    u's subgraph (-1: none yet); context[u] its context
     finish[u]      u's expected finish (its subgraph runs its units in id
                    order from its expected start)
+    backlog[c]     seconds on c of the ready units tied to c (the only context
+                   within MAX_GROWTH_SLOWDOWN of their fastest), by rank position
 
 One turn:
 
@@ -23,9 +25,11 @@ One turn:
                seconds, then the lower index)
         |
     root     = the ready unit of highest upward rank that w's context c can
-               run and would not finish sooner on another context's first
-               free worker; among roots within LOCALITY_RANK_TOLERANCE of
-               it, one ``assign_roots`` gave to c. None: w is parked
+               run and would not finish sooner on another context (its first
+               free worker, once through the ready work tied to it that ranks
+               ahead: a GPU's queue of GPU-friendly units); among roots
+               within LOCALITY_RANK_TOLERANCE of it, one ``assign_roots``
+               gave to c. None: w is parked
                until the next subgraph is made (then free at that time)
         |
     grow     from the root by ready neighbours: consumers of a member, and
@@ -179,6 +183,13 @@ class _Partitioner:
         self.context = [-1] * n
         self.finish = [0.0] * n
         self.stamp = [-1] * n  # the subgraph that last reached u while growing
+        # tied[u]: the one context that runs u within MAX_GROWTH_SLOWDOWN of its fastest
+        # (-1: several do); backlog[c]: seconds on c of the ready units tied to c, by
+        # rank position: the queue ahead of u on c (a GPU busy with GPU work).
+        near = can & (p.seconds <= MAX_GROWTH_SLOWDOWN * np.asarray(self.fastest)[:, None])
+        self.tied = np.where(near.sum(axis=1) == 1, near.argmax(axis=1), -1).tolist()
+        self.position = np.argsort(np.lexsort((np.arange(n), -up))).tolist()
+        self.backlog = [_Queue(n) for _ in range(k)]
         self.ready: list[list[tuple[float, int]]] = [[] for _ in range(k)]
         self.hinted: list[list[tuple[float, int]]] = [[] for _ in range(k)]
         hint = assign_roots(p).tolist() if n else []
@@ -264,14 +275,18 @@ class _Partitioner:
         return best
 
     def _runs_best_here(self, u: int, c: int, now: float) -> bool:
-        """Whether ``u`` finishes on ``c`` (from ``now``) no later than on the first free
-        worker of any other context that can run it; ties go to ``c``. Consistent for
-        every worker (same free times), so some worker always takes the top unit."""
+        """Whether ``u`` finishes on ``c`` (from ``now``) no later than on any other context
+        that can run it, whose first free worker must first get through the ready
+        work tied to that context (spread over its slots); ties go to ``c``. The
+        context where ``u`` would finish first by this rule takes it, so some worker
+        always takes the top unit."""
         here = max(now, self._data_ready(u, c)) + self.sec[u][c]
         for other in range(self.k):
             if other == c or not self.can[u][other] or not self.has_worker[other]:
                 continue
-            there = max(min(self.free[other]), self._data_ready(u, other)) + self.sec[u][other]
+            queued = self.backlog[other].ahead(self.position[u])
+            free = min(self.free[other]) + queued / len(self.free[other])
+            there = max(free, self._data_ready(u, other)) + self.sec[u][other]
             if there * (1 + _EPS) < here:
                 return False
         return True
@@ -305,6 +320,8 @@ class _Partitioner:
         while True:
             members.append(u)
             self.subgraph[u], self.context[u] = sid, c
+            if self.tied[u] >= 0:
+                self.backlog[self.tied[u]].add(self.position[u], -self.sec[u][self.tied[u]])
             work += self.sec[u][c]
             peak = max(peak, self.memory[u] + self._copied_in(u, c))
             held += self.out_bytes[u]
@@ -382,6 +399,8 @@ class _Partitioner:
 
     def _make_ready(self, u: int) -> None:
         entry = (-self.up[u], u)
+        if self.tied[u] >= 0:
+            self.backlog[self.tied[u]].add(self.position[u], self.sec[u][self.tied[u]])
         for c in range(self.k):
             if self.can[u][c]:
                 heapq.heappush(self.ready[c], entry)
@@ -410,3 +429,24 @@ class _Partitioner:
         self.start.append(start)
         self.runtime.append(t - start)
         return (t, worker[1], worker[2], worker[3])
+
+
+class _Queue:
+    """Seconds of work by rank position (a Fenwick tree): ``add`` and ``ahead``
+    (the sum over positions before one) in O(log n)."""
+
+    def __init__(self, n: int) -> None:
+        self.tree = [0.0] * (n + 1)
+
+    def add(self, position: int, seconds: float) -> None:
+        i = position + 1
+        while i < len(self.tree):
+            self.tree[i] += seconds
+            i += i & -i
+
+    def ahead(self, position: int) -> float:
+        total, i = 0.0, position
+        while i > 0:
+            total += self.tree[i]
+            i -= i & -i
+        return max(total, 0.0)
