@@ -12,6 +12,8 @@ EXPECTED = {
     "RemoteTraceback",
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
+    # planning
+    "plan", "Plan", "Context", "Link", "local_contexts",
     # volumes
     "Box", "Volume", "IOStats", "ApplyReport", "apply",
     # loops

@@ -54,6 +54,11 @@ _LAZY = {
     "Resources": "chunkgraph.graph",
     "task": "chunkgraph.graph",
     "run": "chunkgraph.execute",
+    "plan": "chunkgraph.planning",
+    "Plan": "chunkgraph.planning",
+    "Context": "chunkgraph.planning",
+    "Link": "chunkgraph.planning",
+    "local_contexts": "chunkgraph.planning",
     "LocalExecutor": "chunkgraph.execute",
     "Event": "chunkgraph.execute",
     "EventKind": "chunkgraph.execute",
@@ -100,6 +105,7 @@ if TYPE_CHECKING:
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
     from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
+    from chunkgraph.planning import Context, Link, Plan, local_contexts, plan
     from chunkgraph.volume import IOStats, Volume
 
 __all__ = [
@@ -109,6 +115,7 @@ __all__ = [
     "CallTimeoutError",
     "ChunkgraphError",
     "ConfigError",
+    "Context",
     "CorruptChunkError",
     "Cost",
     "Event",
@@ -118,7 +125,9 @@ __all__ = [
     "Graph",
     "GraphError",
     "IOStats",
+    "Link",
     "LocalExecutor",
+    "Plan",
     "PlanError",
     "RemoteError",
     "RemoteTraceback",
@@ -136,12 +145,14 @@ __all__ = [
     "flow",
     "geometry",
     "graph",
+    "local_contexts",
     "lowlevel",
     "parallel",
     "parallel_for",
     "parallel_map",
     "parallel_reduce",
     "parallel_sort",
+    "plan",
     "planning",
     "run",
     "task",

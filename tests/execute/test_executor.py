@@ -36,9 +36,10 @@ class Recording:
         targets: Sequence[int] | None = None,
         *,
         subscribers: Sequence[Subscriber] = (),
+        plan: Any = None,
     ) -> dict[int, Any]:
         self.calls.append((None if targets is None else list(targets), len(subscribers)))
-        return LocalExecutor("sync").run(graph, targets, subscribers=subscribers)
+        return LocalExecutor("sync").run(graph, targets, subscribers=subscribers, plan=plan)
 
 
 def _graph() -> tuple[Graph, Any]:

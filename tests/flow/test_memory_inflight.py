@@ -1,4 +1,5 @@
-"""Memory bounds of a run: how many superchunks one process holds at once, and in what order
+"""Memory bounds of a run: how many superchunks are held at once (the scheduler admits top-level
+tasks against the flow's budget), and in what order
 top-level tasks get them (the chunk cache relies on that order)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from chunkgraph import volume
 from chunkgraph.flow import _apply, _top_task, apply
 from chunkgraph.flow._spec import validate_flow
-from chunkgraph.flow._top_task import FifoSlots, superchunks_in_flight
+from chunkgraph.flow._top_task import superchunks_in_flight
 from chunkgraph.geometry import Box
 
 
@@ -58,45 +59,6 @@ def test_one_level_flows_are_not_bounded(files: Any) -> None:
     dst = files.empty((16, 16), (4, 4), "uint8", backend="memory")
     spec = validate_flow(lambda x: x, src, dst, chunk_sizes=(8, 8))
     assert superchunks_in_flight(spec, 4) == 0
-
-
-def test_slots_are_served_in_arrival_order() -> None:
-    slots = FifoSlots(1)
-    slots.acquire()  # held: everyone below queues
-    order: list[int] = []
-
-    def waiter(i: int) -> None:
-        slots.acquire()
-        order.append(i)
-        slots.release()
-
-    threads = []
-    for i in range(6):
-        t = threading.Thread(target=waiter, args=(i,))
-        t.start()
-        threads.append(t)
-        while slots._next_ticket != i + 2:  # wait until this one holds its ticket
-            time.sleep(0.001)
-    slots.release()
-    # A newcomer arriving as the slot frees must queue behind the earlier waiters.
-    waiter(6)
-    for t in threads:
-        t.join()
-    assert order == list(range(7))
-
-
-def test_two_slots_admit_two_holders() -> None:
-    slots = FifoSlots(2)
-    slots.acquire()
-    slots.acquire()
-    third = threading.Thread(target=slots.acquire)
-    third.start()
-    third.join(timeout=0.05)
-    assert third.is_alive()  # both slots are taken
-    slots.release()
-    third.join()
-    slots.release()
-    slots.release()
 
 
 @pytest.mark.parametrize("cores", [2, 64])
@@ -146,4 +108,4 @@ def test_run_holds_at_most_the_bound(
     assert 1 <= state["most"] <= bound
     assert report.read_amplification == 1.0
     np.testing.assert_array_equal(dst.read(Box.from_shape((8, 32, 32))), data)
-    assert _top_task._SLOTS == {} and _top_task._READ_LOCKS == {}  # forgotten after the run
+    assert _top_task._READ_LOCKS == {}  # forgotten after the run

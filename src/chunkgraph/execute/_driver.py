@@ -113,6 +113,16 @@ class Driver:
         self.events = EventQueue(subscribers) if subscribers else None
         self.timeout_of = timeout_of
         self.stop_error: BaseException | None = None
+        if self.events is not None:
+            scheduler.on_steal = self._stolen
+
+    def _stolen(self, t: int, victim: int, thief: int, moved: int) -> None:
+        assert self.events is not None and self.scheduler.placement is not None
+        names = self.scheduler.placement.names
+        self.events.emit(
+            EventKind.STOLEN, t, f"{self.graph.name(t)}: {names[victim]} -> {names[thief]}",
+            total=moved,
+        )  # fmt: skip
 
     # -- the loop -------------------------------------------------------------------
 
@@ -168,9 +178,9 @@ class Driver:
 
     # -- what backends call ---------------------------------------------------------
 
-    def take(self, k: int) -> list[int]:
-        """Up to ``k`` ready tasks, highest priority first (none once stopping)."""
-        return self.scheduler.take(k)
+    def take(self, k: int, context: int = 0) -> list[int]:
+        """Up to ``k`` ready tasks of ``context``, highest priority first (none once stopping)."""
+        return self.scheduler.take(k, context)
 
     def call_of(self, t: int) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         """Task ``t``'s callable and arguments, its inputs' results in place of TaskRefs."""

@@ -35,6 +35,7 @@ class EventKind(enum.Enum):
     RETRIED = "retried"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    STOLEN = "stolen"  # an idle context took planned work of another (``total``: tasks moved)
     RUN_FINISHED = "run-finished"
 
 

@@ -3,7 +3,7 @@
 Whatever runs a graph (``LocalExecutor`` today, a ``DaskExecutor`` later)
 implements one small interface, so ``run()`` and the flow accept any of them:
 
-    run(graph, targets, *, subscribers)  -> {task id: result}
+    run(graph, targets, *, subscribers, plan)  -> {task id: result}
     in_process                           True when tasks run in this process
 
 ``in_process`` is what callers check before they build tasks: tasks shipped to
@@ -14,12 +14,15 @@ memory volume, a lock).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.execute._events import Subscriber
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
 from chunkgraph.graph import Graph
+
+if TYPE_CHECKING:
+    from chunkgraph.planning import Plan
 
 
 @runtime_checkable
@@ -37,11 +40,13 @@ class Executor(Protocol):
         targets: Sequence[int] | None = None,
         *,
         subscribers: Sequence[Subscriber] = (),
+        plan: Plan | None = None,
     ) -> dict[int, Any]:
         """Run what ``targets`` (task ids; default every sink) need; ``{id: result}``.
 
-        ``subscribers`` receive this run's events. Failed tasks raise one
-        ``ExceptionGroup`` of ``TaskError``; no partial result is returned.
+        ``subscribers`` receive this run's events. ``plan``: a Plan of ``graph`` to
+        follow (None: the executor plans, or runs by its own order). Failed tasks
+        raise one ``ExceptionGroup`` of ``TaskError``; no partial result is returned.
         """
         ...
 
@@ -72,7 +77,7 @@ def resolve_executor(
     if not isinstance(executor, Executor):
         raise ConfigError(
             f"executor must be one of {EXECUTOR_KINDS} or an Executor (an object with "
-            f"run(graph, targets, *, subscribers) and in_process), got {executor!r}"
+            f"run(graph, targets, *, subscribers, plan) and in_process), got {executor!r}"
         )
     given = {
         name: value

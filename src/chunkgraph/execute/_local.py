@@ -1,7 +1,8 @@
 """``LocalExecutor``: runs a graph on this machine, on threads, processes or the calling thread.
 
-    LocalExecutor.run(graph, targets)
-      validate ─ priorities (planning.order, kept by graph.cached) ─ Scheduler
+    LocalExecutor.run(graph, targets, plan=None)
+      validate ─ plan (chunkgraph.plan on local_contexts(), kept by graph.cached;
+      or the one given) ─ Placement (_placement) ─ Scheduler
       ─ Driver(...).run(backend) ─┬─ "threads"   ThreadBackend   _threads.py
                                   ├─ "processes" ProcessBackend  _processes.py
                                   └─ "sync"      SyncBackend     _sync.py
@@ -19,9 +20,12 @@ A Ctrl-C while a run is active always ends it with ``KeyboardInterrupt``
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph._util import usable_cores
@@ -29,12 +33,15 @@ from chunkgraph.execute import _interrupts
 from chunkgraph.execute._driver import Backend, Driver
 from chunkgraph.execute._events import Subscriber
 from chunkgraph.execute._limits import check_timeout, task_timeouts
+from chunkgraph.execute._placement import placement_of, uses_memory
 from chunkgraph.execute._processes import ProcessBackend
 from chunkgraph.execute._scheduler import Scheduler
 from chunkgraph.execute._sync import SyncBackend
 from chunkgraph.execute._threads import ThreadBackend
-from chunkgraph.graph import Graph
-from chunkgraph.planning import order
+from chunkgraph.graph import Graph, needed_mask
+
+if TYPE_CHECKING:
+    from chunkgraph.planning import Plan
 
 ExecutorKind = Literal["threads", "processes", "sync"]
 EXECUTOR_KINDS: tuple[ExecutorKind, ...] = ("threads", "processes", "sync")
@@ -96,31 +103,71 @@ class LocalExecutor:
         targets: Sequence[int] | None = None,
         *,
         subscribers: Sequence[Subscriber] = (),
+        plan: Plan | None = None,
     ) -> dict[int, Any]:
         """Run the tasks ``targets`` need (default: every sink); returns ``{id: result}``.
 
         ``subscribers`` receive this run's events besides the executor's own.
+        ``plan``: follow this Plan of ``graph`` (default: plan it on this machine's
+        contexts; a one-context machine's plan is the priority order, kept with
+        the graph for later runs).
         """
         graph.validate()
         target_ids = graph.sinks().tolist() if targets is None else list(targets)
-        priority = graph.cached("order", order)  # shared by repeated runs of an unchanged graph
-        scheduler = Scheduler(graph, target_ids, priority, retries=self.retries)
+        plan = self._plan_for(graph, target_ids, plan)
+        workers = self.workers or usable_cores()
+        placement = None if _trivial(plan) else placement_of(plan, graph, workers)
+        scheduler = Scheduler(graph, target_ids, plan.order, self.retries, placement)
         driver = Driver(
             graph, scheduler, (*self.subscribers, *subscribers), task_timeouts(self.timeout)
         )
         with _interrupts.InterruptGuard():
-            driver.run(self._backend(driver))
+            driver.run(self._backend(driver, workers))
         if scheduler.failures:
             raise _error_group(graph, scheduler)
         return {t: scheduler.results[t] for t in target_ids}
 
-    def _backend(self, driver: Driver) -> Backend:
-        workers = self.workers or usable_cores()
+    def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
+        from chunkgraph.planning import Plan, plan
+
+        if given is None:
+            key = "plan:" + hashlib.blake2b(np.asarray(targets, np.int64).tobytes()).hexdigest()
+            return graph.cached(key, lambda g: plan(g, targets=targets))
+        if not isinstance(given, Plan):
+            raise ConfigError(
+                f"plan must be a chunkgraph Plan (from chunkgraph.plan), got {given!r}"
+            )
+        if given.graph is not graph:
+            raise ConfigError(
+                "plan was made for another Graph; plan this graph with chunkgraph.plan"
+            )
+        unplanned = needed_mask(graph, targets) & (given.task_context < 0)
+        if unplanned.any():
+            name = graph.name(int(np.flatnonzero(unplanned)[0]))
+            raise ConfigError(
+                f"the plan does not place task {name!r}, which these targets need; plan "
+                "with the same targets (chunkgraph.plan(graph, targets=...))"
+            )
+        return given
+
+    def _backend(self, driver: Driver, workers: int) -> Backend:
         if self.kind == "threads":
             return ThreadBackend(driver, workers)
         if self.kind == "processes":
             return ProcessBackend(driver, workers)
         return SyncBackend(driver)
+
+
+def _trivial(plan: Plan) -> bool:
+    """True when following ``plan`` is following its order: one context, nothing fused,
+    no budget, no resources to count (the scheduler's lean path)."""
+    problem = plan.problem
+    return (
+        len(plan.contexts) == 1
+        and len(problem) == len(problem.member_idx)
+        and not (np.isfinite(plan.memory_cap).any() and uses_memory(plan.graph))
+        and not plan.graph.resources_overrides()
+    )
 
 
 def _describe(error: BaseException) -> str:

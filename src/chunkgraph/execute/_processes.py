@@ -23,6 +23,12 @@ shared memory freed before the exception propagates.
 
 STARTED events here mean "submitted to the pool" (the calling process does not
 see the moment a worker picks a task up).
+
+Following a plan: each context gets ``IN_FLIGHT_PER_WORKER`` submissions per
+worker it is given (``Placement.workers``) and takes from its own ready heap
+(the scheduler steals for it when that is empty). A fused chain is submitted
+as one call (``_chains``): its tasks run back to back in one worker, and only
+the last result comes back.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from collections import deque
 from concurrent.futures import CancelledError, Future
 from typing import Any
 
+from chunkgraph._errors import RemoteTraceback
+from chunkgraph.execute._chains import later_calls, run_chain
 from chunkgraph.execute._driver import Driver
 from chunkgraph.execute._limits import timeout_error
 from chunkgraph.execute.pool import CallTimeoutError, ProcessPool
@@ -49,10 +57,21 @@ class ProcessBackend:
 
     def __init__(self, driver: Driver, workers: int) -> None:
         self.driver = driver
-        self.workers = workers
+        placement = driver.scheduler.placement
+        self.per_context = placement.workers if placement is not None else [workers]
+        self.workers = sum(self.per_context)
+        # Chains run as one call, which one time limit could not cover per task: with
+        # limits, each task goes alone (its own limit, and a kill names it).
+        self.chains = (
+            placement is not None
+            and driver.timeout_of is None
+            and any(n >= 0 for n in placement.chain_next)
+        )
         self.pool: ProcessPool | None = None
-        self.limit = max(1, workers * IN_FLIGHT_PER_WORKER)
-        self.in_flight: dict[Future[Any], int] = {}
+        self.limits = [max(1, w * IN_FLIGHT_PER_WORKER) for w in self.per_context]
+        self.in_flight_on = [0] * len(self.per_context)
+        # future -> (context, the chain of tasks it runs: one task unless fused)
+        self.in_flight: dict[Future[Any], tuple[int, list[int]]] = {}
         self.completed: deque[Future[Any]] = deque()
         self.wake = threading.Event()
         self.aborted = False
@@ -63,26 +82,46 @@ class ProcessBackend:
 
     def open(self) -> None:
         self.pool = ProcessPool(self.workers)
-        self.limit = max(1, self.pool.size * IN_FLIGHT_PER_WORKER)
+        if len(self.per_context) == 1:
+            self.limits = [max(1, self.pool.size * IN_FLIGHT_PER_WORKER)]
 
     def start(self) -> None:
         driver, pool = self.driver, self.pool
         assert pool is not None
-        free = self.limit - len(self.in_flight)
-        if free <= 0:
-            return
-        for t in driver.take(free):
-            if driver.events is not None:
-                driver.started(t)
-            try:
-                fn, args, kwargs = driver.call_of(t)
-            except Exception as error:  # rebuilding the arguments failed: the task failed
-                driver.report([], [(t, error)])
+        for c, limit in enumerate(self.limits):
+            free = limit - self.in_flight_on[c]
+            if free <= 0:
                 continue
-            timeout = None if driver.timeout_of is None else driver.timeout_of(t)
-            future = pool.submit(fn, args, kwargs, timeout=timeout)
-            self.in_flight[future] = t
-            future.add_done_callback(self._on_done)
+            for t in driver.take(free, c):
+                self._submit(t, c)
+
+    def _submit(self, t: int, c: int) -> None:
+        driver, pool = self.driver, self.pool
+        assert pool is not None
+        chain = [t]
+        if self.chains:
+            while (nxt := driver.scheduler.claim_next(chain[-1])) >= 0:
+                chain.append(nxt)
+        if driver.events is not None:
+            for member in chain:
+                driver.started(member)
+        try:
+            fn, args, kwargs = driver.call_of(t)
+            if len(chain) > 1:
+                fn, args, kwargs = (
+                    run_chain,
+                    (fn, args, kwargs, later_calls(driver.graph, chain[1:])),
+                    {},
+                )
+        except Exception as error:  # rebuilding the arguments failed: the task failed
+            driver.scheduler.unclaim(chain[1:])
+            driver.report([], [(t, error)])
+            return
+        timeout = None if driver.timeout_of is None else driver.timeout_of(t)
+        future = pool.submit(fn, args, kwargs, timeout=timeout)
+        self.in_flight[future] = (c, chain)
+        self.in_flight_on[c] += 1
+        future.add_done_callback(self._on_done)
 
     def done(self) -> bool:
         return self.driver.scheduler.finished and not self.in_flight
@@ -102,9 +141,17 @@ class ProcessBackend:
         unstarted: list[int] = []
         while self.completed:
             future = self.completed.popleft()
-            t = self.in_flight.pop(future)
+            c, chain = self.in_flight.pop(future)
+            self.in_flight_on[c] -= 1
+            t = chain[0]
+            if len(chain) > 1:
+                driver.scheduler.unclaim(chain[1:])  # claims of tasks that did not run go back
             try:
-                done.append((t, future.result()))
+                value = future.result()
+                if len(chain) == 1:
+                    done.append((t, value))
+                else:
+                    self._chain_outcome(chain, value, done, failed)
             except CancelledError:
                 unstarted.append(t)  # never ran; the run is stopping, so it stays READY
             except CallTimeoutError as error:
@@ -114,6 +161,27 @@ class ProcessBackend:
                 failed.append((t, error))
         if done or failed or unstarted:
             driver.report(done, failed, unstarted)
+
+    def _chain_outcome(
+        self,
+        chain: list[int],
+        outcome: tuple[int, Any, BaseException | None, str],
+        done: list[tuple[int, Any]],
+        failed: list[tuple[int, BaseException]],
+    ) -> None:
+        """Record what ``run_chain`` did: the tasks it finished, and the one that failed."""
+        ran, value, error, text = outcome
+        sched = self.driver.scheduler
+        # The chain's later tasks become RUNNING as their predecessor is reported:
+        # claim again those that ran or failed, so finish() hands them over.
+        for member in chain[1 : ran + 1 if error is not None else ran]:
+            sched.claimed[member] = 1
+        for member in chain[: ran - 1]:
+            done.append((member, None))  # consumed inside the chain: nothing to keep
+        done.append((chain[ran - 1], value))
+        if error is not None:
+            error.__cause__ = RemoteTraceback(text)
+            failed.append((chain[ran], error))
 
     def abort(self) -> None:
         self.driver.scheduler.cancel()

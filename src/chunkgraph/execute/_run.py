@@ -7,7 +7,7 @@ result has the same shape. The executor is chosen by ``resolve_executor``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.execute._events import Subscriber
@@ -15,6 +15,9 @@ from chunkgraph.execute._executor import Executor, resolve_executor
 from chunkgraph.execute._local import ExecutorKind
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.graph import Graph, TaskRef
+
+if TYPE_CHECKING:
+    from chunkgraph.planning import Plan
 
 
 def _target_ids(graph: Graph, targets: object) -> list[int]:
@@ -50,6 +53,7 @@ def run(
     workers: int | None = None,
     subscribers: Iterable[Subscriber] = (),
     timeout: float | None = None,
+    plan: Plan | None = None,
 ) -> Any:
     """Run ``graph`` and return the results of ``targets``.
 
@@ -59,6 +63,8 @@ def run(
     ``executor``: "threads", "processes", "sync" (a ``LocalExecutor`` with ``workers``,
     ``retries`` and ``timeout``), or an ``Executor``, which carries its own settings.
     ``timeout``: seconds each try of each task may run (see ``LocalExecutor``).
+    ``plan``: a ``chunkgraph.plan(graph, ...)`` to follow (default: the graph is
+    planned on this machine's contexts, ``chunkgraph.local_contexts()``).
 
     >>> from chunkgraph.graph import Graph
     >>> g = Graph()
@@ -81,10 +87,12 @@ def run(
         if progress:
             bar = ProgressBar()
             subs.append(bar)
+        # An executor written before plans existed still runs a graph given no plan.
+        given = {"plan": plan} if plan is not None else {}
         if targets is None:
-            by_id = chosen.run(graph, subscribers=subs)
+            by_id = chosen.run(graph, subscribers=subs, **given)
             return {graph.name(t): value for t, value in by_id.items()}
-        by_id = chosen.run(graph, _target_ids(graph, targets), subscribers=subs)
+        by_id = chosen.run(graph, _target_ids(graph, targets), subscribers=subs, **given)
         return _shape_like(targets, graph, by_id)
     finally:
         if bar is not None:

@@ -24,7 +24,15 @@ class SyncBackend:
 
     def start(self) -> None:
         driver = self.driver
-        batch = driver.take(1)
+        heaps = driver.scheduler.heaps
+        batch: list[int] = []
+        # One thread serves every context: the plan's order across them.
+        for context in sorted(
+            (c for c in range(len(heaps)) if heaps[c]), key=lambda c: heaps[c][0]
+        ):
+            batch = driver.take(1, context)
+            if batch:
+                break
         if not batch:
             return
         t = batch[0]

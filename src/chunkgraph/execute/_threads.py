@@ -38,8 +38,18 @@ background, then sees it was abandoned and exits without touching the run or
 the pool again. The other tasks of its batch go back as not run, even those it
 had finished (it never reported them).
 
+Following a plan: each worker serves one context (``Placement.workers`` says
+how many per context) and takes from that context's ready heap; the
+scheduler steals for it when its context has nothing ready. Fused chains:
+after a task, a worker runs the task fused after it at once (``claim_next``),
+with the result handed over in place, and reports both with its batch. With
+several contexts, or admission by memory and resources, a finished batch
+wakes every idle worker (the one that can take the next task may not be the
+first to wake).
+
 Each worker's part in the run is a ``_Slot``:
 
+    context    the context it serves
     batch      tasks it took and has not reported yet (under the lock)
     task       the task it is calling now, -1 between calls (set by the worker)
     deadline   when that call's time limit ends (monotonic clock; inf: none)
@@ -48,6 +58,7 @@ Each worker's part in the run is a ``_Slot``:
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from time import monotonic, perf_counter
@@ -83,10 +94,11 @@ _ABANDONED = (
 class _Slot:
     """One worker thread's part in a run (see the module doc)."""
 
-    __slots__ = ("abandoned", "batch", "deadline", "task", "thread")
+    __slots__ = ("abandoned", "batch", "context", "deadline", "task", "thread")
 
-    def __init__(self, thread: threading.Thread) -> None:
+    def __init__(self, thread: threading.Thread, context: int) -> None:
         self.thread = thread
+        self.context = context
         self.batch: list[int] = []
         self.task = -1
         self.deadline = math.inf
@@ -106,7 +118,11 @@ class ThreadBackend:
         self._announce = driver.started if driver.events is not None else None
         self._resolve = driver.graph.resolve
         self._results = driver.scheduler.results
-        self.workers = workers
+        placement = driver.scheduler.placement
+        self.per_context = placement.workers if placement is not None else [workers]
+        self.workers = sum(self.per_context)
+        self.wake_all = placement is not None and (placement.multi or placement.admit)
+        self._claim = driver.scheduler.claim_next if placement is not None else None
         self.lock = threading.Lock()
         self.ready_signal = threading.Condition(self.lock)
         self.all_left = threading.Event()  # every worker has left the run
@@ -123,9 +139,12 @@ class ThreadBackend:
 
     def open(self) -> None:
         self.pool, self.shared = acquire_pool(self.workers)
-        self.workers = self.active = self.pool.workers
-        for _ in range(self.pool.workers):
-            self.pool.submit(self._work)
+        if len(self.per_context) == 1:
+            self.per_context = [self.pool.workers]
+        self.workers = self.active = sum(self.per_context)
+        for context, count in enumerate(self.per_context):
+            for _ in range(count):
+                self.pool.submit(functools.partial(self._work, context))
 
     def start(self) -> None:
         pass  # workers take their own batches
@@ -182,7 +201,7 @@ class ThreadBackend:
                 unstarted = [u for u in slot.batch if u != t]
                 driver.report([], [(t, timeout_error(name(t), seconds, _ABANDONED))], unstarted)
                 if not self.scheduler.finished:
-                    self._add_worker()
+                    self._add_worker(slot.context)
             if self.active == 0:
                 self.all_left.set()
             self.ready_signal.notify_all()
@@ -206,16 +225,16 @@ class ThreadBackend:
         self.active -= 1
         self.pool.replace(slot.thread)
 
-    def _add_worker(self) -> None:
+    def _add_worker(self, context: int) -> None:
         """Under the lock: one more worker for this run (it runs on a pool thread)."""
         assert self.pool is not None
         self.active += 1
-        self.pool.submit(self._work)
+        self.pool.submit(functools.partial(self._work, context))
 
     # -- the workers' side (pool threads) ---------------------------------------------
 
-    def _work(self) -> None:
-        slot = _Slot(threading.current_thread())
+    def _work(self, context: int) -> None:
+        slot = _Slot(threading.current_thread(), context)
         with self.lock:
             self.slots.append(slot)
         try:
@@ -247,7 +266,7 @@ class ThreadBackend:
             with self.lock:
                 if slot.abandoned:
                     return  # the run has accounted for this worker and its tasks
-                batch = slot.batch = self._report(done, failed, unstarted, elapsed)
+                batch = slot.batch = self._report(done, failed, unstarted, elapsed, slot)
                 while not batch:
                     if sched.finished or self.broken:
                         self._leave(slot)
@@ -255,13 +274,30 @@ class ThreadBackend:
                     self.idle += 1
                     self.ready_signal.wait()
                     self.idle -= 1
-                    batch = slot.batch = self._take()
+                    batch = slot.batch = self._take(slot)
             started = perf_counter()
-            for i, t in enumerate(batch):
+            claim = self._claim
+            handed = -1  # index in done of the result the task now running was handed
+            i = 0
+            while i < len(batch):
+                t = batch[i]
                 if sched.stopping or failed or slot.abandoned:
                     unstarted.extend(batch[i:])
                     break
                 self._call(slot, t, done, failed)
+                if handed >= 0 and not failed:
+                    # Its one consumer is done with it: drop it now, not at the report.
+                    prev = done[handed][0]
+                    done[handed] = (prev, None)
+                    self._results[prev] = None
+                handed = -1
+                if claim is not None and not failed:
+                    nxt = claim(t)
+                    if nxt >= 0:  # fused after t: run it now, t's result handed over in place
+                        self._results[t] = done[-1][1]
+                        handed = len(done) - 1
+                        batch.insert(i + 1, nxt)  # next, before the rest of the batch
+                i += 1
             elapsed = perf_counter() - started
 
     def _call(
@@ -293,6 +329,7 @@ class ThreadBackend:
         failed: list[tuple[int, BaseException]],
         unstarted: list[int],
         elapsed: float,
+        slot: _Slot,
     ) -> list[int]:
         """Under the lock: record a batch's outcomes, wake idle workers, take the next batch.
 
@@ -307,17 +344,17 @@ class ThreadBackend:
             self.task_seconds += BATCH_SMOOTHING * (per_task - self.task_seconds)
         unblocked = self.driver.report(done, failed, unstarted) if ran or unstarted else 0
         unstarted.clear()
-        batch = self._take()
+        batch = self._take(slot)
         if self.idle:
-            if sched.finished or sched.stopping:
+            if sched.finished or sched.stopping or (self.wake_all and ran):
                 self.ready_signal.notify_all()
             elif unblocked:
                 self.ready_signal.notify(min(self.idle, unblocked))
         return batch
 
-    def _take(self) -> list[int]:
+    def _take(self, slot: _Slot) -> list[int]:
         """A batch worth about BATCH_SECONDS of work, at most a share of what is ready."""
-        sched = self.scheduler
+        sched, c = self.scheduler, slot.context
         by_time = BATCH_SECONDS / self.task_seconds if self.task_seconds > 0 else BATCH_MAX
-        by_share = len(sched.ready) // (2 * self.workers)
-        return sched.take(max(1, min(BATCH_MAX, int(by_time), by_share)))
+        by_share = sched.ready_count(c) // (2 * self.per_context[c])
+        return sched.take(max(1, min(BATCH_MAX, int(by_time), by_share)), c)

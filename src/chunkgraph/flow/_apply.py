@@ -29,7 +29,8 @@ LRU cache sees one sweep). ``ApplyReport.read_amplification`` measures the
 result at the storage level.
 
 Memory. A run holds the input caches, the superchunks of the top-level tasks
-in flight (bounded per process, ``_top_task.superchunks_in_flight``), the
+in flight (bounded by the memory budget of the flow's plan, admitted by the
+executor: ``_top_task.superchunks_in_flight`` tasks' worth), the
 buffers of the chunks being processed below them, and what the allocator
 keeps. glibc gives each allocating thread its own arena, each holding on to
 freed buffers; ``apply`` leaves that process-wide setting to the user
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind
     from chunkgraph.flow._estimate import FlowEstimate
     from chunkgraph.graph import Graph, TaskRef
+    from chunkgraph.planning import Plan
     from chunkgraph.volume import Volume
 
 
@@ -444,7 +446,6 @@ class _Flow:
             marker_root=str(flow_dir),
             run_token=uuid.uuid4().hex,
             sweep_axis=_sweep_axis(spec.top_grid),
-            max_in_flight=superchunks_in_flight(spec, usable_cores()),
         )
 
     def run(self, executor: Executor, progress: bool, t0: float, before: int) -> ApplyReport:
@@ -459,13 +460,33 @@ class _Flow:
             red_refs, skipped_red = self._add_reductions(graph, top_refs)
         refs = list(top_refs.values()) + red_refs
         try:
-            results = run(graph, targets=refs, executor=executor, progress=progress) if refs else []
+            results = (
+                run(graph, refs, executor, progress=progress, plan=self._plan(graph, refs))
+                if refs
+                else []
+            )
         finally:
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
         return self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
+
+    def _plan(self, graph: Graph, refs: list[TaskRef]) -> Plan:
+        """The plan of this flow's graph on this machine, with the flow's memory budget:
+        ``superchunks_in_flight`` top-level tasks per CPU context (none for a one-level
+        flow, whose tasks hold no superchunk over a pool)."""
+        from chunkgraph.planning import local_contexts, plan
+
+        contexts = local_contexts(gpus=False)
+        top = top_task_memory(self.spec, self.inputs, self.dst)
+        budget: dict[str, float] = {}
+        for ctx in contexts:
+            cores = usable_cores() if len(contexts) == 1 else ctx.slots
+            in_flight = superchunks_in_flight(self.spec, cores)
+            if in_flight > 0 and top > 0:
+                budget[ctx.name] = float(in_flight * top)
+        return plan(graph, contexts, memory=budget or None, targets=refs)
 
     def _add_top_tasks(self, graph: Graph) -> tuple[dict[tuple[int, ...], TaskRef], int]:
         """One task per top-level chunk not yet marked done, in C order of the top grid."""

@@ -23,20 +23,21 @@ run concurrently. Compute and writes of different tasks overlap when more
 than one task may hold its superchunk (below).
 
 Memory. The superchunk is a task's largest buffer, and a task already spreads
-the levels below over the local pool. So a process lets only as many tasks
-hold one at a time as it takes for their bottom chunks to cover the cores
-(``superchunks_in_flight``; one for the usual multi-level flow); the others
-wait for a slot, in arrival order, so the sweep order survives. A task
-drops its superchunk as soon as the levels below are done, before its
-output is cast and written.
+the levels below over the local pool. So only as many tasks should hold one
+at a time as it takes for their bottom chunks to cover the cores
+(``superchunks_in_flight``; one for the usual multi-level flow). The flow
+says so to the scheduler: each top-level task declares its memory
+(``top_task_memory``) and the flow's plan gets a budget of that many tasks'
+worth, so the executor admits the next task only when one ends, in the
+plan's (sweep) order. A task drops its superchunk as soon as the levels
+below are done, before its output is cast and written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,9 +67,8 @@ class TopJob:
     """Everything a top-level task or a reduction needs; shared by all tasks of a flow.
 
     ``layers`` is None when the flow writes straight to ``dst``
-    (``skip_intermediates``). ``max_in_flight`` bounds the superchunks held at
-    once per process (0: no bound; see ``superchunks_in_flight``). Volumes
-    pickle by path, so a process executor can ship a job to its workers.
+    (``skip_intermediates``). Volumes pickle by path, so a process executor
+    can ship a job to its workers.
     """
 
     spec: FlowSpec
@@ -79,7 +79,6 @@ class TopJob:
     layer_vols: tuple[Volume, ...]
     marker_root: str
     sweep_axis: int = -1
-    max_in_flight: int = 0
     run_token: str = ""  # see _late_writes: no writes once the run has ended
 
 
@@ -99,8 +98,7 @@ class TopStats:
 
 def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     """Graph task: read the padded superchunk once, process all levels, write, mark done."""
-    with _in_flight_slot(job, index):
-        stats = _run_top_task(job, index, box)
+    stats = _run_top_task(job, index, box)
     check_run_live(job.run_token)
     MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
     return stats
@@ -225,75 +223,9 @@ def superchunks_in_flight(spec: FlowSpec, cores: int) -> int:
     return max(1, -(-cores // bottom_chunks))
 
 
-@contextlib.contextmanager
-def _in_flight_slot(job: TopJob, index: tuple[int, ...]) -> Iterator[None]:
-    """Hold one of the flow's superchunk slots in this process (see ``superchunks_in_flight``).
-
-    Slots go out in arrival order, so tasks keep the executor's (sweep) order.
-    A try of a task whose earlier try still holds a slot (a thread abandoned
-    after a timeout, which cannot be killed) takes over that slot instead of
-    waiting for it: the abandoned try may never give it back.
-    """
-    if job.max_in_flight <= 0:
-        yield
-        return
-    key = (job.marker_root, index)
-    with _FLOW_STATE_GUARD:
-        slots = _SLOTS.setdefault(job.marker_root, FifoSlots(job.max_in_flight))
-        inherited = key in _HOLDERS
-    if inherited:
-        yield
-        return
-    slots.acquire()
-    with _FLOW_STATE_GUARD:
-        _HOLDERS.add(key)
-    try:
-        yield
-    finally:
-        with _FLOW_STATE_GUARD:
-            _HOLDERS.discard(key)
-        slots.release()
-
-
-class FifoSlots:
-    """A counting semaphore that serves waiters strictly in arrival order.
-
-    ``threading.Semaphore`` lets a thread that arrives just as a slot frees
-    take it ahead of older waiters; a top-level task that jumps the queue
-    breaks the sweep the chunk cache relies on (its halo chunks are evicted
-    before its neighbour runs).
-
-    >>> slots = FifoSlots(1)
-    >>> slots.acquire(); slots.release(); slots.acquire(); slots.release()
-    """
-
-    def __init__(self, slots: int) -> None:
-        self._cond = threading.Condition()
-        self._free = slots
-        self._next_ticket = 0
-        self._serving = 0
-
-    def acquire(self) -> None:
-        with self._cond:
-            ticket = self._next_ticket
-            self._next_ticket += 1
-            while ticket != self._serving or self._free == 0:
-                self._cond.wait()
-            self._serving += 1
-            self._free -= 1
-            self._cond.notify_all()  # the next ticket may find a free slot too
-
-    def release(self) -> None:
-        with self._cond:
-            self._free += 1
-            self._cond.notify_all()
-
-
-# Per flow (keyed by its directory) and process: the read lock (see read_inputs) and the
-# superchunk slots. Kept out of TopJob so that jobs stay picklable for process executors.
+# Per flow (keyed by its directory) and process: the read lock (see read_inputs). Kept out
+# of TopJob so that jobs stay picklable for process executors.
 _READ_LOCKS: dict[str, threading.Lock] = {}
-_SLOTS: dict[str, FifoSlots] = {}
-_HOLDERS: set[tuple[str, tuple[int, ...]]] = set()  # (flow, task index) holding a slot
 _FLOW_STATE_GUARD = threading.Lock()
 
 
@@ -303,7 +235,6 @@ def _read_lock(flow: str) -> threading.Lock:
 
 
 def forget_flow(flow: str) -> None:
-    """Drop this process's lock and slots of a finished flow."""
+    """Drop this process's read lock of a finished flow."""
     with _FLOW_STATE_GUARD:
         _READ_LOCKS.pop(flow, None)
-        _SLOTS.pop(flow, None)

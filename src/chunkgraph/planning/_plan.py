@@ -12,7 +12,9 @@
 simulated makespan is best (each already holds the memory caps). One context
 needs no placement at all: its plan is the priority order (``_order``), which
 is what ``run()`` uses on a machine with one NUMA node, at no cost beyond the
-order it always computed.
+order it always computed; its memory budget is held at run time by the
+executor's admission, and its expected times are list-scheduled (with the cap)
+only when asked for.
 """
 
 from __future__ import annotations
@@ -296,8 +298,9 @@ def plan(
         graph, ctx, links, member_ptr=member_ptr, member_idx=member_idx, targets=target_ids
     )
     _check_fits(problem, cap)
-    if len(ctx) == 1 and strategy == "auto" and math.isinf(cap[0]):
-        # One context, no budget: placement is trivial and the order is the plan.
+    if len(ctx) == 1 and strategy == "auto":
+        # One context: placement is trivial and the order is the plan (its budget is
+        # held by the executor's admission; the timing is list-scheduled on demand).
         from chunkgraph.planning._order import order
 
         priority = graph.cached("order", order)

@@ -8,8 +8,15 @@ bookkeeping is checked rather than trusted:
                  schedule's planned start (ties: the lower unit id)
     start[u]     = max(finish of the unit before u on its slot,
                        finish[d] + comm(edge bytes, context[d], context[u])
-                       for every input d of u)
+                       for every input d of u,
+                       the planned start of u, where u's context has a budget)
     finish[u]    = start[u] + seconds[u, context[u]]
+
+On a context with a memory budget a unit does not start before its planned
+start: a strategy delays units there to keep live memory under the cap (the
+executor's admission does the same at run time), and starting them as early
+as the slot allows would replay a plan nobody made. Elsewhere the replay is
+free to start earlier than planned.
 
 The slot orders and the dependencies together form one graph (an edge from
 each unit to the next on its slot, and the data edges); the replay walks it
@@ -119,8 +126,12 @@ def simulate(
         comm[cross] = problem.latency[a, b] + problem.dep_bytes[cross] / problem.bandwidth[a, b]
 
     prev, nxt = _slot_neighbours(context, slot, schedule.start)
+    cap = _caps(memory_cap, k)
+    budgeted = np.isfinite(cap)[context]
+    release = np.where(budgeted, np.nan_to_num(schedule.start, nan=0.0), 0.0)
     start, finish, done = _replay(run, problem.dep_ptr, problem.dep_idx, comm,
-                                  problem.out_ptr, problem.out_idx, prev, nxt)  # fmt: skip
+                                  problem.out_ptr, problem.out_idx, prev, nxt,
+                                  release)  # fmt: skip
     if not done.all():
         raise _deadlock(problem, schedule, context, slot, prev, done)
     makespan = float(finish.max()) if n else 0.0
@@ -130,7 +141,6 @@ def simulate(
         units = problem.unit_of[np.asarray(targets, dtype=np.int64)]
         keep[units[units >= 0]] = True
     peak = _peak_memory(problem, context, start, finish, keep, consumer, cross, k)
-    cap = _caps(memory_cap, k)
     violations = tuple(problem.contexts[c].name for c in np.flatnonzero(peak > cap).tolist())
     return SimResult(
         makespan=makespan,
@@ -167,7 +177,7 @@ def lower_bound(problem: Problem) -> float:
     none = np.full(n, -1, dtype=np.int64)
     _, finish, done = _replay(best, problem.dep_ptr, problem.dep_idx,
                               np.zeros(len(problem.dep_idx)), problem.out_ptr,
-                              problem.out_idx, none, none)  # fmt: skip
+                              problem.out_idx, none, none, np.zeros(n))  # fmt: skip
     if not done.all():  # a cycle between units: build_problem's graph was validated
         raise PlanError("the units' dependencies form a cycle; validate the graph first")
     path = float(finish.max())
@@ -243,6 +253,7 @@ def _replay(
     out_idx: IntArray,
     prev: IntArray,
     nxt: IntArray,
+    release: FloatArray,
 ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
     """Earliest (start, finish) of every unit after its slot predecessor and its inputs
     (plus their transfer seconds ``comm``, aligned with ``dep_idx``); ``done`` is False
@@ -252,6 +263,7 @@ def _replay(
     dp, di, cm = dep_ptr.tolist(), dep_idx.tolist(), comm.tolist()
     op, oi = out_ptr.tolist(), out_idx.tolist()
     before, after, seconds = prev.tolist(), nxt.tolist(), run.tolist()
+    not_before = release.tolist()
     start = [0.0] * n
     finish = [0.0] * n
     done = [False] * n
@@ -260,6 +272,8 @@ def _replay(
         u = ready.pop()
         p = before[u]
         t = finish[p] if p >= 0 else 0.0
+        if not_before[u] > t:
+            t = not_before[u]
         for j in range(dp[u], dp[u + 1]):
             arrival = finish[di[j]] + cm[j]
             if arrival > t:

@@ -1,0 +1,192 @@
+"""The executor follows a Plan: contexts, steals, memory and resource admission, fused chains."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chunkgraph as cg
+from chunkgraph.execute import EventKind, LocalExecutor, Scheduler
+from chunkgraph.execute._placement import placement_of, split_workers
+from chunkgraph.graph import Cost, Graph
+
+KINDS = ["threads", "processes", "sync"]
+
+
+class Meter:
+    """Counts what runs at once (threads only: the tasks share this object)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.bytes_now = 0
+        self.bytes_most = 0
+
+    def hold(self, nbytes: int, seconds: float) -> int:
+        with self.lock:
+            self.now += 1
+            self.bytes_now += nbytes
+            self.most = max(self.most, self.now)
+            self.bytes_most = max(self.bytes_most, self.bytes_now)
+        block = np.ones(nbytes, np.uint8)  # really allocate what the cost says
+        time.sleep(seconds)
+        with self.lock:
+            self.now -= 1
+            self.bytes_now -= nbytes
+        return int(block.sum())
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def add(*xs: int) -> int:
+    return sum(xs)
+
+
+def test_workers_split_by_slots_and_gpus_get_their_own() -> None:
+    assert split_workers([4, 4], ["cpu", "cpu"], 2) == [1, 1]
+    assert split_workers([4, 2], ["cpu", "cpu"], 6) == [4, 2]
+    assert split_workers([2, 1], ["cpu", "gpu"], 2) == [2, 1]
+
+
+def test_scheduler_takes_per_context_and_steals_a_whole_unstarted_subgraph() -> None:
+    g = Graph()
+    left = [g.add(inc, i, cost=Cost({"a": 1.0, "b": 1.0})) for i in range(4)]
+    g.add(add, *left, name="sum", cost=Cost({"a": 1.0, "b": 1.0}))
+    ctx = [cg.Context("a", slots=1), cg.Context("b", slots=1)]
+    plan = cg.plan(g, ctx, strategy="heft", fuse=False)
+    placement = placement_of(plan, g, workers=2)
+    # Put everything on context a by hand, in one subgraph: b must steal it whole.
+    placement.context[:] = [0] * len(g)
+    placement.subgraph[:] = [0] * len(g)
+    placement.sub_ptr[:] = [0, len(g)]
+    placement.sub_idx[:] = list(range(len(g)))
+    s = Scheduler(g, [4], plan.order, placement=placement)
+    seen: list[tuple[int, int, int, int]] = []
+    s.on_steal = lambda *info: seen.append(info)
+    assert s.take(1, 1) != []  # b had nothing: it stole
+    assert seen and seen[0][1:3] == (0, 1) and seen[0][3] == len(g)
+    assert all(c == 1 for c in placement.context)
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_stolen_subgraph_still_gives_correct_results(kind: Any) -> None:
+    """Plan every task on a context that is slow for nothing: the other one steals."""
+    g = Graph()
+    leaves = [g.add(inc, i, cost=Cost({"busy": 1.0, "idle": 100.0})) for i in range(40)]
+    chains = [g.add(inc, g.add(inc, leaf)) for leaf in leaves]
+    total = g.add(add, *chains, name="total")
+    ctx = [cg.Context("busy", slots=1), cg.Context("idle", slots=1)]
+    plan = cg.plan(g, ctx, strategy="heft")
+    events: list[cg.Event] = []
+    got = LocalExecutor(kind, workers=2).run(g, [total.id], subscribers=[events.append], plan=plan)
+    assert got[total.id] == sum(i + 3 for i in range(40))
+    steals = [e for e in events if e.kind is EventKind.STOLEN]
+    finished = {e.task for e in events if e.kind is EventKind.FINISHED}
+    assert finished == set(range(len(g)))  # every user task reported, fused ones too
+    assert steals, "the idle context's worker never stole"
+    assert all("busy -> idle" in e.name and e.total >= 1 for e in steals)
+
+
+def test_memory_tight_graph_stays_under_its_cap_in_a_real_run() -> None:
+    meter = Meter()
+    mib = 1 << 20
+    g = Graph()
+    parts = [
+        g.add(meter.hold, 8 * mib, 0.02, cost=Cost(seconds=0.02, memory=8 * mib))
+        for _ in range(16)
+    ]
+    g.add(add, *parts, name="total")
+    cap = 24 * mib  # three tasks at once, of four workers
+    plan = cg.plan(g, [cg.Context("cpu", slots=4)], memory=cap)
+    assert plan.simulate().peak_memory[0] <= cap
+    got = cg.run(g, "total", workers=4, plan=plan)
+    assert got == 16 * 8 * mib
+    assert meter.bytes_most <= cap and meter.most == 3
+
+
+def test_gpu_tasks_never_overlap_on_one_gpu_slot() -> None:
+    meter = Meter()
+    g = Graph()
+    gpu = [g.add(meter.hold, 0, 0.02, resources={"gpu": 1}) for _ in range(8)]
+    cpu = [g.add(inc, i) for i in range(8)]
+    g.add(add, *gpu, *cpu, name="total")
+    ctx = [cg.Context("cpu", slots=2), cg.Context("gpu0", kind="gpu", slots=1)]
+    plan = cg.plan(g, ctx)
+    assert {plan.context_of(t).name for t in gpu} == {"gpu0"}  # type: ignore[union-attr]
+    assert cg.run(g, "total", workers=4, plan=plan) == sum(range(1, 9))
+    assert meter.most == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_chains_run_whole_and_report_every_task(kind: Any) -> None:
+    g = Graph()
+    ends = []
+    for i in range(6):
+        x = g.add(inc, i)
+        for _ in range(5):
+            x = g.add(inc, x)
+        ends.append(x)
+    total = g.add(add, *ends, name="total")
+    plan = cg.plan(g, [cg.Context("cpu", slots=2)], strategy="heft")
+    assert len(plan.problem) == 7  # six chains of six tasks, and the sum
+    events: list[cg.Event] = []
+    got = cg.run(g, total, executor=kind, workers=2, subscribers=[events.append], plan=plan)
+    assert got == sum(i + 6 for i in range(6))
+    assert sorted(e.task for e in events if e.kind is EventKind.FINISHED) == list(range(len(g)))
+
+
+FAILED_ONCE: set[str] = set()
+
+
+def flaky(x: int, key: str) -> int:
+    if key not in FAILED_ONCE:
+        FAILED_ONCE.add(key)
+        raise RuntimeError("first try fails")
+    return x + 1
+
+
+def fails(x: int) -> int:
+    raise ValueError(f"bad {x}")
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_failure_inside_a_fused_chain_names_its_task_and_is_retried_from_it(
+    kind: Any, tmp_path: Any
+) -> None:
+    g = Graph()
+    a = g.add(inc, 1, name="a")
+    b = g.add(inc, a, name="b")
+    c = g.add(fails, b, name="c")
+    g.add(inc, c, name="d")
+    with pytest.raises(ExceptionGroup) as info:
+        cg.run(g, executor=kind, workers=2, retries=1)
+    (error,) = info.value.exceptions
+    assert error.task == "c" and error.attempts == 2  # type: ignore[attr-defined]
+    assert "bad 3" in str(error)
+    if kind == "threads":  # a process worker has its own FAILED_ONCE: threads only
+        g2 = Graph()
+        x = g2.add(inc, 1, name="x")
+        y = g2.add(flaky, x, f"{tmp_path}", name="y")
+        z = g2.add(inc, y, name="z")
+        assert cg.run(g2, z, executor=kind, workers=2, retries=1) == 4
+
+
+def test_a_plan_of_another_graph_or_other_targets_is_refused() -> None:
+    g = Graph()
+    a = g.add(inc, 1)
+    b = g.add(inc, 2)
+    other = Graph()
+    other.add(inc, 1)
+    with pytest.raises(cg.ConfigError, match="another Graph"):
+        cg.run(g, a, plan=cg.plan(other))
+    with pytest.raises(cg.ConfigError, match="does not place task"):
+        cg.run(g, b, plan=cg.plan(g, targets=[a]))
+    with pytest.raises(cg.ConfigError, match="chunkgraph Plan"):
+        cg.run(g, a, plan="heft")  # type: ignore[arg-type]
