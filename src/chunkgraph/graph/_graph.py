@@ -282,10 +282,11 @@ class Graph:
         self._edge_bytes[(p, c)] = nbytes
         self._cache.pop("derived", None)  # a plan depends on the sizes
 
-    def edge_bytes(self, producer: int, consumer: int) -> int:
-        """Bytes ``producer`` sends to ``consumer`` (ids): as set, else its output_bytes."""
-        size = self._edge_bytes.get((producer, consumer))
-        return int(self._output_bytes[producer]) if size is None else size
+    def edge_bytes(self, producer: TaskRef | int | str, consumer: TaskRef | int | str) -> int:
+        """Bytes ``producer`` sends to ``consumer``: as set, else its ``output_bytes``."""
+        p, c = self.task_id(producer), self.task_id(consumer)
+        size = self._edge_bytes.get((p, c))
+        return int(self._output_bytes[p]) if size is None else size
 
     def edge_bytes_overrides(self) -> Mapping[tuple[int, int], int]:
         """The sizes set by ``set_edge_bytes``, by ``(producer, consumer)`` (read-only view)."""
