@@ -635,9 +635,8 @@ def summary(rows: list[Row], used_saga: bool) -> list[str]:
     lines.append(
         f"plan.makespan against its replay: {sum(d > 1e-6 for d, _, _ in drift)} of "
         f"{len(drift)} plans differ; the most by {worst[0]:.1%} ({worst[2]} on "
-        f"{worst[1].graph} / {worst[1].setting}). The replay starts each task as soon as "
-        "its slot and inputs allow, so a start the planner delayed to stay under a "
-        "budget moves earlier there, and the peak with it"
+        f"{worst[1].graph} / {worst[1].setting}). The replay recomputes every start from its "
+        "slot and inputs (and, on a budgeted context, not before its planned start)"
     )
     checks = [r for r in rows if r.heft_check is not None]
     if checks:

@@ -45,6 +45,11 @@ def inc(x: int) -> int:
     return x + 1
 
 
+def slow_inc(x: int) -> int:
+    time.sleep(0.002)
+    return x + 1
+
+
 def add(*xs: int) -> int:
     return sum(xs)
 
@@ -77,21 +82,24 @@ def test_scheduler_takes_per_context_and_steals_a_whole_unstarted_subgraph() -> 
 
 @pytest.mark.parametrize("kind", ["threads", "processes"])
 def test_a_stolen_subgraph_still_gives_correct_results(kind: Any) -> None:
-    """Plan every task on a context that is slow for nothing: the other one steals."""
+    """Plan every task on one context (the other is planned 100x slower): it steals."""
     g = Graph()
-    leaves = [g.add(inc, i, cost=Cost({"busy": 1.0, "idle": 100.0})) for i in range(40)]
-    chains = [g.add(inc, g.add(inc, leaf)) for leaf in leaves]
-    total = g.add(add, *chains, name="total")
+    cost = Cost({"busy": 1.0, "idle": 100.0})
+    leaves = [g.add(slow_inc, i, cost=cost) for i in range(40)]
+    chains = [g.add(slow_inc, g.add(slow_inc, leaf, cost=cost), cost=cost) for leaf in leaves]
+    total = g.add(add, *chains, name="total", cost=cost)
     ctx = [cg.Context("busy", slots=1), cg.Context("idle", slots=1)]
     plan = cg.plan(g, ctx, strategy="heft")
     events: list[cg.Event] = []
-    got = LocalExecutor(kind, workers=2).run(g, [total.id], subscribers=[events.append], plan=plan)
+    executor = LocalExecutor(kind, workers=2)
+    got = executor.run(g, [total.id], subscribers=[events.append], plan=plan)
     assert got[total.id] == sum(i + 3 for i in range(40))
     steals = [e for e in events if e.kind is EventKind.STOLEN]
     finished = {e.task for e in events if e.kind is EventKind.FINISHED}
     assert finished == set(range(len(g)))  # every user task reported, fused ones too
     assert steals, "the idle context's worker never stole"
     assert all("busy -> idle" in e.name and e.total >= 1 for e in steals)
+    assert plan.task_context.max() == 0  # nothing was planned on idle: it stole all it ran
 
 
 def test_memory_tight_graph_stays_under_its_cap_in_a_real_run() -> None:
@@ -99,8 +107,7 @@ def test_memory_tight_graph_stays_under_its_cap_in_a_real_run() -> None:
     mib = 1 << 20
     g = Graph()
     parts = [
-        g.add(meter.hold, 8 * mib, 0.02, cost=Cost(seconds=0.02, memory=8 * mib))
-        for _ in range(16)
+        g.add(meter.hold, 8 * mib, 0.02, cost=Cost(seconds=0.02, memory=8 * mib)) for _ in range(16)
     ]
     g.add(add, *parts, name="total")
     cap = 24 * mib  # three tasks at once, of four workers

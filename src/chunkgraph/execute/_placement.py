@@ -115,7 +115,7 @@ def placement_of(plan: Plan, graph: Graph, workers: int) -> Placement:
         can_run[problem.member_idx] = np.repeat(bits, sizes)
     costs = graph.costs()
     budget = [float(b) for b in plan.memory_cap]
-    kinds = [c.kind for c in contexts]
+    kinds: list[str] = [c.kind for c in contexts]
     split = split_workers([c.slots for c in contexts], kinds, workers)
     capacity = [{kinds[c]: float(split[c])} for c in range(k)]
     needs = dict(graph.resources_overrides())

@@ -88,7 +88,7 @@ def run(
             bar = ProgressBar()
             subs.append(bar)
         # An executor written before plans existed still runs a graph given no plan.
-        given = {"plan": plan} if plan is not None else {}
+        given: dict[str, Any] = {"plan": plan} if plan is not None else {}
         if targets is None:
             by_id = chosen.run(graph, subscribers=subs, **given)
             return {graph.name(t): value for t, value in by_id.items()}

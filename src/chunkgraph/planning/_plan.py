@@ -8,8 +8,9 @@
       Plan             per task: context, slot, start, finish, subgraph;
                        simulate(), gantt(path), summary()
 
-``auto`` runs every strategy that suits the graph and keeps the one whose
-simulated makespan is best (each already holds the memory caps). One context
+``auto`` runs every strategy that suits the graph, and HEFT confined to each
+context that can run everything (no data moves at all), and keeps the one
+whose simulated makespan is best (each already holds the memory caps). One context
 needs no placement at all: its plan is the priority order (``_order``), which
 is what ``run()`` uses on a machine with one NUMA node, at no cost beyond the
 order it always computed; its memory budget is held at run time by the
@@ -132,18 +133,19 @@ class Plan:
         if len(self.contexts) == 1 and self._schedule is None:
             out = np.where(self.problem.unit_of >= 0, 0, -1).astype(np.int64)
             return out
-        return self._per_task(self.schedule.context, -1)
+        return self._per_task(self.schedule.context)
 
     @property
     def task_subgraph(self) -> IntArray:
         """Subgraph id of every task (-1: not needed)."""
         if self._schedule is None:
             return self.problem.unit_of  # one context: each unit is dispatched alone
-        return self._per_task(self.schedule.subgraph, -1)
+        return self._per_task(self.schedule.subgraph)
 
-    def _per_task(self, values: npt.NDArray[np.generic], fill: float) -> npt.NDArray[np.generic]:
+    def _per_task(self, values: IntArray) -> IntArray:
+        """A per-unit integer column spread over the units' tasks (-1: not planned)."""
         p = self.problem
-        out = np.full(self._length, fill, dtype=values.dtype)
+        out = np.full(self._length, -1, dtype=np.int64)
         out[p.member_idx] = np.repeat(values, np.diff(p.member_ptr))
         return out
 
@@ -363,17 +365,77 @@ def _strategies() -> dict[str, Callable[[Problem, FloatArray], Schedule]]:
 def _run_strategy(
     problem: Problem, strategy: Strategy, cap: FloatArray, targets: IntArray
 ) -> tuple[str, Schedule]:
-    table = _strategies()
-    if strategy != "auto":
-        return strategy, table[strategy](problem, cap)
-    names = list(table) if len(problem) <= AUTO_TRY_ALL_UNITS else ["heft"]
+    """The chosen strategy's schedule (``auto``: the best replayed makespan of those that
+    plan within the budgets). Where a budget binds so hard that a strategy's
+    breadth-first priorities leave no room (it opened every branch before closing
+    any), the schedule is made again with depth-first priorities (``_order``)."""
+    from chunkgraph._errors import PlanError
     from chunkgraph.planning._simulate import simulate
 
+    table = _strategies()
+    names = [strategy] if strategy != "auto" else (
+        list(table) if len(problem) <= AUTO_TRY_ALL_UNITS else ["heft"]
+    )  # fmt: skip
     best: tuple[float, str, Schedule] | None = None
+    first_error: PlanError | None = None
     for name in names:
-        schedule = table[name](problem, cap)
+        try:
+            schedule, label = table[name](problem, cap), name
+        except PlanError as error:
+            if np.isinf(cap).all():
+                raise
+            first_error = first_error or error
+            try:
+                schedule, label = _depth_first(problem, cap), f"{name}, depth-first"
+            except PlanError:
+                continue
         makespan = simulate(problem, schedule, cap, targets).makespan
         if best is None or makespan < best[0] - 1e-12:
-            best = (makespan, name, schedule)
-    assert best is not None
+            best = (makespan, label, schedule)
+    if strategy == "auto":
+        for c, schedule in _one_context_schedules(problem, cap):
+            makespan = simulate(problem, schedule, cap, targets).makespan
+            if best is None or makespan < best[0] - 1e-12:
+                best = (makespan, f"heft on {problem.contexts[c].name} alone", schedule)
+    if best is None:
+        assert first_error is not None
+        raise first_error
     return best[1], best[2]
+
+
+def _one_context_schedules(problem: Problem, cap: FloatArray) -> list[tuple[int, Schedule]]:
+    """HEFT with every unit on one context, for each context that can run them all.
+
+    Moving data is free within a context, so when it costs more than the compute
+    it carries (a high communication-to-computation ratio) keeping everything in
+    one place beats spreading it; the list schedulers decide task by task and
+    rarely find that whole-graph answer.
+    """
+    from chunkgraph._errors import PlanError
+    from chunkgraph.planning._list_schedule import descending, list_schedule
+    from chunkgraph.planning._rank import upward_rank
+
+    if len(problem.contexts) < 2 or len(problem) > AUTO_TRY_ALL_UNITS:
+        return []
+    everywhere = np.flatnonzero(problem.can_run().all(axis=0))
+    out = []
+    priority = descending(upward_rank(problem))
+    for c in everywhere.tolist():
+        fixed = np.full(len(problem), c, dtype=np.int64)
+        try:
+            out.append((c, list_schedule(problem, priority, memory_cap=cap, fixed_context=fixed)))
+        except PlanError:
+            continue
+    return out
+
+
+def _depth_first(problem: Problem, cap: FloatArray) -> Schedule:
+    """List scheduling by the depth-first priority order: each branch is closed (its
+    held results consumed) before the next opens, the order that holds least."""
+    from chunkgraph.planning._list_schedule import list_schedule
+    from chunkgraph.planning._order import order
+
+    priority = problem.graph.cached("order", order)
+    heads = problem.member_idx[problem.member_ptr[:-1]]
+    unit_priority = np.argsort(np.argsort(priority[heads], kind="stable"), kind="stable")
+    return list_schedule(problem, unit_priority.astype(np.int64), memory_cap=cap)

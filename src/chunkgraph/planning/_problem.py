@@ -184,7 +184,9 @@ def build_problem(
         graph, ctx, member_ptr, member_idx, unit_of, seconds, memory, output_bytes,
         dep_ptr, dep_idx, dep_bytes, out_ptr, out_idx, out_bytes, latency, bandwidth, keep,
     )  # fmt: skip
-    nowhere = np.flatnonzero(~np.isfinite(seconds).any(axis=1)) if units else []
+    nowhere: IntArray = (
+        np.flatnonzero(~np.isfinite(seconds).any(axis=1)) if units else np.zeros(0, np.int64)
+    )
     if len(nowhere):
         u = int(nowhere[0])
         t = int(problem.members(u)[0])
