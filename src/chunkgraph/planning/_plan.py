@@ -290,9 +290,7 @@ def plan(
     graph.validate()
     ctx = check_contexts(local_contexts() if contexts is None else contexts)  # type: ignore[arg-type]
     cap = _memory_caps(ctx, memory)
-    target_ids = (
-        graph.sinks() if targets is None else np.array([graph.task_id(t) for t in targets])
-    ).astype(np.int64)
+    target_ids = _target_ids(graph, targets)
     from chunkgraph.planning._fuse import fuse_chains
 
     member_ptr, member_idx = fuse_chains(graph, target_ids, fuse=fuse)
@@ -310,6 +308,19 @@ def plan(
                     time.perf_counter() - began, priority)  # fmt: skip
     chosen, schedule = _run_strategy(problem, strategy, cap, target_ids)
     return Plan(graph, problem, schedule, chosen, cap, target_ids, time.perf_counter() - began)
+
+
+def _target_ids(graph: Graph, targets: Sequence[TaskRef | int | str] | None) -> IntArray:
+    """Task ids of ``targets`` (default: the sinks); plain ids are checked in one step."""
+    if targets is None:
+        return graph.sinks().astype(np.int64)
+    if isinstance(targets, np.ndarray) or all(type(t) is int for t in targets):
+        ids = np.asarray(targets, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(graph)):
+            bad = int(ids[(ids < 0) | (ids >= len(graph))][0])
+            graph.task_id(bad)  # raises the GraphError that names the range
+        return ids
+    return np.array([graph.task_id(t) for t in targets], dtype=np.int64)
 
 
 def _memory_caps(
