@@ -197,3 +197,60 @@ def test_a_plan_of_another_graph_or_other_targets_is_refused() -> None:
         cg.run(g, b, plan=cg.plan(g, targets=[a]))
     with pytest.raises(cg.ConfigError, match="chunkgraph Plan"):
         cg.run(g, a, plan="heft")  # type: ignore[arg-type]
+
+
+def test_a_target_fused_inside_a_chain_of_the_plan_is_refused() -> None:
+    g = Graph()
+    a = g.add(inc, 0)
+    b = g.add(inc, a)
+    c = g.add(inc, b)
+    plan = cg.plan(g)  # planned for the sink: a -> b -> c is one unit
+    with pytest.raises(cg.ConfigError, match="fused task 'inc-1' into a chain"):
+        cg.run(g, [b, c], plan=plan)
+    assert cg.run(g, [b, c], plan=cg.plan(g, targets=[b, c])) == [2, 3]
+    assert cg.run(g, [b, c]) == [2, 3]  # planned for these targets by run itself
+
+
+def test_a_fused_chain_is_admitted_for_its_largest_task() -> None:
+    """Four chains small -> big under a budget of one big: never two bigs at once."""
+    meter = Meter()
+    mib = 1 << 20
+    g = Graph()
+    ends = []
+    for _ in range(4):
+        small = g.add(meter.hold, 1 * mib, 0.01, cost=Cost(0.01, memory=1 * mib))
+        big = g.add(
+            lambda _, m=meter: m.hold(9 * mib, 0.02), small, cost=Cost(0.02, memory=9 * mib)
+        )
+        ends.append(big)
+    g.add(add, *ends, name="total")
+    plan = cg.plan(g, [cg.Context("cpu", slots=4)], memory=10 * mib)
+    assert len(plan.problem) == 5  # the four chains are fused
+    cg.run(g, "total", workers=4, plan=plan)
+    assert meter.bytes_most <= 10 * mib and meter.most == 1
+
+
+def test_a_gpu_task_with_costs_for_cpus_too_still_runs_only_on_gpus() -> None:
+    meter = Meter()
+    g = Graph()
+    gpu = [
+        g.add(meter.hold, 0, 0.01, resources={"gpu": 1}, cost=Cost({"gpu": 1.0, "cpu": 5.0}))
+        for _ in range(6)
+    ]
+    g.add(add, *gpu, name="total")
+    ctx = [cg.Context("cpu", slots=4), cg.Context("gpu0", kind="gpu", slots=1)]
+    plan = cg.plan(g, ctx)
+    assert {plan.context_of(t).name for t in gpu} == {"gpu0"}  # type: ignore[union-attr]
+    cg.run(g, "total", workers=4, plan=plan)
+    assert meter.most == 1
+
+
+def test_a_plan_of_a_graph_changed_since_is_refused() -> None:
+    g = Graph()
+    g.add(inc, 1)
+    plan = cg.plan(g)
+    late = g.add(inc, 2)
+    with pytest.raises(cg.ConfigError, match="changed after it was planned"):
+        cg.run(g, late, plan=plan)
+    with pytest.raises(cg.ConfigError, match="added after this plan"):
+        plan.context_of(late)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -154,3 +155,24 @@ def test_per_context_seconds_and_edge_sizes_reach_the_problem() -> None:
     assert problem.dep_bytes.tolist()[:2] == [10.0, 4.0]
     with pytest.raises(cg.GraphError, match="does not consume"):
         g.set_edge_bytes(b, c, 1)
+
+
+def test_bad_links_contexts_and_paths_get_clear_errors(tmp_path: Any) -> None:
+    g = Graph()
+    a = g.add(abs, -1)
+    ctx = [cg.Context("cpu"), cg.Context("b", host="h2")]
+    with pytest.raises(cg.ConfigError, match="must be a Link"):
+        cg.plan(g, ctx, links={("cpu", "b"): 5})  # type: ignore[dict-item]
+    with pytest.raises(cg.ConfigError, match="pair of context names"):
+        cg.plan(g, ctx, links={("cpu", "nowhere"): cg.Link(1.0)})
+    with pytest.raises(cg.ConfigError, match="links must be a Link"):
+        cg.plan(g, ctx, links=5)  # type: ignore[arg-type]
+    with pytest.raises(cg.ConfigError, match="list of Context"):
+        cg.plan(g, "cpu")  # type: ignore[arg-type]
+    with pytest.raises(cg.ConfigError, match="bandwidth"):
+        cg.Link(bandwidth=True)
+    plan = cg.plan(g, ctx, targets=a)  # one target, as run() takes it
+    with pytest.raises(cg.ConfigError, match="cannot write"):
+        plan.gantt(tmp_path / "missing" / "plan.png")
+    with pytest.raises(cg.ConfigError, match="cannot write"):
+        plan.gantt(tmp_path)

@@ -139,7 +139,19 @@ class LocalExecutor:
             )
         if given.graph is not graph:
             raise ConfigError(
-                "plan was made for another Graph; plan this graph with chunkgraph.plan"
+                "plan was made for another Graph; plan this graph with chunkgraph.plan(graph)"
+            )
+        if given.tasks != len(graph):
+            raise ConfigError(
+                f"the graph changed after it was planned ({given.tasks} tasks then, "
+                f"{len(graph)} now); plan it again with chunkgraph.plan(graph)"
+            )
+        inside = given.fused_through(targets)
+        if inside:
+            raise ConfigError(
+                f"the plan fused task {graph.name(inside[0])!r} into a chain, so its result "
+                "never leaves the worker, but it is a target of this run; plan with the "
+                "same targets (chunkgraph.plan(graph, targets=...)) or with fuse=False"
             )
         unplanned = needed_mask(graph, targets) & (given.task_context < 0)
         if unplanned.any():

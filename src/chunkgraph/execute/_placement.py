@@ -9,7 +9,8 @@ executor keeps it as plain lists, indexed by task id, that its hot loop reads:
     chain_next[t]   the task fused after t (-1: none): the worker that ran t runs
                     it next, without going through the ready queues
     can_run[t]      bit c set when context c can run t (steals respect it)
-    memory[t]       bytes t needs while it runs (Cost.memory)
+    memory[t]       bytes t needs while it runs (Cost.memory; a fused task: the largest
+                    of its chain's, admitted once for the whole chain)
     output[t]       bytes of t's result while it is held (Cost.output_bytes)
     budget[c]       context c's memory budget (inf: none)
     needs[t]        t's resources, where not the default {"cpu": 1}
@@ -114,6 +115,11 @@ def placement_of(plan: Plan, graph: Graph, workers: int) -> Placement:
     if bits is not None:
         can_run[problem.member_idx] = np.repeat(bits, sizes)
     costs = graph.costs()
+    # A fused chain is admitted once, for its largest task (its tasks run one after
+    # another in one worker, as the planner counted it): every task of a unit carries
+    # the unit's memory, so a claimed successor never needs more than was admitted.
+    memory = costs.memory.copy()
+    memory[problem.member_idx] = np.repeat(problem.memory, sizes)
     budget = [float(b) for b in plan.memory_cap]
     kinds: list[str] = [c.kind for c in contexts]
     split = split_workers([c.slots for c in contexts], kinds, workers)
@@ -130,7 +136,7 @@ def placement_of(plan: Plan, graph: Graph, workers: int) -> Placement:
         sub_idx=order.tolist(),
         chain_next=chain_next.tolist(),
         can_run=can_run.tolist(),
-        memory=costs.memory.tolist(),
+        memory=memory.tolist(),
         output=costs.output_bytes.tolist(),
         budget=budget,
         needs=needs,

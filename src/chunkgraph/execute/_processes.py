@@ -158,6 +158,12 @@ class ProcessBackend:
                 consequence = f"its worker process {error.pid} was killed (SIGKILL) and replaced"
                 failed.append((t, timeout_error(name(t), error.seconds, consequence)))
             except BaseException as error:  # a KeyboardInterrupt a task raised: see report()
+                if len(chain) > 1 and not isinstance(error, KeyboardInterrupt):
+                    # The call ran the whole chain: which task it was in is unknown.
+                    later = ", ".join(repr(name(u)) for u in chain[1:])
+                    error.add_note(
+                        f"{name(t)!r} ran as one call with the tasks fused after it: {later}"
+                    )
                 failed.append((t, error))
         if done or failed or unstarted:
             driver.report(done, failed, unstarted)

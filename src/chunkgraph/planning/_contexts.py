@@ -19,6 +19,7 @@ machine where that is absent), and one GPU context per NVIDIA GPU that
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -96,7 +97,11 @@ class Link:
     latency: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bandwidth, int | float) or not self.bandwidth > 0:
+        if (
+            not isinstance(self.bandwidth, int | float)
+            or isinstance(self.bandwidth, bool)
+            or not self.bandwidth > 0
+        ):
             raise ConfigError(
                 f"Link.bandwidth must be a positive number (bytes per second; math.inf: "
                 f"free), got {self.bandwidth!r}"
@@ -126,6 +131,11 @@ def check_contexts(contexts: Sequence[Context]) -> tuple[Context, ...]:
     """The contexts as a tuple; ConfigError for none, a non-Context or a name used twice."""
     if isinstance(contexts, Context):
         contexts = (contexts,)
+    if isinstance(contexts, str) or not isinstance(contexts, Sequence | tuple | list):
+        raise ConfigError(
+            f"contexts must be a list of Context objects (e.g. [Context('cpu', slots=4)]), "
+            f"got {contexts!r}"
+        )
     result = tuple(contexts)
     if not result:
         raise ConfigError("plan needs at least one Context, e.g. [Context('cpu', slots=4)]")
@@ -137,6 +147,33 @@ def check_contexts(contexts: Sequence[Context]) -> tuple[Context, ...]:
             raise ConfigError(f"context name {ctx.name!r} is used twice; names must be unique")
         seen.add(ctx.name)
     return result
+
+
+def check_links(links: Links, contexts: Sequence[Context]) -> None:
+    """ConfigError unless ``links`` is None, a Link, or Links by pairs of context names."""
+    if links is None or isinstance(links, Link):
+        return
+    if not isinstance(links, Mapping):
+        raise ConfigError(
+            f"links must be a Link (for every pair of hosts) or a mapping "
+            f"{{('a', 'b'): Link(...)}}, got {links!r}"
+        )
+    names = {c.name for c in contexts}
+    for key, link in links.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and set(key) <= names):
+            raise ConfigError(
+                f"links key {key!r} must be a pair of context names, among {sorted(names)}"
+            )
+        if not isinstance(link, Link):
+            raise ConfigError(f"links[{key!r}] must be a Link(bandwidth, latency), got {link!r}")
+
+
+@functools.lru_cache(maxsize=2)
+def _local_contexts(gpus: bool) -> tuple[Context, ...]:
+    contexts = list(_numa_contexts())
+    if gpus:
+        contexts.extend(_gpu_contexts())
+    return tuple(contexts)
 
 
 def link_between(a: Context, b: Context, links: Links = None) -> Link | None:
@@ -160,12 +197,9 @@ def local_contexts(*, gpus: bool = True) -> tuple[Context, ...]:
     """This machine's contexts: one per NUMA node (cores, memory), one per NVIDIA GPU.
 
     Only the cores this process may use are counted. A machine without NUMA
-    information is one CPU context named ``"cpu"``.
+    information is one CPU context named ``"cpu"``. Detected once per process.
     """
-    contexts = list(_numa_contexts())
-    if gpus:
-        contexts.extend(_gpu_contexts())
-    return tuple(contexts)
+    return _local_contexts(gpus)
 
 
 def _numa_contexts() -> list[Context]:

@@ -46,6 +46,13 @@ def draw_gantt(plan: Plan, path: object) -> None:
     """Write ``plan``'s Gantt chart to ``path`` (a str or os.PathLike) as a PNG."""
     if not isinstance(path, str | os.PathLike):
         raise ConfigError(f"gantt needs a file path (str or pathlib.Path), got {path!r}")
+    target = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    if os.path.isdir(target) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ConfigError(
+            f"gantt cannot write {target!r}: give a file path in a folder that exists "
+            "and is writable, e.g. 'plan.png'"
+        )
     import matplotlib
 
     matplotlib.use("Agg")

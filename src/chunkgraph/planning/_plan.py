@@ -20,6 +20,7 @@ only when asked for.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,13 @@ import numpy.typing as npt
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.graph import Graph, TaskRef
-from chunkgraph.planning._contexts import Context, Links, check_contexts, local_contexts
+from chunkgraph.planning._contexts import (
+    Context,
+    Links,
+    check_contexts,
+    check_links,
+    local_contexts,
+)
 from chunkgraph.planning._problem import Problem, build_problem
 from chunkgraph.planning._schedule import Schedule
 
@@ -93,14 +100,32 @@ class Plan:
     # -- what the executor reads ---------------------------------------------------------
 
     @property
+    def tasks(self) -> int:
+        """How many tasks the graph had when it was planned."""
+        return self._length
+
+    def fused_through(self, targets: Sequence[int]) -> list[int]:
+        """Those of ``targets`` that end no unit: fused into a chain, their results stay
+        inside the worker (a run that wants them needs a plan made for them)."""
+        p = self.problem
+        ids = np.asarray(targets, dtype=np.int64)
+        units = p.unit_of[ids]
+        planned = units >= 0
+        tails = p.member_idx[p.member_ptr[units[planned] + 1] - 1]
+        result: list[int] = ids[planned][tails != ids[planned]].tolist()
+        return result
+
+    @property
     def schedule(self) -> Schedule:
         """The unit-level schedule (computed on first use for a one-context plan)."""
         if self._schedule is None:
             from chunkgraph.planning._list_schedule import list_schedule
 
-            self._schedule = list_schedule(
-                self.problem, self._unit_priority(), memory_cap=self.memory_cap
-            )
+            p = self.problem
+            if np.isinf(self.memory_cap).all() or not (p.memory.any() or p.output_bytes.any()):
+                self._schedule = _in_order(p, self._unit_priority())
+            else:
+                self._schedule = list_schedule(p, self._unit_priority(), memory_cap=self.memory_cap)
         return self._schedule
 
     def _unit_priority(self) -> IntArray:
@@ -199,7 +224,12 @@ class Plan:
 
     def context_of(self, task: TaskRef | int | str) -> Context | None:
         """The context ``task`` is planned on (None: not needed by the targets)."""
-        c = int(self.task_context[self.graph.task_id(task)])
+        t = self.graph.task_id(task)
+        if t >= self._length:
+            raise ConfigError(
+                f"task {self.graph.name(t)!r} was added after this plan was made; plan again"
+            )
+        c = int(self.task_context[t])
         return None if c < 0 else self.contexts[c]
 
     def simulate(self) -> SimResult:
@@ -241,6 +271,37 @@ class Plan:
     def __repr__(self) -> str:
         names = ", ".join(c.name for c in self.contexts)
         return f"<Plan: {self._length} tasks on {names}, strategy {self.strategy}>"
+
+
+def _in_order(problem: Problem, priority: IntArray) -> Schedule:
+    """The times of a one-context plan run the way the executor runs it: units start in
+    priority order, each on the slot that frees first, once its inputs are done.
+
+    One pass, a heap of slot free times: O(units log slots + edges), where list
+    scheduling with insertion would search every idle gap of every slot.
+    """
+    n = len(problem)
+    slots = problem.contexts[0].slots
+    seconds = problem.seconds[:, 0].tolist()
+    dep_ptr, dep_idx = problem.dep_ptr.tolist(), problem.dep_idx.tolist()
+    start = [0.0] * n
+    finish = [0.0] * n
+    slot = [0] * n
+    free = [(0.0, s) for s in range(slots)]
+    for u in np.argsort(priority, kind="stable").tolist():
+        ready = max((finish[d] for d in dep_idx[dep_ptr[u] : dep_ptr[u + 1]]), default=0.0)
+        at, s = heapq.heappop(free)
+        start[u] = max(at, ready)
+        finish[u] = start[u] + seconds[u]
+        slot[u] = s
+        heapq.heappush(free, (finish[u], s))
+    return Schedule(
+        np.zeros(n, np.int64),
+        np.asarray(slot, np.int64),
+        np.asarray(start),
+        np.asarray(finish),
+        np.arange(n, dtype=np.int64),
+    )
 
 
 def _bytes(n: float) -> str:
@@ -289,6 +350,7 @@ def plan(
         raise ConfigError(f"fuse must be True or False, got {fuse!r}")
     graph.validate()
     ctx = check_contexts(local_contexts() if contexts is None else contexts)  # type: ignore[arg-type]
+    check_links(links, ctx)
     cap = _memory_caps(ctx, memory)
     target_ids = _target_ids(graph, targets)
     from chunkgraph.planning._fuse import fuse_chains
@@ -314,6 +376,8 @@ def _target_ids(graph: Graph, targets: Sequence[TaskRef | int | str] | None) -> 
     """Task ids of ``targets`` (default: the sinks); plain ids are checked in one step."""
     if targets is None:
         return graph.sinks().astype(np.int64)
+    if isinstance(targets, TaskRef | str | int):
+        targets = [targets]
     if isinstance(targets, np.ndarray) or all(type(t) is int for t in targets):
         ids = np.asarray(targets, dtype=np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(graph)):

@@ -23,7 +23,8 @@ Passes do not walk the Graph; they read a ``Problem`` built once from it:
 Which context may run a task with one number for its cost: the contexts
 whose kind is among its resource names (the default ``{"cpu": 1}``: CPU
 contexts; ``{"gpu": 1}``: GPU contexts), or every context when its resources
-name neither kind.
+name neither kind. A task with costs per context runs where it has an entry;
+if its resources name a kind (not the default), only on contexts of that kind.
 """
 
 from __future__ import annotations
@@ -213,9 +214,13 @@ def _task_seconds(graph: Graph, contexts: tuple[Context, ...]) -> FloatArray:
         wanted = names & set(CONTEXT_KINDS)
         allowed = np.array([(not wanted) or kind in wanted for kind in kinds])
         out[t] = np.where(allowed, base[t] / speed, math.inf)
+    overrides = graph.resources_overrides()
     for t, per_context in graph.context_seconds().items():
         row = np.full(k, math.inf)
+        wanted = set(overrides[t]) & set(CONTEXT_KINDS) if t in overrides else set()
         for c, context in enumerate(contexts):
+            if wanted and context.kind not in wanted:
+                continue  # {"gpu": 1} runs on GPU contexts whatever its costs say
             value = per_context.get(context.name)
             if value is None:
                 value = per_context.get(context.kind)
