@@ -176,3 +176,28 @@ def test_bad_links_contexts_and_paths_get_clear_errors(tmp_path: Any) -> None:
         plan.gantt(tmp_path / "missing" / "plan.png")
     with pytest.raises(cg.ConfigError, match="cannot write"):
         plan.gantt(tmp_path)
+
+
+def test_big_graphs_get_the_greedy_pass_which_replays_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chunkgraph.planning import _plan
+
+    g = Graph()
+    refs: list[cg.TaskRef] = []
+    rng = np.random.default_rng(3)
+    for i in range(300):
+        deps = [refs[int(j)] for j in rng.choice(len(refs), size=min(2, len(refs)), replace=False)]
+        cost = Cost({"cpu": 2.0, "gpu": 0.5}) if i % 3 == 0 else Cost(float(rng.uniform(1, 2)))
+        refs.append(g.add(max, 0, *deps, cost=cost))
+    ctx = [cg.Context("c0", slots=2), cg.Context("c1", slots=2), cg.Context("g", kind="gpu")]
+    monkeypatch.setattr(_plan, "AUTO_GREEDY_UNITS", 100)
+    plan = cg.plan(g, ctx, fuse=False)
+    assert plan.strategy == "greedy earliest finish"
+    sim = plan.simulate()
+    assert sim.makespan == pytest.approx(plan.makespan)
+    np.testing.assert_allclose(sim.start, plan.schedule.start)
+    runnable = np.isfinite(plan.problem.seconds)
+    assert runnable[np.arange(len(plan.problem)), plan.schedule.context].all()
+    heft = cg.plan(g, ctx, fuse=False, strategy="heft")
+    assert plan.makespan <= 1.5 * heft.makespan  # cheaper, and not far off

@@ -35,7 +35,8 @@ none of the following costs anything):
   blocks the tasks behind it, so the plan's order holds; a context with
   nothing running admits its head whatever it needs (it can never fit better).
 * **Steals.** A worker whose context has nothing ready steals from the context
-  with the most ready tasks that it can run: the whole subgraph of the first
+  with the most ready tasks (two at least: a context's only ready task is its
+  own next, and taking it would only bounce work back and forth) that it can run: the whole subgraph of the first
   one when none of that subgraph has started, else that task alone. Stolen
   tasks move to the thief's context (``steals`` counts them).
 * **Fused chains.** ``claim_next(t)`` hands the task fused after ``t`` to the
@@ -168,7 +169,9 @@ class Scheduler:
             self.running += len(batch)
             return batch
         batch = self._take_planned(k, context)
-        if not batch and self._multi and self._steal(context):
+        # Steal only for a context with nothing ready: one whose head waits for memory
+        # would leave the stolen work waiting too (and its owner would steal it back).
+        if not batch and self._multi and not self.heaps[context] and self._steal(context):
             batch = self._take_planned(k, context)
         return batch
 
@@ -239,8 +242,8 @@ class Scheduler:
         bit = 1 << thief
         by_priority, state, where = self.by_priority, self.state, self._context
         for victim in sorted(range(len(self.heaps)), key=lambda c: -len(self.heaps[c])):
-            if victim == thief or not self.heaps[victim]:
-                continue
+            if victim == thief or len(self.heaps[victim]) < 2:
+                continue  # one ready task is its own context's next: taking it only ping-pongs
             heap = self.heaps[victim]
             for prio in heapq.nsmallest(len(heap), heap):
                 t = by_priority[prio]

@@ -10,7 +10,9 @@
 
 ``auto`` runs every strategy that suits the graph, and HEFT confined to each
 context that can run everything (no data moves at all), and keeps the one
-whose simulated makespan is best (each already holds the memory caps). One context
+whose simulated makespan is best (each already holds the memory caps). Above
+20,000 units it runs HEFT alone, above 100,000 one greedy earliest-finish
+pass (``_greedy``; budgets are then held by the executor's admission only). One context
 needs no placement at all: its plan is the priority order (``_order``), which
 is what ``run()`` uses on a machine with one NUMA node, at no cost beyond the
 order it always computed; its memory budget is held at run time by the
@@ -51,9 +53,12 @@ FloatArray = npt.NDArray[np.float64]
 Strategy = Literal["auto", "heft", "peft", "merge"]
 STRATEGIES: tuple[Strategy, ...] = ("auto", "heft", "peft", "merge")
 
-# ``auto`` tries every strategy up to this many units, and only the cheapest
-# (HEFT, O(units × contexts × slots)) above it, so a big graph plans in seconds.
+# ``auto`` tries every strategy up to this many units, and only HEFT above it
+# (O(units × contexts × slots)), so a big graph plans in seconds...
 AUTO_TRY_ALL_UNITS = 20_000
+# ...and above this many, one greedy earliest-finish pass (``_greedy``): HEFT's
+# rule without its gap search, a few µs per unit (1,000,000 units: seconds).
+AUTO_GREEDY_UNITS = 100_000
 
 
 @dataclass(frozen=True)
@@ -448,6 +453,10 @@ def _run_strategy(
     from chunkgraph.planning._simulate import simulate
 
     table = _strategies()
+    if strategy == "auto" and len(problem) > AUTO_GREEDY_UNITS:
+        from chunkgraph.planning._greedy import greedy_eft
+
+        return "greedy earliest finish", greedy_eft(problem, cap)
     names = [strategy] if strategy != "auto" else (
         list(table) if len(problem) <= AUTO_TRY_ALL_UNITS else ["heft"]
     )  # fmt: skip
