@@ -36,9 +36,11 @@ none of the following costs anything):
   nothing running admits its head whatever it needs (it can never fit better).
 * **Steals.** A worker whose context has nothing ready steals from the context
   with the most ready tasks (two at least: a context's only ready task is its
-  own next, and taking it would only bounce work back and forth) that it can run: the whole subgraph of the first
-  one when none of that subgraph has started, else that task alone. Stolen
-  tasks move to the thief's context (``steals`` counts them).
+  own next, and taking it would only bounce work back and forth) that it can
+  run: the whole subgraph of the first one when none of that subgraph has
+  started, else that task alone. Stolen tasks move to the thief's context
+  (``steals`` counts them). A context whose head waits for memory steals
+  nothing: the stolen work would wait too.
 * **Fused chains.** ``claim_next(t)`` hands the task fused after ``t`` to the
   worker that ran ``t``: when ``finish(t)`` makes it ready it goes straight to
   RUNNING instead of into a heap.
