@@ -65,6 +65,7 @@ def test_plan_keeps_fused_names_and_follows_a_chain_on_one_slot() -> None:
     start, finish = plan.times()
     assert (start.tolist(), finish.tolist()) == ([0.0, 2.0], [2.0, 5.0])
     assert plan.context_of(a) == plan.context_of(b)
+    assert plan.task_slot.tolist() == [plan.task_slot[0]] * 2  # one slot runs the chain
     assert len(plan.subgraphs()) == 1
 
 

@@ -166,6 +166,11 @@ class Plan:
         return self._per_task(self.schedule.context)
 
     @property
+    def task_slot(self) -> IntArray:
+        """Slot (0 .. slots-1 of its context) of every task (-1: not needed)."""
+        return self._per_task(self.schedule.slot)
+
+    @property
     def task_subgraph(self) -> IntArray:
         """Subgraph id of every task (-1: not needed)."""
         if self._schedule is None:
