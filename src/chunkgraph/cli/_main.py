@@ -1,54 +1,40 @@
-"""The ``chunkgraph`` command line.
+"""The ``chunkgraph`` command line: one subcommand per ``_cmd_*.py`` module.
 
-    chunkgraph demo [--workdir DIR] [--tasks N] [--no-progress]
+    chunkgraph demo | run | plan | bench | status | clean | report | spec-schema
 
-``demo`` runs the two faces of the engine on generated data and prints a
-summary: a task graph (per-block statistics of a random array reduced by a
-fan-in tree, checked against numpy on the whole array) and the subchunkable
-volume flow (a blended, cropped filter over a generated Zarr v3 volume).
+Each command lives in its own module, which exposes ``register(commands)``:
+it adds its subparser and sets ``handler`` to a function ``(args) -> int``.
+The modules are found by name, so adding a command touches nothing here.
+Commands import what they need inside their handler: ``chunkgraph --help``
+stays fast, and a command never pays for another's imports.
+
+Exit codes, the same for every command: 0 success, 1 the work itself failed
+(task failures, a result that does not check out), 2 usage or spec errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
-
 from chunkgraph import __version__
+from chunkgraph._errors import ConfigError
 
-# float32 blends of chunk results that each equal the whole-array filter: differences are
-# rounding (~1e-5 on values ~100); anything near this bound is a bug.
-DEMO_TOLERANCE = 1e-3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from chunkgraph.cli._flow_demo import check_demo, run_demo
-    from chunkgraph.cli._graph_demo import run_graph_demo
-
-    console = Console()
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-
-    console.rule("[bold]1. task graph")
-    summary = run_graph_demo(blocks=args.tasks, progress=not args.no_progress)
-    for line in summary.lines():
-        console.print(line)
-
-    console.rule("[bold]2. volume flow")
-    started = time.perf_counter()
-    report = run_demo(workdir, progress=not args.no_progress)
-    console.print(report.summary())
-    error = check_demo(workdir)
-    verdict = "matches" if error < DEMO_TOLERANCE else "DOES NOT match"
-    console.print(f"{verdict} the whole-array filter away from the edge (max |diff| {error:.1e})")
-    console.print(
-        f"volume flow finished in {time.perf_counter() - started:.2f} s; data in {workdir}"
+def command_modules() -> list[str]:
+    """The command modules of this package, ``_cmd_<name>``, in name order."""
+    here = str(Path(__file__).parent)
+    return sorted(
+        f"chunkgraph.cli.{m.name}"
+        for m in pkgutil.iter_modules([here])
+        if m.name.startswith("_cmd_")
     )
-    return 0 if summary.matches and error < DEMO_TOLERANCE else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,27 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"chunkgraph {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a task graph and a volume flow on generated data")
-    demo.add_argument(
-        "--workdir", default="demo-out", help="where demo volumes go (default: demo-out)"
-    )
-    demo.add_argument(
-        "--tasks", type=int, default=4096, help="blocks in the task-graph demo (default: 4096)"
-    )
-    demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    demo.set_defaults(handler=_demo)
+    for name in command_modules():
+        importlib.import_module(name).register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "tasks", 1) < 1:
-        print(f"chunkgraph: --tasks must be at least 1, got {args.tasks}", file=sys.stderr)
-        return 2
-    handler = args.handler
-    result: int = handler(args)
+    try:
+        result: int = args.handler(args)
+    except ConfigError as error:  # bad options found past argparse: a usage error
+        print(f"chunkgraph {args.command}: {error}", file=sys.stderr)
+        return EXIT_USAGE
     return result
-
-
-if __name__ == "__main__":
-    sys.exit(main())
