@@ -45,7 +45,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,7 +89,7 @@ from chunkgraph.geometry import Box
 DEFAULT_RETRIES = 2
 
 if TYPE_CHECKING:
-    from chunkgraph.execute import Executor, ExecutorKind
+    from chunkgraph.execute import Executor, ExecutorKind, Subscriber
     from chunkgraph.flow._estimate import FlowEstimate
     from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.planning import Plan
@@ -201,6 +201,7 @@ def apply(
     probe: bool = True,
     progress: bool = False,
     dry_run: bool = False,
+    subscribers: Sequence[Subscriber] = (),
 ) -> ApplyReport:
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
@@ -217,6 +218,7 @@ def apply(
     before anything is written when the configuration is invalid,
     ``FlowLockedError`` when the flow is running elsewhere, ``ExceptionGroup``
     of ``TaskError`` when ``fn`` fails (the note names the chunk's box).
+    ``subscribers`` receive the run's events (see ``chunkgraph.run``).
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
@@ -255,7 +257,7 @@ def apply(
                 probe_fn(spec, fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
             flow = _Flow(spec, fn, named, dst, root / flow_id, resume)
-            report = flow.run(chosen, progress, t0, before)
+            report = flow.run(chosen, progress, t0, before, tuple(subscribers))
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
                 # markers whose layers are gone (a resume would reduce missing data).
@@ -448,7 +450,14 @@ class _Flow:
             sweep_axis=_sweep_axis(spec.top_grid),
         )
 
-    def run(self, executor: Executor, progress: bool, t0: float, before: int) -> ApplyReport:
+    def run(
+        self,
+        executor: Executor,
+        progress: bool,
+        t0: float,
+        before: int,
+        subscribers: tuple[Subscriber, ...] = (),
+    ) -> ApplyReport:
         from chunkgraph.execute import run
         from chunkgraph.graph import Graph
 
@@ -461,7 +470,14 @@ class _Flow:
         refs = list(top_refs.values()) + red_refs
         try:
             results = (
-                run(graph, refs, executor, progress=progress, plan=self._plan(graph, refs))
+                run(
+                    graph,
+                    refs,
+                    executor,
+                    progress=progress,
+                    subscribers=subscribers,
+                    plan=self._plan(graph, refs),
+                )
                 if refs
                 else []
             )

@@ -1,0 +1,75 @@
+"""What every long-running command shows while it works: a progress bar, JSON lines, or nothing.
+
+    --quiet           no progress bar (errors and the final summary still print)
+    --log-json PATH   one JSON object per event, one per line, to PATH ("-": stdout),
+                      instead of the bar: for batch systems and dashboards
+
+``add_output_options`` adds both to a subparser; ``event_output`` turns the
+parsed options into (show a progress bar?, extra event subscribers). Commands
+pass both to ``run``/``apply`` and close the subscribers when done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+from chunkgraph.execute import Event
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--log-json",
+        metavar="PATH",
+        default=None,
+        help="write one JSON line per event to PATH ('-': stdout) instead of the progress bar",
+    )
+
+
+class JsonLines:
+    """An event subscriber writing each Event as one JSON object per line."""
+
+    def __init__(self, path: str) -> None:
+        self._own = path != "-"
+        self._out: IO[str] = open(path, "w", encoding="utf-8") if self._own else sys.stdout  # noqa: SIM115
+
+    def __call__(self, event: Event) -> None:
+        record: dict[str, Any] = {
+            "event": event.kind.value,
+            "time": round(event.time, 6),
+        }
+        if event.task >= 0:
+            record.update(task=event.task, name=event.name, attempt=event.attempt)
+        if event.total:
+            record["total"] = event.total
+        worker = getattr(event, "worker", "")
+        if worker:
+            record["worker"] = worker
+        if event.error is not None:
+            record["error"] = f"{type(event.error).__name__}: {event.error}"
+        self._out.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        if self._own:
+            self._out.close()
+        else:
+            self._out.flush()
+
+
+def event_output(args: argparse.Namespace) -> tuple[bool, list[Callable[[Event], None]]]:
+    """(show a progress bar, the subscribers the options ask for)."""
+    subscribers: list[Callable[[Event], None]] = []
+    if args.log_json:
+        subscribers.append(JsonLines(args.log_json))
+    return (not args.quiet and not args.log_json), subscribers
+
+
+def close_output(subscribers: list[Callable[[Event], None]]) -> None:
+    for subscriber in subscribers:
+        close = getattr(subscriber, "close", None)
+        if close is not None:
+            close()
