@@ -10,11 +10,19 @@ the thread that called ``run()`` hands them to the subscribers, in order, every
 
 So a subscriber never runs concurrently with itself and may be slow without
 stalling workers. Without subscribers no Event object is ever built.
+
+``Event.worker`` names where a try ran, for run reports: a STARTED or FINISHED
+event emitted by a thread other than the one that called ``run()`` carries
+that thread's name (the thread executor's ``chunkgraph-worker-N``). Events
+the calling thread emits carry "": there the sync executor runs the task
+itself, while the process executor announces it at submission, before any
+pool process is chosen, so the worker is not known.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -46,7 +54,9 @@ class Event:
     ``task`` is the task id (-1 for run events), ``time`` a ``time.perf_counter()``
     value, ``attempt`` the 1-based try, ``error`` the exception of a failed or
     retried try. ``total`` is, for RUN_STARTED, the number of tasks the run will
-    execute and, for RUN_FINISHED, the number that finished.
+    execute and, for RUN_FINISHED, the number that finished. ``worker`` is the
+    thread that started or finished the try, "" when that was the calling
+    thread or for other kinds (see the module doc).
     """
 
     kind: EventKind
@@ -56,6 +66,7 @@ class Event:
     attempt: int = 0
     total: int = 0
     error: BaseException | None = None
+    worker: str = ""
 
 
 Subscriber = Callable[[Event], None]
@@ -67,6 +78,7 @@ class EventQueue:
     def __init__(self, subscribers: Iterable[Subscriber]) -> None:
         self.subscribers = tuple(subscribers)
         self._queue: deque[Event] = deque()
+        self._caller = threading.current_thread()  # the thread that called run()
 
     def put(self, event: Event) -> None:
         self._queue.append(event)  # deque.append is atomic: no lock needed
@@ -80,7 +92,14 @@ class EventQueue:
         total: int = 0,
         error: BaseException | None = None,
     ) -> None:
-        self._queue.append(Event(kind, task, name, time.perf_counter(), attempt, total, error))
+        worker = ""
+        if kind is EventKind.STARTED or kind is EventKind.FINISHED:
+            thread = threading.current_thread()
+            if thread is not self._caller:
+                worker = thread.name
+        self._queue.append(
+            Event(kind, task, name, time.perf_counter(), attempt, total, error, worker)
+        )
 
     def drain(self) -> None:
         """Deliver every queued event; call only from the thread that called ``run()``."""

@@ -1,0 +1,175 @@
+"""The report's pictures, drawn from the report document (see ``_document``).
+
+    gantt.png          one row per worker, one bar per try: where the time went.
+                       Flow levels get their own colour, failed tries are red;
+                       bars are labelled with the task's name when wide enough,
+                       and not at all past GANTT_LABEL_LIMIT tasks.
+    utilisation.png    workers busy over time, a step curve from the tries'
+                       starts and ends; with the summary's bytes_read /
+                       bytes_written, the I/O rate on a second axis.
+
+The I/O rate is the run's average, a flat line, and its legend says so: the
+events carry no per-task byte counts, and drawing a shape from an average
+would invent one.
+
+matplotlib is imported inside ``render_pictures`` with the Agg backend: no
+display needed, and importing chunkgraph never pays for matplotlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from chunkgraph.report._document import tries_of
+
+# Past this many tasks, labels are unreadable and cost most of the drawing time.
+GANTT_LABEL_LIMIT = 2000
+# A bar gets a label when it spans at least this fraction of the run.
+LABEL_MIN_FRACTION = 0.06
+# Rows and size: a row per worker, but a picture no taller than matplotlib draws quickly.
+ROW_INCHES = 0.32
+MAX_INCHES = 30.0
+WIDTH_INCHES = 12.0
+DPI = 100
+
+_COLOURS = {"top": "tab:blue", "reduce": "tab:green", None: "tab:gray"}
+_FAILED = "tab:red"
+
+
+def render_pictures(directory: Path, document: Mapping[str, Any]) -> list[Path]:
+    """Draw ``gantt.png`` and ``utilisation.png`` of ``document`` into ``directory``."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # before pyplot: no display
+    import matplotlib.pyplot as plt
+
+    paths = [directory / "gantt.png", directory / "utilisation.png"]
+    for draw, path in zip((_gantt, _utilisation), paths, strict=True):
+        figure = draw(plt, document)
+        try:
+            figure.savefig(path, dpi=DPI)
+        finally:
+            plt.close(figure)
+    return paths
+
+
+def _gantt(plt: Any, document: Mapping[str, Any]) -> Any:
+    workers: list[str] = list(document["workers"]) or ["(none)"]
+    tasks = document["tasks"]
+    wall = float(document["totals"].get("wall_seconds") or 0.0)
+    height = min(MAX_INCHES, max(3.0, 1.6 + ROW_INCHES * len(workers)))
+    figure, axes = plt.subplots(figsize=(WIDTH_INCHES, height))
+    row = {name: i for i, name in enumerate(workers)}
+    bars: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (worker, colour) -> spans
+    labels = len(tasks) <= GANTT_LABEL_LIMIT
+    min_width = LABEL_MIN_FRACTION * wall
+    for task in tasks:
+        for t in tries_of(task):
+            colour = _FAILED if t.failed else _COLOURS.get(task.get("level"), _COLOURS[None])
+            width = max(t.end - t.start, 0.0)
+            bars.setdefault((t.worker, colour), []).append((t.start, width))
+            if labels and width >= min_width and t.worker in row:
+                axes.text(t.start + width / 2, row[t.worker], _short(task["name"]),
+                          ha="center", va="center", fontsize=7, clip_on=True)  # fmt: skip
+    for (worker, colour), spans in bars.items():
+        if worker in row:
+            axes.broken_barh(spans, (row[worker] - 0.4, 0.8), facecolors=colour,
+                             edgecolor="white", linewidth=0.3)  # fmt: skip
+    axes.set_yticks(range(len(workers)), workers, fontsize=8 if len(workers) < 40 else 5)
+    axes.set_ylim(len(workers) - 0.5, -0.5)
+    axes.set_xlim(0, max(wall, 1e-6))
+    axes.set_xlabel("seconds from the run's start")
+    totals = document["totals"]
+    axes.set_title(
+        f"{totals.get('tasks', len(tasks))} tasks on {len(document['workers'])} workers, "
+        f"{wall:.3g} s; failed tries in red"
+    )
+    handles = _legend_handles(plt, {c for _, c in bars})
+    if handles:
+        axes.legend(handles=handles, loc="upper right", fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _legend_handles(plt: Any, colours: set[str]) -> list[Any]:
+    from matplotlib.patches import Patch
+
+    names = {"tab:blue": "top-level task", "tab:green": "reduction", _FAILED: "failed try"}
+    if colours <= {_COLOURS[None]}:
+        return []  # a plain graph: one colour, nothing to explain
+    names[_COLOURS[None]] = "task"
+    return [Patch(color=c, label=names[c]) for c in names if c in colours]
+
+
+def _short(name: str, limit: int = 24) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def busy_curve(document: Mapping[str, Any]) -> tuple[list[float], list[int]]:
+    """Times and the number of workers busy from each time on (a step curve)."""
+    changes: list[tuple[float, int]] = []
+    for task in document["tasks"]:
+        for t in tries_of(task):
+            changes.append((t.start, 1))
+            changes.append((t.end, -1))
+    changes.sort(key=lambda c: (c[0], c[1]))  # an end before a start at the same time
+    times, busy, count = [0.0], [0], 0
+    for time, step in changes:
+        count += step
+        if times[-1] == time:
+            busy[-1] = count
+        else:
+            times.append(time)
+            busy.append(count)
+    return times, busy
+
+
+def _utilisation(plt: Any, document: Mapping[str, Any]) -> Any:
+    figure, axes = plt.subplots(figsize=(WIDTH_INCHES, 4.0))
+    times, busy = busy_curve(document)
+    wall = float(document["totals"].get("wall_seconds") or 0.0)
+    times.append(max(wall, times[-1]))
+    busy.append(busy[-1])
+    axes.step(times, busy, where="post", color="tab:blue", label="workers busy")
+    workers = len(document["workers"])
+    if workers:
+        axes.axhline(workers, color="tab:gray", linestyle=":", label=f"workers ({workers})")
+    axes.set_xlabel("seconds from the run's start")
+    axes.set_ylabel("workers busy")
+    axes.yaxis.get_major_locator().set_params(integer=True)
+    axes.set_ylim(0, max(workers, max(busy), 1) * 1.1)
+    axes.set_xlim(0, max(wall, 1e-6))
+    lines, names = axes.get_legend_handles_labels()
+    io = _io_rates(document["summary"], wall)
+    if io:
+        rates = axes.twinx()
+        for (label, rate), colour in zip(io, ("tab:orange", "tab:purple"), strict=False):
+            label = f"{label}, average over the run (per-task bytes not recorded)"
+            level = [rate / 1e6, rate / 1e6]
+            rates.plot([0, wall], level, color=colour, linestyle="--", label=label)
+        rates.set_ylabel("MB/s")
+        rates.set_ylim(0, max(rate for _, rate in io) / 1e6 * 1.25)
+        more_lines, more_names = rates.get_legend_handles_labels()
+        lines, names = lines + more_lines, names + more_names
+    axes.legend(lines, names, loc="lower right", fontsize=7)
+    axes.set_title("utilisation over time")
+    figure.tight_layout()
+    return figure
+
+
+def _io_rates(summary: Mapping[str, Any], wall: float) -> list[tuple[str, float]]:
+    """(label, bytes per second) for the summary's bytes read and written, averaged over
+    the summary's own wall_seconds when given (the flow's), else the run's."""
+    seconds = summary.get("wall_seconds")
+    if not isinstance(seconds, int | float) or seconds <= 0:
+        seconds = wall
+    if seconds <= 0:
+        return []
+    rates = []
+    for key, label in (("bytes_read", "read"), ("bytes_written", "written")):
+        value = summary.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            rates.append((label, float(value) / seconds))
+    return rates

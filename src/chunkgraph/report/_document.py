@@ -1,0 +1,248 @@
+"""report.json: what a Recorder saw, as one JSON document, written and read back.
+
+    Recorder ──build_report──> dict ──write_report──> DIR/report.json
+                                 │                    DIR/gantt.png, DIR/utilisation.png
+    DIR/report.json ──load_report──> dict ──> summarize(), render_pictures()
+
+The pictures and the summary are drawn from the document only, never from the
+Recorder, so ``chunkgraph report DIR`` re-renders exactly what a run wrote.
+
+The document (``format`` 1; times in seconds from the first run's start)::
+
+    {"format": 1,
+     "totals":  {"tasks", "finished", "failed", "cancelled", "retried" (tasks with
+                 at least one retry), "retries" (failed tries retried), "runs",
+                 "workers", "wall_seconds", "busy_seconds", "steals", "tasks_stolen"},
+     "workers": [names, in row order],
+     "notes":   [sentences a reader needs, e.g. what rows mean for processes],
+     "tasks":   [{"id", "run", "name", "level" ("top" | "reduce" | null), "worker",
+                  "start", "end" (null for a task that never ran), "attempts",
+                  "retries", "outcome" ("finished" | "failed" | "cancelled" |
+                  "pending"), "error" (failed only), "tries" (only when more than
+                  one: [[worker, start, end, failed], ...])}, ...],
+     "summary": {the caller's fields, e.g. bytes_read, bytes_written}}
+
+Workers. A try started by a worker thread names it. Tries the calling thread
+announced (sync executor: it ran them; process executor: it submitted them to
+a pool whose process is not known) are packed into rows: one row, "main", when
+they never overlap, else "slot-1", "slot-2", ... (in-flight slots, not processes).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.report._recorder import Recorder, TaskRecord, Try
+
+REPORT_FORMAT = 1
+REPORT_FILE = "report.json"
+
+# apply() names its tasks "apply-top<Box>" and "apply-reduce<Box>".
+_LEVEL = re.compile(r"apply-(top|reduce)\b")
+
+
+def level_of(name: str) -> str | None:
+    """The flow level a task's name tells ("top" or "reduce"), else None.
+
+    >>> level_of("apply-top[0:64, 0:64]"), level_of("apply-reduce[0:8]"), level_of("sum")
+    ('top', 'reduce', None)
+    """
+    match = _LEVEL.match(name)
+    return match.group(1) if match else None
+
+
+def build_report(recorder: Recorder, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report document (see the module doc) of what ``recorder`` saw."""
+    records = recorder.tasks
+    origin = recorder.run_start
+    if math.isnan(origin):  # no RUN_STARTED seen: measure from the first try
+        origin = min((t.start for r in records for t in r.tries), default=0.0)
+    lanes, notes = _assign_lanes(records)
+
+    def at(seconds: float) -> float | None:
+        return None if math.isnan(seconds) else round(seconds - origin, 6)
+
+    tasks: list[dict[str, Any]] = []
+    workers: set[str] = set()
+    busy = 0.0
+    for record in records:
+        tries = [
+            (lanes.get(id(t), t.worker), at(t.start), at(t.end), t.failed) for t in record.tries
+        ]
+        entry: dict[str, Any] = {
+            "id": record.task,
+            "run": record.run,
+            "name": record.name,
+            "level": level_of(record.name),
+            "worker": tries[-1][0] if tries else "",
+            "start": tries[0][1] if tries else None,
+            "end": tries[-1][2] if tries else None,
+            "attempts": len(tries),
+            "retries": record.retries,
+            "outcome": record.outcome,
+        }
+        if record.outcome == "failed":
+            entry["error"] = record.error
+        if len(tries) > 1:
+            entry["tries"] = [list(t) for t in tries]
+        for worker, start, end, _ in tries:
+            workers.add(worker)
+            if start is not None and end is not None:
+                busy += end - start
+        tasks.append(entry)
+    tasks.sort(key=lambda e: (e["start"] is None, e["start"] or 0.0))
+
+    end = recorder.run_end if not math.isnan(recorder.run_end) else None
+    if end is None:  # the run did not finish (it was interrupted): up to the last end seen
+        end = max(
+            (t.end for r in records for t in r.tries if not math.isnan(t.end)), default=origin
+        )
+    outcomes = [r.outcome for r in records]
+    totals = {
+        "tasks": len(records),
+        "finished": outcomes.count("finished"),
+        "failed": outcomes.count("failed"),
+        "cancelled": outcomes.count("cancelled"),
+        "retried": sum(1 for r in records if r.retries > 0),
+        "retries": sum(r.retries for r in records),
+        "runs": recorder.runs,
+        "workers": len(workers),
+        "wall_seconds": round(max(0.0, end - origin), 6),
+        "busy_seconds": round(busy, 6),
+        "steals": recorder.steals,
+        "tasks_stolen": recorder.tasks_stolen,
+    }
+    return {
+        "format": REPORT_FORMAT,
+        "totals": totals,
+        "workers": sorted(workers, key=_natural),
+        "notes": notes,
+        "tasks": tasks,
+        "summary": _jsonable(dict(summary or {})),
+    }
+
+
+def _assign_lanes(records: list[TaskRecord]) -> tuple[dict[int, str], list[str]]:
+    """Rows for the tries announced by the calling thread (worker ""); see the module doc.
+
+    Returns ``{id(try): row}`` and the notes that explain the rows.
+    """
+    anonymous = sorted((t for r in records for t in r.tries if not t.worker), key=lambda t: t.start)
+    if not anonymous:
+        return {}, []
+    free: list[tuple[float, int]] = []  # (end, row) of rows in use, earliest end first
+    rows = 0
+    row_of: dict[int, int] = {}
+    for t in anonymous:
+        end = t.start if math.isnan(t.end) else t.end
+        if free and free[0][0] <= t.start:
+            _, row = heapq.heappop(free)
+        else:
+            rows += 1
+            row = rows
+        row_of[id(t)] = row
+        heapq.heappush(free, (end, row))
+    if rows == 1:
+        return {key: "main" for key in row_of}, []
+    note = (
+        "tasks announced by the calling thread overlapped (the process executor "
+        "announces a task when it submits it): rows slot-N are in-flight slots, "
+        "not pool processes, and bars include time queued in the pool"
+    )
+    return {key: f"slot-{row}" for key, row in row_of.items()}, [note]
+
+
+def _natural(name: str) -> tuple[Any, ...]:
+    """Sort key putting "worker-2" before "worker-10"."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with numpy scalars, tuples and paths turned into plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return _jsonable(item())
+    return str(value)
+
+
+def write_report(
+    directory: str | Path, recorder: Recorder, summary: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``report.json``, ``gantt.png`` and ``utilisation.png`` under ``directory``.
+
+    ``summary``: the caller's own figures (e.g. an ApplyReport's ``bytes_read``,
+    ``bytes_written``, ``read_amplification``), kept under "summary"; given
+    ``bytes_read``/``bytes_written``, the utilisation chart adds the I/O rate.
+    Returns the directory.
+    """
+    from chunkgraph.report._charts import render_pictures
+
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    document = build_report(recorder, summary)
+    temporary = folder / (REPORT_FILE + ".tmp")
+    temporary.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    temporary.replace(folder / REPORT_FILE)  # a reader never sees half a report
+    render_pictures(folder, document)
+    return folder
+
+
+def load_report(directory: str | Path) -> dict[str, Any]:
+    """The document of ``directory/report.json``, checked; ConfigError says what is wrong."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"no report directory at {str(folder)!r}; give the directory a run wrote "
+            "its report to (it holds report.json)"
+        )
+    path = folder / REPORT_FILE
+    if not path.is_file():
+        raise ConfigError(f"{str(folder)!r} holds no {REPORT_FILE}: is it a run report directory?")
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"cannot read {str(path)!r} as JSON: {error}") from error
+    problem = _problem(document)
+    if problem:
+        raise ConfigError(f"{str(path)!r} is not a chunkgraph run report: {problem}")
+    return dict(document)
+
+
+def _problem(document: Any) -> str:
+    """What makes ``document`` unusable as a report, "" when nothing does."""
+    if not isinstance(document, dict):
+        return f"expected a JSON object, got {type(document).__name__}"
+    if document.get("format") != REPORT_FORMAT:
+        return f"format {document.get('format')!r}, this version reads format {REPORT_FORMAT}"
+    for key, kind in (("totals", dict), ("workers", list), ("tasks", list), ("summary", dict)):
+        if not isinstance(document.get(key), kind):
+            return f"{key!r} is missing or not a JSON {kind.__name__}"
+    for i, task in enumerate(document["tasks"]):
+        if not isinstance(task, dict) or not {"name", "worker", "start", "end"} <= task.keys():
+            return f"task {i} lacks name, worker, start or end"
+    return ""
+
+
+def tries_of(task: Mapping[str, Any]) -> list[Try]:
+    """A task entry's tries (worker, start, end, failed); none for a task that never ran."""
+    if "tries" in task:
+        return [Try(str(w), float(s), float(e), bool(f)) for w, s, e, f in task["tries"]
+                if s is not None and e is not None]  # fmt: skip
+    if task["start"] is None or task["end"] is None:
+        return []
+    return [Try(task["worker"], task["start"], task["end"], task.get("outcome") == "failed")]

@@ -1,0 +1,98 @@
+"""summarize(): a run report's few lines, re-read from its report.json, for example::
+
+    run report DIR
+      12 tasks on 2 workers in 0.184 s (1 run)
+      finished 11, failed 1, cancelled 0; retried 1 task (1 retry); steals 0
+      busiest worker chunkgraph-worker-0: busy 91% of the wall, 55% of all work
+      bytes_read: 64.0 MiB; read_amplification: 1.06
+
+Every number is read from the document: nothing is measured again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from chunkgraph.report._document import load_report, tries_of
+
+
+def summarize(directory: str | Path) -> str:
+    """A few lines about the run whose report is in ``directory`` (see the module doc).
+
+    Raises ConfigError when ``directory`` holds no readable report.json.
+    """
+    document = load_report(directory)
+    totals = document["totals"]
+    wall = float(totals.get("wall_seconds") or 0.0)
+    runs = int(totals.get("runs", 1))
+    lines = [
+        f"run report {directory}",
+        f"  {totals.get('tasks', len(document['tasks']))} tasks on "
+        f"{_count(len(document['workers']), 'worker')} in {wall:.3g} s "
+        f"({runs} run{'s' if runs != 1 else ''})",
+        f"  finished {totals.get('finished', 0)}, failed {totals.get('failed', 0)}, "
+        f"cancelled {totals.get('cancelled', 0)}; "
+        f"retried {_count(totals.get('retried', 0), 'task')} "
+        f"({_count(totals.get('retries', 0), 'retry', 'retries')}); "
+        f"steals {totals.get('steals', 0)}",
+    ]
+    busiest = _busiest(document)
+    if busiest is not None:
+        worker, seconds, total = busiest
+        share_of_wall = f"{seconds / wall:.0%}" if wall > 0 else "n/a"
+        lines.append(
+            f"  busiest worker {worker}: busy {share_of_wall} of the wall, "
+            f"{seconds / total:.0%} of all work"
+        )
+    failed = [t for t in document["tasks"] if t.get("outcome") == "failed"]
+    for task in failed[:3]:
+        lines.append(f"  failed: {task['name']}: {task.get('error', '')}")
+    if len(failed) > 3:
+        lines.append(f"  ... and {len(failed) - 3} more failed tasks (see report.json)")
+    fields = _fields(document["summary"])
+    if fields:
+        lines.append("  " + "; ".join(fields))
+    lines.extend(f"  note: {note}" for note in document.get("notes", []))
+    return "\n".join(lines)
+
+
+def _busiest(document: Mapping[str, Any]) -> tuple[str, float, float] | None:
+    """(worker, its busy seconds, everyone's busy seconds), or None when no try took time."""
+    busy: dict[str, float] = {}
+    for task in document["tasks"]:
+        for t in tries_of(task):
+            busy[t.worker] = busy.get(t.worker, 0.0) + max(0.0, t.end - t.start)
+    total = sum(busy.values())
+    if total <= 0:
+        return None
+    worker = max(busy, key=lambda w: busy[w])
+    return worker, busy[worker], total
+
+
+def _count(n: Any, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def _fields(summary: Mapping[str, Any]) -> list[str]:
+    """``key: value`` for each summary field, bytes in binary units, floats to 3 figures."""
+    out = []
+    for key, value in summary.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            out.append(f"{key}: {value}")
+        elif "bytes" in key:
+            out.append(f"{key}: {_bytes(float(value))}")
+        elif isinstance(value, float):
+            out.append(f"{key}: {value:.3g}")
+        else:
+            out.append(f"{key}: {value:,}")
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
