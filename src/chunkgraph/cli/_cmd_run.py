@@ -1,0 +1,234 @@
+"""``chunkgraph run SPEC.yaml``: one ``chunkgraph.flow.apply`` call written as a spec file.
+
+    load_spec ──> check (a dry run of apply) ──> create the output ──> apply ──> summary
+    SpecError / ConfigError: exit 2, nothing written
+    task failures: exit 1, every failed task with its chunk    Ctrl-C: exit 130
+
+Everything is checked before anything is written: the spec (``_spec``), then the
+flow itself through ``apply(dry_run=True)`` (divisibility, pads, bbox, an fn
+that does not pickle for processes). A new output does not exist during that
+check, so it is checked against a stand-in: an empty Zarr array of the same
+shape, chunks and dtype in a temporary directory (metadata only, nothing of the
+volume's size). Command-line options override the spec's ``run:`` defaults.
+``--resume`` continues an interrupted flow: finished top-level tasks and
+reductions are skipped (apply's ``resume=True``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from chunkgraph.cli._output import add_output_options, close_output, event_output
+
+if TYPE_CHECKING:
+    from chunkgraph.cli._spec import ResolvedSpec
+    from chunkgraph.flow import ApplyReport
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+def register(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run a volume flow described by a spec file",
+        description="Apply a function over chunked volumes as a spec file describes "
+        "(`chunkgraph spec-schema` prints the format; docs/spec-example.yaml shows it).",
+    )
+    run.add_argument("spec", metavar="SPEC.yaml", help="the spec file")
+    run.add_argument(
+        "--executor",
+        choices=("threads", "processes", "sync"),
+        default=None,
+        help="where tasks run (default: the spec's run.executor, else threads)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="executor size (default: the spec's run.workers, else all cores)",
+    )
+    run.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    run.add_argument("--report", metavar="DIR", default=None, help="write a run report to DIR")
+    run.add_argument(
+        "--dry-run", action="store_true", help="check the spec and say what a run would do"
+    )
+    add_output_options(run)
+    run.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from chunkgraph.cli._spec import SpecError, load_spec
+
+    if args.workers is not None and args.workers < 1:
+        print(f"chunkgraph run: --workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return EXIT_USAGE
+    with _spec_dir_importable(args.spec):
+        try:
+            resolved = load_spec(args.spec)
+        except SpecError as err:
+            print("\n".join(err.lines()), file=sys.stderr)
+            print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
+            return EXIT_USAGE
+        return _run(args, resolved)
+
+
+def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
+    from chunkgraph import flow, volume
+    from chunkgraph._errors import ConfigError, FlowLockedError
+
+    options = dict(
+        resolved.flow_options,
+        executor=args.executor or resolved.spec.run.executor or "threads",
+        workers=args.workers or resolved.spec.run.workers,
+    )
+    plan = resolved.output
+    try:
+        check = _check_flow(resolved, options)
+    except ConfigError as err:
+        print(f"{args.spec}: {err}", file=sys.stderr)
+        print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dry_run:
+        print(check.summary())
+        if plan.existing is None:
+            print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
+        return EXIT_OK
+    if plan.overwrite:
+        volume.remove(plan.path)
+    dst = plan.existing or volume.create(plan.path, **plan.create_args)
+    progress, subscribers = event_output(args)
+    recorder = _recorder(args, subscribers)
+    try:
+        report = flow.apply(
+            resolved.fn,
+            resolved.inputs,
+            dst,
+            **options,
+            resume=args.resume,
+            progress=progress,
+            subscribers=subscribers,
+        )
+    except KeyboardInterrupt:
+        print(
+            "\nchunkgraph run: interrupted; `--resume` continues where it stopped", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
+    except FlowLockedError as err:
+        print(f"chunkgraph run: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except ExceptionGroup as group:
+        print(_failure_summary(group), file=sys.stderr)
+        print(
+            "chunkgraph run: the flow failed; fix the cause and rerun with --resume to "
+            "keep the finished chunks",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    finally:
+        close_output(subscribers)
+    print(report.summary())
+    if recorder is not None:
+        from chunkgraph.report import write_report
+
+        folder = write_report(Path(args.report), recorder, report_summary(report))
+        print(f"report in {folder}")
+    return EXIT_OK
+
+
+def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:
+    """apply's own checks as a dry run; a new output is stood in for by an empty array."""
+    from chunkgraph import flow, volume
+
+    plan = resolved.output
+    if plan.existing is not None and not plan.overwrite:
+        return flow.apply(resolved.fn, resolved.inputs, plan.existing, **options, dry_run=True)
+    where = Path(plan.path)
+    checked = dict(options)
+    if checked["intermediates"] is None:  # say where the real run will put them
+        checked["intermediates"] = str(where.parent / f".{where.name}.chunkgraph")
+    with tempfile.TemporaryDirectory(prefix="chunkgraph-check-") as scratch:
+        stand_in = volume.create(Path(scratch) / where.name, **plan.create_args)
+        return flow.apply(resolved.fn, resolved.inputs, stand_in, **checked, dry_run=True)
+
+
+def _recorder(args: argparse.Namespace, subscribers: list[Callable[[Any], None]]) -> Any:
+    if args.report is None or args.dry_run:
+        return None
+    from chunkgraph.report import Recorder
+
+    recorder = Recorder()
+    subscribers.append(recorder)
+    return recorder
+
+
+def report_summary(report: ApplyReport) -> dict[str, Any]:
+    """The ApplyReport's fields as JSON-able values, for report.json."""
+    return {
+        "flow_id": report.flow_id,
+        "bbox": {"start": list(report.bbox.start), "stop": list(report.bbox.stop)},
+        "voxels": report.bbox.size,
+        "tasks_per_level": list(report.tasks_per_level),
+        "reductions": report.reductions,
+        "top_tasks_skipped": report.top_tasks_skipped,
+        "reductions_skipped": report.reductions_skipped,
+        "bytes_read": report.bytes_read,
+        "bytes_written": report.bytes_written,
+        "temporary_bytes": report.temporary_bytes,
+        "read_amplification": report.read_amplification,
+        "wall_seconds": report.wall_seconds,
+        "finished_before": report.finished_before,
+    }
+
+
+def _failure_summary(group: BaseExceptionGroup[Any]) -> str:
+    """One block per failed task: its name, the cause's first line, the chunk from the note."""
+    from chunkgraph._errors import TaskError
+
+    failed = [e for e in _leaves(group) if isinstance(e, TaskError)]
+    others = [e for e in _leaves(group) if not isinstance(e, TaskError)]
+    lines = [f"the flow failed: {group.message}"]
+    for error in failed:
+        cause = error.__cause__ or error
+        first = (str(cause).splitlines() or [""])[0]
+        lines.append(f"  {error.task} (after {error.attempts} attempt(s))")
+        lines.append(f"    {type(cause).__name__}: {first}")
+        notes = [*getattr(cause, "__notes__", ()), *getattr(error, "__notes__", ())]
+        lines += [f"    {note}" for note in notes if "chunk" in note]
+    lines += [f"  {type(e).__name__}: {e}" for e in others]
+    return "\n".join(lines)
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error
+
+
+@contextmanager
+def _spec_dir_importable(spec: str) -> Iterator[None]:
+    """The spec's directory first on sys.path, and on PYTHONPATH for process workers.
+
+    Restored afterwards, so that ``main([...])`` called in-process leaves no trace.
+    """
+    base = str(Path(spec).resolve().parent)
+    saved_path, saved_env = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path.insert(0, base)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (base, saved_env) if p)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        if saved_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_env

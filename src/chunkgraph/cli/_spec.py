@@ -1,0 +1,492 @@
+"""Spec files of ``chunkgraph run``: the pydantic model, and loading it with errors that point.
+
+    spec.yaml ──SafeLoader──> node tree (the line of every key and item)
+              │                  └──construct──> plain data (str, int, float, bool, list, dict)
+              └─────────────────────────────────────┐
+    RunSpec.model_validate(data, strict) ──> resolve_spec() ──> ResolvedSpec
+      types, unknown keys, ranges            import the function, bind kwargs,
+                                              open inputs, plan the output
+    any failure ──> SpecError: every problem as ``spec.yaml:LINE: field.path: message``
+
+Nothing in a spec is evaluated: values are YAML scalars, lists and mappings,
+and the one piece of code it names, ``function: "package.module:attribute"``,
+is imported (the spec's directory first on ``sys.path``, so a module beside the
+spec is found). Relative paths (inputs, output, intermediates) are relative to
+the spec file's directory, so a spec means the same from any working directory.
+
+YAML has lists only, no tuples, so the flow's "a tuple is per axis, a list is
+per level" rule reads here: a pad is one int (all levels, all axes) or a list
+with one entry per level, each an int or a list with one int per axis.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from chunkgraph._errors import ConfigError
+
+BlendMode = Literal["linear", "quadratic", "bump", "max", "defer"]
+Sizes = int | list[int]
+Pads = Annotated[
+    int | list[Sizes],
+    Field(description="one int for all levels and axes, or a list: per level, int or per axis"),
+]
+
+
+class _Model(BaseModel):
+    # strict: YAML already types its values; "64" is not silently the number 64.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class BoxSpec(_Model):
+    """A box in global voxel coordinates, ``[start, stop)`` on each spatial axis."""
+
+    start: list[int]
+    stop: list[int]
+
+    @model_validator(mode="after")
+    def _same_length(self) -> BoxSpec:
+        if len(self.start) != len(self.stop):
+            raise ValueError(
+                f"start {self.start} and stop {self.stop} have different lengths; "
+                "give one value per spatial axis in both"
+            )
+        return self
+
+
+class OutputSpec(_Model):
+    """The volume written; created from these fields when it does not exist."""
+
+    path: str = Field(min_length=1, description="Zarr v3 volume path (relative: to the spec)")
+    dtype: str | None = Field(None, description="numpy dtype name; needed to create the volume")
+    chunks: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, description="storage chunk per axis; needed to create the volume"
+    )
+    shape: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, description="default: the first input's shape (and its offset and spatial axes)"
+    )
+    fill_value: int | float | bool = Field(0, description="value of never-written voxels")
+    exists: Literal["error", "overwrite", "use"] | None = Field(
+        None,
+        description="when the volume exists: error, overwrite (delete and create) or use; "
+        "default: use it when its shape, chunks and dtype match the spec, else error",
+    )
+
+
+class RunDefaults(_Model):
+    """How to run, unless the command line says otherwise."""
+
+    executor: Literal["threads", "processes", "sync"] | None = Field(
+        None, description="default: threads"
+    )
+    workers: Annotated[int, Field(gt=0)] | None = Field(None, description="default: all cores")
+
+
+class RunSpec(_Model):
+    """A ``chunkgraph run`` spec: one ``chunkgraph.flow.apply`` call written down."""
+
+    input: str | None = Field(None, description="one input volume, passed to fn positionally")
+    inputs: dict[str, str] | None = Field(
+        None, description="name -> path; each passed to fn as the keyword argument `name`"
+    )
+    cache_bytes: Annotated[int, Field(ge=0)] = Field(
+        0, description="chunk cache of each input, in bytes (serves halos to neighbours)"
+    )
+    output: OutputSpec
+    function: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description='"package.module:function", imported (the spec\'s directory first)',
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments bound to the function"
+    )
+    chunk_sizes: list[Sizes] = Field(
+        min_length=1, description="processing chunk per level, top first (int or per-axis list)"
+    )
+    crop_pads: Pads = 0
+    blend_pads: Pads = 0
+    blend_modes: BlendMode | list[BlendMode] = "quadratic"
+    bbox: BoxSpec | None = Field(None, description="default: the output's bounds")
+    auto_divisibility: bool = False
+    expand_bbox: bool = False
+    max_reduction_chunk_size: Sizes | None = None
+    intermediates: str | None = Field(
+        None, description="directory of temporaries; default .<output name>.chunkgraph beside it"
+    )
+    skip_intermediates: bool = False
+    retries: Annotated[int, Field(ge=0)] = 2
+    timeout: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="seconds per try of a top-level task or reduction"
+    )
+    probe: bool = True
+    lock_wait: Annotated[float, Field(ge=0)] = 0.0
+    run: RunDefaults = RunDefaults()
+
+    @model_validator(mode="after")
+    def _one_input_form(self) -> RunSpec:
+        if (self.input is None) == (self.inputs is None):
+            raise ValueError(
+                "give exactly one of `input: PATH` (fn(array)) or `inputs: {name: PATH}` "
+                "(fn(name=array))"
+            )
+        if self.inputs is not None and not self.inputs:
+            raise ValueError("inputs is empty; name at least one input volume")
+        return self
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    path: str  # dotted field path, e.g. "output.chunks" or "chunk_sizes.1"
+    line: int | None  # 1-based line in the spec file
+    message: str
+
+
+class SpecError(ConfigError):
+    """A spec that cannot run; ``problems`` lists every finding with its field and line."""
+
+    def __init__(self, file: str, problems: list[SpecProblem]) -> None:
+        self.file = file
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        out = []
+        for p in self.problems:
+            where = f"{self.file}:{p.line}" if p.line is not None else self.file
+            out.append(f"{where}: {p.path + ': ' if p.path else ''}{p.message}")
+        return out
+
+
+@dataclass
+class OutputPlan:
+    """What to do with the output: use ``existing``, or (re)create it from ``create_args``."""
+
+    path: str
+    existing: Any = None  # an open Volume, or None
+    overwrite: bool = False
+    create_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ResolvedSpec:
+    spec: RunSpec
+    fn: Callable[..., Any]
+    inputs: Any  # a Volume, or {name: Volume}
+    output: OutputPlan
+    flow_options: dict[str, Any]
+
+
+class _Lines:
+    """Field path -> line, from the YAML node tree."""
+
+    def __init__(self, root: yaml.Node | None) -> None:
+        self.root = root
+
+    def find(self, loc: tuple[str | int, ...]) -> tuple[list[str | int], int | None]:
+        """The loc elements present in the file (pydantic's union tags dropped) and the line."""
+        node, kept = self.root, []
+        line = node.start_mark.line + 1 if node is not None else None
+        for key in loc:
+            child = _child(node, key)
+            if child is None:
+                continue
+            node, line = child[1], child[0]
+            kept.append(key)
+        return kept, line
+
+    def line(self, path: str) -> int | None:
+        loc = tuple(int(k) if k.isdigit() else k for k in path.split(".") if k)
+        return self.find(loc)[1]
+
+
+def _child(node: yaml.Node | None, key: str | int) -> tuple[int, yaml.Node] | None:
+    if isinstance(node, yaml.MappingNode) and isinstance(key, str):
+        for k, v in node.value:
+            if k.value == key:
+                return k.start_mark.line + 1, v
+    if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+        item = node.value[key]
+        return item.start_mark.line + 1, item
+    return None
+
+
+def _duplicates(node: yaml.Node | None, path: str = "") -> list[SpecProblem]:
+    """PyYAML keeps the last of two equal keys silently; a spec with one is ambiguous."""
+    found: list[SpecProblem] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            here = f"{path}.{k.value}" if path else str(k.value)
+            if k.value in seen:
+                found.append(SpecProblem(here, k.start_mark.line + 1, "given twice"))
+            seen.add(k.value)
+            found += _duplicates(v, here)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += _duplicates(item, f"{path}.{i}")
+    return found
+
+
+def parse_spec(text: str, file: str) -> tuple[RunSpec, _Lines]:
+    """YAML text -> a validated RunSpec; SpecError naming each bad field and its line."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise SpecError(file, [SpecProblem("", line, f"not valid YAML: {err}")]) from None
+    finally:
+        loader.dispose()
+    lines = _Lines(node)
+    if problems := _duplicates(node):
+        raise SpecError(file, problems)
+    if not isinstance(data, dict):
+        raise SpecError(file, [SpecProblem("", 1, "a spec is a YAML mapping (key: value lines)")])
+    try:
+        return RunSpec.model_validate(data), lines
+    except ValidationError as err:
+        raise SpecError(file, _pydantic_problems(err, lines)) from None
+
+
+def _pydantic_problems(err: ValidationError, lines: _Lines) -> list[SpecProblem]:
+    """One problem per field: the branches of a union that failed are joined by 'or'."""
+    grouped: dict[str, tuple[int | None, list[str]]] = {}
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        kept, line = lines.find(loc)
+        if e["type"] == "missing" and loc:
+            kept.append(loc[-1])
+        path = ".".join(str(k) for k in kept)
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = "unknown key (see `chunkgraph spec-schema` for the fields)"
+        elif e["type"] != "missing" and "input" in e:
+            message += f", got {_short(e['input'])}"
+        messages = grouped.setdefault(path, (line, []))[1]
+        if message not in messages:
+            messages.append(message)
+    # A union reports every branch: for crop_pads [4, "x"] both "not an int" at crop_pads and
+    # "not an int" at crop_pads.1; the deeper finding is the useful one.
+    return [
+        SpecProblem(path, line, "; or ".join(msgs))
+        for path, (line, msgs) in grouped.items()
+        if not any(other.startswith(f"{path}.") for other in grouped if path)
+    ]
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_spec(path: str | os.PathLike[str]) -> ResolvedSpec:
+    """Read, validate and resolve a spec file; SpecError lists everything wrong in it."""
+    file = os.fspath(path)
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(file, [SpecProblem("", None, f"cannot read the spec: {err}")]) from None
+    spec, lines = parse_spec(text, file)
+    return resolve_spec(spec, Path(file).resolve().parent, file, lines)
+
+
+def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> ResolvedSpec:
+    """Import the function, open the inputs, plan the output: every problem, then SpecError."""
+    problems: list[SpecProblem] = []
+
+    def problem(where: str, message: str) -> None:
+        problems.append(SpecProblem(where, lines.line(where), message))
+
+    fn = _import_function(spec, str(base), problem)
+    inputs = _open_inputs(spec, base, problem)
+    first = next(iter(inputs.values()), None)
+    output = _plan_output(spec, base, first, inputs, problem)
+    bbox = None
+    if spec.bbox is not None:
+        from chunkgraph.geometry import Box
+
+        try:
+            bbox = Box(tuple(spec.bbox.start), tuple(spec.bbox.stop))
+        except ConfigError as err:
+            problem("bbox", str(err))
+    if problems or fn is None:
+        raise SpecError(file, problems)
+    flow_options = {
+        "chunk_sizes": [_tupled(c) for c in spec.chunk_sizes],
+        "crop_pads": _pads(spec.crop_pads),
+        "blend_pads": _pads(spec.blend_pads),
+        "blend_modes": spec.blend_modes,
+        "bbox": bbox,
+        "auto_divisibility": spec.auto_divisibility,
+        "expand_bbox": spec.expand_bbox,
+        "max_reduction_chunk_size": _tupled(spec.max_reduction_chunk_size),
+        "intermediates": None if spec.intermediates is None else str(base / spec.intermediates),
+        "skip_intermediates": spec.skip_intermediates,
+        "retries": spec.retries,
+        "timeout": spec.timeout,
+        "probe": spec.probe,
+        "lock_wait": spec.lock_wait,
+    }
+    passed = inputs["input"] if spec.input is not None else inputs
+    return ResolvedSpec(spec, fn, passed, output, flow_options)
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _pads(value: int | list[Sizes]) -> Any:
+    """YAML's per-level list of (int | per-axis list) -> the flow's list of (int | tuple)."""
+    return [_tupled(v) for v in value] if isinstance(value, list) else value
+
+
+Problem = Callable[[str, str], None]
+
+
+def _import_function(spec: RunSpec, base: str, problem: Problem) -> Callable[..., Any] | None:
+    module_name, _, attribute = spec.function.partition(":")
+    added = base not in sys.path
+    if added:  # a module beside the spec; `chunkgraph run` keeps it there for the run
+        sys.path.insert(0, base)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as err:  # reported: any failure of the user's module to import
+        problem("function", f"cannot import module {module_name!r}: {type(err).__name__}: {err}")
+        return None
+    finally:
+        if added:
+            sys.path.remove(base)
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            problem("function", f"{target.__name__!r} has no attribute {part!r} ({spec.function})")
+            return None
+        target = getattr(target, part)
+    if not callable(target):
+        problem(
+            "function",
+            f"{spec.function} is not callable (it is {_short(target)}, of type "
+            f"{type(target).__name__}); name a function",
+        )
+        return None
+    _check_kwargs(target, spec, problem)
+    return partial(target, **spec.kwargs) if spec.kwargs else target  # type: ignore[no-any-return]
+
+
+def _check_kwargs(fn: Callable[..., Any], spec: RunSpec, problem: Problem) -> None:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature (some builtins): the call will tell
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    for name in spec.kwargs:
+        if name not in params:
+            problem(
+                f"kwargs.{name}",
+                f"{spec.function} has no parameter {name!r}; it takes ({', '.join(params)})",
+            )
+
+
+def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
+    from chunkgraph import volume
+
+    named = {"input": spec.input} if spec.input is not None else dict(spec.inputs or {})
+    opened: dict[str, Any] = {}
+    for name, path in named.items():
+        where = "input" if spec.input is not None else f"inputs.{name}"
+        if spec.inputs is not None and (not name.isidentifier() or name == "box"):
+            problem(
+                where,
+                f"{name!r} cannot be a keyword argument of fn; use an identifier other than 'box'",
+            )
+        try:
+            opened[name] = volume.open(str(base / path), cache_bytes=spec.cache_bytes)
+        except (ConfigError, FileNotFoundError) as err:
+            problem(where, f"cannot open input volume: {err}")
+    return opened
+
+
+def _plan_output(
+    spec: RunSpec, base: Path, first: Any, inputs: Mapping[str, Any], problem: Problem
+) -> OutputPlan:
+    from chunkgraph import volume
+
+    out = spec.output
+    path = str((base / out.path).resolve())
+    plan = OutputPlan(path)
+    existing = None
+    try:
+        existing = volume.open(path, "r+")
+    except FileNotFoundError:
+        pass
+    except ConfigError as err:
+        problem("output.path", f"something is at {path!r} but it does not open: {err}")
+        return plan
+    if existing is not None:
+        if out.exists == "error":
+            problem("output.exists", f"{path!r} already exists; set exists: use or overwrite")
+        elif out.exists != "overwrite":
+            _check_matches(existing, out, problem)
+            plan.existing = existing
+            return plan
+        elif any(os.path.realpath(v.path) == os.path.realpath(path) for v in inputs.values()):
+            problem("output.exists", f"overwrite would delete {path!r}, which is an input")
+        plan.overwrite = True
+    for name in ("dtype", "chunks"):
+        if getattr(out, name) is None:
+            problem(f"output.{name}", f"needed to create the output {path!r}")
+    if out.dtype is not None:
+        try:
+            np.dtype(out.dtype)
+        except TypeError as err:
+            problem("output.dtype", f"{out.dtype!r} is not a numpy dtype: {err}")
+    args: dict[str, Any] = {"dtype": out.dtype, "chunks": out.chunks, "fill_value": out.fill_value}
+    if out.shape is not None:
+        args["shape"] = tuple(out.shape)
+    elif first is not None:
+        args.update(shape=first.shape, spatial_ndim=first.spatial_ndim, offset=first.offset)
+    if out.chunks is not None and "shape" in args and len(out.chunks) != len(args["shape"]):
+        problem(
+            "output.chunks",
+            f"{out.chunks} has {len(out.chunks)} axes but the output shape "
+            f"{list(args['shape'])} has {len(args['shape'])}",
+        )
+    plan.create_args = args
+    return plan
+
+
+def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
+    asked = {"shape": out.shape, "chunks": out.chunks}
+    for name, want in asked.items():
+        if want is not None and tuple(want) != tuple(getattr(existing, name)):
+            problem(
+                f"output.{name}",
+                f"the existing output has {name} "
+                f"{list(getattr(existing, name))}, not {want}; set exists: overwrite to "
+                "replace it",
+            )
+    try:
+        dtype = None if out.dtype is None else np.dtype(out.dtype)
+    except TypeError as err:
+        problem("output.dtype", f"{out.dtype!r} is not a numpy dtype: {err}")
+        return
+    if dtype is not None and dtype != existing.dtype:
+        problem(
+            "output.dtype",
+            f"the existing output has dtype {existing.dtype}, not "
+            f"{out.dtype}; set exists: overwrite to replace it",
+        )
