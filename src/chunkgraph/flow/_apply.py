@@ -75,6 +75,7 @@ from chunkgraph.flow._reduce import (
     top_indices_meeting,
 )
 from chunkgraph.flow._spec import FlowSpec, check_bools, normalize_inputs, validate_flow
+from chunkgraph.flow._state import warn_if_stale
 from chunkgraph.flow._top_task import (
     TopJob,
     TopStats,
@@ -429,6 +430,7 @@ class _Flow:
         self.markers = MarkerStore(flow_dir)
         if not resume:
             self.markers.clear()
+            warn_if_stale(flow_dir.parent, flow_dir.name)
         self.direct = spec.skip_intermediates
         self.layers: LayerPlan | None = None
         layer_vols: list[Volume] = []

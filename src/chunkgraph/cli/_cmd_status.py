@@ -1,0 +1,193 @@
+"""``chunkgraph status`` and ``chunkgraph clean``: the apply flows beside a destination.
+
+    chunkgraph status DST [--older-than HOURS] [--json]
+    chunkgraph clean DST (--stale [--older-than HOURS] | --all | FLOW_ID ...) [--dry-run]
+
+``DST`` is the destination volume's path; its flows live in ``.<name>.chunkgraph``
+beside it, or in the directory given with ``--intermediates`` (then ``DST`` may be
+left out). ``status`` prints one line per flow: id, state (running, finished,
+interrupted, deferred), done markers, disk used by temporaries, age, and
+``stale`` where ``clean --stale`` would remove it (``chunkgraph.flow._state``
+defines the states). ``clean --stale`` removes the temporaries of flows that
+are not running and either finished (leftovers) or unmodified for
+``--older-than`` hours (default 24); ``--all`` drops the age condition;
+naming flow ids removes those flows whatever their age, completion records
+included. A flow whose lock is held is never touched: naming one fails.
+Completion records of finished flows stay unless named.
+
+Exit codes: 0 done, 1 a named flow is running or unknown, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+# chunkgraph.flow._state.STALE_AFTER_HOURS, stated here so that --help does not import
+# the flow package (a third of a second); a test checks that the two agree.
+DEFAULT_STALE_HOURS = 24.0
+
+
+def register(commands: Any) -> None:
+    status = commands.add_parser("status", help="show the apply flows beside a destination")
+    _where(status)
+    status.add_argument("--json", action="store_true", help="one JSON object per flow, a list")
+    status.set_defaults(handler=run_status)
+
+    clean = commands.add_parser(
+        "clean", help="remove the temporaries of abandoned apply flows beside a destination"
+    )
+    _where(clean)
+    clean.add_argument("flow_ids", nargs="*", metavar="FLOW_ID", help="flows to remove")
+    clean.add_argument("--stale", action="store_true", help="remove every stale flow")
+    clean.add_argument(
+        "--all", action="store_true", help="with or without --stale: stale at any age"
+    )
+    clean.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    clean.set_defaults(handler=run_clean)
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dst", nargs="?", help="the destination volume's path")
+    parser.add_argument(
+        "--intermediates", metavar="DIR", help="the flows' directory, when apply was given one"
+    )
+    parser.add_argument(
+        "--older-than",
+        type=float,
+        metavar="HOURS",
+        help=f"an interrupted flow is stale after this long (default {DEFAULT_STALE_HOURS:g})",
+    )
+
+
+def _root(args: argparse.Namespace) -> Path | None:
+    from chunkgraph.flow._state import default_intermediates
+
+    if args.older_than is None:
+        args.older_than = DEFAULT_STALE_HOURS
+    if args.intermediates:
+        return Path(args.intermediates)
+    if not args.dst:
+        print(f"chunkgraph {args.command}: give DST or --intermediates DIR", file=sys.stderr)
+        return None
+    return default_intermediates(args.dst)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from chunkgraph.flow._state import read_flows
+
+    root = _root(args)
+    if root is None:
+        return EXIT_USAGE
+    flows = read_flows(root)
+    now = time.time()
+    if args.json:
+        rows = [
+            dict(s.as_json(), stale=s.stale(args.older_than, now), age_hours=s.age_hours(now))
+            for s in flows
+        ]
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not flows:
+        print(f"no flows under {root}")
+        return EXIT_OK
+    print(f"{len(flows)} flow(s) under {root}:")
+    for s in flows:
+        print("  " + describe(s, args.older_than, now))
+    if any(s.stale(args.older_than, now) for s in flows):
+        print(f"remove the stale ones with: {_clean_hint(args)}")
+    return EXIT_OK
+
+
+def describe(state: Any, older_than: float, now: float) -> str:
+    """One line about a ``FlowState``."""
+    from chunkgraph.flow._state import FlowStatus
+
+    parts = [f"{state.flow_id:<16}", f"{state.status.value:<11}"]
+    if state.status is FlowStatus.FINISHED:
+        parts.append(f"at {state.finished}")
+    if state.has_temporaries:
+        parts.append(state.progress())
+        parts.append(f"temporaries {_size(state.temporary_bytes or 0)}")
+    if state.owner and state.status is FlowStatus.RUNNING:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.owner.get("since", 0)))
+        parts.append(f"pid {state.owner.get('pid')} on {state.owner.get('host')} since {since}")
+    parts.append(f"modified {_age(state.age_hours(now))} ago")
+    if state.stale(older_than, now):
+        parts.append("STALE")
+    return "  ".join(parts)
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    from chunkgraph._errors import FlowLockedError
+    from chunkgraph.flow._state import read_flows, remove_flow, remove_root_if_empty
+
+    root = _root(args)
+    if root is None:
+        return EXIT_USAGE
+    if not (args.stale or args.all or args.flow_ids):
+        print(
+            "chunkgraph clean: say what to remove: --stale, --all or FLOW_ID ...", file=sys.stderr
+        )
+        return EXIT_USAGE
+    flows = {s.flow_id: s for s in read_flows(root)}
+    unknown = [f for f in args.flow_ids if f not in flows]
+    if unknown:
+        known = ", ".join(flows) or "none"
+        print(f"chunkgraph clean: no flow {', '.join(unknown)} under {root} (flows: {known})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
+    older = 0.0 if args.all else args.older_than
+    now = time.time()
+    chosen = [(fid, True) for fid in args.flow_ids]
+    if args.stale or args.all:
+        chosen += [(s.flow_id, False) for s in flows.values()
+                   if s.flow_id not in args.flow_ids and s.stale(older, now)]  # fmt: skip
+    code, freed = EXIT_OK, 0
+    for fid, named in chosen:
+        state = flows[fid]
+        what = "flow and its record" if named else "temporaries"
+        if args.dry_run:
+            print(f"would remove {fid}'s {what} ({_size(state.temporary_bytes or 0)})")
+            continue
+        try:
+            remove_flow(root, fid, record=named)
+        except FlowLockedError as err:
+            print(f"chunkgraph clean: kept {fid}: {err}", file=sys.stderr)
+            code = EXIT_FAILED
+            continue
+        freed += state.temporary_bytes or 0
+        print(f"removed {fid}'s {what} ({_size(state.temporary_bytes or 0)})")
+    if not chosen:
+        print(f"nothing to remove under {root}")
+    elif not args.dry_run:
+        print(f"freed {_size(freed)}")
+        remove_root_if_empty(root)
+    return code
+
+
+def _clean_hint(args: argparse.Namespace) -> str:
+    where = f"--intermediates {args.intermediates}" if args.intermediates else args.dst
+    return f"chunkgraph clean {where} --stale"
+
+
+def _age(hours: float) -> str:
+    """
+    >>> _age(0.01), _age(5.25), _age(49)
+    ('36 s', '5.2 h', '2.0 d')
+    """
+    if hours < 1:
+        return f"{hours * 3600:.0f} s" if hours < 1 / 60 else f"{hours * 60:.0f} min"
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} d"
+
+
+def _size(nbytes: float) -> str:
+    from chunkgraph.flow._apply import _size as size
+
+    return size(nbytes)

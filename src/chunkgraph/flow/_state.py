@@ -1,0 +1,335 @@
+"""The flows beside a destination: what each is doing, and removing abandoned ones.
+
+Every ``apply`` keeps its state under an intermediates directory, by default
+``.<dst name>.chunkgraph`` beside dst (``default_intermediates``)::
+
+    .smooth.zarr.chunkgraph/
+        <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
+        <flow id>/flow.json     optional: {"top_tasks": N, "reductions": M, "deferred": bool}
+        <flow id>.lock          while a run holds the flow (_lock; unlinked by its owner)
+        <flow id>.done          the completion record (_markers.CompletionRecord)
+        .<flow id>.deleted-*    tombstones of an interrupted deletion (discard_flow_dir)
+
+States (``FlowStatus``), decided in this order:
+
+* ``RUNNING``: someone holds ``<flow id>.lock``. Tested with a non-blocking
+  *shared* ``flock`` on the file opened read-only, released at once, never
+  creating the file: the same kernel lock ``_lock`` takes, so a run on another
+  host sharing an NFSv4 directory counts too. A run starting with
+  ``lock_wait=0`` in the microseconds the probe holds the lock is refused
+  (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
+* ``DEFERRED``: ``flow.json`` says ``deferred``: its layers are the result
+  (``blend_modes="defer"``), never removed by ``--stale``.
+* ``FINISHED``: a completion record exists. Temporaries left beside it (a
+  run killed while deleting them) are useless: a resume discards them.
+* ``INTERRUPTED``: temporaries and no record: a run failed or was killed;
+  ``resume=True`` continues it.
+
+Stale (``FlowState.stale``): not running and either finished with temporaries
+left, or interrupted and unmodified for ``older_than_hours``. Age is the last
+modification of the flow's directories (a marker added, a layer created):
+a few ``stat`` calls, so ``warn_if_stale`` costs nothing at the start of a flow.
+
+Removing (``remove_flow``) takes the flow's own lock (``_lock.flow_lock``,
+refusing at once if held), so no run can start on the directory while it is
+renamed to a tombstone and deleted (``discard_flow_dir``): an interruption
+never leaves markers whose layers are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import fcntl
+import json
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir
+
+# A flow unmodified this long and not running counts as abandoned. Shorter flags a
+# flow its user is about to resume; longer keeps dead temporaries (often larger than
+# dst) on disk. A day leaves time to notice a failure and resume it.
+STALE_AFTER_HOURS = 24.0
+
+_DONE, _LOCK, _INFO = ".done", ".lock", "flow.json"
+
+
+class FlowStatus(enum.Enum):
+    RUNNING = "running"
+    DEFERRED = "deferred"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class FlowState:
+    """One flow beside a destination, as found on disk.
+
+    ``top_done`` / ``reductions_done``: done markers; ``top_total`` /
+    ``reductions_total``: from ``flow.json`` or the completion record, else
+    None; ``temporary_bytes``: disk use of the flow's directory (None when not
+    measured); ``modified``: epoch seconds of the last modification;
+    ``owner``: the lock file's pid, host and start time; ``finished``: the
+    completion record's time.
+    """
+
+    flow_id: str
+    flow_dir: Path
+    status: FlowStatus
+    has_temporaries: bool
+    top_done: int
+    top_total: int | None
+    reductions_done: int
+    reductions_total: int | None
+    temporary_bytes: int | None
+    modified: float
+    owner: dict[str, Any] | None
+    finished: str | None
+
+    def age_hours(self, now: float | None = None) -> float:
+        return max(0.0, ((time.time() if now is None else now) - self.modified) / 3600)
+
+    def stale(self, older_than_hours: float = STALE_AFTER_HOURS, now: float | None = None) -> bool:
+        """Abandoned temporaries: finished with leftovers, or interrupted and old enough."""
+        if not self.has_temporaries:
+            return False
+        if self.status is FlowStatus.FINISHED:
+            return True
+        return self.status is FlowStatus.INTERRUPTED and self.age_hours(now) >= older_than_hours
+
+    def progress(self) -> str:
+        """``"top 3/8, reductions 0/4"`` (``?`` where no total is recorded)."""
+        top = "?" if self.top_total is None else str(self.top_total)
+        red = "?" if self.reductions_total is None else str(self.reductions_total)
+        return f"top {self.top_done}/{top}, reductions {self.reductions_done}/{red}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "flow_id": self.flow_id,
+            "status": self.status.value,
+            "flow_dir": str(self.flow_dir),
+            "has_temporaries": self.has_temporaries,
+            "top_done": self.top_done,
+            "top_total": self.top_total,
+            "reductions_done": self.reductions_done,
+            "reductions_total": self.reductions_total,
+            "temporary_bytes": self.temporary_bytes,
+            "modified": self.modified,
+            "owner": self.owner,
+            "finished": self.finished,
+        }
+
+
+def default_intermediates(dst: str | os.PathLike[str]) -> Path:
+    """Where ``apply`` keeps a file-backed dst's flows by default.
+
+    >>> default_intermediates("data/smooth.zarr/")
+    PosixPath('data/.smooth.zarr.chunkgraph')
+    """
+    where = Path(dst)
+    return where.parent / f".{where.name}.chunkgraph"
+
+
+def flow_ids(root: Path) -> list[str]:
+    """Ids of the flows under ``root`` (a directory, a record or a lock), sorted."""
+    if not root.is_dir():
+        return []
+    ids = set()
+    for entry in os.scandir(root):
+        if entry.name.startswith("."):
+            continue  # tombstones, temporary files of atomic writes
+        if entry.is_dir(follow_symlinks=False):
+            ids.add(entry.name)
+        elif entry.name.endswith((_DONE, _LOCK)):
+            ids.add(entry.name.rsplit(".", 1)[0])
+    return sorted(ids)
+
+
+def read_flows(root: Path, *, sizes: bool = True) -> list[FlowState]:
+    """The state of every flow under ``root``; ``sizes=False`` skips walking the layers."""
+    return [read_flow(root, fid, sizes=sizes) for fid in flow_ids(Path(root))]
+
+
+def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
+    root = Path(root)
+    flow_dir = root / flow_id
+    running, owner = lock_holder(root / f"{flow_id}{_LOCK}")
+    record = _read_json(root / f"{flow_id}{_DONE}")
+    info = _read_json(flow_dir / _INFO) or {}
+    has_temps = flow_dir.is_dir()
+    if running:
+        status = FlowStatus.RUNNING
+    elif info.get("deferred"):
+        status = FlowStatus.DEFERRED
+    elif record is not None:
+        status = FlowStatus.FINISHED
+    else:
+        status = FlowStatus.INTERRUPTED
+    top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
+    if record is not None:
+        red_total = _int_or_none(record.get("reductions"))
+    return FlowState(
+        flow_id=flow_id,
+        flow_dir=flow_dir,
+        status=status,
+        has_temporaries=has_temps,
+        top_done=_count_markers(flow_dir, TOP),
+        top_total=top_total,
+        reductions_done=_count_markers(flow_dir, REDUCE),
+        reductions_total=red_total,
+        temporary_bytes=_disk_usage(flow_dir) if sizes and has_temps else (0 if sizes else None),
+        modified=_modified(root, flow_id),
+        owner=owner,
+        finished=None if record is None else str(record.get("finished", "")),
+    )
+
+
+def lock_holder(lock: Path) -> tuple[bool, dict[str, Any] | None]:
+    """Whether the lock file ``lock`` is held, and its owner as written there (or None).
+
+    Probes like ``_lock._acquire`` but shared, read-only, never creating the file, and
+    releases at once: a held lock is never taken over.
+    """
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return False, None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            held = True
+        else:
+            held = False
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        try:
+            owner = json.loads(os.pread(fd, 4096, 0).decode() or "null")
+        except ValueError:
+            owner = None
+    finally:
+        os.close(fd)
+    return held, owner if isinstance(owner, dict) else None
+
+
+def remove_flow(root: Path, flow_id: str, *, record: bool = False) -> None:
+    """Delete flow ``flow_id``'s temporaries (and, with ``record``, its completion record).
+
+    Holds the flow's lock meanwhile; raises ``FlowLockedError`` (naming the holder) when
+    a run holds it. Tombstones of earlier interrupted deletions go too.
+    """
+    root = Path(root)
+    with flow_lock(root / f"{flow_id}{_LOCK}"):
+        discard_flow_dir(root / flow_id)
+        if record:
+            (root / f"{flow_id}{_DONE}").unlink(missing_ok=True)
+
+
+def remove_root_if_empty(root: Path) -> bool:
+    """Remove the intermediates directory when nothing is left in it; True if removed."""
+    with contextlib.suppress(OSError):
+        Path(root).rmdir()
+        return True
+    return False
+
+
+def warn_if_stale(root: Path, current_flow_id: str) -> None:
+    """Warn (``UserWarning``) when stale flows lie beside the flow now starting.
+
+    Called by ``apply`` as it starts a new (not resumed) flow; reads no layers.
+    """
+    stale = [
+        s for s in read_flows(Path(root), sizes=False) if s.flow_id != current_flow_id and s.stale()
+    ]
+    if not stale:
+        return
+    described = ", ".join(
+        f"{s.flow_id} ({s.status.value}, {s.progress()}, {s.age_hours():.0f} h old)" for s in stale
+    )
+    warnings.warn(
+        f"{len(stale)} stale flow(s) under {root} keep temporaries on disk: {described}. "
+        f"A new flow ({current_flow_id}) starts beside them; to continue one instead, rerun it "
+        f"with resume=True. To delete them: {clean_command(Path(root))}",
+        UserWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def clean_command(root: Path) -> str:
+    """The command that removes the stale flows under ``root``.
+
+    >>> clean_command(Path("data/.smooth.zarr.chunkgraph"))
+    'chunkgraph clean data/smooth.zarr --stale'
+    >>> clean_command(Path("/scratch/tmp"))
+    'chunkgraph clean --intermediates /scratch/tmp --stale'
+    """
+    name = root.name
+    if name.startswith(".") and name.endswith(".chunkgraph") and len(name) > len(".chunkgraph") + 1:
+        return f"chunkgraph clean {root.parent / name[1 : -len('.chunkgraph')]} --stale"
+    return f"chunkgraph clean --intermediates {root} --stale"
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` naming the first frame outside this package (the user's call)."""
+    package = str(Path(__file__).resolve().parents[1])
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _count_markers(flow_dir: Path, kind: str) -> int:
+    try:
+        return sum(1 for n in os.listdir(flow_dir / "markers" / kind) if not n.startswith("."))
+    except FileNotFoundError:
+        return 0
+
+
+def _modified(root: Path, flow_id: str) -> float:
+    """Latest mtime of the flow's directory, its first two levels of folders, lock and record."""
+    flow_dir = root / flow_id
+    paths = [flow_dir, root / f"{flow_id}{_LOCK}", root / f"{flow_id}{_DONE}"]
+    for sub in ("markers", "layers"):
+        paths.append(flow_dir / sub)
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            paths += [flow_dir / sub / n for n in os.listdir(flow_dir / sub)]
+    latest = 0.0
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            latest = max(latest, p.stat().st_mtime)
+    return latest
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes allocated under ``path`` (like ``du``), not following links."""
+    total, stack = 0, [str(path)]
+    while stack:
+        with contextlib.suppress(FileNotFoundError), os.scandir(stack.pop()) as entries:
+            for e in entries:
+                with contextlib.suppress(FileNotFoundError):
+                    st = e.stat(follow_symlinks=False)
+                    total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+    return total
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,171 @@
+"""``chunkgraph status`` / ``clean`` and apply's warning, on real flows beside a Zarr dst.
+
+Each flow is a 32 x 32 float32 volume in 8 x 8 top-level chunks blended by 2, so
+that top-level tasks write temporary layers and leave done markers::
+
+    dst.zarr                       the destination
+    .dst.zarr.chunkgraph/
+        <finished id>.done         a flow that succeeded
+        <interrupted id>/          a flow whose fn raised on row 2 of the top grid
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunkgraph import cli, volume
+from chunkgraph.cli._cmd_status import DEFAULT_STALE_HOURS
+from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._state import (
+    STALE_AFTER_HOURS,
+    FlowStatus,
+    default_intermediates,
+    read_flows,
+)
+from chunkgraph.geometry import Box
+
+SHAPE = (32, 32)
+TWO_DAYS = 48 * 3600
+
+
+def doubled(x: np.ndarray) -> np.ndarray:
+    return x * 2
+
+
+def halved(x: np.ndarray) -> np.ndarray:
+    return x / 2
+
+
+def fails_from_row_two(x: np.ndarray, box: Box) -> np.ndarray:
+    """Top row i covers [8i - 2, 8i + 10): rows 0 and 1 succeed, row 2 raises."""
+    if box.start[0] >= 14:
+        raise RuntimeError("injected failure")
+    return x + 1
+
+
+def _apply(fn: object, tmp: Path, **kw: object) -> None:
+    src = volume.open(str(tmp / "src.zarr"))
+    dst = volume.open(str(tmp / "dst.zarr"), mode="r+")
+    volume.apply(fn, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",  # type: ignore[arg-type]
+                 executor="sync", retries=0, **kw)  # fmt: skip
+
+
+@pytest.fixture
+def flows(tmp_path: Path) -> tuple[Path, str, str]:
+    """dst beside one finished and one interrupted flow: (dst, finished id, interrupted id)."""
+    src = volume.create(str(tmp_path / "src.zarr"), SHAPE, (8, 8), "float32")
+    src.write(src.bounds, np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE))
+    volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "float32")
+    root = default_intermediates(tmp_path / "dst.zarr")
+    _apply(doubled, tmp_path)
+    (finished,) = [p.stem for p in root.glob("*.done")]
+    with pytest.raises(ExceptionGroup):
+        _apply(fails_from_row_two, tmp_path)
+    (interrupted,) = [p.name for p in root.iterdir() if p.is_dir()]
+    return tmp_path / "dst.zarr", finished, interrupted
+
+
+def _backdate(flow_dir: Path, seconds: float) -> None:
+    """Make a flow look untouched for ``seconds``."""
+    then = flow_dir.stat().st_mtime - seconds
+    for folder, dirs, files in os.walk(flow_dir):
+        for name in dirs + files:
+            os.utime(Path(folder) / name, (then, then))
+    os.utime(flow_dir, (then, then))
+
+
+def test_status_names_each_flow_and_its_progress(
+    flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, finished, interrupted = flows
+    assert cli.main(["status", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "2 flow(s)" in out
+    (fin_line,) = [line for line in out.splitlines() if finished in line]
+    (int_line,) = [line for line in out.splitlines() if interrupted in line]
+    assert "finished" in fin_line and "STALE" not in fin_line
+    assert "interrupted" in int_line and "top 8/?" in int_line and "temporaries" in int_line
+    assert "STALE" not in int_line  # seconds old: its user may still resume it
+
+    assert cli.main(["status", str(dst), "--json", "--older-than", "0"]) == 0
+    rows = {r["flow_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows[interrupted]["status"] == "interrupted" and rows[interrupted]["stale"]
+    assert rows[interrupted]["top_done"] == 8 and rows[interrupted]["temporary_bytes"] > 0
+    assert rows[finished]["status"] == "finished" and not rows[finished]["has_temporaries"]
+
+
+def test_status_without_flows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["status", str(tmp_path / "nothing.zarr")]) == 0
+    assert "no flows under" in capsys.readouterr().out
+
+
+def test_clean_stale_removes_the_interrupted_temporaries_only(
+    flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, finished, interrupted = flows
+    root = default_intermediates(dst)
+    assert cli.main(["clean", str(dst), "--stale"]) == 0
+    assert "nothing to remove" in capsys.readouterr().out
+    assert (root / interrupted).is_dir()
+
+    _backdate(root / interrupted, TWO_DAYS)
+    assert cli.main(["status", str(dst)]) == 0
+    assert "STALE" in capsys.readouterr().out
+    assert cli.main(["clean", str(dst), "--stale"]) == 0
+    assert f"removed {interrupted}'s temporaries" in capsys.readouterr().out
+    assert not (root / interrupted).exists()
+    assert not list(root.glob(".*deleted-*"))
+    assert (root / f"{finished}.done").is_file()
+    assert [s.flow_id for s in read_flows(root)] == [finished]
+
+
+def test_clean_refuses_a_flow_whose_lock_is_held(
+    flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, _, interrupted = flows
+    root = default_intermediates(dst)
+    with flow_lock(root / f"{interrupted}.lock"):
+        (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+        assert state.status is FlowStatus.RUNNING and state.owner["pid"] == os.getpid()  # type: ignore[index]
+        assert cli.main(["clean", str(dst), "--all"]) == 0  # running: not stale
+        assert cli.main(["clean", str(dst), interrupted]) == 1
+        assert "already running" in capsys.readouterr().err
+        assert (root / interrupted).is_dir()
+    assert cli.main(["clean", str(dst), interrupted]) == 0
+    assert not (root / interrupted).exists()
+
+
+def test_clean_needs_a_selection(
+    flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, _, _ = flows
+    assert cli.main(["clean", str(dst)]) == 2
+    assert "--stale" in capsys.readouterr().err
+    assert cli.main(["clean", str(dst), "0123456789abcdef"]) == 1
+    assert "no flow 0123456789abcdef" in capsys.readouterr().err
+
+
+def test_apply_warns_when_a_new_flow_starts_beside_a_stale_one(
+    flows: tuple[Path, str, str],
+) -> None:
+    dst, _, interrupted = flows
+    tmp = dst.parent
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _apply(halved, tmp)  # the interrupted flow is fresh: no warning
+    assert not [w for w in caught if "stale" in str(w.message)]
+
+    _backdate(default_intermediates(dst) / interrupted, TWO_DAYS)
+    with pytest.warns(UserWarning, match=rf"stale flow.*{interrupted}.*chunkgraph clean ") as got:
+        _apply(doubled, tmp)
+    assert got[0].filename == __file__  # points at the caller's apply, not inside chunkgraph
+
+
+def test_cli_default_matches_the_flow_constant() -> None:
+    assert DEFAULT_STALE_HOURS == STALE_AFTER_HOURS
