@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     try:
         check = _check_flow(resolved, options)
     except ConfigError as err:
-        print(f"{args.spec}: {err}", file=sys.stderr)
+        print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:

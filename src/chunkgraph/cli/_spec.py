@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -70,16 +71,19 @@ class OutputSpec(_Model):
     """The volume written; created from these fields when it does not exist."""
 
     path: str = Field(min_length=1, description="Zarr v3 volume path (relative: to the spec)")
-    dtype: str | None = Field(None, description="numpy dtype name; needed to create the volume")
+    dtype: str | None = Field(
+        default=None, description="numpy dtype name; needed to create the volume"
+    )
     chunks: list[Annotated[int, Field(gt=0)]] | None = Field(
-        None, description="storage chunk per axis; needed to create the volume"
+        default=None, description="storage chunk per axis; needed to create the volume"
     )
     shape: list[Annotated[int, Field(gt=0)]] | None = Field(
-        None, description="default: the first input's shape (and its offset and spatial axes)"
+        default=None,
+        description="default: the first input's shape (and its offset and spatial axes)",
     )
-    fill_value: int | float | bool = Field(0, description="value of never-written voxels")
+    fill_value: int | float | bool = Field(default=0, description="value of never-written voxels")
     exists: Literal["error", "overwrite", "use"] | None = Field(
-        None,
+        default=None,
         description="when the volume exists: error, overwrite (delete and create) or use; "
         "default: use it when its shape, chunks and dtype match the spec, else error",
     )
@@ -89,17 +93,21 @@ class RunDefaults(_Model):
     """How to run, unless the command line says otherwise."""
 
     executor: Literal["threads", "processes", "sync"] | None = Field(
-        None, description="default: threads"
+        default=None, description="default: threads"
     )
-    workers: Annotated[int, Field(gt=0)] | None = Field(None, description="default: all cores")
+    workers: Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="default: all cores"
+    )
 
 
 class RunSpec(_Model):
     """A ``chunkgraph run`` spec: one ``chunkgraph.flow.apply`` call written down."""
 
-    input: str | None = Field(None, description="one input volume, passed to fn positionally")
+    input: str | None = Field(
+        default=None, description="one input volume, passed to fn positionally"
+    )
     inputs: dict[str, str] | None = Field(
-        None, description="name -> path; each passed to fn as the keyword argument `name`"
+        default=None, description="name -> path; each passed to fn as the keyword argument `name`"
     )
     cache_bytes: Annotated[int, Field(ge=0)] = Field(
         0, description="chunk cache of each input, in bytes (serves halos to neighbours)"
@@ -118,17 +126,18 @@ class RunSpec(_Model):
     crop_pads: Pads = 0
     blend_pads: Pads = 0
     blend_modes: BlendMode | list[BlendMode] = "quadratic"
-    bbox: BoxSpec | None = Field(None, description="default: the output's bounds")
+    bbox: BoxSpec | None = Field(default=None, description="default: the output's bounds")
     auto_divisibility: bool = False
     expand_bbox: bool = False
     max_reduction_chunk_size: Sizes | None = None
     intermediates: str | None = Field(
-        None, description="directory of temporaries; default .<output name>.chunkgraph beside it"
+        default=None,
+        description="directory of temporaries; default .<output name>.chunkgraph beside it",
     )
     skip_intermediates: bool = False
     retries: Annotated[int, Field(ge=0)] = 2
     timeout: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="seconds per try of a top-level task or reduction"
+        default=None, description="seconds per try of a top-level task or reduction"
     )
     probe: bool = True
     lock_wait: Annotated[float, Field(ge=0)] = 0.0
@@ -186,6 +195,20 @@ class ResolvedSpec:
     inputs: Any  # a Volume, or {name: Volume}
     output: OutputPlan
     flow_options: dict[str, Any]
+    file: str
+    lines: _Lines
+
+    def flow_error(self, err: ConfigError) -> SpecError:
+        """apply's own finding (divisibility, pads...) as a SpecError.
+
+        apply's messages start with the argument they are about ("crop_pads = [0, (2, 2)]
+        has 2 entries..."); when that is a field of the spec, its line is given.
+        """
+        first = re.match(r"\w+", str(err))
+        name = first.group() if first else ""
+        if name in RunSpec.model_fields and self.lines.line(name) is not None:
+            return SpecError(self.file, [SpecProblem(name, self.lines.line(name), str(err))])
+        return SpecError(self.file, [SpecProblem("", None, str(err))])
 
 
 class _Lines:
@@ -242,6 +265,7 @@ def _duplicates(node: yaml.Node | None, path: str = "") -> list[SpecProblem]:
 def parse_spec(text: str, file: str) -> tuple[RunSpec, _Lines]:
     """YAML text -> a validated RunSpec; SpecError naming each bad field and its line."""
     loader = yaml.SafeLoader(text)
+    loader.name = file  # YAML errors say "in spec.yaml, line 3", not "in <unicode string>"
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -271,7 +295,9 @@ def _pydantic_problems(err: ValidationError, lines: _Lines) -> list[SpecProblem]
         if e["type"] == "missing" and loc:
             kept.append(loc[-1])
         path = ".".join(str(k) for k in kept)
-        message = e["msg"]
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "string_pattern_mismatch" and loc == ("function",):
+            message = 'should be "package.module:function" (a module, a colon, an attribute)'
         if e["type"] == "extra_forbidden":
             message = "unknown key (see `chunkgraph spec-schema` for the fields)"
         elif e["type"] != "missing" and "input" in e:
@@ -342,7 +368,7 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
         "lock_wait": spec.lock_wait,
     }
     passed = inputs["input"] if spec.input is not None else inputs
-    return ResolvedSpec(spec, fn, passed, output, flow_options)
+    return ResolvedSpec(spec, fn, passed, output, flow_options, file, lines)
 
 
 def _tupled(value: Any) -> Any:

@@ -1,0 +1,309 @@
+"""``chunkgraph run SPEC.yaml`` and ``chunkgraph spec-schema``.
+
+Each test works in its own directory holding ``raw.zarr`` (32³ float32, storage
+chunks 16³, values in [0, 1)), a copy of ``spec_functions.py`` (found beside
+the spec, as a user's module would be) and the spec. Most run ``cli.main`` in
+this process; the process executor and Ctrl-C go through the installed
+``chunkgraph`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.ndimage import gaussian_filter
+
+from chunkgraph import cli, volume
+from chunkgraph.cli._spec import BoxSpec, OutputSpec, RunDefaults, RunSpec, parse_spec
+
+HERE = Path(__file__).resolve().parent
+EXAMPLE = HERE.parents[1] / "docs" / "spec-example.yaml"
+CHUNKGRAPH = Path(sys.executable).parent / "chunkgraph"
+
+OUTPUT = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16]}\n"
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    shutil.copy(HERE / "spec_functions.py", tmp_path)
+    raw = volume.create(tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32")
+    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32"))
+    return tmp_path
+
+
+def write(directory: Path, text: str, name: str = "spec.yaml") -> str:
+    (directory / name).write_text(text)
+    return str(directory / name)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["run", "--quiet", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def read(path: Path) -> np.ndarray:
+    v = volume.open(path)
+    return v.read(v.bounds)
+
+
+def test_elementwise_function_matches_numpy(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:scale\n"
+        "kwargs: {factor: 3.0, offset: 1.0}\nchunk_sizes: [16]\n",
+    )
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    assert "tasks per level: [8]" in out
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 3 + 1)
+
+
+def test_gaussian_with_crop_pads_equals_the_whole_array_filter(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sigma 1 reaches 4 voxels (truncate=4): crop 4 gives each chunk all it needs."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\nkwargs: {sigma: 1.0}\n"
+        "chunk_sizes: [[16, 16, 16], 8]\ncrop_pads: [0, 4]\nrun: {executor: sync}\n",
+    )
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    assert "tasks per level: [8, 64]" in out
+    # Outside the volume the input reads as its fill value, 0: the constant mode.
+    want = gaussian_filter(read(work / "raw.zarr"), sigma=1.0, mode="constant")
+    np.testing.assert_allclose(read(work / "out.zarr"), want, rtol=0, atol=1e-6)
+
+
+def test_named_inputs_are_keyword_arguments(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(
+        work,
+        "inputs: {a: raw.zarr, b: raw.zarr}\n" + OUTPUT + "function: spec_functions:add\n"
+        "chunk_sizes: [32]\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+
+
+def test_command_line_overrides_the_run_defaults(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (work / "pids").mkdir()
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:record_pid\n"
+        f"kwargs: {{directory: {work / 'pids'}}}\n"
+        "chunk_sizes: [16]\nrun: {executor: processes, workers: 2}\n",
+    )
+    code, _, err = run(capsys, spec, "--executor", "sync")
+    assert code == 0, err
+    assert [p.name for p in (work / "pids").iterdir()] == [str(os.getpid())]
+
+
+GOOD = {
+    "input": "input: raw.zarr",
+    "output": OUTPUT.strip(),
+    "function": "function: spec_functions:smooth",
+    "chunk_sizes": "chunk_sizes: [16]",
+}
+
+
+def spec_with(**changes: str) -> str:
+    """The GOOD spec, one line per key, with some lines replaced (or removed by "")."""
+    lines = {**GOOD, **changes}
+    return "".join(f"{line}\n" for line in lines.values() if line)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(spec_with(extra="colour: red"), ":5: colour: unknown key", id="unknown-key"),
+        pytest.param(
+            spec_with(output="output:\n  path: out.zarr\n  dtype: float32\n  chunks: [16, x, 16]"),
+            ":5: output.chunks.1: Input should be a valid integer, got 'x'",
+            id="wrong-type",
+        ),
+        pytest.param(
+            spec_with(output="output: {path: out.zarr, chunks: [16, 16, 16]}"),
+            ":2: output.dtype: needed to create the output",
+            id="missing-dtype",
+        ),
+        pytest.param(
+            spec_with(function="function: no_such_module:f"),
+            ":3: function: cannot import module 'no_such_module'",
+            id="unimportable",
+        ),
+        pytest.param(
+            spec_with(function="function: spec_functions:smoothe"),
+            ":3: function: 'spec_functions' has no attribute 'smoothe'",
+            id="missing-attribute",
+        ),
+        pytest.param(
+            spec_with(function="function: spec_functions:NOT_CALLABLE"),
+            ":3: function: spec_functions:NOT_CALLABLE is not callable",
+            id="not-callable",
+        ),
+        pytest.param(
+            spec_with(function="function: smooth"),
+            ':3: function: should be "package.module:function"',
+            id="no-colon",
+        ),
+        pytest.param(
+            spec_with(extra="kwargs:\n  sigmaa: 2"),
+            ":6: kwargs.sigmaa: spec_functions:smooth has no parameter 'sigmaa'",
+            id="unknown-kwarg",
+        ),
+        pytest.param(
+            spec_with(input="input: nowhere.zarr"),
+            ":1: input: cannot open input volume: no volume at",
+            id="missing-input",
+        ),
+        pytest.param(
+            spec_with(extra="inputs: {a: raw.zarr}"),
+            ":1: give exactly one of `input: PATH`",
+            id="input-and-inputs",
+        ),
+        pytest.param(
+            spec_with(extra="chunk_sizes: [8]"), ":5: chunk_sizes: given twice", id="duplicate"
+        ),
+        pytest.param(
+            spec_with(extra="crop_pads: [0, [2, 2]]"),
+            ":5: crop_pads: crop_pads = [0, (2, 2)] has 2 entries but there are 1 levels",
+            id="flow-check",
+        ),
+        pytest.param("input: [unclosed\n", ":2: not valid YAML", id="yaml-syntax"),
+    ],
+)
+def test_spec_errors_name_field_and_line_and_write_nothing(
+    work: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    spec = write(work, text)
+    code, _, err = run(capsys, spec)
+    assert code == 2
+    assert f"{spec}{expected}" in err, err
+    assert "nothing was run" in err
+    assert not (work / "out.zarr").exists()
+
+
+def test_existing_output_of_another_dtype_is_refused_unless_overwritten(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    volume.create(work / "out.zarr", (32, 32, 32), (16, 16, 16), "uint8")
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    assert code == 2
+    assert ":2: output.dtype: the existing output has dtype uint8, not float32" in err
+    overwrite = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16], exists: overwrite}"
+    spec = write(work, spec_with(output=overwrite, function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+
+
+def test_failure_exits_1_naming_the_chunk_and_resume_finishes(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chunk at (16, 16, 16), last in C order, fails until a marker exists.
+
+    Run 1 (sync, no retries) finishes 7 of 8 top-level tasks and fails the last;
+    run 2 with --resume does that one only.
+    """
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:fail_once\n"
+        f"kwargs: {{marker: {work / 'marker.txt'}, start: [16, 16, 16]}}\n"
+        "chunk_sizes: [16]\nretries: 0\nrun: {executor: sync}\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 1
+    assert "ValueError: chunk at [16, 16, 16] refused\n" in err  # the first line only
+    assert "on chunk Box(start=(16, 16, 16), stop=(32, 32, 32))" in err
+    (work / "marker.txt").touch()
+    code, out, err = run(capsys, spec, "--resume")
+    assert code == 0, err
+    assert "skipped 7 top-level tasks" in out
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr"))
+
+
+def test_dry_run_writes_nothing(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(work, spec_with())
+    code, out, err = run(capsys, spec, "--dry-run")
+    assert code == 0, err
+    assert "(dry run)" in out and "does not exist yet" in out
+    assert sorted(p.name for p in work.iterdir()) == ["raw.zarr", "spec.yaml", "spec_functions.py"]
+
+
+def test_spec_schema_is_json_naming_the_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["spec-schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"input", "inputs", "output", "function", "chunk_sizes", "run"} <= set(
+        schema["properties"]
+    )
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {"output", "function", "chunk_sizes"}
+
+
+def test_example_spec_shows_every_field_and_checks_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = EXAMPLE.read_text()
+    parse_spec(text, str(EXAMPLE))
+    for model in (RunSpec, OutputSpec, BoxSpec, RunDefaults):
+        for name in model.model_fields:
+            assert f"{name}:" in text, f"{model.__name__}.{name} is not in {EXAMPLE.name}"
+    shutil.copy(EXAMPLE, tmp_path)
+    volume.create(tmp_path / "raw.zarr", (128, 256, 256), (64, 64, 64), "float32")
+    code, out, err = run(capsys, str(tmp_path / EXAMPLE.name), "--dry-run")
+    assert code == 0, err
+    assert "tasks per level: [4, 32]; reductions: 4" in out
+
+
+def test_processes_import_the_module_beside_the_spec(work: Path) -> None:
+    """Through the installed command: process workers find spec_functions by the spec's dir."""
+    spec = write(
+        work,
+        spec_with(function="function: spec_functions:scale", extra="run: {executor: processes}"),
+    )
+    done = subprocess.run(
+        [str(CHUNKGRAPH), "run", "--quiet", "--workers", "2", spec],
+        cwd=HERE.anchor,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+
+
+def test_ctrl_c_exits_130_and_says_how_to_resume(work: Path) -> None:
+    spec = write(
+        work,
+        spec_with(
+            function="function: spec_functions:slow",
+            extra=f"kwargs: {{started: {work / 'started.txt'}, seconds: 0.5}}",
+        ),
+    )
+    process = subprocess.Popen(
+        [str(CHUNKGRAPH), "run", "--quiet", "--workers", "1", spec],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (work / "started.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "--resume" in err
