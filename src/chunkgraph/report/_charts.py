@@ -18,6 +18,7 @@ display needed, and importing chunkgraph never pays for matplotlib.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,17 @@ from chunkgraph.report._document import tries_of
 
 # Past this many tasks, labels are unreadable and cost most of the drawing time.
 GANTT_LABEL_LIMIT = 2000
-# A bar gets a label when it spans at least this fraction of the run.
-LABEL_MIN_FRACTION = 0.06
+# A bar gets a label when the label fits: this many inches per character at the
+# labels' 7 points, and never fewer than LABEL_MIN_CHARS characters.
+CHAR_INCHES = 0.06
+LABEL_MIN_CHARS = 4
 # Rows and size: a row per worker, but a picture no taller than matplotlib draws quickly.
 ROW_INCHES = 0.32
 MAX_INCHES = 30.0
 WIDTH_INCHES = 12.0
 DPI = 100
 
+_CORNER = re.compile(r"start=\(([^)]*)\)")  # a Box repr's start: "Box(start=(0, 64), ..."
 _COLOURS = {"top": "tab:blue", "reduce": "tab:green", None: "tab:gray"}
 _FAILED = "tab:red"
 
@@ -64,19 +68,23 @@ def _gantt(plt: Any, document: Mapping[str, Any]) -> Any:
     row = {name: i for i, name in enumerate(workers)}
     bars: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (worker, colour) -> spans
     labels = len(tasks) <= GANTT_LABEL_LIMIT
-    min_width = LABEL_MIN_FRACTION * wall
+    # Characters per second of run that fit across the plot (about 10.5 of its 12 inches).
+    chars_per_second = (WIDTH_INCHES - 1.5) / CHAR_INCHES / max(wall, 1e-9)
     for task in tasks:
         for t in tries_of(task):
             colour = _FAILED if t.failed else _COLOURS.get(task.get("level"), _COLOURS[None])
             width = max(t.end - t.start, 0.0)
             bars.setdefault((t.worker, colour), []).append((t.start, width))
-            if labels and width >= min_width and t.worker in row:
-                axes.text(t.start + width / 2, row[t.worker], _short(task["name"]),
+            fits = int(width * chars_per_second)
+            if labels and fits >= LABEL_MIN_CHARS and t.worker in row:
+                axes.text(t.start + width / 2, row[t.worker], _label(task, fits),
                           ha="center", va="center", fontsize=7, clip_on=True)  # fmt: skip
+    # Edges show the gaps between short tasks; past the label limit they would hide the bars.
+    edge = "white" if labels else "none"
     for (worker, colour), spans in bars.items():
         if worker in row:
             axes.broken_barh(spans, (row[worker] - 0.4, 0.8), facecolors=colour,
-                             edgecolor="white", linewidth=0.3)  # fmt: skip
+                             edgecolor=edge, linewidth=0.3)  # fmt: skip
     axes.set_yticks(range(len(workers)), workers, fontsize=8 if len(workers) < 40 else 5)
     axes.set_ylim(len(workers) - 0.5, -0.5)
     axes.set_xlim(0, max(wall, 1e-6))
@@ -84,11 +92,14 @@ def _gantt(plt: Any, document: Mapping[str, Any]) -> Any:
     totals = document["totals"]
     axes.set_title(
         f"{totals.get('tasks', len(tasks))} tasks on {len(document['workers'])} workers, "
-        f"{wall:.3g} s; failed tries in red"
+        f"{wall:.3g} s; failed tries in red",
+        loc="left",
     )
     handles = _legend_handles(plt, {c for _, c in bars})
     if handles:
-        axes.legend(handles=handles, loc="upper right", fontsize=7)
+        # Above the plot, right of the title: inside, it would hide bars.
+        axes.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                    ncols=len(handles), fontsize=7, frameon=False)  # fmt: skip
     figure.tight_layout()
     return figure
 
@@ -103,7 +114,13 @@ def _legend_handles(plt: Any, colours: set[str]) -> list[Any]:
     return [Patch(color=c, label=names[c]) for c in names if c in colours]
 
 
-def _short(name: str, limit: int = 24) -> str:
+def _label(task: Mapping[str, Any], limit: int) -> str:
+    """The task's name in at most ``limit`` characters; a flow task as its level and
+    corner ("top (0, 64, 0)"), not its Box's repr."""
+    name = str(task["name"])
+    corner = _CORNER.search(name) if task.get("level") else None
+    if corner:
+        name = f"{task['level']} ({corner.group(1)})"
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
@@ -154,7 +171,7 @@ def _utilisation(plt: Any, document: Mapping[str, Any]) -> Any:
         more_lines, more_names = rates.get_legend_handles_labels()
         lines, names = lines + more_lines, names + more_names
     axes.legend(lines, names, loc="lower right", fontsize=7)
-    axes.set_title("utilisation over time")
+    axes.set_title("utilisation over time", loc="left")
     figure.tight_layout()
     return figure
 

@@ -26,11 +26,17 @@ Workers. A try started by a worker thread names it. Tries the calling thread
 announced (sync executor: it ran them; process executor: it submitted them to
 a pool whose process is not known) are packed into rows: one row, "main", when
 they never overlap, else "slot-1", "slot-2", ... (in-flight slots, not processes).
+
+Ends. The thread executor reports the outcomes of a batch of tasks at once, so
+every FINISHED of a batch carries the batch's end. A thread runs one try at a
+time, so a try on a named worker is taken to end no later than the next try
+that worker starts: the bars then tile the batch instead of overlapping.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
 import re
@@ -44,15 +50,17 @@ from chunkgraph.report._recorder import Recorder, TaskRecord, Try
 REPORT_FORMAT = 1
 REPORT_FILE = "report.json"
 
-# apply() names its tasks "apply-top<Box>" and "apply-reduce<Box>".
-_LEVEL = re.compile(r"apply-(top|reduce)\b")
+# apply() names its tasks "apply-top<Box>" and "apply-reduce<Box>" ("apply-topBox(start=...").
+_LEVEL = re.compile(r"apply-(top|reduce)(?![a-z_])")
 
 
 def level_of(name: str) -> str | None:
     """The flow level a task's name tells ("top" or "reduce"), else None.
 
-    >>> level_of("apply-top[0:64, 0:64]"), level_of("apply-reduce[0:8]"), level_of("sum")
-    ('top', 'reduce', None)
+    >>> level_of("apply-topBox(start=(0, 0), stop=(8, 8))"), level_of("apply-reduceBox(...)")
+    ('top', 'reduce')
+    >>> level_of("apply-topology"), level_of("sum")
+    (None, None)
     """
     match = _LEVEL.match(name)
     return match.group(1) if match else None
@@ -65,6 +73,7 @@ def build_report(recorder: Recorder, summary: Mapping[str, Any] | None = None) -
     if math.isnan(origin):  # no RUN_STARTED seen: measure from the first try
         origin = min((t.start for r in records for t in r.tries), default=0.0)
     lanes, notes = _assign_lanes(records)
+    ends = _clipped_ends(records)
 
     def at(seconds: float) -> float | None:
         return None if math.isnan(seconds) else round(seconds - origin, 6)
@@ -74,7 +83,8 @@ def build_report(recorder: Recorder, summary: Mapping[str, Any] | None = None) -
     busy = 0.0
     for record in records:
         tries = [
-            (lanes.get(id(t), t.worker), at(t.start), at(t.end), t.failed) for t in record.tries
+            (lanes.get(id(t), t.worker), at(t.start), at(ends.get(id(t), t.end)), t.failed)
+            for t in record.tries
         ]
         entry: dict[str, Any] = {
             "id": record.task,
@@ -157,6 +167,23 @@ def _assign_lanes(records: list[TaskRecord]) -> tuple[dict[int, str], list[str]]
         "not pool processes, and bars include time queued in the pool"
     )
     return {key: f"slot-{row}" for key, row in row_of.items()}, [note]
+
+
+def _clipped_ends(records: list[TaskRecord]) -> dict[int, float]:
+    """``{id(try): end}`` for tries on a named worker that end after that worker's next
+    start (a batch's FINISHED events; see the module doc)."""
+    by_worker: dict[str, list[Try]] = {}
+    for record in records:
+        for t in record.tries:
+            if t.worker:
+                by_worker.setdefault(t.worker, []).append(t)
+    ends: dict[int, float] = {}
+    for tries in by_worker.values():
+        tries.sort(key=lambda t: t.start)
+        for t, after in itertools.pairwise(tries):
+            if not t.end <= after.start:  # NaN (never ended) too
+                ends[id(t)] = after.start
+    return ends
 
 
 def _natural(name: str) -> tuple[Any, ...]:
