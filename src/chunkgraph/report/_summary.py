@@ -17,6 +17,9 @@ from typing import Any
 
 from chunkgraph.report._document import load_report, tries_of
 
+# Summary fields are wrapped to lines of this many characters.
+SUMMARY_WIDTH = 88
+
 
 def summarize(directory: str | Path) -> str:
     """A few lines about the run whose report is in ``directory`` (see the module doc).
@@ -51,9 +54,7 @@ def summarize(directory: str | Path) -> str:
         lines.append(f"  failed: {task['name']}: {task.get('error', '')}")
     if len(failed) > 3:
         lines.append(f"  ... and {len(failed) - 3} more failed tasks (see report.json)")
-    fields = _fields(document["summary"])
-    if fields:
-        lines.append("  " + "; ".join(fields))
+    lines.extend(_wrapped(_fields(document["summary"])))
     lines.extend(f"  note: {note}" for note in document.get("notes", []))
     return "\n".join(lines)
 
@@ -79,6 +80,8 @@ def _fields(summary: Mapping[str, Any]) -> list[str]:
     """``key: value`` for each summary field, bytes in binary units, floats to 3 figures."""
     out = []
     for key, value in summary.items():
+        if value is None or value == "":
+            continue  # nothing to say (e.g. a flow that had not finished before)
         if isinstance(value, bool) or not isinstance(value, int | float):
             out.append(f"{key}: {value}")
         elif "bytes" in key:
@@ -88,6 +91,18 @@ def _fields(summary: Mapping[str, Any]) -> list[str]:
         else:
             out.append(f"{key}: {value:,}")
     return out
+
+
+def _wrapped(fields: list[str], width: int = SUMMARY_WIDTH) -> list[str]:
+    """``fields`` joined by "; " into indented lines of at most ``width`` characters
+    (a field longer than that gets a line of its own)."""
+    lines: list[str] = []
+    for field in fields:
+        if lines and len(lines[-1]) + 2 + len(field) <= width:
+            lines[-1] += "; " + field
+        else:
+            lines.append("  " + field)
+    return lines
 
 
 def _bytes(n: float) -> str:
