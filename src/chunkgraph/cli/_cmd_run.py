@@ -70,14 +70,20 @@ def handle(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"chunkgraph run: --workers must be at least 1, got {args.workers}", file=sys.stderr)
         return EXIT_USAGE
-    with _spec_dir_importable(args.spec):
-        try:
-            resolved = load_spec(args.spec)
-        except SpecError as err:
-            print("\n".join(err.lines()), file=sys.stderr)
-            print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
-            return EXIT_USAGE
-        return _run(args, resolved)
+    try:
+        with _spec_dir_importable(args.spec):
+            try:
+                resolved = load_spec(args.spec)
+            except SpecError as err:
+                print("\n".join(err.lines()), file=sys.stderr)
+                print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
+                return EXIT_USAGE
+            return _run(args, resolved)
+    except KeyboardInterrupt:  # apply has stopped its workers and left its markers
+        print(
+            "\nchunkgraph run: interrupted; `--resume` continues where it stopped", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
 
 
 def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
@@ -116,11 +122,6 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             progress=progress,
             subscribers=subscribers,
         )
-    except KeyboardInterrupt:
-        print(
-            "\nchunkgraph run: interrupted; `--resume` continues where it stopped", file=sys.stderr
-        )
-        return EXIT_INTERRUPTED
     except FlowLockedError as err:
         print(f"chunkgraph run: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -12,7 +12,8 @@ Nothing in a spec is evaluated: values are YAML scalars, lists and mappings,
 and the one piece of code it names, ``function: "package.module:attribute"``,
 is imported (the spec's directory first on ``sys.path``, so a module beside the
 spec is found). Relative paths (inputs, output, intermediates) are relative to
-the spec file's directory, so a spec means the same from any working directory.
+the spec file's directory, so a spec means the same from any working directory;
+``kwargs`` are passed as they are (a path among them is the function's business).
 
 YAML has lists only, no tuples, so the flow's "a tuple is per axis, a list is
 per level" rule reads here: a pad is one int (all levels, all axes) or a list
