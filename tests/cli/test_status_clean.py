@@ -27,6 +27,7 @@ from chunkgraph.flow._state import (
     FlowStatus,
     default_intermediates,
     read_flows,
+    write_flow_info,
 )
 from chunkgraph.geometry import Box
 
@@ -169,3 +170,17 @@ def test_apply_warns_when_a_new_flow_starts_beside_a_stale_one(
 
 def test_cli_default_matches_the_flow_constant() -> None:
     assert DEFAULT_STALE_HOURS == STALE_AFTER_HOURS
+
+
+def test_recorded_totals_and_a_deferred_flow(flows: tuple[Path, str, str]) -> None:
+    """With ``flow.json`` the totals show, and deferred layers (the result) are never stale."""
+    dst, _, interrupted = flows
+    root = default_intermediates(dst)
+    write_flow_info(root / interrupted, top_tasks=16, reductions=16, deferred=False)
+    (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+    assert state.progress().startswith("top 8/16, reductions ") and state.stale(0.0)
+    write_flow_info(root / interrupted, top_tasks=16, reductions=0, deferred=True)
+    (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+    assert state.status is FlowStatus.DEFERRED and not state.stale(0.0)
+    assert cli.main(["clean", str(dst), "--all"]) == 0
+    assert (root / interrupted / "layers").is_dir()

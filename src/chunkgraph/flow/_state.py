@@ -5,7 +5,8 @@ Every ``apply`` keeps its state under an intermediates directory, by default
 
     .smooth.zarr.chunkgraph/
         <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
-        <flow id>/flow.json     optional: {"top_tasks": N, "reductions": M, "deferred": bool}
+        <flow id>/flow.json     optional totals: {"top_tasks": N, "reductions": M,
+                                "deferred": bool} (write_flow_info)
         <flow id>.lock          while a run holds the flow (_lock; unlinked by its owner)
         <flow id>.done          the completion record (_markers.CompletionRecord)
         .<flow id>.deleted-*    tombstones of an interrupted deletion (discard_flow_dir)
@@ -232,6 +233,19 @@ def remove_flow(root: Path, flow_id: str, *, record: bool = False) -> None:
         discard_flow_dir(root / flow_id)
         if record:
             (root / f"{flow_id}{_DONE}").unlink(missing_ok=True)
+
+
+def write_flow_info(flow_dir: Path, *, top_tasks: int, reductions: int, deferred: bool) -> None:
+    """Record a flow's totals (and whether its layers are its result) in ``flow.json``.
+
+    For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
+    ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
+    Written atomically (a temporary file renamed into place).
+    """
+    info = {"top_tasks": int(top_tasks), "reductions": int(reductions), "deferred": deferred}
+    tmp = Path(flow_dir) / f".{_INFO}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, Path(flow_dir) / _INFO)
 
 
 def remove_root_if_empty(root: Path) -> bool:
