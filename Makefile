@@ -35,4 +35,4 @@ lock: $(VENV)/bin/python
 	$(PIP) freeze --exclude-editable | grep -v '^chunkgraph' > constraints.txt
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache bench-out demo-out
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache bench-out demo-out demo-data

@@ -91,7 +91,7 @@ def test_status_names_each_flow_and_its_progress(
     (fin_line,) = [line for line in out.splitlines() if finished in line]
     (int_line,) = [line for line in out.splitlines() if interrupted in line]
     assert "finished" in fin_line and "STALE" not in fin_line
-    assert "interrupted" in int_line and "top 8/?" in int_line and "temporaries" in int_line
+    assert "interrupted" in int_line and "top 8/16" in int_line and "temporaries" in int_line
     assert "STALE" not in int_line  # seconds old: its user may still resume it
 
     assert cli.main(["status", str(dst), "--json", "--older-than", "0"]) == 0

@@ -18,6 +18,7 @@ import pytest
 import chunkgraph as cg
 from chunkgraph import cli, volume
 from chunkgraph.report import Recorder, load_report, summarize, write_report
+from chunkgraph.report._charts import io_over_time
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -189,11 +190,22 @@ def test_apply_flow_tasks_carry_their_level(tmp_path: Path) -> None:
         tmp_path / "report",
         recorder,
         {"bytes_read": report.bytes_read, "bytes_written": report.bytes_written},
+        report.task_bytes,
     )
-    levels = [t["level"] for t in load_report(folder)["tasks"]]
+    tasks = load_report(folder)["tasks"]
+    levels = [t["level"] for t in tasks]
     assert levels.count("top") == report.tasks_per_level[0]
     assert set(levels) <= {"top", "reduce", None}
     assert (folder / "utilisation.png").read_bytes()[:8] == PNG_SIGNATURE
+    # Every task carries its own bytes; the reductions together wrote dst once.
+    assert all("bytes_read" in t and "bytes_written" in t for t in tasks)
+    written = sum(t["bytes_written"] for t in tasks if t["level"] == "reduce")
+    assert written == report.bytes_written == data.nbytes
+    edges, curves = io_over_time(tasks, load_report(folder)["totals"]["wall_seconds"])
+    (label, rate), *_ = curves
+    assert label == "read" and rate.sum() * (edges[1] - edges[0]) == pytest.approx(
+        sum(t["bytes_read"] for t in tasks)
+    )
 
 
 def test_run_command_writes_a_report(tmp_path: Path) -> None:

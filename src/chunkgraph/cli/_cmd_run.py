@@ -139,7 +139,9 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     if recorder is not None:
         from chunkgraph.report import write_report
 
-        folder = write_report(Path(args.report), recorder, report_summary(report))
+        folder = write_report(
+            Path(args.report), recorder, report_summary(report), report.task_bytes
+        )
         print(f"report in {folder}")
     return EXIT_OK
 

@@ -56,4 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:  # bad options found past argparse: a usage error
         print(f"chunkgraph {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `chunkgraph ... | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return EXIT_OK
     return result

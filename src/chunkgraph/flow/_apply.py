@@ -41,6 +41,7 @@ volume_flow benchmark at no measurable cost in time).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -75,7 +76,7 @@ from chunkgraph.flow._reduce import (
     top_indices_meeting,
 )
 from chunkgraph.flow._spec import FlowSpec, check_bools, normalize_inputs, validate_flow
-from chunkgraph.flow._state import warn_if_stale
+from chunkgraph.flow._state import warn_if_stale, write_flow_info
 from chunkgraph.flow._top_task import (
     TopJob,
     TopStats,
@@ -129,6 +130,10 @@ class ApplyReport:
     deferred_layers: tuple[str, ...] = ()
     estimate: FlowEstimate | None = None
     finished_before: str = ""
+    # (task name, bytes read, bytes written) of each task that ran, for run reports; a
+    # reduction reads temporary layers. Under threads a task's reads are counted on the
+    # volumes it shares, so tasks in flight together may count each other's.
+    task_bytes: tuple[tuple[str, int, int], ...] = ()
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -470,6 +475,14 @@ class _Flow:
         if not self.direct and not self.deferred:
             red_refs, skipped_red = self._add_reductions(graph, top_refs)
         refs = list(top_refs.values()) + red_refs
+        # What `chunkgraph status` shows as progress, and what keeps `clean` away from a
+        # deferred flow's layers (they are its result, not temporaries).
+        write_flow_info(
+            self.flow_dir,
+            top_tasks=len(top_refs) + skipped_top,
+            reductions=len(red_refs) + skipped_red,
+            deferred=self.deferred,
+        )
         try:
             results = (
                 run(
@@ -488,7 +501,12 @@ class _Flow:
             end_run(self.job.run_token)
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
-        return self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
+        report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
+        per_task = tuple(
+            (graph.name(ref.id), *_bytes_of(stats))
+            for ref, stats in zip(refs, results, strict=True)
+        )
+        return dataclasses.replace(report, task_bytes=per_task)
 
     def _plan(self, graph: Graph, refs: list[TaskRef]) -> Plan:
         """The plan of this flow's graph on this machine, with the flow's memory budget:
@@ -606,6 +624,13 @@ def _sweep_axis(grid: tuple[int, ...]) -> int:
     """
     moving = [a for a, n in enumerate(grid) if n > 1]
     return moving[-1] if moving else len(grid) - 1
+
+
+def _bytes_of(stats: TopStats | ReductionStats) -> tuple[int, int]:
+    """(bytes read, bytes written) of one task's stats."""
+    if isinstance(stats, TopStats):
+        return stats.bytes_read, stats.bytes_written
+    return stats.temporary_bytes_read, stats.bytes_written
 
 
 def _read_bytes(inputs: Mapping[str, Volume]) -> int:

@@ -5,8 +5,10 @@
                        bars are labelled with the task's name when wide enough,
                        and not at all past GANTT_LABEL_LIMIT tasks.
     utilisation.png    workers busy over time, a step curve from the tries'
-                       starts and ends; with the summary's bytes_read /
-                       bytes_written, the I/O rate on a second axis.
+                       starts and ends; the I/O rate on a second axis: over
+                       time from the tasks' own bytes when the report has
+                       them, else the summary's bytes_read / bytes_written
+                       averaged over the run (said so in the legend).
 
 The I/O rate is the run's average, a flat line, and its legend says so: the
 events carry no per-task byte counts, and drawing a shape from an average
@@ -160,7 +162,17 @@ def _utilisation(plt: Any, document: Mapping[str, Any]) -> Any:
     axes.set_xlim(0, max(wall, 1e-6))
     lines, names = axes.get_legend_handles_labels()
     io = _io_rates(document["summary"], wall)
-    if io:
+    over_time = io_over_time(document["tasks"], wall)
+    if over_time:
+        rates = axes.twinx()
+        edges, curves = over_time
+        for (label, rate), colour in zip(curves, ("tab:orange", "tab:purple"), strict=False):
+            rates.step(edges[:-1], rate / 1e6, where="post", color=colour, label=f"{label} MB/s")
+        rates.set_ylabel("MB/s")
+        rates.set_ylim(0, max(float(r.max()) for _, r in curves) / 1e6 * 1.25 or 1.0)
+        more_lines, more_names = rates.get_legend_handles_labels()
+        lines, names = lines + more_lines, names + more_names
+    elif io:
         rates = axes.twinx()
         for (label, rate), colour in zip(io, ("tab:orange", "tab:purple"), strict=False):
             label = f"{label}, average over the run (per-task bytes not recorded)"
@@ -174,6 +186,32 @@ def _utilisation(plt: Any, document: Mapping[str, Any]) -> Any:
     axes.set_title("utilisation over time", loc="left")
     figure.tight_layout()
     return figure
+
+
+def io_over_time(
+    tasks: list[Mapping[str, Any]], wall: float, bins: int = 100
+) -> tuple[Any, list[tuple[str, Any]]] | None:
+    """(bin edges, [(label, bytes per second per bin)]) from the tasks' own bytes, each
+    spread evenly over its run; None when no task carries bytes."""
+    import numpy as np
+
+    known = [t for t in tasks if "bytes_read" in t and t.get("start") is not None]
+    if not known or wall <= 0:
+        return None
+    edges = np.linspace(0.0, wall, bins + 1)
+    width = edges[1] - edges[0]
+    curves = []
+    for key, label in (("bytes_read", "read"), ("bytes_written", "written")):
+        amount = np.zeros(bins)
+        for task in known:
+            start, end = float(task["start"]), float(task["end"] or task["start"])
+            span = max(end - start, 1e-9)
+            # Overlap of [start, end) with each bin, as a share of the task's bytes.
+            overlap = np.clip(np.minimum(edges[1:], end) - np.maximum(edges[:-1], start), 0, None)
+            amount += float(task[key]) * overlap / span
+        if amount.any():
+            curves.append((label, amount / width))
+    return (edges, curves) if curves else None
 
 
 def _io_rates(summary: Mapping[str, Any], wall: float) -> list[tuple[str, float]]:

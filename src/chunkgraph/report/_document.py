@@ -19,7 +19,8 @@ The document (``format`` 1; times in seconds from the first run's start)::
                   "start", "end" (null for a task that never ran), "attempts",
                   "retries", "outcome" ("finished" | "failed" | "cancelled" |
                   "pending"), "error" (failed only), "tries" (only when more than
-                  one: [[worker, start, end, failed], ...])}, ...],
+                  one: [[worker, start, end, failed], ...]), "bytes_read",
+                  "bytes_written" (when the caller gave them per task)}, ...],
      "summary": {the caller's fields, e.g. bytes_read, bytes_written}}
 
 Workers. A try started by a worker thread names it. Tries the calling thread
@@ -40,7 +41,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,18 @@ def level_of(name: str) -> str | None:
     return match.group(1) if match else None
 
 
-def build_report(recorder: Recorder, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The report document (see the module doc) of what ``recorder`` saw."""
+def build_report(
+    recorder: Recorder,
+    summary: Mapping[str, Any] | None = None,
+    task_bytes: Iterable[tuple[str, int, int]] = (),
+) -> dict[str, Any]:
+    """The report document (see the module doc) of what ``recorder`` saw.
+
+    ``task_bytes``: (task name, bytes read, bytes written) of the tasks that know
+    them (``ApplyReport.task_bytes``); the utilisation chart then draws the I/O
+    rate over time from them.
+    """
+    io = {name: (int(read), int(written)) for name, read, written in task_bytes}
     records = recorder.tasks
     origin = recorder.run_start
     if math.isnan(origin):  # no RUN_STARTED seen: measure from the first try
@@ -98,6 +109,8 @@ def build_report(recorder: Recorder, summary: Mapping[str, Any] | None = None) -
             "retries": record.retries,
             "outcome": record.outcome,
         }
+        if record.name in io:
+            entry["bytes_read"], entry["bytes_written"] = io[record.name]
         if record.outcome == "failed":
             entry["error"] = record.error
         if len(tries) > 1:
@@ -208,20 +221,25 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_report(
-    directory: str | Path, recorder: Recorder, summary: Mapping[str, Any] | None = None
+    directory: str | Path,
+    recorder: Recorder,
+    summary: Mapping[str, Any] | None = None,
+    task_bytes: Iterable[tuple[str, int, int]] = (),
 ) -> Path:
     """Write ``report.json``, ``gantt.png`` and ``utilisation.png`` under ``directory``.
 
     ``summary``: the caller's own figures (e.g. an ApplyReport's ``bytes_read``,
     ``bytes_written``, ``read_amplification``), kept under "summary"; given
     ``bytes_read``/``bytes_written``, the utilisation chart adds the I/O rate.
+    ``task_bytes``: each task's (name, bytes read, bytes written), as an
+    ApplyReport's ``task_bytes``: the I/O rate is then drawn over time.
     Returns the directory.
     """
     from chunkgraph.report._charts import render_pictures
 
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    document = build_report(recorder, summary)
+    document = build_report(recorder, summary, task_bytes)
     temporary = folder / (REPORT_FILE + ".tmp")
     temporary.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     temporary.replace(folder / REPORT_FILE)  # a reader never sees half a report
