@@ -148,7 +148,9 @@ def test_clean_needs_a_selection(
     dst, _, _ = flows
     assert cli.main(["clean", str(dst)]) == 2
     assert "--stale" in capsys.readouterr().err
-    assert cli.main(["clean", str(dst), "0123456789abcdef"]) == 1
+    assert (
+        cli.main(["clean", str(dst), "0123456789abcdef"]) == 2
+    )  # a flow id that is not there: a usage error
     assert "no flow 0123456789abcdef" in capsys.readouterr().err
 
 

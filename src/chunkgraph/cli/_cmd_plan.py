@@ -120,9 +120,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _load(path: Path) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason})") from err
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

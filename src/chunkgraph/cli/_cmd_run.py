@@ -112,6 +112,11 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     dst = plan.existing or volume.create(plan.path, **plan.create_args)
     progress, subscribers = event_output(args)
     recorder = _recorder(args, subscribers)
+    # With events as JSON lines on stdout, everything else goes to stderr: stdout stays
+    # one JSON object per line for whoever reads it.
+    out = sys.stderr if args.log_json == "-" else sys.stdout
+    report: ApplyReport | None = None
+    outcome = "interrupted"
     try:
         report = flow.apply(
             resolved.fn,
@@ -122,10 +127,13 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             progress=progress,
             subscribers=subscribers,
         )
+        outcome = "finished"
     except FlowLockedError as err:
+        outcome = "locked"
         print(f"chunkgraph run: {err}", file=sys.stderr)
         return EXIT_FAILED
     except ExceptionGroup as group:
+        outcome = "failed"
         print(_failure_summary(group), file=sys.stderr)
         print(
             "chunkgraph run: the flow failed; fix the cause and rerun with --resume to "
@@ -135,14 +143,16 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_FAILED
     finally:
         close_output(subscribers)
-    print(report.summary())
-    if recorder is not None:
-        from chunkgraph.report import write_report
+        if recorder is not None and outcome != "locked":
+            # A failed or interrupted run is when a report is needed most.
+            from chunkgraph.report import write_report
 
-        folder = write_report(
-            Path(args.report), recorder, report_summary(report), report.task_bytes
-        )
-        print(f"report in {folder}")
+            summary = report_summary(report) if report is not None else {}
+            summary["outcome"] = outcome
+            task_bytes = report.task_bytes if report is not None else ()
+            folder = write_report(Path(args.report), recorder, summary, task_bytes)
+            print(f"report in {folder}", file=out if report is not None else sys.stderr)
+    print(report.summary(), file=out)
     return EXIT_OK
 
 

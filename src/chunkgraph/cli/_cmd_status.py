@@ -126,7 +126,7 @@ def describe(state: Any, older_than: float, now: float) -> str:
 
 def run_clean(args: argparse.Namespace) -> int:
     from chunkgraph._errors import FlowLockedError
-    from chunkgraph.flow._state import read_flows, remove_flow, remove_root_if_empty
+    from chunkgraph.flow._state import FlowStatus, read_flows, remove_flow, remove_root_if_empty
 
     root = _root(args)
     if root is None:
@@ -142,7 +142,7 @@ def run_clean(args: argparse.Namespace) -> int:
         known = ", ".join(flows) or "none"
         print(f"chunkgraph clean: no flow {', '.join(unknown)} under {root} (flows: {known})",
               file=sys.stderr)  # fmt: skip
-        return EXIT_FAILED
+        return EXIT_USAGE
     older = 0.0 if args.all else args.older_than
     now = time.time()
     chosen = [(fid, True) for fid in args.flow_ids]
@@ -153,6 +153,8 @@ def run_clean(args: argparse.Namespace) -> int:
     for fid, named in chosen:
         state = flows[fid]
         what = "flow and its record" if named else "temporaries"
+        if named and state.status is FlowStatus.DEFERRED:
+            what = "deferred layers (the flow's result, not temporaries) and its record"
         if args.dry_run:
             print(f"would remove {fid}'s {what} ({_size(state.temporary_bytes or 0)})")
             continue

@@ -18,6 +18,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,8 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: object) -> None:
+    """Warnings as one line for a person at a terminal, not a source location."""
+    print(f"chunkgraph: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    shown = warnings.showwarning
+    warnings.showwarning = _show_warning  # type: ignore[assignment]
     try:
         result: int = args.handler(args)
     except ConfigError as error:  # bad options found past argparse: a usage error
@@ -59,4 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `chunkgraph ... | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return EXIT_OK
+    finally:
+        warnings.showwarning = shown
     return result

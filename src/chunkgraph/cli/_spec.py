@@ -327,6 +327,9 @@ def load_spec(path: str | os.PathLike[str]) -> ResolvedSpec:
         text = Path(file).read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(file, [SpecProblem("", None, f"cannot read the spec: {err}")]) from None
+    except UnicodeDecodeError as err:
+        problem = f"the spec is not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8"
+        raise SpecError(file, [SpecProblem("", None, problem)]) from None
     spec, lines = parse_spec(text, file)
     return resolve_spec(spec, Path(file).resolve().parent, file, lines)
 

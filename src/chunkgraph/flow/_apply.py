@@ -46,6 +46,7 @@ import os
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,7 @@ from chunkgraph.flow._markers import (
     CompletionRecord,
     MarkerStore,
     discard_flow_dir,
+    dst_stamp,
     grid_key,
 )
 from chunkgraph.flow._probe import probe_fn
@@ -76,7 +78,7 @@ from chunkgraph.flow._reduce import (
     top_indices_meeting,
 )
 from chunkgraph.flow._spec import FlowSpec, check_bools, normalize_inputs, validate_flow
-from chunkgraph.flow._state import warn_if_stale, write_flow_info
+from chunkgraph.flow._state import read_flow_info, warn_if_stale, write_flow_info
 from chunkgraph.flow._top_task import (
     TopJob,
     TopStats,
@@ -254,6 +256,17 @@ def apply(
     try:
         with flow_lock(root / f"{flow_id}.lock", lock_wait):
             record = CompletionRecord(root, flow_id)
+            stamp = dst_stamp(dst)
+            if resume and _dst_replaced(record, root / flow_id, stamp):
+                warnings.warn(
+                    f"flow {flow_id}: the destination was created anew since this flow last "
+                    "ran (its markers describe writes to a destination that is gone), so "
+                    "resume starts it over",
+                    stacklevel=2,
+                )
+                record.remove()
+                discard_flow_dir(root / flow_id)
+                resume = False
             finished = record.read() if resume else None
             if finished is not None:
                 discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
@@ -262,18 +275,28 @@ def apply(
             if probe:
                 probe_fn(spec, fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
-            flow = _Flow(spec, fn, named, dst, root / flow_id, resume)
+            flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
             report = flow.run(chosen, progress, t0, before, tuple(subscribers))
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
                 # markers whose layers are gone (a resume would reduce missing data).
-                record.write(report)
+                record.write(report, stamp)
                 discard_flow_dir(root / flow_id)
             return report
     finally:
         if made_root:
             with contextlib.suppress(OSError):
                 root.rmdir()  # only when empty: a completion record is worth keeping
+
+
+def _dst_replaced(record: CompletionRecord, flow_dir: Path, stamp: str | None) -> bool:
+    """True when the flow's record or markers were written for a destination that has
+    since been deleted and created again (see ``_markers.dst_stamp``)."""
+    if stamp is None:
+        return False
+    finished = record.read()
+    before = finished.get("dst") if finished else read_flow_info(flow_dir).get("dst")
+    return before is not None and before != stamp
 
 
 def _resolve_executor(
@@ -427,8 +450,11 @@ class _Flow:
         dst: Volume,
         flow_dir: Path,
         resume: bool,
+        dst_stamp: str | None = None,
     ) -> None:
         self.spec = spec
+        self.dst_stamp = dst_stamp
+        self.in_process = True  # set by run(): where the tasks read
         self.inputs = inputs
         self.dst = dst
         self.flow_dir = flow_dir
@@ -468,6 +494,7 @@ class _Flow:
         from chunkgraph.execute import run
         from chunkgraph.graph import Graph
 
+        self.in_process = executor.in_process
         graph = Graph()
         top_refs, skipped_top = self._add_top_tasks(graph)
         red_refs: list[TaskRef] = []
@@ -482,6 +509,7 @@ class _Flow:
             top_tasks=len(top_refs) + skipped_top,
             reductions=len(red_refs) + skipped_red,
             deferred=self.deferred,
+            dst=self.dst_stamp,
         )
         try:
             results = (
@@ -578,8 +606,12 @@ class _Flow:
             for level, n in enumerate(t.tasks_per_level):
                 counts[level] += n
         # Threads share the driver's Volume objects: their counters are exact. Other
-        # executors read through their own copies, which report per task.
-        bytes_read = _read_bytes(self.inputs) - before or sum(t.bytes_read for t in tops)
+        # executors read through their own copies, which report per task (the driver's
+        # counters then hold only the probe's read).
+        if self.in_process:
+            bytes_read = _read_bytes(self.inputs) - before
+        else:
+            bytes_read = sum(t.bytes_read for t in tops)
         needed = sum(
             spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
             for v in self.inputs.values()

@@ -87,6 +87,24 @@ class MarkerStore:
             folder.mkdir(parents=True)
 
 
+def dst_stamp(dst: Any) -> str | None:
+    """Which storage ``dst`` is: the inode and modification time of its array metadata.
+
+    A destination deleted and created again at the same path (same shape, so the
+    same flow id) gets a new stamp, so a resumed run does not trust markers and
+    records of work whose output is gone. None where there is no local file to
+    stat (memory volumes, URLs): resume then trusts the markers as before.
+    """
+    path = getattr(dst, "path", None)
+    if not isinstance(path, str) or "://" in path:
+        return None
+    try:
+        meta = os.stat(os.path.join(path, "zarr.json"))
+    except OSError:
+        return None
+    return f"{meta.st_ino}:{meta.st_mtime_ns}"
+
+
 class CompletionRecord:
     """``<intermediates>/<flow id>.done``: the flow finished; a resumed run has nothing to do.
 
@@ -106,9 +124,10 @@ class CompletionRecord:
             return None
         return record
 
-    def write(self, report: Any) -> None:
+    def write(self, report: Any, dst: str | None = None) -> None:
         record = {
             "flow_id": report.flow_id,
+            "dst": dst,
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
             "bbox": [list(report.bbox.start), list(report.bbox.stop)],
             "tasks_per_level": list(report.tasks_per_level),

@@ -235,17 +235,29 @@ def remove_flow(root: Path, flow_id: str, *, record: bool = False) -> None:
             (root / f"{flow_id}{_DONE}").unlink(missing_ok=True)
 
 
-def write_flow_info(flow_dir: Path, *, top_tasks: int, reductions: int, deferred: bool) -> None:
+def write_flow_info(
+    flow_dir: Path, *, top_tasks: int, reductions: int, deferred: bool, dst: str | None = None
+) -> None:
     """Record a flow's totals (and whether its layers are its result) in ``flow.json``.
 
     For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
     ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
     Written atomically (a temporary file renamed into place).
     """
-    info = {"top_tasks": int(top_tasks), "reductions": int(reductions), "deferred": deferred}
+    info = {
+        "top_tasks": int(top_tasks),
+        "reductions": int(reductions),
+        "deferred": deferred,
+        "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
+    }
     tmp = Path(flow_dir) / f".{_INFO}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(info))
     os.replace(tmp, Path(flow_dir) / _INFO)
+
+
+def read_flow_info(flow_dir: Path) -> dict[str, Any]:
+    """``flow.json`` of a flow directory ({} when missing or unreadable)."""
+    return _read_json(Path(flow_dir) / _INFO) or {}
 
 
 def remove_root_if_empty(root: Path) -> bool:

@@ -52,8 +52,10 @@ class Cost:
             _check_seconds("Cost.seconds", self.seconds)
         for field in ("memory", "output_bytes"):
             value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"Cost.{field} must be an int >= 0 (bytes), got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+                raise ConfigError(
+                    f"Cost.{field} must be an int from 0 to 2**63 - 1 (bytes), got {value!r}"
+                )
 
 
 def _check_seconds(what: str, value: object) -> None:
