@@ -33,16 +33,19 @@ State.
 The process-wide pool is created on first use (`get_pool`), sized to the
 usable cores (``len(os.sched_getaffinity(0))``); `set_workers` replaces it.
 A forked child starts without one (its parent's threads do not exist there).
+A pool made with ``cpus`` (a NUMA node's pool) pins its helpers there, and
+`get_pool` returns it instead inside its helpers and inside `local_pool`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
@@ -150,7 +153,9 @@ class WorkStealingPool:
     >>> pool.close()
     """
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, cpus: Collection[int] | None = None) -> None:
+        """``cpus``: pin the helper threads to these CPUs (Linux) and make this the
+        pool that loops nested in its jobs use (see `local_pool`)."""
         if workers is None:
             workers = usable_cores()
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -158,6 +163,7 @@ class WorkStealingPool:
                 f"workers must be a positive int or None (all cores); got {workers!r}"
             )
         self.workers = workers
+        self._cpus = None if cpus is None else frozenset(cpus)
         self._lock = threading.Lock()
         self._participants: tuple[_Participant, ...] = ()
         self._sleepers: list[_Participant] = []
@@ -310,6 +316,10 @@ class WorkStealingPool:
                 self._sleepers.pop().wake.set()
 
     def _work(self, index: int) -> None:
+        if self._cpus is not None:
+            if hasattr(os, "sched_setaffinity"):
+                os.sched_setaffinity(0, self._cpus)  # pid 0: this thread only
+            _local_pool.set(self)
         me = _Participant(f"chunkgraph-steal-{index}")
         self._register(me)
         try:
@@ -434,10 +444,30 @@ def _add(a: PoolStats, b: PoolStats) -> PoolStats:
 
 _global_lock = threading.Lock()
 _global_pool: WorkStealingPool | None = None
+# A node-local pool that replaces the process-wide one for the current thread.
+_local_pool: contextvars.ContextVar[WorkStealingPool | None] = contextvars.ContextVar(
+    "chunkgraph_local_pool", default=None
+)
+
+
+@contextlib.contextmanager
+def local_pool(pool: WorkStealingPool) -> Iterator[None]:
+    """Inside this block, on this thread, `get_pool` returns ``pool``."""
+    token = _local_pool.set(pool)
+    try:
+        yield
+    finally:
+        _local_pool.reset(token)
 
 
 def get_pool() -> WorkStealingPool:
-    """The process-wide pool, created on first use with one worker per usable core."""
+    """The process-wide pool, created on first use with one worker per usable core.
+
+    Inside `local_pool` (a `PartitionRunner` worker on a NUMA node), that pool instead.
+    """
+    local = _local_pool.get()
+    if local is not None:
+        return local
     global _global_pool
     pool = _global_pool
     if pool is None:
