@@ -4,7 +4,7 @@ See ``README.md`` in this folder for the splitting and grain rules.
 """
 
 from chunkgraph._util import usable_cores
-from chunkgraph.parallel._activation import Activation, ActivationEvent
+from chunkgraph.parallel._activation import ActivationEvent
 from chunkgraph.parallel._grain import CostModel, OpKind
 from chunkgraph.parallel._loops import parallel_for, parallel_map, parallel_reduce
 from chunkgraph.parallel._pool import (
@@ -14,21 +14,17 @@ from chunkgraph.parallel._pool import (
     set_workers,
 )
 from chunkgraph.parallel._runner import PartitionRunner
-from chunkgraph.parallel._signals import ProcessSignals, Reading
 from chunkgraph.parallel._sort import parallel_sort
 from chunkgraph.parallel._splitter import LengthSplitter, Splitter, plan_pieces
 from chunkgraph.parallel._topology import Topology
 
 __all__ = [
-    "Activation",
     "ActivationEvent",
     "CostModel",
     "LengthSplitter",
     "OpKind",
     "PartitionRunner",
     "PoolStats",
-    "ProcessSignals",
-    "Reading",
     "Splitter",
     "Topology",
     "WorkStealingPool",
