@@ -97,6 +97,7 @@ def test_two_nodes_stay_balanced_pinned_and_use_their_own_pool() -> None:
     assert {workers for _, _, workers, _ in seen} == {1}  # a node pool of its 1 CPU
     assert all(nested == [1, 2, 3, 4] for *_, nested in seen)
     assert get_pool().workers == len(AFFINITY)  # the caller still sees the process pool
+    assert set(os.sched_getaffinity(0)) == AFFINITY  # pinning touched worker threads only
 
 
 def test_one_node_does_not_pin_and_nested_loops_use_the_process_pool() -> None:
