@@ -5,11 +5,14 @@ from __future__ import annotations
 import chunkgraph.parallel as parallel
 
 EXPECTED = {
+    "ActivationEvent",
     "CostModel",
     "LengthSplitter",
     "OpKind",
+    "PartitionRunner",
     "PoolStats",
     "Splitter",
+    "Topology",
     "WorkStealingPool",
     "get_pool",
     "parallel_for",
