@@ -111,6 +111,20 @@ def test_command_line_overrides_the_run_defaults(
     assert [p.name for p in (work / "pids").iterdir()] == [str(os.getpid())]
 
 
+def test_the_adaptive_executor_runs_a_spec_with_a_report(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:scale\n"
+        "kwargs: {factor: 2.0, offset: 0.0}\nchunk_sizes: [16]\nrun: {executor: adaptive}\n",
+    )
+    code, _, err = run(capsys, spec, "--report", str(work / "report"))
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+    assert "activation" in json.loads((work / "report" / "report.json").read_text())
+
+
 GOOD = {
     "input": "input: raw.zarr",
     "output": OUTPUT.strip(),

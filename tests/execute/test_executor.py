@@ -50,7 +50,7 @@ def _graph() -> tuple[Graph, Any]:
 
 
 def test_local_executors_and_custom_ones_are_executors() -> None:
-    assert EXECUTOR_KINDS == ("threads", "processes", "sync")
+    assert EXECUTOR_KINDS == ("threads", "adaptive", "processes", "sync")
     for kind in EXECUTOR_KINDS:
         executor = LocalExecutor(kind)
         assert isinstance(executor, Executor)

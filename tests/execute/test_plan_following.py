@@ -14,7 +14,7 @@ from chunkgraph.execute import EventKind, LocalExecutor, Scheduler
 from chunkgraph.execute._placement import placement_of, split_workers
 from chunkgraph.graph import Cost, Graph
 
-KINDS = ["threads", "processes", "sync"]
+KINDS = ["threads", "adaptive", "processes", "sync"]
 
 
 class Meter:

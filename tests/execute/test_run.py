@@ -31,8 +31,8 @@ from chunkgraph._errors import ConfigError, GraphError, TaskError
 from chunkgraph.execute import Event, EventKind, LocalExecutor, run
 from chunkgraph.graph import Graph, TaskRef
 
-KINDS = ["sync", "threads", "processes"]
-EXAMPLES = {"sync": 40, "threads": 40, "processes": 4}
+KINDS = ["sync", "threads", "adaptive", "processes"]
+EXAMPLES = {"sync": 40, "threads": 40, "adaptive": 20, "processes": 4}
 
 
 @st.composite

@@ -52,7 +52,7 @@ def test_sync_refuses_a_timeout_it_cannot_enforce() -> None:
     assert LocalExecutor("threads", timeout=2).timeout == 2.0
 
 
-@pytest.mark.parametrize("kind", ["threads", "processes"])
+@pytest.mark.parametrize("kind", ["threads", "adaptive", "processes"])
 def test_tasks_within_their_limit_are_unaffected(kind: Any) -> None:
     """a0..a9 -> total: a generous limit changes no result."""
     g = Graph()

@@ -42,7 +42,7 @@ def test_without_cache_halos_amplify_reads(files: Any) -> None:
     assert report.read_amplification == 10 / 4
 
 
-@pytest.mark.parametrize("executor", ["sync", "threads"])
+@pytest.mark.parametrize("executor", ["sync", "threads", "adaptive"])
 def test_slab_cache_and_ordering_read_every_chunk_once(files: Any, executor: str) -> None:
     # room for three slabs of chunks: the one being finished and the two being started
     src = _source(files, 3 * 16 * CHUNK_BYTES)

@@ -45,7 +45,7 @@ def register(commands: Any) -> None:
     run.add_argument("spec", metavar="SPEC.yaml", help="the spec file")
     run.add_argument(
         "--executor",
-        choices=("threads", "processes", "sync"),
+        choices=("threads", "adaptive", "processes", "sync"),
         default=None,
         help="where tasks run (default: the spec's run.executor, else threads)",
     )

@@ -93,7 +93,7 @@ class OutputSpec(_Model):
 class RunDefaults(_Model):
     """How to run, unless the command line says otherwise."""
 
-    executor: Literal["threads", "processes", "sync"] | None = Field(
+    executor: Literal["threads", "adaptive", "processes", "sync"] | None = Field(
         default=None, description="default: threads"
     )
     workers: Annotated[int, Field(gt=0)] | None = Field(

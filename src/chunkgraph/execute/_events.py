@@ -27,6 +27,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chunkgraph.parallel import ActivationEvent
 
 # How often the calling thread delivers queued events. Shorter gives smoother
 # progress bars; longer wakes the calling thread less (it competes with workers
@@ -44,6 +48,7 @@ class EventKind(enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     STOLEN = "stolen"  # an idle context took planned work of another (``total``: tasks moved)
+    ACTIVATED = "activated"  # the adaptive executor's check (``total``: workers active)
     RUN_FINISHED = "run-finished"
 
 
@@ -56,7 +61,9 @@ class Event:
     retried try. ``total`` is, for RUN_STARTED, the number of tasks the run will
     execute and, for RUN_FINISHED, the number that finished. ``worker`` is the
     thread that started or finished the try, "" when that was the calling
-    thread or for other kinds (see the module doc).
+    thread or for other kinds (see the module doc). ``activation``: for
+    ACTIVATED, the adaptive executor's ``ActivationEvent`` (workers active and
+    added per context, the CPU and I/O readings).
     """
 
     kind: EventKind
@@ -67,6 +74,7 @@ class Event:
     total: int = 0
     error: BaseException | None = None
     worker: str = ""
+    activation: ActivationEvent | None = None
 
 
 Subscriber = Callable[[Event], None]
@@ -91,6 +99,7 @@ class EventQueue:
         attempt: int = 0,
         total: int = 0,
         error: BaseException | None = None,
+        activation: ActivationEvent | None = None,
     ) -> None:
         worker = ""
         if kind is EventKind.STARTED or kind is EventKind.FINISHED:
@@ -98,7 +107,7 @@ class EventQueue:
             if thread is not self._caller:
                 worker = thread.name
         self._queue.append(
-            Event(kind, task, name, time.perf_counter(), attempt, total, error, worker)
+            Event(kind, task, name, time.perf_counter(), attempt, total, error, worker, activation)
         )
 
     def drain(self) -> None:

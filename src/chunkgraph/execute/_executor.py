@@ -58,7 +58,7 @@ def resolve_executor(
     retries: int = 0,
     timeout: float | None = None,
 ) -> Executor:
-    """The Executor that ``executor=`` names: a kind ("threads", "processes", "sync")
+    """The Executor that ``executor=`` names: a kind (one of ``EXECUTOR_KINDS``)
     becomes a ``LocalExecutor`` with these options; an Executor is returned as it is.
 
     ConfigError for anything else, for bad options, and for options given beside an

@@ -1,9 +1,10 @@
-"""``LocalExecutor``: runs a graph on this machine, on threads, processes or the calling thread.
+"""``LocalExecutor``: runs a graph here: on threads (fixed or adaptive), processes or the caller.
 
     LocalExecutor.run(graph, targets, plan=None)
       validate ─ plan (chunkgraph.plan on local_contexts(), kept by graph.cached;
       or the one given) ─ Placement (_placement) ─ Scheduler
       ─ Driver(...).run(backend) ─┬─ "threads"   ThreadBackend   _threads.py
+                                  ├─ "adaptive"  AdaptiveBackend _adaptive.py
                                   ├─ "processes" ProcessBackend  _processes.py
                                   └─ "sync"      SyncBackend     _sync.py
       <─ {target: result}, or ExceptionGroup[TaskError]
@@ -30,6 +31,7 @@ import numpy as np
 from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph._util import usable_cores
 from chunkgraph.execute import _interrupts
+from chunkgraph.execute._adaptive import AdaptiveBackend
 from chunkgraph.execute._driver import Backend, Driver
 from chunkgraph.execute._events import Subscriber
 from chunkgraph.execute._limits import check_timeout, task_timeouts
@@ -41,10 +43,16 @@ from chunkgraph.execute._threads import ThreadBackend
 from chunkgraph.graph import Graph, needed_mask
 
 if TYPE_CHECKING:
+    from chunkgraph.parallel._signals import Sampler
     from chunkgraph.planning import Plan
 
-ExecutorKind = Literal["threads", "processes", "sync"]
-EXECUTOR_KINDS: tuple[ExecutorKind, ...] = ("threads", "processes", "sync")
+ExecutorKind = Literal["threads", "adaptive", "processes", "sync"]
+EXECUTOR_KINDS: tuple[ExecutorKind, ...] = ("threads", "adaptive", "processes", "sync")
+
+# "adaptive": most workers per usable core. It starts a quarter of them (one
+# per core), so CPU-bound tasks are at full occupancy at once, and tasks that
+# wait on storage can grow to four per core.
+ADAPTIVE_WORKERS_PER_CORE = 4
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,13 @@ class LocalExecutor:
     """Runs graphs on this machine.
 
     ``kind``: "threads" (a persistent thread pool; numpy releases the GIL),
-    "processes" (worker processes, numpy arrays through shared memory) or "sync"
-    (the calling thread). ``workers``: default all usable cores. ``retries``: extra
+    "adaptive" (threads, their number grown while the measured CPU and I/O
+    signals say the machine absorbs more: see ``_adaptive``), "processes"
+    (worker processes, numpy arrays through shared memory) or "sync" (the
+    calling thread). ``workers``: default all usable cores; for "adaptive", the
+    most workers (default ``ADAPTIVE_WORKERS_PER_CORE`` per core), a quarter of
+    them active at the start. ``sampler``: the signals "adaptive" reads
+    (default: this process's CPU time and storage bytes). ``retries``: extra
     tries per task (a dead worker process counts as a try). ``subscribers``:
     callables receiving every ``Event``. ``timeout``: seconds a try of a task may
     run before it fails with ``TimeoutError`` (a worker process running it is
@@ -72,6 +85,7 @@ class LocalExecutor:
     retries: int = 0
     subscribers: tuple[Subscriber, ...] = field(default=())
     timeout: float | None = None
+    sampler: Sampler | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTOR_KINDS:
@@ -90,6 +104,11 @@ class LocalExecutor:
                 f"timeout={self.timeout:g} cannot be enforced with executor='sync' (tasks run "
                 "in the calling thread, which nothing can stop); use executor='threads' or "
                 "'processes', or timeout=None"
+            )
+        if self.sampler is not None and self.kind != "adaptive":
+            raise ConfigError(
+                f"sampler is read only by executor='adaptive', not {self.kind!r}; "
+                "drop it or use kind='adaptive'"
             )
 
     @property
@@ -115,7 +134,9 @@ class LocalExecutor:
         graph.validate()
         target_ids = graph.sinks().tolist() if targets is None else list(targets)
         plan = self._plan_for(graph, target_ids, plan)
-        workers = self.workers or usable_cores()
+        workers = self.workers or usable_cores() * (
+            ADAPTIVE_WORKERS_PER_CORE if self.kind == "adaptive" else 1
+        )
         placement = None if _trivial(plan) else placement_of(plan, graph, workers)
         scheduler = Scheduler(graph, target_ids, plan.order, self.retries, placement)
         driver = Driver(
@@ -165,6 +186,8 @@ class LocalExecutor:
     def _backend(self, driver: Driver, workers: int) -> Backend:
         if self.kind == "threads":
             return ThreadBackend(driver, workers)
+        if self.kind == "adaptive":
+            return AdaptiveBackend(driver, workers, self.sampler)
         if self.kind == "processes":
             return ProcessBackend(driver, workers)
         return SyncBackend(driver)

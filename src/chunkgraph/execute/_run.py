@@ -60,7 +60,7 @@ def run(
     ``targets``: a TaskRef (returns its value), a list/tuple/dict of TaskRefs (the same
     structure of values), or None (a dict ``{sink name: value}`` of every task no other
     task consumes). Failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
-    ``executor``: "threads", "processes", "sync" (a ``LocalExecutor`` with ``workers``,
+    ``executor``: "threads", "adaptive", "processes", "sync" (a ``LocalExecutor`` with ``workers``,
     ``retries`` and ``timeout``), or an ``Executor``, which carries its own settings.
     ``timeout``: seconds each try of each task may run (see ``LocalExecutor``).
     ``plan``: a ``chunkgraph.plan(graph, ...)`` to follow (default: the graph is

@@ -8,7 +8,8 @@
                        starts and ends; the I/O rate on a second axis: over
                        time from the tasks' own bytes when the report has
                        them, else the summary's bytes_read / bytes_written
-                       averaged over the run (said so in the legend).
+                       averaged over the run (said so in the legend); for
+                       the adaptive executor, the workers it had activated.
 
 The I/O rate is the run's average, a flat line, and its legend says so: the
 events carry no per-task byte counts, and drawing a shape from an average
@@ -155,6 +156,13 @@ def _utilisation(plt: Any, document: Mapping[str, Any]) -> Any:
     workers = len(document["workers"])
     if workers:
         axes.axhline(workers, color="tab:gray", linestyle=":", label=f"workers ({workers})")
+    steps = document.get("activation") or []
+    if steps:
+        at = [float(step["at"]) for step in steps] + [max(wall, float(steps[-1]["at"]))]
+        active = [sum(step["active"]) for step in steps]
+        axes.step(at, [*active, active[-1]], where="post", color="tab:green", linestyle="--",
+                  label="workers active (adaptive)")  # fmt: skip
+        workers = max(workers, max(active))
     axes.set_xlabel("seconds from the run's start")
     axes.set_ylabel("workers busy")
     axes.yaxis.get_major_locator().set_params(integer=True)

@@ -21,7 +21,10 @@ The document (``format`` 1; times in seconds from the first run's start)::
                   "pending"), "error" (failed only), "tries" (only when more than
                   one: [[worker, start, end, failed], ...]), "bytes_read",
                   "bytes_written" (when the caller gave them per task)}, ...],
-     "summary": {the caller's fields, e.g. bytes_read, bytes_written}}
+     "summary": {the caller's fields, e.g. bytes_read, bytes_written},
+     "activation": [{"at", "active" (workers per context), "cpu" (busy cores),
+                     "io" (bytes/s), "cpu_grows", "io_grows"}, ...]
+                   (only for the adaptive executor: one entry per accepted check)}
 
 Workers. A try started by a worker thread names it. Tries the calling thread
 announced (sync executor: it ran them; process executor: it submitted them to
@@ -142,7 +145,7 @@ def build_report(
         "steals": recorder.steals,
         "tasks_stolen": recorder.tasks_stolen,
     }
-    return {
+    document: dict[str, Any] = {
         "format": REPORT_FORMAT,
         "totals": totals,
         "workers": sorted(workers, key=_natural),
@@ -150,6 +153,19 @@ def build_report(
         "tasks": tasks,
         "summary": _jsonable(dict(summary or {})),
     }
+    if recorder.activations:
+        document["activation"] = [
+            {
+                "at": at(when),
+                "active": list(step.active),
+                "cpu": None if step.cpu is None else round(step.cpu, 3),
+                "io": None if step.io is None else round(step.io),
+                "cpu_grows": step.cpu_grows,
+                "io_grows": step.io_grows,
+            }
+            for when, step in recorder.activations
+        ]
+    return document
 
 
 def _assign_lanes(records: list[TaskRecord]) -> tuple[dict[int, str], list[str]]:

@@ -13,6 +13,8 @@ plus the run's start and end and the steals:
     FAILED         closes it as failed; the outcome is "failed" with the error's text
     CANCELLED      the task never ran: outcome "cancelled"
     STOLEN         one steal of ``event.total`` tasks
+    ACTIVATED      the adaptive executor's check: workers active per context and
+                   the CPU and I/O readings (``activations``)
     RUN_FINISHED   the run's end
 
 Times stay ``time.perf_counter()`` values here; the report makes them seconds
@@ -24,8 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from chunkgraph.execute import Event, EventKind
+
+if TYPE_CHECKING:
+    from chunkgraph.parallel import ActivationEvent
 
 # An error's text is kept for the report; a traceback-sized message would make
 # report.json unreadable, and the run raises the full error anyway.
@@ -85,6 +91,8 @@ class Recorder:
         self.planned = 0  # tasks the runs said they would execute
         self.steals = 0  # STOLEN events
         self.tasks_stolen = 0  # tasks those steals moved
+        # (perf_counter time, ActivationEvent) of each ACTIVATED event
+        self.activations: list[tuple[float, ActivationEvent]] = []
 
     @property
     def tasks(self) -> list[TaskRecord]:
@@ -103,6 +111,9 @@ class Recorder:
         elif kind is EventKind.STOLEN:
             self.steals += 1
             self.tasks_stolen += event.total
+        elif kind is EventKind.ACTIVATED:
+            if event.activation is not None:
+                self.activations.append((event.time, event.activation))
         elif kind is EventKind.STARTED:
             self._record(event).tries.append(Try(event.worker, event.time))
         elif kind is EventKind.CANCELLED:

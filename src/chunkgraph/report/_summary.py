@@ -11,6 +11,7 @@ Every number is read from the document: nothing is measured again.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,14 @@ def summarize(directory: str | Path) -> str:
         lines.append(
             f"  busiest worker {worker}: busy {share_of_wall} of the wall, "
             f"{seconds / total:.0%} of all work"
+        )
+    steps = document.get("activation") or []
+    if steps:
+        active = [sum(step["active"]) for step in steps]
+        grew = sum(1 for before, after in itertools.pairwise(active) if after > before)
+        lines.append(
+            f"  adaptive: {active[0]} workers active at the start, {active[-1]} at the end "
+            f"({_count(len(steps) - 1, 'check')}, {_count(grew, 'growth step')})"
         )
     failed = [t for t in document["tasks"] if t.get("outcome") == "failed"]
     for task in failed[:3]:
