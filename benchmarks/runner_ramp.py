@@ -9,7 +9,10 @@ run, side by side:
                   I/O-bound work;
 * runner:         ``chunkgraph.parallel.PartitionRunner()`` with its defaults,
                   told nothing about the workload: it activates workers from
-                  the measured CPU and I/O signals.
+                  the measured CPU and I/O signals;
+* adaptive executor: the partitions as independent tasks of a graph run by
+                  ``LocalExecutor("adaptive")``, the same policy inside the
+                  task executor.
 
 Workloads (sizes in the argument defaults; ``--quick`` shrinks them):
 
@@ -50,9 +53,12 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkgraph.execute import LocalExecutor
+from chunkgraph.graph import Graph
 from chunkgraph.parallel import PartitionRunner, usable_cores
 
-ENGINES = ("static cores", "static 4xcores", "runner")
+ENGINES = ("static cores", "static 4xcores", "runner", "adaptive executor")
+ADAPTIVE = ("runner", "adaptive executor")
 CPU_TARGET = 1.05  # runner / static cores
 IO_TARGET = 1.10  # runner / better static pool
 
@@ -80,7 +86,7 @@ class Row:
     @property
     def best_static(self) -> tuple[str, float]:
         return min(
-            ((e, self.median(e)) for e in ENGINES if e != "runner"), key=lambda item: item[1]
+            ((e, self.median(e)) for e in ENGINES if e not in ADAPTIVE), key=lambda item: item[1]
         )
 
     @property
@@ -155,6 +161,14 @@ def run_runner(order: list[int], f: Callable[[int], object]) -> tuple[float, Par
     return time.perf_counter() - begin, runner
 
 
+def run_adaptive_executor(order: list[int], f: Callable[[int], object]) -> float:
+    graph = Graph()
+    ids = [graph.add(f, i).id for i in order]
+    begin = time.perf_counter()
+    LocalExecutor("adaptive").run(graph, ids)
+    return time.perf_counter() - begin
+
+
 def ramp_of(runner: PartitionRunner, seconds: float) -> RunnerRun:
     timeline = runner.timeline
     final = sum(timeline[-1].active)
@@ -177,11 +191,13 @@ def measure(
             if engine == "runner":
                 seconds, last = run_runner(order, f)
                 row.runner_runs.append(ramp_of(last, seconds))
+            elif engine == "adaptive executor":
+                seconds = run_adaptive_executor(order, f)
             else:
                 workers = cores if engine == "static cores" else 4 * cores
                 seconds = run_static(workers, order, f)
             row.times[engine].append(seconds)
-            print(f"  {name} round {r + 1}/{repeat}: {engine:<15} {seconds:6.2f} s", flush=True)
+            print(f"  {name} round {r + 1}/{repeat}: {engine:<17} {seconds:6.2f} s", flush=True)
     assert last is not None
     return row, last
 
@@ -199,8 +215,9 @@ def spread(values: list[float] | list[int], fmt: str) -> str:
 def table(rows: list[Row], cores: int, cap: int) -> str:
     lines = [
         f"| workload | partitions | static {cores} | static {4 * cores} | runner "
-        "| runner / best static | runner ramp | final active | target | met |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| runner / best static | runner ramp | final active | target | met "
+        "| adaptive executor / best static |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for r in rows:
         what, limit, ratio = r.target
@@ -213,7 +230,8 @@ def table(rows: list[Row], cores: int, cap: int) -> str:
             f"| {r.median('static 4xcores'):.2f} s | {r.median('runner'):.2f} s "
             f"| {r.median('runner') / best_s:.3f} (vs {best_workers}) | {ramp} s "
             f"| {active} of {cap} | {what} (is {ratio:.3f}) "
-            f"| {'met' if ratio <= limit else 'MISSED'} |"
+            f"| {'met' if ratio <= limit else 'MISSED'} "
+            f"| {r.median('adaptive executor') / best_s:.3f} |"
         )
     return "\n".join(lines)
 

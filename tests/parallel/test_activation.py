@@ -103,25 +103,33 @@ def test_cpu_grows_when_the_gain_since_the_last_step_is_a_fifth_of_the_workers_i
     assert policy.active == (20,)
 
 
-def test_io_grows_on_a_rise_of_a_fifth_over_the_previous_window() -> None:
-    """CPU stays at 0 throughout, so only the I/O signal can grow the node."""
-    readings = [0.0, 0.0, 8.0, 8.0, 10.0, 11.0, 12.0, 14.4]
+def test_io_grows_when_the_added_workers_bring_a_fifth_of_a_workers_rate() -> None:
+    """CPU stays at 0 throughout, so only the I/O signal can grow the node of 40.
+
+    Start 10; steps of 5. After a step from ``a`` workers at rate ``r``, the
+    next must come from a rate of at least ``r + 0.2 * 5 * r / a``.
+    """
+    readings = [0.0, 0.0, 10.0, 10.0, 10.4, 11.0, 11.2, 11.5]
     policy = Activation([40], Script([(0.0, io) for io in readings]))
     policy.initial()
     added = [policy.check(100)[0] for _ in readings]
-    # 0, 0: nothing; 8: the first non-zero rate; 8: flat; 10: +25%;
-    # 11: +10%; 12: +9% over 11 (not over 10); 14.4: +20% exactly
-    assert added == [0, 0, 5, 0, 5, 0, 0, 5]
+    # 0, 0: nothing; 10: the first non-zero rate (step at 10 with 10 active:
+    # 1.0 per worker, so 5 more must bring 1.0); 10: flat; 10.4: +0.4 < 1.0;
+    # 11.0: +1.0 over the step's 10 (not over the previous window's 10.4): step
+    # at 11.0 with 15 active, so the next must bring 0.2 * 5 * 11 / 15 = 0.73;
+    # 11.2: +0.2; 11.5: +0.5, still short.
+    assert added == [0, 0, 5, 0, 0, 5, 0, 0]
     assert [e.io_grows for e in policy.timeline[1:]] == [bool(a) for a in added]
 
 
 def test_both_signals_are_sampled_at_every_check() -> None:
-    """The I/O baseline moves even when the CPU alone grows the node."""
-    policy = Activation([40], Script([(2.0, 10.0), (2.0, 11.0)]))
+    """A step taken for the CPU moves the I/O baseline too."""
+    policy = Activation([40], Script([(2.0, 10.0), (2.0, 10.5), (2.0, 11.0)]))
     policy.initial()
     first = policy.check(100)  # CPU grows (2.0 >= 0.2 * 10); I/O bootstraps too
-    second = policy.check(100)  # +10% over 10, not over 0
-    assert (first, second) == ([5], [0])
+    second = policy.check(100)  # +0.5 over the step's 10: short of 0.2 * 5 * 10 / 10
+    third = policy.check(100)  # +1.0: the five added brought a fifth of a worker's rate each
+    assert (first, second, third) == ([5], [0], [5])
     event = policy.timeline[1]
     assert (event.cpu_grows, event.io_grows) == (True, True)
 
@@ -130,14 +138,23 @@ def test_an_io_bound_stage_stalls_on_cpu_alone_and_grows_with_the_io_signal() ->
     """The lesson: each worker busies 0.05 cores and moves 1 MB/s; 500 partitions queued.
 
     With only the CPU signal the node never leaves its initial 8 of 32; with
-    the I/O signal it grows while throughput rises >= 20% per window: 8 (the
-    first non-zero rate) -> 12 -> 16 (+50%) -> 20 (+33%) -> 24 (+25%) -> 28
-    (+20%), where +17% stops it.
+    the I/O signal a stage whose throughput grows with its workers reaches
+    the cap: 8 (the first non-zero rate) -> 12 -> ... -> 32. (A fixed "20%
+    over the previous window" stopped it at 28: the step of 4 is less than
+    20% of 24.)
     """
-    for io, expected in ((False, [8]), (True, [8, 12, 16, 20, 24, 28])):
+    for io, expected in ((False, [8]), (True, [8, 12, 16, 20, 24, 28, 32])):
         model = Model(lambda n, io=io: (0.05 * n, 1e6 * n if io else None))
         policy = model.policy = Activation([32], model)
         assert [a for (a,) in ramp(policy, remaining=500)] == expected
+
+
+def test_a_saturated_device_stops_the_io_growth() -> None:
+    """Throughput that stops rising with workers (a device at its limit) stops the ramp:
+    16 MB/s at most, 2 MB/s per worker below that; the node of 32 stops at 12."""
+    model = Model(lambda n: (0.05 * n, min(16e6, 2e6 * n)))
+    policy = model.policy = Activation([32], model)
+    assert [a for (a,) in ramp(policy, remaining=500)] == [8, 12]
 
 
 def test_a_rejected_window_changes_and_records_nothing() -> None:
