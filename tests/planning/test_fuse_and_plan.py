@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import chunkgraph as cg
+from chunkgraph._numa import parse_cpulist
 from chunkgraph.graph import Cost, Graph
-from chunkgraph.planning._contexts import _parse_cpulist, link_between, local_contexts
+from chunkgraph.planning._contexts import link_between, local_contexts
 from chunkgraph.planning._fuse import fuse_chains
 
 
@@ -139,7 +140,7 @@ def test_local_contexts_cover_the_usable_cores() -> None:
     contexts = local_contexts(gpus=False)
     assert sum(c.slots for c in contexts if c.kind == "cpu") == usable_cores()
     assert all(c.memory > 0 and not math.isnan(c.memory) for c in contexts)
-    assert _parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
 
 
 def test_per_context_seconds_and_edge_sizes_reach_the_problem() -> None:

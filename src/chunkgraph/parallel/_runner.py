@@ -50,12 +50,12 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from chunkgraph._errors import ConfigError, UsageError
+from chunkgraph._numa import allowed_cpus
 from chunkgraph._util import as_int
 from chunkgraph.parallel._activation import Activation, ActivationEvent, plot_timeline
 from chunkgraph.parallel._pool import WorkStealingPool, local_pool
 from chunkgraph.parallel._signals import ProcessSignals, Sampler
 from chunkgraph.parallel._topology import Topology
-from chunkgraph.planning._contexts import _allowed_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -368,7 +368,7 @@ class PartitionRunner:
 
 
 def _check_pinnable(topology: Topology) -> None:
-    allowed = _allowed_cores()
+    allowed = allowed_cpus()
     outside = sorted(set().union(*topology.nodes) - allowed)
     if outside or not hasattr(os, "sched_setaffinity"):
         raise ConfigError(

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.planning._contexts import _allowed_cores, _parse_cpulist
-
-NODE_ROOT = Path("/sys/devices/system/node")
+from chunkgraph._numa import NODE_ROOT, allowed_cpus, numa_nodes
 
 
 @dataclass(frozen=True)
@@ -49,19 +47,10 @@ class Topology:
     @classmethod
     def detect(cls, root: Path = NODE_ROOT) -> Topology:
         """This machine's usable NUMA nodes (one node when there is no NUMA information)."""
-        allowed = _allowed_cores()
-        nodes: list[frozenset[int]] = []
-        try:
-            found = sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
-            for node in found:
-                cpus = frozenset(_parse_cpulist((node / "cpulist").read_text()) & allowed)
-                if cpus:
-                    nodes.append(cpus)
-        except (OSError, ValueError):
-            nodes = []  # a partial read would misplace CPUs: trust none of it
+        nodes = [cpus for _, cpus in numa_nodes(root)]
         if len(nodes) > 1:
             return cls(tuple(nodes))
-        return cls((frozenset(allowed) or frozenset({0}),))
+        return cls((frozenset(allowed_cpus()) or frozenset({0}),))
 
     @property
     def is_numa(self) -> bool:

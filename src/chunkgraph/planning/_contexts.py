@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._numa import numa_nodes
 from chunkgraph._util import usable_cores
 
 ContextKind = Literal["cpu", "gpu"]
@@ -203,38 +204,16 @@ def local_contexts(*, gpus: bool = True) -> tuple[Context, ...]:
 
 
 def _numa_contexts() -> list[Context]:
-    allowed = _allowed_cores()
     nodes = []
-    root = Path("/sys/devices/system/node")
-    for node in sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+    for node, cpus in numa_nodes():
         try:
-            cores = _parse_cpulist((node / "cpulist").read_text()) & allowed
             memory = _node_memory(node / "meminfo")
         except (OSError, ValueError):
             continue
-        if cores:
-            nodes.append(Context(node.name.replace("node", "numa"), "cpu", len(cores), 1.0, memory))
+        nodes.append(Context(node.name.replace("node", "numa"), "cpu", len(cpus), 1.0, memory))
     if len(nodes) > 1:
         return nodes
     return [Context("cpu", "cpu", usable_cores(), 1.0, _total_memory())]
-
-
-def _allowed_cores() -> set[int]:
-    try:
-        return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return set(range(os.cpu_count() or 1))
-
-
-def _parse_cpulist(text: str) -> set[int]:
-    """``"0-3,8,10-11"`` -> {0, 1, 2, 3, 8, 10, 11}."""
-    cores: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cores.update(range(int(lo), int(hi or lo) + 1))
-    return cores
 
 
 def _node_memory(meminfo: Path) -> float:
