@@ -187,7 +187,7 @@ class SpecNodes:
         if not all(isinstance(v, graph_node) for v in dsk.values()):
             dsk = spec.convert_legacy_graph(dsk)
         self.nodes = dsk
-        self.alias, self.data_node, self.graph_node = spec.Alias, spec.DataNode, graph_node
+        self.alias, self.data_node = spec.Alias, spec.DataNode
 
     def kind(self, key: Key) -> tuple[int, Any]:
         node = self.nodes[key]
@@ -196,13 +196,7 @@ class SpecNodes:
             return ALIAS, node.target
         if cls is self.data_node:
             return DATA, node.value
-        if isinstance(node, self.graph_node):
-            return TASK, node
-        raise GraphError(
-            f"dask key {key!r} holds {type(node).__name__} {node!r:.80}, which is not a "
-            "dask task_spec node; a graph's values must be Task, DataNode, Alias or "
-            "another dask._task_spec.GraphNode (or tuple tasks, which dask converts)"
-        )
+        return TASK, node  # any other GraphNode: Task, containers, fused subgraphs
 
     def dependencies(self, key: Key) -> Iterable[Key]:
         deps: Iterable[Key] = self.nodes[key].dependencies
@@ -293,19 +287,7 @@ def _data(value: Any) -> Any:
 
 def key_name(key: Key) -> str:
     """The readable part of a dask key: ``('sum-partial-3f9a...', 0, 1)`` -> ``sum-partial``."""
-    while isinstance(key, tuple) and key:
-        key = key[0]
-    if isinstance(key, bytes):
-        key = key.decode(errors="replace")
-    text = str(key)
-    words = text.split("-")
-    kept = [w for w in words if not (len(w) >= 8 and _is_hex(w))]
-    return "-".join(kept) or text
+    from dask.utils import key_split
 
-
-def _is_hex(word: str) -> bool:
-    try:
-        int(word, 16)
-    except ValueError:
-        return False
-    return True
+    name: str = key_split(key)
+    return name
