@@ -118,8 +118,8 @@ def _first_task_error(group: BaseExceptionGroup[Any], converted: DaskGraph) -> B
         return None
     # Only on failure, so a pass over the keys is fine: dask users know keys, not ids.
     key_of: dict[int, Any] = {}
-    for key, tid in converted.task_ids.items():
-        key_of.setdefault(tid, key)  # a task's own key comes before its aliases
+    for dask_key, tid in converted.task_ids.items():
+        key_of.setdefault(tid, dask_key)  # a task's own key comes before its aliases
 
     def key(error: TaskError) -> Any:
         return key_of.get(converted.graph.task_id(error.task), error.task)
