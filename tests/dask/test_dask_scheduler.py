@@ -98,8 +98,8 @@ def test_options() -> None:
     assert cg.dask_scheduler(dsk, "b", pool=None, chunksize=4) == 2  # dask's, not needed
     with pytest.raises(cg.ConfigError, match="given beside executor"):
         cg.dask_scheduler(dsk, "b", num_workers=2, executor=cg.LocalExecutor("sync"))
-    with pytest.raises(cg.ConfigError, match=r"unknown option\(s\) \['workers'\]"):
-        cg.dask_scheduler(dsk, "b", workers=2)
+    with pytest.warns(UserWarning, match=r"ignores option\(s\) \['workers'\]"):
+        assert cg.dask_scheduler(dsk, "b", workers=2) == 2  # dask forwards compute(**kwargs)
 
 
 def test_dask_num_workers_setting_is_the_default() -> None:

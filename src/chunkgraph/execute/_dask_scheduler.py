@@ -24,9 +24,10 @@ the other failures are in the note, not lost. Errors that are not a task's
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from chunkgraph._errors import ConfigError, TaskError
+from chunkgraph._errors import TaskError
 from chunkgraph.execute._executor import Executor, resolve_executor
 from chunkgraph.execute._local import ExecutorKind
 from chunkgraph.graph import DaskGraph, from_dask
@@ -49,7 +50,9 @@ def dask_scheduler(
     cores). ``executor``: "threads", "processes", "sync" or a chunkgraph Executor
     (which carries its own workers). A failed task raises its own exception (see
     the module doc). ``dask_options``: the options dask's local schedulers take and
-    this one does not need (``pool``, ``cache``, ``chunksize``, ...) are ignored.
+    this one does not need (``pool``, ``cache``, ``chunksize``, ...) are ignored;
+    others are ignored with a warning (dask forwards ``compute(**kwargs)`` to the
+    scheduler, and a scheduler must accept them).
 
     >>> import operator
     >>> dsk = {"x": 1, "y": (operator.add, "x", 10)}
@@ -57,10 +60,11 @@ def dask_scheduler(
     (11, (1,))
     """
     unknown = set(dask_options) - _DASK_LOCAL_OPTIONS
-    if unknown:
-        raise ConfigError(
-            f"dask_scheduler() got unknown option(s) {sorted(unknown)}; it takes "
-            f"num_workers= and executor= (and ignores dask's {sorted(_DASK_LOCAL_OPTIONS)})"
+    if unknown:  # dask's contract: compute(**kwargs) reaches the scheduler, which must not fail
+        warnings.warn(
+            f"dask_scheduler() ignores option(s) {sorted(unknown)}; it takes num_workers= "
+            f"and executor= (and ignores dask's {sorted(_DASK_LOCAL_OPTIONS)})",
+            stacklevel=2,
         )
     if num_workers is None and isinstance(executor, str):
         import dask

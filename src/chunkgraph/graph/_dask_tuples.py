@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkgraph.graph._from_dask import ALIAS, DATA, TASK, Key, key_name
+from chunkgraph.graph._graph import Graph
 
 
 def _is_task(value: object) -> bool:
@@ -106,6 +107,6 @@ class TupleNodes:
             deps = self._deps[key] = tuple(found)
         return deps
 
-    def call(self, key: Key, node: Any) -> tuple[Any, tuple[Key, ...]]:
+    def add(self, graph: Graph, key: Key, node: Any, resolved: dict[Key, Any]) -> Any:
         keys = self.dependencies(key)
-        return TupleCall(key, node, keys), keys
+        return graph.add(TupleCall(key, node, keys), *[resolved[k] for k in keys])

@@ -144,8 +144,8 @@ class NodeFormat(Protocol):
     def dependencies(self, key: Key) -> Iterable[Key]:
         """The keys ``key``'s node reads."""
 
-    def call(self, key: Key, node: Any) -> tuple[Any, tuple[Key, ...]]:
-        """A callable evaluating ``node`` and the keys whose values it takes, in order."""
+    def add(self, graph: Graph, key: Key, node: Any, resolved: dict[Key, Any]) -> Any:
+        """Add task ``node`` to ``graph``; its TaskRef (``resolved`` holds its inputs)."""
 
 
 def _node_format(dsk: Mapping[Key, Any]) -> NodeFormat:
@@ -187,7 +187,12 @@ class SpecNodes:
         if not all(isinstance(v, graph_node) for v in dsk.values()):
             dsk = spec.convert_legacy_graph(dsk)
         self.nodes = dsk
-        self.alias, self.data_node = spec.Alias, spec.DataNode
+        self.spec = spec
+        self.alias, self.data_node, self.task, self.ref = (
+            spec.Alias, spec.DataNode, spec.Task, spec.TaskRef
+        )  # fmt: skip
+        # Fused subgraphs are expanded where this dask has them (see _expand).
+        self.fused = getattr(spec, "_execute_subgraph", None)
 
     def kind(self, key: Key) -> tuple[int, Any]:
         node = self.nodes[key]
@@ -202,17 +207,48 @@ class SpecNodes:
         deps: Iterable[Key] = self.nodes[key].dependencies
         return deps
 
-    def call(self, key: Key, node: Any) -> tuple[Any, tuple[Key, ...]]:
+    def add(self, graph: Graph, key: Key, node: Any, resolved: dict[Key, Any]) -> Any:
+        if node.__class__ is self.task and node.func is self.fused and not node.kwargs:
+            expanded = self._expand(graph, node, resolved)
+            if expanded is not None:
+                return expanded
         keys = tuple(node.dependencies)
-        return SpecCall(key, node, keys), keys
+        return graph.add(SpecCall(key, node, keys), *[resolved[k] for k in keys])
+
+    def _expand(self, graph: Graph, node: Any, resolved: dict[Key, Any]) -> Any:
+        """The tasks of a subgraph dask fused into one task, as chunkgraph tasks.
+
+        A fused task runs ``dask.order`` on its subgraph every time it runs
+        (about 0.2 ms, more than most chunks' work); chunkgraph orders and
+        fuses the whole graph once instead. None when the task does not have
+        the shape ``_execute_subgraph(inner, outkey, inkeys, *inputs)`` with each
+        input a TaskRef or a DataNode.
+        """
+        inner, outkey, inkeys, *inputs = node.args
+        if not (isinstance(inner, dict) and outkey in inner and len(inkeys) == len(inputs)):
+            return None
+        local = {}
+        for inkey, given in zip(inkeys, inputs, strict=True):
+            if given.__class__ is self.ref:
+                local[inkey] = resolved[given.key]
+            elif given.__class__ is self.data_node:
+                local[inkey] = given.value
+            else:  # an inline task as an input: leave the fused task whole
+                return None
+        return _resolve_all(graph, SpecNodes(inner, self.spec), local)[outkey]
 
 
 # ----------------------------------------------------------------- building
 
 
-def _resolve_all(graph: Graph, nodes: NodeFormat) -> dict[Key, Any]:
-    """Every key -> a TaskRef of ``graph`` (a task) or its value (data), deps first."""
-    resolved: dict[Key, Any] = {}
+def _resolve_all(
+    graph: Graph, nodes: NodeFormat, resolved: dict[Key, Any] | None = None
+) -> dict[Key, Any]:
+    """Every key -> a TaskRef of ``graph`` (a task) or its value (data), deps first.
+
+    ``resolved``: keys already resolved (a fused subgraph's inputs); filled in place.
+    """
+    resolved = {} if resolved is None else resolved
     known = nodes.nodes
     for root in known:
         if root in resolved:
@@ -245,8 +281,7 @@ def _resolve(graph: Graph, nodes: NodeFormat, key: Key, resolved: dict[Key, Any]
         return resolved[payload]
     if kind == DATA:
         return payload
-    fn, keys = nodes.call(key, payload)
-    return graph.add(fn, *[resolved[k] for k in keys])
+    return nodes.add(graph, key, payload, resolved)
 
 
 def _raise_cycle(path: list[Key], dep: Key) -> None:
