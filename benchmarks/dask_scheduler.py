@@ -12,9 +12,10 @@ Side by side in one run, the same collection computed by both:
 Both schedulers get the machine's cores. Per workload and scheduler: wall time
 (the median of ``--repeat`` computes, alternating the schedulers; it includes
 dask's graph optimisation, which both pay), the time inside the scheduler
-call (the part a scheduler controls), and peak RSS above the RSS before the
-compute (a psutil sampling thread, every 2 ms). Results must be equal
-(bitwise: both run the same graph of the same functions).
+call (which includes dask materialising its graph, done lazily there), and
+peak RSS above the RSS before the compute (a psutil sampling thread, every
+2 ms). Results must be equal (bitwise: both run the same graph of the same
+functions).
 
 Targets: chunkgraph never slower (wall time within 5 % noise or better) and
 >= 3x faster where chunks are small. Printed as met/missed.

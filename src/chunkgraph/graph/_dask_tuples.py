@@ -1,4 +1,4 @@
-"""Dask's tuple-task graph format, read without ``dask._task_spec`` (dask before 2024.12).
+"""Dask's tuple-task graph format, read without ``dask._task_spec`` (older dask).
 
 The format, as dask documents it (``docs/spec``) and its ``core._execute_task``
 evaluates it; a graph is a dict from keys to values:

@@ -12,7 +12,8 @@ Every key becomes one of three things, and only tasks cost a chunkgraph task:
 
     task    one chunkgraph task that evaluates the dask node with its
             dependencies' values (``SpecCall`` / ``TupleCall``), so dask's own
-            semantics (nested tasks, containers, fused subgraphs) hold exactly
+            semantics (nested tasks, containers) hold exactly; a subgraph dask
+            fused into one task is expanded into a task per node (``_expand``)
     data    no task: the value is passed to the tasks that use it as a literal
             argument (``DataNode``, or a tuple-graph value that refers to no key)
     alias   no task: the key resolves to whatever its target resolves to
@@ -21,7 +22,7 @@ A requested key that is data gets one task returning its value, so that every
 requested key has a task id and ``run(result.graph, result.targets)`` works.
 
 Two node formats, chosen by feature, not by version: when ``dask._task_spec``
-exists (dask >= 2024.12) the graph goes through dask's own
+exists (recent dask) the graph goes through dask's own
 ``convert_legacy_graph``, so tuple tasks mean exactly what that dask makes of
 them; an older dask has no task_spec and its tuple tasks are read here
 (``TupleNodes``), by the documented tuple-task rules.
