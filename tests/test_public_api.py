@@ -12,6 +12,7 @@ EXPECTED = {
     "RemoteTraceback",
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
+    "dask_scheduler",
     # planning
     "plan", "Plan", "Context", "Link", "local_contexts",
     # volumes

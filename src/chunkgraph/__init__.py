@@ -60,6 +60,7 @@ _LAZY = {
     "Link": "chunkgraph.planning",
     "local_contexts": "chunkgraph.planning",
     "LocalExecutor": "chunkgraph.execute",
+    "dask_scheduler": "chunkgraph.execute",
     "Event": "chunkgraph.execute",
     "EventKind": "chunkgraph.execute",
     "Volume": "chunkgraph.volume",
@@ -100,7 +101,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from chunkgraph import execute, flow, geometry, graph, lowlevel, parallel, planning, volume
-    from chunkgraph.execute import Event, EventKind, LocalExecutor, run
+    from chunkgraph.execute import Event, EventKind, LocalExecutor, dask_scheduler, run
     from chunkgraph.flow import ApplyReport, apply
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
@@ -141,6 +142,7 @@ __all__ = [
     "WorkerDiedError",
     "__version__",
     "apply",
+    "dask_scheduler",
     "execute",
     "flow",
     "geometry",

@@ -10,7 +10,10 @@ import pytest
 @pytest.mark.parametrize(
     ("package", "names"),
     [
-        ("chunkgraph.graph", {"Graph", "TaskRef", "Cost", "Resources", "task"}),
+        (
+            "chunkgraph.graph",
+            {"Graph", "TaskRef", "Cost", "Resources", "task", "from_dask", "DaskGraph"},
+        ),
         ("chunkgraph.planning", {"order", "bottom_level", "top_level", "path_length"}),
         (
             "chunkgraph.execute",
@@ -24,6 +27,7 @@ import pytest
                 "EXECUTOR_KINDS",
                 "resolve_executor",
                 "ProcessPool",
+                "dask_scheduler",
             },
         ),
         ("chunkgraph.execute.pool", {"ProcessPool", "CallTimeoutError", "PoolState"}),
