@@ -60,6 +60,8 @@ _LAZY = {
     "Link": "chunkgraph.planning",
     "local_contexts": "chunkgraph.planning",
     "LocalExecutor": "chunkgraph.execute",
+    "DaskExecutor": "chunkgraph.execute",
+    "dask_contexts": "chunkgraph.execute",
     "Event": "chunkgraph.execute",
     "EventKind": "chunkgraph.execute",
     "Volume": "chunkgraph.volume",
@@ -100,7 +102,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from chunkgraph import execute, flow, geometry, graph, lowlevel, parallel, planning, volume
-    from chunkgraph.execute import Event, EventKind, LocalExecutor, run
+    from chunkgraph.execute import (
+        DaskExecutor,
+        Event,
+        EventKind,
+        LocalExecutor,
+        dask_contexts,
+        run,
+    )
     from chunkgraph.flow import ApplyReport, apply
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
@@ -118,6 +127,7 @@ __all__ = [
     "Context",
     "CorruptChunkError",
     "Cost",
+    "DaskExecutor",
     "Event",
     "EventKind",
     "FlowLockedError",
@@ -141,6 +151,7 @@ __all__ = [
     "WorkerDiedError",
     "__version__",
     "apply",
+    "dask_contexts",
     "execute",
     "flow",
     "geometry",

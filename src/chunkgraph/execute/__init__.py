@@ -2,11 +2,18 @@
 processes, sync), events, progress. ``pool`` holds the process pool.
 
 ``resolve_executor(executor)`` turns what a caller passes as ``executor=`` (a kind
-in ``EXECUTOR_KINDS`` or an ``Executor``) into an Executor, or raises ConfigError.
+in ``EXECUTOR_KINDS``, a Dask scheduler address or an ``Executor``) into an
+Executor, or raises ConfigError.
+
+On a Dask cluster: ``DaskExecutor`` (one Dask task per planned subgraph),
+``dask_contexts(client)`` (a Context per worker, to plan on) and
+``dask_links(contexts)``. Importing them does not import Dask; using them does.
 """
 
+from chunkgraph.execute._dask_contexts import dask_contexts, dask_links
+from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._events import Event, EventKind, Subscriber
-from chunkgraph.execute._executor import Executor, resolve_executor
+from chunkgraph.execute._executor import ChecksPaths, Executor, resolve_executor
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.execute._run import run
@@ -15,6 +22,8 @@ from chunkgraph.execute.pool import ProcessPool
 
 __all__ = [
     "EXECUTOR_KINDS",
+    "ChecksPaths",
+    "DaskExecutor",
     "Event",
     "EventKind",
     "Executor",
@@ -25,6 +34,8 @@ __all__ = [
     "Scheduler",
     "Subscriber",
     "TaskState",
+    "dask_contexts",
+    "dask_links",
     "resolve_executor",
     "run",
 ]
