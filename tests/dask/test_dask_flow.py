@@ -81,6 +81,29 @@ def test_a_local_cluster_may_use_local_paths(healthy: Any, tmp_path: Path) -> No
     DaskExecutor(healthy).check_paths({"dst": str(tmp_path / "nowhere"), "url": "s3://b/k"})
 
 
+def test_a_worker_at_an_address_of_no_local_interface_counts_as_remote(
+    healthy: Any, cluster: Any, tmp_path: Path
+) -> None:
+    """127.0.0.2 reaches this machine through loopback, but no interface lists it: a
+    worker there is treated as remote, and is asked whether it sees the paths."""
+
+    async def start() -> Any:
+        return await distributed.Nanny(
+            cluster.scheduler_address, host="127.0.0.2", nthreads=1, dashboard_address=None
+        )
+
+    nanny = cluster.sync(start)
+    try:
+        healthy.wait_for_workers(3, timeout=60)
+        assert remote_workers(healthy) == [nanny.worker_address]
+        DaskExecutor(healthy).check_paths({"dst": str(tmp_path)})  # it does see this one
+    finally:
+        cluster.sync(nanny.close)
+        deadline = time.monotonic() + 30
+        while len(healthy.scheduler_info()["workers"]) > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 # The client: a separate process (it imports the same task function, so its flow has
 # the same id as the rerun's).
 SCRIPT = """
