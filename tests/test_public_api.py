@@ -13,6 +13,8 @@ EXPECTED = {
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
     "dask_scheduler",
+    # on a Dask cluster
+    "DaskExecutor", "dask_contexts",
     # planning
     "plan", "Plan", "Context", "Link", "local_contexts",
     # volumes
@@ -87,7 +89,8 @@ def test_every_error_is_under_the_root_shows_its_public_module_and_pickles() -> 
 
 
 def test_import_is_lazy_and_graphs_never_import_storage() -> None:
-    """``import chunkgraph`` loads no numpy-heavy parts; running a graph loads no zarr."""
+    """``import chunkgraph`` loads no numpy-heavy parts; running a graph loads no zarr, and
+    nothing short of using the Dask executor loads Dask."""
     import subprocess
     import sys
 
@@ -97,7 +100,9 @@ def test_import_is_lazy_and_graphs_never_import_storage() -> None:
         "with cg.Graph() as g:\n"
         "    t = cg.task(sum)([1, 2])\n"
         "assert cg.run(g, t, executor='processes') == 3\n"
-        "print(sorted(m for m in ('zarr', 'tensorstore', 'scipy') if m in sys.modules))\n"
+        "assert cg.DaskExecutor and cg.dask_contexts\n"
+        "print(sorted(m for m in ('zarr', 'tensorstore', 'scipy', 'dask', 'distributed')\n"
+        "             if m in sys.modules))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True

@@ -61,6 +61,8 @@ _LAZY = {
     "local_contexts": "chunkgraph.planning",
     "LocalExecutor": "chunkgraph.execute",
     "dask_scheduler": "chunkgraph.execute",
+    "DaskExecutor": "chunkgraph.execute",
+    "dask_contexts": "chunkgraph.execute",
     "Event": "chunkgraph.execute",
     "EventKind": "chunkgraph.execute",
     "Volume": "chunkgraph.volume",
@@ -101,7 +103,15 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from chunkgraph import execute, flow, geometry, graph, lowlevel, parallel, planning, volume
-    from chunkgraph.execute import Event, EventKind, LocalExecutor, dask_scheduler, run
+    from chunkgraph.execute import (
+        DaskExecutor,
+        Event,
+        EventKind,
+        LocalExecutor,
+        dask_contexts,
+        dask_scheduler,
+        run,
+    )
     from chunkgraph.flow import ApplyReport, apply
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
@@ -119,6 +129,7 @@ __all__ = [
     "Context",
     "CorruptChunkError",
     "Cost",
+    "DaskExecutor",
     "Event",
     "EventKind",
     "FlowLockedError",
@@ -142,6 +153,7 @@ __all__ = [
     "WorkerDiedError",
     "__version__",
     "apply",
+    "dask_contexts",
     "dask_scheduler",
     "execute",
     "flow",

@@ -1,14 +1,21 @@
-"""Running graphs: ``run()``, the ``Executor`` protocol, ``LocalExecutor`` (threads,
+"""Running graphs: ``run()``, the ``Executor`` protocol, ``LocalExecutor`` (threads, adaptive,
 processes, sync), events, progress. ``pool`` holds the process pool.
 
 ``resolve_executor(executor)`` turns what a caller passes as ``executor=`` (a kind
-in ``EXECUTOR_KINDS`` or an ``Executor``) into an Executor, or raises ConfigError.
-``dask_scheduler`` runs dask collections on chunkgraph (dask is imported only when called).
+in ``EXECUTOR_KINDS``, a Dask scheduler address or an ``Executor``) into an
+Executor, or raises ConfigError.
+
+On a Dask cluster: ``DaskExecutor`` (one Dask task per planned subgraph),
+``dask_contexts(client)`` (a Context per worker, to plan on) and
+``dask_links(contexts)``. Dask collections on chunkgraph: ``dask_scheduler``.
+Importing them does not import Dask; using them does.
 """
 
+from chunkgraph.execute._dask_contexts import dask_contexts, dask_links
+from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._dask_scheduler import dask_scheduler
 from chunkgraph.execute._events import Event, EventKind, Subscriber
-from chunkgraph.execute._executor import Executor, resolve_executor
+from chunkgraph.execute._executor import ChecksPaths, Executor, resolve_executor
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.execute._run import run
@@ -17,6 +24,8 @@ from chunkgraph.execute.pool import ProcessPool
 
 __all__ = [
     "EXECUTOR_KINDS",
+    "ChecksPaths",
+    "DaskExecutor",
     "Event",
     "EventKind",
     "Executor",
@@ -27,6 +36,8 @@ __all__ = [
     "Scheduler",
     "Subscriber",
     "TaskState",
+    "dask_contexts",
+    "dask_links",
     "dask_scheduler",
     "resolve_executor",
     "run",

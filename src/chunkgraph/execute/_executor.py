@@ -8,12 +8,18 @@ implements one small interface, so ``run()`` and the flow accept any of them:
 
 ``in_process`` is what callers check before they build tasks: tasks shipped to
 other processes must pickle and cannot use objects that live only here (a
-memory volume, a lock).
+memory volume, a lock). An executor whose workers may be on other machines
+also implements ``ChecksPaths``, so a caller can ask it whether they see a
+file path before it hands them one.
+
+``executor=`` may also be a Dask scheduler address, ``"tcp://host:8786"``
+(anything with ``://``: ``tls://``, ``ucx://``, ... go to Dask untouched): a
+``DaskExecutor`` that connects for the call and closes its Client after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from chunkgraph._errors import ConfigError
@@ -51,6 +57,15 @@ class Executor(Protocol):
         ...
 
 
+@runtime_checkable
+class ChecksPaths(Protocol):
+    """An executor whose workers may not see this machine's files."""
+
+    def check_paths(self, paths: Mapping[str, str]) -> None:
+        """ConfigError naming the first of ``paths`` (``{what: path}``) a worker cannot reach."""
+        ...
+
+
 def resolve_executor(
     executor: ExecutorKind | Executor,
     *,
@@ -59,7 +74,9 @@ def resolve_executor(
     timeout: float | None = None,
 ) -> Executor:
     """The Executor that ``executor=`` names: a kind (one of ``EXECUTOR_KINDS``)
-    becomes a ``LocalExecutor`` with these options; an Executor is returned as it is.
+    becomes a ``LocalExecutor`` with these options; a scheduler address
+    ("tcp://host:8786", any ``protocol://``) a ``DaskExecutor`` with ``retries``;
+    an Executor is returned as it is.
 
     ConfigError for anything else, for bad options, and for options given beside an
     Executor (which carries its own).
@@ -67,11 +84,14 @@ def resolve_executor(
     >>> resolve_executor("sync", retries=1)
     LocalExecutor(kind='sync', workers=None, retries=1, subscribers=(), timeout=None)
     """
+    if isinstance(executor, str) and "://" in executor:
+        return _dask_executor(executor, workers, retries, timeout)
     if isinstance(executor, str):
         if executor not in EXECUTOR_KINDS:
             raise ConfigError(
-                f"executor must be one of {EXECUTOR_KINDS} or an Executor (such as "
-                f"LocalExecutor('threads', workers=4)), got {executor!r}"
+                f"executor must be one of {EXECUTOR_KINDS}, a Dask scheduler address "
+                "('tcp://host:8786') or an Executor (such as LocalExecutor('threads', "
+                f"workers=4)), got {executor!r}"
             )
         return LocalExecutor(executor, workers, retries, (), timeout)
     if not isinstance(executor, Executor):
@@ -95,3 +115,19 @@ def resolve_executor(
             f"set them on the executor instead (e.g. LocalExecutor('threads', {options}))"
         )
     return executor
+
+
+def _dask_executor(
+    address: str, workers: int | None, retries: int, timeout: float | None
+) -> Executor:
+    """The DaskExecutor of ``executor=address`` (Dask is imported only here)."""
+    if workers is not None or timeout is not None:
+        raise ConfigError(
+            f"workers={workers!r} and timeout={timeout!r} do not apply to a Dask cluster "
+            f"(executor={address!r}): its workers are what the cluster started; leave them unset"
+        )
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
+    from chunkgraph.execute._dask_executor import DaskExecutor
+
+    return DaskExecutor(address, retries=retries)

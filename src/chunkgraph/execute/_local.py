@@ -34,6 +34,7 @@ from chunkgraph.execute import _interrupts
 from chunkgraph.execute._adaptive import AdaptiveBackend
 from chunkgraph.execute._driver import Backend, Driver
 from chunkgraph.execute._events import Subscriber
+from chunkgraph.execute._failures import failure_group, task_error
 from chunkgraph.execute._limits import check_timeout, task_timeouts
 from chunkgraph.execute._placement import placement_of, uses_memory
 from chunkgraph.execute._processes import ProcessBackend
@@ -149,39 +150,12 @@ class LocalExecutor:
         return {t: scheduler.results[t] for t in target_ids}
 
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
-        from chunkgraph.planning import Plan, plan
+        from chunkgraph.planning import plan
 
         if given is None:
             key = "plan:" + hashlib.blake2b(np.asarray(targets, np.int64).tobytes()).hexdigest()
             return graph.cached(key, lambda g: plan(g, targets=targets))
-        if not isinstance(given, Plan):
-            raise ConfigError(
-                f"plan must be a chunkgraph Plan (from chunkgraph.plan), got {given!r}"
-            )
-        if given.graph is not graph:
-            raise ConfigError(
-                "plan was made for another Graph; plan this graph with chunkgraph.plan(graph)"
-            )
-        if given.tasks != len(graph):
-            raise ConfigError(
-                f"the graph changed after it was planned ({given.tasks} tasks then, "
-                f"{len(graph)} now); plan it again with chunkgraph.plan(graph)"
-            )
-        inside = given.fused_through(targets)
-        if inside:
-            raise ConfigError(
-                f"the plan fused task {graph.name(inside[0])!r} into a chain, so its result "
-                "never leaves the worker, but it is a target of this run; plan with the "
-                "same targets (chunkgraph.plan(graph, targets=...)) or with fuse=False"
-            )
-        unplanned = needed_mask(graph, targets) & (given.task_context < 0)
-        if unplanned.any():
-            name = graph.name(int(np.flatnonzero(unplanned)[0]))
-            raise ConfigError(
-                f"the plan does not place task {name!r}, which these targets need; plan "
-                "with the same targets (chunkgraph.plan(graph, targets=...))"
-            )
-        return given
+        return check_plan(graph, targets, given)
 
     def _backend(self, driver: Driver, workers: int) -> Backend:
         if self.kind == "threads":
@@ -191,6 +165,39 @@ class LocalExecutor:
         if self.kind == "processes":
             return ProcessBackend(driver, workers)
         return SyncBackend(driver)
+
+
+def check_plan(graph: Graph, targets: list[int], given: object) -> Plan:
+    """``given`` if it is a Plan of ``graph`` as it is now, placing every task ``targets``
+    need and fusing none of them away; ConfigError saying what to do otherwise."""
+    from chunkgraph.planning import Plan
+
+    if not isinstance(given, Plan):
+        raise ConfigError(f"plan must be a chunkgraph Plan (from chunkgraph.plan), got {given!r}")
+    if given.graph is not graph:
+        raise ConfigError(
+            "plan was made for another Graph; plan this graph with chunkgraph.plan(graph)"
+        )
+    if given.tasks != len(graph):
+        raise ConfigError(
+            f"the graph changed after it was planned ({given.tasks} tasks then, "
+            f"{len(graph)} now); plan it again with chunkgraph.plan(graph)"
+        )
+    inside = given.fused_through(targets)
+    if inside:
+        raise ConfigError(
+            f"the plan fused task {graph.name(inside[0])!r} into a chain, so its result "
+            "never leaves the worker, but it is a target of this run; plan with the "
+            "same targets (chunkgraph.plan(graph, targets=...)) or with fuse=False"
+        )
+    unplanned = needed_mask(graph, targets) & (given.task_context < 0)
+    if unplanned.any():
+        name = graph.name(int(np.flatnonzero(unplanned)[0]))
+        raise ConfigError(
+            f"the plan does not place task {name!r}, which these targets need; plan "
+            "with the same targets (chunkgraph.plan(graph, targets=...))"
+        )
+    return given
 
 
 def _trivial(plan: Plan) -> bool:
@@ -205,24 +212,9 @@ def _trivial(plan: Plan) -> bool:
     )
 
 
-def _describe(error: BaseException) -> str:
-    """``Type: message``, even for an exception whose ``__str__`` itself fails."""
-    try:
-        return f"{type(error).__name__}: {error}"
-    except Exception:
-        return f"{type(error).__name__} (its message could not be shown)"
-
-
 def _error_group(graph: Graph, scheduler: Scheduler) -> ExceptionGroup[TaskError]:
-    dep_ptr, dep_idx = graph.dependencies()
-    errors = []
-    for t, cause in sorted(scheduler.failures.items()):
-        inputs = [graph.name(int(d)) for d in dep_idx[dep_ptr[t] : dep_ptr[t + 1]]]
-        error = TaskError(graph.name(t), inputs, scheduler.attempts[t], _describe(cause))
-        error.__cause__ = cause
-        errors.append(error)
-    skipped = len(scheduler.cancelled())
-    message = f"{len(errors)} task(s) failed"
-    if skipped:
-        message += f"; {skipped} task(s) did not run"
-    return ExceptionGroup(message, errors)
+    errors = [
+        task_error(graph, t, scheduler.attempts[t], cause)
+        for t, cause in sorted(scheduler.failures.items())
+    ]
+    return failure_group(errors, len(scheduler.cancelled()))

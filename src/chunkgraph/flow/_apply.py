@@ -245,7 +245,7 @@ def apply(
         skip_intermediates=skip_intermediates,
     )
     named = normalize_inputs(inputs)
-    chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn)
+    chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn, intermediates)
     _check_run_options(workers, retries, lock_wait)
     flow_id = flow_id_of(fn, named, dst, spec)
     root = _intermediates_root(intermediates, dst)
@@ -307,14 +307,16 @@ def _resolve_executor(
     inputs: Mapping[str, Volume],
     dst: Volume,
     fn: Callable[..., Any],
+    intermediates: str | os.PathLike[str] | None = None,
 ) -> Executor:
-    """The executor to run on; outside this process, no memory volumes and an fn that pickles.
+    """The executor to run on; outside this process, no memory volumes and an fn that pickles;
+    on workers that may not see this machine's files (``ChecksPaths``), paths they reach.
 
     A kind ("threads", the default, "processes", "sync") takes ``workers``,
     ``retries`` and ``timeout``; an Executor carries its own settings, so only
     apply's default ``retries`` may stand beside it.
     """
-    from chunkgraph.execute import resolve_executor
+    from chunkgraph.execute import ChecksPaths, resolve_executor
 
     if executor is None or isinstance(executor, str):
         chosen = resolve_executor(
@@ -344,6 +346,11 @@ def _resolve_executor(
             "callable object) that holds no locks, open files or connections, or use "
             "executor='threads'"
         ) from err
+    if isinstance(chosen, ChecksPaths):
+        root = _intermediates_root(intermediates, dst)
+        made_by_then = next(p for p in (root, *root.parents) if p.exists())
+        paths = {f"input {n!r}": v.path for n, v in inputs.items()}
+        chosen.check_paths({**paths, "dst": dst.path, "intermediates": str(made_by_then)})
     return chosen
 
 

@@ -1,0 +1,340 @@
+"""Benchmark: chunkgraph on a Dask cluster, next to plain Dask on the same cluster, in one run.
+
+Every case runs in its own subprocess with its own ``LocalCluster`` (2 worker
+processes x 1 thread; ``--workers``), so peak memory is the case's alone, and
+the cluster's start is not timed.
+
+Fine-grained graph (default 2,000 chains x 9 = 19,999 tasks): ``--width`` chains
+of ``--length`` small numpy steps (``np.full(100)``, then ``x * 1.0001``), their
+tails summed by a pairwise tree of ``np.add``. (At 50,000 tasks, ``--width 5000``,
+plain Dask's wall time grows faster than its task count on a 2-core machine:
+10,000 tasks took 21 s, 20,000 took 66 s, 50,000 did not finish in 7 minutes.)
+
+1. plain Dask: the same graph as a dask dict graph, ``client.get(dsk, root)``
+2. chunkgraph: ``run(graph, root, executor=DaskExecutor(client))``, planned on
+   ``dask_contexts(client)`` (strategy "merge") and fused: one Dask task per subgraph
+3. chunkgraph on this machine, ``executor="threads"`` (no cluster; for scale)
+
+Tasks the scheduler saw = tasks that reached memory on the Dask scheduler (a
+scheduler plugin counts them). Wall = graph construction + run + result back.
+Peak memory = peak RSS of the process holding client and scheduler, and the
+sum of the workers' peak RSS.
+
+Volume flow: a 3-point box filter (crop 1 at the bottom level) over a float32
+Zarr v3 volume (default 256^3, top chunks 128^3 over bottom chunks 64^3), with
+
+4. ``apply(..., executor="threads")`` on this machine
+5. ``apply(..., executor=DaskExecutor(client))`` on the LocalCluster
+
+each run once untimed (it imports zarr and starts thread pools in every process,
+which a long-lived cluster has done once), then timed ``FLOW_REPEATS`` times
+(median), and the outputs compared.
+Targets: (2) >= 3x fewer scheduler tasks and >= 2x faster than (1); (5) within
+1.2x of (4).
+
+    PYTHONPATH=src python benchmarks/dask_backend.py [--width 2000 --length 9] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+ARRAY_LEN = 100  # elements per task's array: small, so scheduling dominates
+FULL_SHAPE = (256, 256, 256)
+QUICK_SHAPE = (128, 128, 128)
+# Timed runs of each flow case after its warm-up (the median is shown): a run is
+# about a second, where a neighbour's burst on a shared machine shows.
+FLOW_REPEATS = 3
+
+
+# --- the fine-grained graph ------------------------------------------------------------
+
+
+def dask_graph(width: int, length: int) -> tuple[dict[str, Any], str]:
+    """The benchmark graph as a dask dict graph; returns (graph, root key)."""
+    dsk: dict[str, Any] = {}
+    tails = []
+    for i in range(width):
+        dsk[f"c{i}-0"] = (np.full, ARRAY_LEN, float(i))
+        for k in range(1, length):
+            dsk[f"c{i}-{k}"] = (np.multiply, f"c{i}-{k - 1}", 1.0001)
+        tails.append(f"c{i}-{length - 1}")
+    level = 0
+    while len(tails) > 1:
+        nxt = []
+        for j in range(0, len(tails) - 1, 2):
+            key = f"s{level}-{j}"
+            dsk[key] = (np.add, tails[j], tails[j + 1])
+            nxt.append(key)
+        if len(tails) % 2:
+            nxt.append(tails[-1])
+        tails, level = nxt, level + 1
+    return dsk, tails[0]
+
+
+def chunkgraph_graph(width: int, length: int) -> tuple[Any, Any]:
+    """The same graph as a chunkgraph Graph; returns (graph, root ref)."""
+    import chunkgraph as cg
+
+    g = cg.Graph()
+    tails = []
+    for i in range(width):
+        x = g.add(np.full, ARRAY_LEN, float(i))
+        for _ in range(1, length):
+            x = g.add(np.multiply, x, 1.0001)
+        tails.append(x)
+    while len(tails) > 1:
+        nxt = [g.add(np.add, tails[j], tails[j + 1]) for j in range(0, len(tails) - 1, 2)]
+        if len(tails) % 2:
+            nxt.append(tails[-1])
+        tails = nxt
+    return g, tails[0]
+
+
+class TaskCounter(SchedulerPlugin):  # type: ignore[misc]
+    """A scheduler plugin: how many tasks reached memory."""
+
+    name = "benchmark-task-counter"
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "memory":
+            self.done += 1
+
+
+def _tasks_done(dask_scheduler: Any) -> int:
+    return int(dask_scheduler.plugins[TaskCounter.name].done)
+
+
+def _worker_peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_graph_case(name: str, width: int, length: int, workers: int) -> dict[str, float]:
+    """Child process: one graph case; the numbers of the table."""
+    if name == "local":
+        import chunkgraph as cg
+
+        t0 = time.perf_counter()
+        g, root = chunkgraph_graph(width, length)
+        value = cg.run(g, root, executor="threads")
+        wall = time.perf_counter() - t0
+        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=float(value[0]))
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.register_plugin(TaskCounter())
+        t0 = time.perf_counter()
+        if name == "dask":
+            dsk, key = dask_graph(width, length)
+            value = client.get(dsk, key)
+        else:
+            import chunkgraph as cg
+            from chunkgraph.execute import DaskExecutor
+
+            g, root = chunkgraph_graph(width, length)
+            value = cg.run(g, root, executor=DaskExecutor(client))
+        wall = time.perf_counter() - t0
+        tasks = client.run_on_scheduler(_tasks_done)
+        peaks = client.run(_worker_peak)
+    return dict(
+        wall=wall,
+        tasks=tasks,
+        peak=_worker_peak(),
+        workers_peak=sum(peaks.values()),
+        check=float(value[0]),
+    )
+
+
+# --- the volume flow -------------------------------------------------------------------
+
+
+def box3(x: np.ndarray) -> np.ndarray:
+    """Mean of each voxel's 3x3x3 neighbourhood (the output is 1 voxel smaller per side)."""
+    out = np.zeros(tuple(s - 2 for s in x.shape), np.float32)
+    for dz in range(3):
+        for dy in range(3):
+            for dx in range(3):
+                out += x[dz : dz + out.shape[0], dy : dy + out.shape[1], dx : dx + out.shape[2]]
+    return out / 27
+
+
+def make_source(path: Path, shape: tuple[int, ...]) -> None:
+    from chunkgraph import volume
+    from chunkgraph.geometry import Box
+
+    if path.exists():
+        shutil.rmtree(path)
+    src = volume.create(str(path), shape, (64, 64, 64), "float32")
+    rng = np.random.default_rng(0)
+    for z in range(0, shape[0], 64):
+        slab = rng.standard_normal((64, *shape[1:]), dtype=np.float32)
+        src.write(Box((z, 0, 0), (z + 64, *shape[1:])), slab)
+
+
+def _flow(name: str, workdir: Path, executor: Any) -> float:
+    """Seconds of one run of the box-filter flow into ``<name>.zarr``."""
+    import chunkgraph as cg
+    from chunkgraph import volume
+
+    src = volume.open(str(workdir / "src.zarr"))
+    dst_path = workdir / f"{name}.zarr"
+    shutil.rmtree(dst_path, ignore_errors=True)
+    dst = volume.create(str(dst_path), src.shape, src.chunks, "float32")
+    t0 = time.perf_counter()
+    cg.apply(
+        box3,
+        src,
+        dst,
+        chunk_sizes=[(128, 128, 128), (64, 64, 64)],
+        crop_pads=[(0, 0, 0), (1, 1, 1)],
+        intermediates=str(workdir / f"{name}-tmp"),
+        executor=executor,
+    )
+    return time.perf_counter() - t0
+
+
+def run_flow_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
+    """Child process: the flow with one executor, the median of ``FLOW_REPEATS`` runs after
+    one untimed (which pays for imports, thread pools and grain measurements)."""
+    if name == "flow_local":
+        _flow(name, workdir, "threads")
+        wall = statistics.median(_flow(name, workdir, "threads") for _ in range(FLOW_REPEATS))
+        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0)
+    from distributed import Client, LocalCluster
+
+    from chunkgraph.execute import DaskExecutor
+
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        _flow(name, workdir, DaskExecutor(client))
+        walls = [_flow(name, workdir, DaskExecutor(client)) for _ in range(FLOW_REPEATS - 1)]
+        client.register_plugin(TaskCounter())  # counts the last run only
+        wall = statistics.median([*walls, _flow(name, workdir, DaskExecutor(client))])
+        tasks = client.run_on_scheduler(_tasks_done)
+        peaks = client.run(_worker_peak)
+    return dict(
+        wall=wall, tasks=tasks, peak=_worker_peak(), workers_peak=sum(peaks.values()), check=0.0
+    )
+
+
+# --- the driver ------------------------------------------------------------------------
+
+CASES = {
+    "dask": "(1) plain Dask, client.get of the dict graph",
+    "chunkgraph": "(2) chunkgraph DaskExecutor (planned, fused)",
+    "local": "(3) chunkgraph threads, this machine",
+    "flow_local": "(4) flow, executor='threads'",
+    "flow_dask": "(5) flow, DaskExecutor on the cluster",
+}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.0f}" if n else "-"
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| case | scheduler tasks | wall s | client+scheduler peak MiB | workers peak MiB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, label in CASES.items():
+        r = results[name]
+        tasks = f"{int(r['tasks']):,}" if r["tasks"] else "-"
+        lines.append(
+            f"| {label} | {tasks} | {r['wall']:.2f} | {_mib(r['peak'])} | "
+            f"{_mib(r['workers_peak'])} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(results: dict[str, dict[str, float]]) -> str:
+    d, c = results["dask"], results["chunkgraph"]
+    fewer = d["tasks"] / max(c["tasks"], 1)
+    faster = d["wall"] / c["wall"]
+    flow = results["flow_dask"]["wall"] / results["flow_local"]["wall"]
+    rows = [
+        ("scheduler tasks, (1) / (2)", f"{fewer:.1f}x", ">= 3x", fewer >= 3),
+        ("wall, (1) / (2)", f"{faster:.1f}x", ">= 2x", faster >= 2),
+        ("flow wall, (5) / (4)", f"{flow:.2f}x", "<= 1.2x", flow <= 1.2),
+    ]
+    lines = ["| target | measured | wanted | |", "|---|---:|---:|---|"]
+    lines += [f"| {a} | {b} | {c} | {'met' if ok else 'missed'} |" for a, b, c, ok in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=2000, help="chains in the graph")
+    parser.add_argument("--length", type=int, default=9, help="tasks per chain")
+    parser.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes")
+    parser.add_argument("--quick", action="store_true", help="500 chains, a 128^3 volume")
+    parser.add_argument("--workdir", default="bench-out/dask_backend")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    width = 500 if args.quick else args.width
+    workdir = Path(args.workdir)
+    if args.case:
+        if args.case.startswith("flow"):
+            result = run_flow_case(args.case, workdir, args.workers)
+        else:
+            result = run_graph_case(args.case, width, args.length, args.workers)
+        print(json.dumps(result))
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    shape = QUICK_SHAPE if args.quick else FULL_SHAPE
+    make_source(workdir / "src.zarr", shape)
+    tasks = width * args.length + width - 1
+    print(
+        f"graph: {width} chains x {args.length} numpy tasks + {width - 1} sums = {tasks:,} "
+        f"tasks; flow: {shape} float32; LocalCluster {args.workers} processes x 1 thread; "
+        f"{os.cpu_count()} cores"
+    )
+    results = {}
+    for name in CASES:
+        cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
+        cmd += ["--width", str(width), "--length", str(args.length)]
+        cmd += ["--workers", str(args.workers)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(f"case {name} failed:\n{out.stderr}")
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    graph_checks = {results[n]["check"] for n in ("dask", "chunkgraph", "local")}
+    print(table(results))
+    print()
+    print(targets(results))
+    print(f"\ngraph results agree: {len(graph_checks) == 1}", end="; ")
+    from chunkgraph import volume
+    from chunkgraph.geometry import Box
+
+    a = volume.open(str(workdir / "flow_local.zarr")).read(Box.from_shape(shape))
+    b = volume.open(str(workdir / "flow_dask.zarr")).read(Box.from_shape(shape))
+    print(f"flow outputs identical: {bool(np.array_equal(a, b))}")
+
+
+if __name__ == "__main__":
+    main()

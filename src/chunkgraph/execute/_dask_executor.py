@@ -1,0 +1,523 @@
+"""``DaskExecutor``: runs a graph on a Dask cluster, one Dask task per planned subgraph.
+
+    DaskExecutor.run(graph, targets, plan=None)
+      plan       chunkgraph.plan on dask_contexts(client) (strategy "merge":
+                 coarse subgraphs), or check the plan given
+      dispatch   units = plan subgraphs (each a fused chain at least); exports =
+                 results another unit or a target needs; a DAG of units
+      submit     per unit, producers first: client.submit(run_subgraph, program,
+                 *producer futures, workers=[its context's worker] (loose),
+                 resources={"GPU": 1} for gpu tasks, retries, priority = plan order)
+      wait       as_completed: FINISHED per task, STARTED for units whose inputs
+                 are now done; the first failure cancels everything not finished
+      gather     the targets' units  ->  {target: result}, or ExceptionGroup[TaskError]
+
+Why units and not tasks. Dask's scheduler spends about a millisecond and a
+few kilobytes on each task it tracks; a graph of 50,000 small tasks costs it
+more than the tasks. A planned subgraph runs its tasks back to back in one
+worker thread (``_dask_subgraph``) and only its exported results leave.
+
+Placement. When the plan's contexts are this cluster's (``dask_contexts``),
+each unit is submitted with its worker as a *loose* restriction: Dask starts
+it there, may steal it for an idle worker, and runs it elsewhere when that
+worker died. Resources are hard restrictions: a unit whose tasks ask for
+``{"gpu": 1}`` runs only on a worker started with ``resources={"GPU": 1}``.
+
+Failures and retries. ``retries`` become Dask's ``retries`` of each unit (a
+unit that raised runs again from its start, on any worker). A worker that
+dies is not a try: Dask recomputes what it held or ran elsewhere, up to the
+scheduler's ``distributed.scheduler.allowed-failures`` deaths per task
+(after which the task fails with a ``WorkerDiedError``). A task that fails
+for good becomes a ``TaskError`` like LocalExecutor's (name, inputs,
+attempts, the exception with the worker's traceback as its ``__cause__``),
+all of them one ``ExceptionGroup``; no partial result is returned.
+
+Events. STARTED when a unit is handed over with its inputs done (for the
+first units: at submission), FINISHED when it is done, for each of its
+tasks; FAILED and CANCELLED as locally; no RETRIED (Dask retries without
+telling the client). ``Event.worker`` is "" (events are made by the client).
+
+Transport. ``tcp://``, ``tls://``, ``ucx://`` (GPU clusters, through
+Dask's UCX support), ``ws://``, ``inproc://`` addresses are handed to
+``distributed.Client`` untouched: chunkgraph knows nothing of the protocol.
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkgraph._errors import ConfigError, RemoteTraceback, TaskError, WorkerDiedError
+from chunkgraph.execute._dask_contexts import (
+    GPU_RESOURCE,
+    dask_contexts,
+    dask_links,
+    remote_workers,
+    worker_address,
+)
+from chunkgraph.execute._dask_subgraph import (
+    Inputs,
+    SubgraphFailed,
+    SubgraphProgram,
+    pickle_calls,
+    run_subgraph,
+)
+from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
+from chunkgraph.execute._failures import failure_group, task_error
+from chunkgraph.execute._local import check_plan
+from chunkgraph.graph import Graph
+
+if TYPE_CHECKING:
+    from chunkgraph.planning import Plan
+    from chunkgraph.planning._plan import Strategy
+
+IntArray = npt.NDArray[np.int64]
+
+# Seconds to wait for the scheduler when connecting to an address. Long enough
+# for a scheduler across a busy network, short enough that a wrong address
+# fails while the user still waits for it.
+CONNECT_TIMEOUT_S = 10.0
+
+
+class DaskExecutor:
+    """Runs graphs on a Dask cluster: each planned subgraph is one Dask task.
+
+    ``client_or_address``: a ``distributed.Client``, or a scheduler address
+    (``"tcp://host:8786"``; any protocol Dask supports, e.g. ``ucx://``, is
+    passed through untouched), to which this executor connects now, waiting
+    up to ``connect_timeout`` seconds. ``retries``: extra tries of a failed
+    subgraph (Dask's ``retries``). ``strategy``: how a graph is planned on
+    the cluster's workers when ``run`` gets no plan (see ``chunkgraph.plan``;
+    "merge" makes few coarse subgraphs). ``subscribers``: receive every run's
+    events. ``close()`` (or ``with``) closes a Client it opened itself.
+
+    >>> with DaskExecutor("tcp://127.0.0.1:8786") as ex:  # doctest: +SKIP
+    ...     chunkgraph.run(graph, total, executor=ex)
+    """
+
+    def __init__(
+        self,
+        client_or_address: Any,
+        *,
+        retries: int = 0,
+        strategy: Strategy = "merge",
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        subscribers: Sequence[Subscriber] = (),
+    ) -> None:
+        from chunkgraph.planning import STRATEGIES
+
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        self.retries = retries
+        self.strategy: Strategy = strategy
+        self.subscribers = tuple(subscribers)
+        if isinstance(client_or_address, str):
+            self.client = connect(client_or_address, connect_timeout)
+            # Closed with this executor at the latest (``executor="tcp://..."`` makes one
+            # per run): a Client left open keeps reconnecting to a scheduler that is gone.
+            self._close: Any = weakref.finalize(self, self.client.close)
+        else:
+            from distributed import Client
+
+            if not isinstance(client_or_address, Client):
+                raise ConfigError(
+                    "DaskExecutor takes a distributed.Client or a scheduler address such as "
+                    f"'tcp://127.0.0.1:8786', got {client_or_address!r}"
+                )
+            self.client = client_or_address
+            self._close = None
+
+    @property
+    def in_process(self) -> bool:
+        """False: tasks run in the cluster's worker processes."""
+        return False
+
+    @property
+    def address(self) -> str:
+        """The scheduler's address."""
+        return str(self.client.scheduler.address)
+
+    def close(self) -> None:
+        """Close the Client if this executor opened it (one passed in stays open)."""
+        if self._close is not None:
+            self._close()
+
+    def __enter__(self) -> DaskExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DaskExecutor({self.address!r}, retries={self.retries})"
+
+    # -- paths ------------------------------------------------------------------------
+
+    def check_paths(self, paths: Mapping[str, str]) -> None:
+        """ConfigError unless every worker can reach ``paths`` (``{what: path}``).
+
+        URLs (``s3://...``) are taken as reachable. Workers on this machine see
+        its files; a worker on another host must see a local path too (a shared
+        file system mounted at the same place): a path that exists here must
+        exist there.
+        """
+        local = {what: p for what, p in paths.items() if "://" not in p}
+        if not local:
+            return
+        remote = remote_workers(self.client)
+        if not remote:
+            return
+        import os
+
+        wanted = {what: p for what, p in local.items() if os.path.exists(p)}
+        seen = self.client.run(_existing, list(wanted.values()), workers=remote)
+        for worker, found in sorted(seen.items()):
+            missing = [what for what, p in wanted.items() if p not in found]
+            if missing:
+                what = missing[0]
+                raise ConfigError(
+                    f"{what} {wanted[what]!r} is a path on this machine, and worker {worker} "
+                    "(on another host) cannot see it; put it on a file system every worker "
+                    "mounts at the same path, or give a URL they can all reach"
+                )
+
+    # -- running ----------------------------------------------------------------------
+
+    def run(
+        self,
+        graph: Graph,
+        targets: Sequence[int] | None = None,
+        *,
+        subscribers: Sequence[Subscriber] = (),
+        plan: Plan | None = None,
+    ) -> dict[int, Any]:
+        """Run the tasks ``targets`` need (default: every sink) on the cluster.
+
+        ``plan``: follow this Plan of ``graph`` (default: plan it on
+        ``dask_contexts(client)`` with this executor's strategy). Returns
+        ``{id: result}``; failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
+        """
+        graph.validate()
+        target_ids = graph.sinks().tolist() if targets is None else list(targets)
+        if not target_ids:
+            return {}
+        plan = self._plan_for(graph, target_ids, plan)
+        subs = (*self.subscribers, *subscribers)
+        return _Run(self, graph, target_ids, plan, EventQueue(subs) if subs else None).run()
+
+    def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
+        if given is not None:
+            return check_plan(graph, targets, given)
+        from chunkgraph.planning import plan
+
+        contexts = dask_contexts(self.client)
+        if not contexts:
+            raise ConfigError(
+                f"the Dask cluster at {self.address} has no workers; start some "
+                f"(dask worker {self.address}) or wait for them with client.wait_for_workers()"
+            )
+        return plan(
+            graph, contexts, links=dask_links(contexts), targets=targets, strategy=self.strategy
+        )
+
+
+def _existing(paths: list[str]) -> list[str]:
+    """Those of ``paths`` that exist where this runs (on a worker)."""
+    import os
+
+    return [p for p in paths if os.path.exists(p)]
+
+
+def connect(address: str, timeout: float) -> Any:
+    """A new ``distributed.Client`` of the scheduler at ``address``; ConfigError when
+    it cannot be reached within ``timeout`` seconds or the address is malformed."""
+    from distributed import Client
+
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
+        raise ConfigError(f"connect_timeout must be a positive number of seconds, got {timeout!r}")
+    try:
+        return Client(address, timeout=timeout, set_as_default=False)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError, ValueError) as err:
+        raise ConfigError(
+            f"cannot reach a Dask scheduler at {address!r} within {timeout:g} s "
+            f"({type(err).__name__}: {err}); start one (`dask scheduler`, then `dask worker "
+            f"{address}`) or give its address as protocol://host:port, e.g. "
+            "'tcp://10.0.0.5:8786' (tls://, ucx://, ws:// and inproc:// are passed to Dask as "
+            "they are)"
+        ) from err
+
+
+def dask_resources(graph: Graph, tasks: IntArray) -> dict[str, float] | None:
+    """The Dask resources a unit of ``tasks`` holds while it runs: per name the most any
+    of them asks; ``gpu`` is Dask's ``GPU``, ``cpu`` is a worker thread (not a resource)."""
+    overrides = graph.resources_overrides()
+    if not overrides:
+        return None
+    out: dict[str, float] = {}
+    for t in tasks.tolist():
+        for name, amount in overrides.get(t, {}).items():
+            if name == "cpu":
+                continue
+            key = GPU_RESOURCE if name == "gpu" else name
+            out[key] = max(out.get(key, 0.0), amount)
+    return out or None
+
+
+class _Units:
+    """The plan's units of dispatch: members, dependencies between them, exports.
+
+    ``members[u]``: graph ids in run order (plan priority); ``producers[u]``:
+    units whose exports u reads, ``consumers[u]`` the reverse; ``exports[u]``:
+    ids whose results leave u; ``order``: units, producers first.
+    """
+
+    def __init__(self, graph: Graph, plan: Plan, targets: list[int]) -> None:
+        self.graph = graph
+        unit_of = plan.task_subgraph
+        order = self._topological(graph, unit_of)
+        if order is None:  # subgraphs that feed each other: dispatch the units alone
+            unit_of = plan.problem.unit_of
+            order = self._topological(graph, unit_of)
+            assert order is not None  # fused chains never form a cycle
+        self.unit_of, self.order = unit_of, order
+        needed = np.flatnonzero(unit_of >= 0)
+        priority = plan.order
+        ranked = needed[np.lexsort((priority[needed], unit_of[needed]))]
+        bounds = np.flatnonzero(np.diff(unit_of[ranked])) + 1
+        self.members: dict[int, IntArray] = {
+            int(unit_of[m[0]]): m for m in np.split(ranked, bounds) if len(m)
+        }
+        dep_ptr, dep_idx = graph.dependencies()
+        consumer = np.repeat(np.arange(len(graph), dtype=np.int64), np.diff(dep_ptr))
+        live = (unit_of[consumer] >= 0) & (unit_of[dep_idx] != unit_of[consumer])
+        self.producers: dict[int, list[int]] = {u: [] for u in self.members}
+        self.consumers: dict[int, list[int]] = {u: [] for u in self.members}
+        pairs = np.unique(np.stack([unit_of[dep_idx[live]], unit_of[consumer[live]]]), axis=1)
+        for p, c in pairs.T.tolist():
+            self.producers[c].append(p)
+            self.consumers[p].append(c)
+        leaving = np.zeros(len(graph), bool)
+        leaving[dep_idx[live]] = True
+        leaving[targets] = True
+        self.leaving = leaving
+
+    @staticmethod
+    def _topological(graph: Graph, unit_of: IntArray) -> list[int] | None:
+        """Units with producers first (Kahn), or None when their dependencies cycle."""
+        dep_ptr, dep_idx = graph.dependencies()
+        consumer = np.repeat(np.arange(len(graph), dtype=np.int64), np.diff(dep_ptr))
+        a, b = unit_of[dep_idx], unit_of[consumer]
+        keep = (a >= 0) & (b >= 0) & (a != b)
+        units = np.unique(unit_of[unit_of >= 0])
+        if not keep.any():
+            result: list[int] = units.tolist()
+            return result
+        pairs = np.unique(np.stack([a[keep], b[keep]]), axis=1)
+        missing = dict.fromkeys(units.tolist(), 0)
+        out_edges: dict[int, list[int]] = {}
+        for p, c in pairs.T.tolist():
+            missing[c] += 1
+            out_edges.setdefault(p, []).append(c)
+        ready = [u for u, n in missing.items() if n == 0]
+        order = []
+        while ready:
+            u = ready.pop()
+            order.append(u)
+            for c in out_edges.get(u, ()):
+                missing[c] -= 1
+                if missing[c] == 0:
+                    ready.append(c)
+        return order if len(order) == len(missing) else None
+
+    def program(self, u: int) -> SubgraphProgram:
+        """What a worker runs for unit ``u`` (see ``_dask_subgraph``)."""
+        graph, members = self.graph, self.members[u]
+        dep_ptr, dep_idx = graph.dependencies()
+        inputs = Inputs()
+        tasks = members.tolist()
+        calls, uses, last_use = [], [], {}
+        for i, t in enumerate(tasks):
+            calls.append(graph.resolve(t, inputs))  # type: ignore[arg-type]
+            deps = dep_idx[dep_ptr[t] : dep_ptr[t + 1]].tolist()
+            uses.append(bool(deps))
+            for d in deps:
+                last_use[d] = i
+        exports = tuple(t for t in tasks if self.leaving[t])
+        kept = set(exports)
+        drop: list[list[int]] = [[] for _ in tasks]
+        for d, i in last_use.items():
+            if d not in kept:
+                drop[i].append(d)
+        return SubgraphProgram(
+            tuple(tasks), pickle_calls(calls), tuple(uses), tuple(map(tuple, drop)), exports
+        )
+
+
+class _Run:
+    """One run of a plan on the cluster (see the module doc)."""
+
+    def __init__(
+        self,
+        executor: DaskExecutor,
+        graph: Graph,
+        targets: list[int],
+        plan: Plan,
+        events: EventQueue | None,
+    ) -> None:
+        self.executor = executor
+        self.client = executor.client
+        self.graph = graph
+        self.targets = targets
+        self.plan = plan
+        self.units = _Units(graph, plan, targets)
+        self.events = events
+        self.finished: set[int] = set()
+        self.failures: dict[int, tuple[BaseException, int]] = {}  # task -> (cause, attempts)
+
+    def _workers_of_contexts(self) -> list[str | None]:
+        """Per plan context, the worker to pin its units to (None: not this cluster's)."""
+        alive = set(self.client.scheduler_info()["workers"])
+        out: list[str | None] = []
+        for ctx in self.plan.contexts:
+            address = worker_address(ctx)
+            out.append(address if address in alive else None)
+        return out
+
+    def run(self) -> dict[int, Any]:
+        units, events = self.units, self.events
+        total = sum(len(m) for m in units.members.values())
+        if events is not None:
+            events.emit(EventKind.RUN_STARTED, total=total)
+        try:
+            futures = self._submit()
+            by_future = {f.key: u for u, f in futures.items()}
+            wanted = {int(units.unit_of[t]) for t in self.targets}
+            keep = {u: futures[u] for u in wanted}
+            pending = list(futures.values())
+            del futures  # held by as_completed until done, then released (rule: release)
+            try:
+                self._wait(pending, by_future)
+            except BaseException:
+                self.client.cancel(list(keep.values()) + pending, force=True)
+                raise
+            if self.failures:
+                self.client.cancel(list(keep.values()), force=True)
+                raise self._error_group(total)
+            values = self.client.gather([keep[u] for u in wanted])
+            exports = dict(zip(wanted, values, strict=True))
+            return {t: exports[int(units.unit_of[t])][t] for t in self.targets}
+        finally:
+            if events is not None:
+                for u, members in units.members.items():
+                    if u not in self.finished:
+                        for t in members.tolist():
+                            if t not in self.failures:
+                                events.emit(EventKind.CANCELLED, t, self.graph.name(t))
+                done = sum(len(units.members[u]) for u in self.finished)
+                events.emit(EventKind.RUN_FINISHED, total=done)
+                events.drain()
+
+    def _submit(self) -> dict[int, Any]:
+        units, graph = self.units, self.graph
+        pins = self._workers_of_contexts()
+        context_of = self.plan.task_context
+        token = uuid.uuid4().hex[:12]
+        futures: dict[int, Any] = {}
+        n = len(units.order)
+        for rank, u in enumerate(units.order):
+            members = units.members[u]
+            pin = pins[int(context_of[members[0]])]
+            futures[u] = self.client.submit(
+                run_subgraph,
+                units.program(u),
+                *[futures[p] for p in units.producers[u]],
+                key=f"chunkgraph-{graph.name(int(members[0]))}-{token}-{u}",
+                workers=[pin] if pin is not None else None,
+                allow_other_workers=pin is not None,
+                resources=dask_resources(graph, members),
+                retries=self.executor.retries or None,
+                priority=n - rank,
+                pure=False,
+            )
+            if not units.producers[u]:
+                self._started(u)
+        return futures
+
+    def _started(self, u: int) -> None:
+        if self.events is not None:
+            for t in self.units.members[u].tolist():
+                self.events.emit(EventKind.STARTED, t, self.graph.name(t), 1)
+
+    def _wait(self, pending: list[Any], by_future: dict[Any, int]) -> None:
+        from distributed import as_completed
+
+        units, events = self.units, self.events
+        waiting = {u: len(p) for u, p in units.producers.items()}
+        done = as_completed(pending, loop=self.client.loop)  # type: ignore[no-untyped-call]
+        pending.clear()
+        for batch in done.batches():  # type: ignore[no-untyped-call]
+            for future in batch:
+                u = by_future[future.key]
+                if future.status == "finished":
+                    self.finished.add(u)
+                    if events is not None:
+                        for t in units.members[u].tolist():
+                            events.emit(EventKind.FINISHED, t, self.graph.name(t), 1)
+                    for c in units.consumers[u]:
+                        waiting[c] -= 1
+                        if waiting[c] == 0:
+                            self._started(c)
+                else:
+                    self._failed(u, future)
+            del batch
+            if events is not None:
+                events.drain()
+            if self.failures:
+                done.clear()  # type: ignore[no-untyped-call]  # stop; the caller cancels the rest
+                return
+
+    def _failed(self, u: int, future: Any) -> None:
+        """Record the failure of unit ``u`` (not of a producer it inherited it from)."""
+        from distributed.scheduler import KilledWorker
+
+        members = self.units.members[u]
+        try:
+            error = future.exception(timeout=CONNECT_TIMEOUT_S)
+        except BaseException as err:  # cancelled, or the scheduler lost it
+            error = err
+        attempts = self.executor.retries + 1
+        if isinstance(error, SubgraphFailed):
+            if error.task not in set(members.tolist()):
+                return  # a producer's failure, recorded with the producer
+            t, cause = error.task, error.error
+            cause.__cause__ = RemoteTraceback(error.text)
+        elif isinstance(error, KilledWorker):
+            t, attempts = int(members[0]), 1
+            cause = WorkerDiedError(
+                f"{error}; Dask stops retrying a task after "
+                "distributed.scheduler.allowed-failures worker deaths"
+            )
+        else:
+            t, cause = int(members[0]), error
+            cause.add_note(
+                "Dask could not run this task's unit (is chunkgraph installed on the workers, "
+                "at the client's version?)"
+            )
+        self.failures[t] = (cause, attempts)
+        if self.events is not None:
+            self.events.emit(EventKind.FAILED, t, self.graph.name(t), attempts, error=cause)
+
+    def _error_group(self, total: int) -> ExceptionGroup[TaskError]:
+        errors = [
+            task_error(self.graph, t, attempts, cause)
+            for t, (cause, attempts) in sorted(self.failures.items())
+        ]
+        ran = sum(len(self.units.members[u]) for u in self.finished)
+        return failure_group(errors, total - ran - len(errors))

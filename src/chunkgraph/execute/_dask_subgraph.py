@@ -1,0 +1,148 @@
+"""A plan's subgraph as one Dask task: its member tasks run back to back in one worker.
+
+The Dask scheduler pays for every task it tracks (about a millisecond each,
+and memory), so chunkgraph hands it one task per subgraph of the plan (a
+fused chain at the least), not one per graph task:
+
+    client:  SubgraphProgram(tasks in run order, their calls pickled once, with
+             Input(t) wherever task t's result goes, what to drop after each
+             task, which results leave)
+             client.submit(run_subgraph, program, *producer subgraphs' futures)
+    worker:  run_subgraph: results = producers' exports; run each task in order,
+             dropping a result after its last use here unless it leaves;
+             -> {task id: result} for the tasks other subgraphs or targets need
+
+Only exported results travel (Dask moves a producer's dict to the workers of
+its consumers); the others live and die inside the call, so a subgraph's
+peak memory is what its order keeps alive, not all of it.
+
+The calls are pickled with cloudpickle by the client, so functions defined in
+``__main__`` or in a module registered with
+``cloudpickle.register_pickle_by_value`` reach workers that cannot import
+them; functions of installed modules travel by reference.
+
+A failing task stops the subgraph: ``SubgraphFailed`` names it and carries
+its exception (replaced by a ``RemoteError`` when it cannot be pickled) and
+traceback text, so the client reports the task, not the subgraph. Dask then
+retries the whole subgraph (``retries``); tasks are expected to be
+idempotent, as for any executor that retries.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+
+from chunkgraph._errors import RemoteError
+from chunkgraph.graph import replace_leaves
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class Input:
+    """Stands for task ``id``'s result in a member task's arguments."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+
+    def __reduce__(self) -> tuple[type[Input], tuple[int]]:
+        return (Input, (self.id,))
+
+    def __repr__(self) -> str:
+        return f"Input({self.id})"
+
+
+class Inputs:
+    """``results[i]`` for ``Graph.resolve``: an Input placeholder for every id."""
+
+    def __getitem__(self, i: int) -> Input:
+        return Input(i)
+
+
+@dataclass(frozen=True)
+class SubgraphProgram:
+    """What a worker needs to run one subgraph (see the module doc).
+
+    ``tasks``: graph ids in run order; ``calls``: their ``(fn, args, kwargs)``,
+    cloudpickled as one list; ``uses_inputs[i]``: task i's arguments hold an
+    Input; ``drop_after[i]``: ids whose results nothing after task i reads;
+    ``exports``: ids whose results are returned.
+    """
+
+    tasks: tuple[int, ...]
+    calls: bytes
+    uses_inputs: tuple[bool, ...]
+    drop_after: tuple[tuple[int, ...], ...]
+    exports: tuple[int, ...]
+
+
+class SubgraphFailed(Exception):
+    """Task ``task`` of a subgraph raised ``error``; ``text`` is its traceback."""
+
+    def __init__(self, task: int, error: BaseException, text: str) -> None:
+        super().__init__(f"task {task} failed: {type(error).__name__}: {error}")
+        self.task = task
+        self.error = error
+        self.text = text
+
+    def __reduce__(self) -> tuple[type[SubgraphFailed], tuple[int, BaseException, str]]:
+        return (SubgraphFailed, (self.task, self.error, self.text))
+
+
+def _failed(task: int, error: BaseException) -> SubgraphFailed:
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        error = RemoteError(f"{type(error).__name__}: {error}")
+    return SubgraphFailed(task, error, text)
+
+
+def pickle_calls(calls: list[Call]) -> bytes:
+    """The member calls as one cloudpickle (functions of ``__main__`` travel by value)."""
+    data: bytes = cloudpickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)
+    return data
+
+
+def run_subgraph(program: SubgraphProgram, *producers: dict[int, Any]) -> dict[int, Any]:
+    """Run ``program``'s tasks in order (in a Dask worker); returns its exported results.
+
+    ``producers`` are the exports of the subgraphs it consumes. Raises
+    ``SubgraphFailed`` naming the first task that failed.
+    """
+    try:
+        calls: list[Call] = pickle.loads(program.calls)
+    except BaseException as error:
+        failure = _failed(program.tasks[0], error)
+        failure.add_note(
+            "the worker could not load this task's function or arguments: they must be "
+            "importable on the workers (installed there), or defined in __main__"
+        )
+        raise failure from None
+    results: dict[int, Any] = {}
+    for out in producers:
+        results.update(out)
+
+    def fill(item: Any) -> Any:
+        return results[item.id] if item.__class__ is Input else item
+
+    for t, (fn, args, kwargs), uses, drop in zip(
+        program.tasks, calls, program.uses_inputs, program.drop_after, strict=True
+    ):
+        try:
+            if uses:
+                args = tuple(replace_leaves(a, fill) for a in args)
+                kwargs = {k: replace_leaves(v, fill) for k, v in kwargs.items()}
+            results[t] = fn(*args, **kwargs)
+        except BaseException as error:
+            raise _failed(t, error) from None
+        for d in drop:
+            del results[d]
+    return {t: results[t] for t in program.exports}

@@ -1,0 +1,38 @@
+"""How failed tasks are reported, by every executor alike: one ``TaskError`` per task
+that failed for good, gathered in one ``ExceptionGroup``.
+
+    TaskError(name, input names, attempts, "Type: message")
+      __cause__  the task's own exception (from a worker: its traceback text
+                 as that exception's ``__cause__``, a ``RemoteTraceback``)
+    ExceptionGroup("2 task(s) failed; 5 task(s) did not run", [TaskError, ...])
+"""
+
+from __future__ import annotations
+
+from chunkgraph._errors import TaskError
+from chunkgraph.graph import Graph
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message``, even for an exception whose ``__str__`` itself fails."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return f"{type(error).__name__} (its message could not be shown)"
+
+
+def task_error(graph: Graph, t: int, attempts: int, cause: BaseException) -> TaskError:
+    """The TaskError of task ``t``, which failed ``attempts`` times, last with ``cause``."""
+    dep_ptr, dep_idx = graph.dependencies()
+    inputs = [graph.name(int(d)) for d in dep_idx[dep_ptr[t] : dep_ptr[t + 1]]]
+    error = TaskError(graph.name(t), inputs, attempts, describe(cause))
+    error.__cause__ = cause
+    return error
+
+
+def failure_group(errors: list[TaskError], skipped: int) -> ExceptionGroup[TaskError]:
+    """One group of ``errors``; its message counts them and the ``skipped`` tasks."""
+    message = f"{len(errors)} task(s) failed"
+    if skipped:
+        message += f"; {skipped} task(s) did not run"
+    return ExceptionGroup(message, errors)

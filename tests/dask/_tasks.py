@@ -1,0 +1,56 @@
+"""Task functions for the Dask tests, importable by the cluster's worker processes
+(``tests.dask._tasks``: the cluster fixture puts the repository root on their path)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def mix(i: int, *inputs: int) -> int:
+    """An order-sensitive combination, so a wrong input or a swapped one shows."""
+    value = i + 1
+    for k, x in enumerate(inputs):
+        value = (value * 31 + (k + 1) * x) % 1_000_003
+    return value
+
+
+def mix_nested(i: int, box: dict[str, list[tuple[int, ...]]], *, scale: int = 1) -> int:
+    return mix(i, *box["in"][0]) * scale
+
+
+def slow_mix(seconds: float, i: int, *inputs: int) -> int:
+    time.sleep(seconds)
+    return mix(i, *inputs)
+
+
+def where(*_inputs: Any) -> str:
+    """The address of the Dask worker this runs on."""
+    from distributed import get_worker
+
+    return str(get_worker().address)
+
+
+def divide(a: float, b: float) -> float:
+    return a / b
+
+
+def fail_once(marker: str, value: int) -> int:
+    """Raises the first time (leaving ``marker`` behind), returns ``value`` after."""
+    path = Path(marker)
+    if not path.exists():
+        path.touch()
+        raise RuntimeError(f"first try of {marker}")
+    return value
+
+
+def identity(src: np.ndarray) -> np.ndarray:
+    return src
+
+
+def slow_identity(src: np.ndarray) -> np.ndarray:
+    time.sleep(0.3)
+    return src

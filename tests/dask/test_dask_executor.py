@@ -1,0 +1,251 @@
+"""DaskExecutor on a real LocalCluster (2 worker processes): results, placement,
+resources, failures, events, a worker killed mid-run, connecting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from tests.dask._tasks import divide, fail_once, mix, mix_nested, slow_mix, where
+
+import chunkgraph as cg
+from chunkgraph.execute import DaskExecutor, EventKind, dask_contexts, dask_links
+from chunkgraph.execute._dask_contexts import LOOPBACK
+from chunkgraph.graph import Graph, TaskRef
+
+distributed = pytest.importorskip("distributed")
+
+
+def mixed_graph() -> tuple[Graph, list[TaskRef]]:
+    """Chains, a diamond, nested and keyword arguments, a fan-in::
+
+    c0 -> c1 -> c2 -> c3 ─┐
+    d0 ─┬> d1 ─┐          ├─> zeta (fan-in of every tail)
+        └> d2 ─┴> d3 ─────┤
+    nest(d1, c1) ─────────┘
+    """
+    g = Graph()
+    c = g.add(mix, 0, name="c0")
+    for i in range(1, 4):
+        c = g.add(mix, i, c, name=f"c{i}")
+    d0 = g.add(mix, 10, name="d0")
+    d1, d2 = g.add(mix, 11, d0, name="d1"), g.add(mix, 12, d0, name="d2")
+    d3 = g.add(mix, 13, d2, d1, name="d3")
+    nest = g.add(mix_nested, 20, {"in": [(d1, g.ref("c1"))]}, scale=3, name="nest")
+    tails = [g.add(mix, 30 + k, x, name=f"tail{k}") for k, x in enumerate((c, d3, nest))]
+    zeta = g.add(mix, 40, *tails, name="zeta")
+    return g, [zeta, d1]
+
+
+def test_results_equal_the_local_executors(healthy: Any) -> None:
+    g, targets = mixed_graph()
+    expected = cg.run(g, targets, executor="sync")
+    assert cg.run(g, targets, executor=DaskExecutor(healthy)) == expected
+    # one Dask task per planned unit, never one per graph task
+    with distributed.get_task_stream(healthy) as stream:
+        cg.run(g, targets, executor=DaskExecutor(healthy))
+    assert 1 <= len(stream.data) < len(g)
+
+
+def test_a_chain_heavy_graph_of_arrays_equals_local_and_runs_as_few_dask_tasks(
+    healthy: Any,
+) -> None:
+    g = Graph()
+    tails = []
+    for i in range(40):
+        x = g.add(np.full, 64, float(i))
+        for _ in range(5):
+            x = g.add(np.multiply, x, 1.5)
+        tails.append(x)
+    total = g.add(np.sum, tails)
+    with distributed.get_task_stream(healthy) as stream:
+        got = cg.run(g, total, executor=DaskExecutor(healthy))
+    assert got == cg.run(g, total, executor="threads")
+    assert len(stream.data) * 6 <= len(g)  # the chains are fused at least
+
+
+def test_address_string_resolves_to_a_dask_executor(healthy: Any, cluster: Any) -> None:
+    g, targets = mixed_graph()
+    expected = cg.run(g, targets, executor="sync")
+    assert cg.run(g, targets, executor=cluster.scheduler_address) == expected
+    with pytest.raises(cg.ConfigError, match="do not apply to a Dask cluster"):
+        cg.run(g, targets, executor=cluster.scheduler_address, workers=2)
+
+
+def test_tasks_run_on_the_workers_their_plan_names(healthy: Any) -> None:
+    g = Graph()
+    chains = []
+    for k in range(4):
+        x = g.add(slow_mix, 0.05, k, name=f"start{k}")
+        chains.append(g.add(where, x, name=f"where{k}"))
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+    assert {plan.context_of(t).name for t in chains} == {c.name for c in contexts}
+    got = cg.run(g, chains, executor=DaskExecutor(healthy), plan=plan)
+    placed = [plan.context_of(t).name for t in chains]
+    # pins are loose (an idle worker may steal), so most, not necessarily all, hold
+    assert sum(a == b for a, b in zip(got, placed, strict=True)) >= 3
+
+
+def test_dask_contexts_describe_the_workers(healthy: Any) -> None:
+    info = healthy.scheduler_info()["workers"]
+    contexts = dask_contexts(healthy)
+    assert [c.name for c in contexts] == sorted(info)
+    for ctx in contexts:
+        assert (ctx.kind, ctx.slots, ctx.host) == ("cpu", 1, "127.0.0.1")
+        assert ctx.memory == info[ctx.name]["memory_limit"]
+    a, b = contexts
+    assert dask_links(contexts) == {(a.name, b.name): LOOPBACK}
+
+
+def test_gpu_tasks_go_only_to_the_worker_with_a_gpu(healthy: Any, cluster: Any) -> None:
+    async def start() -> Any:
+        return await distributed.Nanny(
+            cluster.scheduler_address, nthreads=1, resources={"GPU": 1}, dashboard_address=None
+        )
+
+    nanny = cluster.sync(start)
+    try:
+        healthy.wait_for_workers(3, timeout=60)
+        gpu_worker = nanny.worker_address
+        contexts = dask_contexts(healthy)
+        assert [c.name for c in contexts if c.kind == "gpu"] == [gpu_worker + "#gpu"]
+        g = Graph()
+        gpu = [g.add(where, g.add(mix, k), resources={"gpu": 1}) for k in range(6)]
+        cpu = [g.add(where, g.add(mix, k)) for k in range(6)]
+        got = cg.run(g, [*gpu, *cpu], executor=DaskExecutor(healthy))
+        assert got[:6] == [gpu_worker] * 6
+        # the same without a plan of the cluster: Dask's resources alone keep them there
+        local = cg.plan(g, [cg.Context("cpu", slots=2), cg.Context("gpu", "gpu")], targets=gpu)
+        again = cg.run(g, gpu, executor=DaskExecutor(healthy), plan=local)
+        assert again == [gpu_worker] * 6
+    finally:
+        cluster.sync(nanny.close)
+        deadline = time.monotonic() + 30
+        while len(healthy.scheduler_info()["workers"]) > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def failing_graph() -> tuple[Graph, list[TaskRef]]:
+    """``one -> ratio (divides by zero) -> after``; ``fine`` stands alone."""
+    g = Graph()
+    one = g.add(mix, 1, name="one")
+    ratio = g.add(divide, one, 0, name="ratio")
+    after = g.add(mix, 2, ratio, name="after")
+    fine = g.add(mix, 3, name="fine")
+    return g, [after, fine, one]
+
+
+def test_failures_are_grouped_as_the_local_executor_groups_them(healthy: Any) -> None:
+    g, targets = failing_graph()
+    groups = []
+    for executor in (cg.LocalExecutor("sync", retries=1), DaskExecutor(healthy, retries=1)):
+        with pytest.raises(ExceptionGroup) as caught:
+            cg.run(g, targets, executor=executor)
+        groups.append(caught.value)
+    local, dask = groups
+    assert len(dask.exceptions) == len(local.exceptions) == 1
+    mine, theirs = dask.exceptions[0], local.exceptions[0]
+    assert isinstance(mine, cg.TaskError)
+    assert (mine.task, mine.inputs, mine.attempts, str(mine)) == (
+        theirs.task,
+        theirs.inputs,
+        theirs.attempts,
+        str(theirs),
+    )
+    assert type(mine.__cause__) is ZeroDivisionError
+    assert isinstance(mine.__cause__.__cause__, cg.RemoteTraceback)
+    assert "divide" in str(mine.__cause__.__cause__)  # the worker's traceback
+
+
+def test_retries_are_dasks_retries(healthy: Any, tmp_path: Any) -> None:
+    g = Graph()
+    flaky = g.add(fail_once, str(tmp_path / "tried"), 7)
+    assert cg.run(g, flaky, executor=DaskExecutor(healthy, retries=1)) == 7
+    g2 = Graph()
+    again = g2.add(fail_once, str(tmp_path / "tried-again"), 7)
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g2, again, executor=DaskExecutor(healthy))
+    assert caught.value.exceptions[0].attempts == 1
+
+
+def test_subscribers_see_each_task_start_and_finish_in_dependency_order(healthy: Any) -> None:
+    g, targets = mixed_graph()
+    events: list[cg.Event] = []
+    cg.run(g, targets, executor=DaskExecutor(healthy), subscribers=[events.append])
+    kinds = [e.kind for e in events]
+    assert kinds[0] is EventKind.RUN_STARTED and kinds[-1] is EventKind.RUN_FINISHED
+    assert events[0].total == events[-1].total == len(g)
+    finished = {e.task: i for i, e in enumerate(events) if e.kind is EventKind.FINISHED}
+    started = {e.task: i for i, e in enumerate(events) if e.kind is EventKind.STARTED}
+    assert set(finished) == set(started) == set(range(len(g)))
+    dep_ptr, dep_idx = g.dependencies()
+    for t in range(len(g)):
+        for d in dep_idx[dep_ptr[t] : dep_ptr[t + 1]].tolist():
+            assert finished[d] < finished[t]
+            assert started[d] < started[t]
+
+    g2, targets2 = failing_graph()
+    events.clear()
+    with pytest.raises(ExceptionGroup):
+        cg.run(g2, targets2, executor=DaskExecutor(healthy), subscribers=[events.append])
+    failed = [e for e in events if e.kind is EventKind.FAILED]
+    assert [e.name for e in failed] == ["ratio"]
+    assert isinstance(failed[0].error, ZeroDivisionError)
+    assert events[-1].kind is EventKind.RUN_FINISHED
+    cancelled = {e.name for e in events if e.kind is EventKind.CANCELLED}
+    assert "after" in cancelled
+
+
+def test_a_worker_killed_mid_run_loses_nothing(healthy: Any) -> None:
+    """Chains of slow tasks; at the first finished unit one worker is SIGKILLed. Dask
+    reruns what it held or ran on the other worker (and on its restart)."""
+    g = Graph()
+    tails = []
+    for k in range(8):
+        x = g.add(slow_mix, 0.1, k)
+        for i in range(3):
+            x = g.add(slow_mix, 0.1, i, x)
+        tails.append(x)
+    total = g.add(mix, 99, *tails)
+    expected = cg.run(g, total, executor="sync")
+    pids = healthy.run(os.getpid)
+    victim = pids[sorted(pids)[0]]
+    killed: list[int] = []
+
+    def kill_once(event: cg.Event) -> None:
+        if event.kind is EventKind.FINISHED and not killed:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+    got = cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[kill_once])
+    assert killed == [victim]
+    assert got == expected
+    healthy.wait_for_workers(2, timeout=60)
+    assert victim not in healthy.run(os.getpid).values()
+
+
+def test_a_wrong_address_fails_quickly_and_says_what_to_do() -> None:
+    with pytest.raises(
+        cg.ConfigError, match=r"cannot reach a Dask scheduler at 'tcp://127\.0\.0\.1:9'"
+    ):
+        DaskExecutor("tcp://127.0.0.1:9", connect_timeout=1)
+    with pytest.raises(cg.ConfigError, match="protocol://host:port"):
+        DaskExecutor("nonsense://somewhere:1", connect_timeout=1)
+    with pytest.raises(cg.ConfigError, match=r"distributed\.Client or a scheduler address"):
+        DaskExecutor(42)
+
+
+def test_close_closes_only_a_client_it_opened(healthy: Any, cluster: Any) -> None:
+    with DaskExecutor(cluster.scheduler_address) as owned:
+        assert owned.client.status == "running"
+        assert not owned.in_process
+    assert owned.client.status == "closed"
+    DaskExecutor(healthy).close()
+    assert healthy.status == "running"
