@@ -231,7 +231,12 @@ def plan_sizes(
                 "chunk_sizes by hand"
             )
         top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
-        bottom[axis] = min(bottom[axis], top[axis])
+        if bottom[axis] > top[axis]:
+            bottom[axis] = top[axis]
+            reasons.append(
+                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
+                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
+            )
         reasons.append(
             f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
             f"{tuple(extent[a] if a != sweep else top[a] for a in range(ndim))} the superchunk "
