@@ -17,9 +17,6 @@
     ├── RemoteError(RuntimeError)         a worker's exception that could not cross processes
     └── RemoteTraceback                   a worker's traceback text, carried as __cause__
 
-Warnings: ``ReadAmplificationWarning(UserWarning)``, a flow configured to read
-its input several times over.
-
 Every class shows its public module (``chunkgraph.ConfigError``) in tracebacks.
 
 Many failures of one run surface together as a single ``ExceptionGroup`` of
@@ -95,10 +92,6 @@ class FlowOutputError(ChunkgraphError, ValueError):
 
 class FlowLockedError(ChunkgraphError, RuntimeError):
     """Another run holds the flow's lock (the same flow started twice on one destination)."""
-
-
-class ReadAmplificationWarning(UserWarning):
-    """A flow's sizes will read storage chunks several times (the message has the figures)."""
 
 
 class RunEndedError(ChunkgraphError, RuntimeError):
@@ -195,7 +188,6 @@ for _cls in (
     FlowOutputError,
     FlowLockedError,
     RunEndedError,
-    ReadAmplificationWarning,
     CallTimeoutError,
     RemoteError,
     RemoteTraceback,

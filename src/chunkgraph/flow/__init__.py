@@ -10,11 +10,10 @@ function. Design notes: ``flow/README.md``.
 from chunkgraph._errors import (
     FlowLockedError,
     FlowOutputError,
-    ReadAmplificationWarning,
     RunEndedError,
 )
 from chunkgraph.flow._apply import ApplyReport, apply
-from chunkgraph.flow._auto_sizes import FlowPlan
+from chunkgraph.flow._auto_sizes import FlowPlan, ReadAmplificationWarning
 from chunkgraph.flow._estimate import FlowEstimate
 
 __all__ = [

@@ -54,10 +54,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError, ReadAmplificationWarning
+from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
+    ReadAmplificationWarning,
     amplification_warning,
     owned_inputs,
     plan_automatic,
@@ -183,7 +184,9 @@ class ApplyReport:
             )
         if self.deferred_layers:
             lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
-        if self.plan is not None:
+        # The plan when it was chosen here; given sizes' read model stays in
+        # ``report.plan`` (its budget line depends on the machine).
+        if self.plan is not None and self.plan.automatic:
             lines += ["  " + line for line in self.plan.summary().splitlines()]
         return "\n".join(lines)
 

@@ -76,6 +76,13 @@ MAX_CACHE_SLACK = 1.25
 FN_BUFFERS = 2
 
 
+class ReadAmplificationWarning(UserWarning):
+    """Given flow sizes will read storage chunks several times (the message has the figures)."""
+
+
+ReadAmplificationWarning.__module__ = "chunkgraph.flow"
+
+
 @dataclass(frozen=True)
 class StorageLayout:
     """One volume as the planner sees it: spatial bounds, storage chunks, bytes per voxel."""
