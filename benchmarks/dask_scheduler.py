@@ -36,13 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import psutil
 import scipy.ndimage
 
 import chunkgraph
-import dask
 
 # RSS sampling period: short enough to see a peak that lasts a few tasks.
 SAMPLE_SECONDS = 0.002

@@ -1,23 +1,32 @@
 """Benchmark: the subchunkable apply flow against its peers, side by side in one run.
 
-Five cases on one float32 Zarr v3 volume ((256, 512, 512), 64^3 chunks; ``--quick``:
-(64, 128, 1024)), each run in its own subprocess so that peak RSS is clean:
+Cases on one float32 Zarr v3 volume ((256, 512, 512), 64^3 chunks; ``--size 1024`` for
+(1024, 512, 512), 1 GiB; ``--quick``: (64, 128, 1024)), each run in its own subprocess so
+that peak RSS is clean:
 
 1. raw chunk-by-chunk copy (the I/O floor), a thread pool over storage chunks
 2. chunkgraph identity flow, crop 8 at the bottom of two levels (bottom chunk 128x128x64)
 3. chunkgraph Gaussian filter (scipy.ndimage.gaussian_filter, sigma 2), same flow
 4. the same filter with dask.array ``map_overlap`` (depth 8) written to Zarr
 5. one task per 64^3 chunk reading its own 8-voxel halo (no cache)
+a. what a new user writes: ``apply(gaussian, src, dst, crop_pads=8)``, automatic sizes,
+   no cache given
+b. a new user's hand-picked sizes: two levels of 64x256x256 over 64^3, crop 8 at the
+   bottom, no cache (apply warns and keeps a cache of its own)
+c. (a) on the volume 4x as deep (for the memory slope), beside (4) on that volume
+f. the compute floor: the whole array filtered in memory on all cores (slabs with a halo,
+   one per core; reading and writing not timed)
 
-The chunkgraph cases read through a chunk cache of a quarter of the volume: reuse
-must come from the order of the top-level tasks, not from caching everything.
+The tuned chunkgraph cases (2), (3) read through a chunk cache of a quarter of the volume:
+reuse must come from the order of the top-level tasks, not from caching everything.
 Read amplification = decoded bytes of whole storage chunks fetched / volume bytes
 (dask's is not instrumented: ``from_zarr`` makes one read task per storage chunk).
 Then (3), (4) and (5) are compared in the interior (8 voxels from the volume edge,
 where each treats the outside differently), and a dry run of a
 100,000 x 100,000 x 10,000 bbox is timed.
 
-    python benchmarks/volume_flow.py [--quick] [--repeat 3] [--workdir bench-out/volume_flow]
+    python benchmarks/volume_flow.py [--quick | --size MIB] [--repeat 3]
+                                     [--workdir bench-out/volume_flow]
                                      [--mmap-threshold 131072] [--arena-max 1]
 
 Memory. Peak RSS is shown whole and above the case's own baseline (the interpreter with
@@ -57,14 +66,22 @@ FULL_SHAPE = (256, 512, 512)
 QUICK_SHAPE = (64, 128, 1024)
 HUGE_BBOX = (100_000, 100_000, 10_000)
 BOTTOM = (2 * CHUNK, 2 * CHUNK, CHUNK)  # the chunkgraph cases' bottom-level chunk
+USER_TOP = (64, 256, 256)  # case (b)'s top chunk, over 64^3
 
 CASES = {
     "copy": "(1) raw chunk copy",
+    "floor": "(f) whole-array gaussian, compute only",
     "cg_identity": "(2) chunkgraph identity, crop 8",
-    "cg_gaussian": "(3) chunkgraph gaussian, crop 8",
+    "cg_gaussian": "(3) chunkgraph gaussian, crop 8, tuned",
     "dask_gaussian": "(4) dask map_overlap gaussian",
     "per_chunk_gaussian": "(5) per-chunk tasks with halo",
+    "cg_auto": "(a) chunkgraph gaussian, crop_pads=8 only",
+    "cg_user_two_level": "(b) 64x256x256 over 64^3, no cache",
+    "cg_auto_4x": "(c) = (a) at 4x the volume",
+    "dask_gaussian_4x": "(4) at 4x the volume",
 }
+# The cases that run on the 4x volume (``src4.zarr``).
+FOUR_X = ("cg_auto_4x", "dask_gaussian_4x")
 
 
 def gaussian(src: np.ndarray) -> np.ndarray:
@@ -132,6 +149,81 @@ def case_dask_gaussian(src_path: str, dst_path: str, shape: tuple[int, ...]) -> 
     return float("nan")
 
 
+def case_floor(src_path: str, dst_path: str, shape: tuple[int, ...]) -> float:
+    """Only the filter: the array is in memory, each core filters one slab with its halo."""
+    data = volume.open(src_path).read(Box.from_shape(shape))
+    cores = usable_cores()
+    edges = np.linspace(0, shape[0], cores + 1).astype(int)
+    out = np.empty_like(data)
+
+    def slab(i: int) -> None:
+        lo, hi = int(edges[i]), int(edges[i + 1])
+        a, b = max(0, lo - HALO), min(shape[0], hi + HALO)
+        out[lo:hi] = gaussian(data[a:b])[lo - a : lo - a + hi - lo]
+
+    global _FLOOR_T0
+    _FLOOR_T0 = time.perf_counter()  # the read above is not part of the floor
+    with ThreadPoolExecutor(cores) as pool:
+        list(pool.map(slab, range(cores)))
+    return float("nan")
+
+
+_FLOOR_T0: float | None = None
+
+
+def _auto(src_path: str, dst_path: str, shape: tuple[int, ...]) -> tuple[float, dict[str, Any]]:
+    src = volume.open(src_path)
+    dst = volume.create(dst_path, shape, (CHUNK,) * 3, "float32", exist_ok=True)
+    report = volume.apply(gaussian, src, dst, crop_pads=HALO)
+    plan = report.plan
+    assert plan is not None
+    return report.read_amplification, {
+        "predicted": plan.read_amplification,
+        "plan": " over ".join("x".join(map(str, c)) for c in plan.chunk_sizes),
+        "cache_mib": plan.cache_bytes / 2**20,
+    }
+
+
+def case_cg_auto(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
+    return _auto(src_path, dst_path, shape)
+
+
+def case_cg_auto_4x(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
+    return _auto(src_path, dst_path, shape)
+
+
+def case_dask_gaussian_4x(src_path: str, dst_path: str, shape: tuple[int, ...]) -> float:
+    return case_dask_gaussian(src_path, dst_path, shape)
+
+
+def case_cg_user_two_level(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
+    import warnings
+
+    from chunkgraph.flow import ReadAmplificationWarning
+
+    src = volume.open(src_path)
+    dst = volume.create(dst_path, shape, (CHUNK,) * 3, "float32", exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = volume.apply(
+            gaussian,
+            src,
+            dst,
+            # (clipped to the --quick volume's 128 on axis 1)
+            chunk_sizes=[tuple(min(t, n) for t, n in zip(USER_TOP, shape, strict=True)), (64,) * 3],
+            crop_pads=[0, HALO],
+        )
+    warned = [w for w in caught if issubclass(w.category, ReadAmplificationWarning)]
+    plan = report.plan
+    assert plan is not None
+    return report.read_amplification, {
+        "predicted": plan.read_amplification,
+        "warned": bool(warned),
+        "warning": str(warned[0].message) if warned else "",
+        "cache_mib": plan.cache_bytes / 2**20,
+    }
+
+
 def case_per_chunk_gaussian(src_path: str, dst_path: str, shape: tuple[int, ...]) -> float:
     src = volume.open(src_path)
     dst = volume.create(dst_path, shape, (CHUNK,) * 3, "float32", exist_ok=True)
@@ -150,17 +242,21 @@ def run_case(name: str, workdir: Path, shape: tuple[int, ...]) -> None:
     import psutil
     import scipy.ndimage  # noqa: F401  (imported before the baseline, like every case)
 
-    if name == "dask_gaussian":
+    if name.startswith("dask"):
         import dask.array  # noqa: F401  (its own imports are part of its baseline too)
 
     dst = workdir / f"{name}.zarr"
     shutil.rmtree(dst, ignore_errors=True)
+    source = "src4.zarr" if name in FOUR_X else "src.zarr"
+    if name in FOUR_X:
+        shape = (4 * shape[0], *shape[1:])
     baseline = psutil.Process().memory_info().rss
     t0 = time.perf_counter()
-    amp = globals()[f"case_{name}"](str(workdir / "src.zarr"), str(dst), shape)
-    wall = time.perf_counter() - t0
+    result = globals()[f"case_{name}"](str(workdir / source), str(dst), shape)
+    wall = time.perf_counter() - (_FLOOR_T0 if name == "floor" and _FLOOR_T0 else t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps(dict(wall=wall, peak=peak, baseline=baseline, amp=amp)))
+    amp, extra = result if isinstance(result, tuple) else (result, {})
+    print(json.dumps(dict(wall=wall, peak=peak, baseline=baseline, amp=amp, **extra)))
 
 
 # --- the driver --------------------------------------------------------------------------------
@@ -196,6 +292,41 @@ def table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def auto_targets(results: dict[str, dict[str, Any]]) -> str:
+    """The new-user cases against their targets, met or missed, with the figures."""
+    a, b, c = results["cg_auto"], results["cg_user_two_level"], results["cg_auto_4x"]
+    d, d4, f = results["dask_gaussian"], results["dask_gaussian_4x"], results["floor"]
+
+    def above(r: dict[str, Any]) -> float:
+        return float(r["peak"] - r["baseline"])
+
+    def check(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    rows = [
+        ("(a) time / (4)", a["wall"] / d["wall"], "<= 0.6"),
+        ("(a) time / floor (f)", a["wall"] / f["wall"], "<= 1.5"),
+        ("(a) read amplification", a["amp"], "<= 1.1"),
+        ("(c) / (a) memory above baseline", above(c) / above(a), "flat (1.0)"),
+        ("(c) / (4 at 4x) memory above baseline", above(c) / above(d4), "<= 0.5"),
+        ("(b) read amplification", b["amp"], "<= 1.5"),
+    ]
+    limits = [0.6, 1.5, 1.1, 1.2, 0.5, 1.5]
+    lines = ["", "| new-user target | figure | target | |", "|---|---:|---|---|"]
+    for (label, value, target), limit in zip(rows, limits, strict=True):
+        lines.append(f"| {label} | {value:.2f} | {target} | {check(value <= limit)} |")
+    lines.append(
+        f"| (b) warned | {b['warned']} | a ReadAmplificationWarning | {check(bool(b['warned']))} |"
+    )
+    lines.append(
+        f"\n(a) plan {a['plan']}, cache {a['cache_mib']:.0f} MiB, predicted read "
+        f"amplification {a['predicted']:.2f}; (c) plan {c['plan']}, cache "
+        f"{c['cache_mib']:.0f} MiB"
+    )
+    lines.append(f"(b) warning: {b['warning']}")
+    return "\n".join(lines)
+
+
 def interior_agreement(workdir: Path, shape: tuple[int, ...], a: str, b: str) -> float:
     """Max |a - b| over the interior, slab by slab."""
     va, vb = volume.open(str(workdir / f"{a}.zarr")), volume.open(str(workdir / f"{b}.zarr"))
@@ -208,8 +339,14 @@ def interior_agreement(workdir: Path, shape: tuple[int, ...], a: str, b: str) ->
     return worst
 
 
-def _median(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {key: float(np.median([r[key] for r in runs])) for key in runs[0]}
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of the figures; other fields (texts, flags) from the first run."""
+    return {
+        key: float(np.median([r[key] for r in runs]))
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else value
+        for key, value in runs[0].items()
+    }
 
 
 def dry_run(workdir: Path) -> tuple[Any, float]:
@@ -235,6 +372,12 @@ def dry_run(workdir: Path) -> tuple[Any, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"use a {QUICK_SHAPE} volume")
+    parser.add_argument(
+        "--size",
+        type=int,
+        help="volume size in MiB (a multiple of 64): (size, 512, 512) float32; default "
+        f"{FULL_SHAPE}, 256 MiB; (c) runs on 4x that",
+    )
     parser.add_argument("--workdir", default="bench-out/volume_flow")
     parser.add_argument(
         "--mmap-threshold",
@@ -252,12 +395,17 @@ def main() -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
+    if args.size:
+        if args.size % CHUNK:
+            parser.error(f"--size must be a multiple of {CHUNK} MiB, got {args.size}")
+        shape = (args.size, 512, 512)
     workdir = Path(args.workdir)
     if args.case:
         run_case(args.case, workdir, shape)
         return
     workdir.mkdir(parents=True, exist_ok=True)
     make_source(workdir / "src.zarr", shape)
+    make_source(workdir / "src4.zarr", (4 * shape[0], *shape[1:]))
     mib = np.prod(shape) * 4 / 2**20
     env = os.environ.copy()
     if args.mmap_threshold is not None:
@@ -276,6 +424,7 @@ def main() -> None:
         for name in CASES:
             cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
             cmd += ["--quick"] if args.quick else []
+            cmd += ["--size", str(args.size)] if args.size else []
             out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if out.returncode:
                 raise SystemExit(f"case {name} failed:\n{out.stderr}")
@@ -295,9 +444,10 @@ def main() -> None:
         f"floor of (3): baseline {g['baseline'] / 2**20:.0f} MiB + cache {cache / 2**20:.0f} MiB "
         f"= {floor / 2**20:.0f} MiB = {floor / d['peak']:.2f}x the peak RSS of (4)"
     )
-    for other in ("dask_gaussian", "per_chunk_gaussian"):
+    for other in ("dask_gaussian", "per_chunk_gaussian", "cg_auto", "cg_user_two_level"):
         diff = interior_agreement(workdir, shape, "cg_gaussian", other)
         print(f"interior max |(3) - {CASES[other][:3]}| = {diff:.3g}")
+    print(auto_targets(results))
     report, seconds = dry_run(workdir)
     est = report.estimate
     print(

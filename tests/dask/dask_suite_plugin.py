@@ -21,8 +21,9 @@ _outcomes: dict[str, str] = {}
 
 @pytest.fixture(autouse=True)
 def _dask_scheduler_under_test() -> Iterator[None]:
-    import chunkgraph
     import dask
+
+    import chunkgraph
 
     name = os.environ["CHUNKGRAPH_DASK_SUITE_SCHEDULER"]
     scheduler: Any = chunkgraph.dask_scheduler if name == "chunkgraph" else name

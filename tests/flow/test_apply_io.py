@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from chunkgraph import volume
+from chunkgraph.flow import ReadAmplificationWarning
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 
@@ -25,21 +26,27 @@ def _source(files: Any, cache_bytes: int) -> Any:
     return volume.open(src.path, cache_bytes=cache_bytes)
 
 
-def test_without_cache_halos_amplify_reads(files: Any) -> None:
+def test_without_cache_apply_warns_and_owns_one(files: Any) -> None:
     src = _source(files, 0)
     dst = files.empty(SHAPE, STORAGE, "float32")
-    report = apply(
-        lambda src: src,
-        src,
-        dst,
-        executor="sync",
-        intermediates=files.root / "t",
-        probe=False,  # the probe's own read of one bottom chunk is not the flow's pattern
-        **FLOW,
-    )
-    # 4 slabs: the two end slabs read 2 slabs each, the inner two read 3: 10 slabs of 16 chunks
-    assert report.bytes_read == 10 * 16 * CHUNK_BYTES
-    assert report.read_amplification == 10 / 4
+    # 4 slabs: the two end slabs read 2 slabs each, the inner two read 3: without a cache,
+    # 10 slabs of 16 chunks, 2.5x; apply warns with that figure and reads through its own
+    # cache of the two halo slabs neighbours share, so each chunk is read once.
+    with pytest.warns(ReadAmplificationWarning, match=r"2\.50x the input.*expects 1\.00x"):
+        report = apply(
+            lambda src: src,
+            src,
+            dst,
+            executor="sync",
+            intermediates=files.root / "t",
+            probe=False,  # the probe's own read of one bottom chunk is not the flow's pattern
+            **FLOW,
+        )
+    assert report.plan is not None and report.plan.amplification_without_cache == 10 / 4
+    assert report.plan.cache_bytes >= 2 * 16 * CHUNK_BYTES
+    assert report.bytes_read == 64 * CHUNK_BYTES
+    assert report.read_amplification == 1.0
+    assert src.stats.bytes_read == 0  # the caller's handle was not read through
 
 
 @pytest.mark.parametrize("executor", ["sync", "threads", "adaptive"])

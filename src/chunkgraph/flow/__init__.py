@@ -7,8 +7,13 @@ top level; resumable after a crash. ``chunkgraph.volume.apply`` is the same
 function. Design notes: ``flow/README.md``.
 """
 
-from chunkgraph._errors import FlowLockedError, FlowOutputError, RunEndedError
+from chunkgraph._errors import (
+    FlowLockedError,
+    FlowOutputError,
+    RunEndedError,
+)
 from chunkgraph.flow._apply import ApplyReport, apply
+from chunkgraph.flow._auto_sizes import FlowPlan, ReadAmplificationWarning
 from chunkgraph.flow._estimate import FlowEstimate
 
 __all__ = [
@@ -16,6 +21,8 @@ __all__ = [
     "FlowEstimate",
     "FlowLockedError",
     "FlowOutputError",
+    "FlowPlan",
+    "ReadAmplificationWarning",
     "RunEndedError",
     "apply",
 ]

@@ -56,6 +56,15 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
+from chunkgraph.flow._auto_sizes import (
+    FlowPlan,
+    ReadAmplificationWarning,
+    amplification_warning,
+    owned_inputs,
+    plan_automatic,
+    plan_given,
+    resolve_memory_limit,
+)
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
@@ -77,7 +86,13 @@ from chunkgraph.flow._reduce import (
     reduction_boxes,
     top_indices_meeting,
 )
-from chunkgraph.flow._spec import FlowSpec, check_bools, normalize_inputs, validate_flow
+from chunkgraph.flow._spec import (
+    FlowSpec,
+    check_bools,
+    normalize_inputs,
+    validate_flow,
+    wants_auto_sizes,
+)
 from chunkgraph.flow._state import read_flow_info, warn_if_stale, write_flow_info
 from chunkgraph.flow._top_task import (
     TopJob,
@@ -114,6 +129,8 @@ class ApplyReport:
     ``intermediates``: where the temporaries are (dry runs: would be; ``defer``:
     are left); ``finished_before``: when a resumed flow had already finished
     (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
+    ``plan``: the sizes (chosen, or given), the cache ``apply`` owned, the memory
+    budget and the predicted read amplification, with the reasons.
     """
 
     flow_id: str
@@ -136,6 +153,7 @@ class ApplyReport:
     # reduction reads temporary layers. Under threads a task's reads are counted on the
     # volumes it shares, so tasks in flight together may count each other's.
     task_bytes: tuple[tuple[str, int, int], ...] = ()
+    plan: FlowPlan | None = None
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -166,6 +184,10 @@ class ApplyReport:
             )
         if self.deferred_layers:
             lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
+        # The plan when it was chosen here; given sizes' read model stays in
+        # ``report.plan`` (its budget line depends on the machine).
+        if self.plan is not None and self.plan.automatic:
+            lines += ["  " + line for line in self.plan.summary().splitlines()]
         return "\n".join(lines)
 
 
@@ -190,7 +212,7 @@ def apply(
     inputs: Volume | Mapping[str, Volume],
     dst: Volume,
     *,
-    chunk_sizes: Any,
+    chunk_sizes: Any = "auto",
     crop_pads: Any = 0,
     blend_pads: Any = 0,
     blend_modes: Any = "quadratic",
@@ -199,7 +221,8 @@ def apply(
     expand_bbox: bool = False,
     max_reduction_chunk_size: Any = None,
     intermediates: str | os.PathLike[str] | None = None,
-    skip_intermediates: bool = False,
+    skip_intermediates: bool | None = None,
+    memory_limit: int | None = None,
     executor: ExecutorKind | Executor | None = None,
     workers: int | None = None,
     retries: int = DEFAULT_RETRIES,
@@ -214,7 +237,14 @@ def apply(
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
     ``chunk_sizes`` lists one processing chunk per level, top first; pads and
-    modes are one value for all levels or one per level. ``fn`` gets arrays
+    modes are one value for all levels or one per level. Omitted (or
+    ``"auto"``), the flow plans the levels itself from the pads (then the
+    bottom level's), the storage chunks, the cores and ``memory_limit`` (bytes;
+    default half the memory available), and reads through a chunk cache it
+    sizes when the inputs have none; ``report.plan`` says what it chose and why.
+    ``skip_intermediates`` (None: decided, direct where nothing overlaps with
+    automatic sizes, else False). Given sizes that will read storage chunks
+    several times draw a ``ReadAmplificationWarning`` with the figures. ``fn`` gets arrays
     of chunk + 2*crop + 2*blend at the bottom level (and, if it has a ``box``
     parameter, the box they cover) and returns that shape or chunk + 2*blend.
     ``workers``, ``retries`` and ``timeout`` (seconds per task try) go to the
@@ -230,6 +260,26 @@ def apply(
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
+    limit, limit_source = resolve_memory_limit(memory_limit)
+    cores = workers if isinstance(workers, int) and workers > 0 else usable_cores()
+    plan: FlowPlan | None = None
+    if wants_auto_sizes(chunk_sizes):
+        plan = plan_automatic(
+            inputs,
+            dst,
+            crop_pads=crop_pads,
+            blend_pads=blend_pads,
+            bbox=bbox,
+            cores=cores,
+            memory_limit=limit,
+            memory_limit_source=limit_source,
+            skip_intermediates=skip_intermediates,
+        )
+        chunk_sizes = list(plan.chunk_sizes)
+        crop_pads, blend_pads = list(plan.crop_pads), list(plan.blend_pads)
+        if isinstance(blend_modes, list) and len(blend_modes) == 1:
+            blend_modes = blend_modes * len(chunk_sizes)
+        skip_intermediates = plan.direct_writes
     spec = validate_flow(
         fn,
         inputs,
@@ -242,15 +292,25 @@ def apply(
         auto_divisibility=auto_divisibility,
         expand_bbox=expand_bbox,
         max_reduction_chunk_size=max_reduction_chunk_size,
-        skip_intermediates=skip_intermediates,
+        skip_intermediates=bool(skip_intermediates),
     )
     named = normalize_inputs(inputs)
+    if plan is None:
+        plan = plan_given(
+            spec, named, dst, cores=cores, memory_limit=limit, memory_limit_source=limit_source
+        )
+        message = amplification_warning(plan, named)
+        if message:
+            warnings.warn(message, ReadAmplificationWarning, stacklevel=2)
     chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn, intermediates)
     _check_run_options(workers, retries, lock_wait)
     flow_id = flow_id_of(fn, named, dst, spec)
     root = _intermediates_root(intermediates, dst)
     if dry_run:
-        return _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
+        report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
+        return dataclasses.replace(report, plan=plan)
+    # Reads go through the cache the plan sized (the caller's handles stay as they were).
+    named = owned_inputs(named, plan)
     made_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -277,6 +337,7 @@ def apply(
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
             flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
             report = flow.run(chosen, progress, t0, before, tuple(subscribers))
+            report = dataclasses.replace(report, plan=plan)
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
                 # markers whose layers are gone (a resume would reduce missing data).

@@ -150,6 +150,26 @@ class FlowSpec:
         return tuple(s // c for s, c in zip(self.bbox.shape, self.levels[0].chunk, strict=True))
 
 
+# ``chunk_sizes`` spelled this way (or None) asks apply to plan the levels (_auto_sizes).
+AUTO_SIZES = "auto"
+
+
+def wants_auto_sizes(chunk_sizes: object) -> bool:
+    """True for ``chunk_sizes=None`` or ``"auto"``: the flow plans its own levels."""
+    return chunk_sizes is None or (isinstance(chunk_sizes, str) and chunk_sizes == AUTO_SIZES)
+
+
+def resolve_region(
+    inputs: object, dst: object, bbox: object
+) -> tuple[dict[str, Volume], Volume, Box]:
+    """The named inputs, dst and the bbox, checked as ``validate_flow`` checks them: what
+    automatic sizes are planned from, before the sizes (and so the rest) can be checked."""
+    named = normalize_inputs(inputs)
+    out = _check_dst(dst, named)
+    ndim = _check_spatial_ndim(named, out)
+    return named, out, _resolve_bbox(bbox, out, ndim)
+
+
 def normalize_inputs(inputs: object) -> dict[str, Volume]:
     """A ``Volume`` -> ``{"src": volume}``; a dict name -> Volume -> a checked copy.
 
@@ -216,6 +236,12 @@ def validate_flow(
     ndim = _check_spatial_ndim(named, out)
     pass_box = _check_signature(fn, named, positional)
 
+    if wants_auto_sizes(chunk_sizes):
+        raise ConfigError(
+            f"chunk_sizes={chunk_sizes!r} asks for automatic sizes, which apply plans (it "
+            "knows the cores and the memory budget); validate the sizes it chose "
+            "(report.plan.arguments()) or give chunk_sizes"
+        )
     chunks = parse_chunk_sizes(chunk_sizes, ndim)
     n_levels = len(chunks)
     crops = per_level("crop_pads", crop_pads, n_levels, ndim)

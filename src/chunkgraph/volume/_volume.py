@@ -165,6 +165,14 @@ class Volume:
             f"bounds={self._bounds})"
         )
 
+    def with_cache(self, cache_bytes: int) -> Volume:
+        """Another handle on the same stored array, with its own chunk cache and counters.
+
+        What ``apply`` reads through when it owns the cache of an input the caller
+        opened without one; the caller's handle and its stats are left alone.
+        """
+        return Volume(self._storage, self._mode, cache_bytes)
+
     def __reduce__(self) -> tuple[Any, ...]:
         if self.backend == "memory":
             raise ConfigError(

@@ -1,0 +1,794 @@
+"""Automatic planning of a flow: levels, chunk sizes and the input cache, from the data's layout.
+
+``plan_sizes`` is pure: it sees numbers only (the bbox, every input's bounds,
+storage chunks and voxel bytes, dst's, the bottom pads, cores, a memory
+budget) and returns a ``FlowPlan``. ``read_plan`` applies the same read model
+to sizes a user gave, so that ``apply`` can size its own cache for them and
+warn when they will amplify reads. Neither reads data.
+
+Goals, in order, and how each is met (``P`` = crop + blend per axis, ``s``
+an input's storage chunk, ``E`` the bbox extent)::
+
+    every storage chunk read ~once  top chunks aligned to every input's and dst's
+                                    storage chunks (the "grain", their lcm); tasks
+                                    follow each other along one "sweep" axis, and a
+                                    cache that apply owns keeps the halo layers two
+                                    neighbours share (2 * ceil(P / s) storage chunks)
+    little redundant compute        bottom chunk >= 2P / MAX_CROP_SHARE per axis:
+                                    the crop margin is <= 1/8 of it (2 * 8 / 128)
+    bounded memory                  cache + superchunks in flight + bottom chunks
+                                    being computed <= memory_limit, else the
+                                    cross-section is cut into bands (reads grow)
+    the divisibility rule           bottom | top on every axis, pads only at the bottom
+
+Shape of the plan. The top chunk spans the whole bbox on every axis but the
+sweep axis (the longest: its cross-section, and so the cache and the
+superchunk, is the smallest), and is one bottom chunk thick along it. So the
+top grid moves along one axis only, tasks run as one sweep, and each top task
+shares halo storage chunks with its successor alone: those are the last it
+read, which an LRU cache of two halo layers keeps (``_top_task`` reads in
+slabs along the sweep for that reason). Worked: 256 x 512 x 512 float32 in
+64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128, so the levels are
+(256, 512, 128) over (128, 128, 128), the cache 2 * 64 x 256 x 512 * 4 B
+= 64 MiB (+ MAX_CACHE_SLACK), and every storage chunk is read once.
+
+Reuse model (also for user-given sizes). The top grid runs in C order; the
+sweep is its fastest-moving axis. A halo chunk shared along the sweep is
+reused one task later (needs the two halo layers above); along a slower
+moving axis ``a`` it is reused after every task of the faster axes has run,
+so an LRU must hold all that those tasks fetched meanwhile. The cache is the
+largest of these needs that fits the budget; on axes whose need does not fit,
+each task's halo is read again, and the predicted amplification says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph._util import divisors
+from chunkgraph.geometry import Box
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._spec import FlowSpec
+    from chunkgraph.volume import Volume
+
+# The crop (and blend) margins' share of a bottom chunk, per axis: a bottom chunk is at
+# least 2 * pad / MAX_CROP_SHARE. 1/8 keeps redundant compute <= 1.125^3 = 1.42x in 3-d
+# while a 128^3 float32 bottom chunk (8 MiB) still fits a core's share of memory; 1/16
+# would take 256^3 (64 MiB per core, three buffers each) for 1.19x.
+MAX_CROP_SHARE = 1 / 8
+
+# Head-room of the cache above the halo layers it must hold: concurrent reads of two
+# superchunks in flight and the edge chunks of a slab put a few extra chunks in it.
+MAX_CACHE_SLACK = 1.25
+
+# Buffers per bottom chunk being computed, in units of its padded region: the input view
+# is free (a slice of the superchunk), fn's output and one temporary of fn are not.
+FN_BUFFERS = 2
+
+
+class ReadAmplificationWarning(UserWarning):
+    """Given flow sizes will read storage chunks several times (the message has the figures)."""
+
+
+ReadAmplificationWarning.__module__ = "chunkgraph.flow"
+
+
+@dataclass(frozen=True)
+class StorageLayout:
+    """One volume as the planner sees it: spatial bounds, storage chunks, bytes per voxel."""
+
+    name: str
+    bounds: Box
+    chunks: tuple[int, ...]
+    voxel_bytes: int  # all channels
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """The chosen (or given) sizes of a flow, the cache ``apply`` owns, and why.
+
+    ``chunk_sizes``, ``crop_pads`` and ``blend_pads`` are per level, top first, in the
+    spelling ``apply`` takes, so ``apply(..., **plan.arguments())`` reruns it as given.
+    ``read_amplification`` is predicted with ``cache_bytes``;
+    ``amplification_without_cache`` is what the same sizes read with no cache.
+    """
+
+    automatic: bool
+    chunk_sizes: tuple[tuple[int, ...], ...]
+    crop_pads: tuple[tuple[int, ...], ...]
+    blend_pads: tuple[tuple[int, ...], ...]
+    direct_writes: bool
+    sweep_axis: int
+    cache_bytes: int  # the cache apply owns, over all inputs (0: none, or the user's own)
+    cache_per_input: tuple[tuple[str, int], ...]
+    read_amplification: float
+    amplification_without_cache: float
+    memory_limit: int
+    memory_limit_source: str
+    memory_bytes: int  # predicted peak: cache + superchunks in flight + bottom buffers
+    superchunks_in_flight: int
+    reasons: tuple[str, ...] = field(default=())
+
+    def arguments(self) -> dict[str, object]:
+        """``chunk_sizes``, pads and ``skip_intermediates`` as ``apply`` takes them."""
+        return {
+            "chunk_sizes": list(self.chunk_sizes),
+            "crop_pads": list(self.crop_pads),
+            "blend_pads": list(self.blend_pads),
+            "skip_intermediates": self.direct_writes,
+        }
+
+    def summary(self) -> str:
+        """A few human-readable lines: the sizes, the cache, the memory, the reasons."""
+        how = "automatic" if self.automatic else "given"
+        levels = " over ".join("x".join(map(str, c)) for c in self.chunk_sizes)
+        lines = [
+            f"plan ({how}): {len(self.chunk_sizes)} level(s) {levels}, crop "
+            f"{list(self.crop_pads)}, blend {list(self.blend_pads)}, "
+            f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
+            f"sweep along axis {self.sweep_axis}",
+            f"  cache {_mib(self.cache_bytes)} owned by apply; predicted read amplification "
+            f"{self.read_amplification:.2f} ({self.amplification_without_cache:.2f} without "
+            "a cache)",
+            f"  memory {_mib(self.memory_bytes)} predicted of {_mib(self.memory_limit)} "
+            f"({self.memory_limit_source}); {self.superchunks_in_flight} superchunk(s) in "
+            "flight",
+        ]
+        lines += [f"  - {reason}" for reason in self.reasons]
+        return "\n".join(lines)
+
+
+def _mib(nbytes: float) -> str:
+    if nbytes < 2**20:
+        return f"{nbytes / 2**10:.0f} KiB"
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.2f} GiB"
+
+
+# --- the planner --------------------------------------------------------------------------
+
+
+def plan_sizes(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    dst: StorageLayout,
+    *,
+    crop: tuple[int, ...],
+    blend: tuple[int, ...],
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str = "given",
+    accumulate_bytes: int = 8,
+    direct_allowed: bool = False,
+) -> FlowPlan:
+    """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
+
+    ``accumulate_bytes``: bytes per dst voxel of the accumulation dtype (all channels).
+    ``direct_allowed``: the caller found nothing that forbids writing bottom outputs
+    straight to dst (no blend, bbox on the dst grid, dst not an input); the plan then
+    writes directly if its bottom chunks cover whole dst chunks. Raises ``ConfigError``
+    when even the smallest plan does not fit ``memory_limit``.
+
+    >>> vol = StorageLayout("src", Box((0, 0, 0), (256, 512, 512)), (64, 64, 64), 4)
+    >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
+    ...                   memory_limit=2**30, direct_allowed=True)
+    >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
+    (((256, 512, 128), (128, 128, 128)), 2, 80, 1.0)
+    """
+    ndim = bbox.ndim
+    pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
+    extent = bbox.shape
+    grain = tuple(math.lcm(dst.chunks[a], *(v.chunks[a] for v in inputs)) for a in range(ndim))
+    sweep = max(range(ndim), key=lambda a: (extent[a], a))
+    reasons: list[str] = []
+
+    bottom = [
+        _bottom_size(extent[a], pad[a], dst.chunks[a], grain[a] if a == sweep else 1)
+        for a in range(ndim)
+    ]
+    top = list(extent)
+    top[sweep] = bottom[sweep]
+    reasons.append(
+        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
+        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
+        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
+        f"{_redundancy(tuple(bottom), pad):.2f}x)"
+    )
+    reasons.append(
+        f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so the "
+        f"smallest cross-section) and one bottom chunk thick along it, a multiple of the "
+        f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
+        "chunks with its successor only"
+    )
+    while True:
+        plan = _evaluate(
+            bbox,
+            inputs,
+            dst,
+            tuple(top),
+            tuple(bottom),
+            crop,
+            blend,
+            cores,
+            memory_limit,
+            accumulate_bytes,
+        )
+        fits = plan.memory <= memory_limit
+        if fits and plan.sweep_reused:
+            break
+        axis = _axis_to_cut(top, bottom, grain, sweep)
+        if axis is None and fits:
+            break  # halos along the sweep are read again: the amplification says how much
+        if axis is None:
+            raise ConfigError(
+                f"no automatic plan fits memory_limit={memory_limit} bytes "
+                f"({_mib(memory_limit)}): the smallest, top chunk {tuple(top)} over "
+                f"{tuple(bottom)}, needs {_mib(plan.memory)} (cache {_mib(plan.cache)}, "
+                f"{plan.in_flight} superchunk(s) of {_mib(plan.superchunk)}, bottom buffers "
+                f"{_mib(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
+                "chunk_sizes by hand"
+            )
+        top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
+        if bottom[axis] > top[axis]:
+            bottom[axis] = top[axis]
+            reasons.append(
+                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
+                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
+            )
+        reasons.append(
+            f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
+            f"{tuple(extent[a] if a != sweep else top[a] for a in range(ndim))} the superchunk "
+            f"and the sweep's cache need more than memory_limit {_mib(memory_limit)}; each "
+            "band re-reads its halo"
+        )
+    direct = direct_allowed and all(
+        b % d == 0 or b == e for b, d, e in zip(bottom, dst.chunks, extent, strict=True)
+    )
+    if direct:
+        reasons.append(
+            "direct writes: nothing blends and bottom chunks cover whole dst chunks, so no "
+            "temporary layers and no reduction pass"
+        )
+    reasons.append(plan.cache_reason)
+    levels: tuple[tuple[int, ...], ...] = (tuple(top), tuple(bottom))
+    if levels[0] == levels[1]:
+        levels = (levels[0],)
+    zero = (0,) * ndim
+    return FlowPlan(
+        automatic=True,
+        chunk_sizes=levels,
+        crop_pads=(*([zero] * (len(levels) - 1)), crop),
+        blend_pads=(*([zero] * (len(levels) - 1)), blend),
+        direct_writes=direct,
+        sweep_axis=plan.sweep,
+        cache_bytes=plan.cache,
+        cache_per_input=plan.cache_per_input,
+        read_amplification=plan.amplification,
+        amplification_without_cache=plan.amplification_uncached,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        memory_bytes=plan.memory,
+        superchunks_in_flight=plan.in_flight,
+        reasons=tuple(reasons),
+    )
+
+
+def read_plan(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    dst: StorageLayout,
+    *,
+    chunk_sizes: Sequence[tuple[int, ...]],
+    crop_pads: Sequence[tuple[int, ...]],
+    blend_pads: Sequence[tuple[int, ...]],
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str = "given",
+    accumulate_bytes: int = 8,
+    direct_writes: bool = False,
+    cached: bool = False,
+) -> FlowPlan:
+    """The read model of sizes a user gave: the cache apply would own, amplification, memory.
+
+    ``cached``: the user's inputs carry their own cache; apply then adds none and the
+    prediction assumes theirs serves the same reuse.
+    """
+    top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
+    # Below the top, the levels' pads all come out of the top task's one read.
+    ndim = bbox.ndim
+    crop = tuple(sum(c[a] for c in crop_pads[1:]) for a in range(ndim))
+    blend = tuple(sum(b[a] for b in blend_pads[1:]) for a in range(ndim))
+    top_pad = tuple(c + b for c, b in zip(crop_pads[0], blend_pads[0], strict=True))
+    per_top = 1
+    for i in range(1, len(chunk_sizes)):
+        region = (
+            c + 2 * p + 2 * b
+            for c, p, b in zip(chunk_sizes[i - 1], crop_pads[i - 1], blend_pads[i - 1], strict=True)
+        )
+        per_top *= math.prod(r // c for r, c in zip(region, chunk_sizes[i], strict=True))
+    plan = _evaluate(
+        bbox,
+        inputs,
+        dst,
+        top,
+        bottom,
+        crop,
+        blend,
+        cores,
+        memory_limit,
+        accumulate_bytes,
+        top_pad=top_pad,
+        levels=len(chunk_sizes),
+        owned=not cached,
+        per_top=per_top,
+    )
+    reasons = [plan.cache_reason]
+    aligned = _misaligned(bbox, top, inputs)
+    if aligned:
+        reasons.append(aligned)
+    return FlowPlan(
+        automatic=False,
+        chunk_sizes=tuple(tuple(c) for c in chunk_sizes),
+        crop_pads=tuple(tuple(c) for c in crop_pads),
+        blend_pads=tuple(tuple(b) for b in blend_pads),
+        direct_writes=direct_writes,
+        sweep_axis=plan.sweep,
+        cache_bytes=plan.cache if not cached else 0,
+        cache_per_input=plan.cache_per_input if not cached else (),
+        read_amplification=plan.amplification,
+        amplification_without_cache=plan.amplification_uncached,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        memory_bytes=plan.memory,
+        superchunks_in_flight=plan.in_flight,
+        reasons=tuple(reasons),
+    )
+
+
+# --- sizes --------------------------------------------------------------------------------
+
+
+def _bottom_size(extent: int, pad: int, dst_chunk: int, grain: int) -> int:
+    """The smallest divisor of ``extent`` that is a multiple of ``dst_chunk`` and ``grain``
+    with the margins ``2 * pad`` at most ``MAX_CROP_SHARE`` of it; ``extent`` when none is.
+
+    >>> _bottom_size(512, 8, 64, 1), _bottom_size(512, 8, 64, 64), _bottom_size(96, 8, 64, 1)
+    (128, 128, 96)
+    >>> _bottom_size(512, 0, 64, 1), _bottom_size(300, 8, 64, 1)
+    (64, 300)
+    """
+    step = math.lcm(dst_chunk, grain)
+    least = max(1, math.ceil(2 * pad / MAX_CROP_SHARE))
+    fits = [d for d in divisors(extent) if d % step == 0 and d >= least]
+    return fits[0] if fits else extent
+
+
+def _next_band(size: int, extent: int, grain: int, bottom: int) -> int:
+    """The next smaller band width below ``size``: a divisor of ``extent`` on the grain."""
+    step = math.lcm(grain, 1)
+    smaller = [d for d in divisors(extent) if d < size and d % step == 0]
+    fitting = [d for d in smaller if d % bottom == 0] or smaller
+    return fitting[-1]
+
+
+def _axis_to_cut(
+    top: list[int], bottom: list[int], grain: tuple[int, ...], sweep: int
+) -> int | None:
+    """The widest axis across the sweep that can still be cut into smaller bands.
+
+    Axes before the sweep axis first: the top grid runs in C order, so bands on them
+    keep the sweep the fastest-moving axis, whose reuse the smallest cache serves.
+    """
+    candidates = [
+        a
+        for a in range(len(top))
+        if a != sweep and any(d < top[a] and d % grain[a] == 0 for d in divisors(top[a]))
+    ]
+    return max(candidates, key=lambda a: (a < sweep, top[a], -a)) if candidates else None
+
+
+def _redundancy(bottom: tuple[int, ...], pad: tuple[int, ...]) -> float:
+    """Voxels fn computes per voxel it keeps: ``prod((B + 2P) / B)``."""
+    return math.prod((b + 2 * p) / b for b, p in zip(bottom, pad, strict=True))
+
+
+def _misaligned(bbox: Box, top: tuple[int, ...], inputs: Sequence[StorageLayout]) -> str:
+    """A reason line when top chunks split storage chunks of an input, else ``""``."""
+    for vol in inputs:
+        for a, (t, s) in enumerate(zip(top, vol.chunks, strict=True)):
+            phase = (bbox.start[a] - vol.bounds.start[a]) % s
+            if t < bbox.shape[a] and (t % s or phase):
+                return (
+                    f"top chunk {top} splits input {vol.name!r}'s storage chunks {vol.chunks} "
+                    f"on axis {a} ({t} % {s} = {t % s}, bbox start off the grid by {phase}): "
+                    "neighbouring tasks decode the chunks they share twice"
+                )
+    return ""
+
+
+# --- the read and memory model -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    sweep: int
+    cache: int
+    cache_per_input: tuple[tuple[str, int], ...]
+    cache_reason: str
+    amplification: float
+    amplification_uncached: float
+    superchunk: int
+    in_flight: int
+    bottoms: int
+    sweep_reused: bool  # the halo shared along the sweep comes from the cache (or no halo)
+
+    @property
+    def memory(self) -> int:
+        return self.cache + self.in_flight * self.superchunk + self.bottoms
+
+
+def _evaluate(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    dst: StorageLayout,
+    top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    crop: tuple[int, ...],
+    blend: tuple[int, ...],
+    cores: int,
+    memory_limit: int,
+    accumulate_bytes: int,
+    *,
+    top_pad: tuple[int, ...] | None = None,
+    levels: int = 2,
+    owned: bool = True,
+    per_top: int | None = None,
+) -> _Evaluation:
+    """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``."""
+    ndim = bbox.ndim
+    low = tuple(c + b for c, b in zip(crop, blend, strict=True))
+    context = tuple(p + q for p, q in zip(low, top_pad or (0,) * ndim, strict=True))
+    grid = tuple(-(-e // t) for e, t in zip(bbox.shape, top, strict=True))
+    moving = [a for a in range(ndim) if grid[a] > 1]
+    sweep = moving[-1] if moving else ndim - 1
+    in_bytes = sum(v.voxel_bytes for v in inputs)
+
+    # Memory that is not the cache: superchunks in flight and the bottom chunks computing.
+    superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
+    bottom_region = math.prod(b + 2 * p for b, p in zip(bottom, low, strict=True))
+    if per_top is None:  # bottom chunks per top chunk, pads only at the bottom
+        per_top = math.prod(t // b for t, b in zip(top, bottom, strict=True))
+    in_flight = max(1, -(-cores // per_top)) if levels > 1 else cores
+    superchunk += bottom_region * accumulate_bytes if levels > 1 else 0
+    bottoms = (
+        min(cores, per_top * in_flight)
+        * bottom_region
+        * FN_BUFFERS
+        * max(accumulate_bytes, dst.voxel_bytes)
+    )
+    room = max(0, memory_limit - in_flight * superchunk - bottoms)
+
+    # Reuse needs per moving axis, fastest first: (axis, cache bytes over all inputs).
+    needs: list[tuple[int, int, list[int]]] = []
+    for rank, a in enumerate(reversed(moving)):
+        per_input = [
+            _reuse_need(bbox, v, top, context, grid, moving, a, rank == 0, in_flight)
+            for v in inputs
+        ]
+        needs.append((a, sum(per_input), per_input))
+    reused: set[int] = set()
+    cache, per_input_cache = 0, [0] * len(inputs)
+    if owned and any(context):
+        for a, need, split in needs:
+            if need > room:
+                break
+            reused.add(a)
+            cache = need
+            per_input_cache = split
+    total = sum(v.voxel_bytes for v in inputs) * bbox.size
+    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
+    uncached = sum(_fetched(bbox, v, top, context, set()) for v in inputs)
+    if not any(context):
+        reason = "no halo: tasks read disjoint regions, so no cache"
+    elif not owned:
+        reason = "the inputs carry their own cache, so apply adds none"
+    elif not moving:
+        reason = "one top task: nothing is read twice, so no cache"
+    else:
+        kept = [a for a, _, _ in needs if a in reused]
+        missed = [(a, n) for a, n, _ in needs if a not in reused]
+        reason = (
+            f"cache {_mib(cache)}: keeps the halo chunks neighbours share along "
+            f"{'axes ' + str(kept) if kept else 'no axis'}"
+        )
+        if missed:
+            reason += (
+                "; along "
+                + ", ".join(f"axis {a} (needs {_mib(n)})" for a, n in missed)
+                + f" it does not fit the {_mib(room)} left of the budget, so halos are read again"
+            )
+    return _Evaluation(
+        sweep=sweep,
+        cache=cache,
+        cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
+        cache_reason=reason,
+        amplification=fetched / total if total else 0.0,
+        amplification_uncached=uncached / total if total else 0.0,
+        superchunk=superchunk,
+        in_flight=in_flight,
+        bottoms=bottoms,
+        sweep_reused=not any(context) or not moving or sweep in reused,
+    )
+
+
+def _read_spans(
+    bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], axis: int
+) -> list[tuple[int, int]]:
+    """Per top task along ``axis``: its read, clipped to the input, snapped to storage."""
+    origin, size = vol.bounds.start[axis], vol.chunks[axis]
+    lo_bound, hi_bound = vol.bounds.start[axis], vol.bounds.stop[axis]
+    spans = []
+    for start in range(bbox.start[axis], bbox.stop[axis], top[axis]):
+        lo = max(start - pad[axis], lo_bound)
+        hi = min(start + top[axis] + pad[axis], hi_bound)
+        if hi <= lo:
+            spans.append((lo, lo))
+            continue
+        snapped_lo = origin + (lo - origin) // size * size
+        snapped_hi = min(origin - (origin - hi) // size * size, hi_bound)
+        spans.append((snapped_lo, snapped_hi))
+    return spans
+
+
+def _fetched(
+    bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], reused: set[int]
+) -> int:
+    """Bytes fetched from ``vol``: per axis, the union of the tasks' reads where the cache
+    serves the reuse along it, else their sum (each task reads its halo again)."""
+    total = vol.voxel_bytes
+    for a in range(bbox.ndim):
+        spans = _read_spans(bbox, vol, top, pad, a)
+        if a in reused:
+            total *= _union_length(spans)
+        else:
+            total *= sum(hi - lo for lo, hi in spans)
+    return total
+
+
+def _union_length(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of sorted, overlapping-or-touching spans."""
+    length, reach = 0, None
+    for lo, hi in spans:
+        if reach is None or lo >= reach:
+            length += hi - lo
+        elif hi > reach:
+            length += hi - reach
+        reach = hi if reach is None else max(reach, hi)
+    return length
+
+
+def _reuse_need(
+    bbox: Box,
+    vol: StorageLayout,
+    top: tuple[int, ...],
+    pad: tuple[int, ...],
+    grid: tuple[int, ...],
+    moving: list[int],
+    axis: int,
+    fastest: bool,
+    in_flight: int = 1,
+) -> int:
+    """Cache bytes of ``vol`` for the halo chunks shared along ``axis`` to be reused,
+    with ``MAX_CACHE_SLACK``, at most all the chunks the flow reads from ``vol``.
+
+    Along the fastest-moving axis they are the last chunks a task read: the layers
+    two successive reads share (their overlap), across the task's read. Along a
+    slower axis, everything the tasks of the faster axes fetched meanwhile. With
+    ``in_flight`` tasks reading in any order, what the other ones fetch comes on top.
+    """
+    widest = [
+        max((hi - lo for lo, hi in _read_spans(bbox, vol, top, pad, a)), default=0)
+        for a in range(bbox.ndim)
+    ]
+    if fastest:
+        spans = _read_spans(bbox, vol, top, pad, axis)
+        shared = max((max(0, a[1] - b[0]) for a, b in itertools.pairwise(spans)), default=0)
+        others = math.prod(w for a, w in enumerate(widest) if a != axis)
+        fresh_slab = min(top[axis], widest[axis])
+        need = (shared + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
+    else:
+        faster = [a for a in moving if a > axis]
+        window = math.prod(grid[a] for a in faster)
+        # Per task along the fastest axis only its new slab is fetched (the rest is reused).
+        fastest_axis = moving[-1]
+        fresh = list(widest)
+        fresh[fastest_axis] = min(top[fastest_axis], widest[fastest_axis])
+        need = (window + in_flight) * math.prod(fresh) * vol.voxel_bytes
+    whole = math.prod(_union_length(_read_spans(bbox, vol, top, pad, a)) for a in range(bbox.ndim))
+    return min(int(need * MAX_CACHE_SLACK), whole * vol.voxel_bytes)
+
+
+# --- from apply's arguments ---------------------------------------------------------------
+
+# The share of the memory available when a flow starts that it may plan for by default:
+# the rest stays for the caller's own arrays and the page cache that storage reads use.
+DEFAULT_MEMORY_SHARE = 0.5
+
+# Predicted read amplification above which sizes a user gave draw a warning.
+WARN_AMPLIFICATION = 1.1
+
+
+def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
+    """The flow's memory budget in bytes and where it came from (for the plan's summary)."""
+    if memory_limit is None:
+        try:
+            import psutil
+
+            available = int(psutil.virtual_memory().available)
+        except (ImportError, OSError):  # no psutil or no /proc: what sysconf says
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return (
+            int(available * DEFAULT_MEMORY_SHARE),
+            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {_mib(available)} available",
+        )
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
+        raise ConfigError(
+            f"memory_limit must be a positive number of bytes (e.g. 4 * 2**30) or None for "
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}"
+        )
+    return memory_limit, "given"
+
+
+def layout_of(name: str, vol: Volume) -> StorageLayout:
+    """What the planner needs to know of a volume."""
+    return StorageLayout(
+        name=name,
+        bounds=vol.bounds,
+        chunks=tuple(vol.spatial_chunks),
+        voxel_bytes=int(np.dtype(vol.dtype).itemsize) * math.prod(vol.channel_shape),
+    )
+
+
+def accumulate_bytes_of(dst: Volume) -> int:
+    """Bytes per dst voxel in the accumulation dtype (float64 up to 32-bit data, see _spec)."""
+    item = np.dtype(dst.dtype).itemsize
+    return (8 if item <= 4 else item) * math.prod(dst.channel_shape)
+
+
+def direct_allowed(
+    bbox: Box, named: Mapping[str, Volume], dst: Volume, blend: tuple[int, ...]
+) -> bool:
+    """Whether direct writes are possible whatever the bottom chunk: no blend, the bbox on
+    the dst grid (its stop on the grid or at dst's edge) and dst not one of the inputs."""
+    from chunkgraph.flow._spec import same_storage
+
+    if any(blend) or any(same_storage(v, dst) for v in named.values()):
+        return False
+    bounds, chunks = dst.bounds, dst.spatial_chunks
+    for a in range(bbox.ndim):
+        origin = bounds.start[a]
+        if (bbox.start[a] - origin) % chunks[a]:
+            return False
+        if (bbox.stop[a] - origin) % chunks[a] and bbox.stop[a] != bounds.stop[a]:
+            return False
+    return True
+
+
+def plan_automatic(
+    inputs: object,
+    dst: object,
+    *,
+    crop_pads: object,
+    blend_pads: object,
+    bbox: object,
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str,
+    skip_intermediates: bool | None,
+) -> FlowPlan:
+    """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling)."""
+    from chunkgraph.flow._args import per_level
+    from chunkgraph.flow._spec import resolve_region
+
+    named, out, region = resolve_region(inputs, dst, bbox)
+    ndim = region.ndim
+    pads = {}
+    for name, value in (("crop_pads", crop_pads), ("blend_pads", blend_pads)):
+        if isinstance(value, list) and len(value) != 1:
+            raise ConfigError(
+                f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
+                f"the flow chooses the levels and {name} is the bottom level's pad: give one "
+                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes"
+            )
+        pads[name] = per_level(name, value, 1, ndim)[0]
+    allowed = direct_allowed(region, named, out, pads["blend_pads"])
+    plan = plan_sizes(
+        region,
+        [layout_of(n, v) for n, v in named.items()],
+        layout_of("dst", out),
+        crop=pads["crop_pads"],
+        blend=pads["blend_pads"],
+        cores=cores,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        accumulate_bytes=accumulate_bytes_of(out),
+        direct_allowed=allowed and skip_intermediates is not False,
+    )
+    if skip_intermediates and not plan.direct_writes:
+        return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
+    return plan
+
+
+def plan_given(
+    spec: FlowSpec,
+    named: Mapping[str, Volume],
+    dst: Volume,
+    *,
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str,
+) -> FlowPlan:
+    """The read model of the sizes a user gave (``read_plan``) for a validated flow."""
+    cached = any(v.cache_bytes for v in named.values())
+    return read_plan(
+        spec.bbox,
+        [layout_of(n, v) for n, v in named.items()],
+        layout_of("dst", dst),
+        chunk_sizes=[lv.chunk for lv in spec.levels],
+        crop_pads=[lv.crop for lv in spec.levels],
+        blend_pads=[lv.blend for lv in spec.levels],
+        cores=cores,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        accumulate_bytes=accumulate_bytes_of(dst),
+        direct_writes=spec.skip_intermediates,
+        cached=cached,
+    )
+
+
+def amplification_warning(plan: FlowPlan, named: Mapping[str, Volume]) -> str:
+    """The warning for given sizes that will amplify reads, with the figures; else ``""``."""
+    cached = any(v.cache_bytes for v in named.values())
+    halo = not cached and plan.amplification_without_cache > WARN_AMPLIFICATION
+    split = [r for r in plan.reasons if "splits input" in r]
+    if not halo and not (split and plan.read_amplification > WARN_AMPLIFICATION):
+        return ""
+    parts = []
+    if split:
+        parts.append(split[0])
+    if halo:
+        parts.append(
+            f"a halo read without a chunk cache: each top task reads its neighbours' storage "
+            f"chunks again, {plan.amplification_without_cache:.2f}x the input"
+        )
+    parts.append(
+        f"apply keeps a cache of {_mib(plan.cache_bytes)} for this run, so it expects "
+        f"{plan.read_amplification:.2f}x"
+        if plan.cache_bytes
+        else f"expected read amplification {plan.read_amplification:.2f}x"
+    )
+    return (
+        "chunk sizes "
+        + " over ".join("x".join(map(str, c)) for c in plan.chunk_sizes)
+        + " will amplify reads: "
+        + "; ".join(parts)
+        + ". chunk_sizes='auto' (or omitting chunk_sizes) aligns top chunks to the storage "
+        "chunks and sizes the cache so that each is read about once"
+    )
+
+
+def owned_inputs(named: Mapping[str, Volume], plan: FlowPlan) -> dict[str, Volume]:
+    """The inputs to read through: with the plan's cache when the caller gave none."""
+    if not plan.cache_bytes or any(v.cache_bytes for v in named.values()):
+        return dict(named)
+    sizes = dict(plan.cache_per_input)
+    return {n: v.with_cache(sizes[n]) if sizes.get(n) else v for n, v in named.items()}

@@ -1,0 +1,229 @@
+"""Automatic planning: the planner's choices (pure), and apply with automatic sizes."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunkgraph import ConfigError, volume
+from chunkgraph.flow import ReadAmplificationWarning
+from chunkgraph.flow._auto_sizes import (
+    MAX_CROP_SHARE,
+    StorageLayout,
+    plan_sizes,
+    read_plan,
+)
+from chunkgraph.flow._divisibility import check_divisibility, check_top_divides
+from chunkgraph.geometry import Box
+from chunkgraph.volume import apply
+
+GiB = 2**30
+
+
+def _layout(shape: tuple[int, ...], chunks: tuple[int, ...], vb: int = 4, name: str = "src"):
+    return StorageLayout(name, Box.from_shape(shape), chunks, vb)
+
+
+def _plan(shape, chunks, pad=8, memory=GiB, dst_chunks=None, cores=2, **kw):
+    src = _layout(shape, chunks)
+    dst = _layout(shape, dst_chunks or chunks, name="dst")
+    ndim = len(shape)
+    return plan_sizes(
+        src.bounds, [src], dst, crop=(pad,) * ndim, blend=(0,) * ndim, cores=cores,
+        memory_limit=memory, direct_allowed=True, **kw,
+    )  # fmt: skip
+
+
+def _check_valid(plan, shape: tuple[int, ...]) -> None:
+    """The divisibility rule and the bbox rule hold for what the planner chose."""
+    check_divisibility(list(plan.chunk_sizes), list(plan.crop_pads), list(plan.blend_pads))
+    check_top_divides(Box.from_shape(shape), plan.chunk_sizes[0])
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "top", "bottom", "sweep"),
+    [
+        # the benchmark's volume: whole across axes 0, 1; one 128-bottom thick along 2
+        ((256, 512, 512), (64, 64, 64), (256, 512, 128), (128, 128, 128), 2),
+        # deeper than wide: the sweep follows the longest axis, the smallest cross-section
+        ((1024, 256, 256), (64, 64, 64), (128, 256, 256), (128, 128, 128), 0),
+        # anisotropic storage chunks: the top chunk stays on their grid
+        ((64, 512, 1024), (16, 128, 128), (64, 512, 128), (64, 128, 128), 2),
+        # a thin axis smaller than the crop-derived bottom: the bottom spans it whole
+        ((32, 256, 256), (32, 64, 64), (32, 256, 128), (32, 128, 128), 2),
+    ],
+)
+def test_planner_chooses_aligned_sizes_that_divide(shape, chunks, top, bottom, sweep) -> None:
+    plan = _plan(shape, chunks)
+    assert plan.chunk_sizes == (top, bottom)
+    assert plan.sweep_axis == sweep
+    _check_valid(plan, shape)
+    for t, c, n in zip(plan.chunk_sizes[0], chunks, shape, strict=True):
+        assert t % c == 0 or t == n  # top chunks never split storage chunks
+    assert plan.read_amplification == 1.0 and plan.amplification_without_cache > 1.2
+    assert plan.cache_bytes > 0 and plan.direct_writes
+    assert plan.memory_bytes <= plan.memory_limit
+    assert plan.crop_pads == ((0,) * 3, (8,) * 3)  # pads at the bottom only
+    assert any("bottom chunk" in r for r in plan.reasons)
+    assert any("sweep along axis" in r or "tasks sweep" in r for r in plan.reasons)
+
+
+def test_bottom_chunks_keep_the_crop_margin_small() -> None:
+    for pad in (2, 8, 16):
+        plan = _plan((256, 512, 512), (64, 64, 64), pad=pad, memory=8 * GiB)
+        bottom = plan.chunk_sizes[-1]
+        assert all(2 * pad <= MAX_CROP_SHARE * b for b in bottom), (pad, bottom)
+
+
+def test_no_halo_needs_no_cache_and_one_level_when_top_is_bottom() -> None:
+    plan = _plan((128, 128, 128), (64, 64, 64), pad=0)
+    assert plan.cache_bytes == 0 and plan.read_amplification == 1.0
+    assert "no halo" in plan.summary()
+    small = _plan((64, 64, 128), (32, 32, 32))
+    assert len(small.chunk_sizes) == 1 and small.crop_pads == ((8, 8, 8),)
+
+
+def test_a_tight_budget_cuts_bands_and_says_what_it_costs() -> None:
+    roomy = _plan((1024, 512, 512), (64, 64, 64))
+    tight = _plan((1024, 512, 512), (64, 64, 64), memory=200 * 2**20)
+    assert tight.memory_bytes <= 200 * 2**20 < roomy.memory_bytes
+    assert math.prod(tight.chunk_sizes[0]) < math.prod(roomy.chunk_sizes[0])
+    assert tight.read_amplification > roomy.read_amplification
+    assert any("cut into bands" in r for r in tight.reasons)
+    _check_valid(tight, (1024, 512, 512))
+
+
+def test_a_budget_nothing_fits_is_refused_with_the_figure() -> None:
+    with pytest.raises(ConfigError, match=r"no automatic plan fits memory_limit=1000000 .*"
+                       r"give a memory_limit of at least \d+"):  # fmt: skip
+        _plan((256, 512, 512), (64, 64, 64), memory=10**6)
+
+
+def test_given_sizes_read_model_matches_the_measured_issue_figure() -> None:
+    """The issue's hand-picked configuration read 3.9x the input without a cache."""
+    src = _layout((256, 512, 512), (64, 64, 64))
+    kw: dict[str, Any] = dict(
+        chunk_sizes=[(64, 256, 256), (64, 64, 64)],
+        crop_pads=[(0,) * 3, (8,) * 3],
+        blend_pads=[(0,) * 3] * 2,
+        cores=2,
+    )
+    roomy = read_plan(src.bounds, [src], src, memory_limit=4 * GiB, **kw)
+    assert roomy.amplification_without_cache == pytest.approx(3.91, abs=0.01)
+    assert roomy.read_amplification == 1.0 and roomy.cache_bytes > 0
+    tight = read_plan(src.bounds, [src], src, memory_limit=GiB // 4, **kw)
+    assert 1.0 < tight.read_amplification < roomy.amplification_without_cache
+    assert "read again" in tight.summary()
+    cached = read_plan(src.bounds, [src], src, memory_limit=4 * GiB, cached=True, **kw)
+    assert cached.cache_bytes == 0
+
+
+# --- apply with automatic sizes ------------------------------------------------------------
+
+
+def identity(src: np.ndarray) -> np.ndarray:
+    return src
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shape=st.tuples(*[st.sampled_from([16, 24, 32, 40, 64]) for _ in range(3)]),
+    chunks=st.tuples(*[st.sampled_from([4, 8, 16]) for _ in range(3)]),
+    crop=st.integers(0, 5),
+    blend=st.integers(0, 3),
+    dtype=st.sampled_from(["uint8", "float32", "int16"]),
+    bbox_cut=st.booleans(),
+)
+def test_identity_is_exact_with_automatic_sizes(
+    files: Any, shape, chunks, crop, blend, dtype, bbox_cut
+) -> None:
+    data = files.random(shape, dtype)
+    src = files.source(data, chunks)
+    dst = files.empty(shape, chunks, dtype)
+    bbox = Box((0, 0, 0), shape)
+    if bbox_cut:  # a bbox on the dst grid but not the whole volume
+        bbox = Box(chunks, tuple(max(c, s - c) for c, s in zip(chunks, shape, strict=True)))
+        if bbox.is_empty:
+            bbox = Box((0, 0, 0), shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReadAmplificationWarning)  # automatic sizes never warn
+        report = apply(
+            identity, src, dst, crop_pads=crop, blend_pads=blend, bbox=bbox, executor="sync",
+            intermediates=files.root / "t",
+        )  # fmt: skip
+    assert report.plan is not None and report.plan.automatic
+    np.testing.assert_array_equal(dst.read(bbox), data[bbox.slices()])
+    if crop + blend and len(report.plan.chunk_sizes) > 1:
+        assert report.read_amplification <= report.plan.amplification_without_cache
+
+
+def test_auto_run_reads_each_chunk_once_and_reports_the_plan(files: Any) -> None:
+    shape = (32, 64, 128)
+    data = files.random(shape, "float32")
+    src = files.source(data, (8, 16, 16))
+    dst = files.empty(shape, (8, 16, 16), "float32")
+    # (the probe reads one bottom chunk again before the run: not the flow's pattern)
+    report = apply(identity, src, dst, crop_pads=2, probe=False, intermediates=files.root / "t")
+    plan = report.plan
+    assert plan is not None and plan.automatic and plan.direct_writes
+    assert report.read_amplification == plan.read_amplification == 1.0
+    assert plan.cache_bytes > 0 and src.cache_bytes == 0  # the caller's handle is untouched
+    assert "plan (automatic)" in report.summary() and "cache" in report.summary()
+    np.testing.assert_array_equal(dst.read(dst.bounds), data)
+
+
+def test_dry_run_shows_the_plan_and_writes_nothing(files: Any) -> None:
+    src = files.source(files.random((32, 64, 64), "uint8"), (16, 16, 16))
+    dst = files.empty((32, 64, 64), (16, 16, 16), "uint8")
+    report = apply(identity, src, dst, chunk_sizes="auto", crop_pads=4, dry_run=True,
+                   memory_limit=GiB)  # fmt: skip
+    text = report.summary()
+    assert "(dry run)" in text and "plan (automatic)" in text
+    assert f"of {1.0:.2f} GiB (given)" in text
+    assert report.plan is not None and report.plan.reasons
+    assert dst.stats.bytes_written == 0 and src.stats.bytes_read == 0
+
+
+def test_given_sizes_are_kept_and_an_amplifying_configuration_warns(files: Any) -> None:
+    shape = (32, 64, 64)
+    data = files.random(shape, "float32")
+    src = files.source(data, (16, 16, 16))
+    dst = files.empty(shape, (16, 16, 16), "float32")
+    sizes = [(8, 32, 32), (8, 8, 8)]  # top chunks split the 16^3 storage chunks
+    with pytest.warns(ReadAmplificationWarning, match=r"splits input 'src'.*\d\.\d\dx the input"):
+        report = apply(identity, src, dst, chunk_sizes=sizes, crop_pads=[0, 2],
+                       intermediates=files.root / "t")  # fmt: skip
+    assert report.plan is not None and not report.plan.automatic
+    assert report.plan.chunk_sizes == tuple(sizes)
+    assert report.read_amplification < report.plan.amplification_without_cache
+    np.testing.assert_array_equal(dst.read(dst.bounds), data)
+
+
+def test_aligned_given_sizes_with_a_cache_do_not_warn(files: Any) -> None:
+    shape = (32, 64, 64)
+    src = files.source(files.random(shape, "uint8"), (16, 16, 16))
+    cached = volume.open(src.path, cache_bytes=2**20)
+    dst = files.empty(shape, (16, 16, 16), "uint8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReadAmplificationWarning)
+        report = apply(identity, cached, dst, chunk_sizes=[(16, 64, 64), (16, 16, 16)],
+                       crop_pads=[0, 2], intermediates=files.root / "t")  # fmt: skip
+    assert report.plan is not None and report.plan.cache_bytes == 0  # the user's cache serves
+
+
+def test_auto_pads_must_be_one_levels_spelling(files: Any) -> None:
+    src = files.source(files.random((16, 16), "uint8"), (8, 8))
+    dst = files.empty((16, 16), (8, 8), "uint8")
+    with pytest.raises(ConfigError, match=r"crop_pads = \[0, 2\] lists 2 levels.*bottom level"):
+        apply(identity, src, dst, crop_pads=[0, 2])
+    with pytest.raises(ConfigError, match="memory_limit must be a positive number of bytes"):
+        apply(identity, src, dst, crop_pads=2, memory_limit=-1)
+    assert dst.stats.bytes_written == 0
