@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 
 import numpy as np
@@ -22,10 +23,11 @@ from chunkgraph.report import Recorder, summarize, write_report
 
 
 class ScriptedSampler:
-    """Readings from ``cpu(n)`` for the n-th check (1-based); no window guard, no I/O."""
+    """Storage bytes/s ``io(n)`` for the n-th check (1-based), no busy cores, no
+    window guard. (I/O, since busy cores cannot rise past this machine's cores.)"""
 
-    def __init__(self, cpu: object) -> None:
-        self.cpu = cpu
+    def __init__(self, io: object) -> None:
+        self.io = io
         self.checks = 0
 
     def start(self) -> float:
@@ -33,7 +35,7 @@ class ScriptedSampler:
 
     def sample(self) -> Reading:
         self.checks += 1
-        return Reading(float(self.checks), self.cpu(self.checks), None)  # type: ignore[operator]
+        return Reading(float(self.checks), 0.0, self.io(self.checks))  # type: ignore[operator]
 
 
 def _sleepy_graph(n: int, seconds: float) -> tuple[cg.Graph, list[int]]:
@@ -62,7 +64,7 @@ def test_results_equal_the_thread_executor_on_a_random_dag() -> None:
 def test_growing_signals_ramp_by_an_eighth_of_the_cap_up_to_it() -> None:
     g, targets = _sleepy_graph(600, 0.02)
     events: list[Event] = []
-    sampler = ScriptedSampler(lambda n: 100.0 * n)  # busy cores always rising: grow
+    sampler = ScriptedSampler(lambda n: 2.0**n)  # throughput doubling: grow
     LocalExecutor("adaptive", workers=16, sampler=sampler).run(
         g, targets, subscribers=[events.append]
     )
@@ -77,15 +79,14 @@ def test_growing_signals_ramp_by_an_eighth_of_the_cap_up_to_it() -> None:
 def test_flat_signals_never_grow_past_the_start() -> None:
     g, targets = _sleepy_graph(100, 0.02)
     events: list[Event] = []
-    sampler = ScriptedSampler(lambda n: 4.0)  # no gain after the first step: stop
+    sampler = ScriptedSampler(lambda n: 4.0)  # flat after the first rate: stop
     LocalExecutor("adaptive", workers=16, sampler=sampler).run(
         g, targets, subscribers=[events.append]
     )
     ramp = _activated(events)
     assert ramp[0] == 4
     assert sampler.checks >= 2
-    # The first check sees 4 cores busy for the 4 started (>= 0.2 x 4): one step;
-    # after it the readings stay flat, so nothing more is added.
+    # The first non-zero rate is one step; the readings then stay flat: nothing more.
     assert ramp[1:] and set(ramp[1:]) == {6}
     assert len({e.worker for e in events if e.kind is EventKind.STARTED}) <= 6
 
@@ -97,7 +98,7 @@ def test_growth_is_capped_by_the_tasks_waiting() -> None:
     for _ in range(20):
         ref = g.add(lambda _previous: time.sleep(0.02), ref)
     events: list[Event] = []
-    LocalExecutor("adaptive", workers=16, sampler=ScriptedSampler(lambda n: 100.0 * n)).run(
+    LocalExecutor("adaptive", workers=16, sampler=ScriptedSampler(lambda n: 2.0**n)).run(
         g, [ref.id], subscribers=[events.append]
     )
     ramp = _activated(events)
@@ -129,14 +130,37 @@ def test_a_sampler_is_refused_where_nothing_reads_it() -> None:
 def test_run_reports_record_and_summarize_the_ramp(tmp_path) -> None:
     g, targets = _sleepy_graph(400, 0.02)
     recorder = Recorder()
-    LocalExecutor("adaptive", workers=8, sampler=ScriptedSampler(lambda n: 100.0 * n)).run(
+    LocalExecutor("adaptive", workers=8, sampler=ScriptedSampler(lambda n: 2.0**n)).run(
         g, targets, subscribers=[recorder]
     )
     write_report(tmp_path, recorder)
     document = json.loads((tmp_path / "report.json").read_text())
     ramp = [sum(step["active"]) for step in document["activation"]]
     assert ramp[:4] == [2, 3, 4, 5]
-    assert document["activation"][1]["cpu_grows"] is True
+    assert document["activation"][1]["io_grows"] is True
     text = summarize(tmp_path)
     assert "adaptive: 2 workers active at the start, 8 at the end" in text
     assert (tmp_path / "utilisation.png").stat().st_size > 0
+
+
+def test_declared_cpu_resources_count_cores_not_the_extra_threads() -> None:
+    """workers=8 adaptive threads stand for 2 cores: tasks asking for 2 CPUs run one at a time."""
+    lock = threading.Lock()
+    running = peak = 0
+
+    def heavy(i: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.03)
+        with lock:
+            running -= 1
+        return i
+
+    g = cg.Graph()
+    parts = [g.add(heavy, i, resources={"cpu": 2}) for i in range(12)]
+    total = g.add(sum, parts)
+    executor = LocalExecutor("adaptive", workers=8, sampler=ScriptedSampler(lambda n: 2.0**n))
+    assert cg.run(g, total, executor=executor) == sum(range(12))
+    assert peak == 1

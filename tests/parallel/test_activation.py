@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chunkgraph import ConfigError, UsageError
@@ -114,10 +115,10 @@ def test_io_grows_when_the_added_workers_bring_a_fifth_of_a_workers_rate() -> No
     policy.initial()
     added = [policy.check(100)[0] for _ in readings]
     # 0, 0: nothing; 10: the first non-zero rate (step at 10 with 10 active:
-    # 1.0 per worker, so 5 more must bring 1.0); 10: flat; 10.4: +0.4 < 1.0;
-    # 11.0: +1.0 over the step's 10 (not over the previous window's 10.4): step
-    # at 11.0 with 15 active, so the next must bring 0.2 * 5 * 11 / 15 = 0.73;
-    # 11.2: +0.2; 11.5: +0.5, still short.
+    # 1.0 per worker, so 5 more must bring 0.2 * 5 * 1.0 = 1.0); 10: flat;
+    # 10.4: +0.4 < 1.0; 11.0: +1.0 over the step's 10 (not over the previous
+    # window's 10.4): step at 11.0 with 15 active, so the next must bring
+    # max(0.2 * 5 * 11 / 15, 0.1 * 11) = 1.1 (the noise floor binds); 11.2, 11.5: short.
     assert added == [0, 0, 5, 0, 0, 5, 0, 0]
     assert [e.io_grows for e in policy.timeline[1:]] == [bool(a) for a in added]
 
@@ -147,6 +148,39 @@ def test_an_io_bound_stage_stalls_on_cpu_alone_and_grows_with_the_io_signal() ->
         model = Model(lambda n, io=io: (0.05 * n, 1e6 * n if io else None))
         policy = model.policy = Activation([32], model)
         assert [a for (a,) in ramp(policy, remaining=500)] == expected
+
+
+def test_noise_on_a_saturated_device_does_not_ratchet_the_ramp_up() -> None:
+    """Rates within +-4% of a flat 16 MB/s, for 200 checks: after the bootstrap
+    step every window is compared with the rate at that step, and no two
+    windows differ by the 10% floor. (Noise wider than the floor can still
+    add a step now and then: the floor is the knob.)"""
+    rng = np.random.default_rng(3)
+    noisy = [(0.05 * 8, 16e6 * (1 + rng.uniform(-0.04, 0.04))) for _ in range(200)]
+    policy = Activation([32], Script(noisy))
+    assert [a for (a,) in ramp(policy, remaining=500, checks=200)] == [8, 12]
+
+
+def test_a_cpu_bound_stage_at_its_ceiling_stays_at_one_worker_per_core() -> None:
+    """8 CPUs, a node of 32: the start (8) already keeps 8 cores busy; more cannot help."""
+    model = Model(lambda n: (min(8.0, 1.0 * n), None))
+    with_ceiling = model.policy = Activation([32], model, cpus=8)
+    assert [a for (a,) in ramp(with_ceiling, remaining=500)] == [8]
+    model = Model(lambda n: (min(8.0, 1.0 * n), None))
+    without = model.policy = Activation([32], model)
+    assert [a for (a,) in ramp(without, remaining=500)] == [8, 12]  # one wasted step
+
+
+def test_io_after_a_step_taken_without_io_does_not_grow_alone() -> None:
+    """Bootstrap on the first non-zero rate only; a step taken at a zero rate leaves no
+    baseline, so a later burst of writes is not growth."""
+    policy = Activation([40], Script([(0.0, 5.0), (0.0, 0.0), (0.0, 0.0), (0.0, 9.0)]))
+    policy.initial()
+    assert [policy.check(100)[0] for _ in range(4)] == [5, 0, 0, 5]
+    # The bootstrap at 5; a CPU step (3 cores >= 0.2 * 5) at a zero rate; then 9 MB/s.
+    policy = Activation([40], Script([(0.0, 5.0), (3.0, 0.0), (3.0, 9.0)]))
+    policy.initial()
+    assert [policy.check(100)[0] for _ in range(3)] == [5, 5, 0]
 
 
 def test_a_saturated_device_stops_the_io_growth() -> None:

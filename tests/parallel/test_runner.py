@@ -258,3 +258,92 @@ def test_topology_refuses_empty_nodes() -> None:
     with pytest.raises(ConfigError, match="at least one"):
         Topology(())
     assert repr(Topology.of([1, 0], [2])) == "Topology.of([0, 1], [2])"
+
+
+def test_a_failure_stops_new_partitions_at_once_even_behind_a_slow_on_done() -> None:
+    """The failing worker stops the run itself: the driver, busy in a slow on_done,
+    is not the one that has to notice."""
+    started: list[tuple[int, float]] = []
+    failed_at: list[float] = []
+
+    def f(i: int) -> int:
+        started.append((i, time.monotonic()))
+        time.sleep(0.02)
+        if i == 1:
+            failed_at.append(time.monotonic())
+            raise ValueError("bad partition")
+        return i
+
+    with pytest.raises(ExceptionGroup):
+        PartitionRunner(Topology.of([0]), workers_per_node=4, sampler=Growing()).run(
+            range(200), f, lambda i, r, s: time.sleep(0.3)
+        )
+    assert not [i for i, t in started if t > failed_at[0]]
+
+
+def test_system_exit_and_ctrl_c_in_f_are_failures_of_f_not_the_end_of_the_caller() -> None:
+    def exits(i: int) -> int:
+        raise SystemExit(3)
+
+    with pytest.raises(BaseExceptionGroup) as caught:  # not SystemExit: the program goes on
+        PartitionRunner(Topology.of([0]), workers_per_node=1).run([0], exits)
+    assert isinstance(caught.value.exceptions[0], SystemExit)
+
+    def interrupted(i: int) -> int:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        PartitionRunner(Topology.of([0]), workers_per_node=1).run([0], interrupted)
+
+
+def test_results_wait_for_on_done_one_per_worker_at_most() -> None:
+    """Backpressure: a worker takes its next partition once on_done has its result."""
+    waiting = 0
+    most = 0
+    lock = threading.Lock()
+
+    def f(i: int) -> int:
+        nonlocal waiting, most
+        with lock:
+            waiting += 1
+            most = max(most, waiting)
+        return i
+
+    def on_done(i: int, result: int, seconds: float) -> None:
+        nonlocal waiting
+        time.sleep(0.005)  # slower than f
+        with lock:
+            waiting -= 1
+
+    PartitionRunner(Topology.of([0]), workers_per_node=4, sampler=Growing()).run(
+        range(60), f, on_done
+    )
+    assert most <= 4
+
+
+def test_two_threads_cannot_run_one_runner_at_once() -> None:
+    runner = PartitionRunner(Topology.of([0]), workers_per_node=1)
+    gate = threading.Event()
+    outcome: list[str] = []
+
+    def slow_order():  # the first run is inside run() while the order is consumed
+        gate.set()
+        time.sleep(0.3)
+        yield 0
+
+    first = threading.Thread(target=lambda: runner.run(slow_order(), lambda i: i))
+    first.start()
+    gate.wait(5)
+    try:
+        runner.run([1], lambda i: i)
+    except UsageError:
+        outcome.append("refused")
+    first.join()
+    assert outcome == ["refused"]
+
+
+def test_topologies_with_shared_cpus_or_of_the_wrong_type_are_refused() -> None:
+    with pytest.raises(ConfigError, match="shares CPUs"):
+        Topology.of([0, 1], [1, 2])
+    with pytest.raises(ConfigError, match="topology must be a Topology"):
+        PartitionRunner([[0], [1]])  # type: ignore[arg-type]

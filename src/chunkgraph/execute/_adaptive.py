@@ -39,13 +39,18 @@ from chunkgraph.parallel._signals import ProcessSignals, Sampler
 
 class AdaptiveBackend(ThreadBackend):
     """The thread backend on up to ``workers`` workers (split over the plan's contexts),
-    activated adaptively; ``sampler``: the signal source (default: this process's)."""
+    activated adaptively; ``cpus``: the cores they share (busy cores cannot rise
+    past them); ``sampler``: the signal source (default: this process's)."""
 
-    def __init__(self, driver: Driver, workers: int, sampler: Sampler | None = None) -> None:
+    def __init__(
+        self, driver: Driver, workers: int, cpus: int, sampler: Sampler | None = None
+    ) -> None:
         super().__init__(driver, workers)
         # Caps per context: the plan's placement splits ``workers`` over its contexts.
         self.caps = list(self.per_context)
-        self.activation = Activation(self.caps, sampler or ProcessSignals(), self._announce_step)
+        self.activation = Activation(
+            self.caps, sampler or ProcessSignals(), self._announce_step, cpus=cpus
+        )
 
     def open(self) -> None:
         self.pool, self.shared = acquire_pool(sum(self.caps))

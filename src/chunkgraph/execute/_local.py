@@ -138,7 +138,9 @@ class LocalExecutor:
         workers = self.workers or usable_cores() * (
             ADAPTIVE_WORKERS_PER_CORE if self.kind == "adaptive" else 1
         )
-        placement = None if _trivial(plan) else placement_of(plan, graph, workers)
+        # Tasks' CPU resources count cores, not the adaptive executor's extra threads.
+        cpus = max(1, workers // ADAPTIVE_WORKERS_PER_CORE) if self.kind == "adaptive" else None
+        placement = None if _trivial(plan) else placement_of(plan, graph, workers, cpus)
         scheduler = Scheduler(graph, target_ids, plan.order, self.retries, placement)
         driver = Driver(
             graph, scheduler, (*self.subscribers, *subscribers), task_timeouts(self.timeout)
@@ -161,7 +163,7 @@ class LocalExecutor:
         if self.kind == "threads":
             return ThreadBackend(driver, workers)
         if self.kind == "adaptive":
-            return AdaptiveBackend(driver, workers, self.sampler)
+            return AdaptiveBackend(driver, workers, usable_cores(), self.sampler)
         if self.kind == "processes":
             return ProcessBackend(driver, workers)
         return SyncBackend(driver)

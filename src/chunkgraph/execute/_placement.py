@@ -86,8 +86,15 @@ def split_workers(slots: list[int], kinds: list[str], workers: int) -> list[int]
     return out
 
 
-def placement_of(plan: Plan, graph: Graph, workers: int) -> Placement:
-    """The Placement that follows ``plan`` with ``workers`` CPU workers."""
+def placement_of(
+    plan: Plan, graph: Graph, workers: int, resource_workers: int | None = None
+) -> Placement:
+    """The Placement that follows ``plan`` with ``workers`` CPU workers.
+
+    ``resource_workers``: the workers that count as CPUs for tasks' resources
+    (default ``workers``); the adaptive executor has up to four workers per
+    core, but a task asking for 2 CPUs still gets 2 of the cores.
+    """
     problem = plan.problem
     contexts = plan.contexts
     n = len(graph)
@@ -123,7 +130,12 @@ def placement_of(plan: Plan, graph: Graph, workers: int) -> Placement:
     budget = [float(b) for b in plan.memory_cap]
     kinds: list[str] = [c.kind for c in contexts]
     split = split_workers([c.slots for c in contexts], kinds, workers)
-    capacity = [{kinds[c]: float(split[c])} for c in range(k)]
+    counted = (
+        split
+        if resource_workers is None
+        else split_workers([c.slots for c in contexts], kinds, resource_workers)
+    )
+    capacity = [{kinds[c]: float(counted[c])} for c in range(k)]
     needs = dict(graph.resources_overrides())
     admit = (any(math.isfinite(b) for b in budget) and uses_memory(graph)) or _limits_resources(
         needs, capacity

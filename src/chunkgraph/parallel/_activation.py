@@ -25,14 +25,20 @@ Rules (each per node of capacity ``cap`` = that node's workers):
 * grow if either signal says so; both are sampled at every accepted check:
   - CPU (cores busy): grow if ``cpu - cpu_at_last_step >= CPU_GAIN * added``,
     where ``added`` is the number of workers the last step added (the initial
-    activation counts as a step taken at 0 cores).
+    activation counts as a step taken at 0 cores), unless the busy cores
+    already reach ``CPU_FULL`` of the CPUs there are (``cpus``, when given):
+    more workers cannot raise a reading at its ceiling, so a CPU-bound stage
+    stays at its start of one worker per core.
   - I/O (bytes/s): grow if the rate rose since the last step by at least
     ``IO_GAIN`` of what the workers it added would bring at the rate per
     worker before it: ``io - io_at_step >= IO_GAIN * added * io_at_step /
     active_before_step`` (the CPU rule's shape: there a worker can bring at
-    most one core, here the average worker's rate). A rate rising from zero
-    (so the first non-zero rate) counts as growth. Without I/O counters
-    (``io`` None) only the CPU signal is used.
+    most one core, here the average worker's rate), and by at least
+    ``IO_MIN_RISE`` of ``io_at_step`` whatever the step (storage rates vary
+    by several percent from window to window: a smaller rise is noise). The
+    run's first non-zero rate counts as growth; a step taken with no I/O
+    leaves no baseline, and I/O alone does not grow the node after it.
+    Without I/O counters (``io`` None) only the CPU signal is used.
 
     Why not "the rate rose by a fixed 20% over the previous window": a step
     of an eighth of the node adds fewer than 20% more workers once five
@@ -76,6 +82,11 @@ GROWTH_DIVISOR = 8
 # added. Lower grows on noise; higher stops early on stages that are partly
 # waiting (a worker that is 30% busy still adds throughput).
 CPU_GAIN = 0.2
+# CPU: busy cores at this share of the CPUs there are is full: no growth on CPU.
+CPU_FULL = 0.9
+# I/O: the smallest rise taken as growth, whatever the step; below it, window-to-
+# window noise of real storage (a few percent) would ratchet the ramp up.
+IO_MIN_RISE = 0.1
 # I/O: a step paid if each worker it added brought at least this share of the
 # average worker's rate before it. Storage throughput grows sublinearly with
 # queue depth, so asking for a whole worker's share would stop I/O-bound
@@ -124,12 +135,19 @@ class Activation:
         caps: Sequence[int],
         sampler: Sampler,
         on_event: Callable[[ActivationEvent], None] | None = None,
+        *,
+        cpus: int | None = None,
     ) -> None:
-        """``on_event`` is called with each `ActivationEvent` as it is recorded."""
+        """``on_event`` is called with each `ActivationEvent` as it is recorded;
+        ``cpus``: the CPUs the workers share (None: no ceiling on the CPU signal)."""
         self.caps = tuple(as_int(cap, "workers per node") for cap in caps)
         if not self.caps or min(self.caps) < 1:
             raise ConfigError(f"caps must give >= 1 worker for each node, got {list(caps)!r}")
         self.growth = tuple(max(1, cap // GROWTH_DIVISOR) for cap in self.caps)
+        if cpus is not None and as_int(cpus, "cpus") < 1:
+            raise ConfigError(f"cpus must be >= 1 or None, got {cpus!r}")
+        self.cpus = cpus
+        self._io_seen = False  # a non-zero I/O rate was read: the bootstrap is spent
         self._sampler = sampler
         self._on_event = on_event
         self._active: list[int] | None = None
@@ -170,7 +188,9 @@ class Activation:
         reading = self._sampler.sample()
         if reading is None:
             return [0] * len(self.caps)
-        cpu_grows = reading.cpu - self._cpu_at_step >= CPU_GAIN * self._added_at_step
+        cpu_grows = reading.cpu - self._cpu_at_step >= CPU_GAIN * self._added_at_step and (
+            self.cpus is None or reading.cpu < CPU_FULL * self.cpus
+        )
         io_grows = self._io_says(reading)
         added = self._step(remaining) if cpu_grows or io_grows else [0] * len(self.caps)
         if any(added):
@@ -195,11 +215,14 @@ class Activation:
     def _io_says(self, reading: Reading) -> bool:
         if reading.io is None or reading.io <= 0:
             return False
+        if not self._io_seen:
+            self._io_seen = True
+            return True  # the run's first non-zero rate
         base = self._io_at_step
         if base <= 0:
-            return True  # the first non-zero rate since the last step
-        per_worker = base / max(1, self._active_before_step)
-        return reading.io - base >= IO_GAIN * self._added_at_step * per_worker
+            return False  # the last step was taken with no I/O: no baseline to beat
+        share = self._added_at_step / max(1, self._active_before_step)
+        return reading.io - base >= base * max(IO_MIN_RISE, IO_GAIN * share)
 
     def _step(self, remaining: int) -> list[int]:
         active = self._active or []

@@ -44,7 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -68,6 +68,9 @@ POLL_INTERVAL_S = 0.25
 # (a quarter) is then one worker per CPU, so a CPU-bound stage is at full
 # occupancy from the start, while an I/O-bound one can grow to four per CPU.
 DEFAULT_WORKERS_PER_CPU = 4
+# How often a worker waiting for its result's delivery checks that the run is
+# not over (a Ctrl-C ends it without delivering).
+DELIVERY_CHECK_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,10 @@ class _Done(Generic[T]):
     result: Any
     error: BaseException | None
     elapsed: float
+    # Set once the driver has handed the result to on_done: the worker waits for
+    # it before taking another partition, so results never pile up behind a
+    # slow on_done (at most one undelivered result per worker).
+    delivered: threading.Event = field(default_factory=threading.Event)
 
 
 class _Run(Generic[T]):
@@ -132,12 +139,31 @@ class _NodeController(Generic[T]):
         self.run = run
         self.f = f
         self.channel = threading.Semaphore(0)
-        self.threads = [
-            threading.Thread(target=self._work, name=f"chunkgraph-node{index}-{k}", daemon=True)
-            for k in range(cap)
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.threads: list[threading.Thread] = []
+        self._alive = 0  # workers not yet exited; the last one out closes the node pool
+        self._alive_lock = threading.Lock()
+        try:
+            for k in range(cap):
+                thread = threading.Thread(
+                    target=self._work, name=f"chunkgraph-node{index}-{k}", daemon=True
+                )
+                with self._alive_lock:
+                    self._alive += 1
+                try:
+                    thread.start()
+                except BaseException:
+                    with self._alive_lock:
+                        self._alive -= 1
+                    raise
+                self.threads.append(thread)
+        except BaseException:  # e.g. "can't start new thread": the started ones must exit
+            with run.lock:
+                run.stopping = run.over = True
+            self.end()
+            self.join()
+            if not self.threads and pool is not None:
+                pool.close()  # no worker was there to close it
+            raise
 
     def activate(self, count: int) -> None:
         if count > 0:
@@ -150,10 +176,19 @@ class _NodeController(Generic[T]):
     def join(self) -> None:
         for thread in self.threads:
             thread.join()
-        if self.pool is not None:
-            self.pool.close()
 
     def _work(self) -> None:
+        try:
+            self._serve()
+        finally:
+            with self._alive_lock:
+                self._alive -= 1
+                last = self._alive == 0
+            if last and self.pool is not None:
+                # Also after a Ctrl-C, when nobody joins: the node pool's threads end.
+                self.pool.close()
+
+    def _serve(self) -> None:
         if self.cpus is not None:
             try:
                 os.sched_setaffinity(0, self.cpus)  # pid 0: this thread only
@@ -174,7 +209,14 @@ class _NodeController(Generic[T]):
                     result, error = self.f(item), None
                 except BaseException as caught:  # reported to the driver, which raises
                     result, error = None, caught
-                self.run.done.put(_Done(item, result, error, time.perf_counter() - begin))
+                    self.run.stop()  # now, not when the driver gets to it: start nothing new
+                done = _Done(item, result, error, time.perf_counter() - begin)
+                del result
+                self.run.done.put(done)
+                while not done.delivered.wait(DELIVERY_CHECK_S):
+                    with self.run.lock:
+                        if self.run.over:
+                            return
 
 
 class PartitionRunner:
@@ -203,6 +245,11 @@ class PartitionRunner:
         poll_interval: float = POLL_INTERVAL_S,
     ) -> None:
         self.topology = Topology.detect() if topology is None else topology
+        if not isinstance(self.topology, Topology):
+            raise ConfigError(
+                f"topology must be a Topology (Topology.detect() or Topology.of([0, 1], [2, 3])) "
+                f"or None, got {topology!r}"
+            )
         if workers_per_node is None:
             self.caps = tuple(DEFAULT_WORKERS_PER_CPU * n for n in self.topology.sizes)
         else:
@@ -219,6 +266,7 @@ class PartitionRunner:
         self._poll = poll_interval
         self._timeline: list[ActivationEvent] = []
         self._busy = False
+        self._guard = threading.Lock()
         self._closed = False
 
     @property
@@ -235,15 +283,15 @@ class PartitionRunner:
         """Run ``f(i)`` for each ``i`` of ``order`` (taken in that order); see the module doc."""
         if self._closed:
             raise UsageError("this PartitionRunner is closed; make a new one")
-        if self._busy:
-            raise UsageError("PartitionRunner.run is already running; one run at a time")
-        items = list(order)
-        self._timeline = []
-        if not items:
-            return
-        self._busy = True
+        with self._guard:  # checked and set at once: two threads never both run
+            if self._busy:
+                raise UsageError("PartitionRunner.run is already running; one run at a time")
+            self._busy = True
         try:
-            self._run(items, f, on_done)
+            items = list(order)
+            self._timeline = []
+            if items:
+                self._run(items, f, on_done)
         finally:
             self._busy = False
 
@@ -251,33 +299,37 @@ class PartitionRunner:
         self, items: list[T], f: Callable[[T], R], on_done: Callable[[T, R, float], object] | None
     ) -> None:
         state = _Run(items)
-        activation = Activation(self.caps, self._sampler or ProcessSignals(), self._emit)
+        activation = Activation(
+            self.caps,
+            self._sampler or ProcessSignals(),
+            self._emit,
+            cpus=sum(self.topology.sizes),
+        )
         self._timeline = activation.timeline
         numa = self.topology.is_numa
-        controllers = [
-            _NodeController(
-                n,
-                cpus if numa else None,
-                cap,
-                WorkStealingPool(len(cpus), cpus=cpus) if numa else None,
-                state,
-                f,
-            )
-            for n, (cpus, cap) in enumerate(zip(self.topology.nodes, self.caps, strict=True))
-        ]
-        errors: list[Exception] = []
-        fatal: list[BaseException] = []
+        controllers: list[_NodeController[T]] = []
+        errors: list[BaseException] = []
         try:
-            self._drive(state, activation, controllers, on_done, errors, fatal)
+            for n, (cpus, cap) in enumerate(zip(self.topology.nodes, self.caps, strict=True)):
+                pool = WorkStealingPool(len(cpus), cpus=cpus) if numa else None
+                controllers.append(_NodeController(n, cpus if numa else None, cap, pool, state, f))
+            self._drive(state, activation, controllers, on_done, errors)
         except BaseException as error:
+            # A Ctrl-C returns at once: running partitions finish in the background.
             self._end(state, controllers, join=isinstance(error, Exception))
             raise
         self._end(state, controllers, join=True)
         errors.extend(state.setup_errors)
-        if fatal:
-            raise fatal[0]
+        interrupts = [e for e in errors if isinstance(e, KeyboardInterrupt)]
+        if interrupts:  # a Ctrl-C inside f is the user's: raised as such
+            others = len(errors) - 1
+            if others:
+                interrupts[0].add_note(f"{others} other partition(s) failed too")
+            raise interrupts[0]
         if errors:
-            raise ExceptionGroup(
+            # SystemExit from f is a failure of f(i), not the end of this program:
+            # grouped with the rest (a BaseExceptionGroup only when such are in it).
+            raise BaseExceptionGroup(
                 f"PartitionRunner.run over {len(items)} partitions: {len(errors)} failed", errors
             )
 
@@ -287,8 +339,7 @@ class PartitionRunner:
         activation: Activation,
         controllers: list[_NodeController[T]],
         on_done: Callable[[T, Any, float], object] | None,
-        errors: list[Exception],
-        fatal: list[BaseException],
+        errors: list[BaseException],
     ) -> None:
         for controller, count in zip(controllers, activation.initial(), strict=True):
             controller.activate(count)
@@ -300,7 +351,7 @@ class PartitionRunner:
                 done = None
             if done is not None:
                 finished += 1
-                self._deliver(done, on_done, errors, fatal, state)
+                self._deliver(done, on_done, errors, state)
             added = activation.check(state.remaining())
             for controller, count in zip(controllers, added, strict=True):
                 controller.activate(count)
@@ -309,31 +360,35 @@ class PartitionRunner:
     def _deliver(
         done: _Done[T],
         on_done: Callable[[T, Any, float], object] | None,
-        errors: list[Exception],
-        fatal: list[BaseException],
+        errors: list[BaseException],
         state: _Run[T],
     ) -> None:
         error = done.error
-        if error is None and on_done is not None:
-            try:
-                on_done(done.item, done.result, done.elapsed)
-            except Exception as caught:
-                caught.add_note(f"raised by on_done for partition {done.item!r}")
-                error = caught
-        elif error is not None:
-            error.add_note(f"raised by f({done.item!r})")
+        try:
+            if error is None and on_done is not None:
+                try:
+                    on_done(done.item, done.result, done.elapsed)
+                except Exception as caught:
+                    caught.add_note(f"raised by on_done for partition {done.item!r}")
+                    error = caught
+            elif error is not None:
+                error.add_note(f"raised by f({done.item!r})")
+        finally:
+            done.delivered.set()  # the worker may take its next partition
         if error is None:
             return
         state.stop()  # a failure: start no new partition
-        if isinstance(error, Exception):
-            errors.append(error)
-        else:
-            fatal.append(error)  # SystemExit and the like: re-raised as is
+        errors.append(error)
 
     @staticmethod
     def _end(state: _Run[T], controllers: list[_NodeController[T]], *, join: bool) -> None:
         with state.lock:
             state.stopping = state.over = True
+        while True:  # undelivered results: their workers stop waiting and exit
+            try:
+                state.done.get_nowait().delivered.set()
+            except queue.Empty:
+                break
         for controller in controllers:
             controller.end()
         if join:

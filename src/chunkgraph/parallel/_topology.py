@@ -38,6 +38,15 @@ class Topology:
             bad = sorted(c for c in cpus if isinstance(c, bool) or not isinstance(c, int) or c < 0)
             if bad:
                 raise ConfigError(f"node {index} has invalid CPU ids {bad}; CPU ids are ints >= 0")
+        seen: set[int] = set()
+        for index, cpus in enumerate(self.nodes):
+            shared = sorted(seen & cpus)
+            if shared:
+                raise ConfigError(
+                    f"node {index} shares CPUs {shared} with an earlier node; "
+                    "each CPU belongs to one node"
+                )
+            seen |= cpus
 
     @classmethod
     def of(cls, *nodes: Iterable[int]) -> Topology:
