@@ -125,6 +125,22 @@ def test_the_adaptive_executor_runs_a_spec_with_a_report(
     assert "activation" in json.loads((work / "report" / "report.json").read_text())
 
 
+def test_an_executor_must_be_a_kind_or_a_scheduler_address(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(work, "input: raw.zarr\n" + OUTPUT + "function: spec_functions:scale\n"
+                 "chunk_sizes: [16]\n")  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, spec, "--executor", "bogus")
+    assert exited.value.code == 2
+    assert "tcp://host:8786" in capsys.readouterr().err
+    bad = write(work, "input: raw.zarr\n" + OUTPUT + "function: spec_functions:scale\n"
+                "chunk_sizes: [16]\nrun: {executor: fastest}\n")  # fmt: skip
+    code, _, err = run(capsys, bad)
+    assert code == 2 and "executor" in err
+    assert not (work / "out.zarr").exists()
+
+
 GOOD = {
     "input": "input: raw.zarr",
     "output": OUTPUT.strip(),

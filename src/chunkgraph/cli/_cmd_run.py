@@ -45,9 +45,11 @@ def register(commands: Any) -> None:
     run.add_argument("spec", metavar="SPEC.yaml", help="the spec file")
     run.add_argument(
         "--executor",
-        choices=("threads", "adaptive", "processes", "sync"),
+        type=executor_arg,
         default=None,
-        help="where tasks run (default: the spec's run.executor, else threads)",
+        metavar="{threads,adaptive,processes,sync,tcp://HOST:PORT}",
+        help="where tasks run: a local kind or a Dask scheduler's address "
+        "(default: the spec's run.executor, else threads)",
     )
     run.add_argument(
         "--workers",
@@ -62,6 +64,18 @@ def register(commands: Any) -> None:
     )
     add_output_options(run)
     run.set_defaults(handler=handle)
+
+
+def executor_arg(text: str) -> str:
+    """A local executor kind or a Dask scheduler address ("tcp://host:8786", any protocol)."""
+    from chunkgraph.execute import EXECUTOR_KINDS
+
+    if text in EXECUTOR_KINDS or "://" in text:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither one of {', '.join(EXECUTOR_KINDS)} nor a Dask scheduler "
+        "address such as tcp://host:8786"
+    )
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -35,7 +35,14 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from chunkgraph._errors import ConfigError
 
@@ -93,9 +100,11 @@ class OutputSpec(_Model):
 class RunDefaults(_Model):
     """How to run, unless the command line says otherwise."""
 
-    executor: Literal["threads", "adaptive", "processes", "sync"] | None = Field(
-        default=None, description="default: threads"
-    )
+    executor: (
+        Literal["threads", "adaptive", "processes", "sync"]
+        | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")]
+        | None
+    ) = Field(default=None, description="default: threads; or a Dask scheduler address")
     workers: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="default: all cores"
     )

@@ -11,14 +11,15 @@ rising (I/O-bound tasks, whose threads mostly wait, keep growing past the
 cores). No scale-down.
 
     driver loop (calling thread), every EVENT_FLUSH_SECONDS:
-      collect() ── Activation.check(ready tasks) ── add workers per context
-                   (the sampler rejects windows under 0.1 s: most calls add nothing)
+      collect() ── every POLL_INTERVAL_S (0.25 s), as the PartitionRunner polls:
+                   Activation.check(ready tasks) ── add workers per context
 
 Everything else (batches, time limits, Ctrl-C, abandoned threads, following
 a plan, stealing) is the thread backend's. The checks run on the driver's
-poll rather than on every completion: the window guard would reject all but
-one check per 0.1 s anyway, and a check on the driver keeps signal sampling
-out of the workers' lock.
+poll rather than on every completion: tasks are often far shorter than a
+window worth reading (windows of a quarter second are less noisy than the
+0.1 s the guard allows), and a check on the driver keeps signal sampling out
+of the workers' lock.
 
 Each accepted check is an ``ACTIVATED`` event (``total``: workers active;
 ``activation``: the ``ActivationEvent`` with workers per context and the
@@ -28,13 +29,19 @@ readings), so run reports can draw the ramp.
 from __future__ import annotations
 
 import functools
+import time
 
 from chunkgraph.execute._driver import Driver
 from chunkgraph.execute._events import EventKind
 from chunkgraph.execute._thread_pool import acquire_pool
 from chunkgraph.execute._threads import ThreadBackend
 from chunkgraph.parallel._activation import Activation, ActivationEvent
+from chunkgraph.parallel._runner import POLL_INTERVAL_S
 from chunkgraph.parallel._signals import ProcessSignals, Sampler
+
+# Seconds between activation checks: the runner's poll (longer windows read
+# storage rates with less noise than the 0.1 s the sampler's guard allows).
+CHECK_INTERVAL_S = POLL_INTERVAL_S
 
 
 class AdaptiveBackend(ThreadBackend):
@@ -51,6 +58,7 @@ class AdaptiveBackend(ThreadBackend):
         self.activation = Activation(
             self.caps, sampler or ProcessSignals(), self._announce_step, cpus=cpus
         )
+        self._next_check = 0.0
 
     def open(self) -> None:
         self.pool, self.shared = acquire_pool(sum(self.caps))
@@ -62,8 +70,10 @@ class AdaptiveBackend(ThreadBackend):
 
     def collect(self) -> None:
         super().collect()
-        if self.activation.full:
+        now = time.monotonic()
+        if self.activation.full or now < self._next_check:
             return
+        self._next_check = now + CHECK_INTERVAL_S
         sched = self.scheduler
         with self.lock:
             if sched.finished or sched.stopping or self.broken:

@@ -26,9 +26,13 @@ Rules:
   ``POLL_INTERVAL_S`` passes without one; both signals are sampled at each.
 * ``on_done(i, result, elapsed)`` runs on the calling thread only, so calls
   never overlap (``elapsed``: seconds ``f(i)`` took).
+* ``on_done`` backpressure: a worker takes its next partition once its
+  result has been delivered, so at most one result per worker waits.
 * Errors: every failing ``f(i)`` (and ``on_done``) is collected; the first
-  one stops new partitions from starting; the run waits for the running
-  ones, then raises all of them as one ``ExceptionGroup``.
+  one stops new partitions from starting (the failing worker stops the run
+  at once); the run waits for the running ones, then raises all of them as
+  one ``ExceptionGroup`` (``BaseExceptionGroup`` when ``f`` raised
+  ``SystemExit``; a ``KeyboardInterrupt`` in ``f`` is raised as itself).
 * Lifetime: a run joins every one of its threads before it returns, so a
   runner holds no threads between runs and may run again. A Ctrl-C in the
   driver starts nothing new and returns at once; workers finish their
