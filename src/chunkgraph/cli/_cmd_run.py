@@ -55,7 +55,8 @@ def register(commands: Any) -> None:
         "--workers",
         type=int,
         default=None,
-        help="executor size (default: the spec's run.workers, else all cores)",
+        help="executor size (default: the spec's run.workers, else all cores; for adaptive, "
+        "the most workers, default 4 per core)",
     )
     run.add_argument("--resume", action="store_true", help="continue an interrupted run")
     run.add_argument("--report", metavar="DIR", default=None, help="write a run report to DIR")

@@ -51,6 +51,16 @@ class JsonLines:
             record["worker"] = worker
         if event.error is not None:
             record["error"] = f"{type(event.error).__name__}: {event.error}"
+        step = event.activation
+        if step is not None:  # the adaptive executor's check: workers and readings
+            record.update(
+                active=list(step.active),
+                added=list(step.added),
+                cpu=step.cpu,
+                io=step.io,
+                cpu_grows=step.cpu_grows,
+                io_grows=step.io_grows,
+            )
         self._out.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
