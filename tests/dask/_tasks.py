@@ -54,3 +54,10 @@ def identity(src: np.ndarray) -> np.ndarray:
 def slow_identity(src: np.ndarray) -> np.ndarray:
     time.sleep(0.3)
     return src
+
+
+def nested_pool_workers(*_inputs: Any) -> int:
+    """The worker count of the pool that loops nested in this task would use."""
+    from chunkgraph.parallel import get_pool
+
+    return get_pool().workers

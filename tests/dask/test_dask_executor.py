@@ -10,7 +10,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.dask._tasks import divide, fail_once, mix, mix_nested, slow_mix, where
+from tests.dask._tasks import (
+    divide,
+    fail_once,
+    mix,
+    mix_nested,
+    nested_pool_workers,
+    slow_mix,
+    where,
+)
 
 import chunkgraph as cg
 from chunkgraph.execute import DaskExecutor, EventKind, dask_contexts, dask_links
@@ -89,6 +97,16 @@ def test_tasks_run_on_the_workers_their_plan_names(healthy: Any) -> None:
     placed = [plan.context_of(t).name for t in chains]
     # pins are loose (an idle worker may steal), so most, not necessarily all, hold
     assert sum(a == b for a, b in zip(got, placed, strict=True)) >= 3
+
+
+def test_loops_nested_in_a_task_use_the_workers_threads_not_every_core(healthy: Any) -> None:
+    # The fixture's workers have 1 thread each, fewer than this machine's cores (the
+    # default pool's size): a pool sized by cores would report more.
+    g = Graph()
+    refs = [g.add(nested_pool_workers, i, name=f"pool{i}") for i in range(4)]
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), targets=refs, strategy="heft")
+    assert cg.run(g, refs, executor=DaskExecutor(healthy), plan=plan) == [1] * 4
 
 
 def test_dask_contexts_describe_the_workers(healthy: Any) -> None:

@@ -64,6 +64,26 @@ def test_identity_flow_reproduces_its_source_byte_for_byte(healthy: Any, tmp_pat
     assert report.bytes_read > 0  # counted by the workers' copies of the volumes
 
 
+def test_the_tasks_of_a_worker_share_its_input_cache(healthy: Any, tmp_path: Path) -> None:
+    # Each 8x8 task reads its 2-voxel halo from the 8 neighbouring storage chunks: 6.7x its
+    # input without a cache. Tasks that share their worker's cache read each storage
+    # chunk at most once per worker: at most 2x on 2 workers.
+    vol, data = source(tmp_path)
+    src = volume.open(vol.path, cache_bytes=1 << 20)
+    dst = volume.create(str(tmp_path / "dst.zarr"), SHAPE, STORAGE, data.dtype)
+    report = cg.apply(
+        identity,
+        src,
+        dst,
+        chunk_sizes=[STORAGE],
+        crop_pads=[(2, 2)],
+        intermediates=tmp_path / "tmp",
+        executor=DaskExecutor(healthy),
+    )
+    np.testing.assert_array_equal(dst.read(Box.from_shape(SHAPE)), data)
+    assert report.read_amplification <= 2.0
+
+
 def test_memory_volumes_are_refused_before_anything_runs(healthy: Any) -> None:
     src = volume.create("dask-flow-memory-src", SHAPE, STORAGE, "uint8", backend="memory")
     dst = volume.create("dask-flow-memory-dst", SHAPE, STORAGE, "uint8", backend="memory")

@@ -7,7 +7,7 @@
                  results another unit or a target needs; a DAG of units
       submit     per unit, producers first: client.submit(run_subgraph, program,
                  *producer futures, workers=[its context's worker] (loose),
-                 resources={"GPU": 1} for gpu tasks, retries, priority = plan order)
+                 resources={"GPU": 1} for gpu tasks, retries, priority = the plan's order)
       wait       as_completed: FINISHED per task, STARTED for units whose inputs
                  are now done; the first failure cancels everything not finished
       gather     the targets' units  ->  {target: result}, or ExceptionGroup[TaskError]
@@ -44,6 +44,7 @@ Dask's UCX support), ``ws://``, ``inproc://`` addresses are handed to
 
 from __future__ import annotations
 
+import heapq
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
@@ -281,10 +282,10 @@ class _Units:
     def __init__(self, graph: Graph, plan: Plan, targets: list[int]) -> None:
         self.graph = graph
         unit_of = plan.task_subgraph
-        order = self._topological(graph, unit_of)
+        order = self._topological(graph, unit_of, plan.order)
         if order is None:  # subgraphs that feed each other: dispatch the units alone
             unit_of = plan.problem.unit_of
-            order = self._topological(graph, unit_of)
+            order = self._topological(graph, unit_of, plan.order)
             assert order is not None  # fused chains never form a cycle
         self.unit_of, self.order = unit_of, order
         needed = np.flatnonzero(unit_of >= 0)
@@ -309,31 +310,40 @@ class _Units:
         self.leaving = leaving
 
     @staticmethod
-    def _topological(graph: Graph, unit_of: IntArray) -> list[int] | None:
-        """Units with producers first (Kahn), or None when their dependencies cycle."""
+    def _topological(graph: Graph, unit_of: IntArray, priority: IntArray) -> list[int] | None:
+        """Units with producers first (Kahn), or None when their dependencies cycle; among
+        ready units, the one whose first task comes first in ``priority`` (the plan's order).
+
+        Dask starts a unit as soon as it is submitted, so the first units submitted are
+        the first to run: in a flow, the start of the plan's sweep.
+        """
         dep_ptr, dep_idx = graph.dependencies()
         consumer = np.repeat(np.arange(len(graph), dtype=np.int64), np.diff(dep_ptr))
         a, b = unit_of[dep_idx], unit_of[consumer]
         keep = (a >= 0) & (b >= 0) & (a != b)
-        units = np.unique(unit_of[unit_of >= 0])
+        needed = np.flatnonzero(unit_of >= 0)
+        first: dict[int, int] = {}
+        for u, rank in zip(unit_of[needed].tolist(), priority[needed].tolist(), strict=True):
+            first[u] = min(rank, first.get(u, rank))
+        units = sorted(first, key=first.__getitem__)
         if not keep.any():
-            result: list[int] = units.tolist()
-            return result
+            return units
         pairs = np.unique(np.stack([a[keep], b[keep]]), axis=1)
-        missing = dict.fromkeys(units.tolist(), 0)
+        missing = dict.fromkeys(units, 0)
         out_edges: dict[int, list[int]] = {}
         for p, c in pairs.T.tolist():
             missing[c] += 1
             out_edges.setdefault(p, []).append(c)
-        ready = [u for u, n in missing.items() if n == 0]
+        ready = [(first[u], u) for u, n in missing.items() if n == 0]
+        heapq.heapify(ready)
         order = []
         while ready:
-            u = ready.pop()
+            _, u = heapq.heappop(ready)
             order.append(u)
             for c in out_edges.get(u, ()):
                 missing[c] -= 1
                 if missing[c] == 0:
-                    ready.append(c)
+                    heapq.heappush(ready, (first[c], c))
         return order if len(order) == len(missing) else None
 
     def program(self, u: int) -> SubgraphProgram:
@@ -430,8 +440,10 @@ class _Run:
         context_of = self.plan.task_context
         token = uuid.uuid4().hex[:12]
         futures: dict[int, Any] = {}
-        n = len(units.order)
-        for rank, u in enumerate(units.order):
+        # Dask starts higher priorities first; members[0] is the unit's earliest task in the
+        # plan's order (a flow's sweep), which units.order (producers first) does not keep.
+        priority = self.plan.order
+        for u in units.order:
             members = units.members[u]
             pin = pins[int(context_of[members[0]])]
             futures[u] = self.client.submit(
@@ -443,7 +455,7 @@ class _Run:
                 allow_other_workers=pin is not None,
                 resources=dask_resources(graph, members),
                 retries=self.executor.retries or None,
-                priority=n - rank,
+                priority=-int(priority[members[0]]),
                 pure=False,
             )
             if not units.producers[u]:

@@ -8,7 +8,8 @@ fused chain at the least), not one per graph task:
              Input(t) wherever task t's result goes, what to drop after each
              task, which results leave)
              client.submit(run_subgraph, program, *producer subgraphs' futures)
-    worker:  run_subgraph: results = producers' exports; run each task in order,
+    worker:  run_subgraph: the process's pool sized to the worker's threads
+             (``_dask_worker_pool``); results = producers' exports; run each task in order,
              dropping a result after its last use here unless it leaves;
              -> {task id: result} for the tasks other subgraphs or targets need
 
@@ -39,6 +40,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from chunkgraph._errors import RemoteError
+from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.graph import replace_leaves
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
@@ -117,6 +119,7 @@ def run_subgraph(program: SubgraphProgram, *producers: dict[int, Any]) -> dict[i
     ``producers`` are the exports of the subgraphs it consumes. Raises
     ``SubgraphFailed`` naming the first task that failed.
     """
+    size_pool_to_worker()
     try:
         calls: list[Call] = pickle.loads(program.calls)
     except BaseException as error:

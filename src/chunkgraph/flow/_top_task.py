@@ -35,6 +35,8 @@ below are done, before its output is cast and written.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Mapping
@@ -47,6 +49,7 @@ import numpy as np
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
+from chunkgraph.flow._shared_job import pickle_fields, shared_job
 from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.flow._subchunk import (
     LevelCounter,
@@ -68,7 +71,8 @@ class TopJob:
 
     ``layers`` is None when the flow writes straight to ``dst``
     (``skip_intermediates``). Volumes pickle by path, so a process executor
-    can ship a job to its workers.
+    can ship a job to its workers; there, the tasks of one run share one
+    unpickled job and its input caches (``_shared_job``).
     """
 
     spec: FlowSpec
@@ -81,14 +85,23 @@ class TopJob:
     sweep_axis: int = -1
     run_token: str = ""  # see _late_writes: no writes once the run has ended
 
+    @functools.cached_property
+    def _pickled_fields(self) -> bytes:
+        # Pickled once per job, not once per task that ships it.
+        return pickle_fields(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (shared_job, (TopJob, self.run_token, self._pickled_fields))
+
 
 @dataclass(frozen=True)
 class TopStats:
     """What one top-level task did.
 
-    ``bytes_read`` is measured on the task's own input objects: exact under a
-    process executor (each task unpickles its own), polluted by concurrent
-    tasks under threads, where the driver measures instead.
+    ``bytes_read``: storage bytes this task's reads fetched (see ``read_inputs``:
+    exact when the inputs are cached; without a cache, tasks in flight together
+    in one process count each other's, so under threads the driver measures
+    instead).
     """
 
     tasks_per_level: tuple[int, ...]
@@ -107,9 +120,7 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
 def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     spec = job.spec
     region = box.padded(spec.context_pad)
-    before = sum(v.stats.bytes_read for v in job.inputs.values())
-    data = read_inputs(job, region)
-    read = sum(v.stats.bytes_read for v in job.inputs.values()) - before
+    data, read = read_inputs(job, region)
     ctx = SubchunkContext(
         spec=spec,
         fn=job.fn,
@@ -137,8 +148,13 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     return TopStats(counts, read, int(written.nbytes))
 
 
-def read_inputs(job: TopJob, region: Box) -> dict[str, np.ndarray]:
-    """Every input over ``region``, read once (in ordered slabs when cached, see above).
+def read_inputs(job: TopJob, region: Box) -> tuple[dict[str, np.ndarray], int]:
+    """Every input over ``region``, read once (in ordered slabs when cached, see above),
+    and the bytes that took from storage.
+
+    Cached reads take turns, so their count is this task's own; uncached reads of
+    tasks running at once in one process (threads, a multi-threaded Dask worker)
+    count each other's.
 
     The arrays are made read-only: ``fn`` gets views of them, and one chunk's
     ``fn`` writing into its input would corrupt its neighbours' inputs.
@@ -147,13 +163,21 @@ def read_inputs(job: TopJob, region: Box) -> dict[str, np.ndarray]:
     data: dict[str, np.ndarray] = {}
     if cached:
         with _read_lock(job.marker_root):
+            before = _bytes_read(job)
             for name, vol in job.inputs.items():
                 data[name] = _read_in_slabs(vol, region, job.sweep_axis % region.ndim)
+            read = _bytes_read(job) - before
     else:
+        before = _bytes_read(job)
         data = {name: vol.read(region) for name, vol in job.inputs.items()}
+        read = _bytes_read(job) - before
     for array in data.values():
         array.flags.writeable = False
-    return data
+    return data, read
+
+
+def _bytes_read(job: TopJob) -> int:
+    return sum(v.stats.bytes_read for v in job.inputs.values())
 
 
 def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
