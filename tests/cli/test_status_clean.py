@@ -165,7 +165,8 @@ def test_apply_warns_when_a_new_flow_starts_beside_a_stale_one(
     assert not [w for w in caught if "stale" in str(w.message)]
 
     _backdate(default_intermediates(dst) / interrupted, TWO_DAYS)
-    with pytest.warns(UserWarning, match=rf"stale flow.*{interrupted}.*chunkgraph clean ") as got:
+    listed = rf"chunkgraph status {dst}; to delete them: chunkgraph clean {dst} --stale"
+    with pytest.warns(UserWarning, match=rf"stale flow.*{interrupted}.*{listed}") as got:
         _apply(doubled, tmp)
     assert got[0].filename == __file__  # points at the caller's apply, not inside chunkgraph
 

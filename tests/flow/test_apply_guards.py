@@ -190,7 +190,8 @@ def test_the_probe_catches_a_channel_mismatch_before_temporaries(tmp_path: Path)
         volume.apply(lambda x: x, src, dst, chunk_sizes=[8], blend_pads=2)
     (error,) = info.value.exceptions
     assert error.task.startswith("apply-probe") and "probe=False skips it" in str(error)
-    assert "expected (3, 12, 12)" in str(error.__cause__)
+    assert "no channel axis, dst has channel shape (3,)" in str(error.__cause__)
+    assert "return shape (3, 12, 12)" in str(error.__cause__)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "s.zarr"]
 
 

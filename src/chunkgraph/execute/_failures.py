@@ -14,11 +14,24 @@ from chunkgraph.graph import Graph
 
 
 def describe(error: BaseException) -> str:
-    """``Type: message``, even for an exception whose ``__str__`` itself fails."""
+    """``Type: message (notes)``, even for an exception whose ``__str__`` itself fails.
+
+    Notes are context added by code that knew more than the message (the flow names
+    the chunk there), so the one-line ``TaskError`` keeps them.
+
+    >>> error = ValueError("bad")
+    >>> error.add_note("in chunk 3")
+    >>> describe(error)
+    'ValueError: bad (in chunk 3)'
+    """
     try:
-        return f"{type(error).__name__}: {error}"
+        text = f"{type(error).__name__}: {error}"
     except Exception:
-        return f"{type(error).__name__} (its message could not be shown)"
+        text = f"{type(error).__name__} (its message could not be shown)"
+    notes = getattr(error, "__notes__", None)
+    if isinstance(notes, list) and notes:
+        text += f" ({'; '.join(str(n) for n in notes)})"
+    return text
 
 
 def task_error(graph: Graph, t: int, attempts: int, cause: BaseException) -> TaskError:

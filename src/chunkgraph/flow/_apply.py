@@ -93,7 +93,12 @@ from chunkgraph.flow._spec import (
     validate_flow,
     wants_auto_sizes,
 )
-from chunkgraph.flow._state import read_flow_info, warn_if_stale, write_flow_info
+from chunkgraph.flow._state import (
+    kept_state_note,
+    read_flow_info,
+    warn_if_stale,
+    write_flow_info,
+)
 from chunkgraph.flow._top_task import (
     TopJob,
     TopStats,
@@ -336,7 +341,11 @@ def apply(
                 probe_fn(spec, fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
             flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
-            report = flow.run(chosen, progress, t0, before, tuple(subscribers))
+            try:
+                report = flow.run(chosen, progress, t0, before, tuple(subscribers))
+            except BaseException as error:  # a Ctrl-C leaves the same state behind
+                error.add_note(kept_state_note(root, flow_id))
+                raise
             report = dataclasses.replace(report, plan=plan)
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
@@ -494,9 +503,13 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
                 f"intermediates must be a directory path or None, got {intermediates!r}"
             )
         root = Path(intermediates)
-        if root.exists() and not root.is_dir():
+        # The nearest existing path decides: a file there (the path itself or a parent)
+        # would fail only at mkdir, as a bare NotADirectoryError.
+        existing = next((p for p in (root, *root.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            what = "is a file" if existing == root else f"is under {str(existing)!r}, a file"
             raise ConfigError(
-                f"intermediates={str(root)!r} is a file; give a directory (created if missing) "
+                f"intermediates={str(root)!r} {what}; give a directory (created if missing) "
                 "where the flow may keep its temporary layers and markers, or None for the "
                 "default beside dst"
             )

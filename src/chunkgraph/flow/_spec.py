@@ -471,12 +471,32 @@ def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
         )
     if bbox.is_empty:
         raise ConfigError(f"bbox {bbox} is empty (shape {bbox.shape}); nothing to process")
+    _check_bbox_meets(bbox, bounds)
     if not bounds.contains(bbox):
         raise ConfigError(
             f"bbox {bbox} is not inside dst bounds {bounds}; the part inside is "
             f"{bbox.intersection(bounds)}"
         )
     return bbox
+
+
+def _check_bbox_meets(bbox: Box, bounds: Box) -> None:
+    """A bbox with no voxel in dst is refused on its own: no flow over it can write
+    anything, and it is most often a bbox in other coordinates (dst's offset, another
+    resolution)."""
+    apart = [
+        f"axis {a}: [{lo}, {hi}) vs dst [{blo}, {bhi})"
+        for a, (lo, hi, blo, bhi) in enumerate(
+            zip(bbox.start, bbox.stop, bounds.start, bounds.stop, strict=True)
+        )
+        if hi <= blo or lo >= bhi
+    ]
+    if apart:
+        raise ConfigError(
+            f"bbox {bbox} lies entirely outside dst bounds {bounds} ({'; '.join(apart)}), so "
+            "nothing of it could be written; give a bbox in dst's coordinates (they start at "
+            f"its offset {bounds.start}), or bbox=None for the whole dst"
+        )
 
 
 # --- dtypes, reductions, direct writes ---------------------------------------------------

@@ -284,24 +284,55 @@ def warn_if_stale(root: Path, current_flow_id: str) -> None:
     warnings.warn(
         f"{len(stale)} stale flow(s) under {root} keep temporaries on disk: {described}. "
         f"A new flow ({current_flow_id}) starts beside them; to continue one instead, rerun it "
-        f"with resume=True. To delete them: {clean_command(Path(root))}",
+        f"with resume=True. To list them: {status_command(Path(root))}; to delete them: "
+        f"{clean_command(Path(root))}",
         UserWarning,
         stacklevel=_caller_level(),
     )
 
 
-def clean_command(root: Path) -> str:
-    """The command that removes the stale flows under ``root``.
+def clean_command(root: Path, flow_id: str | None = None) -> str:
+    """The command that removes the stale flows under ``root`` (or one flow, by id; the
+    CLI takes ids after a destination only).
 
     >>> clean_command(Path("data/.smooth.zarr.chunkgraph"))
     'chunkgraph clean data/smooth.zarr --stale'
-    >>> clean_command(Path("/scratch/tmp"))
+    >>> clean_command(Path("data/.smooth.zarr.chunkgraph"), "f00d")
+    'chunkgraph clean data/smooth.zarr f00d'
+    >>> clean_command(Path("/scratch/tmp"), "f00d")
     'chunkgraph clean --intermediates /scratch/tmp --stale'
     """
+    dst = _default_dst(root)
+    if dst is None:
+        return f"chunkgraph clean --intermediates {root} --stale"
+    return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
+
+
+def status_command(root: Path) -> str:
+    """The command that lists the flows under ``root``.
+
+    >>> status_command(Path("data/.smooth.zarr.chunkgraph")), status_command(Path("/tmp/x"))
+    ('chunkgraph status data/smooth.zarr', 'chunkgraph status --intermediates /tmp/x')
+    """
+    dst = _default_dst(root)
+    return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
+
+
+def kept_state_note(root: Path, flow_id: str) -> str:
+    """What a failed or interrupted run says about the state it leaves for a resume."""
+    return (
+        f"flow {flow_id} keeps its temporaries and done markers under {root / flow_id}: "
+        f"rerun with resume=True to continue it, list it with `{status_command(root)}`, or "
+        f"delete it with `{clean_command(root, flow_id)}`"
+    )
+
+
+def _default_dst(root: Path) -> Path | None:
+    """The destination whose default flows directory ``root`` is, if it is one."""
     name = root.name
     if name.startswith(".") and name.endswith(".chunkgraph") and len(name) > len(".chunkgraph") + 1:
-        return f"chunkgraph clean {root.parent / name[1 : -len('.chunkgraph')]} --stale"
-    return f"chunkgraph clean --intermediates {root} --stale"
+        return root.parent / name[1 : -len(".chunkgraph")]
+    return None
 
 
 def _caller_level() -> int:

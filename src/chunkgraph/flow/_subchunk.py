@@ -39,7 +39,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -51,6 +51,8 @@ from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
+
+T = TypeVar("T")
 
 # dtype kinds an fn may return: bool, signed, unsigned, float. Anything else
 # (complex, object, strings) cannot be blended or cast into a volume.
@@ -144,10 +146,8 @@ def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
         box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
         acc.add(box, process_chunk(ctx, level + 1, box))
 
-    from chunkgraph.parallel import parallel_map
-
     for wave in parity_waves(grid, tuple(p > 0 for p in child.blend)):
-        parallel_map(run_child, wave.tolist())
+        for_each_child(run_child, wave.tolist())
     kept: np.ndarray = acc.result()[at(chunk.padded(spec.blend), region)]
     return kept
 
@@ -172,9 +172,44 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
         box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
         return stream_chunk(ctx, level + 1, box, dst)
 
+    return sum(for_each_child(run_child, list(range(len(starts)))))
+
+
+class _ChildFailed(Exception):
+    """Carries a child chunk's own exception through ``parallel_map`` untouched."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def for_each_child(run: Callable[[int], T], indices: list[int]) -> list[T]:
+    """``parallel_map(run, indices)`` over a level's children, raising the first failing
+    child's own exception rather than a group.
+
+    A group per level would nest: with three levels, ``fn``'s error would reach the
+    task two groups deep, and the executor's ``TaskError`` would show only the outer
+    group's message. The chunk and level are in the error's note (``call_fn``); the
+    note added here counts the children that failed beside it.
+    """
     from chunkgraph.parallel import parallel_map
 
-    return sum(parallel_map(run_child, list(range(len(starts)))))
+    def guarded(i: int) -> T:
+        try:
+            return run(i)
+        except Exception as error:
+            raise _ChildFailed(error) from None
+
+    failures: list[Exception] = []
+    try:
+        return parallel_map(guarded, indices)
+    except ExceptionGroup as group:
+        failures = [e.error if isinstance(e, _ChildFailed) else e for e in group.exceptions]
+    # Raised outside the except block, so the group does not become its __context__.
+    first = failures[0]
+    if len(failures) > 1:
+        first.add_note(f"{len(failures) - 1} other chunk(s) of the same level failed too")
+    raise first
 
 
 def assembly_dtype(spec: FlowSpec, level: int) -> np.dtype:
@@ -245,7 +280,11 @@ def call_fn(
         args = tuple(arrays.values()) if spec.positional_input else ()
         result = fn(*args, **extra) if args else fn(**arrays, **extra)
     except Exception as exc:
-        exc.add_note(f"in the apply flow's fn on chunk {chunk} (read {read_box})")
+        level = len(spec.levels) - 1
+        exc.add_note(
+            f"in the apply flow's fn on chunk {chunk} at level {level}, the bottom, "
+            f"which read {read_box}"
+        )
         raise
     out = _checked_output(np.asarray(result), channels, chunk, read_box, out_box)
     _check_finite(out, spec.dst_dtype, chunk, out_box)
@@ -284,10 +323,70 @@ def _checked_output(
     if out.shape == full:
         cropped_out: np.ndarray = out[at(out_box, read_box)]
         return cropped_out
+    mismatch = _channel_mismatch(out.shape, channels, read_box.shape, out_box.shape)
+    if mismatch:
+        raise FlowOutputError(
+            f"fn returned shape {out.shape} for chunk {chunk}: its channels do not match "
+            f"dst's: {mismatch}"
+        )
     raise FlowOutputError(
         f"fn returned shape {out.shape} for chunk {chunk}; expected {full} (the input shape: "
         f"chunk + 2*crop + 2*blend) or {cropped} (already cropped to chunk + 2*blend)"
     )
+
+
+def _channel_mismatch(
+    shape: tuple[int, ...],
+    channels: tuple[int, ...],
+    full: tuple[int, ...],
+    cropped: tuple[int, ...],
+) -> str:
+    """What is wrong when the spatial axes of ``fn``'s output fit but its channels do not
+    match dst's; empty when that is not the problem.
+
+    >>> _channel_mismatch((1, 8, 8), (3,), (12, 12), (8, 8))[:48]
+    'its channel axis 0 has 1 channel(s), dst has 3 ('
+    >>> _channel_mismatch((8, 9), (3,), (12, 12), (8, 8))
+    ''
+    >>> _channel_mismatch((8, 8, 3), (3,), (12, 12), (8, 8))[:40]
+    'it puts the channels last, dst has them '
+    """
+    n = len(full)
+    valid = f"return shape {channels + full}"
+    if cropped != full:
+        valid += f" (the input's) or {channels + cropped} (cropped to chunk + 2*blend)"
+    if len(shape) >= n and shape[len(shape) - n :] in (full, cropped):
+        have = shape[: len(shape) - n]
+        if not channels:
+            return (
+                f"it has channel axes {have} before the {n} spatial axes, but dst has no "
+                f"channel axis; {valid}, or create dst with channel shape {have} (shape "
+                f"{have} + the spatial shape, spatial_ndim={n})"
+            )
+        if not have:
+            return (
+                f"it has no channel axis, dst has channel shape {channels}; {valid} "
+                "(channels first)"
+            )
+        if len(have) == len(channels):
+            axes = [a for a, (h, c) in enumerate(zip(have, channels, strict=True)) if h != c]
+            axis = axes[0]
+            return (
+                f"its channel axis {axis} has {have[axis]} channel(s), dst has "
+                f"{channels[axis]} (dst channel shape {channels}, output channel shape "
+                f"{have}); {valid}, or create dst with channel shape {have}"
+            )
+        return (
+            f"it has {len(have)} channel axes {have}, dst has {len(channels)}: {channels}; {valid}"
+        )
+    last = len(shape) - len(channels)
+    if channels and shape[:last] in (full, cropped) and shape[last:] == channels:
+        return (
+            f"it puts the channels last, dst has them first "
+            f"(channel shape {channels}, then the spatial axes); "
+            f"{valid}, e.g. np.moveaxis(out, -1, 0)"
+        )
+    return ""
 
 
 class _Accumulator:

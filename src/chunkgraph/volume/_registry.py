@@ -122,6 +122,10 @@ def _build_meta(
     n_spatial = len(shape_t) if spatial_ndim is None else int(spatial_ndim)
     try:
         np_dtype = np.dtype(dtype)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"dtype {dtype!r} is not a numpy dtype: {err}") from err
+    _check_dtype(np_dtype, dtype, backend)
+    try:
         fill = np_dtype.type(fill_value)
     except (TypeError, ValueError, OverflowError) as err:
         raise ConfigError(
@@ -138,6 +142,58 @@ def _build_meta(
         aligned_writes=bool(aligned_writes),
         backend=backend,
     )
+
+
+# dtype kinds a volume holds, per backend: numbers, which every backend stores and
+# reads back as they were. Strings, objects, records, datetimes and raw bytes would
+# otherwise fail deep inside zarr or TensorStore (or be stored as something else);
+# TensorStore cannot write a complex fill value into Zarr v3 metadata.
+VOLUME_DTYPE_KINDS = {"zarr": "biufc", "memory": "biufc", "tensorstore": "biuf"}
+_KIND_WORDS = {
+    "b": "bool",
+    "i": "int8..int64",
+    "u": "uint8..uint64",
+    "f": "float16..float64",
+    "c": "complex64, complex128",
+}
+
+
+def _check_dtype(np_dtype: np.dtype[Any], asked: Any, backend: str) -> None:
+    """ConfigError before the backend sees a dtype it cannot store (see above).
+
+    >>> try:
+    ...     _check_dtype(np.dtype("U4"), "U4", "tensorstore")
+    ... except ConfigError as err:
+    ...     print(str(err).split("; ")[1])
+    valid: bool, int8..int64, uint8..uint64, float16..float64
+    """
+    kinds = VOLUME_DTYPE_KINDS[backend]
+    if np_dtype.kind in kinds and np_dtype.fields is None and np_dtype.subdtype is None:
+        return
+    valid = ", ".join(_KIND_WORDS[k] for k in kinds)
+    hint = ""
+    if np_dtype.kind == "c" and "c" in VOLUME_DTYPE_KINDS["zarr"]:
+        hint = "; complex volumes need backend='zarr'"
+    what = _DTYPE_KIND_NAMES.get(np_dtype.kind, "not a number")
+    if np_dtype.fields is not None:
+        what = "a record of fields"
+    elif np_dtype.subdtype is not None:
+        what = "a sub-array"
+    raise ConfigError(
+        f"dtype {asked!r} ({np_dtype.str}, {what}) cannot be stored in a volume with "
+        f"backend={backend!r}; valid: {valid}{hint}"
+    )
+
+
+_DTYPE_KIND_NAMES = {
+    "O": "Python objects",
+    "U": "a unicode string",
+    "S": "a byte string",
+    "V": "raw bytes",
+    "M": "a datetime",
+    "m": "a time delta",
+    "c": "complex",
+}
 
 
 def _check_same(volume: Volume, meta: VolumeMeta) -> None:

@@ -81,6 +81,7 @@ from chunkgraph._util import usable_cores
 from chunkgraph.execute import _interrupts
 from chunkgraph.execute._limits import check_timeout
 from chunkgraph.execute.pool import _worker
+from chunkgraph.execute.pool._pickling import dumps
 from chunkgraph.execute.pool._segment_names import (
     list_prefix,
     owner_prefix,
@@ -130,21 +131,6 @@ class PoolState(enum.Enum):
     CANCELLING = "cancelling"  # shutdown(cancel_futures=True): terminate now
     BROKEN = "broken"  # workers keep dying at startup, or the pool itself failed
     CLOSED = "closed"
-
-
-def _dumps(value: object) -> bytes:
-    try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError) as error:
-        # Lambdas, closures and @task-decorated functions do not pickle by
-        # reference; cloudpickle (a dependency) pickles them by value.
-        import cloudpickle  # type: ignore[import-untyped]
-
-        try:
-            data: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:
-            raise error from None
-        return data
 
 
 def _resolve(future: Future[Any], value: object = None, error: BaseException | None = None) -> None:
@@ -249,7 +235,7 @@ class ProcessPool:
                 self._table.encode(args, keep),
                 self._table.encode(dict(kwargs or {}), keep),
             )
-            message = _worker.frame(next(self._ids), _dumps(encoded))
+            message = _worker.frame(next(self._ids), dumps(encoded))
         except Exception as error:
             future.set_exception(error)
             return future
@@ -307,9 +293,8 @@ class ProcessPool:
             reason = self._broken_reason
             return WorkerDiedError(
                 f"process pool is broken: {reason}; check that chunkgraph and numpy "
-                "import in a fresh Python process (a script's main module is imported again "
-                "there: guard its work with `if __name__ == '__main__':`), then create a new "
-                "ProcessPool"
+                "import in a fresh Python process (`python -c 'import chunkgraph'` with this "
+                "environment and working directory), then create a new ProcessPool"
             )
         return UsageError(
             f"cannot submit to a process pool that is {self._state.value}; create a new "

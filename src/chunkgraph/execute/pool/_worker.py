@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn, cast
 
 from chunkgraph._errors import RemoteError, RemoteTraceback
+from chunkgraph.execute.pool._pickling import dumps
 from chunkgraph.execute.pool._segment_names import unlink_name, unlink_prefix
 from chunkgraph.execute.pool._shm import SegmentTable, iter_refs
 
@@ -93,7 +94,7 @@ def _error_payload(error: BaseException) -> bytes:
         # A KeyboardInterrupt travels as itself: the caller's run is interrupted.
         error = RemoteError(f"task raised {type(error).__name__}({error})")
     try:
-        payload = pickle.dumps((error, text), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = dumps((error, text))
         pickle.loads(payload)  # an exception whose __init__ cannot be replayed fails here
         return payload
     except Exception:
@@ -117,8 +118,7 @@ def _run_one(table: SegmentTable, task_id: int, body: memoryview) -> bytes:
     encoded: object = None
     try:
         encoded = table.encode(value, keep)
-        payload = pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
-        return STATUS.pack(task_id, OK, seconds) + payload
+        return STATUS.pack(task_id, OK, seconds) + dumps(encoded)
     except BaseException as error:
         # Segments made for this result will never be handed over: remove them now.
         mine = f"{table.prefix}{os.getpid()}_"

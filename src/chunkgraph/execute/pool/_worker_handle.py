@@ -22,19 +22,30 @@ A :class:`WorkerHandle` is what the pool knows of a worker::
 Workers are started from a fork server ("forkserver") or a fresh interpreter
 ("spawn"); never plain "fork", which copies the parent's threads' locks in
 whatever state they are in.
+
+A worker never imports the parent's ``__main__``. multiprocessing would, before
+the worker's first line (its "prepare" step runs the parent's script again as
+``__mp_main__``, or imports its ``-m`` module): a script without an
+``if __name__ == "__main__":`` guard would then start its whole work again in
+every worker. Workers run only chunkgraph's loop and receive functions of
+``__main__`` by value (``_pickling``), so ``start_worker`` leaves the main
+module out of what the child is told to prepare, for its own processes only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.spawn
 import signal
+import threading
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.execute.pool import _worker
@@ -135,11 +146,55 @@ def start_worker(ctx: Context, prefix: str, min_bytes: int) -> WorkerHandle:
         # orphaned worker ends itself.
         daemon=False,
     )
-    process.start()
+    with _without_main():
+        process.start()
     # Close our copies of the worker's ends, so either side sees EOF when the other dies.
     task_r.close()
     result_w.close()
     return WorkerHandle(process, task_w, result_r)
+
+
+# Set while this thread starts a worker: only then is the main module left out.
+_starting = threading.local()
+_install_lock = threading.Lock()
+_MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
+
+
+class _PreparationData(Protocol):
+    def __call__(self, name: str) -> dict[str, Any]: ...
+
+
+def _leaving_main_out(original: _PreparationData) -> _PreparationData:
+    """``multiprocessing.spawn.get_preparation_data``, without the main module for a
+    process that this thread starts as a worker; unchanged for any other process."""
+
+    def preparation_data(name: str) -> dict[str, Any]:
+        data = original(name)
+        if getattr(_starting, "worker", False):
+            for key in _MAIN_KEYS:
+                data.pop(key, None)
+        return data
+
+    preparation_data.leaves_main_out = True  # type: ignore[attr-defined]
+    return preparation_data
+
+
+@contextlib.contextmanager
+def _without_main() -> Iterator[None]:
+    """Start a process in this block without re-running ``__main__`` there (module doc).
+
+    Both start methods ask ``spawn.get_preparation_data`` at start time; it is
+    wrapped once, and the wrapper changes only what this thread starts here.
+    """
+    with _install_lock:
+        current = multiprocessing.spawn.get_preparation_data
+        if not getattr(current, "leaves_main_out", False):
+            multiprocessing.spawn.get_preparation_data = _leaving_main_out(current)
+    _starting.worker = True
+    try:
+        yield
+    finally:
+        _starting.worker = False
 
 
 def stop_workers(workers: list[WorkerHandle]) -> None:
