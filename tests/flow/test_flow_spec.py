@@ -312,7 +312,8 @@ def test_top_chunk_error_suggests_valid_sizes(mem: Make) -> None:
     message = str(info.value)
     assert "on axis 2, 64 % 24 = 16" in message
     assert "top chunk of 16 or 32 on axis 2" in message
-    assert "bbox of size 48 or 72" in message and "expand_bbox=True" in message
+    # 72 would leave dst (64): a bbox given by the user stays inside, expand_bbox goes past
+    assert "a bbox of size 48;" in message and "expand_bbox=True" in message
 
 
 # --- every invalid configuration names its culprit ------------------------------------
@@ -472,14 +473,9 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
         r"auto_divisibility cannot fit level 1's chunk \(24, 24, 24\).*at least 24",
     ),
     (
-        "auto_divisibility pushes the bbox out of dst",
-        _case(chunk_sizes=[(30,) * 3, (6,) * 3], auto_divisibility=True),
-        r"\(sizes from auto_divisibility\).*leaves dst bounds.*\(90 > 64\)",
-    ),
-    (
-        "expand_bbox leaves dst",
-        _case(chunk_sizes=[(48,) * 3], expand_bbox=True),
-        r"gives Box\(start=\(0, 0, 0\), stop=\(96, 96, 96\)\), which leaves dst bounds",
+        "expand_bbox neither a bool nor 'snap'",
+        _case(chunk_sizes=[(48,) * 3], expand_bbox="grid"),
+        r"expand_bbox must be True .*'snap'.* or False, got 'grid'",
     ),
     (
         "bbox outside dst",

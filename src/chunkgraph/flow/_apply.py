@@ -218,7 +218,7 @@ def apply(
     blend_modes: Any = "quadratic",
     bbox: Box | None = None,
     auto_divisibility: bool = False,
-    expand_bbox: bool = False,
+    expand_bbox: bool | str = False,
     max_reduction_chunk_size: Any = None,
     intermediates: str | os.PathLike[str] | None = None,
     skip_intermediates: bool | None = None,

@@ -28,7 +28,8 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     per-level arguments (``_flow_args``: a tuple is per axis, a list per level)
     auto_divisibility; 2 * blend <= chunk; ``defer`` only at the top, with a pad
     dst is an input only without pads (same stored array, however opened)
-    divisibility of every level; bbox inside dst (expanded when asked); top | bbox
+    bbox inside dst; divisibility of every level; bbox expanded (past dst's edge too)
+    when asked; top | bbox
     dtypes; reduction chunk a multiple of dst chunks; skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
@@ -214,7 +215,7 @@ def validate_flow(
     blend_modes: object = "quadratic",
     bbox: object = None,
     auto_divisibility: bool = False,
-    expand_bbox: bool = False,
+    expand_bbox: bool | str = False,
     max_reduction_chunk_size: object = None,
     skip_intermediates: bool = False,
 ) -> FlowSpec:
@@ -225,11 +226,8 @@ def validate_flow(
     """
     if not callable(fn):
         raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
-    check_bools(
-        auto_divisibility=auto_divisibility,
-        expand_bbox=expand_bbox,
-        skip_intermediates=skip_intermediates,
-    )
+    check_bools(auto_divisibility=auto_divisibility, skip_intermediates=skip_intermediates)
+    snap = _check_expand_bbox(expand_bbox)
     named = normalize_inputs(inputs)
     positional = isinstance(inputs, Volume)
     out = _check_dst(dst, named)
@@ -255,12 +253,13 @@ def validate_flow(
     )
     _check_levels(levels)
     _check_in_place(named, out, levels, bool(skip_intermediates))
-    check_divisibility(chunks, crops, blends)
-
     region = _resolve_bbox(bbox, out, ndim)
-    if auto_divisibility or expand_bbox:
-        region = expanded_bbox(region, levels[0].chunk, out.bounds, auto_divisibility)
-    check_top_divides(region, levels[0].chunk)
+    expand = bool(auto_divisibility or expand_bbox)
+    check_divisibility(chunks, crops, blends, None if expand else region.shape)
+    if expand:
+        region = expanded_bbox(region, levels[0].chunk, out.bounds.start, snap)
+    below = (crops[0], blends[0], chunks[1]) if n_levels > 1 else None
+    check_top_divides(region, levels[0].chunk, out.bounds, below)
 
     accumulate = _accumulate_dtype(named, out, levels)
     dst_chunks = out.spatial_chunks
@@ -454,6 +453,24 @@ def _check_levels(levels: Sequence[LevelSpec]) -> None:
 
 # --- bbox -------------------------------------------------------------------------------
 
+# ``expand_bbox`` spelled this way grows the bbox's start down as well as its stop up onto
+# the top grid from dst's corner (top tasks then start where dst's chunks do, when the top
+# chunk is a multiple of them).
+SNAP_BBOX = "snap"
+
+
+def _check_expand_bbox(value: object) -> bool:
+    """True when ``expand_bbox`` asks to snap the start too."""
+    if isinstance(value, str) and value == SNAP_BBOX:
+        return True
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(
+            f"expand_bbox must be True (grow the bbox's stop to whole top chunks), "
+            f"{SNAP_BBOX!r} (also move its start down onto the top grid from dst's corner) "
+            f"or False, got {value!r} ({type(value).__name__})"
+        )
+    return False
+
 
 def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
     bounds: Box = dst.bounds
@@ -559,7 +576,8 @@ def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volum
         if (
             (bottom[axis] % chunks[axis] and not single)
             or (bbox.start[axis] - origin) % chunks[axis]
-            or not (aligned_stop or bbox.stop[axis] == bounds.stop[axis])
+            # a bbox past dst's edge: writes there are clipped to the edge
+            or not (aligned_stop or bbox.stop[axis] >= bounds.stop[axis])
         ):
             raise ConfigError(
                 f"skip_intermediates=True writes bottom chunks straight to dst, so they must "
