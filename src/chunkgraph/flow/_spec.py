@@ -30,7 +30,7 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     dst is an input only without pads (same stored array, however opened)
     bbox inside dst; divisibility of every level; bbox expanded (past dst's edge too)
     when asked; top | bbox
-    dtypes; reduction chunk a multiple of dst chunks; skip_intermediates allowed
+    dtypes; reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
 into labels, an image into a bool mask); float results are rounded when cast
@@ -74,7 +74,6 @@ from chunkgraph.flow._divisibility import (
     auto_divisible_chunks,
     check_divisibility,
     check_top_divides,
-    either,
     expanded_bbox,
 )
 from chunkgraph.geometry import Box
@@ -535,18 +534,22 @@ def _accumulate_dtype(
 def _reduction_chunk(
     value: object, dst_chunks: tuple[int, ...], top: tuple[int, ...]
 ) -> tuple[int, ...]:
+    """Reduction boxes: an upper bound (default the top chunk) rounded down to whole dst
+    chunks, at least one: 100 over dst chunks of 32 gives 96, 20 gives 32.
+
+    >>> _reduction_chunk((100, 20), (32, 32), (64, 64)), _reduction_chunk(None, (32,), (80,))
+    ((96, 32), (64,))
+    """
     ndim = len(dst_chunks)
-    if value is None:
-        return tuple(max(d, t // d * d) for d, t in zip(dst_chunks, top, strict=True))
-    sizes = per_axis(value, ndim, "max_reduction_chunk_size")
-    for axis, (size, d) in enumerate(zip(sizes, dst_chunks, strict=True)):
-        if size <= 0 or size % d:
+    sizes = top if value is None else per_axis(value, ndim, "max_reduction_chunk_size")
+    for axis, size in enumerate(sizes):
+        if size <= 0:
             raise ConfigError(
-                f"max_reduction_chunk_size = {sizes} is not a positive multiple of the dst "
-                f"chunks {dst_chunks} on axis {axis} ({size}); use "
-                f"{either(size // d * d or None, -(-max(size, 1) // d) * d)} on that axis"
+                f"max_reduction_chunk_size = {sizes} is not positive on axis {axis} ({size}); "
+                f"give an upper bound on the size of a reduction box, e.g. {tuple(dst_chunks)} "
+                "(one dst chunk), or None (the top chunk)"
             )
-    return sizes
+    return tuple(max(d, t // d * d) for d, t in zip(dst_chunks, sizes, strict=True))
 
 
 def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volume) -> None:
