@@ -68,6 +68,7 @@ from chunkgraph.flow._auto_sizes import (
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
+from chunkgraph.flow._fn_kwargs import with_fn_kwargs
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._lock import flow_lock
 from chunkgraph.flow._markers import (
@@ -212,6 +213,7 @@ def apply(
     inputs: Volume | Mapping[str, Volume],
     dst: Volume,
     *,
+    fn_kwargs: Mapping[str, Any] | None = None,
     chunk_sizes: Any = "auto",
     crop_pads: Any = 0,
     blend_pads: Any = 0,
@@ -236,7 +238,8 @@ def apply(
 ) -> ApplyReport:
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
-    ``chunk_sizes`` lists one processing chunk per level, top first; pads and
+    ``fn_kwargs``: more keyword arguments of ``fn`` (not volumes), part of the flow's
+    id. ``chunk_sizes`` lists one processing chunk per level, top first; pads and
     modes are one value for all levels or one per level. Omitted (or
     ``"auto"``), the flow plans the levels itself from the pads (then the
     bottom level's), the storage chunks, the cores and ``memory_limit`` (bytes;
@@ -260,6 +263,7 @@ def apply(
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
+    fn = with_fn_kwargs(fn, fn_kwargs, normalize_inputs(inputs))
     limit, limit_source = resolve_memory_limit(memory_limit)
     cores = workers if isinstance(workers, int) and workers > 0 else usable_cores()
     plan: FlowPlan | None = None
