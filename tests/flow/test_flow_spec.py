@@ -334,7 +334,6 @@ def _dst_is_input(make: Make) -> dict[str, Any]:
 INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
     ("fn not callable", _case(fn=42), r"fn must be callable, got int: 42"),
     ("inputs an array", _case(inputs=np.zeros((4, 4, 4))), r"inputs must be a Volume.*ndarray"),
-    ("inputs empty dict", _case(inputs={}), r"inputs is an empty dict"),
     (
         "input not a Volume",
         _case(inputs={"img": np.zeros(3)}),

@@ -82,3 +82,29 @@ def test_reduction_chunk_rounds_down_to_whole_dst_chunks(files: Any) -> None:
     )
     assert report.reductions == 3 * 5
     np.testing.assert_array_equal(dst.read(Box((0, 0), (48, 40))), data)
+
+
+# --- generators: no inputs --------------------------------------------------------------
+
+
+def coordinates(box: Box) -> np.ndarray:
+    """Each voxel's flat index in a 30 x 26 volume: a generator that needs only its box."""
+    rows, cols = np.indices(box.shape) + np.reshape(box.start, (2, 1, 1))
+    return (rows * 26 + cols).astype("int32")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(chunk_sizes=[(10, 13)]),
+        dict(chunk_sizes=[(12, 12), (8, 8)], crop_pads=[0, 2], blend_pads=[2, 0], expand_bbox=True),
+        dict(),  # automatic sizes from dst alone
+    ],
+    ids=["one level", "blend past the edge", "automatic"],
+)
+def test_generator_without_inputs_fills_dst(files: Any, kw: dict[str, Any]) -> None:
+    dst = files.empty((30, 26), (8, 8), "int32")
+    report = apply(coordinates, {}, dst, intermediates=files.root / "t", **kw)
+    expected = np.arange(30 * 26, dtype="int32").reshape(30, 26)
+    np.testing.assert_array_equal(dst.read(dst.bounds), expected)
+    assert report.bytes_read == 0

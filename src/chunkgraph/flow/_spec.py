@@ -173,7 +173,9 @@ def resolve_region(
 def normalize_inputs(inputs: object) -> dict[str, Volume]:
     """A ``Volume`` -> ``{"src": volume}``; a dict name -> Volume -> a checked copy.
 
-    Names must be Python identifiers, since ``fn`` receives them as keywords.
+    Names must be Python identifiers, since ``fn`` receives them as keywords. An
+    empty dict is a generator: ``fn`` gets no arrays (only ``box`` if it asks), and
+    dst gives the shape.
     """
     volume_cls = Volume
     if isinstance(inputs, volume_cls):
@@ -182,10 +184,6 @@ def normalize_inputs(inputs: object) -> dict[str, Volume]:
         raise ConfigError(
             f"inputs must be a Volume or a dict of name -> Volume, got {type(inputs).__name__}; "
             "open stored data with chunkgraph.volume.open(path) and pass that"
-        )
-    if not inputs:
-        raise ConfigError(
-            "inputs is an empty dict; pass a Volume or a dict with at least one name -> Volume"
         )
     named: dict[str, Volume] = {}
     for name, vol in inputs.items():
