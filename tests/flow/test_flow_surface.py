@@ -108,3 +108,83 @@ def test_generator_without_inputs_fills_dst(files: Any, kw: dict[str, Any]) -> N
     expected = np.arange(30 * 26, dtype="int32").reshape(30, 26)
     np.testing.assert_array_equal(dst.read(dst.bounds), expected)
     assert report.bytes_read == 0
+
+
+# --- dst=None: values per bottom chunk ----------------------------------------------------
+
+
+def count_above(src: np.ndarray, *, level: int) -> int:
+    return int((src > level).sum())
+
+
+def test_dst_none_collects_one_value_per_bottom_chunk(files: Any) -> None:
+    data = files.random((40, 36), "uint8")
+    src = files.source(data, (8, 8))
+    report = apply(
+        count_above,
+        src,
+        None,
+        fn_kwargs={"level": 100},
+        chunk_sizes=[(20, 12), (10, 6)],
+        intermediates=files.root / "t",
+    )
+    assert report.values is not None and len(report.values) == 4 * 6
+    assert report.tasks_per_level == (6, 24) and report.bytes_written == 0
+    assert sum(report.values.values()) == int((data > 100).sum())  # each voxel counted once
+    for box, value in report.values.items():
+        assert value == int((data[box.slices()] > 100).sum())
+    assert not (files.root / "t").exists()  # nothing kept on disk
+    assert "collected 24 values" in report.summary()
+
+
+def test_dst_none_bottom_crop_and_past_the_edge(files: Any) -> None:
+    data = np.abs(files.random((30, 30), "int16")) // 2  # never -1, the fill value
+    src = files.source(data, (8, 8), fill_value=-1)
+
+    def context_sum(src: np.ndarray, box: Box) -> tuple[int, int]:
+        return int(src.size), int((src == -1).sum())
+
+    report = apply(
+        context_sum, src, None, chunk_sizes=[(16, 16), (8, 8)], crop_pads=[0, 2], expand_bbox=True
+    )
+    assert report.bbox == Box((0, 0), (32, 32)) and report.values is not None
+    assert {size for size, _ in report.values.values()} == {12 * 12}
+    # the fill value is seen only where the read leaves the source (data holds -1 nowhere else)
+    assert report.values[Box((0, 0), (8, 8))][1] == 12 * 12 - 10 * 10  # reads from -2
+    assert report.values[Box((24, 24), (32, 32))][1] == 12 * 12 - 8 * 8  # reads to 34 > 30
+    assert report.values[Box((8, 8), (16, 16))][1] == 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(chunk_sizes=[(8, 8)], blend_pads=2), r"dst=None .* level 0 has blend pad"),
+        (dict(chunk_sizes=[(16, 16), (8, 8)], crop_pads=[2, 0]), r"crop pad is allowed only"),
+        (dict(), r"dst=None needs chunk_sizes"),
+        (dict(chunk_sizes=[(8, 8)], resume=True), r"nothing to resume"),
+        (dict(chunk_sizes=[(8, 8)], inputs={}), r"nothing to process"),
+    ],
+)
+def test_refused_dst_none_flows(files: Any, kw: dict[str, Any], message: str) -> None:
+    inputs = kw.pop("inputs", files.source(files.random((16, 16), "uint8"), (8, 8)))
+    with pytest.raises(ConfigError, match=message):
+        apply(lambda src: 0, inputs, None, intermediates=files.root / "t", **kw)
+    assert not (files.root / "t").exists()
+
+
+def test_dst_none_values_come_back_from_worker_processes(files: Any) -> None:
+    data = files.random((16, 16), "uint8")
+    src = files.source(data, (8, 8))
+    report = apply(
+        count_above,
+        src,
+        None,
+        fn_kwargs={"level": 7},
+        chunk_sizes=[(8, 16)],
+        executor="processes",
+        workers=2,
+    )
+    assert report.values == {
+        Box((0, 0), (8, 16)): int((data[:8] > 7).sum()),
+        Box((8, 0), (16, 16)): int((data[8:] > 7).sum()),
+    }

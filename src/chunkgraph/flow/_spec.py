@@ -136,6 +136,9 @@ class FlowSpec:
     # True when fn has a parameter named ``box``: it then gets, by keyword, the box
     # (global coordinates) its arrays cover, to make labels globally unique, say.
     pass_box: bool = False
+    # True for ``dst=None``: fn's return values are collected per bottom chunk (_values);
+    # nothing is written, and the dtypes above are unused (float64).
+    collect_values: bool = False
 
     @property
     def context_pad(self) -> tuple[int, ...]:
@@ -227,7 +230,8 @@ def validate_flow(
     snap = _check_expand_bbox(expand_bbox)
     named = normalize_inputs(inputs)
     positional = isinstance(inputs, Volume)
-    out = _check_dst(dst, named)
+    collect = dst is None
+    out = _values_reference(named) if collect else _check_dst(dst, named)
     ndim = _check_spatial_ndim(named, out)
     pass_box = _check_signature(fn, named, positional)
 
@@ -249,7 +253,10 @@ def validate_flow(
         for i in range(n_levels)
     )
     _check_levels(levels)
-    _check_in_place(named, out, levels, bool(skip_intermediates))
+    if collect:
+        _check_values_levels(levels)
+    else:
+        _check_in_place(named, out, levels, bool(skip_intermediates))
     region = _resolve_bbox(bbox, out, ndim)
     expand = bool(auto_divisibility or expand_bbox)
     check_divisibility(chunks, crops, blends, None if expand else region.shape)
@@ -258,22 +265,26 @@ def validate_flow(
     below = (crops[0], blends[0], chunks[1]) if n_levels > 1 else None
     check_top_divides(region, levels[0].chunk, out.bounds, below)
 
-    accumulate = _accumulate_dtype(named, out, levels)
-    dst_chunks = out.spatial_chunks
-    reduction = _reduction_chunk(max_reduction_chunk_size, dst_chunks, levels[0].chunk)
-    if skip_intermediates:
+    if collect:
+        accumulate = np.dtype(np.float64)
+        reduction = levels[0].chunk
+    else:
+        accumulate = _accumulate_dtype(named, out, levels)
+        reduction = _reduction_chunk(max_reduction_chunk_size, out.spatial_chunks, levels[0].chunk)
+    if skip_intermediates and not collect:
         _check_skip_intermediates(levels, region, out)
     return FlowSpec(
         levels=levels,
         bbox=region,
         input_names=tuple(named),
-        dst_dtype=np.dtype(out.dtype),
+        dst_dtype=accumulate if collect else np.dtype(out.dtype),
         accumulate_dtype=accumulate,
         max_reduction_chunk_size=reduction,
         skip_intermediates=bool(skip_intermediates),
         spatial_ndim=ndim,
         positional_input=positional,
         pass_box=pass_box,
+        collect_values=collect,
     )
 
 
@@ -292,6 +303,32 @@ def _check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
             "open it with chunkgraph.volume.open(path, mode='r+')"
         )
     return dst
+
+
+def _values_reference(named: Mapping[str, Volume]) -> Volume:
+    """For ``dst=None``: the first input stands in for dst's bounds and dimensionality."""
+    if not named:
+        raise ConfigError(
+            "dst=None with no inputs leaves nothing to process: a flow without inputs "
+            "(a generator) needs a dst to give its shape, one without dst needs an input"
+        )
+    return next(iter(named.values()))
+
+
+def _check_values_levels(levels: Sequence[LevelSpec]) -> None:
+    """``dst=None`` collects one value per bottom chunk: each voxel in exactly one chunk."""
+    for i, lv in enumerate(levels):
+        if any(lv.blend):
+            raise ConfigError(
+                f"dst=None collects one value per bottom chunk, so outputs must not overlap, "
+                f"but level {i} has blend pad {lv.blend}; use crop_pads for context instead"
+            )
+        if i < len(levels) - 1 and any(lv.crop):
+            raise ConfigError(
+                f"dst=None collects one value per bottom chunk, so a crop pad is allowed only at "
+                f"the bottom level, but level {i} has crop pad {lv.crop} (its children would "
+                "overlap the neighbours' chunks); move the crop to the bottom level"
+            )
 
 
 def same_storage(a: Volume, b: Volume) -> bool:
