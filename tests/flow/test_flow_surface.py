@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,74 @@ def test_dst_none_values_come_back_from_worker_processes(files: Any) -> None:
         Box((0, 0), (8, 16)): int((data[:8] > 7).sum()),
         Box((8, 0), (16, 16)): int((data[8:] > 7).sum()),
     }
+
+
+# --- fn_resources: concurrency limits -------------------------------------------------------
+
+
+class Concurrency:
+    """Counts fn's calls in flight (threads share it) and remembers the most at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def __call__(self, src: np.ndarray) -> np.ndarray:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        time.sleep(0.02)
+        with self.lock:
+            self.now -= 1
+        return src
+
+
+@pytest.mark.parametrize("limit", [None, 1, 2])
+def test_fn_resources_bound_the_calls_in_flight(files: Any, limit: int | None) -> None:
+    data = files.random((32, 32), "uint8")
+    src = files.source(data, (8, 8))
+    dst = files.empty((32, 32), (8, 8), "uint8")
+    fn = Concurrency()
+    # the same flow whatever the limit (it changes when fn runs, not what it computes)
+    unlimited = apply(fn, src, dst, chunk_sizes=[(8, 8)], dry_run=True)
+    report = apply(
+        fn,
+        src,
+        dst,
+        chunk_sizes=[(8, 8)],
+        fn_resources=None if limit is None else {"gpu": limit},
+        workers=4,
+        intermediates=files.root / "t",
+    )
+    np.testing.assert_array_equal(dst.read(dst.bounds), data)
+    if limit is None:
+        assert fn.peak > 2  # 16 tasks on 4 workers: the limits below have work to do
+    else:
+        assert fn.peak == limit
+    assert report.flow_id == unlimited.flow_id
+
+
+@pytest.mark.parametrize(
+    ("fn_resources", "message"),
+    [
+        ({"gpu": 0}, r"fn_resources\['gpu'\] = 0 is not a positive int"),
+        ({"gpu": True}, r"is not a positive int"),
+        (["gpu"], r"fn_resources must be a dict"),
+    ],
+)
+def test_refused_fn_resources_write_nothing(
+    files: Any, tmp_path: Path, fn_resources: Any, message: str
+) -> None:
+    src = files.source(files.random((16, 16), "uint8"), (8, 8))
+    dst = files.empty((16, 16), (8, 8), "uint8")
+    with pytest.raises(ConfigError, match=message):
+        apply(
+            lambda src: src,
+            src,
+            dst,
+            chunk_sizes=[(8, 8)],
+            fn_resources=fn_resources,
+            intermediates=tmp_path / "t",
+        )
+    assert not (tmp_path / "t").exists() and not dst.read(dst.bounds).any()

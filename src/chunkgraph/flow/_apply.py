@@ -69,6 +69,7 @@ from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
+from chunkgraph.flow._fn_limits import limit_calls
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._lock import flow_lock
 from chunkgraph.flow._markers import (
@@ -218,6 +219,7 @@ def apply(
     dst: Volume | None,
     *,
     fn_kwargs: Mapping[str, Any] | None = None,
+    fn_resources: Mapping[str, int] | None = None,
     chunk_sizes: Any = "auto",
     crop_pads: Any = 0,
     blend_pads: Any = 0,
@@ -243,7 +245,10 @@ def apply(
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
     ``fn_kwargs``: more keyword arguments of ``fn`` (not volumes), part of the flow's
-    id. ``chunk_sizes`` lists one processing chunk per level, top first; pads and
+    id. ``fn_resources``: ``{name: k}``, at most ``k`` calls of ``fn`` at once holding
+    ``name`` (per process; not part of the id). ``dst=None`` collects ``fn``'s value
+    per bottom chunk into ``report.values``; ``inputs={}`` makes ``fn`` a generator.
+    ``chunk_sizes`` lists one processing chunk per level, top first; pads and
     modes are one value for all levels or one per level. Omitted (or
     ``"auto"``), the flow plans the levels itself from the pads (then the
     bottom level's), the storage chunks, the cores and ``memory_limit`` (bytes;
@@ -268,9 +273,12 @@ def apply(
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
     fn = with_fn_kwargs(fn, fn_kwargs, normalize_inputs(inputs))
+    # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
+    run_fn = limit_calls(fn, fn_resources)
     if dst is None:
         return _apply_collecting(
             fn,
+            run_fn,
             inputs,
             chunk_sizes=chunk_sizes,
             crop_pads=crop_pads,
@@ -361,9 +369,9 @@ def apply(
                 return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
             before = _read_bytes(named)
             if probe:
-                probe_fn(spec, fn, named, dst)
+                probe_fn(spec, run_fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
-            flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
+            flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp)
             report = flow.run(chosen, progress, t0, before, tuple(subscribers))
             report = dataclasses.replace(report, plan=plan)
             if not flow.deferred:
@@ -447,6 +455,7 @@ def _resolve_executor(
 
 def _apply_collecting(
     fn: Callable[..., Any],
+    run_fn: Callable[..., Any],
     inputs: Volume | Mapping[str, Volume],
     *,
     chunk_sizes: Any,
@@ -507,7 +516,7 @@ def _apply_collecting(
             tasks_per_level=per_level,
             reductions=0,
         )
-    values, read = run_values(spec, fn, named, chosen, progress, subscribers)
+    values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
     needed = sum(
         spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
         for v in named.values()
