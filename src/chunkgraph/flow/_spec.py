@@ -22,7 +22,8 @@ level's crop and blend pads.
 Checks, in order (each a ``ConfigError`` naming its culprit)::
 
     fn callable; flags are bools; inputs a Volume or a dict of identifier -> Volume
-    dst a writable Volume; one spatial dimensionality
+    dst a writable Volume, or None (values per bottom chunk: no blend, crop at the bottom
+    only; the first input gives the bounds); one spatial dimensionality
     fn's signature accepts the inputs (positionally for one Volume, else by keyword)
     and, when it has a ``box`` parameter, the chunk's box
     per-level arguments (``_flow_args``: a tuple is per axis, a list per level)
