@@ -68,6 +68,8 @@ from chunkgraph.flow._auto_sizes import (
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
+from chunkgraph.flow._fn_kwargs import with_fn_kwargs
+from chunkgraph.flow._fn_limits import limit_calls
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._lock import flow_lock
 from chunkgraph.flow._markers import (
@@ -159,6 +161,8 @@ class ApplyReport:
     # volumes it shares, so tasks in flight together may count each other's.
     task_bytes: tuple[tuple[str, int, int], ...] = ()
     plan: FlowPlan | None = None
+    # dst=None: fn's return value per bottom chunk, {bottom box: value} in C order.
+    values: Mapping[Box, Any] | None = None
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -189,6 +193,8 @@ class ApplyReport:
             )
         if self.deferred_layers:
             lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
+        if self.values is not None:
+            lines.append(f"  collected {len(self.values)} values of fn (no dst): report.values")
         # The plan when it was chosen here; given sizes' read model stays in
         # ``report.plan`` (its budget line depends on the machine).
         if self.plan is not None and self.plan.automatic:
@@ -215,15 +221,17 @@ def _size(nbytes: float) -> str:
 def apply(
     fn: Callable[..., Any],
     inputs: Volume | Mapping[str, Volume],
-    dst: Volume,
+    dst: Volume | None,
     *,
+    fn_kwargs: Mapping[str, Any] | None = None,
+    fn_resources: Mapping[str, int] | None = None,
     chunk_sizes: Any = "auto",
     crop_pads: Any = 0,
     blend_pads: Any = 0,
     blend_modes: Any = "quadratic",
     bbox: Box | None = None,
     auto_divisibility: bool = False,
-    expand_bbox: bool = False,
+    expand_bbox: bool | str = False,
     max_reduction_chunk_size: Any = None,
     intermediates: str | os.PathLike[str] | None = None,
     skip_intermediates: bool | None = None,
@@ -241,6 +249,10 @@ def apply(
 ) -> ApplyReport:
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
+    ``fn_kwargs``: more keyword arguments of ``fn`` (not volumes), part of the flow's
+    id. ``fn_resources``: ``{name: k}``, at most ``k`` calls of ``fn`` at once holding
+    ``name`` (per process; not part of the id). ``dst=None`` collects ``fn``'s value
+    per bottom chunk into ``report.values``; ``inputs={}`` makes ``fn`` a generator.
     ``chunk_sizes`` lists one processing chunk per level, top first; pads and
     modes are one value for all levels or one per level. Omitted (or
     ``"auto"``), the flow plans the levels itself from the pads (then the
@@ -265,6 +277,30 @@ def apply(
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
+    fn = with_fn_kwargs(fn, fn_kwargs, normalize_inputs(inputs))
+    # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
+    run_fn = limit_calls(fn, fn_resources)
+    if dst is None:
+        return _apply_collecting(
+            fn,
+            run_fn,
+            inputs,
+            chunk_sizes=chunk_sizes,
+            crop_pads=crop_pads,
+            blend_pads=blend_pads,
+            bbox=bbox,
+            auto_divisibility=auto_divisibility,
+            expand_bbox=expand_bbox,
+            executor=executor,
+            workers=workers,
+            retries=retries,
+            timeout=timeout,
+            resume=resume,
+            progress=progress,
+            dry_run=dry_run,
+            subscribers=tuple(subscribers),
+            t0=t0,
+        )
     limit, limit_source = resolve_memory_limit(memory_limit)
     cores = workers if isinstance(workers, int) and workers > 0 else usable_cores()
     plan: FlowPlan | None = None
@@ -338,9 +374,9 @@ def apply(
                 return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
             before = _read_bytes(named)
             if probe:
-                probe_fn(spec, fn, named, dst)
+                probe_fn(spec, run_fn, named, dst)
             record.remove()  # a fresh (or unfinished) run is not complete until it ends
-            flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
+            flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp)
             try:
                 report = flow.run(chosen, progress, t0, before, tuple(subscribers))
             except BaseException as error:  # a Ctrl-C leaves the same state behind
@@ -375,7 +411,7 @@ def _resolve_executor(
     retries: int,
     timeout: float | None,
     inputs: Mapping[str, Volume],
-    dst: Volume,
+    dst: Volume | None,
     fn: Callable[..., Any],
     intermediates: str | os.PathLike[str] | None = None,
 ) -> Executor:
@@ -399,7 +435,7 @@ def _resolve_executor(
         return chosen
     where = f"executor={executor!r} runs tasks in other processes"
     local = [n for n, v in inputs.items() if v.backend == "memory"]
-    local += ["dst"] if dst.backend == "memory" else []
+    local += ["dst"] if dst is not None and dst.backend == "memory" else []
     if local:
         raise ConfigError(
             f"{where} and cannot use memory volumes ({', '.join(local)}): they exist only in "
@@ -417,11 +453,96 @@ def _resolve_executor(
             "executor='threads'"
         ) from err
     if isinstance(chosen, ChecksPaths):
-        root = _intermediates_root(intermediates, dst)
-        made_by_then = next(p for p in (root, *root.parents) if p.exists())
         paths = {f"input {n!r}": v.path for n, v in inputs.items()}
-        chosen.check_paths({**paths, "dst": dst.path, "intermediates": str(made_by_then)})
+        if dst is not None:  # dst=None flows keep nothing on disk
+            root = _intermediates_root(intermediates, dst)
+            made_by_then = next(p for p in (root, *root.parents) if p.exists())
+            paths |= {"dst": dst.path, "intermediates": str(made_by_then)}
+        chosen.check_paths(paths)
     return chosen
+
+
+def _apply_collecting(
+    fn: Callable[..., Any],
+    run_fn: Callable[..., Any],
+    inputs: Volume | Mapping[str, Volume],
+    *,
+    chunk_sizes: Any,
+    crop_pads: Any,
+    blend_pads: Any,
+    bbox: Box | None,
+    auto_divisibility: bool,
+    expand_bbox: bool | str,
+    executor: ExecutorKind | Executor | None,
+    workers: int | None,
+    retries: int,
+    timeout: float | None,
+    resume: bool,
+    progress: bool,
+    dry_run: bool,
+    subscribers: tuple[Subscriber, ...],
+    t0: float,
+) -> ApplyReport:
+    """``apply`` with ``dst=None``: fn's value per bottom chunk (``_values``)."""
+    from chunkgraph.flow._values import run_values
+
+    if wants_auto_sizes(chunk_sizes):
+        raise ConfigError(
+            "dst=None needs chunk_sizes: automatic sizes are planned from dst's storage "
+            "chunks; give the chunks fn should see, e.g. chunk_sizes=[(256, 256, 256), (64,) * 3]"
+        )
+    if resume:
+        raise ConfigError(
+            "resume=True with dst=None: a flow without dst keeps no state (its values come "
+            "back in the report), so there is nothing to resume; run it without resume"
+        )
+    spec = validate_flow(
+        fn,
+        inputs,
+        None,
+        chunk_sizes=chunk_sizes,
+        crop_pads=crop_pads,
+        blend_pads=blend_pads,  # refused: see _spec._check_values_levels
+        bbox=bbox,
+        auto_divisibility=auto_divisibility,
+        expand_bbox=expand_bbox,
+    )
+    named = normalize_inputs(inputs)
+    # No pads above the bottom: every level tiles the bbox with its own chunk.
+    per_level = tuple(
+        int(np.prod([s // c for s, c in zip(spec.bbox.shape, lv.chunk, strict=True)]))
+        for lv in spec.levels
+    )
+    flow_id = flow_id_of(fn, named, None, spec)
+    chosen = _resolve_executor(executor, workers, retries, timeout, named, None, fn)
+    _check_run_options(workers, retries, 0.0)
+    if dry_run:
+        return _no_io_report(
+            spec,
+            flow_id,
+            time.perf_counter() - t0,
+            dry_run=True,
+            tasks_per_level=per_level,
+            reductions=0,
+        )
+    values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
+    needed = sum(
+        spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
+        for v in named.values()
+    )
+    return ApplyReport(
+        flow_id=flow_id,
+        dry_run=False,
+        tasks_per_level=per_level,
+        reductions=0,
+        bytes_read=read,
+        bytes_written=0,
+        temporary_bytes=0,
+        read_amplification=read / needed if needed else 0.0,
+        wall_seconds=time.perf_counter() - t0,
+        bbox=spec.bbox,
+        values=values,
+    )
 
 
 def _check_run_options(workers: object, retries: object, lock_wait: object) -> None:

@@ -4,16 +4,24 @@ Rule. For each level ``l > 0`` and axis, ``chunk[l]`` divides
 ``chunk[l-1] + 2 * crop[l-1] + 2 * blend[l-1]``; the top chunk divides the
 bbox. Worked: top 256 with crop 8 gives 272 = 4 * 68, so a bottom chunk of 68
 fits and 60 does not (272 % 60 = 32); the error then suggests the divisors of
-272 nearest 60 (34 or 68) and the top chunks that make 60 fit (224 or 284).
+272 nearest 60 (34 or 68) and the top chunks that make 60 fit (224 or 284,
+with ``expand_bbox=True`` when neither divides the bbox).
+
+Suggestions only name sizes that make the whole chain valid on their axis
+(the level's own ``2 * blend <= chunk``, its parent and its child), and every
+offending axis is named in one error.
 
 ``auto_divisible_chunks`` keeps the bottom chunk and shrinks each upper one to
 the largest size below the given one that satisfies the rule, bottom-up;
-``expanded_bbox`` then grows the bbox end to whole top chunks.
+``expanded_bbox`` then grows the bbox to whole top chunks, past dst's edge if
+need be (reads there give fill values, writes are clipped at dst's bounds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import divisors
@@ -65,32 +73,106 @@ def check_divisibility(
     chunks: Sequence[tuple[int, ...]],
     crops: Sequence[tuple[int, ...]],
     blends: Sequence[tuple[int, ...]],
+    bbox_shape: tuple[int, ...] | None = None,
 ) -> None:
-    """Each level's chunk divides the padded chunk of the level above, on every axis."""
+    """Each level's chunk divides the padded chunk of the level above, on every axis.
+
+    Every offending level and axis is named, each with the sizes that would make
+    the whole chain valid on that axis (``would_fit``); ``bbox_shape`` (None:
+    the bbox will be expanded to whole top chunks) constrains suggested top chunks.
+    """
+    problems = []
     for i in range(1, len(chunks)):
         parent, child = chunks[i - 1], chunks[i]
         padded = tuple(
             c + 2 * p + 2 * b for c, p, b in zip(parent, crops[i - 1], blends[i - 1], strict=True)
         )
         for axis, (size, region) in enumerate(zip(child, padded, strict=True)):
-            if region % size:
-                pad = region - parent[axis]
-                below, above = nearest_divisors(region, size)
-                lower = region // size * size - pad
-                parents = [p for p in (lower, lower + size) if p > 0]
-                raise ConfigError(
-                    f"level {i}'s chunk {child} does not divide level {i - 1}'s padded "
-                    f"chunk {padded} (chunk {parent} + 2*crop {crops[i - 1]} "
-                    f"+ 2*blend {blends[i - 1]}): on axis {axis}, {region} % {size} = "
-                    f"{region % size}. Nearest valid level-{i} sizes on axis {axis}: "
-                    f"{either(below, above)}; or keep {size} and make level {i - 1}'s chunk "
-                    f"{either(*parents)} on axis {axis}; or pass auto_divisibility=True"
+            if region % size == 0:
+                continue
+            pad = region - parent[axis]
+            chain = _AxisChain(axis, chunks, crops, blends, bbox_shape)
+            below, above = nearest_divisors(region, size, keep=functools.partial(chain.fits, i))
+            parents, condition = _nearest_parents(chain, i - 1, size, pad)
+            if parents:
+                keep = (
+                    f"or keep {size} and make level {i - 1}'s chunk {parents} on axis {axis}"
+                    f"{condition}"
                 )
+            else:
+                keep = f"no level-{i - 1} chunk near {parent[axis]} fits {size} on axis {axis}"
+            problems.append(
+                f"level {i}'s chunk {child} does not divide level {i - 1}'s padded "
+                f"chunk {padded} (chunk {parent} + 2*crop {crops[i - 1]} "
+                f"+ 2*blend {blends[i - 1]}): on axis {axis}, {region} % {size} = "
+                f"{region % size}. Nearest valid level-{i} sizes on axis {axis}: "
+                f"{either(below, above)}; {keep}"
+            )
+    if problems:
+        raise ConfigError("; and ".join(problems) + "; or pass auto_divisibility=True")
 
 
-def nearest_divisors(n: int, near: int) -> tuple[int | None, int | None]:
-    """The divisors of ``n`` closest to ``near`` from below and from above."""
-    found = divisors(n)
+@dataclass(frozen=True)
+class _AxisChain:
+    """One axis of every level, to ask whether changing one level's size makes it all valid.
+
+    Axes are independent under the divisibility rule, so a suggestion for one
+    axis is checked on that axis alone: its level keeps ``2 * blend <= chunk``,
+    divides its parent's padded chunk (the top: the bbox, unless it will be
+    expanded) and its own padded chunk is divided by the level below.
+    """
+
+    axis: int
+    chunks: Sequence[tuple[int, ...]]
+    crops: Sequence[tuple[int, ...]]
+    blends: Sequence[tuple[int, ...]]
+    bbox_shape: tuple[int, ...] | None
+
+    def pad(self, level: int) -> int:
+        return 2 * self.crops[level][self.axis] + 2 * self.blends[level][self.axis]
+
+    def fits(self, level: int, size: int) -> bool:
+        a = self.axis
+        if size <= 0 or 2 * self.blends[level][a] > size:
+            return False
+        if level == 0:
+            above_ok = self.bbox_shape is None or self.bbox_shape[a] % size == 0
+        else:
+            above_ok = (self.chunks[level - 1][a] + self.pad(level - 1)) % size == 0
+        below_ok = (
+            level == len(self.chunks) - 1
+            or (size + self.pad(level)) % self.chunks[level + 1][a] == 0
+        )
+        return above_ok and below_ok
+
+
+def _nearest_parents(chain: _AxisChain, level: int, child: int, pad: int) -> tuple[str, str]:
+    """The sizes of ``level`` nearest its current one that hold whole ``child`` chunks
+    and keep the rest of the chain valid (``""`` when none does within reach), and the
+    condition they need (expanding the bbox) or ``""``."""
+    current = chain.chunks[level][chain.axis]
+    reach = 4 * (current + pad) if chain.bbox_shape is None else chain.bbox_shape[chain.axis]
+    if level > 0:
+        reach = chain.chunks[level - 1][chain.axis] + chain.pad(level - 1)
+    sizes = [k * child - pad for k in range(1, reach // child + 2)]
+    fitting = [p for p in sizes if chain.fits(level, p)]
+    below = max((p for p in fitting if p < current), default=None)
+    above = min((p for p in fitting if p > current), default=None)
+    if below is not None or above is not None:
+        return either(below, above), ""
+    if level == 0 and chain.bbox_shape is not None:
+        # Any top chunk works once the bbox grows to whole top chunks (past dst's edge).
+        loose = _AxisChain(chain.axis, chain.chunks, chain.crops, chain.blends, None)
+        return _nearest_parents(loose, 0, child, pad)[0], " with expand_bbox=True"
+    return "", ""
+
+
+def nearest_divisors(
+    n: int, near: int, keep: Callable[[int], bool] | None = None
+) -> tuple[int | None, int | None]:
+    """The divisors of ``n`` closest to ``near`` from below and from above (those ``keep``
+    accepts)."""
+    found = [d for d in divisors(n) if keep is None or keep(d)]
     below = max((d for d in found if d < near), default=None)
     above = min((d for d in found if d > near), default=None)
     return below, above
@@ -102,33 +184,62 @@ def either(*options: int | None) -> str:
     return " or ".join(shown) if shown else "none"
 
 
-def expanded_bbox(bbox: Box, top: tuple[int, ...], bounds: Box, auto: bool) -> Box:
-    """``bbox`` with its stop grown to whole top chunks; an error if it leaves ``bounds``."""
-    stop = tuple(s + -(-n // c) * c for s, n, c in zip(bbox.start, bbox.shape, top, strict=True))
-    grown = Box(bbox.start, stop)
-    if not bounds.contains(grown):
-        axis = next(a for a in range(bbox.ndim) if stop[a] > bounds.stop[a])
-        room = (bounds.stop[axis] - bbox.start[axis]) // top[axis] * top[axis]
-        shrink = f", a bbox stopping at {bbox.start[axis] + room}" if room else ""
-        origin = " (sizes from auto_divisibility)" if auto else ""
-        raise ConfigError(
-            f"expanding bbox {bbox} to whole top chunks {top}{origin} gives {grown}, which "
-            f"leaves dst bounds {bounds} on axis {axis} ({stop[axis]} > {bounds.stop[axis]}); "
-            f"use a top chunk dividing {bbox.shape[axis]} on that axis{shrink}, or a bbox "
-            "starting lower"
-        )
-    return grown
+def expanded_bbox(bbox: Box, top: tuple[int, ...], origin: tuple[int, ...], snap: bool) -> Box:
+    """``bbox`` grown to whole top chunks: its stop, and with ``snap`` its start too, onto
+    the top grid from ``origin`` (dst's corner). It may leave dst: reads there give
+    the inputs' fill value and writes are clipped at dst's bounds.
+
+    >>> expanded_bbox(Box((10,), (500,)), (112,), (0,), False)
+    Box(start=(10,), stop=(570,))
+    >>> expanded_bbox(Box((10,), (500,)), (112,), (0,), True)
+    Box(start=(0,), stop=(560,))
+    """
+    start = bbox.start
+    if snap:
+        start = tuple(o + (s - o) // c * c for s, o, c in zip(bbox.start, origin, top, strict=True))
+    stop = tuple(a + -(-(b - a) // c) * c for a, b, c in zip(start, bbox.stop, top, strict=True))
+    return Box(start, stop)
 
 
-def check_top_divides(bbox: Box, top: tuple[int, ...]) -> None:
-    """The top chunk divides the bbox on every axis."""
+def check_top_divides(
+    bbox: Box,
+    top: tuple[int, ...],
+    bounds: Box | None = None,
+    next_level: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None,
+) -> None:
+    """The top chunk divides the bbox on every axis; every axis that does not is named.
+
+    Suggested top chunks keep ``2 * blend <= chunk`` and, with ``next_level`` (the top's
+    crop, the top's blend, level 1's chunk), the divisibility of level 1; suggested
+    bboxes stay inside ``bounds`` (``expand_bbox`` is the way past dst's edge).
+    """
+    problems = []
     for axis, (size, chunk) in enumerate(zip(bbox.shape, top, strict=True)):
-        if size % chunk:
-            below, above = nearest_divisors(size, chunk)
-            raise ConfigError(
-                f"the top chunk {top} does not divide bbox {bbox} (shape {bbox.shape}): on axis "
-                f"{axis}, {size} % {chunk} = {size % chunk}. Use a top chunk of "
-                f"{either(below, above)} on axis {axis}, a bbox of size "
-                f"{either(size // chunk * chunk or None, -(-size // chunk) * chunk)}, or pass "
-                "expand_bbox=True (or auto_divisibility=True)"
+        if size % chunk == 0:
+            continue
+
+        def fits(t: int, axis: int = axis) -> bool:
+            if next_level is None:
+                return True
+            crop, blend, child = next_level
+            return (
+                2 * blend[axis] <= t and (t + 2 * crop[axis] + 2 * blend[axis]) % child[axis] == 0
             )
+
+        below, above = nearest_divisors(size, chunk, keep=fits)
+        room = (bounds or bbox).stop[axis] - bbox.start[axis]
+        smaller = size // chunk * chunk or None
+        larger = -(-size // chunk) * chunk
+        sizes = either(smaller, larger if larger <= room else None)
+        problems.append(
+            f"on axis {axis}, {size} % {chunk} = {size % chunk}: use a top chunk of "
+            f"{either(below, above)} on axis {axis}"
+            + (f", a bbox of size {sizes}" if sizes != "none" else "")
+        )
+    if problems:
+        raise ConfigError(
+            f"the top chunk {top} does not divide bbox {bbox} (shape {bbox.shape}): "
+            + "; ".join(problems)
+            + "; or pass expand_bbox=True (or auto_divisibility=True), which grows the bbox to "
+            "whole top chunks, past dst's edge if need be"
+        )

@@ -32,7 +32,7 @@ _FINGERPRINT_DEPTH = 4
 
 
 def flow_id_of(
-    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume, spec: FlowSpec
+    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume | None, spec: FlowSpec
 ) -> str:
     """A stable 16-hex-digit id of one flow (same arguments, same id, across processes).
 
@@ -46,7 +46,7 @@ def flow_id_of(
     parts = [_fn_fingerprint(fn, 0)]
     for name in sorted(inputs):
         parts.append(f"input {name}: {_volume_fingerprint(inputs[name])}")
-    parts.append(f"dst: {_volume_fingerprint(dst)}")
+    parts.append(f"dst: {_volume_fingerprint(dst) if dst is not None else None}")
     parts.append(f"spec: {_canonical(spec)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 

@@ -22,14 +22,16 @@ level's crop and blend pads.
 Checks, in order (each a ``ConfigError`` naming its culprit)::
 
     fn callable; flags are bools; inputs a Volume or a dict of identifier -> Volume
-    dst a writable Volume; one spatial dimensionality
+    dst a writable Volume, or None (values per bottom chunk: no blend, crop at the bottom
+    only; the first input gives the bounds); one spatial dimensionality
     fn's signature accepts the inputs (positionally for one Volume, else by keyword)
     and, when it has a ``box`` parameter, the chunk's box
     per-level arguments (``_flow_args``: a tuple is per axis, a list per level)
     auto_divisibility; 2 * blend <= chunk; ``defer`` only at the top, with a pad
     dst is an input only without pads (same stored array, however opened)
-    divisibility of every level; bbox inside dst (expanded when asked); top | bbox
-    dtypes; reduction chunk a multiple of dst chunks; skip_intermediates allowed
+    bbox inside dst; divisibility of every level; bbox expanded (past dst's edge too)
+    when asked; top | bbox
+    dtypes; reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
 into labels, an image into a bool mask); float results are rounded when cast
@@ -73,7 +75,6 @@ from chunkgraph.flow._divisibility import (
     auto_divisible_chunks,
     check_divisibility,
     check_top_divides,
-    either,
     expanded_bbox,
 )
 from chunkgraph.geometry import Box
@@ -136,6 +137,9 @@ class FlowSpec:
     # True when fn has a parameter named ``box``: it then gets, by keyword, the box
     # (global coordinates) its arrays cover, to make labels globally unique, say.
     pass_box: bool = False
+    # True for ``dst=None``: fn's return values are collected per bottom chunk (_values);
+    # nothing is written, and the dtypes above are unused (float64).
+    collect_values: bool = False
 
     @property
     def context_pad(self) -> tuple[int, ...]:
@@ -173,7 +177,9 @@ def resolve_region(
 def normalize_inputs(inputs: object) -> dict[str, Volume]:
     """A ``Volume`` -> ``{"src": volume}``; a dict name -> Volume -> a checked copy.
 
-    Names must be Python identifiers, since ``fn`` receives them as keywords.
+    Names must be Python identifiers, since ``fn`` receives them as keywords. An
+    empty dict is a generator: ``fn`` gets no arrays (only ``box`` if it asks), and
+    dst gives the shape.
     """
     volume_cls = Volume
     if isinstance(inputs, volume_cls):
@@ -182,10 +188,6 @@ def normalize_inputs(inputs: object) -> dict[str, Volume]:
         raise ConfigError(
             f"inputs must be a Volume or a dict of name -> Volume, got {type(inputs).__name__}; "
             "open stored data with chunkgraph.volume.open(path) and pass that"
-        )
-    if not inputs:
-        raise ConfigError(
-            "inputs is an empty dict; pass a Volume or a dict with at least one name -> Volume"
         )
     named: dict[str, Volume] = {}
     for name, vol in inputs.items():
@@ -214,7 +216,7 @@ def validate_flow(
     blend_modes: object = "quadratic",
     bbox: object = None,
     auto_divisibility: bool = False,
-    expand_bbox: bool = False,
+    expand_bbox: bool | str = False,
     max_reduction_chunk_size: object = None,
     skip_intermediates: bool = False,
 ) -> FlowSpec:
@@ -225,14 +227,12 @@ def validate_flow(
     """
     if not callable(fn):
         raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
-    check_bools(
-        auto_divisibility=auto_divisibility,
-        expand_bbox=expand_bbox,
-        skip_intermediates=skip_intermediates,
-    )
+    check_bools(auto_divisibility=auto_divisibility, skip_intermediates=skip_intermediates)
+    snap = _check_expand_bbox(expand_bbox)
     named = normalize_inputs(inputs)
     positional = isinstance(inputs, Volume)
-    out = _check_dst(dst, named)
+    collect = dst is None
+    out = _values_reference(named) if collect else _check_dst(dst, named)
     ndim = _check_spatial_ndim(named, out)
     pass_box = _check_signature(fn, named, positional)
 
@@ -254,30 +254,38 @@ def validate_flow(
         for i in range(n_levels)
     )
     _check_levels(levels)
-    _check_in_place(named, out, levels, bool(skip_intermediates))
-    check_divisibility(chunks, crops, blends)
-
+    if collect:
+        _check_values_levels(levels)
+    else:
+        _check_in_place(named, out, levels, bool(skip_intermediates))
     region = _resolve_bbox(bbox, out, ndim)
-    if auto_divisibility or expand_bbox:
-        region = expanded_bbox(region, levels[0].chunk, out.bounds, auto_divisibility)
-    check_top_divides(region, levels[0].chunk)
+    expand = bool(auto_divisibility or expand_bbox)
+    check_divisibility(chunks, crops, blends, None if expand else region.shape)
+    if expand:
+        region = expanded_bbox(region, levels[0].chunk, out.bounds.start, snap)
+    below = (crops[0], blends[0], chunks[1]) if n_levels > 1 else None
+    check_top_divides(region, levels[0].chunk, out.bounds, below)
 
-    accumulate = _accumulate_dtype(named, out, levels)
-    dst_chunks = out.spatial_chunks
-    reduction = _reduction_chunk(max_reduction_chunk_size, dst_chunks, levels[0].chunk)
-    if skip_intermediates:
+    if collect:
+        accumulate = np.dtype(np.float64)
+        reduction = levels[0].chunk
+    else:
+        accumulate = _accumulate_dtype(named, out, levels)
+        reduction = _reduction_chunk(max_reduction_chunk_size, out.spatial_chunks, levels[0].chunk)
+    if skip_intermediates and not collect:
         _check_skip_intermediates(levels, region, out)
     return FlowSpec(
         levels=levels,
         bbox=region,
         input_names=tuple(named),
-        dst_dtype=np.dtype(out.dtype),
+        dst_dtype=accumulate if collect else np.dtype(out.dtype),
         accumulate_dtype=accumulate,
         max_reduction_chunk_size=reduction,
         skip_intermediates=bool(skip_intermediates),
         spatial_ndim=ndim,
         positional_input=positional,
         pass_box=pass_box,
+        collect_values=collect,
     )
 
 
@@ -296,6 +304,32 @@ def _check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
             "open it with chunkgraph.volume.open(path, mode='r+')"
         )
     return dst
+
+
+def _values_reference(named: Mapping[str, Volume]) -> Volume:
+    """For ``dst=None``: the first input stands in for dst's bounds and dimensionality."""
+    if not named:
+        raise ConfigError(
+            "dst=None with no inputs leaves nothing to process: a flow without inputs "
+            "(a generator) needs a dst to give its shape, one without dst needs an input"
+        )
+    return next(iter(named.values()))
+
+
+def _check_values_levels(levels: Sequence[LevelSpec]) -> None:
+    """``dst=None`` collects one value per bottom chunk: each voxel in exactly one chunk."""
+    for i, lv in enumerate(levels):
+        if any(lv.blend):
+            raise ConfigError(
+                f"dst=None collects one value per bottom chunk, so outputs must not overlap, "
+                f"but level {i} has blend pad {lv.blend}; use crop_pads for context instead"
+            )
+        if i < len(levels) - 1 and any(lv.crop):
+            raise ConfigError(
+                f"dst=None collects one value per bottom chunk, so a crop pad is allowed only at "
+                f"the bottom level, but level {i} has crop pad {lv.crop} (its children would "
+                "overlap the neighbours' chunks); move the crop to the bottom level"
+            )
 
 
 def same_storage(a: Volume, b: Volume) -> bool:
@@ -454,6 +488,24 @@ def _check_levels(levels: Sequence[LevelSpec]) -> None:
 
 # --- bbox -------------------------------------------------------------------------------
 
+# ``expand_bbox`` spelled this way grows the bbox's start down as well as its stop up onto
+# the top grid from dst's corner (top tasks then start where dst's chunks do, when the top
+# chunk is a multiple of them).
+SNAP_BBOX = "snap"
+
+
+def _check_expand_bbox(value: object) -> bool:
+    """True when ``expand_bbox`` asks to snap the start too."""
+    if isinstance(value, str) and value == SNAP_BBOX:
+        return True
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(
+            f"expand_bbox must be True (grow the bbox's stop to whole top chunks), "
+            f"{SNAP_BBOX!r} (also move its start down onto the top grid from dst's corner) "
+            f"or False, got {value!r} ({type(value).__name__})"
+        )
+    return False
+
 
 def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
     bounds: Box = dst.bounds
@@ -538,18 +590,22 @@ def _accumulate_dtype(
 def _reduction_chunk(
     value: object, dst_chunks: tuple[int, ...], top: tuple[int, ...]
 ) -> tuple[int, ...]:
+    """Reduction boxes: an upper bound (default the top chunk) rounded down to whole dst
+    chunks, at least one: 100 over dst chunks of 32 gives 96, 20 gives 32.
+
+    >>> _reduction_chunk((100, 20), (32, 32), (64, 64)), _reduction_chunk(None, (32,), (80,))
+    ((96, 32), (64,))
+    """
     ndim = len(dst_chunks)
-    if value is None:
-        return tuple(max(d, t // d * d) for d, t in zip(dst_chunks, top, strict=True))
-    sizes = per_axis(value, ndim, "max_reduction_chunk_size")
-    for axis, (size, d) in enumerate(zip(sizes, dst_chunks, strict=True)):
-        if size <= 0 or size % d:
+    sizes = top if value is None else per_axis(value, ndim, "max_reduction_chunk_size")
+    for axis, size in enumerate(sizes):
+        if size <= 0:
             raise ConfigError(
-                f"max_reduction_chunk_size = {sizes} is not a positive multiple of the dst "
-                f"chunks {dst_chunks} on axis {axis} ({size}); use "
-                f"{either(size // d * d or None, -(-max(size, 1) // d) * d)} on that axis"
+                f"max_reduction_chunk_size = {sizes} is not positive on axis {axis} ({size}); "
+                f"give an upper bound on the size of a reduction box, e.g. {tuple(dst_chunks)} "
+                "(one dst chunk), or None (the top chunk)"
             )
-    return sizes
+    return tuple(max(d, t // d * d) for d, t in zip(dst_chunks, sizes, strict=True))
 
 
 def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volume) -> None:
@@ -579,7 +635,8 @@ def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volum
         if (
             (bottom[axis] % chunks[axis] and not single)
             or (bbox.start[axis] - origin) % chunks[axis]
-            or not (aligned_stop or bbox.stop[axis] == bounds.stop[axis])
+            # a bbox past dst's edge: writes there are clipped to the edge
+            or not (aligned_stop or bbox.stop[axis] >= bounds.stop[axis])
         ):
             raise ConfigError(
                 f"skip_intermediates=True writes bottom chunks straight to dst, so they must "

@@ -1,0 +1,76 @@
+"""``fn_kwargs``: non-volume keyword arguments of ``fn`` (a threshold, a model's settings).
+
+They are bound once, before anything else looks at ``fn``: ``apply`` works on
+``functools.partial(fn, **fn_kwargs)``. Everything downstream then sees one
+callable, so the rest follows without a second code path:
+
+* the flow id hashes a partial's function and keywords (``_fingerprint``):
+  other values are another flow (it runs again), the same values resume it;
+* ``validate_flow`` checks the partial's signature as it checks any ``fn``;
+* a process executor pickles the partial with its keywords.
+
+A keyword must not be an input's name or ``box``: the flow passes those at
+each call, and a call's keywords would silently replace a partial's.
+
+>>> import numpy as np
+>>> def scale(src, *, factor):
+...     return src * factor
+>>> bound = with_fn_kwargs(scale, {"factor": 3}, ("src",))
+>>> int(bound(np.array(2)))
+6
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from chunkgraph._errors import ConfigError
+
+# The keyword under which fn receives its chunk's box (see _spec.BOX_KEYWORD).
+_RESERVED = ("box",)
+
+
+def with_fn_kwargs(
+    fn: Callable[..., Any], fn_kwargs: object, input_names: Iterable[str]
+) -> Callable[..., Any]:
+    """``fn`` with ``fn_kwargs`` bound (``fn`` itself when there are none)."""
+    if fn_kwargs is None:
+        return fn
+    if not isinstance(fn_kwargs, Mapping):
+        raise ConfigError(
+            f"fn_kwargs must be a dict of keyword -> value, got {type(fn_kwargs).__name__}: "
+            f"{fn_kwargs!r}; e.g. fn_kwargs={{'threshold': 0.5}}"
+        )
+    if not fn_kwargs:
+        return fn
+    if not callable(fn):
+        raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+    taken = set(input_names) | set(_RESERVED)
+    for key in fn_kwargs:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ConfigError(f"fn_kwargs key {key!r} is not a keyword; use an identifier")
+        if key in taken:
+            what = "the chunk's box" if key in _RESERVED else f"input {key!r}'s array"
+            raise ConfigError(
+                f"fn_kwargs[{key!r}] clashes with {what}, which the flow passes to fn by that "
+                "keyword at every call; rename the keyword (or the input)"
+            )
+    _check_accepted(fn, fn_kwargs)
+    return functools.partial(fn, **fn_kwargs)
+
+
+def _check_accepted(fn: Callable[..., Any], fn_kwargs: Mapping[str, Any]) -> None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins may have no signature to check
+        return
+    try:
+        signature.bind_partial(**fn_kwargs)
+    except TypeError as err:
+        raise ConfigError(
+            f"fn {getattr(fn, '__name__', fn)!r}{signature} does not accept fn_kwargs "
+            f"{sorted(fn_kwargs)}: {err}; give fn those keyword parameters (or **kwargs)"
+        ) from None
