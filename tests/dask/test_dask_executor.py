@@ -267,3 +267,17 @@ def test_close_closes_only_a_client_it_opened(healthy: Any, cluster: Any) -> Non
     assert owned.client.status == "closed"
     DaskExecutor(healthy).close()
     assert healthy.status == "running"
+
+
+def test_a_plan_of_the_whole_graph_runs_only_what_the_targets_need(healthy: Any) -> None:
+    g, targets = mixed_graph()
+    contexts = dask_contexts(healthy)
+    # "merge" makes few coarse units, so d1's unit holds tasks d1 does not need.
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="merge")
+    d1 = targets[1]
+    for executor in (cg.LocalExecutor("threads"), DaskExecutor(healthy)):
+        events: list[cg.Event] = []
+        got = cg.run(g, d1, executor=executor, plan=plan, subscribers=[events.append])
+        assert got == cg.run(g, d1, executor="sync")
+        ran = {e.name for e in events if e.kind is EventKind.FINISHED}
+        assert ran == {"d0", "d1"}, executor

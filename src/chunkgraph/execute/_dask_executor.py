@@ -71,7 +71,7 @@ from chunkgraph.execute._dask_subgraph import (
 from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
 from chunkgraph.execute._failures import failure_group, task_error
 from chunkgraph.execute._local import check_plan
-from chunkgraph.graph import Graph
+from chunkgraph.graph import Graph, needed_mask
 
 if TYPE_CHECKING:
     from chunkgraph.planning import Plan
@@ -281,16 +281,21 @@ class _Units:
 
     def __init__(self, graph: Graph, plan: Plan, targets: list[int]) -> None:
         self.graph = graph
-        unit_of = plan.task_subgraph
+        # A plan may place more than these targets need (one plan of the whole graph, run
+        # for a few targets): only needed tasks run, as with LocalExecutor. A unit partly
+        # needed runs its needed members alone: what a target needs is closed under
+        # dependencies, so no needed member ever reads a result of one left out.
+        needed = needed_mask(graph, targets)
+        unit_of = np.where(needed, plan.task_subgraph, -1)
         order = self._topological(graph, unit_of, plan.order)
         if order is None:  # subgraphs that feed each other: dispatch the units alone
-            unit_of = plan.problem.unit_of
+            unit_of = np.where(needed, plan.problem.unit_of, -1)
             order = self._topological(graph, unit_of, plan.order)
             assert order is not None  # fused chains never form a cycle
         self.unit_of, self.order = unit_of, order
-        needed = np.flatnonzero(unit_of >= 0)
+        placed = np.flatnonzero(unit_of >= 0)
         priority = plan.order
-        ranked = needed[np.lexsort((priority[needed], unit_of[needed]))]
+        ranked = placed[np.lexsort((priority[placed], unit_of[placed]))]
         bounds = np.flatnonzero(np.diff(unit_of[ranked])) + 1
         self.members: dict[int, IntArray] = {
             int(unit_of[m[0]]): m for m in np.split(ranked, bounds) if len(m)
