@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -281,3 +282,88 @@ def test_a_plan_of_the_whole_graph_runs_only_what_the_targets_need(healthy: Any)
         assert got == cg.run(g, d1, executor="sync")
         ran = {e.name for e in events if e.kind is EventKind.FINISHED}
         assert ran == {"d0", "d1"}, executor
+
+
+def test_resources_no_worker_offers_fail_before_anything_is_submitted(healthy: Any) -> None:
+    ex = DaskExecutor(healthy)
+    g = Graph()
+    g.add(mix, 1, name="plain")
+    io = g.add(where, 1, resources={"io": 1}, name="reads")
+    with pytest.raises(cg.ConfigError, match=r"task 'reads' asks for \{'io': 1\}.*no resources"):
+        cg.run(g, io, executor=ex)
+    # A plan made on contexts with a GPU, run on this cluster (none): Dask would wait forever.
+    g2 = Graph()
+    gpu = g2.add(where, g2.add(mix, 1), resources={"gpu": 1}, name="on-gpu")
+    plan = cg.plan(g2, [cg.Context("cpu", slots=2), cg.Context("gpu", "gpu")], targets=[gpu])
+    with pytest.raises(cg.ConfigError, match=r"task 'on-gpu' asks for \{'gpu': 1\}.*'GPU'"):
+        cg.run(g2, gpu, executor=ex, plan=plan)
+    assert cg.run(g, "plain", executor=ex) == mix(1)  # the cluster is unharmed
+
+
+def test_a_cluster_without_workers_fails_at_once() -> None:
+    with (
+        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        distributed.Client(empty, set_as_default=False) as client,
+    ):
+        g = Graph()
+        one = g.add(mix, 1)
+        plan = cg.plan(g, [cg.Context("cpu", slots=1)], targets=[one])
+        with pytest.raises(cg.ConfigError, match="has no workers"):
+            cg.run(g, one, executor=DaskExecutor(client), plan=plan)
+
+
+def test_a_unit_cancelled_on_the_cluster_is_a_failure_of_that_unit(healthy: Any) -> None:
+    g = Graph()
+    tails = [g.add(slow_mix, 0.3, k, g.add(slow_mix, 0.3, k)) for k in range(6)]
+    total = g.add(mix, 99, *tails)
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+
+    def restart_once(event: cg.Event) -> None:
+        if event.kind is EventKind.FINISHED and not restarted:
+            restarted.append(True)
+            healthy.restart()  # cancels every future of the cluster
+
+    restarted: list[bool] = []
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[restart_once])
+    errors = caught.value.exceptions
+    assert errors and all(isinstance(e, cg.TaskError) for e in errors)
+    assert all("cancelled on the cluster" in str(e.__cause__) for e in errors)
+
+
+def test_an_interrupt_while_waiting_cancels_the_whole_run(healthy: Any) -> None:
+    g = Graph()
+    tails = [g.add(slow_mix, 0.2, k, g.add(slow_mix, 0.2, k)) for k in range(8)]
+    total = g.add(mix, 99, *tails)
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+
+    def interrupt(event: cg.Event) -> None:
+        if event.kind is EventKind.FINISHED:
+            raise KeyboardInterrupt
+
+    def ours(dask_scheduler: Any) -> list[str]:
+        return [str(k) for k in dask_scheduler.tasks if str(k).startswith("chunkgraph-")]
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[interrupt])
+    deadline = time.monotonic() + 5
+    while healthy.run_on_scheduler(ours) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert caught.value is not None  # its traceback holds the run's frames, still
+    assert healthy.run_on_scheduler(ours) == []
+
+
+def test_a_task_that_cannot_be_pickled_fails_before_any_task_runs(healthy: Any) -> None:
+    g = Graph()
+    parts = [g.add(mix, i) for i in range(6)]
+    locked = g.add(where, threading.Lock(), *parts, name="locked")
+    events: list[cg.Event] = []
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, locked, executor=DaskExecutor(healthy), subscribers=[events.append])
+    (error,) = caught.value.exceptions
+    assert isinstance(error, cg.TaskError)
+    assert (error.task, error.attempts) == ("locked", 1)
+    assert isinstance(error.__cause__, TypeError)
+    assert not [e for e in events if e.kind in (EventKind.STARTED, EventKind.FINISHED)]
