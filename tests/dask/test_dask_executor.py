@@ -367,3 +367,55 @@ def test_a_task_that_cannot_be_pickled_fails_before_any_task_runs(healthy: Any) 
     assert (error.task, error.attempts) == ("locked", 1)
     assert isinstance(error.__cause__, TypeError)
     assert not [e for e in events if e.kind in (EventKind.STARTED, EventKind.FINISHED)]
+
+
+def clients_of(client: Any) -> int:
+    """How many Clients the scheduler has now, once those closing are gone (2 s at most)."""
+
+    def count(dask_scheduler: Any) -> int:
+        return len(dask_scheduler.clients)
+
+    before, deadline = client.run_on_scheduler(count), time.monotonic() + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = client.run_on_scheduler(count)
+        if now == before:
+            return int(now)
+        before = now
+    return int(before)
+
+
+def test_the_client_opened_for_an_address_is_closed_when_the_call_ends(
+    healthy: Any, cluster: Any, tmp_path: Any
+) -> None:
+    import dask
+    import dask.array as da
+
+    base = clients_of(healthy)
+    g, targets = failing_graph()
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, targets, executor=cluster.scheduler_address)
+    assert clients_of(healthy) == base, "run() left its Client open"
+    src = cg.volume.create("dask-close-src", (8, 8), (4, 4), "uint8", backend="memory")
+    try:
+        with pytest.raises(cg.ConfigError, match="memory volumes") as refused:
+            cg.apply(where, src, src, chunk_sizes=[(4, 4)], executor=cluster.scheduler_address)
+    finally:
+        cg.volume.remove("dask-close-src")
+    assert clients_of(healthy) == base, "apply() left its Client open"
+    # dask's num_workers setting sizes local threads; a cluster's workers are its own
+    with dask.config.set(num_workers=2):
+        total = (
+            da.ones(10, chunks=5)
+            .sum()
+            .compute(scheduler=cg.dask_scheduler, executor=cluster.scheduler_address)
+        )
+    assert total == 10
+    assert clients_of(healthy) == base, "dask_scheduler left its Client open"
+    assert caught.value and refused.value  # held until here, as a caller may hold them
+
+
+def test_options_beside_a_dask_executor_are_refused_with_its_own_hint(healthy: Any) -> None:
+    g, targets = failing_graph()
+    with pytest.raises(cg.ConfigError, match=r"retries=1 given.*DaskExecutor\(client, retries=1\)"):
+        cg.run(g, targets, executor=DaskExecutor(healthy), retries=1)

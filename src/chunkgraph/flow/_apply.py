@@ -303,51 +303,56 @@ def apply(
         if message:
             warnings.warn(message, ReadAmplificationWarning, stacklevel=2)
     chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn, intermediates)
-    _check_run_options(workers, retries, lock_wait)
-    flow_id = flow_id_of(fn, named, dst, spec)
-    root = _intermediates_root(intermediates, dst)
-    if dry_run:
-        report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-        return dataclasses.replace(report, plan=plan)
-    # Reads go through the cache the plan sized (the caller's handles stay as they were).
-    named = owned_inputs(named, plan)
-    made_root = not root.exists()
-    root.mkdir(parents=True, exist_ok=True)
+    from chunkgraph.execute._executor import close_resolved
+
     try:
-        with flow_lock(root / f"{flow_id}.lock", lock_wait):
-            record = CompletionRecord(root, flow_id)
-            stamp = dst_stamp(dst)
-            if resume and _dst_replaced(record, root / flow_id, stamp):
-                warnings.warn(
-                    f"flow {flow_id}: the destination was created anew since this flow last "
-                    "ran (its markers describe writes to a destination that is gone), so "
-                    "resume starts it over",
-                    stacklevel=2,
-                )
-                record.remove()
-                discard_flow_dir(root / flow_id)
-                resume = False
-            finished = record.read() if resume else None
-            if finished is not None:
-                discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
-                return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
-            before = _read_bytes(named)
-            if probe:
-                probe_fn(spec, fn, named, dst)
-            record.remove()  # a fresh (or unfinished) run is not complete until it ends
-            flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
-            report = flow.run(chosen, progress, t0, before, tuple(subscribers))
-            report = dataclasses.replace(report, plan=plan)
-            if not flow.deferred:
-                # Finished first, then delete: a kill while deleting must never leave done
-                # markers whose layers are gone (a resume would reduce missing data).
-                record.write(report, stamp)
-                discard_flow_dir(root / flow_id)
-            return report
+        _check_run_options(workers, retries, lock_wait)
+        flow_id = flow_id_of(fn, named, dst, spec)
+        root = _intermediates_root(intermediates, dst)
+        if dry_run:
+            report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
+            return dataclasses.replace(report, plan=plan)
+        # Reads go through the cache the plan sized (the caller's handles stay as they were).
+        named = owned_inputs(named, plan)
+        made_root = not root.exists()
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            with flow_lock(root / f"{flow_id}.lock", lock_wait):
+                record = CompletionRecord(root, flow_id)
+                stamp = dst_stamp(dst)
+                if resume and _dst_replaced(record, root / flow_id, stamp):
+                    warnings.warn(
+                        f"flow {flow_id}: the destination was created anew since this flow last "
+                        "ran (its markers describe writes to a destination that is gone), so "
+                        "resume starts it over",
+                        stacklevel=2,
+                    )
+                    record.remove()
+                    discard_flow_dir(root / flow_id)
+                    resume = False
+                finished = record.read() if resume else None
+                if finished is not None:
+                    discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
+                    return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
+                before = _read_bytes(named)
+                if probe:
+                    probe_fn(spec, fn, named, dst)
+                record.remove()  # a fresh (or unfinished) run is not complete until it ends
+                flow = _Flow(spec, fn, named, dst, root / flow_id, resume, stamp)
+                report = flow.run(chosen, progress, t0, before, tuple(subscribers))
+                report = dataclasses.replace(report, plan=plan)
+                if not flow.deferred:
+                    # Finished first, then delete: a kill while deleting must never leave done
+                    # markers whose layers are gone (a resume would reduce missing data).
+                    record.write(report, stamp)
+                    discard_flow_dir(root / flow_id)
+                return report
+        finally:
+            if made_root:
+                with contextlib.suppress(OSError):
+                    root.rmdir()  # only when empty: a completion record is worth keeping
     finally:
-        if made_root:
-            with contextlib.suppress(OSError):
-                root.rmdir()  # only when empty: a completion record is worth keeping
+        close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
 
 
 def _dst_replaced(record: CompletionRecord, flow_dir: Path, stamp: str | None) -> bool:
@@ -377,7 +382,8 @@ def _resolve_executor(
     ``retries`` and ``timeout``; an Executor carries its own settings, so only
     apply's default ``retries`` may stand beside it.
     """
-    from chunkgraph.execute import ChecksPaths, resolve_executor
+    from chunkgraph.execute import resolve_executor
+    from chunkgraph.execute._executor import close_resolved
 
     if executor is None or isinstance(executor, str):
         chosen = resolve_executor(
@@ -388,6 +394,26 @@ def _resolve_executor(
         chosen = resolve_executor(executor, workers=workers, retries=own, timeout=timeout)
     if chosen.in_process:
         return chosen
+    try:
+        _check_out_of_process(chosen, executor, inputs, dst, fn, intermediates)
+    except BaseException:
+        close_resolved(chosen, executor)
+        raise
+    return chosen
+
+
+def _check_out_of_process(
+    chosen: Executor,
+    executor: ExecutorKind | Executor | None,
+    inputs: Mapping[str, Volume],
+    dst: Volume,
+    fn: Callable[..., Any],
+    intermediates: str | os.PathLike[str] | None,
+) -> None:
+    """ConfigError when ``chosen`` (not in this process) cannot run this flow: memory
+    volumes, an fn that does not pickle, paths its workers cannot see."""
+    from chunkgraph.execute import ChecksPaths
+
     where = f"executor={executor!r} runs tasks in other processes"
     local = [n for n, v in inputs.items() if v.backend == "memory"]
     local += ["dst"] if dst.backend == "memory" else []
@@ -412,7 +438,6 @@ def _resolve_executor(
         made_by_then = next(p for p in (root, *root.parents) if p.exists())
         paths = {f"input {n!r}": v.path for n, v in inputs.items()}
         chosen.check_paths({**paths, "dst": dst.path, "intermediates": str(made_by_then)})
-    return chosen
 
 
 def _check_run_options(workers: object, retries: object, lock_wait: object) -> None:
