@@ -419,3 +419,18 @@ def test_options_beside_a_dask_executor_are_refused_with_its_own_hint(healthy: A
     g, targets = failing_graph()
     with pytest.raises(cg.ConfigError, match=r"retries=1 given.*DaskExecutor\(client, retries=1\)"):
         cg.run(g, targets, executor=DaskExecutor(healthy), retries=1)
+
+
+def test_a_share_of_a_gpu_is_a_gpu_context_and_repr_outlives_close(
+    healthy: Any, cluster: Any
+) -> None:
+    class Shared:
+        def scheduler_info(self) -> dict[str, Any]:
+            info = {"host": "10.0.0.5", "nthreads": 2, "resources": {"GPU": 0.5}}
+            return {"workers": {"tcp://10.0.0.5:4000": info}}
+
+    gpu = [c for c in dask_contexts(Shared()) if c.kind == "gpu"]
+    assert [(c.name, c.slots) for c in gpu] == [("tcp://10.0.0.5:4000#gpu", 1)]
+    ex = DaskExecutor(cluster.scheduler_address)
+    ex.close()
+    assert repr(ex) == f"DaskExecutor({cluster.scheduler_address!r}, retries=0)"

@@ -2,14 +2,17 @@
 
     DaskExecutor.run(graph, targets, plan=None)
       plan       chunkgraph.plan on dask_contexts(client) (strategy "merge":
-                 coarse subgraphs), or check the plan given
+                 coarse subgraphs), or check the plan given; only what targets need runs
+      check      ConfigError unless some worker offers each unit's resources (Dask
+                 would wait forever); every unit pickled before any is submitted
       dispatch   units = plan subgraphs (each a fused chain at least); exports =
                  results another unit or a target needs; a DAG of units
       submit     per unit, producers first: client.submit(run_subgraph, program,
                  *producer futures, workers=[its context's worker] (loose),
                  resources={"GPU": 1} for gpu tasks, retries, priority = the plan's order)
       wait       as_completed: FINISHED per task, STARTED for units whose inputs
-                 are now done; the first failure cancels everything not finished
+                 are now done; the first failure, or any exception (Ctrl-C),
+                 cancels everything not finished
       gather     the targets' units  ->  {target: result}, or ExceptionGroup[TaskError]
 
 Why units and not tasks. Dask's scheduler spends about a millisecond and a
@@ -134,6 +137,7 @@ class DaskExecutor:
                 )
             self.client = client_or_address
             self._close = None
+        self._address = str(self.client.scheduler.address)
 
     @property
     def in_process(self) -> bool:
@@ -142,8 +146,8 @@ class DaskExecutor:
 
     @property
     def address(self) -> str:
-        """The scheduler's address."""
-        return str(self.client.scheduler.address)
+        """The scheduler's address (kept: a closed Client no longer knows it)."""
+        return self._address
 
     def close(self) -> None:
         """Close the Client if this executor opened it (one passed in stays open)."""
