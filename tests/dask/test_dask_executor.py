@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -267,3 +268,169 @@ def test_close_closes_only_a_client_it_opened(healthy: Any, cluster: Any) -> Non
     assert owned.client.status == "closed"
     DaskExecutor(healthy).close()
     assert healthy.status == "running"
+
+
+def test_a_plan_of_the_whole_graph_runs_only_what_the_targets_need(healthy: Any) -> None:
+    g, targets = mixed_graph()
+    contexts = dask_contexts(healthy)
+    # "merge" makes few coarse units, so d1's unit holds tasks d1 does not need.
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="merge")
+    d1 = targets[1]
+    for executor in (cg.LocalExecutor("threads"), DaskExecutor(healthy)):
+        events: list[cg.Event] = []
+        got = cg.run(g, d1, executor=executor, plan=plan, subscribers=[events.append])
+        assert got == cg.run(g, d1, executor="sync")
+        ran = {e.name for e in events if e.kind is EventKind.FINISHED}
+        assert ran == {"d0", "d1"}, executor
+
+
+def test_resources_no_worker_offers_fail_before_anything_is_submitted(healthy: Any) -> None:
+    ex = DaskExecutor(healthy)
+    g = Graph()
+    g.add(mix, 1, name="plain")
+    io = g.add(where, 1, resources={"io": 1}, name="reads")
+    with pytest.raises(cg.ConfigError, match=r"task 'reads' asks for \{'io': 1\}.*no resources"):
+        cg.run(g, io, executor=ex)
+    # A plan made on contexts with a GPU, run on this cluster (none): Dask would wait forever.
+    g2 = Graph()
+    gpu = g2.add(where, g2.add(mix, 1), resources={"gpu": 1}, name="on-gpu")
+    plan = cg.plan(g2, [cg.Context("cpu", slots=2), cg.Context("gpu", "gpu")], targets=[gpu])
+    with pytest.raises(cg.ConfigError, match=r"task 'on-gpu' asks for \{'gpu': 1\}.*'GPU'"):
+        cg.run(g2, gpu, executor=ex, plan=plan)
+    assert cg.run(g, "plain", executor=ex) == mix(1)  # the cluster is unharmed
+
+
+def test_a_cluster_without_workers_fails_at_once() -> None:
+    with (
+        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        distributed.Client(empty, set_as_default=False) as client,
+    ):
+        g = Graph()
+        one = g.add(mix, 1)
+        plan = cg.plan(g, [cg.Context("cpu", slots=1)], targets=[one])
+        with pytest.raises(cg.ConfigError, match="has no workers"):
+            cg.run(g, one, executor=DaskExecutor(client), plan=plan)
+
+
+def test_a_unit_cancelled_on_the_cluster_is_a_failure_of_that_unit(healthy: Any) -> None:
+    g = Graph()
+    tails = [g.add(slow_mix, 0.3, k, g.add(slow_mix, 0.3, k)) for k in range(6)]
+    total = g.add(mix, 99, *tails)
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+
+    def restart_once(event: cg.Event) -> None:
+        if event.kind is EventKind.FINISHED and not restarted:
+            restarted.append(True)
+            healthy.restart()  # cancels every future of the cluster
+
+    restarted: list[bool] = []
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[restart_once])
+    errors = caught.value.exceptions
+    assert errors and all(isinstance(e, cg.TaskError) for e in errors)
+    assert all("cancelled on the cluster" in str(e.__cause__) for e in errors)
+
+
+def test_an_interrupt_while_waiting_cancels_the_whole_run(healthy: Any) -> None:
+    g = Graph()
+    tails = [g.add(slow_mix, 0.2, k, g.add(slow_mix, 0.2, k)) for k in range(8)]
+    total = g.add(mix, 99, *tails)
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+
+    def interrupt(event: cg.Event) -> None:
+        if event.kind is EventKind.FINISHED:
+            raise KeyboardInterrupt
+
+    def ours(dask_scheduler: Any) -> list[str]:
+        return [str(k) for k in dask_scheduler.tasks if str(k).startswith("chunkgraph-")]
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[interrupt])
+    deadline = time.monotonic() + 5
+    while healthy.run_on_scheduler(ours) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert caught.value is not None  # its traceback holds the run's frames, still
+    assert healthy.run_on_scheduler(ours) == []
+
+
+def test_a_task_that_cannot_be_pickled_fails_before_any_task_runs(healthy: Any) -> None:
+    g = Graph()
+    parts = [g.add(mix, i) for i in range(6)]
+    locked = g.add(where, threading.Lock(), *parts, name="locked")
+    events: list[cg.Event] = []
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, locked, executor=DaskExecutor(healthy), subscribers=[events.append])
+    (error,) = caught.value.exceptions
+    assert isinstance(error, cg.TaskError)
+    assert (error.task, error.attempts) == ("locked", 1)
+    assert isinstance(error.__cause__, TypeError)
+    assert not [e for e in events if e.kind in (EventKind.STARTED, EventKind.FINISHED)]
+
+
+def clients_of(client: Any) -> int:
+    """How many Clients the scheduler has now, once those closing are gone (2 s at most)."""
+
+    def count(dask_scheduler: Any) -> int:
+        return len(dask_scheduler.clients)
+
+    before, deadline = client.run_on_scheduler(count), time.monotonic() + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = client.run_on_scheduler(count)
+        if now == before:
+            return int(now)
+        before = now
+    return int(before)
+
+
+def test_the_client_opened_for_an_address_is_closed_when_the_call_ends(
+    healthy: Any, cluster: Any, tmp_path: Any
+) -> None:
+    import dask
+    import dask.array as da
+
+    base = clients_of(healthy)
+    g, targets = failing_graph()
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, targets, executor=cluster.scheduler_address)
+    assert clients_of(healthy) == base, "run() left its Client open"
+    src = cg.volume.create("dask-close-src", (8, 8), (4, 4), "uint8", backend="memory")
+    try:
+        with pytest.raises(cg.ConfigError, match="memory volumes") as refused:
+            cg.apply(where, src, src, chunk_sizes=[(4, 4)], executor=cluster.scheduler_address)
+    finally:
+        cg.volume.remove("dask-close-src")
+    assert clients_of(healthy) == base, "apply() left its Client open"
+    # dask's num_workers setting sizes local threads; a cluster's workers are its own
+    with dask.config.set(num_workers=2):
+        total = (
+            da.ones(10, chunks=5)
+            .sum()
+            .compute(scheduler=cg.dask_scheduler, executor=cluster.scheduler_address)
+        )
+    assert total == 10
+    assert clients_of(healthy) == base, "dask_scheduler left its Client open"
+    assert caught.value and refused.value  # held until here, as a caller may hold them
+
+
+def test_options_beside_a_dask_executor_are_refused_with_its_own_hint(healthy: Any) -> None:
+    g, targets = failing_graph()
+    with pytest.raises(cg.ConfigError, match=r"retries=1 given.*DaskExecutor\(client, retries=1\)"):
+        cg.run(g, targets, executor=DaskExecutor(healthy), retries=1)
+
+
+def test_a_share_of_a_gpu_is_a_gpu_context_and_repr_outlives_close(
+    healthy: Any, cluster: Any
+) -> None:
+    class Shared:
+        def scheduler_info(self) -> dict[str, Any]:
+            info = {"host": "10.0.0.5", "nthreads": 2, "resources": {"GPU": 0.5}}
+            return {"workers": {"tcp://10.0.0.5:4000": info}}
+
+    gpu = [c for c in dask_contexts(Shared()) if c.kind == "gpu"]
+    assert [(c.name, c.slots) for c in gpu] == [("tcp://10.0.0.5:4000#gpu", 1)]
+    ex = DaskExecutor(cluster.scheduler_address)
+    ex.close()
+    assert repr(ex) == f"DaskExecutor({cluster.scheduler_address!r}, retries=0)"

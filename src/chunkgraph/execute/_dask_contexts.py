@@ -52,7 +52,7 @@ def dask_contexts(client: Any) -> tuple[Context, ...]:
     and one GPU Context per worker whose resources list ``GPU``; sorted by address.
 
     Plan on them (``chunkgraph.plan(graph, dask_contexts(client),
-    links=dask_links(client))``) and a ``DaskExecutor`` runs each task on the
+    links=dask_links(contexts))``) and a ``DaskExecutor`` runs each task on the
     worker it was planned for. ``client``: a ``distributed.Client``.
     """
     contexts = []
@@ -62,9 +62,10 @@ def dask_contexts(client: Any) -> tuple[Context, ...]:
         contexts.append(
             Context(address, "cpu", max(1, int(info.get("nthreads", 1))), memory=limit, host=host)
         )
-        gpus = int((info.get("resources") or {}).get(GPU_RESOURCE, 0))
-        if gpus > 0:
-            contexts.append(Context(address + GPU_SUFFIX, "gpu", gpus, host=host))
+        gpus = float((info.get("resources") or {}).get(GPU_RESOURCE, 0))
+        if gpus > 0:  # a share of one GPU (GPU=0.5) is still a GPU: one slot
+            slots = max(1, int(gpus))
+            contexts.append(Context(address + GPU_SUFFIX, "gpu", slots, host=host))
     return tuple(contexts)
 
 

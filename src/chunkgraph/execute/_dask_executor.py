@@ -2,14 +2,17 @@
 
     DaskExecutor.run(graph, targets, plan=None)
       plan       chunkgraph.plan on dask_contexts(client) (strategy "merge":
-                 coarse subgraphs), or check the plan given
+                 coarse subgraphs), or check the plan given; only what targets need runs
+      check      ConfigError unless some worker offers each unit's resources (Dask
+                 would wait forever); every unit pickled before any is submitted
       dispatch   units = plan subgraphs (each a fused chain at least); exports =
                  results another unit or a target needs; a DAG of units
       submit     per unit, producers first: client.submit(run_subgraph, program,
                  *producer futures, workers=[its context's worker] (loose),
                  resources={"GPU": 1} for gpu tasks, retries, priority = the plan's order)
       wait       as_completed: FINISHED per task, STARTED for units whose inputs
-                 are now done; the first failure cancels everything not finished
+                 are now done; the first failure, or any exception (Ctrl-C),
+                 cancels everything not finished
       gather     the targets' units  ->  {target: result}, or ExceptionGroup[TaskError]
 
 Why units and not tasks. Dask's scheduler spends about a millisecond and a
@@ -71,7 +74,7 @@ from chunkgraph.execute._dask_subgraph import (
 from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
 from chunkgraph.execute._failures import failure_group, task_error
 from chunkgraph.execute._local import check_plan
-from chunkgraph.graph import Graph
+from chunkgraph.graph import Graph, needed_mask
 
 if TYPE_CHECKING:
     from chunkgraph.planning import Plan
@@ -134,6 +137,7 @@ class DaskExecutor:
                 )
             self.client = client_or_address
             self._close = None
+        self._address = str(self.client.scheduler.address)
 
     @property
     def in_process(self) -> bool:
@@ -142,8 +146,8 @@ class DaskExecutor:
 
     @property
     def address(self) -> str:
-        """The scheduler's address."""
-        return str(self.client.scheduler.address)
+        """The scheduler's address (kept: a closed Client no longer knows it)."""
+        return self._address
 
     def close(self) -> None:
         """Close the Client if this executor opened it (one passed in stays open)."""
@@ -281,16 +285,21 @@ class _Units:
 
     def __init__(self, graph: Graph, plan: Plan, targets: list[int]) -> None:
         self.graph = graph
-        unit_of = plan.task_subgraph
+        # A plan may place more than these targets need (one plan of the whole graph, run
+        # for a few targets): only needed tasks run, as with LocalExecutor. A unit partly
+        # needed runs its needed members alone: what a target needs is closed under
+        # dependencies, so no needed member ever reads a result of one left out.
+        needed = needed_mask(graph, targets)
+        unit_of = np.where(needed, plan.task_subgraph, -1)
         order = self._topological(graph, unit_of, plan.order)
         if order is None:  # subgraphs that feed each other: dispatch the units alone
-            unit_of = plan.problem.unit_of
+            unit_of = np.where(needed, plan.problem.unit_of, -1)
             order = self._topological(graph, unit_of, plan.order)
             assert order is not None  # fused chains never form a cycle
         self.unit_of, self.order = unit_of, order
-        needed = np.flatnonzero(unit_of >= 0)
+        placed = np.flatnonzero(unit_of >= 0)
         priority = plan.order
-        ranked = needed[np.lexsort((priority[needed], unit_of[needed]))]
+        ranked = placed[np.lexsort((priority[placed], unit_of[placed]))]
         bounds = np.flatnonzero(np.diff(unit_of[ranked])) + 1
         self.members: dict[int, IntArray] = {
             int(unit_of[m[0]]): m for m in np.split(ranked, bounds) if len(m)
@@ -369,6 +378,17 @@ class _Units:
             tuple(tasks), pickle_calls(calls), tuple(uses), tuple(map(tuple, drop)), exports
         )
 
+    def unpicklable(self, u: int) -> int:
+        """The first member of unit ``u`` whose call cannot be pickled (the first, if each
+        pickles alone)."""
+        tasks = self.members[u].tolist()
+        for t in tasks:
+            try:
+                pickle_calls([self.graph.resolve(t, Inputs())])  # type: ignore[arg-type]
+            except Exception:
+                return int(t)
+        return int(tasks[0])
+
 
 class _Run:
     """One run of a plan on the cluster (see the module doc)."""
@@ -389,6 +409,8 @@ class _Run:
         self.units = _Units(graph, plan, targets)
         self.events = events
         self.finished: set[int] = set()
+        # Submitted units not done yet (their futures): cancelled when the run stops early.
+        self.unfinished: dict[int, Any] = {}
         self.failures: dict[int, tuple[BaseException, int]] = {}  # task -> (cause, attempts)
 
     def _workers_of_contexts(self) -> list[str | None]:
@@ -402,28 +424,36 @@ class _Run:
 
     def run(self) -> dict[int, Any]:
         units, events = self.units, self.events
+        self._check_resources()
         total = sum(len(m) for m in units.members.values())
         if events is not None:
             events.emit(EventKind.RUN_STARTED, total=total)
+        wanted = {int(units.unit_of[t]) for t in self.targets}
+        keep: dict[int, Any] = {}
         try:
-            futures = self._submit()
-            by_future = {f.key: u for u, f in futures.items()}
-            wanted = {int(units.unit_of[t]) for t in self.targets}
-            keep = {u: futures[u] for u in wanted}
-            pending = list(futures.values())
-            del futures  # held by as_completed until done, then released (rule: release)
-            try:
-                self._wait(pending, by_future)
-            except BaseException:
-                self.client.cancel(list(keep.values()) + pending, force=True)
-                raise
+            programs = self._programs()
+            if self.failures:  # nothing was submitted
+                raise self._error_group(total)
+            self._submit(programs)
+            del programs
+            keep = {u: self.unfinished[u] for u in wanted}
+            by_future = {f.key: u for u, f in self.unfinished.items()}
+            self._wait(list(self.unfinished.values()), by_future)
             if self.failures:
-                self.client.cancel(list(keep.values()), force=True)
                 raise self._error_group(total)
             values = self.client.gather([keep[u] for u in wanted])
             exports = dict(zip(wanted, values, strict=True))
             return {t: exports[int(units.unit_of[t])][t] for t in self.targets}
+        except BaseException:
+            # Ctrl-C, a failure, a lost connection: nothing of this run goes on on the cluster.
+            # Finished units hold no future here (released as they finish, so their results
+            # are freed), and what still needs their results is among those cancelled.
+            running = [*keep.values(), *self.unfinished.values()]
+            if running:
+                self.client.cancel(running, force=True)
+            raise
         finally:
+            self.unfinished.clear()
             if events is not None:
                 for u, members in units.members.items():
                     if u not in self.finished:
@@ -434,12 +464,74 @@ class _Run:
                 events.emit(EventKind.RUN_FINISHED, total=done)
                 events.drain()
 
-    def _submit(self) -> dict[int, Any]:
+    def _check_resources(self) -> None:
+        """ConfigError unless, for every unit, some worker offers the resources it asks for.
+
+        Dask would keep such a unit waiting for a worker forever (and a resource name that
+        no worker has ever offered breaks its scheduler), so this is checked before anything
+        is submitted, against the workers there are now.
+        """
+        workers = self.client.scheduler_info()["workers"]
+        if not workers:
+            raise ConfigError(
+                f"the Dask cluster at {self.executor.address} has no workers; start some "
+                f"(dask worker {self.executor.address}) or wait for them with "
+                "client.wait_for_workers()"
+            )
+        offers = {a: dict(info.get("resources") or {}) for a, info in sorted(workers.items())}
+        graph, overrides = self.graph, self.graph.resources_overrides()
+        if not overrides:
+            return
+        for u in self.units.order:
+            members = self.units.members[u]
+            wants = dask_resources(graph, members)
+            if not wants or any(
+                all(offer.get(k, 0) >= v for k, v in wants.items()) for offer in offers.values()
+            ):
+                continue
+            offered = "; ".join(f"{a} offers {o or 'no resources'}" for a, o in offers.items())
+            short = [k for k, v in wants.items() if all(o.get(k, 0) < v for o in offers.values())]
+            if not short:
+                raise ConfigError(
+                    f"task {graph.name(int(members[0]))!r} and the tasks planned with it ask for "
+                    f"Dask resources {wants} at once, but no single worker offers all of them "
+                    f"({offered}); plan them apart or start a worker with all of them"
+                )
+            key = short[0]
+            asked = "gpu" if key == GPU_RESOURCE else key
+            t = next(
+                t for t in members.tolist() if dict(overrides.get(t, {})).get(asked) == wants[key]
+            )
+            raise ConfigError(
+                f"task {graph.name(t)!r} asks for {{{asked!r}: {wants[key]:g}}}, but no worker "
+                f"of the Dask cluster at {self.executor.address} offers {wants[key]:g} "
+                f"{key!r} ({offered}); start workers with `dask worker "
+                f"{self.executor.address} --resources {key}={wants[key]:g}`, or ask only for "
+                "what the workers offer"
+            )
+
+    def _programs(self) -> dict[int, SubgraphProgram]:
+        """Every unit's program, made before any unit is submitted: a task whose function or
+        arguments cannot be pickled fails the run before anything of it runs."""
+        programs = {}
+        for u in self.units.order:
+            try:
+                programs[u] = self.units.program(u)
+            except Exception as err:  # pickling raises many types (TypeError, PicklingError...)
+                err.add_note(
+                    "its function or arguments cannot be pickled, which sending them to the Dask "
+                    "workers needs (a lock, an open file or a connection among them?)"
+                )
+                self._record(self.units.unpicklable(u), err, 1)
+        return programs
+
+    def _submit(self, programs: dict[int, SubgraphProgram]) -> None:
+        """Submit every unit, producers first, into ``self.unfinished``."""
         units, graph = self.units, self.graph
         pins = self._workers_of_contexts()
         context_of = self.plan.task_context
         token = uuid.uuid4().hex[:12]
-        futures: dict[int, Any] = {}
+        futures = self.unfinished
         # Dask starts higher priorities first; members[0] is the unit's earliest task in the
         # plan's order (a flow's sweep), which units.order (producers first) does not keep.
         priority = self.plan.order
@@ -448,7 +540,7 @@ class _Run:
             pin = pins[int(context_of[members[0]])]
             futures[u] = self.client.submit(
                 run_subgraph,
-                units.program(u),
+                programs.pop(u),
                 *[futures[p] for p in units.producers[u]],
                 key=f"chunkgraph-{graph.name(int(members[0]))}-{token}-{u}",
                 workers=[pin] if pin is not None else None,
@@ -460,7 +552,6 @@ class _Run:
             )
             if not units.producers[u]:
                 self._started(u)
-        return futures
 
     def _started(self, u: int) -> None:
         if self.events is not None:
@@ -475,25 +566,32 @@ class _Run:
         done = as_completed(pending, loop=self.client.loop)  # type: ignore[no-untyped-call]
         pending.clear()
         for batch in done.batches():  # type: ignore[no-untyped-call]
-            for future in batch:
-                u = by_future[future.key]
-                if future.status == "finished":
-                    self.finished.add(u)
-                    if events is not None:
-                        for t in units.members[u].tolist():
-                            events.emit(EventKind.FINISHED, t, self.graph.name(t), 1)
-                    for c in units.consumers[u]:
-                        waiting[c] -= 1
-                        if waiting[c] == 0:
-                            self._started(c)
-                else:
-                    self._failed(u, future)
+            self._take(batch, by_future, waiting)
             del batch
             if events is not None:
                 events.drain()
             if self.failures:
                 done.clear()  # type: ignore[no-untyped-call]  # stop; the caller cancels the rest
                 return
+
+    def _take(self, batch: list[Any], by_future: dict[Any, int], waiting: dict[int, int]) -> None:
+        """Note the units of ``batch`` that are done; in a frame of its own, so that an
+        interrupt while subscribers run holds no finished future (and its result)."""
+        units, events = self.units, self.events
+        for future in batch:
+            u = by_future[future.key]
+            if future.status == "finished":
+                self.finished.add(u)
+                if events is not None:
+                    for t in units.members[u].tolist():
+                        events.emit(EventKind.FINISHED, t, self.graph.name(t), 1)
+                for c in units.consumers[u]:
+                    waiting[c] -= 1
+                    if waiting[c] == 0:
+                        self._started(c)
+            else:
+                self._failed(u, future)
+            del self.unfinished[u]  # released once its consumers hold it (rule: release)
 
     def _failed(self, u: int, future: Any) -> None:
         """Record the failure of unit ``u`` (not of a producer it inherited it from)."""
@@ -502,7 +600,7 @@ class _Run:
         members = self.units.members[u]
         try:
             error = future.exception(timeout=CONNECT_TIMEOUT_S)
-        except BaseException as err:  # cancelled, or the scheduler lost it
+        except BaseException as err:  # the scheduler lost it
             error = err
         attempts = self.executor.retries + 1
         if isinstance(error, SubgraphFailed):
@@ -516,12 +614,22 @@ class _Run:
                 f"{error}; Dask stops retrying a task after "
                 "distributed.scheduler.allowed-failures worker deaths"
             )
+        elif error is None:  # a cancelled future has no exception
+            t, attempts = int(members[0]), 1
+            cause = RuntimeError(
+                f"cancelled on the cluster before it finished (Dask status {future.status!r}): "
+                "client.restart(), or another client cancelled its key; run it again"
+            )
         else:
             t, cause = int(members[0]), error
-            cause.add_note(
-                "Dask could not run this task's unit (is chunkgraph installed on the workers, "
-                "at the client's version?)"
-            )
+            if isinstance(error, ImportError):
+                cause.add_note(
+                    "Dask could not load this task's unit on a worker (is chunkgraph installed "
+                    "on the workers, at the client's version?)"
+                )
+        self._record(t, cause, attempts)
+
+    def _record(self, t: int, cause: BaseException, attempts: int) -> None:
         self.failures[t] = (cause, attempts)
         if self.events is not None:
             self.events.emit(EventKind.FAILED, t, self.graph.name(t), attempts, error=cause)

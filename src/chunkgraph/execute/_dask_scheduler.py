@@ -28,7 +28,7 @@ import warnings
 from typing import Any
 
 from chunkgraph._errors import TaskError
-from chunkgraph.execute._executor import Executor, resolve_executor
+from chunkgraph.execute._executor import Executor, close_resolved, resolve_executor
 from chunkgraph.execute._local import ExecutorKind
 from chunkgraph.graph import DaskGraph, from_dask
 
@@ -66,22 +66,26 @@ def dask_scheduler(
             f"and executor= (and ignores dask's {sorted(_DASK_LOCAL_OPTIONS)})",
             stacklevel=2,
         )
-    if num_workers is None and isinstance(executor, str):
+    # dask's num_workers setting sizes local threads; a cluster's workers are its own.
+    if num_workers is None and isinstance(executor, str) and "://" not in executor:
         import dask
 
         num_workers = dask.config.get("num_workers", None)
     chosen = resolve_executor(executor, workers=num_workers)
-    converted = from_dask(dsk, keys)
-    ids = sorted({ref.id for ref in _refs(converted.targets)})
     try:
-        by_id = chosen.run(converted.graph, ids) if ids else {}
-    except ExceptionGroup as group:
-        error = _first_task_error(group, converted)
-        if error is None:
-            raise
-    else:
-        return _nested(converted.targets, by_id)
-    raise error
+        converted = from_dask(dsk, keys)
+        ids = sorted({ref.id for ref in _refs(converted.targets)})
+        try:
+            by_id = chosen.run(converted.graph, ids) if ids else {}
+        except ExceptionGroup as group:
+            error = _first_task_error(group, converted)
+            if error is None:
+                raise
+        else:
+            return _nested(converted.targets, by_id)
+        raise error
+    finally:
+        close_resolved(chosen, executor)
 
 
 # What dask's local ``get`` functions accept beside the graph and keys; a caller

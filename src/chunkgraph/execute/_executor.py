@@ -110,11 +110,30 @@ def resolve_executor(
     }
     if given:
         options = ", ".join(f"{name}={value!r}" for name, value in given.items())
+        if isinstance(executor, LocalExecutor):
+            hint = f"set them on the executor instead (e.g. LocalExecutor('threads', {options}))"
+        elif type(executor).__name__ == "DaskExecutor":  # not imported: it needs distributed
+            hint = (
+                "give retries to it (DaskExecutor(client, retries=1)); a Dask cluster's "
+                "workers are what it started, and it has no per-task timeout"
+            )
+        else:
+            hint = f"set them on the executor ({type(executor).__name__}) instead"
         raise ConfigError(
-            f"{options} given beside executor={executor!r}, which has its own settings; "
-            f"set them on the executor instead (e.g. LocalExecutor('threads', {options}))"
+            f"{options} given beside executor={executor!r}, which has its own settings; {hint}"
         )
     return executor
+
+
+def close_resolved(chosen: Executor, given: object) -> None:
+    """Close ``chosen`` when ``resolve_executor`` made it from ``given`` (an address: the
+    Client opened for this one call, which would otherwise stay connected for as long as
+    anything, such as a raised exception's traceback, holds the executor). An Executor the
+    caller passed is theirs and stays open."""
+    if chosen is not given:
+        close = getattr(chosen, "close", None)
+        if callable(close):
+            close()
 
 
 def _dask_executor(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.execute._events import Subscriber
-from chunkgraph.execute._executor import Executor, resolve_executor
+from chunkgraph.execute._executor import Executor, close_resolved, resolve_executor
 from chunkgraph.execute._local import ExecutorKind
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.graph import Graph, TaskRef
@@ -95,5 +95,6 @@ def run(
         by_id = chosen.run(graph, _target_ids(graph, targets), subscribers=subs, **given)
         return _shape_like(targets, graph, by_id)
     finally:
+        close_resolved(chosen, executor)
         if bar is not None:
             bar.close()

@@ -344,55 +344,60 @@ def apply(
         if message:
             warnings.warn(message, ReadAmplificationWarning, stacklevel=2)
     chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn, intermediates)
-    _check_run_options(workers, retries, lock_wait)
-    flow_id = flow_id_of(fn, named, dst, spec)
-    root = _intermediates_root(intermediates, dst)
-    if dry_run:
-        report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-        return dataclasses.replace(report, plan=plan)
-    # Reads go through the cache the plan sized (the caller's handles stay as they were).
-    named = owned_inputs(named, plan)
-    made_root = not root.exists()
-    root.mkdir(parents=True, exist_ok=True)
+    from chunkgraph.execute._executor import close_resolved
+
     try:
-        with flow_lock(root / f"{flow_id}.lock", lock_wait):
-            record = CompletionRecord(root, flow_id)
-            stamp = dst_stamp(dst)
-            if resume and _dst_replaced(record, root / flow_id, stamp):
-                warnings.warn(
-                    f"flow {flow_id}: the destination was created anew since this flow last "
-                    "ran (its markers describe writes to a destination that is gone), so "
-                    "resume starts it over",
-                    stacklevel=2,
-                )
-                record.remove()
-                discard_flow_dir(root / flow_id)
-                resume = False
-            finished = record.read() if resume else None
-            if finished is not None:
-                discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
-                return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
-            before = _read_bytes(named)
-            if probe:
-                probe_fn(spec, run_fn, named, dst)
-            record.remove()  # a fresh (or unfinished) run is not complete until it ends
-            flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp)
-            try:
-                report = flow.run(chosen, progress, t0, before, tuple(subscribers))
-            except BaseException as error:  # a Ctrl-C leaves the same state behind
-                error.add_note(kept_state_note(root, flow_id))
-                raise
-            report = dataclasses.replace(report, plan=plan)
-            if not flow.deferred:
-                # Finished first, then delete: a kill while deleting must never leave done
-                # markers whose layers are gone (a resume would reduce missing data).
-                record.write(report, stamp)
-                discard_flow_dir(root / flow_id)
-            return report
+        _check_run_options(workers, retries, lock_wait)
+        flow_id = flow_id_of(fn, named, dst, spec)
+        root = _intermediates_root(intermediates, dst)
+        if dry_run:
+            report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
+            return dataclasses.replace(report, plan=plan)
+        # Reads go through the cache the plan sized (the caller's handles stay as they were).
+        named = owned_inputs(named, plan)
+        made_root = not root.exists()
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            with flow_lock(root / f"{flow_id}.lock", lock_wait):
+                record = CompletionRecord(root, flow_id)
+                stamp = dst_stamp(dst)
+                if resume and _dst_replaced(record, root / flow_id, stamp):
+                    warnings.warn(
+                        f"flow {flow_id}: the destination was created anew since this flow last "
+                        "ran (its markers describe writes to a destination that is gone), so "
+                        "resume starts it over",
+                        stacklevel=2,
+                    )
+                    record.remove()
+                    discard_flow_dir(root / flow_id)
+                    resume = False
+                finished = record.read() if resume else None
+                if finished is not None:
+                    discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
+                    return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
+                before = _read_bytes(named)
+                if probe:
+                    probe_fn(spec, run_fn, named, dst)
+                record.remove()  # a fresh (or unfinished) run is not complete until it ends
+                flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp)
+                try:
+                    report = flow.run(chosen, progress, t0, before, tuple(subscribers))
+                except BaseException as error:  # a Ctrl-C leaves the same state behind
+                    error.add_note(kept_state_note(root, flow_id))
+                    raise
+                report = dataclasses.replace(report, plan=plan)
+                if not flow.deferred:
+                    # Finished first, then delete: a kill while deleting must never leave done
+                    # markers whose layers are gone (a resume would reduce missing data).
+                    record.write(report, stamp)
+                    discard_flow_dir(root / flow_id)
+                return report
+        finally:
+            if made_root:
+                with contextlib.suppress(OSError):
+                    root.rmdir()  # only when empty: a completion record is worth keeping
     finally:
-        if made_root:
-            with contextlib.suppress(OSError):
-                root.rmdir()  # only when empty: a completion record is worth keeping
+        close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
 
 
 def _dst_replaced(record: CompletionRecord, flow_dir: Path, stamp: str | None) -> bool:
@@ -422,7 +427,8 @@ def _resolve_executor(
     ``retries`` and ``timeout``; an Executor carries its own settings, so only
     apply's default ``retries`` may stand beside it.
     """
-    from chunkgraph.execute import ChecksPaths, resolve_executor
+    from chunkgraph.execute import resolve_executor
+    from chunkgraph.execute._executor import close_resolved
 
     if executor is None or isinstance(executor, str):
         chosen = resolve_executor(
@@ -433,6 +439,26 @@ def _resolve_executor(
         chosen = resolve_executor(executor, workers=workers, retries=own, timeout=timeout)
     if chosen.in_process:
         return chosen
+    try:
+        _check_out_of_process(chosen, executor, inputs, dst, fn, intermediates)
+    except BaseException:
+        close_resolved(chosen, executor)
+        raise
+    return chosen
+
+
+def _check_out_of_process(
+    chosen: Executor,
+    executor: ExecutorKind | Executor | None,
+    inputs: Mapping[str, Volume],
+    dst: Volume | None,
+    fn: Callable[..., Any],
+    intermediates: str | os.PathLike[str] | None,
+) -> None:
+    """ConfigError when ``chosen`` (not in this process) cannot run this flow: memory
+    volumes, an fn that does not pickle, paths its workers cannot see."""
+    from chunkgraph.execute import ChecksPaths
+
     where = f"executor={executor!r} runs tasks in other processes"
     local = [n for n, v in inputs.items() if v.backend == "memory"]
     local += ["dst"] if dst is not None and dst.backend == "memory" else []
@@ -459,7 +485,6 @@ def _resolve_executor(
             made_by_then = next(p for p in (root, *root.parents) if p.exists())
             paths |= {"dst": dst.path, "intermediates": str(made_by_then)}
         chosen.check_paths(paths)
-    return chosen
 
 
 def _apply_collecting(
@@ -515,17 +540,22 @@ def _apply_collecting(
     )
     flow_id = flow_id_of(fn, named, None, spec)
     chosen = _resolve_executor(executor, workers, retries, timeout, named, None, fn)
-    _check_run_options(workers, retries, 0.0)
-    if dry_run:
-        return _no_io_report(
-            spec,
-            flow_id,
-            time.perf_counter() - t0,
-            dry_run=True,
-            tasks_per_level=per_level,
-            reductions=0,
-        )
-    values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
+    from chunkgraph.execute._executor import close_resolved
+
+    try:
+        _check_run_options(workers, retries, 0.0)
+        if dry_run:
+            return _no_io_report(
+                spec,
+                flow_id,
+                time.perf_counter() - t0,
+                dry_run=True,
+                tasks_per_level=per_level,
+                reductions=0,
+            )
+        values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
+    finally:
+        close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
     needed = sum(
         spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
         for v in named.values()
