@@ -3,7 +3,8 @@
 Applies a function to a huge chunked volume with context padding (crop) and
 blended overlaps, recursively subchunked so that reads are not amplified,
 writes never race, memory stays bounded and the driver enumerates only the
-top level; resumable after a crash. ``chunkgraph.volume.apply`` is the same
+top level; resumable after a crash. ``reduce_deferred`` finishes a flow applied
+with ``blend_modes="defer"`` later, into a dst. ``chunkgraph.volume.apply`` is the same
 function. Design notes: ``flow/README.md``.
 """
 
@@ -15,6 +16,7 @@ from chunkgraph._errors import (
 from chunkgraph.flow._apply import ApplyReport, apply
 from chunkgraph.flow._auto_sizes import FlowPlan, ReadAmplificationWarning
 from chunkgraph.flow._estimate import FlowEstimate
+from chunkgraph.flow._reduce_deferred import reduce_deferred
 
 __all__ = [
     "ApplyReport",
@@ -25,4 +27,5 @@ __all__ = [
     "ReadAmplificationWarning",
     "RunEndedError",
     "apply",
+    "reduce_deferred",
 ]

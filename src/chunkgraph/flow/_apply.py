@@ -66,6 +66,7 @@ from chunkgraph.flow._auto_sizes import (
     resolve_memory_limit,
 )
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
+from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
@@ -736,12 +737,18 @@ class _Flow:
         refs = list(top_refs.values()) + red_refs
         # What `chunkgraph status` shows as progress, and what keeps `clean` away from a
         # deferred flow's layers (they are its result, not temporaries).
+        # A deferred flow also records what reduce_deferred needs to finish it later.
+        extra = {}
+        if self.deferred and self.layers is not None:
+            geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
+            extra[GEOMETRY_KEY] = geometry.as_json()
         write_flow_info(
             self.flow_dir,
             top_tasks=len(top_refs) + skipped_top,
             reductions=len(red_refs) + skipped_red,
             deferred=self.deferred,
             dst=self.dst_stamp,
+            **extra,
         )
         try:
             results = (

@@ -21,8 +21,8 @@ crop + blend pads, ``b`` top blend pad; all per axis):
   (the storage layer's own accounting), so that is what is counted. A chunk
   cache shared by neighbouring tasks makes the real figure smaller.
 * temporary bytes: each top task writes its output over ``chunk.padded(b)``,
-  clipped to the bbox, to a checkerboard layer in the layer dtype; reductions
-  read them back once.
+  clipped to the bbox (``defer``: whole, its margin past the bbox included),
+  to a checkerboard layer in the layer dtype; reductions read them back once.
   None with ``skip_intermediates``.
 * reductions: the bbox snapped outward to dst chunks (clipped to dst bounds),
   tiled by the reduction chunk; none with ``skip_intermediates`` or ``defer``.
@@ -148,12 +148,14 @@ def _input_read_bytes(spec: FlowSpec, starts: list[np.ndarray], vol: Volume) -> 
 
 
 def _temporary_bytes(spec: FlowSpec, starts: list[np.ndarray], dst: Volume) -> int:
-    """Each top task's output over ``chunk.padded(blend)``, clipped to the bbox, summed."""
+    """Each top task's output over ``chunk.padded(blend)``, clipped to the bbox (``defer``:
+    kept whole, margin included), summed."""
     top = spec.levels[0]
+    kept = spec.bbox.padded(top.blend) if top.blend_mode == "defer" else spec.bbox
     total = math.prod(dst.channel_shape) * layer_dtype(spec).itemsize
     for a, first in enumerate(starts):
-        lo = np.maximum(first - top.blend[a], spec.bbox.start[a])
-        hi = np.minimum(first + top.chunk[a] + top.blend[a], spec.bbox.stop[a])
+        lo = np.maximum(first - top.blend[a], kept.start[a])
+        hi = np.minimum(first + top.chunk[a] + top.blend[a], kept.stop[a])
         total *= int((hi - lo).sum())
     return total
 

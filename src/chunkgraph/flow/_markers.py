@@ -79,9 +79,9 @@ class MarkerStore:
         folder = self._dir(kind)
         return {name for name in os.listdir(folder) if not name.startswith(".")}
 
-    def clear(self) -> None:
-        """Forget every marker (a fresh, non-resumed run)."""
-        for kind in _KINDS:
+    def clear(self, kinds: tuple[str, ...] = _KINDS) -> None:
+        """Forget every marker of ``kinds`` (all: a fresh, non-resumed run)."""
+        for kind in kinds:
             folder = self._dir(kind)
             shutil.rmtree(folder)
             folder.mkdir(parents=True)

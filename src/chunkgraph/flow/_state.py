@@ -6,7 +6,8 @@ Every ``apply`` keeps its state under an intermediates directory, by default
     .smooth.zarr.chunkgraph/
         <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
         <flow id>/flow.json     optional totals: {"top_tasks": N, "reductions": M,
-                                "deferred": bool} (write_flow_info)
+                                "deferred": bool, ...} (write_flow_info; a deferred
+                                flow's geometry, _deferred)
         <flow id>.lock          while a run holds the flow (_lock; unlinked by its owner)
         <flow id>.done          the completion record (_markers.CompletionRecord)
         .<flow id>.deleted-*    tombstones of an interrupted deletion (discard_flow_dir)
@@ -20,7 +21,9 @@ States (``FlowStatus``), decided in this order:
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
 * ``DEFERRED``: ``flow.json`` says ``deferred``: its layers are the result
-  (``blend_modes="defer"``), never removed by ``--stale``.
+  (``blend_modes="defer"``), never removed by ``--stale``. ``reduce_deferred``
+  turns it ``FINISHED`` (record written, ``deferred`` false): the layers are
+  then leftovers of a finished flow, which ``--stale`` removes.
 * ``FINISHED``: a completion record exists. Temporaries left beside it (a
   run killed while deleting them) are useless: a resume discards them.
 * ``INTERRUPTED``: temporaries and no record: a run failed or was killed;
@@ -236,19 +239,27 @@ def remove_flow(root: Path, flow_id: str, *, record: bool = False) -> None:
 
 
 def write_flow_info(
-    flow_dir: Path, *, top_tasks: int, reductions: int, deferred: bool, dst: str | None = None
+    flow_dir: Path,
+    *,
+    top_tasks: int,
+    reductions: int,
+    deferred: bool,
+    dst: str | None = None,
+    **extra: Any,
 ) -> None:
     """Record a flow's totals (and whether its layers are its result) in ``flow.json``.
 
     For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
     ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
-    Written atomically (a temporary file renamed into place).
+    ``extra``: more JSON fields (a deferred flow's geometry, ``_deferred``). Written
+    atomically (a temporary file renamed into place).
     """
     info = {
         "top_tasks": int(top_tasks),
         "reductions": int(reductions),
         "deferred": deferred,
         "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
+        **extra,
     }
     tmp = Path(flow_dir) / f".{_INFO}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(info))

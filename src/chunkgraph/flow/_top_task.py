@@ -138,7 +138,10 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     # The superchunk is no longer needed: drop it before the cast and the write allocate.
     del ctx, data
     out_box = box.padded(spec.levels[0].blend)
-    keep = out_box.intersection(spec.bbox)
+    # A deferred flow keeps its margin past the bbox too (the layers cover it): a later
+    # reduction over a larger region, where this face has a neighbour, blends across it.
+    deferred = spec.levels[0].blend_mode == "defer"
+    keep = out_box if deferred else out_box.intersection(spec.bbox)
     part = out[at(keep, out_box)]
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     written = cast_to(part, dtype)

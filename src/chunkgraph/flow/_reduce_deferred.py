@@ -1,0 +1,273 @@
+"""``reduce_deferred``: the reduction a ``defer`` flow left for later, run into a dst.
+
+Policy. A flow applied with ``blend_modes="defer"`` stops after its top-level
+tasks: the layers under ``<intermediates>/<flow id>/layers`` and the geometry
+in ``flow.json`` (``_deferred``) are its result. This pass is apply's own
+reduction (``_reduce.reduce_box``) with the blend mode given now, so reducing
+a deferred flow gives the bytes the same flow without ``defer`` would have::
+
+    flow.json ──> DeferredGeometry ──check dst (shape, chunks, dtype, offset)──┐
+    layers/layer_<k>.zarr ──> reduce[r] (one graph task per reduction box) ────┴─> dst
+                                    └──> markers/reduce/<key>  (after its dst chunks)
+
+State. The flow keeps apply's lock (``_lock``) while reducing. ``flow.json``
+gains ``"reducing"`` = ``{dst path, dst stamp, blend mode}`` before any write:
+the reduce markers belong to that target, so a call with the same target skips
+marked boxes (a killed or failed reduction resumes by calling again) and a call
+with another clears them first. When every box is done it writes the flow's
+completion record (``<flow id>.done``, as apply does) and sets ``deferred`` to
+false and ``"reduced"`` to the target: ``chunkgraph status`` then shows the
+flow finished and ``chunkgraph clean --stale`` removes its layers. A second
+call with the same target does nothing and says so (``finished_before``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.flow._apply import (
+    DEFAULT_RETRIES,
+    ApplyReport,
+    _check_run_options,
+    _resolve_executor,
+)
+from chunkgraph.flow._checkerboard import LayerPlan
+from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
+from chunkgraph.flow._late_writes import end_run
+from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._markers import REDUCE, TOP, CompletionRecord, MarkerStore, dst_stamp, grid_key
+from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
+from chunkgraph.flow._spec import FlowSpec, check_bools
+from chunkgraph.flow._state import read_flow_info, write_flow_info
+from chunkgraph.geometry import Box
+
+if TYPE_CHECKING:
+    from chunkgraph.execute import Executor, ExecutorKind, Subscriber
+    from chunkgraph.volume import Volume
+
+
+@dataclass(frozen=True)
+class _ReduceJob:
+    """What every reduction task of one call shares (pickled once per process worker)."""
+
+    spec: FlowSpec
+    layers: LayerPlan
+    layer_vols: tuple[Volume, ...]
+    dst: Volume
+    flow_dir: str
+    run_token: str
+
+
+def run_deferred_reduction(job: _ReduceJob, key: str, box: Box) -> ReductionStats:
+    """Graph task: one reduction box into dst, then its done marker."""
+    stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
+    MarkerStore(Path(job.flow_dir)).mark_done(REDUCE, key)
+    return stats
+
+
+def reduce_deferred(
+    flow: ApplyReport | str | os.PathLike[str],
+    dst: Volume,
+    *,
+    blend_mode: str = "quadratic",
+    executor: ExecutorKind | Executor | None = None,
+    workers: int | None = None,
+    retries: int = DEFAULT_RETRIES,
+    timeout: float | None = None,
+    lock_wait: float = 0.0,
+    progress: bool = False,
+    subscribers: Sequence[Subscriber] = (),
+) -> ApplyReport:
+    """Reduce the layers of a flow applied with ``blend_modes="defer"`` into ``dst``.
+
+    ``flow``: that apply's report, or its flow directory (``report.intermediates``,
+    ``<intermediates>/<flow id>``). ``dst`` must have the shape, chunks, dtype and
+    offset of the dst given to apply. ``blend_mode``: how the top level's overlaps
+    combine (``linear``, ``quadratic``, ``bump`` or ``max``); the result is what apply
+    with that mode would have written. ``executor``, ``workers``, ``retries``,
+    ``timeout``, ``lock_wait``, ``progress`` and ``subscribers`` as in ``apply``.
+    Each dst chunk is written once; calling again after a failure resumes, and after
+    success does nothing. Raises ``ConfigError`` before writing anything when the
+    directory holds no finished deferred flow or dst does not match.
+    """
+    t0 = time.perf_counter()
+    check_bools(progress=progress)
+    _check_run_options(workers, retries, lock_wait)
+    flow_dir = _flow_dir_of(flow)
+    root, flow_id = flow_dir.parent, flow_dir.name
+    chosen = _resolve_executor(executor, workers, retries, timeout, {}, dst, run_deferred_reduction)
+    target = {"dst": dst.path, "stamp": dst_stamp(dst), "blend_mode": blend_mode}
+    if not root.is_dir():
+        _geometry(flow_dir, {}, None)  # raises: nothing there
+    with flow_lock(root / f"{flow_id}.lock", lock_wait):
+        record = CompletionRecord(root, flow_id)
+        info = read_flow_info(flow_dir)
+        finished = record.read()
+        if (
+            finished is not None
+            and info.get("reduced", target) == target
+            and finished.get("dst") == target["stamp"]
+        ):
+            return _finished_report(flow_dir, _geometry_bbox(info, finished), finished, t0)
+        geometry = _geometry(flow_dir, info, finished)
+        geometry.check_blend_mode(blend_mode)
+        geometry.check_dst(dst)
+        _check_top_done(flow_dir, info)
+        markers = MarkerStore(flow_dir)
+        if info.get("reducing") != target:
+            markers.clear((REDUCE,))  # markers of writes into another target
+        spec = geometry.spec(blend_mode)
+        totals = {**_kept(info), "reductions": len(reduction_boxes(spec, dst)[0])}
+        # The target first: a marker written from here on is a write into it.
+        record.remove()
+        write_flow_info(flow_dir, **totals, reducing=target)
+        report = _run(spec, geometry, flow_dir, dst, markers, chosen, progress, subscribers, t0)
+        record.write(report, target["stamp"])
+        write_flow_info(flow_dir, **{**totals, "deferred": False}, reduced=target)
+        return report
+
+
+def _run(
+    spec: FlowSpec,
+    geometry: DeferredGeometry,
+    flow_dir: Path,
+    dst: Volume,
+    markers: MarkerStore,
+    executor: Executor,
+    progress: bool,
+    subscribers: Sequence[Subscriber],
+    t0: float,
+) -> ApplyReport:
+    """Build the graph of the reductions not yet marked, run it, report."""
+    from chunkgraph import volume
+    from chunkgraph.execute import run
+    from chunkgraph.graph import Graph
+
+    layers = geometry.layers(flow_dir)
+    job = _ReduceJob(
+        spec=spec,
+        layers=layers,
+        layer_vols=tuple(volume.open(p) for p in layers.paths()),
+        dst=dst,
+        flow_dir=str(flow_dir),
+        run_token=uuid.uuid4().hex,
+    )
+    boxes, grid = reduction_boxes(spec, dst)
+    done = markers.done_keys(REDUCE)
+    graph = Graph()
+    refs = []
+    indices = np.indices(grid).reshape(len(grid), -1).T.tolist()
+    for index, box in zip(indices, boxes, strict=True):
+        key = grid_key(tuple(index))
+        if key not in done:
+            refs.append(graph.add(run_deferred_reduction, job, key, box, name=f"reduce{box}"))
+    try:
+        stats: list[ReductionStats] = (
+            run(graph, refs, executor, progress=progress, subscribers=subscribers) if refs else []
+        )
+    finally:
+        end_run(job.run_token)
+    return ApplyReport(
+        flow_id=flow_dir.name,
+        dry_run=False,
+        tasks_per_level=(),
+        reductions=len(refs),
+        bytes_read=0,
+        bytes_written=sum(s.bytes_written for s in stats),
+        temporary_bytes=0,
+        read_amplification=0.0,
+        wall_seconds=time.perf_counter() - t0,
+        bbox=spec.bbox,
+        reductions_skipped=len(boxes) - len(refs),
+        intermediates=str(flow_dir),
+        task_bytes=tuple(
+            (graph.name(ref.id), s.temporary_bytes_read, s.bytes_written)
+            for ref, s in zip(refs, stats, strict=True)
+        ),
+    )
+
+
+def _geometry_bbox(info: dict[str, Any], finished: dict[str, Any]) -> Box:
+    """The flow's bbox, from its geometry or (layers removed) its completion record."""
+    raw = info.get(GEOMETRY_KEY) or {}
+    start, stop = raw.get("bbox") or finished["bbox"]
+    return Box(tuple(start), tuple(stop))
+
+
+def _finished_report(flow_dir: Path, bbox: Box, finished: dict[str, Any], t0: float) -> ApplyReport:
+    """A call that found the flow already reduced into this target: nothing was done."""
+    return ApplyReport(
+        flow_id=flow_dir.name,
+        dry_run=False,
+        tasks_per_level=(),
+        reductions=0,
+        bytes_read=0,
+        bytes_written=0,
+        temporary_bytes=0,
+        read_amplification=0.0,
+        wall_seconds=time.perf_counter() - t0,
+        bbox=bbox,
+        reductions_skipped=int(finished.get("reductions", 0)),
+        intermediates=str(flow_dir),
+        finished_before=str(finished.get("finished", "")),
+    )
+
+
+def _flow_dir_of(flow: object) -> Path:
+    if isinstance(flow, ApplyReport):
+        if not flow.deferred_layers or flow.intermediates is None:
+            raise ConfigError(
+                f"the report of flow {flow.flow_id} has no deferred layers: only a flow applied "
+                "with blend_modes='defer' (and not a dry run) leaves a reduction for later"
+            )
+        return Path(flow.intermediates)
+    if isinstance(flow, str | os.PathLike):
+        return Path(flow)
+    raise ConfigError(
+        f"flow must be a deferred apply's report or its flow directory "
+        f"(<intermediates>/<flow id>), got {flow!r}"
+    )
+
+
+def _geometry(
+    flow_dir: Path, info: dict[str, Any], finished: dict[str, Any] | None
+) -> DeferredGeometry:
+    raw = info.get(GEOMETRY_KEY)
+    if isinstance(raw, dict):
+        return DeferredGeometry.from_json(raw)
+    if finished is not None and not flow_dir.is_dir():
+        raise ConfigError(
+            f"flow {flow_dir.name} finished into another dst (or another blend mode) and its "
+            f"layers were removed since; apply it again with blend_modes='defer' to reduce anew"
+        )
+    raise ConfigError(
+        f"{str(flow_dir)!r} holds no deferred flow (no flow.json with its geometry): give the "
+        "directory a flow applied with blend_modes='defer' left, <intermediates>/<flow id>, "
+        "as its report's .intermediates names it"
+    )
+
+
+def _check_top_done(flow_dir: Path, info: dict[str, Any]) -> None:
+    """Every top-level task must have written its layer: else apply has not finished."""
+    total = info.get("top_tasks")
+    done = len(MarkerStore(flow_dir).done_keys(TOP))
+    if not isinstance(total, int) or done < total:
+        raise ConfigError(
+            f"flow {flow_dir.name} is unfinished: {done} of {total} top-level tasks wrote their "
+            "layers; finish it with apply(..., resume=True) before reducing it"
+        )
+
+
+def _kept(info: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``flow.json`` that a reduction keeps as they are."""
+    kept = ("top_tasks", "reductions", "deferred", "dst", GEOMETRY_KEY)
+    return {k: info[k] for k in kept if k in info}
