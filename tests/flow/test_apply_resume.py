@@ -163,7 +163,7 @@ def test_flow_id_sees_the_state_of_callable_objects_and_bound_methods() -> None:
     from chunkgraph.flow._fingerprint import flow_id_of
 
     dst = SimpleNamespace(backend="zarr", path="out", shape=(4,), chunks=(2,), dtype="u1",
-                          offset=(0,))  # fmt: skip
+                          offset=(0,), resolution=(1,))  # fmt: skip
     ids = {
         name: flow_id_of(fn, {}, dst, "spec")  # type: ignore[arg-type]
         for name, fn in {
@@ -186,7 +186,8 @@ def test_memory_volumes_make_flow_ids_private_to_their_process() -> None:
     script = (
         "from types import SimpleNamespace as N\n"
         "from chunkgraph.flow._fingerprint import flow_id_of\n"
-        "d = N(backend='memory', path='out', shape=(4,), chunks=(2,), dtype='u1', offset=(0,))\n"
+        "d = N(backend='memory', path='out', shape=(4,), chunks=(2,), dtype='u1', offset=(0,),\n"
+        "      resolution=(1,))\n"
         "print(flow_id_of(len, {}, d, 'spec'))\n"
     )
     ids = {

@@ -67,7 +67,7 @@ from chunkgraph.flow._auto_sizes import (
 )
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
-from chunkgraph.flow._estimate import top_task_memory
+from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
 from chunkgraph.flow._fn_limits import limit_calls
@@ -89,6 +89,7 @@ from chunkgraph.flow._reduce import (
     reduction_boxes,
     top_indices_meeting,
 )
+from chunkgraph.flow._resolution import bbox_in_voxels
 from chunkgraph.flow._spec import (
     FlowSpec,
     check_bools,
@@ -231,6 +232,7 @@ def apply(
     blend_pads: Any = 0,
     blend_modes: Any = "quadratic",
     bbox: Box | None = None,
+    bbox_units: str = "voxels",
     auto_divisibility: bool = False,
     expand_bbox: bool | str = False,
     max_reduction_chunk_size: Any = None,
@@ -275,10 +277,17 @@ def apply(
     ``FlowLockedError`` when the flow is running elsewhere, ``ExceptionGroup``
     of ``TaskError`` when ``fn`` fails (the note names the chunk's box).
     ``subscribers`` receive the run's events (see ``chunkgraph.run``).
+    Inputs may have other resolutions than dst (``Volume.resolution``): each is read
+    over the chunk's physical box at its own resolution (``_resolution``), and ``bbox``
+    is in dst voxels, or with ``bbox_units="physical"`` in dst.resolution's units.
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
-    fn = with_fn_kwargs(fn, fn_kwargs, normalize_inputs(inputs))
+    named_inputs = normalize_inputs(inputs)
+    fn = with_fn_kwargs(fn, fn_kwargs, named_inputs)
+    # dst's voxels are the flow's grid (without dst, the first input stands in, as in _spec).
+    grid = dst if dst is not None else next(iter(named_inputs.values()), None)
+    bbox = bbox_in_voxels(bbox, bbox_units, grid)
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
     if dst is None:
@@ -557,10 +566,7 @@ def _apply_collecting(
         values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
-    needed = sum(
-        spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
-        for v in named.values()
-    )
+    needed = needed_input_bytes(spec, named)
     return ApplyReport(
         flow_id=flow_id,
         dry_run=False,
@@ -851,10 +857,7 @@ class _Flow:
             bytes_read = _read_bytes(self.inputs) - before
         else:
             bytes_read = sum(t.bytes_read for t in tops)
-        needed = sum(
-            spec.bbox.size * int(np.prod(v.channel_shape, dtype=np.int64)) * v.dtype.itemsize
-            for v in self.inputs.values()
-        )
+        needed = needed_input_bytes(spec, self.inputs)
         if self.direct:
             written, temporary = sum(t.bytes_written for t in tops), 0
         else:

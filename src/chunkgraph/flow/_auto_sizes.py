@@ -55,6 +55,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import divisors
+from chunkgraph.flow._resolution import Scale, scale_of, step_of
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -169,8 +170,12 @@ def plan_sizes(
     memory_limit_source: str = "given",
     accumulate_bytes: int = 8,
     direct_allowed: bool = False,
+    step: tuple[int, ...] | None = None,
 ) -> FlowPlan:
     """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
+
+    ``step``: per axis, what chunk sizes must be multiples of so that inputs at another
+    resolution are read over whole voxels (``_resolution.step_of``; default 1s).
 
     ``accumulate_bytes``: bytes per dst voxel of the accumulation dtype (all channels).
     ``direct_allowed``: the caller found nothing that forbids writing bottom outputs
@@ -187,12 +192,17 @@ def plan_sizes(
     ndim = bbox.ndim
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
     extent = bbox.shape
-    grain = tuple(math.lcm(dst.chunks[a], *(v.chunks[a] for v in inputs)) for a in range(ndim))
+    step = step or (1,) * ndim
+    grain = tuple(
+        math.lcm(dst.chunks[a], step[a], *(v.chunks[a] for v in inputs)) for a in range(ndim)
+    )
     sweep = max(range(ndim), key=lambda a: (extent[a], a))
     reasons: list[str] = []
 
     bottom = [
-        _bottom_size(extent[a], pad[a], dst.chunks[a], grain[a] if a == sweep else 1)
+        _bottom_size(
+            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
+        )
         for a in range(ndim)
     ]
     top = list(extent)
@@ -648,14 +658,20 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
     return memory_limit, "given"
 
 
-def layout_of(name: str, vol: Volume) -> StorageLayout:
-    """What the planner needs to know of a volume."""
-    return StorageLayout(
-        name=name,
-        bounds=vol.bounds,
-        chunks=tuple(vol.spatial_chunks),
-        voxel_bytes=int(np.dtype(vol.dtype).itemsize) * math.prod(vol.channel_shape),
+def layout_of(name: str, vol: Volume, scale: Scale | None = None) -> StorageLayout:
+    """What the planner needs to know of a volume, in dst voxels: an input at another
+    resolution (``scale`` input voxels per dst voxel) has its bounds and storage chunks
+    divided by the scale (chunks rounded to whole dst voxels: a model) and its bytes per
+    dst voxel multiplied by it (rounded up)."""
+    item = int(np.dtype(vol.dtype).itemsize) * math.prod(vol.channel_shape)
+    if scale is None or all(s == 1 for s in scale):
+        return StorageLayout(name, vol.bounds, tuple(vol.spatial_chunks), item)
+    bounds = Box(
+        tuple(math.floor(a / s) for a, s in zip(vol.bounds.start, scale, strict=True)),
+        tuple(math.ceil(b / s) for b, s in zip(vol.bounds.stop, scale, strict=True)),
     )
+    chunks = tuple(max(1, round(c / s)) for c, s in zip(vol.spatial_chunks, scale, strict=True))
+    return StorageLayout(name, bounds, chunks, math.ceil(item * math.prod(scale)))
 
 
 def accumulate_bytes_of(dst: Volume) -> int:
@@ -711,9 +727,10 @@ def plan_automatic(
             )
         pads[name] = per_level(name, value, 1, ndim)[0]
     allowed = direct_allowed(region, named, out, pads["blend_pads"])
+    scales = {n: scale_of(v, out) for n, v in named.items()}
     plan = plan_sizes(
         region,
-        [layout_of(n, v) for n, v in named.items()],
+        [layout_of(n, v, scales[n]) for n, v in named.items()],
         layout_of("dst", out),
         crop=pads["crop_pads"],
         blend=pads["blend_pads"],
@@ -722,6 +739,7 @@ def plan_automatic(
         memory_limit_source=memory_limit_source,
         accumulate_bytes=accumulate_bytes_of(out),
         direct_allowed=allowed and skip_intermediates is not False,
+        step=step_of(list(scales.values()), ndim),
     )
     if skip_intermediates and not plan.direct_writes:
         return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
@@ -741,7 +759,7 @@ def plan_given(
     cached = any(v.cache_bytes for v in named.values())
     return read_plan(
         spec.bbox,
-        [layout_of(n, v) for n, v in named.items()],
+        [layout_of(n, v, spec.scale_of(n)) for n, v in named.items()],
         layout_of("dst", dst),
         chunk_sizes=[lv.chunk for lv in spec.levels],
         crop_pads=[lv.crop for lv in spec.levels],

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph.flow._checkerboard import layer_dtype
+from chunkgraph.flow._resolution import Scale, scaled
 from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.geometry import Box
 
@@ -81,7 +82,10 @@ def estimate_flow(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> 
     """The dry-run figures of ``spec`` over ``inputs`` and ``dst``; arithmetic only."""
     tasks = tasks_per_level(spec)
     starts = _top_starts(spec)
-    per_input = tuple((name, _input_read_bytes(spec, starts, vol)) for name, vol in inputs.items())
+    per_input = tuple(
+        (name, _input_read_bytes(spec, starts, vol, spec.scale_of(name)))
+        for name, vol in inputs.items()
+    )
     temporary = 0 if spec.skip_intermediates else _temporary_bytes(spec, starts, dst)
     deferred = spec.levels[0].blend_mode == "defer"
     region = written_region(spec, dst)
@@ -96,7 +100,7 @@ def estimate_flow(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> 
         input_bytes=per_input,
         temporary_bytes=temporary,
         dst_bytes=dst_bytes,
-        needed_bytes=sum(spec.bbox.size * _voxel_bytes(vol) for vol in inputs.values()),
+        needed_bytes=needed_input_bytes(spec, inputs),
     )
 
 
@@ -131,15 +135,17 @@ def _top_starts(spec: FlowSpec) -> list[np.ndarray]:
     ]
 
 
-def _input_read_bytes(spec: FlowSpec, starts: list[np.ndarray], vol: Volume) -> int:
-    """Bytes of the storage chunks every top task's padded read touches, summed."""
+def _input_read_bytes(spec: FlowSpec, starts: list[np.ndarray], vol: Volume, scale: Scale) -> int:
+    """Bytes of the storage chunks every top task's padded read touches, summed (at the
+    input's own resolution: the dst box times ``scale``, integral by validation)."""
     top, pad = spec.levels[0].chunk, spec.context_pad
     chunks = vol.spatial_chunks
     bounds: Box = vol.bounds
     total = _voxel_bytes(vol)
     for a, first in enumerate(starts):
-        lo = np.maximum(first - pad[a], bounds.start[a])
-        hi = np.minimum(first + top[a] + pad[a], bounds.stop[a])
+        p, q = scale[a].numerator, scale[a].denominator
+        lo = np.maximum((first - pad[a]) * p // q, bounds.start[a])
+        hi = np.minimum((first + top[a] + pad[a]) * p // q, bounds.stop[a])
         origin, size = bounds.start[a], chunks[a]
         span_lo = origin + (lo - origin) // size * size
         span_hi = np.minimum(origin - (origin - hi) // size * size, bounds.stop[a])
@@ -167,11 +173,21 @@ def _reduction_count(spec: FlowSpec, region: Box) -> int:
 
 def top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> int:
     """Peak bytes of one top-level task: its padded read plus one buffer per level."""
-    read_shape = spec.levels[0].chunk
-    read_voxels = math.prod(c + 2 * p for c, p in zip(read_shape, spec.context_pad, strict=True))
-    held = sum(read_voxels * _voxel_bytes(vol) for vol in inputs.values())
+    read = Box((0,) * spec.spatial_ndim, spec.levels[0].chunk).padded(spec.context_pad)
+    held = sum(
+        scaled(read, spec.scale_of(name)).size * _voxel_bytes(vol) for name, vol in inputs.items()
+    )
     out_item = math.prod(dst.channel_shape) * spec.accumulate_dtype.itemsize
     return held + sum(math.prod(lv.region_shape) * out_item for lv in spec.levels)
+
+
+def needed_input_bytes(spec: FlowSpec, inputs: Mapping[str, Volume]) -> int:
+    """Bytes of the inputs inside the bbox, each at its own resolution: what a read
+    amplification of 1 reads."""
+    return sum(
+        scaled(spec.bbox, spec.scale_of(name)).size * _voxel_bytes(vol)
+        for name, vol in inputs.items()
+    )
 
 
 def _voxel_bytes(vol: Volume) -> int:

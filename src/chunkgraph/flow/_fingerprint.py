@@ -3,8 +3,9 @@
 The id names the flow's directory: a hash of ``fn`` (module, qualified
 name, bytecode and constants, the values it closes over and its defaults, a
 callable object's or bound method's state), of every input's and the
-destination's resolved path, shape, chunks, dtype code and offset, and of
-every field of the validated ``FlowSpec`` in a canonical text. Changing any
+destination's resolved path, shape, chunks, dtype code, offset and
+resolution, and of every field of the validated ``FlowSpec`` in a canonical
+text (the inputs' scales included). Changing any
 of them starts a new flow instead of resuming an incompatible one; nothing in
 it depends on how an object prints. (What the hash cannot see, such as a
 global variable ``fn`` reads, is the caller's to keep fixed.)
@@ -18,6 +19,7 @@ import hashlib
 import os
 import types
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +40,7 @@ def flow_id_of(
 
     >>> from types import SimpleNamespace
     >>> dst = SimpleNamespace(backend="memory", path="out", shape=(4,), chunks=(2,), dtype="u1",
-    ...                       offset=(0,))
+    ...                       offset=(0,), resolution=(1,))
     >>> a = flow_id_of(len, {}, dst, "spec")
     >>> len(a), a == flow_id_of(len, {}, dst, "spec"), a == flow_id_of(abs, {}, dst, "spec")
     (16, True, False)
@@ -66,7 +68,8 @@ def _volume_fingerprint(vol: Volume) -> str:
         where = f"disk:{path if '://' in path else os.path.realpath(path)}"
     return (
         f"{where} shape={tuple(map(int, vol.shape))} chunks={tuple(map(int, vol.chunks))} "
-        f"dtype={np.dtype(vol.dtype).str} offset={tuple(map(int, vol.offset))}"
+        f"dtype={np.dtype(vol.dtype).str} offset={tuple(map(int, vol.offset))} "
+        f"resolution={tuple(map(repr, vol.resolution))}"
     )
 
 
@@ -87,6 +90,8 @@ def _canonical(value: object) -> str:
         return "(" + ",".join(_canonical(v) for v in value) + ")"
     if isinstance(value, np.integer | np.bool_):
         return repr(value.item())
+    if isinstance(value, Fraction):  # an input's scale (_resolution)
+        return f"{value.numerator}/{value.denominator}"
     if isinstance(value, bool | int | str | float) or value is None:
         return repr(value)
     if isinstance(value, Box):

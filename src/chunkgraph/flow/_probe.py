@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import TaskError
+from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.flow._subchunk import call_fn
 from chunkgraph.geometry import Box
@@ -53,7 +54,7 @@ def probe_fn(
     chunk = first_bottom_chunk(spec)
     bottom = spec.levels[-1]
     read_box = chunk.padded(tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True)))
-    arrays = {name: vol.read(read_box) for name, vol in inputs.items()}
+    arrays = {name: vol.read(scaled(read_box, spec.scale_of(name))) for name, vol in inputs.items()}
     for array in arrays.values():
         array.flags.writeable = False  # as in the flow: fn gets read-only views
     try:

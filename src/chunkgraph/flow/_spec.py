@@ -31,6 +31,7 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     dst is an input only without pads (same stored array, however opened)
     bbox inside dst; divisibility of every level; bbox expanded (past dst's edge too)
     when asked; top | bbox
+    every input read over whole voxels at its own resolution (_resolution)
     dtypes; reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
@@ -63,6 +64,7 @@ import keyword
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -77,6 +79,7 @@ from chunkgraph.flow._divisibility import (
     check_top_divides,
     expanded_bbox,
 )
+from chunkgraph.flow._resolution import Scale, check_integral, scale_of
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -140,6 +143,15 @@ class FlowSpec:
     # True for ``dst=None``: fn's return values are collected per bottom chunk (_values);
     # nothing is written, and the dtypes above are unused (float64).
     collect_values: bool = False
+    # Per input (in input_names' order): input voxels per dst voxel on each axis, dst
+    # resolution / the input's (_resolution); empty means 1 everywhere.
+    input_scales: tuple[Scale, ...] = ()
+
+    def scale_of(self, name: str) -> Scale:
+        """How input ``name`` is read: ``_resolution.scaled(dst box, spec.scale_of(name))``."""
+        if not self.input_scales:
+            return (Fraction(1),) * self.spatial_ndim
+        return self.input_scales[self.input_names.index(name)]
 
     @property
     def context_pad(self) -> tuple[int, ...]:
@@ -265,6 +277,8 @@ def validate_flow(
         region = expanded_bbox(region, levels[0].chunk, out.bounds.start, snap)
     below = (crops[0], blends[0], chunks[1]) if n_levels > 1 else None
     check_top_divides(region, levels[0].chunk, out.bounds, below)
+    scales = {name: scale_of(vol, out) for name, vol in named.items()}
+    check_integral(levels, region, scales, out)
 
     if collect:
         accumulate = np.dtype(np.float64)
@@ -286,6 +300,7 @@ def validate_flow(
         positional_input=positional,
         pass_box=pass_box,
         collect_values=collect,
+        input_scales=tuple(scales.values()),
     )
 
 

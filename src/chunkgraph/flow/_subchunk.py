@@ -46,6 +46,7 @@ import numpy as np
 from chunkgraph._errors import FlowOutputError
 from chunkgraph.flow._blend import axis_weights
 from chunkgraph.flow._late_writes import check_run_live
+from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
 
@@ -76,8 +77,9 @@ class SubchunkContext:
     """What every level of one top-level task needs.
 
     ``data`` maps input names to read-only arrays (channels first, then the
-    spatial axes) covering ``data_box``; ``spec.positional_input`` passes the single input
-    as ``fn``'s first argument instead of by keyword.
+    spatial axes) covering ``data_box`` (dst voxels; each array at its input's own
+    resolution, ``scaled(data_box, spec.scale_of(name))``); ``spec.positional_input``
+    passes the single input as ``fn``'s first argument instead of by keyword.
     """
 
     spec: FlowSpec
@@ -259,9 +261,19 @@ def parity_waves(grid: tuple[int, ...], axes: tuple[bool, ...]) -> list[np.ndarr
 
 def _call_fn(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
     spec = ctx.spec.levels[level]
-    view = at(chunk.padded(_add(spec.crop, spec.blend)), ctx.data_box)
-    arrays = {name: array[view] for name, array in ctx.data.items()}
+    read = chunk.padded(_add(spec.crop, spec.blend))
+    arrays = {
+        name: array[input_view(ctx.spec, name, read, ctx.data_box)]
+        for name, array in ctx.data.items()
+    }
     return call_fn(ctx.spec, ctx.fn, arrays, chunk, ctx.out_channel_shape)
+
+
+def input_view(spec: FlowSpec, name: str, box: Box, origin: Box) -> tuple[Any, ...]:
+    """Index of dst box ``box`` in input ``name``'s array over dst box ``origin``, both
+    scaled to the input's resolution."""
+    scale = spec.scale_of(name)
+    return at(scaled(box, scale), scaled(origin, scale))
 
 
 def call_fn(

@@ -3,6 +3,7 @@
 ::
 
     inputs ──read once over chunk.padded(sum of all crop + blend pads)──> arrays (read-only)
+           (each at its own resolution: that box scaled, see _resolution)
         │
         v  _subchunk: levels below the top, in memory, on the local thread pool
     output over chunk.padded(top blend) ──cast──> its checkerboard layer (or dst, when direct)
@@ -49,6 +50,7 @@ import numpy as np
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
+from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._shared_job import pickle_fields, shared_job
 from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.flow._subchunk import (
@@ -152,8 +154,9 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
 
 
 def read_inputs(job: TopJob, region: Box) -> tuple[dict[str, np.ndarray], int]:
-    """Every input over ``region``, read once (in ordered slabs when cached, see above),
-    and the bytes that took from storage.
+    """Every input over ``region`` (dst voxels; each input at its own resolution, over
+    ``scaled(region, scale)``), read once (in ordered slabs when cached, see above), and
+    the bytes that took from storage.
 
     Cached reads take turns, so their count is this task's own; uncached reads of
     tasks running at once in one process (threads, a multi-threaded Dask worker)
@@ -168,11 +171,15 @@ def read_inputs(job: TopJob, region: Box) -> tuple[dict[str, np.ndarray], int]:
         with _read_lock(job.marker_root):
             before = _bytes_read(job)
             for name, vol in job.inputs.items():
-                data[name] = _read_in_slabs(vol, region, job.sweep_axis % region.ndim)
+                own = scaled(region, job.spec.scale_of(name))
+                data[name] = _read_in_slabs(vol, own, job.sweep_axis % region.ndim)
             read = _bytes_read(job) - before
     else:
         before = _bytes_read(job)
-        data = {name: vol.read(region) for name, vol in job.inputs.items()}
+        data = {
+            name: vol.read(scaled(region, job.spec.scale_of(name)))
+            for name, vol in job.inputs.items()
+        }
         read = _bytes_read(job) - before
     for array in data.values():
         array.flags.writeable = False

@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec
-from chunkgraph.flow._subchunk import at
+from chunkgraph.flow._subchunk import input_view
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def collect_top(job: ValuesJob, box: Box) -> tuple[tuple[Box, Any], ...]:
     spec = job.spec
     bottom = spec.levels[-1]
     region = box.padded(bottom.crop)
-    data = {name: vol.read(region) for name, vol in job.inputs.items()}
+    data = {name: vol.read(scaled(region, spec.scale_of(name))) for name, vol in job.inputs.items()}
     for array in data.values():
         array.flags.writeable = False  # fn gets views: one call must not change another's input
     starts, stops, _ = box.split_arrays(bottom.chunk)
@@ -56,7 +57,7 @@ def collect_top(job: ValuesJob, box: Box) -> tuple[tuple[Box, Any], ...]:
 
     def one(chunk: Box) -> tuple[Box, Any]:
         read = chunk.padded(bottom.crop)
-        arrays = {name: array[at(read, region)] for name, array in data.items()}
+        arrays = {name: array[input_view(spec, name, read, region)] for name, array in data.items()}
         extra = {BOX_KEYWORD: read} if spec.pass_box else {}
         try:
             if spec.positional_input:

@@ -60,6 +60,7 @@ def create(
     aligned_writes: bool = True,
     cache_bytes: int = 0,
     spatial_ndim: int | None = None,
+    resolution: Any = None,
 ) -> Volume:
     """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
 
@@ -67,7 +68,8 @@ def create(
     all) are spatial and ``offset`` (default 0) places them in global space.
     ``checksum`` ends the on-disk codec chain with crc32c, so a damaged chunk file
     raises ``CorruptChunkError`` instead of reading as wrong numbers (ignored by
-    the memory backend).
+    the memory backend). ``resolution`` is the physical size of a voxel per spatial
+    axis (e.g. ``(4, 4, 40)`` nm; default 1s), kept in the attributes on disk.
 
     >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
     ...            spatial_ndim=2, offset=(100, 0))
@@ -85,7 +87,7 @@ def create(
             f"got {checksum!r} of type {type(checksum).__name__}"
         )
     meta = _build_meta(
-        shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend
+        shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend, resolution
     )
     name = _normalise_path(path, backend)
     exists = memory_exists(name) if backend == "memory" else _is_on_disk(name)
@@ -117,6 +119,7 @@ def _build_meta(
     offset: Any,
     aligned_writes: bool,
     backend: str,
+    resolution: Any = None,
 ) -> VolumeMeta:
     shape_t = as_int_tuple(shape, "shape")
     n_spatial = len(shape_t) if spatial_ndim is None else int(spatial_ndim)
@@ -141,6 +144,7 @@ def _build_meta(
         offset=offset_t,
         aligned_writes=bool(aligned_writes),
         backend=backend,
+        resolution=() if resolution is None else resolution,
     )
 
 
@@ -197,11 +201,13 @@ _DTYPE_KIND_NAMES = {
 
 
 def _check_same(volume: Volume, meta: VolumeMeta) -> None:
-    have = (volume.shape, volume.chunks, volume.dtype, volume.spatial_ndim, volume.offset)
-    want = (meta.shape, meta.chunks, meta.dtype, meta.spatial_ndim, meta.offset)
+    fields = (volume.shape, volume.chunks, volume.dtype, volume.spatial_ndim, volume.offset)
+    have = (*fields, volume.resolution)
+    want = (meta.shape, meta.chunks, meta.dtype, meta.spatial_ndim, meta.offset, meta.resolution)
     if have != want:
         raise ConfigError(
-            f"existing volume {volume.path!r} has (shape, chunks, dtype, spatial_ndim, offset) "
+            f"existing volume {volume.path!r} has (shape, chunks, dtype, spatial_ndim, offset, "
+            "resolution) "
             f"{have}, but {want} was asked for; remove it or create with matching parameters"
         )
 

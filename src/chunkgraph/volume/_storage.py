@@ -10,12 +10,18 @@ accounting lives once in ``Volume``, so the backends stay thin and identical::
 
 ``VolumeMeta`` is what a volume is, independent of its backend; the on-disk
 backends persist its chunkgraph-specific part (offset, spatial_ndim,
-aligned_writes, creating backend) in the Zarr array attributes under
-``ATTRS_KEY``, so ``open()`` restores it whichever backend wrote it.
+aligned_writes, creating backend, resolution) in the Zarr array attributes under ``ATTRS_KEY``, so
+``open()`` restores it whichever backend wrote it.
+
+Resolution: the size of one voxel along each spatial axis in physical units
+(nm, say), default 1 on every axis. A voxel ``i`` covers ``[i * r, (i + 1) * r)``
+physically, so volumes of different resolutions meet at physical coordinates
+(what the apply flow reads inputs at their own resolution by).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +46,8 @@ class VolumeMeta:
     offset: tuple[int, ...]
     aligned_writes: bool
     backend: str
+    # Physical size of a voxel per spatial axis (see as_resolution); () means all 1s.
+    resolution: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         ndim = len(self.shape)
@@ -65,6 +73,8 @@ class VolumeMeta:
             raise ConfigError(
                 f"offset {self.offset} must have one entry per spatial axis ({self.spatial_ndim})"
             )
+        # Frozen: the checked (and defaulted) resolution is set once, here.
+        object.__setattr__(self, "resolution", as_resolution(self.resolution, self.spatial_ndim))
 
     @property
     def channel_ndim(self) -> int:
@@ -78,6 +88,7 @@ class VolumeMeta:
                 "spatial_ndim": self.spatial_ndim,
                 "aligned_writes": self.aligned_writes,
                 "backend": self.backend,
+                "resolution": list(self.resolution),
             }
         }
 
@@ -105,7 +116,41 @@ def meta_from_stored(
         offset=as_int_tuple(offset, "stored offset"),
         aligned_writes=bool(ours.get("aligned_writes", False)),
         backend=backend,
+        resolution=tuple(ours.get("resolution", ())),
     )
+
+
+def as_resolution(value: object, spatial_ndim: int) -> tuple[float, ...]:
+    """A voxel size per spatial axis: positive finite numbers, integral ones as ints.
+
+    ``None`` or ``()`` is 1 on every axis; one number is that on every axis.
+
+    >>> as_resolution((4, 4, 40.0), 3), as_resolution(None, 2), as_resolution(0.5, 2)
+    ((4, 4, 40), (1, 1), (0.5, 0.5))
+    """
+    if value is None or value == ():
+        return (1,) * spatial_ndim
+    items = list(value) if isinstance(value, tuple | list) else [value] * spatial_ndim
+    if len(items) != spatial_ndim:
+        raise ConfigError(
+            f"resolution {value!r} has {len(items)} entries but the volume has {spatial_ndim} "
+            "spatial axes; give one voxel size per spatial axis, e.g. (4, 4, 40)"
+        )
+    out: list[float] = []
+    for axis, item in enumerate(items):
+        number = (
+            float(item)
+            if isinstance(item, int | float | np.integer | np.floating)
+            and not isinstance(item, bool | np.bool_)
+            else math.nan
+        )
+        if not math.isfinite(number) or number <= 0:
+            raise ConfigError(
+                f"resolution {value!r} has {item!r} on axis {axis}; a voxel size must be a "
+                "positive finite number (physical units per voxel, e.g. nm)"
+            )
+        out.append(int(number) if number.is_integer() else number)
+    return tuple(out)
 
 
 class Storage(Protocol):

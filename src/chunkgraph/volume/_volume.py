@@ -148,6 +148,11 @@ class Volume:
         return self._offset
 
     @property
+    def resolution(self) -> tuple[float, ...]:
+        """Physical size of one voxel per spatial axis (default 1s); see ``_storage``."""
+        return self._meta.resolution
+
+    @property
     def aligned_writes(self) -> bool:
         return self._meta.aligned_writes
 

@@ -1,0 +1,162 @@
+"""Inputs at their own resolution: the box an input is read over for a box of dst.
+
+The flow's grid is dst's: chunks, pads and the bbox are in dst voxels. An
+input whose voxels have another physical size (``Volume.resolution``) is read
+over the same physical box, at its own resolution::
+
+    scale s = dst resolution / input resolution        (per axis, an exact fraction p/q)
+    input box = dst box * s                            e.g. dst 8 nm, input 4 nm: s = 2
+
+So a 2x2x1 downsampling ``fn`` (inputs at (4, 4, 40), dst at (8, 8, 40))
+gets twice the voxels of its output on the first two axes, and returns the
+output at dst's resolution. Every box an input is read over must be integral:
+with ``s = p/q`` in lowest terms, each of its coordinates must be a multiple of
+``q`` in dst voxels. The flow reads at the corners of its chunks padded by
+the pads, so ``check_integral`` asks that the bbox start and every level's
+chunk, crop pad and blend pad be multiples of ``q`` on that axis (``q = 1``,
+so nothing to check, when the input is finer by a whole factor). Worked: an
+input at 8 nm for a dst at 4 nm has ``s = 1/2``; a crop pad of 3 would be 1.5
+input voxels and is refused, 2 or 4 are valid.
+
+A bbox may be given in physical units (``bbox_units="physical"``): it is
+divided by dst's resolution and must land on dst's voxel grid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.geometry import Box
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._spec import LevelSpec
+    from chunkgraph.volume import Volume
+
+Scale = tuple[Fraction, ...]
+
+BBOX_UNITS = ("voxels", "physical")
+
+
+def _exact(value: float) -> Fraction:
+    # Through the decimal text: a resolution of 0.1 means 1/10, not the float's binary value.
+    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
+
+
+def scale_of(vol: Volume, dst: Volume) -> Scale:
+    """Input voxels per dst voxel on each axis: dst resolution / the input's.
+
+    >>> from types import SimpleNamespace as N
+    >>> scale_of(N(resolution=(4, 4, 40)), N(resolution=(8, 8, 40)))
+    (Fraction(2, 1), Fraction(2, 1), Fraction(1, 1))
+    """
+    return tuple(_exact(d) / _exact(r) for d, r in zip(dst.resolution, vol.resolution, strict=True))
+
+
+def scaled(box: Box, scale: Scale) -> Box:
+    """``box`` (dst voxels) in the voxels of an input of this scale; integral by validation.
+
+    >>> scaled(Box((2, -4), (6, 8)), (Fraction(2), Fraction(1, 2)))
+    Box(start=(4, -2), stop=(12, 4))
+    """
+    if all(s == 1 for s in scale):
+        return box
+    return Box(
+        tuple(int(x * s) for x, s in zip(box.start, scale, strict=True)),
+        tuple(int(x * s) for x, s in zip(box.stop, scale, strict=True)),
+    )
+
+
+def step_of(scales: Sequence[Scale], ndim: int) -> tuple[int, ...]:
+    """Per axis, what every dst coordinate an input is read at must be a multiple of.
+
+    >>> step_of([(Fraction(2), Fraction(1, 2)), (Fraction(2, 3), Fraction(1))], 2)
+    (3, 2)
+    """
+    return tuple(math.lcm(1, *(s[a].denominator for s in scales)) for a in range(ndim))
+
+
+def check_integral(
+    levels: Sequence[LevelSpec], bbox: Box, scales: Mapping[str, Scale], dst: Volume
+) -> None:
+    """Refuse a flow that would read some input over a box that is not whole input voxels.
+
+    One ``ConfigError`` names every offending level (or the bbox start) and axis, the
+    input and its resolution, and the multiple that would be valid.
+    """
+    problems: list[str] = []
+    for name, scale in scales.items():
+        for axis, s in enumerate(scale):
+            q = s.denominator
+            if q == 1:
+                continue
+            where = f"input {name!r} on axis {axis} ({_ratio(s)} input voxels per dst voxel)"
+            if bbox.start[axis] % q:
+                problems.append(
+                    f"the bbox start {bbox.start[axis]} for {where}: use a multiple of {q}"
+                )
+            for i, lv in enumerate(levels):
+                for what, value in (("chunk", lv.chunk), ("crop pad", lv.crop)):
+                    if value[axis] % q:
+                        problems.append(_problem(i, what, value[axis], s, q, where))
+                if lv.blend[axis] % q:
+                    problems.append(_problem(i, "blend pad", lv.blend[axis], s, q, where))
+    if problems:
+        inputs = ", ".join(f"{n!r} {_resolution_text(s, dst)}" for n, s in scales.items())
+        raise ConfigError(
+            "the flow would read inputs over boxes that are not whole voxels at their own "
+            f"resolution (dst {tuple(dst.resolution)}; inputs {inputs}); chunks, pads and the "
+            "bbox are in dst voxels: " + "; ".join(problems)
+        )
+
+
+def _problem(level: int, what: str, value: int, s: Fraction, q: int, where: str) -> str:
+    return (
+        f"level {level}'s {what} {value} is {_ratio(value * s)} voxels of {where}: "
+        f"use a multiple of {q}"
+    )
+
+
+def _ratio(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+def _resolution_text(scale: Scale, dst: Volume) -> str:
+    """An input's resolution, recovered from its scale (dst resolution / s)."""
+    res = (_ratio(_exact(d) / s) for d, s in zip(dst.resolution, scale, strict=True))
+    return "(" + ", ".join(res) + ")"
+
+
+def bbox_in_voxels(bbox: Box | None, units: object, dst: Volume | None) -> Box | None:
+    """``bbox`` in dst voxels: as given for ``"voxels"``, divided by dst's resolution for
+    ``"physical"`` (it must fall on dst's voxel grid)."""
+    if units not in BBOX_UNITS:
+        raise ConfigError(
+            f"bbox_units must be 'voxels' (the bbox counts dst voxels, the default) or "
+            f"'physical' (the bbox is in dst.resolution's units, e.g. nm), got {units!r}"
+        )
+    if units == "voxels" or not isinstance(bbox, Box) or dst is None:
+        return bbox  # a bbox that is not a Box is refused by validate_flow, with its message
+    res = dst.resolution
+    if bbox.ndim != len(res):
+        return bbox  # the wrong number of axes: validate_flow says so
+    start, stop, off = [], [], []
+    for axis, (lo, hi, r) in enumerate(zip(bbox.start, bbox.stop, res, strict=True)):
+        a, b = Fraction(lo) / _exact(r), Fraction(hi) / _exact(r)
+        if a.denominator != 1 or b.denominator != 1:
+            off.append(
+                f"axis {axis}: [{lo}, {hi}) / {r} = [{float(a):g}, {float(b):g}); nearest "
+                f"voxel-aligned [{math.floor(a) * r}, {math.ceil(b) * r})"
+            )
+        start.append(int(a))
+        stop.append(int(b))
+    if off:
+        raise ConfigError(
+            f"bbox {bbox} in physical units does not fall on dst's voxel grid (resolution "
+            f"{tuple(res)}): " + "; ".join(off) + "; give a bbox on that grid, or "
+            "bbox_units='voxels' with a bbox in dst voxels"
+        )
+    return Box(tuple(start), tuple(stop))

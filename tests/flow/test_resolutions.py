@@ -1,0 +1,141 @@
+"""Inputs at another resolution than dst: read over the chunk's physical box at their own.
+
+Geometry of the downsampling case (first two axes; the third is at dst's resolution)::
+
+    src  (4 nm)  |a b|c d|e f|...     64 voxels
+    dst  (8 nm)  | A | B | C |...     32 voxels, A = mean(a, b)
+
+A dst chunk [8, 16) reads src over [16, 32); a crop pad of 2 dst voxels is 4 src voxels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunkgraph import ConfigError, volume
+from chunkgraph.geometry import Box
+
+
+def pool(x: np.ndarray) -> np.ndarray:
+    """2x2x1 mean pooling: what the flow must reproduce chunk by chunk."""
+    a, b, c = x.shape
+    return x.reshape(a // 2, 2, b // 2, 2, c).mean(axis=(1, 3))
+
+
+def repeat(x: np.ndarray) -> np.ndarray:
+    """2x2x1 nearest-neighbour upsampling."""
+    return np.repeat(np.repeat(x, 2, axis=0), 2, axis=1)
+
+
+def _pair(
+    tmp_path: Path, src_res: tuple[int, ...], dst_res: tuple[int, ...]
+) -> tuple[volume.Volume, volume.Volume, np.ndarray]:
+    shape = tuple(64 * 4 // r if i < 2 else 16 for i, r in enumerate(src_res))
+    data = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    src = volume.create(str(tmp_path / "src.zarr"), shape, (16, 16, 8), "float32",
+                        resolution=src_res)  # fmt: skip
+    src.write(src.bounds, data)
+    dst_shape = tuple(64 * 4 // r if i < 2 else 16 for i, r in enumerate(dst_res))
+    dst = volume.create(str(tmp_path / "dst.zarr"), dst_shape, (8, 8, 8), "float32",
+                        resolution=dst_res)  # fmt: skip
+    return src, dst, data
+
+
+def test_downsampling_across_resolutions_equals_the_whole_array(tmp_path: Path) -> None:
+    src, dst, data = _pair(tmp_path, (4, 4, 40), (8, 8, 40))
+    seen: list[tuple[int, ...]] = []
+
+    def down(x: np.ndarray) -> np.ndarray:
+        seen.append(x.shape)
+        return pool(x)
+
+    report = volume.apply(down, src, dst, chunk_sizes=[(16, 16, 16), (8, 8, 8)],
+                          crop_pads=[0, 2], executor="threads", workers=2)  # fmt: skip
+    np.testing.assert_array_equal(dst.read(dst.bounds), pool(data).astype("float32"))
+    assert set(seen) == {(24, 24, 12)}  # (8 + 2 * 2) dst voxels, twice as many src voxels
+    assert report.read_amplification == pytest.approx(1.0, abs=0.6)
+
+
+def test_upsampling_across_resolutions_equals_the_whole_array(tmp_path: Path) -> None:
+    src, dst, data = _pair(tmp_path, (8, 8, 40), (4, 4, 40))
+    volume.apply(repeat, src, dst, chunk_sizes=[(32, 32, 16), (16, 16, 8)], crop_pads=[0, 2],
+                 executor="threads", workers=2)  # fmt: skip
+    np.testing.assert_array_equal(dst.read(dst.bounds), repeat(data))
+
+
+def test_automatic_sizes_keep_input_boxes_whole(tmp_path: Path) -> None:
+    src, dst, data = _pair(tmp_path, (8, 8, 40), (4, 4, 40))
+    dst = volume.create(str(tmp_path / "odd.zarr"), (64, 64, 16), (3, 3, 8), "float32",
+                        resolution=(4, 4, 40), aligned_writes=False)  # fmt: skip
+    report = volume.apply(repeat, src, dst, crop_pads=2, executor="threads", workers=2)
+    assert report.plan is not None
+    for level in report.plan.chunk_sizes:
+        assert level[0] % 2 == 0 and level[1] % 2 == 0, report.plan.chunk_sizes
+    np.testing.assert_array_equal(dst.read(dst.bounds), repeat(data))
+
+
+@pytest.mark.parametrize(
+    "src_res, kwargs, words",
+    [
+        # Upsampling: src voxels are 2 dst voxels wide; an odd pad is half a src voxel.
+        ((8, 8, 40), {"chunk_sizes": [(32, 32, 16), (16, 16, 8)], "crop_pads": [0, 3]},
+         "level 1's crop pad 3 is 1.5 voxels of input 'src' on axis 0 .*multiple of 2"),
+        ((8, 8, 40), {"chunk_sizes": (16, 16, 16), "blend_pads": (2, 1, 0)},
+         "level 0's blend pad 1 is 0.5 voxels of input 'src' on axis 1"),
+        # 6 nm dst over 4 nm src: 1.5 src voxels per dst voxel.
+        ((4, 4, 40), {"chunk_sizes": [(18, 18, 16), (9, 9, 8)]},
+         "level 0's chunk 9 .*1.5 input voxels per dst voxel.*multiple of 2|"
+         "level 1's chunk 9 is 13.5 voxels"),
+    ],
+)  # fmt: skip
+def test_inputs_that_cannot_be_read_whole_are_refused_before_any_write(
+    tmp_path: Path, src_res: tuple[int, ...], kwargs: dict[str, object], words: str
+) -> None:
+    src, dst, _ = _pair(tmp_path, src_res, (4, 4, 40))
+    if src_res == (4, 4, 40):
+        dst = volume.create(str(tmp_path / "six.zarr"), (36, 36, 16), (9, 9, 8), "float32",
+                            resolution=(6, 6, 40))  # fmt: skip
+    with pytest.raises(ConfigError, match=words):
+        volume.apply(lambda x: x, src, dst, executor="threads", **kwargs)  # type: ignore[arg-type]
+    assert not dst.read(dst.bounds).any()
+    assert not (tmp_path / f".{Path(dst.path).name}.chunkgraph").exists()
+
+
+def test_a_bbox_start_off_the_input_grid_is_refused(tmp_path: Path) -> None:
+    src, dst, _ = _pair(tmp_path, (8, 8, 40), (4, 4, 40))
+    with pytest.raises(ConfigError, match="the bbox start 1 for input 'src' on axis 0"):
+        volume.apply(repeat, src, dst, chunk_sizes=(16, 16, 16),
+                     bbox=Box((1, 0, 0), (33, 32, 16)))  # fmt: skip
+
+
+def test_physical_bbox(tmp_path: Path) -> None:
+    src, dst, data = _pair(tmp_path, (4, 4, 40), (8, 8, 40))
+    physical = Box((64, 0, 0), (192, 128, 640))  # nm: dst voxels [8, 24) x [0, 16) x [0, 16)
+    report = volume.apply(pool, src, dst, chunk_sizes=(8, 8, 8), bbox=physical,
+                          bbox_units="physical", executor="threads")  # fmt: skip
+    assert report.bbox == Box((8, 0, 0), (24, 16, 16))
+    expected = np.zeros((32, 32, 16), "float32")
+    expected[8:24, 0:16] = pool(data)[8:24, 0:16]
+    np.testing.assert_array_equal(dst.read(dst.bounds), expected)
+    with pytest.raises(ConfigError, match=r"axis 2: \[0, 620\) / 40 = \[0, 15.5\).*\[0, 640\)"):
+        volume.apply(pool, src, dst, chunk_sizes=(8, 8, 8), bbox=Box((0, 0, 0), (64, 64, 620)),
+                     bbox_units="physical")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"bbox_units must be 'voxels'.* got 'nm'"):
+        volume.apply(pool, src, dst, chunk_sizes=(8, 8, 8), bbox=physical, bbox_units="nm")
+
+
+def test_the_flow_id_changes_with_resolution(tmp_path: Path) -> None:
+    ids = set()
+    for res in ((4, 4, 40), (8, 8, 80)):
+        # Same paths, shapes and ratio: only the voxel size differs.
+        src = volume.create(str(tmp_path / "s.zarr"), (16, 16, 8), (8, 8, 8), "uint8",
+                            resolution=res)  # fmt: skip
+        dst = volume.create(str(tmp_path / "d.zarr"), (16, 16, 8), (8, 8, 8), "uint8",
+                            resolution=res)  # fmt: skip
+        ids.add(volume.apply(lambda x: x, src, dst, chunk_sizes=(8, 8, 8), dry_run=True).flow_id)
+        volume.remove(src.path)
+        volume.remove(dst.path)
+    assert len(ids) == 2
