@@ -44,6 +44,10 @@ class DeviceBackend(Protocol):
         """Bind the calling thread to device ``index`` for the block."""
         ...
 
+    def current_device(self) -> int:
+        """The device the calling thread is bound to (0 when none was chosen)."""
+        ...
+
     def xp(self) -> ModuleType:
         """The array module for device arrays (``cupy``; numpy for the fake)."""
         ...
@@ -107,9 +111,9 @@ class FakeBackend:
         finally:
             self._local.device = before
 
-    def current_device(self) -> int | None:
-        """The device the calling thread is bound to (None: none)."""
-        return getattr(self._local, "device", None)
+    def current_device(self) -> int:
+        device = getattr(self._local, "device", None)
+        return 0 if device is None else int(device)
 
     def xp(self) -> ModuleType:
         return np
@@ -158,6 +162,9 @@ class CupyBackend:
 
     def using(self, index: int) -> contextlib.AbstractContextManager[None]:
         return self._cp.cuda.Device(index)  # type: ignore[no-any-return]
+
+    def current_device(self) -> int:
+        return int(self._cp.cuda.runtime.getDevice())
 
     def xp(self) -> ModuleType:
         return self._cp
