@@ -135,7 +135,7 @@ def test_complex_volumes_need_zarr(tmp_path: Path) -> None:
 
 def interrupt_counted(src: np.ndarray, counter: str) -> np.ndarray:
     with open(counter, "a") as calls:
-        calls.write("x")
+        calls.write(f"{src.flat[0]}\n")  # which chunk: a retry would name one twice
     raise KeyboardInterrupt
 
 
@@ -148,5 +148,8 @@ def test_a_ctrl_c_inside_fn_is_not_retried(tmp_path: Path, executor: str) -> Non
         volume.apply(
             fn, src, dst, chunk_sizes=[16, 8], probe=False, executor=executor, workers=1, retries=2
         )
-    assert counter.read_text() == "x"
+    # Sub-chunks of one top task may start side by side, so more than one may have been
+    # called; none may have been called again.
+    calls = counter.read_text().split()
+    assert calls and len(calls) == len(set(calls)), calls
     assert "keeps its temporaries" in info.value.__notes__[0]

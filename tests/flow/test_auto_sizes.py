@@ -158,6 +158,7 @@ def test_identity_is_exact_with_automatic_sizes(
         report = apply(
             identity, src, dst, crop_pads=crop, blend_pads=blend, bbox=bbox, executor="sync",
             intermediates=files.root / "t",
+            probe=False,  # the probe's (counted) read of one bottom chunk is not the plan's
         )  # fmt: skip
     assert report.plan is not None and report.plan.automatic
     np.testing.assert_array_equal(dst.read(bbox), data[bbox.slices()])

@@ -215,10 +215,11 @@ class Driver:
             if events is not None:
                 events.emit(EventKind.FINISHED, t, name(t), sched.attempt(t))
         for t, error in failed or ():
-            retried = sched.fail(t, error)
-            if isinstance(error, KeyboardInterrupt):  # the task's own Ctrl-C: not a try
+            if isinstance(error, KeyboardInterrupt):  # the task's own Ctrl-C: never retried
+                sched.fail(t, error, retry=False)
                 self.stop(error)
                 continue
+            retried = sched.fail(t, error)
             if retried:
                 unblocked += 1
             if events is not None:

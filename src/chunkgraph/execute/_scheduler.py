@@ -341,14 +341,15 @@ class Scheduler:
         assert p is not None
         self.live[self._context[t] if self._multi else 0] += sign * p.output[t]
 
-    def fail(self, t: int, error: BaseException) -> bool:
-        """Record a failed try of ``t``; True if it is READY again for another try."""
+    def fail(self, t: int, error: BaseException, *, retry: bool = True) -> bool:
+        """Record a failed try of ``t``; True if it is READY again for another try
+        (never when ``retry`` is False)."""
         self.running -= 1
         if self._admit:
             self._vacate(t)
         tries = self.attempts.get(t, 0) + 1
         self.attempts[t] = tries
-        if tries <= self.retries and not self.stopping:
+        if retry and tries <= self.retries and not self.stopping:
             self._push(t)
             return True
         self.state[t] = TaskState.FAILED
