@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"
-        print(_failure_summary(group), file=sys.stderr)
+        print(failure_summary(group), file=sys.stderr)
         print(
             "chunkgraph run: the flow failed; fix the cause and rerun with --resume to "
             "keep the finished chunks",
@@ -216,7 +216,7 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
     }
 
 
-def _failure_summary(group: BaseExceptionGroup[Any]) -> str:
+def failure_summary(group: BaseExceptionGroup[Any]) -> str:
     """One block per failed task: its name, the cause's first line, the chunk from the note."""
     from chunkgraph._errors import TaskError
 

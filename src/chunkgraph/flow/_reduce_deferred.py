@@ -46,7 +46,7 @@ from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._lock import flow_lock
 from chunkgraph.flow._markers import REDUCE, TOP, CompletionRecord, MarkerStore, dst_stamp, grid_key
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
-from chunkgraph.flow._spec import FlowSpec, check_bools
+from chunkgraph.flow._spec import FlowSpec, check_bools, check_dst
 from chunkgraph.flow._state import read_flow_info, write_flow_info
 from chunkgraph.geometry import Box
 
@@ -104,36 +104,42 @@ def reduce_deferred(
     _check_run_options(workers, retries, lock_wait)
     flow_dir = _flow_dir_of(flow)
     root, flow_id = flow_dir.parent, flow_dir.name
+    check_dst(dst, {})
     chosen = _resolve_executor(executor, workers, retries, timeout, {}, dst, run_deferred_reduction)
-    target = {"dst": dst.path, "stamp": dst_stamp(dst), "blend_mode": blend_mode}
-    if not root.is_dir():
-        _geometry(flow_dir, {}, None)  # raises: nothing there
-    with flow_lock(root / f"{flow_id}.lock", lock_wait):
-        record = CompletionRecord(root, flow_id)
-        info = read_flow_info(flow_dir)
-        finished = record.read()
-        if (
-            finished is not None
-            and info.get("reduced", target) == target
-            and finished.get("dst") == target["stamp"]
-        ):
-            return _finished_report(flow_dir, _geometry_bbox(info, finished), finished, t0)
-        geometry = _geometry(flow_dir, info, finished)
-        geometry.check_blend_mode(blend_mode)
-        geometry.check_dst(dst)
-        _check_top_done(flow_dir, info)
-        markers = MarkerStore(flow_dir)
-        if info.get("reducing") != target:
-            markers.clear((REDUCE,))  # markers of writes into another target
-        spec = geometry.spec(blend_mode)
-        totals = {**_kept(info), "reductions": len(reduction_boxes(spec, dst)[0])}
-        # The target first: a marker written from here on is a write into it.
-        record.remove()
-        write_flow_info(flow_dir, **totals, reducing=target)
-        report = _run(spec, geometry, flow_dir, dst, markers, chosen, progress, subscribers, t0)
-        record.write(report, target["stamp"])
-        write_flow_info(flow_dir, **{**totals, "deferred": False}, reduced=target)
-        return report
+    from chunkgraph.execute._executor import close_resolved
+
+    try:
+        target = {"dst": dst.path, "stamp": dst_stamp(dst), "blend_mode": blend_mode}
+        if not root.is_dir():
+            _geometry(flow_dir, {}, None)  # raises: nothing there
+        with flow_lock(root / f"{flow_id}.lock", lock_wait):
+            record = CompletionRecord(root, flow_id)
+            info = read_flow_info(flow_dir)
+            finished = record.read()
+            if (
+                finished is not None
+                and info.get("reduced", target) == target
+                and finished.get("dst") == target["stamp"]
+            ):
+                return _finished_report(flow_dir, _geometry_bbox(info, finished), finished, t0)
+            geometry = _geometry(flow_dir, info, finished)
+            geometry.check_blend_mode(blend_mode)
+            geometry.check_dst(dst)
+            _check_top_done(flow_dir, info)
+            markers = MarkerStore(flow_dir)
+            if info.get("reducing") != target:
+                markers.clear((REDUCE,))  # markers of writes into another target
+            spec = geometry.spec(blend_mode)
+            totals = {**_kept(info), "reductions": len(reduction_boxes(spec, dst)[0])}
+            # The target first: a marker written from here on is a write into it.
+            record.remove()
+            write_flow_info(flow_dir, **totals, reducing=target)
+            report = _run(spec, geometry, flow_dir, dst, markers, chosen, progress, subscribers, t0)
+            record.write(report, target["stamp"])
+            write_flow_info(flow_dir, **{**totals, "deferred": False}, reduced=target)
+            return report
+    finally:
+        close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
 
 
 def _run(

@@ -181,7 +181,7 @@ def resolve_region(
     """The named inputs, dst and the bbox, checked as ``validate_flow`` checks them: what
     automatic sizes are planned from, before the sizes (and so the rest) can be checked."""
     named = normalize_inputs(inputs)
-    out = _check_dst(dst, named)
+    out = check_dst(dst, named)
     ndim = _check_spatial_ndim(named, out)
     return named, out, _resolve_bbox(bbox, out, ndim)
 
@@ -244,7 +244,7 @@ def validate_flow(
     named = normalize_inputs(inputs)
     positional = isinstance(inputs, Volume)
     collect = dst is None
-    out = _values_reference(named) if collect else _check_dst(dst, named)
+    out = _values_reference(named) if collect else check_dst(dst, named)
     ndim = _check_spatial_ndim(named, out)
     pass_box = _check_signature(fn, named, positional)
 
@@ -307,7 +307,8 @@ def validate_flow(
 # --- inputs, dst, dimensions ---------------------------------------------------------
 
 
-def _check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
+def check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
+    """``dst`` if it is a Volume open for writing, else ``ConfigError`` saying how to fix it."""
     if not isinstance(dst, Volume):
         raise ConfigError(
             f"dst must be a Volume, got {type(dst).__name__}; create one with "

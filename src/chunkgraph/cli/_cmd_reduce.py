@@ -1,0 +1,121 @@
+"""``chunkgraph reduce``: reduce a deferred flow's layers into its destination.
+
+    chunkgraph reduce DST [FLOW_ID] [--intermediates DIR] [--blend-mode MODE]
+                      [--executor KIND|ADDRESS] [--workers N] [--quiet | --log-json PATH]
+
+A flow applied with ``blend_modes="defer"`` stops after its top-level tasks and
+keeps their outputs in checkerboard layers (``chunkgraph status`` lists it as
+deferred). This command writes them into ``DST`` with ``MODE`` (default
+quadratic): the bytes ``apply`` with that mode would have written. The flows
+are looked up beside ``DST`` (or in ``--intermediates DIR``); ``FLOW_ID`` may
+be left out when exactly one deferred flow is there. Calling it again after a
+failure resumes; after success it does nothing.
+
+Exit codes: 0 reduced (or already reduced), 1 failed or the flow is running,
+2 usage (no such flow, dst does not match), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from chunkgraph.cli._cmd_run import EXIT_INTERRUPTED, executor_arg, failure_summary
+from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from chunkgraph.cli._output import add_output_options, close_output, event_output
+
+# chunkgraph.flow._blend's modes a deferred flow can be reduced with, stated here so
+# that --help does not import the flow package; a test checks that they agree.
+REDUCE_MODES = ("linear", "quadratic", "bump", "max")
+
+
+def register(commands: Any) -> None:
+    reduce = commands.add_parser(
+        "reduce",
+        help="reduce a deferred apply flow's layers into its destination",
+        description="Write the layers a flow applied with blend_modes='defer' kept into DST.",
+    )
+    reduce.add_argument("dst", metavar="DST", help="the destination volume's path")
+    reduce.add_argument(
+        "flow_id", nargs="?", metavar="FLOW_ID", help="the deferred flow (default: the only one)"
+    )
+    reduce.add_argument(
+        "--intermediates", metavar="DIR", help="the flows' directory, when apply was given one"
+    )
+    reduce.add_argument(
+        "--blend-mode",
+        choices=REDUCE_MODES,
+        default="quadratic",
+        help="how overlapping top-level chunks combine (default quadratic)",
+    )
+    reduce.add_argument(
+        "--executor",
+        type=executor_arg,
+        default="threads",
+        metavar="{threads,adaptive,processes,sync,tcp://HOST:PORT}",
+        help="where the reductions run (default threads)",
+    )
+    reduce.add_argument("--workers", type=int, default=None, help="executor size")
+    add_output_options(reduce)
+    reduce.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from chunkgraph import flow, volume
+    from chunkgraph._errors import FlowLockedError
+    from chunkgraph.flow._state import FlowStatus, default_intermediates, read_flows
+
+    if args.workers is not None and args.workers < 1:
+        print(
+            f"chunkgraph reduce: --workers must be at least 1, got {args.workers}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    root = Path(args.intermediates) if args.intermediates else default_intermediates(args.dst)
+    flows = read_flows(root, sizes=False) if root.is_dir() else []
+    deferred = [s.flow_id for s in flows if s.status is FlowStatus.DEFERRED]
+    flow_id = args.flow_id
+    if flow_id is None:
+        if len(deferred) != 1:
+            found = f"deferred flows there: {', '.join(deferred)}" if deferred else "none is"
+            print(
+                f"chunkgraph reduce: give the FLOW_ID to reduce ({found} under {root}; "
+                "`chunkgraph status` lists them)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        flow_id = deferred[0]
+    try:
+        dst = volume.open(args.dst, mode="r+")
+    except (FileNotFoundError, ValueError) as err:
+        print(f"chunkgraph reduce: cannot open {args.dst}: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    progress, subscribers = event_output(args)
+    try:
+        report = flow.reduce_deferred(
+            root / flow_id,
+            dst,
+            blend_mode=args.blend_mode,
+            executor=args.executor,
+            workers=args.workers,
+            progress=progress,
+            subscribers=subscribers,
+        )
+    except FlowLockedError as err:
+        print(f"chunkgraph reduce: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except ExceptionGroup as group:
+        print(failure_summary(group), file=sys.stderr)
+        print(
+            "chunkgraph reduce: failed; fix the cause and run it again to resume", file=sys.stderr
+        )
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("\nchunkgraph reduce: interrupted; run it again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        close_output(subscribers)
+    out = sys.stderr if args.log_json == "-" else sys.stdout
+    print(report.summary(), file=out)
+    return EXIT_OK

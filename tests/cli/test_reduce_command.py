@@ -1,0 +1,87 @@
+"""``chunkgraph reduce``: a deferred flow reduced from the command line (real Zarr v3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunkgraph import cli, volume
+from chunkgraph.cli._cmd_reduce import REDUCE_MODES
+from chunkgraph.flow._blend import ALL_MODES
+
+SHAPE = (32, 48)
+
+
+def halved(x: np.ndarray) -> np.ndarray:
+    return x // 2
+
+
+def _deferred(tmp: Path, *, twice: bool = False) -> tuple[Path, np.ndarray]:
+    """dst beside a deferred flow (two when ``twice``); the data it was applied to."""
+    data = np.random.default_rng(3).integers(0, 255, SHAPE, dtype="uint8")
+    src = volume.create(str(tmp / "src.zarr"), SHAPE, (8, 8), "uint8")
+    src.write(src.bounds, data)
+    dst = volume.create(str(tmp / "dst.zarr"), SHAPE, (8, 8), "uint8")
+    for fn in (halved, np.invert)[: 1 + twice]:
+        volume.apply(fn, src, dst, chunk_sizes=[(16, 16)], blend_pads=4, blend_modes="defer",
+                     executor="sync")  # fmt: skip
+    assert not dst.read(dst.bounds).any()  # deferred: nothing in dst yet
+    return tmp / "dst.zarr", data
+
+
+def test_reduce_writes_what_apply_writes_then_does_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, data = _deferred(tmp_path)
+    assert cli.main(["reduce", str(dst), "--quiet", "--blend-mode", "linear"]) == 0
+    np.testing.assert_array_equal(
+        volume.open(str(dst)).read(volume.open(str(dst)).bounds), data // 2
+    )
+    assert "reductions" in capsys.readouterr().out
+    assert cli.main(["reduce", str(dst), "--quiet"]) == 2  # no deferred flow is left
+    assert "none is" in capsys.readouterr().err
+    assert cli.main(["status", str(dst)]) == 0
+    assert "finished" in capsys.readouterr().out
+
+
+def test_reduce_needs_a_flow_id_when_several_are_deferred(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, _ = _deferred(tmp_path, twice=True)
+    assert cli.main(["reduce", str(dst), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "give the FLOW_ID" in err and "deferred flows there" in err
+    ids = err.split("deferred flows there: ")[1].split(" under ")[0].split(", ")
+    assert len(ids) == 2
+    assert cli.main(["reduce", str(dst), ids[0], "--quiet", "--executor", "sync"]) == 0
+    assert not (volume.open(str(dst)).read(volume.open(str(dst)).bounds) == 0).all()
+
+
+def test_a_dst_that_does_not_match_is_refused_and_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, _ = _deferred(tmp_path)
+    (flow_id,) = [p.name for p in (tmp_path / ".dst.zarr.chunkgraph").iterdir() if p.is_dir()]
+    other = volume.create(str(tmp_path / "other.zarr"), SHAPE, (16, 16), "uint8")
+    args = ["reduce", str(tmp_path / "other.zarr"), flow_id, "--quiet"]
+    assert cli.main([*args, "--intermediates", str(tmp_path / ".dst.zarr.chunkgraph")]) == 2
+    assert "chunks" in capsys.readouterr().err
+    assert not other.read(other.bounds).any()
+    with pytest.raises(SystemExit):  # argparse: usage error, the valid modes listed
+        cli.main(["reduce", str(dst), "--blend-mode", "nearest"])
+    assert "linear" in capsys.readouterr().err
+
+
+def test_python_refuses_a_read_only_dst_before_anything_runs(tmp_path: Path) -> None:
+    from chunkgraph import ConfigError, flow
+
+    dst, _ = _deferred(tmp_path)
+    (flow_dir,) = [p for p in (tmp_path / ".dst.zarr.chunkgraph").iterdir() if p.is_dir()]
+    with pytest.raises(ConfigError, match="mode='r\\+'"):
+        flow.reduce_deferred(flow_dir, volume.open(str(dst)))
+
+
+def test_the_command_offers_the_modes_the_flow_accepts() -> None:
+    assert set(REDUCE_MODES) == set(ALL_MODES) - {"defer"}
