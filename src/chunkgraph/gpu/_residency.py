@@ -28,9 +28,10 @@ The results a GPU keeps for later consumers are counted here, in bytes
 When keeping a new result would take the resident bytes over ``limit[d]``,
 the oldest results still held are moved to host (*spilled*: their entry in
 the scheduler's results becomes the host copy) until it fits; the new result
-itself stays. Released results are dropped from ``resident`` lazily, when a
-spill is considered (a release is the scheduler's business; a stale entry
-only ever makes a spill less likely, never wrong).
+itself stays. Released results are dropped from ``resident`` lazily: a
+release is the scheduler's business, so before anything is spilled the
+entries whose result is gone are forgotten first, and only a device still
+over its limit spills.
 
 At the end of a run every device's pool is trimmed (``trim_pool``), so a
 long-lived process does not hoard device memory between runs.
@@ -189,18 +190,15 @@ class Residency:
         self.held[device] += nbytes
         if self.held[device] <= self.limit[device]:
             return
-        backend = self.backend
+        for old in [old for old in resident if self.results[old] is None]:
+            self.held[device] -= resident.pop(old)  # released since: stale bytes
         for old in list(resident):
             if self.held[device] <= self.limit[device]:
                 break
             if old == t:
                 continue  # the new result stays; older ones make room for it
-            size = resident.pop(old)
-            self.held[device] -= size
-            value = self.results[old]
-            if value is None or not (backend.is_device_array(value) or _items(value)):
-                continue  # released (or spilled) since: its bytes were stale
-            self.results[old] = _one_level(value, self._leaf_to_host)
+            self.held[device] -= resident.pop(old)
+            self.results[old] = _one_level(self.results[old], self._leaf_to_host)
             self.spills += 1
 
     # -- the calling thread, after the workers ------------------------------------------
