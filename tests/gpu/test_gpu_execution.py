@@ -236,3 +236,22 @@ def test_a_plan_naming_a_missing_device_is_refused(fake2: FakeBackend) -> None:
     plan = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu5", "gpu")])
     with pytest.raises(cg.ConfigError, match=r"'gpu5'.*sees 2 device"):
         cg.run(g, "x", plan=plan)
+
+
+def test_a_task_not_asking_for_a_gpu_gets_host_arrays_even_on_a_gpu_worker(
+    fake2: FakeBackend,
+) -> None:
+    """up (gpu) -> io ({"io": 1}: any context, here gpu0 by its costs)."""
+    got: list[type] = []
+
+    def io(x: Any) -> int:
+        got.append(type(x))
+        return 0
+
+    g = cg.Graph()
+    up = g.add(np.negative, np.ones(2), resources=GPU, cost=cg.Cost({"gpu0": 1.0}))
+    g.add(io, up, resources={"io": 1}, cost=cg.Cost({"gpu0": 1.0}), name="io")
+    plan = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu0", "gpu")])
+    assert plan.context_of(g.task_id("io")).name == "gpu0"  # type: ignore[union-attr]
+    cg.run(g, "io", plan=plan)
+    assert got == [np.ndarray]

@@ -4,12 +4,14 @@ The local executor runs each GPU context with one worker thread bound to its
 device (``DeviceBackend.using``). This module decides, for each call, where the
 call's array arguments must be, and moves only what is not there yet:
 
-    a task on GPU d   host arrays        -> to_device(d)          (upload)
+    a GPU task on d   host arrays        -> to_device(d)          (upload)
                       arrays on GPU d    -> passed as they are     (no round trip)
                       arrays on GPU e    -> to_host, to_device(d)  (via host)
-    a task on a CPU   device arrays      -> to_host                (download)
+    any other task    device arrays      -> to_host                (download)
     the run's caller  device results     -> to_host                (download)
 
+A "GPU task" asks for ``{"gpu": ...}``; a task whose resources name neither
+kind may be planned on a GPU context too, and gets host arrays there.
 Arguments are looked at at the top level and one level into lists, tuples and
 dicts (``f(x, [a, b], {"k": c})``); deeper containers pass unchanged. A
 result is never moved in the scheduler's table for a consumer: each consumer
@@ -48,7 +50,7 @@ import contextlib
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,7 +98,8 @@ class Residency:
 
     ``devices[c]``: the device of context c (-1: CPU); ``limits[c]``: bytes of
     results context c's device may keep (inf: no limit); ``results``: the
-    scheduler's results table (spilled entries are replaced in it).
+    scheduler's results table (spilled entries are replaced in it); ``gpu_tasks``:
+    the tasks that ask for a GPU (only they get device arrays; None: every task).
     """
 
     def __init__(
@@ -105,8 +108,10 @@ class Residency:
         devices: list[int],
         limits: list[float],
         results: list[Any],
+        gpu_tasks: Container[int] | None = None,
     ) -> None:
         self.backend = backend
+        self.gpu_tasks = gpu_tasks
         self.devices = devices
         self.results = results
         self.limit = {d: limits[c] for c, d in enumerate(devices) if d >= 0}
@@ -128,10 +133,13 @@ class Residency:
     def resolver(self, context: int, resolve: Resolve) -> Resolve:
         """``resolve`` with the arguments moved to where ``context`` runs them."""
         device = self.devices[context]
-        move = self._leaf_to_host if device < 0 else self._leaf_to_device(device)
+        to_host = self._leaf_to_host
+        to_device = to_host if device < 0 else self._leaf_to_device(device)
+        gpu_tasks = self.gpu_tasks
 
         def moved(t: int, results: list[Any]) -> Call:
             fn, args, kwargs = resolve(t, results)
+            move = to_device if gpu_tasks is None or t in gpu_tasks else to_host
             return (
                 fn,
                 tuple(_one_level(a, move) for a in args),
