@@ -255,3 +255,24 @@ def test_a_task_not_asking_for_a_gpu_gets_host_arrays_even_on_a_gpu_worker(
     assert plan.context_of(g.task_id("io")).name == "gpu0"  # type: ignore[union-attr]
     cg.run(g, "io", plan=plan)
     assert got == [np.ndarray]
+
+
+def test_pool_threads_are_unbound_again_after_a_gpu_run(fake2: FakeBackend) -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, name="on_gpu")
+    cg.run(g, "on_gpu", workers=2)
+    later = cg.Graph()
+    for i in range(8):
+        later.add(lambda i: fake2.bound_device(), i, name=f"t{i}")
+    assert set(cg.run(later, workers=4).values()) == {None}  # the same 4 pool threads
+
+
+def test_plan_explains_a_gpu_task_without_gpus_and_falls_back_when_asked() -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, name="on_gpu")
+    with pytest.raises(cg.PlanError, match=r"chunkgraph\[gpu\].*gpu_fallback=True"):
+        cg.plan(g, [cg.Context("cpu", slots=2)])
+    plan = cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    assert plan.context_of(g.task_id("on_gpu")).name == "cpu"  # type: ignore[union-attr]
+    with_gpu = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu0", "gpu")], gpu_fallback=True)
+    assert with_gpu.context_of(g.task_id("on_gpu")).name == "gpu0"  # type: ignore[union-attr]
