@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import TYPE_CHECKING
 
 from chunkgraph.execute._driver import Driver
 from chunkgraph.execute._events import EventKind
@@ -38,6 +39,9 @@ from chunkgraph.execute._threads import ThreadBackend
 from chunkgraph.parallel._activation import Activation, ActivationEvent
 from chunkgraph.parallel._runner import POLL_INTERVAL_S
 from chunkgraph.parallel._signals import ProcessSignals, Sampler
+
+if TYPE_CHECKING:
+    from chunkgraph.gpu._residency import Residency
 
 # Seconds between activation checks: the runner's poll (longer windows read
 # storage rates with less noise than the 0.1 s the sampler's guard allows).
@@ -50,9 +54,14 @@ class AdaptiveBackend(ThreadBackend):
     past them); ``sampler``: the signal source (default: this process's)."""
 
     def __init__(
-        self, driver: Driver, workers: int, cpus: int, sampler: Sampler | None = None
+        self,
+        driver: Driver,
+        workers: int,
+        cpus: int,
+        sampler: Sampler | None = None,
+        residency: Residency | None = None,
     ) -> None:
-        super().__init__(driver, workers)
+        super().__init__(driver, workers, residency)
         # Caps per context: the plan's placement splits ``workers`` over its contexts.
         self.caps = list(self.per_context)
         self.activation = Activation(

@@ -49,6 +49,10 @@ class EventKind(enum.Enum):
     CANCELLED = "cancelled"
     STOLEN = "stolen"  # an idle context took planned work of another (``total``: tasks moved)
     ACTIVATED = "activated"  # the adaptive executor's check (``total``: workers active)
+    # Once per run with GPU tasks, before RUN_FINISHED: ``name`` is a summary line
+    # ("gpu: 3 upload(s), 1 download(s), 4,096 bytes moved, 0 spill(s)"), ``total``
+    # the bytes moved between host and devices.
+    TRANSFERS = "transfers"
     RUN_FINISHED = "run-finished"
 
 

@@ -72,6 +72,7 @@ def resolve_executor(
     workers: int | None = None,
     retries: int = 0,
     timeout: float | None = None,
+    gpu_fallback: bool = False,
 ) -> Executor:
     """The Executor that ``executor=`` names: a kind (one of ``EXECUTOR_KINDS``)
     becomes a ``LocalExecutor`` with these options; a scheduler address
@@ -81,10 +82,16 @@ def resolve_executor(
     ConfigError for anything else, for bad options, and for options given beside an
     Executor (which carries its own).
 
-    >>> resolve_executor("sync", retries=1)
-    LocalExecutor(kind='sync', workers=None, retries=1, subscribers=(), timeout=None)
+    >>> resolve_executor("sync", retries=1).retries
+    1
     """
     if isinstance(executor, str) and "://" in executor:
+        if gpu_fallback:
+            raise ConfigError(
+                f"gpu_fallback=True applies to this machine's executors, not to a Dask "
+                f"cluster (executor={executor!r}), whose GPUs are its workers' resources; "
+                "leave it unset"
+            )
         return _dask_executor(executor, workers, retries, timeout)
     if isinstance(executor, str):
         if executor not in EXECUTOR_KINDS:
@@ -93,7 +100,7 @@ def resolve_executor(
                 "('tcp://host:8786') or an Executor (such as LocalExecutor('threads', "
                 f"workers=4)), got {executor!r}"
             )
-        return LocalExecutor(executor, workers, retries, (), timeout)
+        return LocalExecutor(executor, workers, retries, (), timeout, gpu_fallback=gpu_fallback)
     if not isinstance(executor, Executor):
         raise ConfigError(
             f"executor must be one of {EXECUTOR_KINDS} or an Executor (an object with "
@@ -105,6 +112,7 @@ def resolve_executor(
             ("workers", workers, None),
             ("retries", retries, 0),
             ("timeout", timeout, None),
+            ("gpu_fallback", gpu_fallback, False),
         )
         if value != default
     }

@@ -17,11 +17,23 @@ raises is a failed try, ``SystemExit`` included (it must not end the program
 that waits for the task); ``KeyboardInterrupt`` is not: it interrupts the run.
 A Ctrl-C while a run is active always ends it with ``KeyboardInterrupt``
 (see ``_interrupts``).
+
+GPUs. A graph with tasks asking for ``{"gpu": ...}`` is planned on this
+machine's CPU and GPU contexts (a graph without is planned on its CPUs only,
+so a GPU in the machine changes nothing for it); without a device backend
+there are no GPU contexts, and such a graph is a ConfigError unless
+``gpu_fallback=True`` (then its GPU tasks run on CPU workers). When tasks are
+planned on GPU contexts and a backend is active, the run has a ``Residency``
+(``chunkgraph.gpu._residency``): each GPU context's worker is bound to its
+device, arrays move to where each task runs, results the caller gets are on
+the host. "threads", "adaptive" and "sync" run GPU tasks; "processes" refuses
+them (a device array cannot go through shared memory to a worker process).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,11 +53,13 @@ from chunkgraph.execute._processes import ProcessBackend
 from chunkgraph.execute._scheduler import Scheduler
 from chunkgraph.execute._sync import SyncBackend
 from chunkgraph.execute._threads import ThreadBackend
+from chunkgraph.gpu._backend import active_backend
+from chunkgraph.gpu._residency import Residency, device_indices, residency_limits
 from chunkgraph.graph import Graph, needed_mask
 
 if TYPE_CHECKING:
     from chunkgraph.parallel._signals import Sampler
-    from chunkgraph.planning import Plan
+    from chunkgraph.planning import Context, Plan
 
 ExecutorKind = Literal["threads", "adaptive", "processes", "sync"]
 EXECUTOR_KINDS: tuple[ExecutorKind, ...] = ("threads", "adaptive", "processes", "sync")
@@ -73,6 +87,8 @@ class LocalExecutor:
     run before it fails with ``TimeoutError`` (a worker process running it is
     killed; a thread, which cannot be killed, is abandoned); None: no limit.
     Refused for "sync", where nothing could stop the calling thread.
+    ``gpu_fallback``: where no GPU is found, run tasks that ask for
+    ``{"gpu": ...}`` on CPU workers instead of raising ConfigError.
 
     >>> from chunkgraph.graph import Graph
     >>> g = Graph()
@@ -87,6 +103,7 @@ class LocalExecutor:
     subscribers: tuple[Subscriber, ...] = field(default=())
     timeout: float | None = None
     sampler: Sampler | None = field(default=None, repr=False, compare=False)
+    gpu_fallback: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTOR_KINDS:
@@ -106,6 +123,8 @@ class LocalExecutor:
                 "in the calling thread, which nothing can stop); use executor='threads' or "
                 "'processes', or timeout=None"
             )
+        if not isinstance(self.gpu_fallback, bool):
+            raise ConfigError(f"gpu_fallback must be True or False, got {self.gpu_fallback!r}")
         if self.sampler is not None and self.kind != "adaptive":
             raise ConfigError(
                 f"sampler is read only by executor='adaptive', not {self.kind!r}; "
@@ -142,31 +161,79 @@ class LocalExecutor:
         cpus = max(1, workers // ADAPTIVE_WORKERS_PER_CORE) if self.kind == "adaptive" else None
         placement = None if _trivial(plan) else placement_of(plan, graph, workers, cpus)
         scheduler = Scheduler(graph, target_ids, plan.order, self.retries, placement)
+        residency = self._residency(plan, scheduler)
         driver = Driver(
             graph, scheduler, (*self.subscribers, *subscribers), task_timeouts(self.timeout)
         )
         with _interrupts.InterruptGuard():
-            driver.run(self._backend(driver, workers))
+            driver.run(self._backend(driver, workers, residency))
         if scheduler.failures:
             raise _error_group(graph, scheduler)
+        if residency is not None:
+            return {t: residency.to_host(scheduler.results[t]) for t in target_ids}
         return {t: scheduler.results[t] for t in target_ids}
+
+    def _residency(self, plan: Plan, scheduler: Scheduler) -> Residency | None:
+        """The run's Residency when tasks are planned on GPU contexts and a device
+        backend is active; None otherwise (GPU contexts are then plain workers)."""
+        placement = scheduler.placement
+        kinds = [c.kind for c in plan.contexts]
+        if placement is None or "gpu" not in kinds:
+            return None
+        gpu_ids = [c for c, kind in enumerate(kinds) if kind == "gpu"]
+        if not np.isin(plan.task_context, gpu_ids).any():
+            return None
+        backend = active_backend()
+        if backend is None:
+            return None
+        if self.kind == "processes":
+            name = next(
+                plan.graph.name(int(t)) for t in np.flatnonzero(np.isin(plan.task_context, gpu_ids))
+            )
+            raise ConfigError(
+                f"executor='processes' cannot run tasks on GPUs (task {name!r} is planned on "
+                f"one): device arrays do not travel to worker processes; use "
+                "executor='threads' (one worker thread per GPU, CPU tasks on the others)"
+            )
+        devices = device_indices(placement.names, kinds, backend.device_count())
+        limits = residency_limits(devices, placement.budget, placement.context, placement.memory)
+        gpu_tasks = {t for t, res in plan.graph.resources_overrides().items() if "gpu" in res}
+        return Residency(backend, devices, limits, scheduler.results, gpu_tasks)
 
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
         from chunkgraph.planning import plan
 
         if given is None:
-            key = "plan:" + hashlib.blake2b(np.asarray(targets, np.int64).tobytes()).hexdigest()
-            return graph.cached(key, lambda g: plan(g, targets=targets))
+            contexts = self._contexts_for(graph, targets)
+            digest = hashlib.blake2b(np.asarray(targets, np.int64).tobytes())
+            digest.update(repr((contexts, self.gpu_fallback)).encode())
+            return graph.cached(
+                "plan:" + digest.hexdigest(),
+                lambda g: plan(g, contexts, targets=targets, gpu_fallback=self.gpu_fallback),
+            )
         return check_plan(graph, targets, given)
 
-    def _backend(self, driver: Driver, workers: int) -> Backend:
+    def _contexts_for(self, graph: Graph, targets: list[int]) -> tuple[Context, ...]:
+        """This machine's contexts for a graph: its GPUs only when a needed task asks for
+        one and a backend can drive them; ConfigError when none is found (see the module doc)."""
+        from chunkgraph.planning import local_contexts
+
+        asking = _gpu_task(graph, targets)
+        if asking < 0:
+            return local_contexts(gpus=False)
+        contexts = local_contexts(gpus=active_backend() is not None)
+        if any(c.kind == "gpu" for c in contexts) or self.gpu_fallback:
+            return contexts
+        raise ConfigError(no_gpu_message(graph, asking))
+
+    def _backend(self, driver: Driver, workers: int, residency: Residency | None) -> Backend:
         if self.kind == "threads":
-            return ThreadBackend(driver, workers)
+            return ThreadBackend(driver, workers, residency)
         if self.kind == "adaptive":
-            return AdaptiveBackend(driver, workers, usable_cores(), self.sampler)
+            return AdaptiveBackend(driver, workers, usable_cores(), self.sampler, residency)
         if self.kind == "processes":
             return ProcessBackend(driver, workers)
-        return SyncBackend(driver)
+        return SyncBackend(driver, residency)
 
 
 def check_plan(graph: Graph, targets: list[int], given: object) -> Plan:
@@ -200,6 +267,40 @@ def check_plan(graph: Graph, targets: list[int], given: object) -> Plan:
             "with the same targets (chunkgraph.plan(graph, targets=...))"
         )
     return given
+
+
+def _gpu_task(graph: Graph, targets: list[int]) -> int:
+    """A task ``targets`` need that asks for a GPU, or -1 (cheap without any)."""
+    asking = [t for t, res in graph.resources_overrides().items() if "gpu" in res]
+    if not asking:
+        return -1
+    needed = needed_mask(graph, targets)
+    return next((t for t in sorted(asking) if needed[t]), -1)
+
+
+def no_gpu_message(graph: Graph, t: int) -> str:
+    """Why task ``t`` (asking for a GPU) cannot run here, and the two ways out."""
+    from chunkgraph.planning._contexts import gpu_contexts
+
+    backend = active_backend()
+    if backend is not None:
+        why = f"the device backend {backend.name!r} sees no device"
+    else:
+        listed = len(gpu_contexts())
+        why = (
+            f"nvidia-smi lists {listed} GPU(s), but CuPy is not installed or cannot use them"
+            if listed
+            else "CuPy is not installed, or no device is visible"
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        why += f" (CUDA_VISIBLE_DEVICES={visible!r})"
+    return (
+        f"task {graph.name(t)!r} asks for resources {dict(graph.resources(t))}, but no GPU "
+        f"was found: {why}. Install the GPU extra on a machine with an NVIDIA GPU "
+        "(pip install 'chunkgraph[gpu]'), or pass gpu_fallback=True to run GPU tasks "
+        "on CPU workers"
+    )
 
 
 def _trivial(plan: Plan) -> bool:

@@ -54,6 +54,7 @@ def run(
     subscribers: Iterable[Subscriber] = (),
     timeout: float | None = None,
     plan: Plan | None = None,
+    gpu_fallback: bool = False,
 ) -> Any:
     """Run ``graph`` and return the results of ``targets``.
 
@@ -65,6 +66,8 @@ def run(
     ``timeout``: seconds each try of each task may run (see ``LocalExecutor``).
     ``plan``: a ``chunkgraph.plan(graph, ...)`` to follow (default: the graph is
     planned on this machine's contexts, ``chunkgraph.local_contexts()``).
+    ``gpu_fallback``: where no GPU is found, tasks asking for ``{"gpu": ...}`` run
+    on CPU workers (default: ConfigError saying no GPU was found).
 
     >>> from chunkgraph.graph import Graph
     >>> g = Graph()
@@ -80,7 +83,9 @@ def run(
             else ""
         )
         raise ConfigError(f"run() takes a Graph first, got {type(graph).__name__}{hint}")
-    chosen = resolve_executor(executor, workers=workers, retries=retries, timeout=timeout)
+    chosen = resolve_executor(
+        executor, workers=workers, retries=retries, timeout=timeout, gpu_fallback=gpu_fallback
+    )
     subs = list(subscribers)
     bar = None
     try:

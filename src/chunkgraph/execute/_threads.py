@@ -47,6 +47,15 @@ several contexts, or admission by memory and resources, a finished batch
 wakes every idle worker (the one that can take the next task may not be the
 first to wake).
 
+GPUs (``chunkgraph.gpu._residency``): when the run has tasks on GPU contexts
+and a device backend, each GPU context's worker (one per GPU) is bound to
+its device for the whole run, and every worker resolves a task's arguments
+through the residency, which moves arrays to where the task runs (host
+arrays up to a GPU task's device, device arrays down for a CPU task); each
+batch's device results are counted against their device's budget when it is
+reported (spilling the oldest to host when over). Without a GPU task in the
+plan there is no residency and the call path is the plain one.
+
 Each worker's part in the run is a ``_Slot``:
 
     context    the context it serves
@@ -54,6 +63,8 @@ Each worker's part in the run is a ``_Slot``:
     task       the task it is calling now, -1 between calls (set by the worker)
     deadline   when that call's time limit ends (monotonic clock; inf: none)
     abandoned  the run has given up on it; it must not report anything
+    resolve    how it turns a task into its call (Graph.resolve, through the
+               residency when the run has one)
 """
 
 from __future__ import annotations
@@ -62,11 +73,15 @@ import functools
 import math
 import threading
 from time import monotonic, perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chunkgraph.execute._driver import Driver
+from chunkgraph.execute._events import EventKind
 from chunkgraph.execute._limits import timeout_error
 from chunkgraph.execute._thread_pool import ThreadPool, acquire_pool, release_pool
+
+if TYPE_CHECKING:
+    from chunkgraph.gpu._residency import Residency, Resolve
 
 # Most tasks a worker takes per lock round trip. Larger amortises the lock over
 # more tasks, but a worker holding many queued tasks can leave others idle when
@@ -94,11 +109,12 @@ _ABANDONED = (
 class _Slot:
     """One worker thread's part in a run (see the module doc)."""
 
-    __slots__ = ("abandoned", "batch", "context", "deadline", "task", "thread")
+    __slots__ = ("abandoned", "batch", "context", "deadline", "resolve", "task", "thread")
 
-    def __init__(self, thread: threading.Thread, context: int) -> None:
+    def __init__(self, thread: threading.Thread, context: int, resolve: Resolve) -> None:
         self.thread = thread
         self.context = context
+        self.resolve = resolve
         self.batch: list[int] = []
         self.task = -1
         self.deadline = math.inf
@@ -106,12 +122,14 @@ class _Slot:
 
 
 class ThreadBackend:
-    """The driver's backend on ``workers`` pool threads (see the module doc)."""
+    """The driver's backend on ``workers`` pool threads (see the module doc); ``residency``:
+    where arrays live when the run has tasks on GPUs (None: no GPU task)."""
 
     tasks_in_caller = False
 
-    def __init__(self, driver: Driver, workers: int) -> None:
+    def __init__(self, driver: Driver, workers: int, residency: Residency | None = None) -> None:
         self.driver = driver
+        self.residency = residency
         self.scheduler = driver.scheduler
         self.timeout_of = driver.timeout_of
         # Bound once: a worker calls these for every task, outside the lock.
@@ -184,6 +202,8 @@ class ThreadBackend:
     def close(self) -> None:
         if self.pool is not None:
             release_pool(self.pool, self.shared)
+        if self.residency is not None:
+            finish_residency(self.driver, self.residency)
 
     def _expire(self) -> None:
         """Fail every call past its time limit and abandon its thread."""
@@ -234,11 +254,21 @@ class ThreadBackend:
     # -- the workers' side (pool threads) ---------------------------------------------
 
     def _work(self, context: int) -> None:
-        slot = _Slot(threading.current_thread(), context)
+        residency = self.residency
+        if residency is None:
+            slot = _Slot(threading.current_thread(), context, self._resolve)
+        else:
+            slot = _Slot(
+                threading.current_thread(), context, residency.resolver(context, self._resolve)
+            )
         with self.lock:
             self.slots.append(slot)
         try:
-            self._work_loop(slot)
+            if residency is None:
+                self._work_loop(slot)
+            else:
+                with residency.bound(context):  # a GPU context's worker drives its device
+                    self._work_loop(slot)
         except BaseException as error:  # a fault in the bookkeeping itself, not in a task
             with self.lock:
                 if slot.abandoned:
@@ -315,7 +345,7 @@ class ThreadBackend:
             slot.deadline = math.inf if seconds is None else monotonic() + seconds
         slot.task = t
         try:
-            fn, args, kwargs = self._resolve(t, self._results)  # Driver.call_of, inlined
+            fn, args, kwargs = slot.resolve(t, self._results)  # Driver.call_of, inlined
             done.append((t, fn(*args, **kwargs)))
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: see report()
             failed.append((t, error))
@@ -342,7 +372,15 @@ class ThreadBackend:
             # Moving average of seconds per task, for the batch size.
             per_task = elapsed / ran
             self.task_seconds += BATCH_SMOOTHING * (per_task - self.task_seconds)
-        unblocked = self.driver.report(done, failed, unstarted) if ran or unstarted else 0
+        residency = self.residency
+        if residency is None:
+            unblocked = self.driver.report(done, failed, unstarted) if ran or unstarted else 0
+        else:
+            on_device = [(t, *residency.device_bytes(v)) for t, v in done if v is not None]
+            unblocked = self.driver.report(done, failed, unstarted) if ran or unstarted else 0
+            for t, device, nbytes in on_device:
+                if device >= 0:
+                    residency.kept(t, device, nbytes)
         unstarted.clear()
         batch = self._take(slot)
         if self.idle:
@@ -358,3 +396,12 @@ class ThreadBackend:
         by_time = BATCH_SECONDS / self.task_seconds if self.task_seconds > 0 else BATCH_MAX
         by_share = sched.ready_count(c) // (2 * self.per_context[c])
         return sched.take(max(1, min(BATCH_MAX, int(by_time), by_share)), c)
+
+
+def finish_residency(driver: Driver, residency: Residency) -> None:
+    """At the end of a run with GPU tasks: trim the device pools, report the transfers."""
+    residency.finish()
+    if driver.events is not None:
+        driver.events.emit(
+            EventKind.TRANSFERS, name=residency.summary(), total=residency.bytes_moved
+        )

@@ -115,6 +115,12 @@ class FakeBackend:
         device = getattr(self._local, "device", None)
         return 0 if device is None else int(device)
 
+    def bound_device(self) -> int | None:
+        """The device the calling thread is bound to by ``using``; None when it is not
+        (a test can tell a GPU worker from a CPU one, which ``current_device`` cannot)."""
+        device = getattr(self._local, "device", None)
+        return None if device is None else int(device)
+
     def xp(self) -> ModuleType:
         return np
 

@@ -13,8 +13,12 @@ to ``plan(links=...)`` or default to ``NETWORK``.
 
 ``local_contexts()`` describes this machine: one CPU context per NUMA node
 (its cores and memory, from ``/sys/devices/system/node``; one for the whole
-machine where that is absent), and one GPU context per NVIDIA GPU that
-``nvidia-smi`` lists (none without one).
+machine where that is absent), and one GPU context per GPU this process may
+use (``gpu0``, ``gpu1``, ... as the process numbers them; ``chunkgraph.gpu._detect``):
+from the active device backend (CuPy, or a fake in tests), else from
+``nvidia-smi`` with ``CUDA_VISIBLE_DEVICES`` applied; none without either.
+The CPU part is read once per process; the GPU part once per backend (or per
+value of ``CUDA_VISIBLE_DEVICES``), so installing a backend is seen at once.
 """
 
 from __future__ import annotations
@@ -22,16 +26,17 @@ from __future__ import annotations
 import functools
 import math
 import os
-import shutil
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._numa import numa_nodes
 from chunkgraph._util import usable_cores
+
+if TYPE_CHECKING:
+    from chunkgraph.gpu import DeviceBackend
 
 ContextKind = Literal["cpu", "gpu"]
 CONTEXT_KINDS: tuple[ContextKind, ...] = ("cpu", "gpu")
@@ -169,12 +174,9 @@ def check_links(links: Links, contexts: Sequence[Context]) -> None:
             raise ConfigError(f"links[{key!r}] must be a Link(bandwidth, latency), got {link!r}")
 
 
-@functools.lru_cache(maxsize=2)
-def _local_contexts(gpus: bool) -> tuple[Context, ...]:
-    contexts = list(_numa_contexts())
-    if gpus:
-        contexts.extend(_gpu_contexts())
-    return tuple(contexts)
+@functools.lru_cache(maxsize=1)
+def _cpu_contexts() -> tuple[Context, ...]:
+    return tuple(_numa_contexts())
 
 
 def link_between(a: Context, b: Context, links: Links = None) -> Link | None:
@@ -195,12 +197,13 @@ def link_between(a: Context, b: Context, links: Links = None) -> Link | None:
 
 
 def local_contexts(*, gpus: bool = True) -> tuple[Context, ...]:
-    """This machine's contexts: one per NUMA node (cores, memory), one per NVIDIA GPU.
+    """This machine's contexts: one per NUMA node (cores, memory), one per GPU.
 
-    Only the cores this process may use are counted. A machine without NUMA
-    information is one CPU context named ``"cpu"``. Detected once per process.
+    Only the cores and GPUs this process may use are counted. A machine without
+    NUMA information is one CPU context named ``"cpu"``. GPUs are ``gpu0``,
+    ``gpu1``, ... (kind "gpu", one slot, their device memory as the budget).
     """
-    return _local_contexts(gpus)
+    return _cpu_contexts() + (gpu_contexts() if gpus else ())
 
 
 def _numa_contexts() -> list[Context]:
@@ -230,28 +233,30 @@ def _total_memory() -> float:
         return math.inf
 
 
-def _gpu_contexts() -> list[Context]:
-    """One context per GPU ``nvidia-smi`` lists (its memory; one slot: one kernel stream)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    contexts = []
-    for line in out.splitlines():
-        index, _, mib = line.partition(",")
-        if index.strip().isdigit():
-            try:
-                memory = float(int(mib.strip()) << 20)
-            except ValueError:
-                memory = math.inf
-            contexts.append(Context(f"gpu{index.strip()}", "gpu", 1, 1.0, memory))
-    return contexts
+def gpu_contexts() -> tuple[Context, ...]:
+    """One context per GPU this process may use (see the module doc); () without any."""
+    from chunkgraph.gpu._backend import active_backend
+
+    backend = active_backend()
+    if backend is not None:
+        return _backend_gpu_contexts(cast(Hashable, backend))
+    return _smi_gpu_contexts(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@functools.lru_cache(maxsize=4)
+def _backend_gpu_contexts(key: Hashable) -> tuple[Context, ...]:
+    backend = cast("DeviceBackend", key)  # cached by the backend object itself
+    return tuple(
+        Context(f"gpu{i}", "gpu", 1, 1.0, float(backend.device_memory(i)[1]))
+        for i in range(backend.device_count())
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _smi_gpu_contexts(visible: str | None) -> tuple[Context, ...]:
+    from chunkgraph.gpu._detect import nvidia_smi_gpus
+
+    return tuple(
+        Context(f"gpu{i}", "gpu", 1, 1.0, memory)
+        for i, memory in enumerate(nvidia_smi_gpus(visible))
+    )

@@ -332,6 +332,7 @@ def plan(
     memory: float | Mapping[str, float] | None = None,
     links: Links = None,
     targets: Sequence[TaskRef | int | str] | None = None,
+    gpu_fallback: bool = False,
 ) -> Plan:
     """Plan ``graph`` on ``contexts`` (default: ``local_contexts()``).
 
@@ -342,6 +343,8 @@ def plan(
     ``links``: a Link for every pair of hosts, or Links by (name, name).
     ``targets``: the tasks whose results are wanted (default: every sink);
     only what they need is planned, and they are never fused away.
+    ``gpu_fallback``: when no context is a GPU, tasks asking for ``{"gpu": ...}``
+    are planned on CPU contexts (else they are a PlanError: no context can run them).
 
     >>> import chunkgraph as cg
     >>> g = cg.Graph()
@@ -358,6 +361,8 @@ def plan(
         raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not isinstance(fuse, bool):
         raise ConfigError(f"fuse must be True or False, got {fuse!r}")
+    if not isinstance(gpu_fallback, bool):
+        raise ConfigError(f"gpu_fallback must be True or False, got {gpu_fallback!r}")
     graph.validate()
     ctx = check_contexts(local_contexts() if contexts is None else contexts)  # type: ignore[arg-type]
     check_links(links, ctx)
@@ -367,8 +372,9 @@ def plan(
 
     member_ptr, member_idx = fuse_chains(graph, target_ids, fuse=fuse)
     problem = build_problem(
-        graph, ctx, links, member_ptr=member_ptr, member_idx=member_idx, targets=target_ids
-    )
+        graph, ctx, links, member_ptr=member_ptr, member_idx=member_idx, targets=target_ids,
+        gpu_fallback=gpu_fallback,
+    )  # fmt: skip
     _check_fits(problem, cap)
     if len(ctx) == 1 and strategy == "auto":
         # One context: placement is trivial and the order is the plan (its budget is

@@ -25,6 +25,8 @@ whose kind is among its resource names (the default ``{"cpu": 1}``: CPU
 contexts; ``{"gpu": 1}``: GPU contexts), or every context when its resources
 name neither kind. A task with costs per context runs where it has an entry;
 if its resources name a kind (not the default), only on contexts of that kind.
+With ``gpu_fallback`` and no GPU context, a task whose resources name "gpu"
+runs on CPU contexts instead (as if it named "cpu").
 """
 
 from __future__ import annotations
@@ -104,10 +106,12 @@ def build_problem(
     member_ptr: IntArray | None = None,
     member_idx: IntArray | None = None,
     targets: IntArray | None = None,
+    gpu_fallback: bool = False,
 ) -> Problem:
     """The Problem of ``graph`` on ``contexts``; units are the given fusion groups
     (CSR ``member_ptr``/``member_idx`` over task ids), or one unit per task.
     ``targets`` (task ids) are the results kept to the end (default: the sinks).
+    ``gpu_fallback``: GPU tasks run on CPU contexts when there is no GPU context.
 
     Raises PlanError naming a task that no context can run.
     """
@@ -123,7 +127,8 @@ def build_problem(
     heads = member_idx[member_ptr[:-1]]
     tails = member_idx[member_ptr[1:] - 1]
 
-    task_seconds = _task_seconds(graph, ctx)  # (n, k)
+    fallback = gpu_fallback and not any(c.kind == "gpu" for c in ctx)
+    task_seconds = _task_seconds(graph, ctx, fallback)  # (n, k)
     seconds = (
         np.add.reduceat(task_seconds[member_idx], member_ptr[:-1], axis=0)
         if units
@@ -192,15 +197,25 @@ def build_problem(
         u = int(nowhere[0])
         t = int(problem.members(u)[0])
         kinds = ", ".join(f"{c.name} ({c.kind})" for c in ctx)
+        hint = (
+            "; no GPU context was given (none is detected without CuPy, the 'gpu' extra: "
+            "pip install 'chunkgraph[gpu]'); plan(..., gpu_fallback=True) runs GPU tasks "
+            "on CPU contexts instead"
+            if "gpu" in graph.resources(t) and not any(c.kind == "gpu" for c in ctx)
+            else ""
+        )
         raise PlanError(
             f"no context can run task {graph.name(t)!r} (resources "
             f"{dict(graph.resources(t))}, cost {graph.cost(t).seconds!r}); the contexts are "
-            f"{kinds}. Give it a cost for one of them, or add a context of the kind it needs"
+            f"{kinds}. Give it a cost for one of them, or add a context of the kind it "
+            f"needs{hint}"
         )
     return problem
 
 
-def _task_seconds(graph: Graph, contexts: tuple[Context, ...]) -> FloatArray:
+def _task_seconds(
+    graph: Graph, contexts: tuple[Context, ...], gpu_fallback: bool = False
+) -> FloatArray:
     """(tasks, contexts) seconds, inf where a context cannot run the task (module doc)."""
     n, k = len(graph), len(contexts)
     base = np.asarray(graph.costs().seconds, dtype=np.float64)
@@ -211,13 +226,13 @@ def _task_seconds(graph: Graph, contexts: tuple[Context, ...]) -> FloatArray:
     out[:, ~cpu] = math.inf  # the default resources {"cpu": 1}: CPU contexts only
     for t in _tasks_with_resources(graph):
         names = set(graph.resources(t))
-        wanted = names & set(CONTEXT_KINDS)
+        wanted = _wanted(names, gpu_fallback)
         allowed = np.array([(not wanted) or kind in wanted for kind in kinds])
         out[t] = np.where(allowed, base[t] / speed, math.inf)
     overrides = graph.resources_overrides()
     for t, per_context in graph.context_seconds().items():
         row = np.full(k, math.inf)
-        wanted = set(overrides[t]) & set(CONTEXT_KINDS) if t in overrides else set()
+        wanted = _wanted(set(overrides[t]), gpu_fallback) if t in overrides else set()
         for c, context in enumerate(contexts):
             if wanted and context.kind not in wanted:
                 continue  # {"gpu": 1} runs on GPU contexts whatever its costs say
@@ -228,6 +243,14 @@ def _task_seconds(graph: Graph, contexts: tuple[Context, ...]) -> FloatArray:
                 row[c] = value
         out[t] = row
     return out if n else np.zeros((0, k))
+
+
+def _wanted(names: set[str], gpu_fallback: bool) -> set[str]:
+    """The context kinds a task's resource names ask for ("gpu" read as "cpu" in fallback)."""
+    wanted = names & set(CONTEXT_KINDS)
+    if gpu_fallback and "gpu" in wanted:
+        wanted = (wanted - {"gpu"}) | {"cpu"}
+    return wanted
 
 
 def _tasks_with_resources(graph: Graph) -> list[int]:

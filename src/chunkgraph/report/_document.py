@@ -24,7 +24,9 @@ The document (``format`` 1; times in seconds from the first run's start)::
      "summary": {the caller's fields, e.g. bytes_read, bytes_written},
      "activation": [{"at", "active" (workers per context), "cpu" (busy cores),
                      "io" (bytes/s), "cpu_grows", "io_grows"}, ...]
-                   (only for the adaptive executor: one entry per accepted check)}
+                   (only for the adaptive executor: one entry per accepted check),
+     "gpu":     ["gpu: 3 upload(s), 1 download(s), 4,096 bytes moved, 0 spill(s)", ...]
+                   (only for runs with GPU tasks: one line per run)}
 
 Workers. A try started by a worker thread names it. Tries the calling thread
 announced (sync executor: it ran them; process executor: it submitted them to
@@ -165,6 +167,8 @@ def build_report(
             }
             for when, step in recorder.activations
         ]
+    if recorder.transfers:
+        document["gpu"] = list(recorder.transfers)
     return document
 
 

@@ -15,6 +15,8 @@ plus the run's start and end and the steals:
     STOLEN         one steal of ``event.total`` tasks
     ACTIVATED      the adaptive executor's check: workers active per context and
                    the CPU and I/O readings (``activations``)
+    TRANSFERS      a run with GPU tasks: its line of uploads, downloads, bytes
+                   moved and spills (``transfers``)
     RUN_FINISHED   the run's end
 
 Times stay ``time.perf_counter()`` values here; the report makes them seconds
@@ -93,6 +95,7 @@ class Recorder:
         self.tasks_stolen = 0  # tasks those steals moved
         # (perf_counter time, ActivationEvent) of each ACTIVATED event
         self.activations: list[tuple[float, ActivationEvent]] = []
+        self.transfers: list[str] = []  # the TRANSFERS line of each run with GPU tasks
 
     @property
     def tasks(self) -> list[TaskRecord]:
@@ -114,6 +117,8 @@ class Recorder:
         elif kind is EventKind.ACTIVATED:
             if event.activation is not None:
                 self.activations.append((event.time, event.activation))
+        elif kind is EventKind.TRANSFERS:
+            self.transfers.append(event.name)
         elif kind is EventKind.STARTED:
             self._record(event).tries.append(Try(event.worker, event.time))
         elif kind is EventKind.CANCELLED:

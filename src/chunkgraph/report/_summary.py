@@ -63,6 +63,7 @@ def summarize(directory: str | Path) -> str:
         lines.append(f"  failed: {task['name']}: {task.get('error', '')}")
     if len(failed) > 3:
         lines.append(f"  ... and {len(failed) - 3} more failed tasks (see report.json)")
+    lines.extend(f"  {line}" for line in document.get("gpu", []))
     lines.extend(_wrapped(_fields(document["summary"])))
     lines.extend(f"  note: {note}" for note in document.get("notes", []))
     return "\n".join(lines)

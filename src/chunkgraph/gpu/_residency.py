@@ -1,0 +1,265 @@
+"""Device residency: where a run's arrays live while tasks on GPUs and CPUs pass them on.
+
+The local executor runs each GPU context with one worker thread bound to its
+device (``DeviceBackend.using``). This module decides, for each call, where the
+call's array arguments must be, and moves only what is not there yet:
+
+    a GPU task on d   host arrays        -> to_device(d)          (upload)
+                      arrays on GPU d    -> passed as they are     (no round trip)
+                      arrays on GPU e    -> to_host, to_device(d)  (via host)
+    any other task    device arrays      -> to_host                (download)
+    the run's caller  device results     -> to_host                (download)
+
+A "GPU task" asks for ``{"gpu": ...}``; a task whose resources name neither
+kind may be planned on a GPU context too, and gets host arrays there.
+Arguments are looked at at the top level and one level into lists, tuples and
+dicts (``f(x, [a, b], {"k": c})``); deeper containers pass unchanged. A
+result is never moved in the scheduler's table for a consumer: each consumer
+gets its own copy where it runs, so a result read by a GPU task and a CPU task
+stays on its device for the first and is downloaded for the second.
+
+Device memory is a budget. The scheduler admits each task's ``Cost.memory``
+against its context's budget (a GPU context's budget is its device memory).
+The results a GPU keeps for later consumers are counted here, in bytes
+(``nbytes``), per device:
+
+    resident[d]  {task: bytes} of the results held on device d, oldest first
+    limit[d]     budget[d] - the largest Cost.memory planned on d: room left for
+                 results while any one task runs (inf: no budget)
+
+When keeping a new result would take the resident bytes over ``limit[d]``,
+the oldest results still held are moved to host (*spilled*: their entry in
+the scheduler's results becomes the host copy) until it fits; the new result
+itself stays. Released results are dropped from ``resident`` lazily: a
+release is the scheduler's business, so before anything is spilled the
+entries whose result is gone are forgotten first, and only a device still
+over its limit spills.
+
+At the end of a run every device's pool is trimmed (``trim_pool``), so a
+long-lived process does not hoard device memory between runs.
+
+Who calls what: ``bound``/``resolver`` are per worker (its context) and run
+outside the executor's lock; ``kept`` runs under it (it reads and writes the
+scheduler's results); ``to_host`` and ``finish`` run in the calling thread
+after the workers have left. Counters are guarded by their own lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import threading
+from collections.abc import Callable, Container, Sequence
+from typing import Any
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.gpu._backend import DeviceBackend
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+Resolve = Callable[[int, list[Any]], Call]
+
+_GPU_NAME = re.compile(r"gpu(\d+)$")
+
+
+def device_indices(names: Sequence[str], kinds: Sequence[str], count: int) -> list[int]:
+    """The device each context drives (-1: a CPU context).
+
+    A GPU context named ``gpuN`` drives device N; any other GPU context the
+    next device by its position among the GPU contexts. ConfigError when a
+    device is not there.
+
+    >>> device_indices(["numa0", "gpu1", "gpu0"], ["cpu", "gpu", "gpu"], 2)
+    [-1, 1, 0]
+    """
+    out, position = [], 0
+    for name, kind in zip(names, kinds, strict=True):
+        if kind != "gpu":
+            out.append(-1)
+            continue
+        match = _GPU_NAME.match(name)
+        index = int(match.group(1)) if match else position
+        position += 1
+        if index >= count:
+            raise ConfigError(
+                f"the plan runs tasks on GPU context {name!r} (device {index}), but this "
+                f"process sees {count} device(s) (0..{count - 1}); plan on "
+                "chunkgraph.local_contexts(), or name GPU contexts gpu0..gpu"
+                f"{max(count - 1, 0)}"
+            )
+        out.append(index)
+    return out
+
+
+class Residency:
+    """Where one run's arrays live (see the module doc).
+
+    ``devices[c]``: the device of context c (-1: CPU); ``limits[c]``: bytes of
+    results context c's device may keep (inf: no limit); ``results``: the
+    scheduler's results table (spilled entries are replaced in it); ``gpu_tasks``:
+    the tasks that ask for a GPU (only they get device arrays; None: every task).
+    """
+
+    def __init__(
+        self,
+        backend: DeviceBackend,
+        devices: list[int],
+        limits: list[float],
+        results: list[Any],
+        gpu_tasks: Container[int] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.gpu_tasks = gpu_tasks
+        self.devices = devices
+        self.results = results
+        self.limit = {d: limits[c] for c, d in enumerate(devices) if d >= 0}
+        self.resident: dict[int, dict[int, int]] = {d: {} for d in self.limit}
+        self.held = dict.fromkeys(self.limit, 0)
+        self.uploads = 0
+        self.downloads = 0
+        self.bytes_moved = 0
+        self.spills = 0
+        self._lock = threading.Lock()
+
+    # -- per worker, outside the lock ----------------------------------------------------
+
+    def bound(self, context: int) -> contextlib.AbstractContextManager[Any]:
+        """Bind the calling thread to ``context``'s device for the block (CPU: nothing)."""
+        device = self.devices[context]
+        return self.backend.using(device) if device >= 0 else contextlib.nullcontext()
+
+    def resolver(self, context: int, resolve: Resolve) -> Resolve:
+        """``resolve`` with the arguments moved to where ``context`` runs them."""
+        device = self.devices[context]
+        to_host = self._leaf_to_host
+        to_device = to_host if device < 0 else self._leaf_to_device(device)
+        gpu_tasks = self.gpu_tasks
+
+        def moved(t: int, results: list[Any]) -> Call:
+            fn, args, kwargs = resolve(t, results)
+            move = to_device if gpu_tasks is None or t in gpu_tasks else to_host
+            return (
+                fn,
+                tuple(_one_level(a, move) for a in args),
+                {k: _one_level(v, move) for k, v in kwargs.items()},
+            )
+
+        return moved
+
+    def _leaf_to_device(self, device: int) -> Callable[[Any], Any]:
+        backend = self.backend
+
+        def leaf(x: Any) -> Any:
+            if backend.is_device_array(x):
+                if backend.device_of(x) == device:
+                    return x
+                x = self._download(x)  # another GPU's: through the host
+            if isinstance(x, np.ndarray) and not x.dtype.hasobject:
+                self._count(uploads=1, nbytes=x.nbytes)
+                return backend.to_device(x, device)
+            return x
+
+        return leaf
+
+    def _leaf_to_host(self, x: Any) -> Any:
+        return self._download(x) if self.backend.is_device_array(x) else x
+
+    def _download(self, x: Any) -> np.ndarray:
+        self._count(downloads=1, nbytes=int(x.nbytes))
+        return self.backend.to_host(x)
+
+    def _count(self, uploads: int = 0, downloads: int = 0, nbytes: int = 0) -> None:
+        with self._lock:
+            self.uploads += uploads
+            self.downloads += downloads
+            self.bytes_moved += nbytes
+
+    # -- under the executor's lock -------------------------------------------------------
+
+    def device_bytes(self, value: Any) -> tuple[int, int]:
+        """``(device, bytes)`` of the device arrays in ``value`` (one level in); (-1, 0): none."""
+        backend, device, total = self.backend, -1, 0
+        items = _items(value)
+        for x in (value, *items) if items else (value,):
+            if backend.is_device_array(x):
+                device = backend.device_of(x)
+                total += int(x.nbytes)
+        return device, total
+
+    def kept(self, t: int, device: int, nbytes: int) -> None:
+        """``t``'s result, ``nbytes`` on ``device``, is now held for its consumers:
+        count it, and spill the oldest results held there if the device is over its limit."""
+        if device not in self.resident or self.results[t] is None:
+            return  # a device this run does not drive, or released already
+        resident = self.resident[device]
+        resident[t] = nbytes
+        self.held[device] += nbytes
+        if self.held[device] <= self.limit[device]:
+            return
+        for old in [old for old in resident if self.results[old] is None]:
+            self.held[device] -= resident.pop(old)  # released since: stale bytes
+        for old in list(resident):
+            if self.held[device] <= self.limit[device]:
+                break
+            if old == t:
+                continue  # the new result stays; older ones make room for it
+            self.held[device] -= resident.pop(old)
+            self.results[old] = _one_level(self.results[old], self._leaf_to_host)
+            self.spills += 1
+
+    # -- the calling thread, after the workers ------------------------------------------
+
+    def to_host(self, value: Any) -> Any:
+        """``value`` as the run's caller gets it: device arrays copied to host."""
+        return _one_level(value, self._leaf_to_host)
+
+    def finish(self) -> None:
+        """Give every device's cached, unused pool memory back."""
+        for device in self.limit:
+            self.backend.trim_pool(device)
+
+    def summary(self) -> str:
+        """One line for the run's events: transfers and spills."""
+        return (
+            f"gpu: {self.uploads} upload(s), {self.downloads} download(s), "
+            f"{self.bytes_moved:,} bytes moved, {self.spills} spill(s)"
+        )
+
+
+def residency_limits(
+    devices: list[int], budgets: list[float], context: list[int], memory: list[int]
+) -> list[float]:
+    """Per context, the bytes of results its device may keep: its budget less the
+    largest ``Cost.memory`` planned on it (inf for CPU contexts and no budget)."""
+    largest = dict.fromkeys(range(len(devices)), 0)
+    for c, m in zip(context, memory, strict=True):
+        if c >= 0 and devices[c] >= 0 and m > largest[c]:
+            largest[c] = m
+    return [
+        max(0.0, budgets[c] - largest[c]) if d >= 0 and math.isfinite(budgets[c]) else math.inf
+        for c, d in enumerate(devices)
+    ]
+
+
+def _items(value: Any) -> tuple[Any, ...]:
+    """The members of a list, tuple or dict (values); () for anything else."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return tuple(value)
+    if kind is dict:
+        return tuple(value.values())
+    return ()
+
+
+def _one_level(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``leaf`` applied to ``value``, or to each member of a list, tuple or dict."""
+    kind = type(value)
+    if kind is list:
+        return [leaf(x) for x in value]
+    if kind is tuple:
+        return tuple(leaf(x) for x in value)
+    if kind is dict:
+        return {k: leaf(x) for k, x in value.items()}
+    return leaf(value)
