@@ -9,6 +9,7 @@ skipped unless CuPy sees a device.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from chunkgraph.gpu import (
     active_backend,
     use_backend,
 )
+from chunkgraph.parallel import usable_cores
 from chunkgraph.volume import apply
 
 pytestmark = pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")
@@ -310,3 +312,35 @@ def test_gaussian_on_a_real_gpu_matches_scipy(files: Any) -> None:
     gpu, report = _run(files, data, on_gpu, device="gpu", **case)
     assert report.device == "gpu"
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-2)
+
+
+def test_two_top_tasks_share_the_device(files: Any) -> None:
+    """Lower levels run in their task's thread, so two tasks are admitted at once (one
+    can read and write while the other computes), not the CPU rule's one per pool."""
+    data = files.random((40, 36), "float32")
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow(src: np.ndarray) -> np.ndarray:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return src
+
+    with use_backend(FakeBackend()):
+        report = apply(
+            slow,
+            files.source(data, (8, 8)),
+            files.empty((40, 36), (8, 8), "float32"),
+            chunk_sizes=[(20, 18), (10, 9)],
+            device="gpu",
+            workers=4,
+            probe=False,
+            intermediates=files.root / "tmp",
+        )
+    assert report.tasks_per_level == (4, 16)
+    # 4 bottom chunks per task: the CPU rule admits ceil(cores / 4) tasks, a GPU flow 2 or that.
+    assert most[0] == min(4, max(2, -(-usable_cores() // 4)))

@@ -67,7 +67,12 @@ from chunkgraph.flow._auto_sizes import (
 )
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
-from chunkgraph.flow._device import FlowDevice, check_executor, resolve_device
+from chunkgraph.flow._device import (
+    FlowDevice,
+    check_executor,
+    device_tasks_in_flight,
+    resolve_device,
+)
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
@@ -842,6 +847,8 @@ class _Flow:
         for ctx in contexts:
             cores = usable_cores() if len(contexts) == 1 else ctx.slots
             in_flight = superchunks_in_flight(self.spec, cores)
+            if self.job.device is not None:
+                in_flight = device_tasks_in_flight(in_flight)
             if in_flight > 0 and top > 0:
                 budget[ctx.name] = float(in_flight * top)
         return plan(graph, contexts, memory=budget or None, targets=refs)

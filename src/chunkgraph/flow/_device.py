@@ -53,6 +53,24 @@ if TYPE_CHECKING:
 
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
 
+# Top-level tasks that may hold their superchunk at once in a GPU flow. Its levels below
+# run in the task's own thread, so the CPU rule (enough tasks for their bottom chunks to
+# cover the cores) says nothing about the device; two let one task read, upload, download
+# and write while the other computes. More would overlap more I/O but hold more host and
+# device memory; a CPU flow's own count is kept when it is larger (the same host memory).
+DEVICE_TASKS_IN_FLIGHT = 2
+
+
+def device_tasks_in_flight(cpu_in_flight: int) -> int:
+    """Top-level tasks in flight in a GPU flow, given the CPU flow's (0: unbounded).
+
+    >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
+    (2, 4, 0)
+    """
+    if cpu_in_flight == 0:
+        return 0
+    return max(cpu_in_flight, DEVICE_TASKS_IN_FLIGHT)
+
 
 class FlowDevice:
     """The device a flow's lower levels run on, and a count of what crossed to it."""
