@@ -224,7 +224,10 @@ def test_gpu_fallback_runs_on_the_cpu_and_says_so(
         (dict(device="cuda"), r"device must be one of 'cpu', 'gpu', got 'cuda'"),
         (dict(device=None), r"device must be one of 'cpu', 'gpu', got None"),
         (dict(device="gpu", gpu_fallback="yes"), r"gpu_fallback must be True or False"),
-        (dict(device="gpu", executor="processes"), r"executor='processes'.*executor='threads'"),
+        (
+            dict(device="gpu", executor="processes"),
+            r"device='gpu' runs in this process's threads, but executor='processes'.*'threads'",
+        ),
     ],
 )
 def test_bad_device_options_are_config_errors(
@@ -234,7 +237,7 @@ def test_bad_device_options_are_config_errors(
     src = files.source(data, (8, 8))
     dst = files.empty((40, 36), (8, 8), "float32")
     with use_backend(FakeBackend()), pytest.raises(ConfigError, match=message):
-        apply(TypesSeen(), src, dst, chunk_sizes=[(20, 18)], **kwargs)
+        apply(double, src, dst, chunk_sizes=[(20, 18)], **kwargs)
 
 
 def test_gpu_without_dst_is_refused(files: Any) -> None:
@@ -249,7 +252,7 @@ def test_dry_run_names_the_device(files: Any) -> None:
     dst = files.empty((40, 36), (8, 8), "float32")
     with use_backend(FakeBackend()) as backend:
         report = apply(TypesSeen(), src, dst, chunk_sizes=[(20, 18)], device="gpu", dry_run=True)
-    assert report.device == "gpu" and "device: gpu" in report.summary()
+    assert report.device == "gpu" and "  device: gpu" in report.summary().splitlines()
     assert backend.uploads == 0  # type: ignore[attr-defined]
 
 

@@ -146,6 +146,10 @@ class ApplyReport:
     (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
     ``plan``: the sizes (chosen, or given), the cache ``apply`` owned, the memory
     budget and the predicted read amplification, with the reasons.
+    ``device``: where the levels below the top ran (``"cpu"`` or ``"gpu"``);
+    ``gpu_fallback``: a GPU was asked for and none found, so the CPU ran it;
+    ``bytes_to_device`` / ``bytes_from_device`` and ``device_copies`` (uploads,
+    downloads): what crossed between host and device, the probe's included.
     """
 
     flow_id: str
@@ -204,6 +208,8 @@ class ApplyReport:
             )
         if self.gpu_fallback:
             lines.append("  device: cpu (gpu_fallback: no GPU was found)")
+        elif self.device != "cpu" and (self.dry_run or self.finished_before):
+            lines.append(f"  device: {self.device}")
         elif self.device != "cpu":
             up, down = self.device_copies
             lines.append(
