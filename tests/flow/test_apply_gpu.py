@@ -8,6 +8,7 @@ skipped unless CuPy sees a device.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -347,3 +348,34 @@ def test_two_top_tasks_share_the_device(files: Any) -> None:
     assert report.tasks_per_level == (4, 16)
     # 4 bottom chunks per task: the CPU rule admits ceil(cores / 4) tasks, a GPU flow 2 or that.
     assert most[0] == min(4, max(2, -(-usable_cores() // 4)))
+
+
+def double_unless_told_to_fail(src: np.ndarray, box: Box) -> np.ndarray:
+    # The switch is outside fn (an environment variable), so both runs are one flow id.
+    if os.environ.get("CHUNKGRAPH_TEST_FAIL") and box.start[0] >= 18:
+        raise RuntimeError("simulated failure in the second row of top chunks")
+    return src * 2
+
+
+@pytest.mark.parametrize(("first", "then"), [("cpu", "gpu"), ("gpu", "cpu")])
+def test_a_flow_resumes_on_the_other_device(
+    files: Any, monkeypatch: pytest.MonkeyPatch, first: str, then: str
+) -> None:
+    """The flow id ignores the device: a flow that failed on one finishes on the other."""
+    data = files.random((40, 36), "float32")
+    src = files.source(data, (8, 8))
+    dst = files.empty((40, 36), (8, 8), "float32")
+    case: dict[str, Any] = dict(
+        chunk_sizes=[(20, 18), (10, 9)], intermediates=files.root / "tmp", probe=False
+    )
+    backend = FakeBackend()
+    with use_backend(backend):
+        monkeypatch.setenv("CHUNKGRAPH_TEST_FAIL", "1")
+        with pytest.raises(ExceptionGroup):
+            apply(double_unless_told_to_fail, src, dst, retries=0, device=first, **case)
+        monkeypatch.delenv("CHUNKGRAPH_TEST_FAIL")
+        uploads = backend.uploads
+        report = apply(double_unless_told_to_fail, src, dst, resume=True, device=then, **case)
+    assert report.top_tasks_skipped == 2 and report.tasks_per_level[0] == 2
+    assert backend.uploads - uploads == (2 if then == "gpu" else 0)
+    np.testing.assert_array_equal(dst.read(Box.from_shape((40, 36))), data * 2)
