@@ -67,6 +67,12 @@ from chunkgraph.flow._auto_sizes import (
 )
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
+from chunkgraph.flow._device import (
+    FlowDevice,
+    check_executor,
+    device_tasks_in_flight,
+    resolve_device,
+)
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
@@ -140,6 +146,10 @@ class ApplyReport:
     (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
     ``plan``: the sizes (chosen, or given), the cache ``apply`` owned, the memory
     budget and the predicted read amplification, with the reasons.
+    ``device``: where the levels below the top ran (``"cpu"`` or ``"gpu"``);
+    ``gpu_fallback``: a GPU was asked for and none found, so the CPU ran it;
+    ``bytes_to_device`` / ``bytes_from_device`` and ``device_copies`` (uploads,
+    downloads): what crossed between host and device, the probe's included.
     """
 
     flow_id: str
@@ -165,6 +175,14 @@ class ApplyReport:
     plan: FlowPlan | None = None
     # dst=None: fn's return value per bottom chunk, {bottom box: value} in C order.
     values: Mapping[Box, Any] | None = None
+    # Where the levels below the top ran ("cpu" or "gpu", see _device); gpu_fallback: a
+    # GPU was asked for, none was found, the CPU ran it. Bytes copied to and from the
+    # device (the probe's included) and how many copies that took.
+    device: str = "cpu"
+    gpu_fallback: bool = False
+    bytes_to_device: int = 0
+    bytes_from_device: int = 0
+    device_copies: tuple[int, int] = (0, 0)
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -187,6 +205,16 @@ class ApplyReport:
                 f"  read {_size(self.bytes_read)} (amplification "
                 f"{self.read_amplification:.2f}), wrote {_size(self.bytes_written)} "
                 f"(+{_size(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
+            )
+        if self.gpu_fallback:
+            lines.append("  device: cpu (gpu_fallback: no GPU was found)")
+        elif self.device != "cpu" and (self.dry_run or self.finished_before):
+            lines.append(f"  device: {self.device}")
+        elif self.device != "cpu":
+            up, down = self.device_copies
+            lines.append(
+                f"  device: {self.device}; copied {_size(self.bytes_to_device)} to it "
+                f"({up} uploads) and {_size(self.bytes_from_device)} back ({down} downloads)"
             )
         if self.top_tasks_skipped or self.reductions_skipped:
             lines.append(
@@ -249,6 +277,8 @@ def apply(
     progress: bool = False,
     dry_run: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    device: str = "cpu",
+    gpu_fallback: bool = False,
 ) -> ApplyReport:
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
@@ -280,9 +310,13 @@ def apply(
     Inputs may have other resolutions than dst (``Volume.resolution``): each is read
     over the chunk's physical box at its own resolution (``_resolution``), and ``bbox``
     is in dst voxels, or with ``bbox_units="physical"`` in dst.resolution's units.
+    ``device="gpu"`` gives ``fn`` device arrays (CuPy) and keeps the levels below the
+    top on the GPU (``_device``); without one it is a ``ConfigError`` unless
+    ``gpu_fallback=True``, which runs on the CPU and says so in the report.
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
+    flow_device, fell_back = resolve_device(device, gpu_fallback)
     named_inputs = normalize_inputs(inputs)
     fn = with_fn_kwargs(fn, fn_kwargs, named_inputs)
     # dst's voxels are the flow's grid (without dst, the first input stands in, as in _spec).
@@ -291,6 +325,11 @@ def apply(
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
     if dst is None:
+        if flow_device is not None:
+            raise ConfigError(
+                "device='gpu' needs a dst: a flow without dst collects fn's values on the "
+                "CPU; give a dst volume, or use device='cpu'"
+            )
         return _apply_collecting(
             fn,
             run_fn,
@@ -358,11 +397,12 @@ def apply(
 
     try:
         _check_run_options(workers, retries, lock_wait)
+        check_executor(flow_device, chosen, executor)
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
         if dry_run:
             report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-            return dataclasses.replace(report, plan=plan)
+            return _with_device(dataclasses.replace(report, plan=plan), flow_device, fell_back)
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         named = owned_inputs(named, plan)
         made_root = not root.exists()
@@ -384,18 +424,23 @@ def apply(
                 finished = record.read() if resume else None
                 if finished is not None:
                     discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
-                    return _finished_report(spec, dst, flow_id, finished, time.perf_counter() - t0)
+                    report = _finished_report(
+                        spec, dst, flow_id, finished, time.perf_counter() - t0
+                    )
+                    return _with_device(report, flow_device, fell_back)
                 before = _read_bytes(named)
                 if probe:
-                    probe_fn(spec, run_fn, named, dst)
+                    probe_fn(spec, run_fn, named, dst, flow_device)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
-                flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp)
+                flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp, flow_device)
                 try:
                     report = flow.run(chosen, progress, t0, before, tuple(subscribers))
                 except BaseException as error:  # a Ctrl-C leaves the same state behind
                     error.add_note(kept_state_note(root, flow_id))
                     raise
-                report = dataclasses.replace(report, plan=plan)
+                report = _with_device(
+                    dataclasses.replace(report, plan=plan), flow_device, fell_back
+                )
                 if not flow.deferred:
                     # Finished first, then delete: a kill while deleting must never leave done
                     # markers whose layers are gone (a resume would reduce missing data).
@@ -408,6 +453,19 @@ def apply(
                     root.rmdir()  # only when empty: a completion record is worth keeping
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
+
+
+def _with_device(report: ApplyReport, device: FlowDevice | None, fell_back: bool) -> ApplyReport:
+    """``report`` with where the flow computed and what crossed to and from the device."""
+    if device is None:
+        return dataclasses.replace(report, gpu_fallback=fell_back)
+    return dataclasses.replace(
+        report,
+        device="gpu",
+        bytes_to_device=device.bytes_uploaded,
+        bytes_from_device=device.bytes_downloaded,
+        device_copies=(device.uploads, device.downloads),
+    )
 
 
 def _dst_replaced(record: CompletionRecord, flow_dir: Path, stamp: str | None) -> bool:
@@ -690,6 +748,7 @@ class _Flow:
         flow_dir: Path,
         resume: bool,
         dst_stamp: str | None = None,
+        device: FlowDevice | None = None,
     ) -> None:
         self.spec = spec
         self.dst_stamp = dst_stamp
@@ -720,6 +779,7 @@ class _Flow:
             marker_root=str(flow_dir),
             run_token=uuid.uuid4().hex,
             sweep_axis=_sweep_axis(spec.top_grid),
+            device=device,
         )
 
     def run(
@@ -793,6 +853,8 @@ class _Flow:
         for ctx in contexts:
             cores = usable_cores() if len(contexts) == 1 else ctx.slots
             in_flight = superchunks_in_flight(self.spec, cores)
+            if self.job.device is not None:
+                in_flight = device_tasks_in_flight(in_flight)
             if in_flight > 0 and top > 0:
                 budget[ctx.name] = float(in_flight * top)
         return plan(graph, contexts, memory=budget or None, targets=refs)

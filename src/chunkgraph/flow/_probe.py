@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import TaskError
+from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.flow._subchunk import call_fn
@@ -48,9 +49,16 @@ def first_bottom_chunk(spec: FlowSpec) -> Box:
 
 
 def probe_fn(
-    spec: FlowSpec, fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume
+    spec: FlowSpec,
+    fn: Callable[..., Any],
+    inputs: Mapping[str, Volume],
+    dst: Volume,
+    device: FlowDevice | None = None,
 ) -> None:
-    """Call ``fn`` on the first bottom chunk; raise what the flow would raise there."""
+    """Call ``fn`` on the first bottom chunk; raise what the flow would raise there.
+
+    With a ``device``, ``fn`` gets device arrays there, as in the flow (one upload per
+    input, on the calling thread's device)."""
     chunk = first_bottom_chunk(spec)
     bottom = spec.levels[-1]
     read_box = chunk.padded(tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True)))
@@ -58,7 +66,12 @@ def probe_fn(
     for array in arrays.values():
         array.flags.writeable = False  # as in the flow: fn gets read-only views
     try:
-        call_fn(spec, fn, arrays, chunk, tuple(dst.channel_shape))
+        if device is None:
+            call_fn(spec, fn, arrays, chunk, tuple(dst.channel_shape))
+        else:
+            with device.bound() as index:
+                on_device = {name: device.upload(a, index) for name, a in arrays.items()}
+                call_fn(spec, fn, on_device, chunk, tuple(dst.channel_shape), device, index)
     except Exception as exc:
         # The same contract as a failing task: one group of TaskError, the cause attached.
         error = TaskError(

@@ -32,6 +32,14 @@ weights of all children sum to 1 at every voxel of ``R`` and the accumulator
 needs no normalising pass. Accumulation is in ``spec.accumulate_dtype``
 (float64 for data of <= 32 bits), which keeps an identity ``fn`` exact. A
 level whose children do not blend just assembles them, in ``fn``'s dtype.
+
+On a device (``ctx.device``, see ``_device``): ``data`` holds device arrays, the
+accumulators are device arrays (allocated like the first child's output) and
+every operation uses the device's array module, so nothing below the top
+crosses to the host. Children then run one after another in the top-level
+task's thread, which is bound to the device: kernels are asynchronous, so one
+thread keeps the device busy, queues them in order on one stream, and no pool
+thread has to be bound to the device for each call.
 """
 
 from __future__ import annotations
@@ -39,12 +47,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from chunkgraph._errors import FlowOutputError
 from chunkgraph.flow._blend import axis_weights
+from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
@@ -89,10 +99,23 @@ class SubchunkContext:
     out_channel_shape: tuple[int, ...]
     counter: LevelCounter
     run_token: str = ""  # direct writes check it (_late_writes)
+    device: FlowDevice | None = None  # None: the host; else data and levels live there
+    device_index: int = 0
+
+    def for_each_child(self, run: Callable[[int], T], indices: list[int]) -> list[T]:
+        """The children of a level: on the pool, or in order on a device (see above)."""
+        if self.device is not None:
+            return [run(i) for i in indices]
+        return for_each_child(run, indices)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return array if self.device is None else self.device.download(array)
 
 
-def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def cast_to(array: np.ndarray, dtype: np.dtype, xp: ModuleType = np) -> np.ndarray:
     """Cast, rounding to nearest when floats become integers (the exactness rule).
+
+    ``xp``: the array module of ``array`` (numpy, or cupy for device arrays).
 
     Values outside an integer dtype's range saturate at its limits rather than
     wrap around (400 into uint8 is 255, not 144).
@@ -110,13 +133,13 @@ def cast_to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         limits = np.iinfo(dtype)
         if array.dtype.kind == "f":
-            saturated = np.clip(np.rint(array), limits.min, limits.max)
+            saturated = xp.clip(xp.rint(array), limits.min, limits.max)
             return saturated.astype(dtype)  # type: ignore[no-any-return]
         if array.dtype.kind in "iu" and not np.can_cast(array.dtype, dtype, "safe"):
             # Clip in the source dtype with bounds it can hold, so nothing overflows.
             source = np.iinfo(array.dtype)
             low, high = max(limits.min, source.min), min(limits.max, source.max)
-            return np.clip(array, low, high).astype(dtype)  # type: ignore[no-any-return]
+            return xp.clip(array, low, high).astype(dtype)  # type: ignore[no-any-return]
     cast: np.ndarray = array.astype(dtype)
     return cast
 
@@ -142,14 +165,16 @@ def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
     region = chunk.padded(_add(spec.crop, spec.blend))
     child = ctx.spec.levels[level + 1]
     starts, stops, grid = region.split_arrays(child.chunk)
-    acc = _Accumulator(region, child, ctx.spec.accumulate_dtype, assembly_dtype(ctx.spec, level))
+    acc = _Accumulator(
+        region, child, ctx.spec.accumulate_dtype, assembly_dtype(ctx.spec, level), ctx.device
+    )
 
     def run_child(i: int) -> None:
         box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
         acc.add(box, process_chunk(ctx, level + 1, box))
 
     for wave in parity_waves(grid, tuple(p > 0 for p in child.blend)):
-        for_each_child(run_child, wave.tolist())
+        ctx.for_each_child(run_child, wave.tolist())
     kept: np.ndarray = acc.result()[at(chunk.padded(spec.blend), region)]
     return kept
 
@@ -164,7 +189,8 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
     """
     ctx.counter.add(level)
     if level == len(ctx.spec.levels) - 1:
-        out = cast_to(_call_fn(ctx, level, chunk), dst.dtype)
+        xp = np if ctx.device is None else ctx.device.xp()
+        out = ctx.to_host(cast_to(_call_fn(ctx, level, chunk), dst.dtype, xp))
         check_run_live(ctx.run_token)
         dst.write(chunk, out)
         return int(out.nbytes)
@@ -174,7 +200,7 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
         box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
         return stream_chunk(ctx, level + 1, box, dst)
 
-    return sum(for_each_child(run_child, list(range(len(starts)))))
+    return sum(ctx.for_each_child(run_child, list(range(len(starts)))))
 
 
 class _ChildFailed(Exception):
@@ -266,7 +292,9 @@ def _call_fn(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
         name: array[input_view(ctx.spec, name, read, ctx.data_box)]
         for name, array in ctx.data.items()
     }
-    return call_fn(ctx.spec, ctx.fn, arrays, chunk, ctx.out_channel_shape)
+    return call_fn(
+        ctx.spec, ctx.fn, arrays, chunk, ctx.out_channel_shape, ctx.device, ctx.device_index
+    )
 
 
 def input_view(spec: FlowSpec, name: str, box: Box, origin: Box) -> tuple[Any, ...]:
@@ -282,8 +310,13 @@ def call_fn(
     arrays: Mapping[str, np.ndarray],
     chunk: Box,
     channels: tuple[int, ...],
+    device: FlowDevice | None = None,
+    device_index: int = 0,
 ) -> np.ndarray:
-    """``fn`` on one bottom chunk's arrays; its output checked, cropped to chunk + blend."""
+    """``fn`` on one bottom chunk's arrays; its output checked, cropped to chunk + blend.
+
+    With a ``device``, ``arrays`` are device arrays and so is the output (a host array
+    ``fn`` returns is uploaded to ``device_index``)."""
     bottom = spec.levels[-1]
     read_box = chunk.padded(_add(bottom.crop, bottom.blend))
     out_box = chunk.padded(bottom.blend)
@@ -298,19 +331,25 @@ def call_fn(
             f"which read {read_box}"
         )
         raise
-    out = _checked_output(np.asarray(result), channels, chunk, read_box, out_box)
-    _check_finite(out, spec.dst_dtype, chunk, out_box)
+    if device is None:
+        result, xp = np.asarray(result), np
+    else:
+        result, xp = device.on_device(result, device_index), device.xp()
+    out = _checked_output(result, channels, chunk, read_box, out_box)
+    _check_finite(out, spec.dst_dtype, chunk, out_box, xp)
     return out
 
 
-def _check_finite(out: np.ndarray, dst: np.dtype, chunk: Box, out_box: Box) -> None:
+def _check_finite(
+    out: np.ndarray, dst: np.dtype, chunk: Box, out_box: Box, xp: ModuleType = np
+) -> None:
     """NaN and inf have no integer value: refuse them rather than write an arbitrary one."""
     if out.dtype.kind != "f" or np.dtype(dst).kind not in "iu":
         return
-    finite = np.isfinite(out)
-    if finite.all():
+    finite = xp.isfinite(out)
+    if bool(finite.all()):
         return
-    bad = np.argwhere(~finite)[0][out.ndim - chunk.ndim :]
+    bad = xp.argwhere(~finite)[0].tolist()[out.ndim - chunk.ndim :]
     where = tuple(int(s + i) for s, i in zip(out_box.start, bad, strict=True))
     raise FlowOutputError(
         f"fn returned {int(out.size - finite.sum())} NaN or infinite value(s) for chunk {chunk} "
@@ -409,13 +448,20 @@ class _Accumulator:
     """
 
     def __init__(
-        self, region: Box, child: LevelSpec, accumulate: np.dtype, assemble: np.dtype
+        self,
+        region: Box,
+        child: LevelSpec,
+        accumulate: np.dtype,
+        assemble: np.dtype,
+        device: FlowDevice | None = None,
     ) -> None:
         self.region = region
         self.child = child
         self.accumulate = np.dtype(accumulate)
         self.assemble = np.dtype(assemble)
         self.blends = any(p > 0 for p in child.blend)
+        self.device = device
+        self.xp = np if device is None else device.xp()
         self._array: np.ndarray | None = None
         self._lock = threading.Lock()
 
@@ -423,15 +469,22 @@ class _Accumulator:
         with self._lock:
             if self._array is None:
                 shape = sample.shape[: sample.ndim - self.region.ndim] + self.region.shape
-                if not self.blends:
-                    # Disjoint children: every voxel is assigned exactly once, in the
-                    # dtype the output is next combined in (see assembly_dtype).
-                    self._array = np.empty(shape, dtype=self.assemble)
-                elif self.child.blend_mode == "max":
-                    self._array = np.full(shape, lowest(self.accumulate), dtype=self.accumulate)
-                else:
-                    self._array = weighted_sum_start(shape, self.accumulate)
+                # Disjoint children: every voxel is assigned exactly once, in the
+                # dtype the output is next combined in (see assembly_dtype).
+                dtype = self.assemble if not self.blends else self.accumulate
+                fill: Any = None
+                if self.blends:
+                    maxing = self.child.blend_mode == "max"
+                    fill = lowest(self.accumulate) if maxing else -0.0  # weighted_sum_start
+                self._array = self._full(shape, fill, dtype, sample)
             return self._array
+
+    def _full(self, shape: tuple[int, ...], fill: Any, dtype: np.dtype, sample: Any) -> Any:
+        if self.device is not None:
+            return self.device.full(shape, fill, dtype, like=sample)
+        if fill is None:
+            return np.empty(shape, dtype=dtype)
+        return np.full(shape, fill, dtype=dtype)
 
     def add(self, box: Box, out: np.ndarray) -> None:
         acc = self._allocate(out)
@@ -440,11 +493,12 @@ class _Accumulator:
         target = acc[at(part_box, self.region)]
         part = out[at(part_box, padded)]
         if not self.blends:
-            target[...] = cast_to(part, self.assemble)
+            target[...] = cast_to(part, self.assemble, self.xp)
         elif self.child.blend_mode == "max":
-            np.maximum(target, part, out=target)
+            self.xp.maximum(target, part, out=target)
         else:
-            add_weighted(target, part, weights_over(padded, self.child, self.region, part_box))
+            weights = weights_over(padded, self.child, self.region, part_box, self.xp)
+            add_weighted(target, part, weights)
 
     def result(self) -> np.ndarray:
         if self._array is None:
@@ -481,11 +535,15 @@ def add_weighted(target: np.ndarray, data: np.ndarray, weights: np.ndarray) -> N
         target[rows] += data[rows] * w
 
 
-def weights_over(padded: Box, level: LevelSpec, region: Box, part: Box) -> np.ndarray:
+def weights_over(
+    padded: Box, level: LevelSpec, region: Box, part: Box, xp: ModuleType = np
+) -> np.ndarray:
     """Blend weights of the chunk whose padded box is ``padded``, restricted to ``part``.
 
     Faces of ``padded`` reaching ``region``'s edge get no ramp. The result
     broadcasts against ``part.shape`` (it is an outer product of axis ramps).
+    With ``xp`` a device's array module, the product is formed there, in the same
+    order (the ramps, a few KiB, are copied over by ``xp.asarray``).
 
     >>> level = LevelSpec(chunk=(4,), crop=(0,), blend=(1,), blend_mode="linear")
     >>> w = weights_over(Box((3,), (9,)), level, Box((0,), (12,)), Box((3,), (9,)))
@@ -496,11 +554,11 @@ def weights_over(padded: Box, level: LevelSpec, region: Box, part: Box) -> np.nd
     high = tuple(b < r for b, r in zip(padded.stop, region.stop, strict=True))
     factors = axis_weights(padded.shape, level.blend, level.blend_mode, low, high)
     rel = part.slices(relative_to=padded)
-    weight: np.ndarray = np.ones((1,) * padded.ndim)
+    weight: np.ndarray = xp.ones((1,) * padded.ndim)
     for axis, factor in enumerate(factors):
         index = [slice(None)] * padded.ndim
         index[axis] = rel[axis]
-        weight = weight * factor[tuple(index)]
+        weight = weight * xp.asarray(factor[tuple(index)])
     return weight
 
 

@@ -11,6 +11,10 @@
         v
     done marker (only after the data is written)
 
+On a GPU (``job.device``, see ``_device``) the task binds its thread to its
+device, uploads each input once after the read, runs the levels below there
+in its own thread, and downloads its (cast) output once before the write.
+
 Reads and locality. Top-level tasks start in C order of the top grid, so a
 task's successor is its neighbour along the fastest-varying axis that has
 more than one task (``sweep_axis``). With a chunk cache on an input, the
@@ -48,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph.flow._checkerboard import LayerPlan
+from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
 from chunkgraph.flow._resolution import scaled
@@ -86,6 +91,7 @@ class TopJob:
     marker_root: str
     sweep_axis: int = -1
     run_token: str = ""  # see _late_writes: no writes once the run has ended
+    device: FlowDevice | None = None  # device="gpu": in-process executors only (_device)
 
     @functools.cached_property
     def _pickled_fields(self) -> bytes:
@@ -120,9 +126,21 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
 
 
 def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
+    if job.device is None:
+        return _run_levels(job, index, box, None, 0)
+    with job.device.bound() as device_index:
+        return _run_levels(job, index, box, job.device, device_index)
+
+
+def _run_levels(
+    job: TopJob, index: tuple[int, ...], box: Box, device: FlowDevice | None, device_index: int
+) -> TopStats:
     spec = job.spec
     region = box.padded(spec.context_pad)
     data, read = read_inputs(job, region)
+    if device is not None:
+        # Once per task and input; the host copy goes as soon as the device has its own.
+        data = {name: device.upload(array, device_index) for name, array in data.items()}
     ctx = SubchunkContext(
         spec=spec,
         fn=job.fn,
@@ -131,6 +149,8 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
         out_channel_shape=tuple(job.dst.channel_shape),
         counter=LevelCounter([0] * len(spec.levels)),
         run_token=job.run_token,
+        device=device,
+        device_index=device_index,
     )
     if job.layers is None:
         written_bytes = stream_chunk(ctx, 0, box, job.dst)
@@ -146,8 +166,11 @@ def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     keep = out_box if deferred else out_box.intersection(spec.bbox)
     part = out[at(keep, out_box)]
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
-    written = cast_to(part, dtype)
-    del out, part
+    xp = np if device is None else device.xp()
+    # Cast where the output is, so the smaller array crosses to the host.
+    cast = cast_to(part, dtype, xp)
+    written = cast if device is None else device.download(cast)
+    del out, part, cast
     check_run_live(job.run_token)
     target.write(keep, written)
     return TopStats(counts, read, int(written.nbytes))

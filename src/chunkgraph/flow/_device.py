@@ -1,0 +1,171 @@
+"""Where a flow's levels below the top compute: ``apply(..., device="cpu" | "gpu")``.
+
+Policy. With ``device="gpu"`` a top-level task reads its inputs on the host
+once (as on the CPU), uploads each of them once, and from there everything
+below the top stays on the device: ``fn`` gets device arrays (CuPy; a
+``FakeDeviceArray`` under ``FakeBackend``), and the accumulators that blend
+and assemble the levels below are device arrays too. Only the top level's
+output comes back (cast to the layer's dtype first, so the smaller array
+crosses), once per top-level task, to be written::
+
+    storage ──read (host)──> superchunk ──upload, once per input──> device
+                                                                      │ fn, blend, assemble
+    layer / dst <──write── host <──download, once per top task── top output (cast)
+
+A direct flow (``skip_intermediates``) has no top-level assembly: each bottom
+output is downloaded and written as it comes. Reductions of the top level read
+the layers from storage and stay on the host.
+
+State. ``FlowDevice`` wraps the process's ``DeviceBackend`` and counts what
+crossed (uploads, downloads and their bytes; the probe's included), under a
+lock because the top-level tasks of a flow run on several threads. It lives
+only in the process that runs the flow: ``device="gpu"`` needs an in-process
+executor (``check_executor``), since a backend is per process.
+
+Which device. A top-level task uses ``backend.current_device()`` of the
+thread it runs on and binds itself there for the task (``FlowDevice.bound``),
+so an executor thread bound to GPU ``i`` keeps the task on ``i``; an unbound
+thread uses device 0. The tasks declare no ``{"gpu": 1}`` resource: a flow
+plans on the machine's CPU contexts, and a GPU resource would need a GPU
+context in that plan.
+
+Identity. The device is not part of the flow id: it changes where the flow
+computes, not what. Float results on a GPU may differ from the CPU's in the
+last bits (fused multiply-adds, other library kernels), so a resumed flow that
+ran partly on each has chunks from both: each is a valid result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+
+if TYPE_CHECKING:
+    from chunkgraph.execute import Executor
+    from chunkgraph.gpu import DeviceBackend
+
+DEVICES: tuple[str, ...] = ("cpu", "gpu")
+
+# Top-level tasks that may hold their superchunk at once in a GPU flow. Its levels below
+# run in the task's own thread, so the CPU rule (enough tasks for their bottom chunks to
+# cover the cores) says nothing about the device; two let one task read, upload, download
+# and write while the other computes. More would overlap more I/O but hold more host and
+# device memory; a CPU flow's own count is kept when it is larger (the same host memory).
+DEVICE_TASKS_IN_FLIGHT = 2
+
+
+def device_tasks_in_flight(cpu_in_flight: int) -> int:
+    """Top-level tasks in flight in a GPU flow, given the CPU flow's (0: unbounded).
+
+    >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
+    (2, 4, 0)
+    """
+    if cpu_in_flight == 0:
+        return 0
+    return max(cpu_in_flight, DEVICE_TASKS_IN_FLIGHT)
+
+
+class FlowDevice:
+    """The device a flow's lower levels run on, and a count of what crossed to it."""
+
+    def __init__(self, backend: DeviceBackend) -> None:
+        self.backend = backend
+        self.uploads = 0
+        self.downloads = 0
+        self.bytes_uploaded = 0
+        self.bytes_downloaded = 0
+        self._lock = threading.Lock()
+
+    def xp(self) -> ModuleType:
+        """The array module of device arrays (``cupy``; numpy under the fake)."""
+        return self.backend.xp()
+
+    @contextlib.contextmanager
+    def bound(self) -> Iterator[int]:
+        """Bind the calling thread to the device it is on (device 0 if none) for the block."""
+        index = self.backend.current_device()
+        with self.backend.using(index):
+            yield index
+
+    def upload(self, array: np.ndarray, index: int) -> Any:
+        """``array`` copied to device ``index``; a read-only host array stays read-only there
+        where the device array has that flag (CuPy arrays have none)."""
+        out = self.backend.to_device(array, index)
+        if isinstance(out, np.ndarray) and not array.flags.writeable:
+            out.flags.writeable = False
+        with self._lock:
+            self.uploads += 1
+            self.bytes_uploaded += int(array.nbytes)
+        return out
+
+    def download(self, array: Any) -> np.ndarray:
+        """A host copy of device ``array``."""
+        out = self.backend.to_host(array)
+        with self._lock:
+            self.downloads += 1
+            self.bytes_downloaded += int(out.nbytes)
+        return out
+
+    def on_device(self, result: Any, index: int) -> Any:
+        """``fn``'s result as a device array: kept when it is one, uploaded when ``fn``
+        returned a host array (accepted; it costs a transfer)."""
+        if self.backend.is_device_array(result):
+            return result
+        return self.upload(np.asarray(result), index)
+
+    def full(self, shape: tuple[int, ...], fill: Any, dtype: np.dtype, like: Any) -> Any:
+        """A device array of ``shape`` filled with ``fill`` (None: uninitialised), on the
+        device that holds ``like`` and of its array type."""
+        xp = self.xp()
+        if fill is None:
+            return xp.empty_like(like, dtype=dtype, shape=shape, order="C")
+        return xp.full_like(like, fill, dtype=dtype, shape=shape, order="C")
+
+
+def resolve_device(device: object, gpu_fallback: object) -> tuple[FlowDevice | None, bool]:
+    """The device of ``apply(device=..., gpu_fallback=...)``: None for the CPU, and whether
+    the CPU stands in for a GPU that was asked for but not found.
+
+    >>> resolve_device("cpu", False)
+    (None, False)
+    """
+    if not isinstance(device, str) or device not in DEVICES:
+        raise ConfigError(
+            f"device must be one of {', '.join(repr(d) for d in DEVICES)}, got {device!r}: "
+            "'cpu' runs fn on numpy arrays, 'gpu' on device arrays (CuPy)"
+        )
+    if not isinstance(gpu_fallback, bool):
+        raise ConfigError(f"gpu_fallback must be True or False, got {gpu_fallback!r}")
+    if device == "cpu":
+        return None, False
+    from chunkgraph.gpu import active_backend
+
+    backend = active_backend()
+    if backend is not None:
+        return FlowDevice(backend), False
+    if gpu_fallback:
+        return None, True
+    raise ConfigError(
+        "device='gpu' but no GPU was found: CuPy is not installed or sees no device "
+        "(check CUDA_VISIBLE_DEVICES and nvidia-smi); install chunkgraph[gpu] on a machine "
+        "with an NVIDIA GPU, pass gpu_fallback=True to run on the CPU when there is none, "
+        "or use device='cpu'"
+    )
+
+
+def check_executor(device: FlowDevice | None, executor: Executor, given: object) -> None:
+    """ConfigError when a GPU flow would run in other processes: the backend (and a test's
+    fake) is per process, and its device arrays cannot be shipped to a worker."""
+    if device is None or executor.in_process:
+        return
+    raise ConfigError(
+        f"device='gpu' runs in this process's threads, but executor={given!r} runs tasks in "
+        "other processes; use executor='threads' (the default) or 'sync', or device='cpu'"
+    )
