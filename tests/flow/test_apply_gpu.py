@@ -272,27 +272,32 @@ def double(src: np.ndarray) -> np.ndarray:
     return src * 2
 
 
-def test_tasks_bound_to_another_device_upload_there(files: Any) -> None:
-    """A top task uses the device its thread is bound to (the executor's GPU workers bind)."""
+def test_top_tasks_are_spread_over_every_device(files: Any) -> None:
+    """Top task (i, j) computes on device (i + j) % n, bound there: fn's arrays are on it."""
     data = files.random((40, 36), "float32")
-    devices: set[int] = set()
+    seen: list[tuple[int, int, tuple[int, ...]]] = []
+    backend = FakeBackend(count=2)
 
-    def where(src: np.ndarray) -> np.ndarray:
-        devices.add(int(src.fake_device))  # type: ignore[attr-defined]
+    def where(src: np.ndarray, box: Box) -> np.ndarray:
+        seen.append((int(src.fake_device), backend.current_device(), box.start))  # type: ignore[attr-defined]
         return src
 
-    backend = FakeBackend(count=2)
-    with use_backend(backend), backend.using(1):
+    dst = files.empty((40, 36), (8, 8), "float32")
+    with use_backend(backend):
         apply(
             where,
             files.source(data, (8, 8)),
-            files.empty((40, 36), (8, 8), "float32"),
+            dst,
             chunk_sizes=[(20, 18), (10, 9)],
             device="gpu",
-            executor="sync",
+            probe=False,
             intermediates=files.root / "tmp",
         )
-    assert devices == {1}
+    np.testing.assert_array_equal(dst.read(dst.bounds), data)
+    assert {held for held, _, _ in seen} == {0, 1}
+    for held, bound, start in seen:
+        top = (start[0] // 20, start[1] // 18)
+        assert held == bound == sum(top) % 2, (held, bound, start)
 
 
 @pytest.mark.skipif(

@@ -854,7 +854,7 @@ class _Flow:
             cores = usable_cores() if len(contexts) == 1 else ctx.slots
             in_flight = superchunks_in_flight(self.spec, cores)
             if self.job.device is not None:
-                in_flight = device_tasks_in_flight(in_flight)
+                in_flight = device_tasks_in_flight(in_flight, self.job.device.count)
             if in_flight > 0 and top > 0:
                 budget[ctx.name] = float(in_flight * top)
         return plan(graph, contexts, memory=budget or None, targets=refs)

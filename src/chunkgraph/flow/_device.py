@@ -22,12 +22,14 @@ lock because the top-level tasks of a flow run on several threads. It lives
 only in the process that runs the flow: ``device="gpu"`` needs an in-process
 executor (``check_executor``), since a backend is per process.
 
-Which device. A top-level task uses ``backend.current_device()`` of the
-thread it runs on and binds itself there for the task (``FlowDevice.bound``),
-so an executor thread bound to GPU ``i`` keeps the task on ``i``; an unbound
-thread uses device 0. The tasks declare no ``{"gpu": 1}`` resource: a flow
-plans on the machine's CPU contexts, and a GPU resource would need a GPU
-context in that plan.
+Which device. Top-level task ``index`` computes on device ``sum(index) % n``
+of the ``n`` this process sees (``CUDA_VISIBLE_DEVICES`` picks them) and binds
+its thread there for the task (``FlowDevice.bound``): neighbours on the top
+grid alternate, so every GPU gets an even share and each has
+``DEVICE_TASKS_IN_FLIGHT`` tasks in flight. The tasks declare no
+``{"gpu": 1}`` resource: that would give each GPU one executor worker, one task
+at a time, and a GPU flow wants one task computing while another reads and
+writes.
 
 Identity. The device is not part of the flow id: it changes where the flow
 computes, not what. Float results on a GPU may differ from the CPU's in the
@@ -61,15 +63,18 @@ DEVICES: tuple[str, ...] = ("cpu", "gpu")
 DEVICE_TASKS_IN_FLIGHT = 2
 
 
-def device_tasks_in_flight(cpu_in_flight: int) -> int:
-    """Top-level tasks in flight in a GPU flow, given the CPU flow's (0: unbounded).
+def device_tasks_in_flight(cpu_in_flight: int, devices: int = 1) -> int:
+    """Top-level tasks in flight in a GPU flow on ``devices`` GPUs, given the CPU flow's
+    (0: unbounded).
 
     >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
     (2, 4, 0)
+    >>> device_tasks_in_flight(4, devices=4)
+    8
     """
     if cpu_in_flight == 0:
         return 0
-    return max(cpu_in_flight, DEVICE_TASKS_IN_FLIGHT)
+    return max(cpu_in_flight, DEVICE_TASKS_IN_FLIGHT * max(devices, 1))
 
 
 class FlowDevice:
@@ -87,10 +92,16 @@ class FlowDevice:
         """The array module of device arrays (``cupy``; numpy under the fake)."""
         return self.backend.xp()
 
+    @property
+    def count(self) -> int:
+        """How many devices the flow spreads over."""
+        return max(self.backend.device_count(), 1)
+
     @contextlib.contextmanager
-    def bound(self) -> Iterator[int]:
-        """Bind the calling thread to the device it is on (device 0 if none) for the block."""
-        index = self.backend.current_device()
+    def bound(self, task: tuple[int, ...] = ()) -> Iterator[int]:
+        """Bind the calling thread, for the block, to top-level task ``task``'s device
+        (``sum(task) % count``: neighbours alternate)."""
+        index = sum(task) % self.count
         with self.backend.using(index):
             yield index
 

@@ -128,7 +128,7 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
 def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     if job.device is None:
         return _run_levels(job, index, box, None, 0)
-    with job.device.bound() as device_index:
+    with job.device.bound(index) as device_index:
         return _run_levels(job, index, box, job.device, device_index)
 
 
