@@ -29,6 +29,7 @@ from hypothesis.extra import numpy as hnp
 
 from chunkgraph import RemoteError, RemoteTraceback
 from chunkgraph._errors import ConfigError, WorkerDiedError
+from chunkgraph.execute.pool import _shm
 from chunkgraph.execute.pool._process_pool import (
     MAX_DEPTH,
     MIN_DEPTH,
@@ -37,8 +38,8 @@ from chunkgraph.execute.pool._process_pool import (
     ProcessPool,
     queue_depth,
 )
-from chunkgraph.execute.pool._segment_names import list_prefix
-from chunkgraph.execute.pool._shm import SHM_MIN_BYTES, flush_finalized
+from chunkgraph.execute.pool._segment_names import list_prefix, owner_prefix
+from chunkgraph.execute.pool._shm import SHM_MIN_BYTES, SegmentTable, flush_finalized
 
 # Workers import the functions they run by module name; this module is
 # ``tests.execute.test_process_pool``, importable once the repository root is on
@@ -376,6 +377,57 @@ def test_segment_unlinked_when_last_view_dropped(pool: ProcessPool) -> None:
     assert flush_finalized()  # unlinking happens in the reaper thread
     assert name not in list_prefix(pool.segment_prefix)
     assert name not in pool._table.linked
+
+
+def test_shutdown_sweep_waits_for_an_unlink_under_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name another thread is unlinking (the reaper: a daemon thread, stopped
+    wherever it is when the interpreter exits) is unregistered from the resource
+    tracker by the time unlink_all returns; else the tracker reports it leaked."""
+    table = SegmentTable(owner_prefix(), owner=True)
+    exported = table.export(np.ones(BIG))
+    assert exported is not None
+    ref, mapping = exported
+    entered, release = threading.Event(), threading.Event()
+    unregistered: list[str] = []
+    real_unlink, real_unregister = _shm.unlink_name, _shm.resource_tracker.unregister
+
+    def stalling_unlink(name: str) -> bool:
+        if threading.current_thread().name == "stalled-unlink":
+            entered.set()
+            release.wait(10)
+        return real_unlink(name)
+
+    def recording_unregister(name: str, rtype: str) -> None:
+        unregistered.append(name)
+        real_unregister(name, rtype)
+
+    monkeypatch.setattr(_shm, "unlink_name", stalling_unlink)
+    monkeypatch.setattr(_shm.resource_tracker, "unregister", recording_unregister)
+    stalled = threading.Thread(target=table.unlink, args=(ref.name,), name="stalled-unlink")
+    stalled.start()
+    assert entered.wait(10)
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    try:
+        table.unlink_all()
+        assert unregistered == ["/" + ref.name]
+    finally:
+        release.set()
+        stalled.join(10)
+        timer.cancel()
+    assert not list_prefix(table.prefix) and not table.linked
+    del mapping
+
+
+def test_a_segment_made_after_the_shutdown_sweep_is_unlinked_at_once() -> None:
+    table = SegmentTable(owner_prefix(), owner=True)
+    table.unlink_all()
+    exported = table.export(np.ones(BIG))
+    assert exported is not None
+    ref, mapping = exported
+    assert not list_prefix(table.prefix) and not table.linked
+    assert table.materialize(ref)[-1] == 1.0  # the mapping outlives the name
+    del mapping
 
 
 def test_argument_segments_are_freed_after_the_task(pool: ProcessPool) -> None:

@@ -46,6 +46,13 @@ Lifetime: the owner side (the pool's process)::
 * Each linked name is registered once with ``multiprocessing``'s resource
   tracker and unregistered once when unlinked, so a parent killed outright
   still has its segments removed, and no double-unlink warning is printed.
+  Registering a name and adding it to ``_linked`` happen under the table's
+  lock in one go, as do taking it out, unlinking and unregistering it. The
+  reaper is a daemon thread, stopped wherever it is when the interpreter
+  exits, so shutdown's ``unlink_all`` must wait for an unlink the reaper has
+  begun, not return while that name is still registered (the tracker would
+  report it leaked at exit, its file already gone). After ``unlink_all`` a
+  new segment is unlinked at once and never registered.
 
 Workers (non-owners) map segments only for the duration of one task. They
 unlink only segments they made for a result they then failed to send, and,
@@ -225,6 +232,7 @@ class SegmentTable:
         self._lock = threading.Lock()
         self._counter = itertools.count()
         self._linked: set[str] = set()
+        self._closed = False  # unlink_all has run: nothing more is tracked
         self._maps: dict[int, tuple[str, int, _MappingRef]] = {}
         self._by_name: dict[str, _MappingRef] = {}
 
@@ -270,24 +278,48 @@ class SegmentTable:
         with self._lock:
             if name in self._linked:
                 return
+            if self._closed:
+                # Made or received after the shutdown sweep: nothing would unlink
+                # it in time, so its name goes now (the mapping stays valid).
+                unlink_name(name)
+                return
+            resource_tracker.register("/" + name, _TRACKER_TYPE)
             self._linked.add(name)
-        resource_tracker.register("/" + name, _TRACKER_TYPE)
 
     def unlink(self, name: str) -> None:
         """Unlink one owned segment (idempotent); live views stay valid."""
         with self._lock:
-            if name not in self._linked:
-                return
-            self._linked.discard(name)
-        unlink_name(name)
-        resource_tracker.unregister("/" + name, _TRACKER_TYPE)
+            self._unlink_locked(name)
+
+    def _unlink_locked(self, name: str) -> None:
+        # Under the lock from the check to the unregister, so no other thread
+        # sees a name gone from _linked but still registered: unlink_all skips
+        # such a name, and the process may exit as soon as unlink_all returns.
+        if name not in self._linked:
+            return
+        self._linked.discard(name)
+        try:
+            unlink_name(name)
+        finally:
+            resource_tracker.unregister("/" + name, _TRACKER_TYPE)
 
     def unlink_all(self) -> None:
-        """Unlink every segment this owner created or received."""
+        """Unlink every segment this owner created or received, for good.
+
+        Waits for an unlink already under way in another thread (the reaper's),
+        so that when it returns every name ever registered is unregistered; a
+        segment made or received afterwards is unlinked at once, untracked.
+        """
+        failure: OSError | None = None
         with self._lock:
-            names = list(self._linked)
-        for name in names:
-            self.unlink(name)
+            self._closed = True
+            for name in list(self._linked):
+                try:
+                    self._unlink_locked(name)
+                except OSError as error:  # unregistered all the same; go on
+                    failure = failure or error
+        if failure is not None:
+            raise failure
 
     @property
     def linked(self) -> frozenset[str]:
