@@ -323,9 +323,11 @@ def test_gaussian_on_a_real_gpu_matches_scipy(files: Any) -> None:
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-2)
 
 
-def test_two_top_tasks_share_the_device(files: Any) -> None:
+@pytest.mark.parametrize("tasks_on_device", [1, 2, 3])
+def test_two_top_tasks_share_the_device(files: Any, tasks_on_device: int) -> None:
     """Lower levels run in their task's thread, so two tasks are admitted at once (one
-    can read and write while the other computes), not the CPU rule's one per pool."""
+    can read and write while the other computes), not the CPU rule's one per pool;
+    one when the device holds only one task's data."""
     data = files.random((40, 36), "float32")
     running, most = [0], [0]
     lock = threading.Lock()
@@ -339,20 +341,32 @@ def test_two_top_tasks_share_the_device(files: Any) -> None:
             running[0] -= 1
         return src
 
+    src, dst = files.source(data, (8, 8)), files.empty((40, 36), (8, 8), "float32")
+    kw: dict[str, Any] = dict(chunk_sizes=[(20, 18), (10, 9)], device="gpu", workers=4,
+                              probe=False, intermediates=files.root / "tmp")  # fmt: skip
     with use_backend(FakeBackend()):
-        report = apply(
-            slow,
-            files.source(data, (8, 8)),
-            files.empty((40, 36), (8, 8), "float32"),
-            chunk_sizes=[(20, 18), (10, 9)],
-            device="gpu",
-            workers=4,
-            probe=False,
-            intermediates=files.root / "tmp",
-        )
+        task_bytes = apply(slow, src, dst, **kw, dry_run=True).estimate.top_task_memory_bytes
+    backend = FakeBackend(memory=int(task_bytes * (tasks_on_device + 0.5)))
+    with use_backend(backend):
+        report = apply(slow, src, dst, **kw)
     assert report.tasks_per_level == (4, 16)
-    # 4 bottom chunks per task: the CPU rule admits ceil(cores / 4) tasks, a GPU flow 2 or that.
-    assert most[0] == min(4, max(2, -(-usable_cores() // 4)))
+    # 4 bottom chunks per task: the CPU rule admits ceil(cores / 4) tasks, a GPU flow
+    # up to 2 per device (as many as its memory holds) or that.
+    per_device = min(tasks_on_device, 2)
+    assert most[0] == min(4, max(per_device, -(-usable_cores() // 4)))
+    assert backend.trims == 1  # the pool is trimmed after the flow
+
+
+def test_a_top_task_too_big_for_the_device_is_refused_before_anything_is_written(
+    files: Any,
+) -> None:
+    data = files.random((40, 36), "float32")
+    src, dst = files.source(data, (8, 8)), files.empty((40, 36), (8, 8), "float32")
+    with use_backend(FakeBackend(memory=4096)), pytest.raises(ConfigError, match="MiB on the GPU"):
+        apply(double, src, dst, chunk_sizes=[(20, 18), (10, 9)], device="gpu",
+              intermediates=files.root / "tmp")  # fmt: skip
+    assert not dst.read(dst.bounds).any()
+    assert not (files.root / "tmp").exists()
 
 
 def double_unless_told_to_fail(src: np.ndarray, box: Box) -> np.ndarray:

@@ -398,6 +398,8 @@ def apply(
     try:
         _check_run_options(workers, retries, lock_wait)
         check_executor(flow_device, chosen, executor)
+        if flow_device is not None:
+            flow_device.fit(top_task_memory(spec, named, dst))
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
         if dry_run:
@@ -438,6 +440,9 @@ def apply(
                 except BaseException as error:  # a Ctrl-C leaves the same state behind
                     error.add_note(kept_state_note(root, flow_id))
                     raise
+                finally:
+                    if flow_device is not None:
+                        flow_device.trim()
                 report = _with_device(
                     dataclasses.replace(report, plan=plan), flow_device, fell_back
                 )
@@ -854,7 +859,8 @@ class _Flow:
             cores = usable_cores() if len(contexts) == 1 else ctx.slots
             in_flight = superchunks_in_flight(self.spec, cores)
             if self.job.device is not None:
-                in_flight = device_tasks_in_flight(in_flight, self.job.device.count)
+                device = self.job.device
+                in_flight = device_tasks_in_flight(in_flight, device.count, device.per_device)
             if in_flight > 0 and top > 0:
                 budget[ctx.name] = float(in_flight * top)
         return plan(graph, contexts, memory=budget or None, targets=refs)

@@ -29,7 +29,10 @@ grid alternate, so every GPU gets an even share and each has
 ``DEVICE_TASKS_IN_FLIGHT`` tasks in flight. The tasks declare no
 ``{"gpu": 1}`` resource: that would give each GPU one executor worker, one task
 at a time, and a GPU flow wants one task computing while another reads and
-writes.
+writes. ``FlowDevice.fit`` sizes that count from the devices' free memory (one
+task's footprint is what the host estimate counts: its padded superchunk and
+accumulators), and refuses a flow whose one task does not fit before anything
+runs; ``trim`` empties the memory pools after the flow.
 
 Identity. The device is not part of the flow id: it changes where the flow
 computes, not what. Float results on a GPU may differ from the CPU's in the
@@ -63,18 +66,18 @@ DEVICES: tuple[str, ...] = ("cpu", "gpu")
 DEVICE_TASKS_IN_FLIGHT = 2
 
 
-def device_tasks_in_flight(cpu_in_flight: int, devices: int = 1) -> int:
-    """Top-level tasks in flight in a GPU flow on ``devices`` GPUs, given the CPU flow's
-    (0: unbounded).
+def device_tasks_in_flight(cpu_in_flight: int, devices: int = 1, per_device: int = 2) -> int:
+    """Top-level tasks in flight in a GPU flow on ``devices`` GPUs that each hold
+    ``per_device`` tasks' data at once, given the CPU flow's count (0: unbounded).
 
     >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
     (2, 4, 0)
-    >>> device_tasks_in_flight(4, devices=4)
-    8
+    >>> device_tasks_in_flight(4, devices=4), device_tasks_in_flight(4, 4, per_device=1)
+    (8, 4)
     """
     if cpu_in_flight == 0:
         return 0
-    return max(cpu_in_flight, DEVICE_TASKS_IN_FLIGHT * max(devices, 1))
+    return max(cpu_in_flight, per_device * max(devices, 1))
 
 
 class FlowDevice:
@@ -86,11 +89,36 @@ class FlowDevice:
         self.downloads = 0
         self.bytes_uploaded = 0
         self.bytes_downloaded = 0
+        self.per_device = DEVICE_TASKS_IN_FLIGHT  # see fit()
         self._lock = threading.Lock()
 
     def xp(self) -> ModuleType:
         """The array module of device arrays (``cupy``; numpy under the fake)."""
         return self.backend.xp()
+
+    def fit(self, task_bytes: int) -> None:
+        """Size ``per_device`` (top tasks whose data a GPU holds at once, at most
+        ``DEVICE_TASKS_IN_FLIGHT``) from the devices' free memory and one top task's
+        footprint (its superchunk and accumulators: what the host estimate counts).
+        ``ConfigError`` before anything runs when one task does not fit on a device."""
+        if task_bytes <= 0:
+            return
+        free = min(self.backend.device_memory(i)[0] for i in range(self.count))
+        fits = int(free // task_bytes)
+        if fits < 1:
+            raise ConfigError(
+                f"device='gpu': one top-level task needs about {task_bytes / 2**20:.1f} MiB on "
+                f"the GPU (its padded superchunk and accumulators) but a device has "
+                f"{free / 2**20:.1f} MiB free; give smaller top-level chunk_sizes (the "
+                "first entry), free the GPU, or use device='cpu'"
+            )
+        self.per_device = min(fits, DEVICE_TASKS_IN_FLIGHT)
+
+    def trim(self) -> None:
+        """Hand the memory pools' cached blocks back, so a long-lived process running
+        flows one after another does not hoard device memory."""
+        for index in range(self.count):
+            self.backend.trim_pool(index)
 
     @property
     def count(self) -> int:
