@@ -37,3 +37,16 @@ def test_graph_demo_agrees_with_numpy() -> None:
     summary = run_graph_demo(blocks=64, progress=False)
     assert summary.tasks == 64 + 4 + 1
     assert summary.matches, summary.lines()
+
+
+def test_python_dash_m_runs_the_command_line() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "chunkgraph", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "chunkgraph" in done.stdout, done.stderr
