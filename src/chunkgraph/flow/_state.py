@@ -20,7 +20,9 @@ States (``FlowStatus``), decided in this order:
   host sharing an NFSv4 directory counts too. A run starting with
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
-* ``DEFERRED``: ``flow.json`` says ``deferred``: its layers are the result
+* ``DEFERRED``: ``flow.json`` says ``deferred`` and every top-level task is
+  marked done (a deferred run that failed or was killed is ``INTERRUPTED``,
+  like any other): its layers are the result
   (``blend_modes="defer"``), never removed by ``--stale``. ``reduce_deferred``
   turns it ``FINISHED`` (record written, ``deferred`` false): the layers are
   then leftovers of a finished flow, which ``--stale`` removes.
@@ -169,15 +171,18 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
     record = _read_json(root / f"{flow_id}{_DONE}")
     info = _read_json(flow_dir / _INFO) or {}
     has_temps = flow_dir.is_dir()
+    top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
+    top_done = _count_markers(flow_dir, TOP)
     if running:
         status = FlowStatus.RUNNING
-    elif info.get("deferred"):
+    elif info.get("deferred") and top_total is not None and top_done >= top_total:
+        # flow.json says deferred from the start of the run: its layers are a result only
+        # once every top-level task wrote its part (a failed or killed run is interrupted).
         status = FlowStatus.DEFERRED
     elif record is not None:
         status = FlowStatus.FINISHED
     else:
         status = FlowStatus.INTERRUPTED
-    top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
     if record is not None:
         red_total = _int_or_none(record.get("reductions"))
     return FlowState(
@@ -185,7 +190,7 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
         flow_dir=flow_dir,
         status=status,
         has_temporaries=has_temps,
-        top_done=_count_markers(flow_dir, TOP),
+        top_done=top_done,
         top_total=top_total,
         reductions_done=_count_markers(flow_dir, REDUCE),
         reductions_total=red_total,
