@@ -104,6 +104,26 @@ def test_inputs_that_cannot_be_read_whole_are_refused_before_any_write(
     assert not (tmp_path / f".{Path(dst.path).name}.chunkgraph").exists()
 
 
+def test_a_dst_left_at_the_default_resolution_is_named_as_the_likely_cause(
+    tmp_path: Path,
+) -> None:
+    src = volume.create(str(tmp_path / "src.zarr"), (32, 32, 32), (16, 16, 16), "float32",
+                        resolution=(40, 4, 4))  # fmt: skip
+    dst = volume.create(str(tmp_path / "dst.zarr"), src.shape, src.chunks, "float32")
+    with pytest.raises(ConfigError) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=(16, 16, 16))
+    text = str(info.value)
+    assert "use a multiple of 40" in text
+    assert "dst is at resolution (1, 1, 1), the default" in text
+    assert "input 'src' is at (40, 4, 4)" in text and "resolution=src.resolution" in text
+    fine = volume.create(str(tmp_path / "fine.zarr"), (32, 32, 32), (16, 16, 16), "float32",
+                         resolution=(20, 2, 2))  # fmt: skip
+    with pytest.raises(ConfigError) as info:  # dst chose a resolution: no such guess
+        volume.apply(lambda x: x, src, fine, chunk_sizes=(3, 16, 16),
+                     bbox=Box((0,) * 3, (3, 32, 32)))  # fmt: skip
+    assert "use a multiple of 2" in str(info.value) and "the default" not in str(info.value)
+
+
 def test_a_bbox_start_off_the_input_grid_is_refused(tmp_path: Path) -> None:
     src, dst, _ = _pair(tmp_path, (8, 8, 40), (4, 4, 40))
     with pytest.raises(ConfigError, match="the bbox start 1 for input 'src' on axis 0"):
