@@ -77,6 +77,24 @@ def test_automatic_sizes_keep_input_boxes_whole(tmp_path: Path) -> None:
     np.testing.assert_array_equal(dst.read(dst.bounds), repeat(data))
 
 
+def test_automatic_sizes_round_an_odd_extent_up_to_the_resolution_multiple(
+    tmp_path: Path,
+) -> None:
+    coarse = volume.create(str(tmp_path / "coarse.zarr"), (32, 32, 8), (8, 8, 8), "float32",
+                           resolution=(8, 8, 40))  # fmt: skip
+    coarse.write(coarse.bounds, np.random.default_rng(1).random((32, 32, 8), "float32"))
+    odd = volume.create(str(tmp_path / "f3.zarr"), (63, 63, 8), (16, 16, 8), "float32",
+                        resolution=(4, 4, 40))  # fmt: skip
+    report = volume.apply(repeat, coarse, odd, crop_pads=2)  # 63 is 31.5 coarse voxels
+    assert report.plan is not None and report.plan.expand_bbox
+    assert report.bbox == Box((0, 0, 0), (64, 64, 8))  # past the edge: writes are clipped
+    assert report.plan.arguments()["expand_bbox"] is True
+    assert all(c % 2 == 0 for level in report.plan.chunk_sizes for c in level[:2])
+    np.testing.assert_array_equal(
+        odd.read(odd.bounds), repeat(coarse.read(coarse.bounds))[:63, :63]
+    )
+
+
 @pytest.mark.parametrize(
     "src_res, kwargs, words",
     [

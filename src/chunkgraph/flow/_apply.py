@@ -370,6 +370,7 @@ def apply(
         if isinstance(blend_modes, list) and len(blend_modes) == 1:
             blend_modes = blend_modes * len(chunk_sizes)
         skip_intermediates = plan.direct_writes
+        expand_bbox = expand_bbox or plan.expand_bbox
     spec = validate_flow(
         fn,
         inputs,
