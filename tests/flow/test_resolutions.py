@@ -142,6 +142,34 @@ def test_a_dst_left_at_the_default_resolution_is_named_as_the_likely_cause(
     assert "use a multiple of 2" in str(info.value) and "the default" not in str(info.value)
 
 
+def test_divisibility_suggestions_keep_to_the_resolution_multiple(tmp_path: Path) -> None:
+    src, dst, _ = _pair(tmp_path, (8, 8, 40), (4, 4, 40))  # src twice as coarse on axes 0, 1
+    with pytest.raises(ConfigError) as info:
+        volume.apply(repeat, src, dst, chunk_sizes=[(20, 16, 16), (8, 8, 8)])
+    text = str(info.value)
+    # the divisors of 20 nearest 8 are 5 and 10; 5 is 2.5 input voxels, refused next
+    assert "Nearest valid level-1 sizes on axis 0: 4 or 10" in text and "5 or 10" not in text
+    with pytest.raises(ConfigError) as info:
+        volume.apply(repeat, src, dst, chunk_sizes=(24, 16, 16))
+    text = str(info.value)  # 64 % 24: its divisors nearest 24 that are even
+    assert "use a top chunk of 16 or 32 on axis 0" in text
+
+
+def test_a_physical_bbox_off_a_fractional_grid_suggests_what_a_box_can_hold(
+    tmp_path: Path,
+) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32",
+                        resolution=(0.3, 1))  # fmt: skip
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32",
+                        resolution=(0.3, 1))  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=(4, 8), bbox=Box((0, 0), (1, 8)),
+                     bbox_units="physical")  # fmt: skip
+    text = str(info.value)
+    assert "[0, 1.2) is not integral" in text and "[0, 4), with bbox_units='voxels'" in text
+    assert "[0.0, 1.2" not in text
+
+
 def test_a_bbox_start_off_the_input_grid_is_refused(tmp_path: Path) -> None:
     src, dst, _ = _pair(tmp_path, (8, 8, 40), (4, 4, 40))
     with pytest.raises(ConfigError, match="the bbox start 1 for input 'src' on axis 0"):

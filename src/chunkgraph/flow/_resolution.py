@@ -161,10 +161,17 @@ def bbox_in_voxels(bbox: Box | None, units: object, dst: Volume | None) -> Box |
     for axis, (lo, hi, r) in enumerate(zip(bbox.start, bbox.stop, res, strict=True)):
         a, b = Fraction(lo) / _exact(r), Fraction(hi) / _exact(r)
         if a.denominator != 1 or b.denominator != 1:
-            off.append(
-                f"axis {axis}: [{lo}, {hi}) / {r} = [{float(a):g}, {float(b):g}); nearest "
-                f"voxel-aligned [{math.floor(a) * r}, {math.ceil(b) * r})"
-            )
+            va, vb = math.floor(a), math.ceil(b)
+            pa, pb = va * _exact(r), vb * _exact(r)
+            if pa.denominator == 1 and pb.denominator == 1:
+                nearest = f"nearest voxel-aligned [{pa}, {pb})"
+            else:  # a Box holds integers: no physical bbox lands on this grid there
+                nearest = (
+                    f"the voxel-aligned [{float(pa):g}, {float(pb):g}) is not integral, which "
+                    f"a Box cannot hold: give that region in voxels, [{va}, {vb}), with "
+                    "bbox_units='voxels'"
+                )
+            off.append(f"axis {axis}: [{lo}, {hi}) / {r} = [{float(a):g}, {float(b):g}); {nearest}")
         start.append(int(a))
         stop.append(int(b))
     if off:
