@@ -68,6 +68,11 @@ def test_reducing_later_writes_what_apply_writes(files: Any, mode: str) -> None:
     reduced = reduce_deferred(report, dst, blend_mode=mode)
     assert reduced.reductions > 0 and reduced.reductions_skipped == 0
     assert reduced.bytes_written == dst.stats.bytes_written
+    # it reads every layer: the report says what (not "read 0 B", "tasks per level: []")
+    assert reduced.bytes_read == sum(b for _, b, _ in reduced.task_bytes) > 0
+    assert reduced.read_amplification >= 1.0
+    assert "reductions of the deferred layers" in reduced.summary()
+    assert "tasks per level" not in reduced.summary() and " of layers" in reduced.summary()
     np.testing.assert_array_equal(dst.read(dst.bounds), reference.read(reference.bounds))
     assert _chunk_files(dst.path) == _chunk_files(reference.path)
 
@@ -104,8 +109,12 @@ def test_the_layers_hold_the_margin_past_the_bbox(files: Any) -> None:
         (lambda f: f.empty(SHAPE, CHUNKS, "int16"), r"dtype int16 \(the flow's: uint8\)"),
         (lambda f: f.empty(SHAPE, (8, 16), "uint8"), r"chunks \(8, 16\) \(the flow's: \(8, 8\)\)"),
         (lambda f: f.empty((40, 64), CHUNKS, "uint8"), r"shape \(40, 64\)"),
+        (
+            lambda f: f.empty(SHAPE, CHUNKS, "uint8", resolution=(4, 4)),
+            r"resolution \(4.0, 4.0\) \(the flow's: \(1.0, 1.0\)\)",
+        ),
     ],
-    ids=["dtype", "chunks", "shape"],
+    ids=["dtype", "chunks", "shape", "resolution"],
 )
 def test_a_wrong_dst_is_refused_before_any_write(files: Any, make: Any, message: str) -> None:
     _, _, report = _deferred(files)

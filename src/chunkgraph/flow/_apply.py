@@ -188,7 +188,10 @@ class ApplyReport:
         """A few human-readable lines."""
         levels = ", ".join(str(n) for n in self.tasks_per_level)
         lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
-        lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
+        if self.tasks_per_level or self.dry_run:
+            lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
+        else:  # reduce_deferred: reductions of a deferred flow's layers, no top-level task
+            lines.append(f"  reductions of the deferred layers: {self.reductions}")
         if self.finished_before:
             lines.append(f"  already finished at {self.finished_before}: nothing to do")
         elif self.estimate is not None:
@@ -201,8 +204,9 @@ class ApplyReport:
             if e.temporary_bytes:
                 lines.append(f"  temporaries under {self.intermediates}")
         else:
+            what = "" if self.tasks_per_level else " of layers"
             lines.append(
-                f"  read {_size(self.bytes_read)} (amplification "
+                f"  read {_size(self.bytes_read)}{what} (amplification "
                 f"{self.read_amplification:.2f}), wrote {_size(self.bytes_written)} "
                 f"(+{_size(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
             )
