@@ -68,9 +68,11 @@ from chunkgraph.flow._auto_sizes import (
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import (
+    NO_GPU_HERE,
     FlowDevice,
     check_executor,
     device_tasks_in_flight,
+    gpu_missing,
     resolve_device,
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
@@ -183,6 +185,8 @@ class ApplyReport:
     bytes_to_device: int = 0
     bytes_from_device: int = 0
     device_copies: tuple[int, int] = (0, 0)
+    # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
+    gpu_missing: bool = False
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -212,6 +216,8 @@ class ApplyReport:
             )
         if self.gpu_fallback:
             lines.append("  device: cpu (gpu_fallback: no GPU was found)")
+        elif self.gpu_missing:
+            lines.append(f"  device: {self.device} ({NO_GPU_HERE})")
         elif self.device != "cpu" and (self.dry_run or self.finished_before):
             lines.append(f"  device: {self.device}")
         elif self.device != "cpu":
@@ -320,7 +326,8 @@ def apply(
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
-    flow_device, fell_back = resolve_device(device, gpu_fallback)
+    flow_device, fell_back = resolve_device(device, gpu_fallback, dry_run)
+    no_gpu = gpu_missing(device, flow_device, fell_back)  # dry run, GPU asked for, none here
     named_inputs = normalize_inputs(inputs)
     fn = with_fn_kwargs(fn, fn_kwargs, named_inputs)
     # dst's voxels are the flow's grid (without dst, the first input stands in, as in _spec).
@@ -329,7 +336,7 @@ def apply(
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
     if dst is None:
-        if flow_device is not None:
+        if flow_device is not None or no_gpu:
             raise ConfigError(
                 "device='gpu' needs a dst: a flow without dst collects fn's values on the "
                 "CPU; give a dst volume, or use device='cpu'"
@@ -409,7 +416,10 @@ def apply(
         root = _intermediates_root(intermediates, dst)
         if dry_run:
             report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-            return _with_device(dataclasses.replace(report, plan=plan), flow_device, fell_back)
+            report = dataclasses.replace(report, plan=plan)
+            if no_gpu:
+                return dataclasses.replace(report, device="gpu", gpu_missing=True)
+            return _with_device(report, flow_device, fell_back)
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         named = owned_inputs(named, plan)
         made_root = not root.exists()
