@@ -243,5 +243,7 @@ def test_a_damaged_temporary_layer_of_a_flow_says_to_recompute(files: Any) -> No
     with pytest.raises((CorruptChunkError, BaseExceptionGroup)) as info:
         apply(mean9_failing_ninth, src, dst, resume=True, **run)
     text = str(_corrupt_of(info))
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "are damaged: a resume would read them again" in notes and "resume=True to" not in notes
     assert "temporary layers" in text and "damaged" in text and "Do not delete" in text
     assert "rerun apply without resume=True" in text and "chunkgraph clean" in text

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, CorruptChunkError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
@@ -453,7 +453,8 @@ def apply(
                 try:
                     report = flow.run(chosen, progress, t0, before, tuple(subscribers))
                 except BaseException as error:  # a Ctrl-C leaves the same state behind
-                    error.add_note(kept_state_note(root, flow_id))
+                    damaged = _layer_corrupt(error, root / flow_id)
+                    error.add_note(kept_state_note(root, flow_id, damaged=damaged))
                     raise
                 finally:
                     if flow_device is not None:
@@ -473,6 +474,22 @@ def apply(
                     root.rmdir()  # only when empty: a completion record is worth keeping
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
+
+
+def _layer_corrupt(error: BaseException, flow_dir: Path) -> bool:
+    """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of the
+    flow's own layers (``_reduce.damaged_layer_error``)."""
+    seen: list[BaseException] = [error]
+    layers = (flow_dir / "layers").resolve()
+    while seen:
+        e = seen.pop()
+        if isinstance(e, CorruptChunkError) and Path(e.volume).resolve().is_relative_to(layers):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            seen.extend(e.exceptions)
+        if e.__cause__ is not None:
+            seen.append(e.__cause__)
+    return False
 
 
 def _with_device(report: ApplyReport, device: FlowDevice | None, fell_back: bool) -> ApplyReport:

@@ -334,8 +334,16 @@ def status_command(root: Path) -> str:
     return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
 
 
-def kept_state_note(root: Path, flow_id: str) -> str:
-    """What a failed or interrupted run says about the state it leaves for a resume."""
+def kept_state_note(root: Path, flow_id: str, *, damaged: bool = False) -> str:
+    """What a failed or interrupted run says about the state it leaves for a resume;
+    ``damaged``: it failed on a layer chunk that does not decode, which a resume would
+    read again (only a run without resume recomputes it)."""
+    if damaged:
+        return (
+            f"flow {flow_id}'s temporary layers under {root / flow_id} are damaged: a resume "
+            f"would read them again; rerun without resume=True, or delete the flow with "
+            f"`{clean_command(root, flow_id)}` and apply again"
+        )
     return (
         f"flow {flow_id} keeps its temporaries and done markers under {root / flow_id}: "
         f"rerun with resume=True to continue it, list it with `{status_command(root)}`, or "
