@@ -172,6 +172,28 @@ def test_readme_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
             run_block(block, namespace, tmp_path)
 
 
+def test_the_deferred_reduction_example_draws_no_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given sizes without a cache warn (ReadAmplificationWarning): the example must not."""
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    for block in extract(ROOT / "README.md"):
+        if block.illustrative:
+            continue
+        if "reduce_deferred(kept" not in block.code:
+            run_block(block, namespace, tmp_path)
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_block(block, namespace, tmp_path)
+        assert [str(w.message) for w in caught] == []
+        return
+    raise AssertionError("README.md has no deferred-reduction example")
+
+
 def test_the_main_readme_has_examples_and_shows_output() -> None:
     """Guards the extraction itself: a broken fence pattern would pass vacuously."""
     blocks = extract(ROOT / "README.md")

@@ -241,6 +241,29 @@ def test_existing_output_of_another_dtype_is_refused_unless_overwritten(
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
 
 
+def test_the_output_is_created_at_the_inputs_resolution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(HERE / "spec_functions.py", tmp_path)
+    raw = volume.create(
+        tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32", resolution=(40, 4, 4)
+    )
+    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32"))
+    text = "input: raw.zarr\n" + OUTPUT + "function: spec_functions:scale\nchunk_sizes: [16]\n"
+    code, _, err = run(capsys, write(tmp_path, text))
+    assert code == 0, err  # not "level 0's chunk 16 is 0.4 voxels of input ..."
+    assert volume.open(tmp_path / "out.zarr").resolution == (40, 4, 4)
+    np.testing.assert_array_equal(read(tmp_path / "out.zarr"), read(tmp_path / "raw.zarr") * 2)
+    # given, it must match an existing output, and have one value per spatial axis
+    given = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16], resolution: [%s]}\n"
+    spec = write(tmp_path, text.replace(OUTPUT, given % "40, 8, 8"))
+    code, _, err = run(capsys, spec)
+    assert code == 2 and "output.resolution: the existing output has resolution" in err
+    spec = write(tmp_path, text.replace(OUTPUT, given % "40, 4").replace("out.zarr", "new.zarr"))
+    code, _, err = run(capsys, spec)
+    assert code == 2 and "output.resolution: [40, 4] has 2 values" in err
+
+
 def test_failure_exits_1_naming_the_chunk_and_resume_finishes(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,7 +53,8 @@ def fails_from_row_two(x: np.ndarray, box: Box) -> np.ndarray:
 def _apply(fn: object, tmp: Path, **kw: object) -> None:
     src = volume.open(str(tmp / "src.zarr"))
     dst = volume.open(str(tmp / "dst.zarr"), mode="r+")
-    volume.apply(fn, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",  # type: ignore[arg-type]
+    kw.setdefault("blend_modes", "linear")
+    volume.apply(fn, src, dst, chunk_sizes=[(8, 8)], blend_pads=2,  # type: ignore[arg-type]
                  executor="sync", retries=0, **kw)  # fmt: skip
 
 
@@ -182,8 +183,32 @@ def test_recorded_totals_and_a_deferred_flow(flows: tuple[Path, str, str]) -> No
     write_flow_info(root / interrupted, top_tasks=16, reductions=16, deferred=False)
     (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
     assert state.progress().startswith("top 8/16, reductions ") and state.stale(0.0)
+    # deferred, but 8 of 16 top-level tasks done: a failed run's leftovers, not a result
     write_flow_info(root / interrupted, top_tasks=16, reductions=0, deferred=True)
+    (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+    assert state.status is FlowStatus.INTERRUPTED and state.stale(0.0)
+    write_flow_info(root / interrupted, top_tasks=8, reductions=0, deferred=True)
     (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
     assert state.status is FlowStatus.DEFERRED and not state.stale(0.0)
     assert cli.main(["clean", str(dst), "--all"]) == 0
     assert (root / interrupted / "layers").is_dir()
+
+
+def test_a_failed_deferred_apply_is_interrupted_not_deferred(
+    flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """flow.json says deferred from the run's start; a run that failed is interrupted."""
+    dst, _, interrupted = flows
+    root = default_intermediates(dst)
+    assert cli.main(["clean", str(dst), interrupted]) == 0
+    with pytest.raises(ExceptionGroup):
+        _apply(fails_from_row_two, dst.parent, blend_modes="defer")
+    (failed,) = [p.name for p in root.iterdir() if p.is_dir()]
+    capsys.readouterr()
+    assert cli.main(["status", str(dst)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if failed in line]
+    assert "interrupted" in line and "deferred" not in line
+    assert cli.main(["reduce", str(dst), "--quiet"]) == 2  # not picked as the deferred flow
+    assert "none is" in capsys.readouterr().err
+    assert cli.main(["clean", str(dst), "--stale", "--older-than", "0"]) == 0
+    assert not (root / failed).exists()  # its temporaries no longer leak

@@ -257,6 +257,29 @@ def test_dry_run_names_the_device(files: Any) -> None:
     assert backend.uploads == 0  # type: ignore[attr-defined]
 
 
+def test_a_dry_run_answers_without_a_gpu_and_says_so(
+    files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_backend, "_probed", [None])  # as on a machine without CuPy or GPU
+    src = files.source(files.random((40, 36), "float32"), (8, 8))
+    dst = files.empty((40, 36), (8, 8), "float32")
+    report = apply(TypesSeen(), src, dst, chunk_sizes=[(20, 18)], device="gpu", dry_run=True)
+    assert report.dry_run and report.device == "gpu" and report.gpu_missing
+    assert "  device: gpu (no GPU here: the run needs one" in report.summary()
+    with pytest.raises(ConfigError, match="device='gpu' needs a dst"):
+        apply(TypesSeen(), src, None, chunk_sizes=[(20, 18)], device="gpu", dry_run=True)
+
+
+def test_a_backend_with_no_device_is_no_gpu(files: Any) -> None:
+    src = files.source(files.random((40, 36), "float32"), (8, 8))
+    dst = files.empty((40, 36), (8, 8), "float32")
+    with use_backend(FakeBackend(0)):
+        with pytest.raises(ConfigError, match=r"device='gpu' but no GPU was found"):
+            apply(TypesSeen(), src, dst, chunk_sizes=[(20, 18)], device="gpu")
+        report = apply(double, src, dst, chunk_sizes=[(20, 18)], device="gpu", gpu_fallback=True)
+    assert report.device == "cpu" and report.gpu_fallback
+
+
 def test_the_device_is_not_part_of_the_flow_id(files: Any) -> None:
     """It changes where the flow computes, not what: a resumed flow may switch devices."""
     src = files.source(files.random((40, 36), "float32"), (8, 8))

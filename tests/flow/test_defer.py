@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chunkgraph import ConfigError
+from chunkgraph import ConfigError, CorruptChunkError, TaskError
 from chunkgraph import volume as volumes
 from chunkgraph.flow import _reduce_deferred as reduce_module
 from chunkgraph.flow import apply, reduce_deferred
@@ -68,6 +68,11 @@ def test_reducing_later_writes_what_apply_writes(files: Any, mode: str) -> None:
     reduced = reduce_deferred(report, dst, blend_mode=mode)
     assert reduced.reductions > 0 and reduced.reductions_skipped == 0
     assert reduced.bytes_written == dst.stats.bytes_written
+    # it reads every layer: the report says what (not "read 0 B", "tasks per level: []")
+    assert reduced.bytes_read == sum(b for _, b, _ in reduced.task_bytes) > 0
+    assert reduced.read_amplification >= 1.0
+    assert "reductions of the deferred layers" in reduced.summary()
+    assert "tasks per level" not in reduced.summary() and " of layers" in reduced.summary()
     np.testing.assert_array_equal(dst.read(dst.bounds), reference.read(reference.bounds))
     assert _chunk_files(dst.path) == _chunk_files(reference.path)
 
@@ -104,8 +109,12 @@ def test_the_layers_hold_the_margin_past_the_bbox(files: Any) -> None:
         (lambda f: f.empty(SHAPE, CHUNKS, "int16"), r"dtype int16 \(the flow's: uint8\)"),
         (lambda f: f.empty(SHAPE, (8, 16), "uint8"), r"chunks \(8, 16\) \(the flow's: \(8, 8\)\)"),
         (lambda f: f.empty((40, 64), CHUNKS, "uint8"), r"shape \(40, 64\)"),
+        (
+            lambda f: f.empty(SHAPE, CHUNKS, "uint8", resolution=(4, 4)),
+            r"resolution \(4.0, 4.0\) \(the flow's: \(1.0, 1.0\)\)",
+        ),
     ],
-    ids=["dtype", "chunks", "shape"],
+    ids=["dtype", "chunks", "shape", "resolution"],
 )
 def test_a_wrong_dst_is_refused_before_any_write(files: Any, make: Any, message: str) -> None:
     _, _, report = _deferred(files)
@@ -170,3 +179,71 @@ def test_a_failed_reduce_resumes_where_it_stopped(
     resumed = reduce_deferred(report, dst, blend_mode="linear")
     assert resumed.reductions_skipped == 2 and resumed.reductions > 0
     np.testing.assert_array_equal(dst.read(dst.bounds), reference.read(reference.bounds))
+
+
+def _garble_a_chunk(layer: str) -> Path:
+    chunk = next(p for p in sorted(Path(layer).rglob("*")) if p.is_file() and "c" in p.parts)
+    chunk.write_bytes(b"garbage" * 7)
+    return chunk
+
+
+def _corrupt_of(info: pytest.ExceptionInfo[BaseException]) -> CorruptChunkError:
+    error: BaseException = info.value
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    if isinstance(error, TaskError):
+        assert "or delete the file" not in str(error)
+        error = error.__cause__  # type: ignore[assignment]
+    assert isinstance(error, CorruptChunkError)
+    return error
+
+
+def test_a_damaged_deferred_layer_says_to_recompute_not_to_delete(files: Any) -> None:
+    _, dst, report = _deferred(files)
+    chunk = _garble_a_chunk(report.deferred_layers[0])
+    with pytest.raises((CorruptChunkError, BaseExceptionGroup)) as info:
+        reduce_deferred(report, dst, blend_mode="linear", executor="sync", retries=0)
+    error = _corrupt_of(info)
+    text = str(error)
+    assert report.flow_id in text and "deferred layers" in text and "damaged" in text
+    assert "Do not delete the file" in text and "or delete the file" not in text
+    assert "without resume=True" in text and f"chunkgraph clean {dst.path}" not in text
+    assert "chunkgraph clean" in text and report.flow_id in text
+    assert str(chunk) in error.files
+
+
+_CALLS: list[int] = []
+
+
+def mean9_failing_ninth(src: np.ndarray) -> np.ndarray:
+    _CALLS.append(1)
+    if len(_CALLS) == 9:  # the third top-level task (four calls each)
+        raise RuntimeError("node lost")
+    return mean9(src)
+
+
+def test_a_damaged_temporary_layer_of_a_flow_says_to_recompute(files: Any) -> None:
+    data = files.random(SHAPE, "uint8")
+    src, dst = files.source(data, CHUNKS), files.empty(SHAPE, CHUNKS, "uint8")
+    run: dict[str, Any] = dict(
+        blend_modes=["linear", "linear"],
+        intermediates=files.root / "t",
+        probe=False,
+        executor="sync",
+        retries=0,
+        **FLOW,
+    )
+    _CALLS.clear()
+    with pytest.raises(BaseExceptionGroup):
+        apply(mean9_failing_ninth, src, dst, **run)
+    layers = sorted((files.root / "t").glob("*/layers/*"))
+    for layer in layers:  # every layer chunk written so far
+        for chunk in (p for p in layer.rglob("*") if p.is_file() and "c" in p.parts):
+            chunk.write_bytes(b"garbage" * 7)
+    with pytest.raises((CorruptChunkError, BaseExceptionGroup)) as info:
+        apply(mean9_failing_ninth, src, dst, resume=True, **run)
+    text = str(_corrupt_of(info))
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "are damaged: a resume would read them again" in notes and "resume=True to" not in notes
+    assert "temporary layers" in text and "damaged" in text and "Do not delete" in text
+    assert "rerun apply without resume=True" in text and "chunkgraph clean" in text

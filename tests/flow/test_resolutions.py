@@ -77,6 +77,24 @@ def test_automatic_sizes_keep_input_boxes_whole(tmp_path: Path) -> None:
     np.testing.assert_array_equal(dst.read(dst.bounds), repeat(data))
 
 
+def test_automatic_sizes_round_an_odd_extent_up_to_the_resolution_multiple(
+    tmp_path: Path,
+) -> None:
+    coarse = volume.create(str(tmp_path / "coarse.zarr"), (32, 32, 8), (8, 8, 8), "float32",
+                           resolution=(8, 8, 40))  # fmt: skip
+    coarse.write(coarse.bounds, np.random.default_rng(1).random((32, 32, 8), "float32"))
+    odd = volume.create(str(tmp_path / "f3.zarr"), (63, 63, 8), (16, 16, 8), "float32",
+                        resolution=(4, 4, 40))  # fmt: skip
+    report = volume.apply(repeat, coarse, odd, crop_pads=2)  # 63 is 31.5 coarse voxels
+    assert report.plan is not None and report.plan.expand_bbox
+    assert report.bbox == Box((0, 0, 0), (64, 64, 8))  # past the edge: writes are clipped
+    assert report.plan.arguments()["expand_bbox"] is True
+    assert all(c % 2 == 0 for level in report.plan.chunk_sizes for c in level[:2])
+    np.testing.assert_array_equal(
+        odd.read(odd.bounds), repeat(coarse.read(coarse.bounds))[:63, :63]
+    )
+
+
 @pytest.mark.parametrize(
     "src_res, kwargs, words",
     [
@@ -102,6 +120,54 @@ def test_inputs_that_cannot_be_read_whole_are_refused_before_any_write(
         volume.apply(lambda x: x, src, dst, executor="threads", **kwargs)  # type: ignore[arg-type]
     assert not dst.read(dst.bounds).any()
     assert not (tmp_path / f".{Path(dst.path).name}.chunkgraph").exists()
+
+
+def test_a_dst_left_at_the_default_resolution_is_named_as_the_likely_cause(
+    tmp_path: Path,
+) -> None:
+    src = volume.create(str(tmp_path / "src.zarr"), (32, 32, 32), (16, 16, 16), "float32",
+                        resolution=(40, 4, 4))  # fmt: skip
+    dst = volume.create(str(tmp_path / "dst.zarr"), src.shape, src.chunks, "float32")
+    with pytest.raises(ConfigError) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=(16, 16, 16))
+    text = str(info.value)
+    assert "use a multiple of 40" in text
+    assert "dst is at resolution (1, 1, 1), the default" in text
+    assert "input 'src' is at (40, 4, 4)" in text and "resolution=src.resolution" in text
+    fine = volume.create(str(tmp_path / "fine.zarr"), (32, 32, 32), (16, 16, 16), "float32",
+                         resolution=(20, 2, 2))  # fmt: skip
+    with pytest.raises(ConfigError) as info:  # dst chose a resolution: no such guess
+        volume.apply(lambda x: x, src, fine, chunk_sizes=(3, 16, 16),
+                     bbox=Box((0,) * 3, (3, 32, 32)))  # fmt: skip
+    assert "use a multiple of 2" in str(info.value) and "the default" not in str(info.value)
+
+
+def test_divisibility_suggestions_keep_to_the_resolution_multiple(tmp_path: Path) -> None:
+    src, dst, _ = _pair(tmp_path, (8, 8, 40), (4, 4, 40))  # src twice as coarse on axes 0, 1
+    with pytest.raises(ConfigError) as info:
+        volume.apply(repeat, src, dst, chunk_sizes=[(20, 16, 16), (8, 8, 8)])
+    text = str(info.value)
+    # the divisors of 20 nearest 8 are 5 and 10; 5 is 2.5 input voxels, refused next
+    assert "Nearest valid level-1 sizes on axis 0: 4 or 10" in text and "5 or 10" not in text
+    with pytest.raises(ConfigError) as info:
+        volume.apply(repeat, src, dst, chunk_sizes=(24, 16, 16))
+    text = str(info.value)  # 64 % 24: its divisors nearest 24 that are even
+    assert "use a top chunk of 16 or 32 on axis 0" in text
+
+
+def test_a_physical_bbox_off_a_fractional_grid_suggests_what_a_box_can_hold(
+    tmp_path: Path,
+) -> None:
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32",
+                        resolution=(0.3, 1))  # fmt: skip
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32",
+                        resolution=(0.3, 1))  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=(4, 8), bbox=Box((0, 0), (1, 8)),
+                     bbox_units="physical")  # fmt: skip
+    text = str(info.value)
+    assert "[0, 1.2) is not integral" in text and "[0, 4), with bbox_units='voxels'" in text
+    assert "[0.0, 1.2" not in text
 
 
 def test_a_bbox_start_off_the_input_grid_is_refused(tmp_path: Path) -> None:

@@ -89,6 +89,11 @@ class OutputSpec(_Model):
         default=None,
         description="default: the first input's shape (and its offset and spatial axes)",
     )
+    resolution: list[Annotated[int | float, Field(gt=0)]] | None = Field(
+        default=None,
+        description="physical size of a voxel per spatial axis (e.g. [40, 4, 4] nm); "
+        "default: the first input's resolution",
+    )
     fill_value: int | float | bool = Field(default=0, description="value of never-written voxels")
     exists: Literal["error", "overwrite", "use"] | None = Field(
         default=None,
@@ -498,6 +503,21 @@ def _plan_output(
         args["shape"] = tuple(out.shape)
     elif first is not None:
         args.update(shape=first.shape, spatial_ndim=first.spatial_ndim, offset=first.offset)
+    if out.resolution is not None:
+        args["resolution"] = tuple(out.resolution)
+        spatial = args.get("spatial_ndim") or len(args.get("shape", out.resolution))
+        if len(out.resolution) != spatial:
+            problem(
+                "output.resolution",
+                f"{out.resolution} has {len(out.resolution)} values but the output has "
+                f"{spatial} spatial axes: give one per spatial axis",
+            )
+    elif first is not None and len(first.resolution) == (
+        args.get("spatial_ndim") or len(args.get("shape", ()))
+    ):
+        # The flow's grid is the output's: at resolution 1 beside an input at (40, 4, 4)
+        # the input would be 40x finer along z, never what a spec without one means.
+        args["resolution"] = tuple(first.resolution)
     if out.chunks is not None and "shape" in args and len(out.chunks) != len(args["shape"]):
         problem(
             "output.chunks",
@@ -509,7 +529,7 @@ def _plan_output(
 
 
 def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
-    asked = {"shape": out.shape, "chunks": out.chunks}
+    asked = {"shape": out.shape, "chunks": out.chunks, "resolution": out.resolution}
     for name, want in asked.items():
         if want is not None and tuple(want) != tuple(getattr(existing, name)):
             problem(

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, CorruptChunkError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
@@ -68,9 +68,11 @@ from chunkgraph.flow._auto_sizes import (
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import (
+    NO_GPU_HERE,
     FlowDevice,
     check_executor,
     device_tasks_in_flight,
+    gpu_missing,
     resolve_device,
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
@@ -183,12 +185,17 @@ class ApplyReport:
     bytes_to_device: int = 0
     bytes_from_device: int = 0
     device_copies: tuple[int, int] = (0, 0)
+    # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
+    gpu_missing: bool = False
 
     def summary(self) -> str:
         """A few human-readable lines."""
         levels = ", ".join(str(n) for n in self.tasks_per_level)
         lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
-        lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
+        if self.tasks_per_level or self.dry_run:
+            lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
+        else:  # reduce_deferred: reductions of a deferred flow's layers, no top-level task
+            lines.append(f"  reductions of the deferred layers: {self.reductions}")
         if self.finished_before:
             lines.append(f"  already finished at {self.finished_before}: nothing to do")
         elif self.estimate is not None:
@@ -201,13 +208,16 @@ class ApplyReport:
             if e.temporary_bytes:
                 lines.append(f"  temporaries under {self.intermediates}")
         else:
+            what = "" if self.tasks_per_level else " of layers"
             lines.append(
-                f"  read {_size(self.bytes_read)} (amplification "
+                f"  read {_size(self.bytes_read)}{what} (amplification "
                 f"{self.read_amplification:.2f}), wrote {_size(self.bytes_written)} "
                 f"(+{_size(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
             )
         if self.gpu_fallback:
             lines.append("  device: cpu (gpu_fallback: no GPU was found)")
+        elif self.gpu_missing:
+            lines.append(f"  device: {self.device} ({NO_GPU_HERE})")
         elif self.device != "cpu" and (self.dry_run or self.finished_before):
             lines.append(f"  device: {self.device}")
         elif self.device != "cpu":
@@ -316,7 +326,8 @@ def apply(
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
-    flow_device, fell_back = resolve_device(device, gpu_fallback)
+    flow_device, fell_back = resolve_device(device, gpu_fallback, dry_run)
+    no_gpu = gpu_missing(device, flow_device, fell_back)  # dry run, GPU asked for, none here
     named_inputs = normalize_inputs(inputs)
     fn = with_fn_kwargs(fn, fn_kwargs, named_inputs)
     # dst's voxels are the flow's grid (without dst, the first input stands in, as in _spec).
@@ -325,7 +336,7 @@ def apply(
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
     if dst is None:
-        if flow_device is not None:
+        if flow_device is not None or no_gpu:
             raise ConfigError(
                 "device='gpu' needs a dst: a flow without dst collects fn's values on the "
                 "CPU; give a dst volume, or use device='cpu'"
@@ -370,6 +381,7 @@ def apply(
         if isinstance(blend_modes, list) and len(blend_modes) == 1:
             blend_modes = blend_modes * len(chunk_sizes)
         skip_intermediates = plan.direct_writes
+        expand_bbox = expand_bbox or plan.expand_bbox
     spec = validate_flow(
         fn,
         inputs,
@@ -404,7 +416,10 @@ def apply(
         root = _intermediates_root(intermediates, dst)
         if dry_run:
             report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-            return _with_device(dataclasses.replace(report, plan=plan), flow_device, fell_back)
+            report = dataclasses.replace(report, plan=plan)
+            if no_gpu:
+                return dataclasses.replace(report, device="gpu", gpu_missing=True)
+            return _with_device(report, flow_device, fell_back)
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         named = owned_inputs(named, plan)
         made_root = not root.exists()
@@ -438,7 +453,8 @@ def apply(
                 try:
                     report = flow.run(chosen, progress, t0, before, tuple(subscribers))
                 except BaseException as error:  # a Ctrl-C leaves the same state behind
-                    error.add_note(kept_state_note(root, flow_id))
+                    damaged = _layer_corrupt(error, root / flow_id)
+                    error.add_note(kept_state_note(root, flow_id, damaged=damaged))
                     raise
                 finally:
                     if flow_device is not None:
@@ -458,6 +474,22 @@ def apply(
                     root.rmdir()  # only when empty: a completion record is worth keeping
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
+
+
+def _layer_corrupt(error: BaseException, flow_dir: Path) -> bool:
+    """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of the
+    flow's own layers (``_reduce.damaged_layer_error``)."""
+    seen: list[BaseException] = [error]
+    layers = (flow_dir / "layers").resolve()
+    while seen:
+        e = seen.pop()
+        if isinstance(e, CorruptChunkError) and Path(e.volume).resolve().is_relative_to(layers):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            seen.extend(e.exceptions)
+        if e.__cause__ is not None:
+            seen.append(e.__cause__)
+    return False
 
 
 def _with_device(report: ApplyReport, device: FlowDevice | None, fell_back: bool) -> ApplyReport:

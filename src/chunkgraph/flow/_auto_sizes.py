@@ -119,15 +119,22 @@ class FlowPlan:
     memory_bytes: int  # predicted peak: cache + superchunks in flight + bottom buffers
     superchunks_in_flight: int
     reasons: tuple[str, ...] = field(default=())
+    # The bbox grows past its stop to whole top chunks (apply's expand_bbox=True): an
+    # extent that is no multiple of what an input at another resolution needs.
+    expand_bbox: bool = False
 
     def arguments(self) -> dict[str, object]:
-        """``chunk_sizes``, pads and ``skip_intermediates`` as ``apply`` takes them."""
-        return {
+        """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
+        plan grew the bbox) as ``apply`` takes them."""
+        args: dict[str, object] = {
             "chunk_sizes": list(self.chunk_sizes),
             "crop_pads": list(self.crop_pads),
             "blend_pads": list(self.blend_pads),
             "skip_intermediates": self.direct_writes,
         }
+        if self.expand_bbox:
+            args["expand_bbox"] = True
+        return args
 
     def summary(self) -> str:
         """A few human-readable lines: the sizes, the cache, the memory, the reasons."""
@@ -728,6 +735,14 @@ def plan_automatic(
         pads[name] = per_level(name, value, 1, ndim)[0]
     allowed = direct_allowed(region, named, out, pads["blend_pads"])
     scales = {n: scale_of(v, out) for n, v in named.items()}
+    step = step_of(list(scales.values()), ndim)
+    # Every size must be a multiple of the step (whole input voxels): an extent that is not
+    # one (63 dst voxels over an input twice as coarse) is rounded up past the bbox's stop,
+    # as expand_bbox=True does: reads there give fill values, writes are clipped to dst.
+    grown = tuple(-(-e // q) * q for e, q in zip(region.shape, step, strict=True))
+    expand = grown != region.shape
+    if expand:
+        region = Box(region.start, tuple(a + e for a, e in zip(region.start, grown, strict=True)))
     plan = plan_sizes(
         region,
         [layout_of(n, v, scales[n]) for n, v in named.items()],
@@ -739,8 +754,19 @@ def plan_automatic(
         memory_limit_source=memory_limit_source,
         accumulate_bytes=accumulate_bytes_of(out),
         direct_allowed=allowed and skip_intermediates is not False,
-        step=step_of(list(scales.values()), ndim),
+        step=step,
     )
+    if expand:
+        plan = dataclasses.replace(
+            plan,
+            expand_bbox=True,
+            reasons=(
+                f"bbox grown past its stop to {region} (expand_bbox=True): every size must be "
+                f"a multiple of {step} per axis so that inputs at another resolution are read "
+                "over whole voxels; reads past dst give fill values, writes are clipped",
+                *plan.reasons,
+            ),
+        )
     if skip_intermediates and not plan.direct_writes:
         return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
     return plan

@@ -8,7 +8,7 @@ possibly in another process, knowing nothing but the flow's directory. So
 the geometry the reduction needs under the key ``"deferred_geometry"``::
 
     bbox, top chunk, top blend pad      which top task wrote which voxels, its weights
-    dst: shape, chunks, dtype, offset   the destination the reduction must write
+    dst: shape, chunks, dtype, offset, resolution   the destination the reduction must write
     accumulate dtype, reduction chunk   the sums and the reduction boxes, as apply's
     layers: parity axes, bounds,        how to find and read each layer
             storage chunk, dtype
@@ -59,6 +59,8 @@ class DeferredGeometry:
     layer_storage_chunk: tuple[int, ...]
     layer_dtype: np.dtype[Any]
     layer_channel_shape: tuple[int, ...]
+    # Part of the flow id; None in a flow.json written before it was recorded.
+    dst_resolution: tuple[float, ...] | None = None
 
     @classmethod
     def of(cls, spec: FlowSpec, dst: Volume, layers: LayerPlan) -> DeferredGeometry:
@@ -78,6 +80,7 @@ class DeferredGeometry:
             layer_storage_chunk=layers.storage_chunk,
             layer_dtype=np.dtype(layers.dtype),
             layer_channel_shape=layers.channel_shape,
+            dst_resolution=tuple(float(r) for r in dst.resolution),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -96,6 +99,7 @@ class DeferredGeometry:
             "layer_storage_chunk": list(self.layer_storage_chunk),
             "layer_dtype": self.layer_dtype.str,
             "layer_channel_shape": list(self.layer_channel_shape),
+            "dst_resolution": None if self.dst_resolution is None else list(self.dst_resolution),
         }
 
     @classmethod
@@ -122,6 +126,11 @@ class DeferredGeometry:
             layer_storage_chunk=ints("layer_storage_chunk"),
             layer_dtype=np.dtype(raw["layer_dtype"]),
             layer_channel_shape=ints("layer_channel_shape"),
+            dst_resolution=(
+                None
+                if raw.get("dst_resolution") is None
+                else tuple(float(r) for r in raw["dst_resolution"])
+            ),
         )
 
     def spec(self, blend_mode: str) -> FlowSpec:
@@ -178,12 +187,14 @@ class DeferredGeometry:
             "chunks": tuple(dst.chunks),
             "dtype": np.dtype(dst.dtype),
             "offset": tuple(dst.offset),
+            "resolution": tuple(float(r) for r in dst.resolution),
         }
-        wanted = {
+        wanted: dict[str, object] = {
             "shape": self.dst_shape,
             "chunks": self.dst_chunks,
             "dtype": self.dst_dtype,
             "offset": self.dst_offset,
+            "resolution": self.dst_resolution or found["resolution"],  # unrecorded: any
         }
         wrong = [
             f"{k} {found[k]} (the flow's: {wanted[k]})" for k in found if found[k] != wanted[k]
@@ -193,5 +204,6 @@ class DeferredGeometry:
                 f"dst {dst.path!r} does not match the deferred flow's destination: "
                 f"{'; '.join(wrong)}. Give a dst created with shape={self.dst_shape}, "
                 f"chunks={self.dst_chunks}, dtype={self.dst_dtype.name!r}, "
-                f"offset={self.dst_offset} (the one apply was given, or one like it)"
+                f"offset={self.dst_offset}, resolution={self.dst_resolution} (the one apply "
+                "was given, or one like it; the resolution is part of the flow id)"
             )

@@ -168,9 +168,18 @@ class FlowDevice:
         return xp.full_like(like, fill, dtype=dtype, shape=shape, order="C")
 
 
-def resolve_device(device: object, gpu_fallback: object) -> tuple[FlowDevice | None, bool]:
+NO_GPU_HERE = "no GPU here: the run needs one (or gpu_fallback=True to run on the CPU)"
+
+
+def resolve_device(
+    device: object, gpu_fallback: object, dry_run: bool = False
+) -> tuple[FlowDevice | None, bool]:
     """The device of ``apply(device=..., gpu_fallback=...)``: None for the CPU, and whether
     the CPU stands in for a GPU that was asked for but not found.
+
+    A backend with no device (``FakeBackend(0)``, CuPy seeing none) is no GPU. A dry run
+    answers without one: ``(None, False)`` for ``device="gpu"``, and the caller reports
+    the device as "gpu" with ``NO_GPU_HERE`` (see ``gpu_missing``).
 
     >>> resolve_device("cpu", False)
     (None, False)
@@ -187,16 +196,23 @@ def resolve_device(device: object, gpu_fallback: object) -> tuple[FlowDevice | N
     from chunkgraph.gpu import active_backend
 
     backend = active_backend()
-    if backend is not None:
+    if backend is not None and backend.device_count() > 0:
         return FlowDevice(backend), False
     if gpu_fallback:
         return None, True
+    if dry_run:
+        return None, False  # gpu_missing(): the report says the run would need one
     raise ConfigError(
         "device='gpu' but no GPU was found: CuPy is not installed or sees no device "
         "(check CUDA_VISIBLE_DEVICES and nvidia-smi); install chunkgraph[gpu] on a machine "
         "with an NVIDIA GPU, pass gpu_fallback=True to run on the CPU when there is none, "
         "or use device='cpu'"
     )
+
+
+def gpu_missing(device: object, flow_device: FlowDevice | None, fell_back: bool) -> bool:
+    """A dry run asked for a GPU where there is none (``resolve_device`` let it through)."""
+    return device == "gpu" and flow_device is None and not fell_back
 
 
 def check_executor(device: FlowDevice | None, executor: Executor, given: object) -> None:

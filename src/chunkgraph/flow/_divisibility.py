@@ -74,12 +74,16 @@ def check_divisibility(
     crops: Sequence[tuple[int, ...]],
     blends: Sequence[tuple[int, ...]],
     bbox_shape: tuple[int, ...] | None = None,
+    step: tuple[int, ...] | None = None,
 ) -> None:
     """Each level's chunk divides the padded chunk of the level above, on every axis.
 
     Every offending level and axis is named, each with the sizes that would make
     the whole chain valid on that axis (``would_fit``); ``bbox_shape`` (None:
-    the bbox will be expanded to whole top chunks) constrains suggested top chunks.
+    the bbox will be expanded to whole top chunks) constrains suggested top chunks;
+    ``step``: per axis, what every chunk must be a multiple of (inputs at another
+    resolution read over whole voxels, ``_resolution.step_of``), so that no suggestion
+    is then refused by that check.
     """
     problems = []
     for i in range(1, len(chunks)):
@@ -91,7 +95,7 @@ def check_divisibility(
             if region % size == 0:
                 continue
             pad = region - parent[axis]
-            chain = _AxisChain(axis, chunks, crops, blends, bbox_shape)
+            chain = _AxisChain(axis, chunks, crops, blends, bbox_shape, step)
             below, above = nearest_divisors(region, size, keep=functools.partial(chain.fits, i))
             parents, condition = _nearest_parents(chain, i - 1, size, pad)
             if parents:
@@ -127,6 +131,7 @@ class _AxisChain:
     crops: Sequence[tuple[int, ...]]
     blends: Sequence[tuple[int, ...]]
     bbox_shape: tuple[int, ...] | None
+    step: tuple[int, ...] | None = None
 
     def pad(self, level: int) -> int:
         return 2 * self.crops[level][self.axis] + 2 * self.blends[level][self.axis]
@@ -135,6 +140,8 @@ class _AxisChain:
         a = self.axis
         if size <= 0 or 2 * self.blends[level][a] > size:
             return False
+        if self.step is not None and size % self.step[a]:
+            return False  # not whole voxels of an input at another resolution
         if level == 0:
             above_ok = self.bbox_shape is None or self.bbox_shape[a] % size == 0
         else:
@@ -162,7 +169,7 @@ def _nearest_parents(chain: _AxisChain, level: int, child: int, pad: int) -> tup
         return either(below, above), ""
     if level == 0 and chain.bbox_shape is not None:
         # Any top chunk works once the bbox grows to whole top chunks (past dst's edge).
-        loose = _AxisChain(chain.axis, chain.chunks, chain.crops, chain.blends, None)
+        loose = _AxisChain(chain.axis, chain.chunks, chain.crops, chain.blends, None, chain.step)
         return _nearest_parents(loose, 0, child, pad)[0], " with expand_bbox=True"
     return "", ""
 
@@ -206,8 +213,12 @@ def check_top_divides(
     top: tuple[int, ...],
     bounds: Box | None = None,
     next_level: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None,
+    step: tuple[int, ...] | None = None,
 ) -> None:
     """The top chunk divides the bbox on every axis; every axis that does not is named.
+
+    ``step``: per axis, what a suggested top chunk must be a multiple of (as in
+    ``check_divisibility``).
 
     Suggested top chunks keep ``2 * blend <= chunk`` and, with ``next_level`` (the top's
     crop, the top's blend, level 1's chunk), the divisibility of level 1; suggested
@@ -219,6 +230,8 @@ def check_top_divides(
             continue
 
         def fits(t: int, axis: int = axis) -> bool:
+            if step is not None and t % step[axis]:
+                return False
             if next_level is None:
                 return True
             crop, blend, child = next_level

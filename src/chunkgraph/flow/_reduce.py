@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chunkgraph._errors import CorruptChunkError
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._edge_locks import edge_chunks_locked, partial_chunks
 from chunkgraph.flow._late_writes import check_run_live
@@ -108,7 +110,7 @@ def reduce_box(
     channels = tuple(dst.channel_shape)
     layer_read = 0
     if layers.n_layers == 1 and not any(top.blend):
-        result = cast_to(layer_vols[0].read(compute), spec.dst_dtype)
+        result = cast_to(_read_layer(layer_vols[0], compute), spec.dst_dtype)
         layer_read = result.nbytes
     else:
         weighted = top.blend_mode != "max"
@@ -118,7 +120,7 @@ def reduce_box(
             part = padded.intersection(compute)
             if part.is_empty:
                 continue
-            data = layer_vols[layers.layer_of(index)].read(part)
+            data = _read_layer(layer_vols[layers.layer_of(index)], part)
             layer_read += data.nbytes
             target = acc[at(part, compute)]
             if weighted:
@@ -138,6 +140,54 @@ def reduce_box(
         whole[at(compute, box)] = result
         dst.write(box, whole)
     return ReductionStats(bytes_written=int(whole.nbytes), temporary_bytes_read=layer_read)
+
+
+def _read_layer(layer: Volume, box: Box) -> np.ndarray:
+    """``layer.read(box)``; a corrupt chunk there is the flow's damaged temporaries."""
+    try:
+        return layer.read(box)
+    except CorruptChunkError as error:
+        raise damaged_layer_error(error, layer.path) from error
+
+
+def damaged_layer_error(error: CorruptChunkError, layer_path: str) -> CorruptChunkError:
+    """The volume-level error, reworded for a flow's temporary layer.
+
+    The volume's advice (delete the chunk file to read it as fill) is wrong here: a
+    deleted layer chunk reads as zeros and reduces into wrong voxels without a word,
+    and a resumed run skips the top-level task that wrote it. What fixes a damaged
+    layer is computing it again: the flow without ``resume`` (or removing the flow,
+    ``chunkgraph clean DST FLOW_ID``, then applying again).
+    """
+    from chunkgraph.flow._deferred import GEOMETRY_KEY
+    from chunkgraph.flow._state import clean_command, read_flow_info
+
+    flow_dir = Path(layer_path).parent.parent  # <intermediates>/<flow id>/layers/layer_k.zarr
+    root, flow_id = flow_dir.parent, flow_dir.name
+    deferred = GEOMETRY_KEY in read_flow_info(flow_dir)
+    listed = ", ".join(repr(f) for f in error.files[:3]) or repr(error.volume)
+    said = str(error).split(" Rewrite that region")[0]  # not its advice: deleting is wrong here
+    what = (
+        "its deferred layers (the result blend_modes='defer' left for reduce_deferred)"
+        if deferred
+        else "its temporary layers (the top-level tasks' outputs the reduction combines)"
+    )
+    fix = (
+        "apply it again with blend_modes='defer' and without resume=True (that recomputes "
+        "every layer), then reduce_deferred again"
+        if deferred
+        else "rerun apply without resume=True (that recomputes every layer)"
+    )
+    message = (
+        f"flow {flow_id} under {root}: {what} are damaged: a stored chunk of layer "
+        f"{layer_path!r} cannot be decoded (file {listed}). Do not delete the file: a missing "
+        f"layer chunk reads as 0 and reduces into wrong voxels, and a resumed run does not "
+        f"recompute it. To fix it, {fix}; or delete the flow with "
+        f"`{clean_command(root, flow_id)}` and apply again. Volume said: {said}"
+    )
+    return CorruptChunkError(
+        message, volume=error.volume, chunks=error.chunks, keys=error.keys, files=error.files
+    )
 
 
 def _empty_accumulator(

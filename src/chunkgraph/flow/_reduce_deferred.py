@@ -182,15 +182,23 @@ def _run(
         )
     finally:
         end_run(job.run_token)
+    # What it read is the layers: amplification against the layer bytes over the bbox
+    # (above 1 where the top level's blend margins overlap, read once per meeting box).
+    read = sum(s.temporary_bytes_read for s in stats)
+    once = (
+        int(np.prod(spec.bbox.shape))
+        * int(np.prod(geometry.layer_channel_shape, dtype=np.int64))
+        * geometry.layer_dtype.itemsize
+    )
     return ApplyReport(
         flow_id=flow_dir.name,
         dry_run=False,
         tasks_per_level=(),
         reductions=len(refs),
-        bytes_read=0,
+        bytes_read=read,
         bytes_written=sum(s.bytes_written for s in stats),
         temporary_bytes=0,
-        read_amplification=0.0,
+        read_amplification=read / once if read and once else 0.0,
         wall_seconds=time.perf_counter() - t0,
         bbox=spec.bbox,
         reductions_skipped=len(boxes) - len(refs),

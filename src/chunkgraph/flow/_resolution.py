@@ -109,8 +109,22 @@ def check_integral(
         raise ConfigError(
             "the flow would read inputs over boxes that are not whole voxels at their own "
             f"resolution (dst {tuple(dst.resolution)}; inputs {inputs}); chunks, pads and the "
-            "bbox are in dst voxels: " + "; ".join(problems)
+            "bbox are in dst voxels: " + "; ".join(problems) + _default_dst_hint(scales, dst)
         )
+
+
+def _default_dst_hint(scales: Mapping[str, Scale], dst: Volume) -> str:
+    """When dst kept the default resolution (all 1) beside an input that has another:
+    most likely dst was created without one, not meant to be at 1."""
+    if any(_exact(r) != 1 for r in dst.resolution) or not scales:
+        return ""
+    name, scale = next(iter(scales.items()))
+    return (
+        f". Note: dst is at resolution {tuple(dst.resolution)}, the default, while input "
+        f"{name!r} is at {_resolution_text(scale, dst)}: dst was probably created without "
+        "one and should be at the input's, volume.create(..., resolution=src.resolution) "
+        "(chunkgraph run: the output's resolution field, by default the first input's)"
+    )
 
 
 def _problem(level: int, what: str, value: int, s: Fraction, q: int, where: str) -> str:
@@ -147,10 +161,17 @@ def bbox_in_voxels(bbox: Box | None, units: object, dst: Volume | None) -> Box |
     for axis, (lo, hi, r) in enumerate(zip(bbox.start, bbox.stop, res, strict=True)):
         a, b = Fraction(lo) / _exact(r), Fraction(hi) / _exact(r)
         if a.denominator != 1 or b.denominator != 1:
-            off.append(
-                f"axis {axis}: [{lo}, {hi}) / {r} = [{float(a):g}, {float(b):g}); nearest "
-                f"voxel-aligned [{math.floor(a) * r}, {math.ceil(b) * r})"
-            )
+            va, vb = math.floor(a), math.ceil(b)
+            pa, pb = va * _exact(r), vb * _exact(r)
+            if pa.denominator == 1 and pb.denominator == 1:
+                nearest = f"nearest voxel-aligned [{pa}, {pb})"
+            else:  # a Box holds integers: no physical bbox lands on this grid there
+                nearest = (
+                    f"the voxel-aligned [{float(pa):g}, {float(pb):g}) is not integral, which "
+                    f"a Box cannot hold: give that region in voxels, [{va}, {vb}), with "
+                    "bbox_units='voxels'"
+                )
+            off.append(f"axis {axis}: [{lo}, {hi}) / {r} = [{float(a):g}, {float(b):g}); {nearest}")
         start.append(int(a))
         stop.append(int(b))
     if off:

@@ -79,7 +79,7 @@ from chunkgraph.flow._divisibility import (
     check_top_divides,
     expanded_bbox,
 )
-from chunkgraph.flow._resolution import Scale, check_integral, scale_of
+from chunkgraph.flow._resolution import Scale, check_integral, scale_of, step_of
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -272,12 +272,13 @@ def validate_flow(
         _check_in_place(named, out, levels, bool(skip_intermediates))
     region = _resolve_bbox(bbox, out, ndim)
     expand = bool(auto_divisibility or expand_bbox)
-    check_divisibility(chunks, crops, blends, None if expand else region.shape)
+    scales = {name: scale_of(vol, out) for name, vol in named.items()}
+    step = step_of(list(scales.values()), ndim)  # suggestions below keep to it
+    check_divisibility(chunks, crops, blends, None if expand else region.shape, step)
     if expand:
         region = expanded_bbox(region, levels[0].chunk, out.bounds.start, snap)
     below = (crops[0], blends[0], chunks[1]) if n_levels > 1 else None
-    check_top_divides(region, levels[0].chunk, out.bounds, below)
-    scales = {name: scale_of(vol, out) for name, vol in named.items()}
+    check_top_divides(region, levels[0].chunk, out.bounds, below, step)
     check_integral(levels, region, scales, out)
 
     if collect:

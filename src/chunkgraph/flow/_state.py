@@ -20,7 +20,9 @@ States (``FlowStatus``), decided in this order:
   host sharing an NFSv4 directory counts too. A run starting with
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
-* ``DEFERRED``: ``flow.json`` says ``deferred``: its layers are the result
+* ``DEFERRED``: ``flow.json`` says ``deferred`` and every top-level task is
+  marked done (a deferred run that failed or was killed is ``INTERRUPTED``,
+  like any other): its layers are the result
   (``blend_modes="defer"``), never removed by ``--stale``. ``reduce_deferred``
   turns it ``FINISHED`` (record written, ``deferred`` false): the layers are
   then leftovers of a finished flow, which ``--stale`` removes.
@@ -169,15 +171,18 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
     record = _read_json(root / f"{flow_id}{_DONE}")
     info = _read_json(flow_dir / _INFO) or {}
     has_temps = flow_dir.is_dir()
+    top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
+    top_done = _count_markers(flow_dir, TOP)
     if running:
         status = FlowStatus.RUNNING
-    elif info.get("deferred"):
+    elif info.get("deferred") and top_total is not None and top_done >= top_total:
+        # flow.json says deferred from the start of the run: its layers are a result only
+        # once every top-level task wrote its part (a failed or killed run is interrupted).
         status = FlowStatus.DEFERRED
     elif record is not None:
         status = FlowStatus.FINISHED
     else:
         status = FlowStatus.INTERRUPTED
-    top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
     if record is not None:
         red_total = _int_or_none(record.get("reductions"))
     return FlowState(
@@ -185,7 +190,7 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
         flow_dir=flow_dir,
         status=status,
         has_temporaries=has_temps,
-        top_done=_count_markers(flow_dir, TOP),
+        top_done=top_done,
         top_total=top_total,
         reductions_done=_count_markers(flow_dir, REDUCE),
         reductions_total=red_total,
@@ -329,8 +334,16 @@ def status_command(root: Path) -> str:
     return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
 
 
-def kept_state_note(root: Path, flow_id: str) -> str:
-    """What a failed or interrupted run says about the state it leaves for a resume."""
+def kept_state_note(root: Path, flow_id: str, *, damaged: bool = False) -> str:
+    """What a failed or interrupted run says about the state it leaves for a resume;
+    ``damaged``: it failed on a layer chunk that does not decode, which a resume would
+    read again (only a run without resume recomputes it)."""
+    if damaged:
+        return (
+            f"flow {flow_id}'s temporary layers under {root / flow_id} are damaged: a resume "
+            f"would read them again; rerun without resume=True, or delete the flow with "
+            f"`{clean_command(root, flow_id)}` and apply again"
+        )
     return (
         f"flow {flow_id} keeps its temporaries and done markers under {root / flow_id}: "
         f"rerun with resume=True to continue it, list it with `{status_command(root)}`, or "
