@@ -276,3 +276,44 @@ def test_plan_explains_a_gpu_task_without_gpus_and_falls_back_when_asked() -> No
     assert plan.context_of(g.task_id("on_gpu")).name == "cpu"  # type: ignore[union-attr]
     with_gpu = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu0", "gpu")], gpu_fallback=True)
     assert with_gpu.context_of(g.task_id("on_gpu")).name == "gpu0"  # type: ignore[union-attr]
+
+
+def test_a_given_plan_does_not_bypass_the_no_gpu_check() -> None:
+    """A plan made where a GPU was seen, run where none is: the GPU task must not run
+    on a CPU worker unless gpu_fallback=True."""
+    ran_on: list[type] = []
+
+    def twice(x: Any) -> Any:
+        ran_on.append(type(x))
+        return x * 2
+
+    g = cg.Graph()
+    g.add(twice, np.ones(2), resources=GPU, name="twice")
+    with use_backend(FakeBackend(1)):
+        plan = cg.plan(g)
+    assert plan.context_of(g.task_id("twice")).name == "gpu0"  # type: ignore[union-attr]
+    with use_backend(FakeBackend(0)):  # no device here (a real GPU elsewhere must not matter)
+        with pytest.raises(cg.ConfigError, match=r"'twice'.*no GPU was found"):
+            cg.run(g, "twice", plan=plan)
+        assert ran_on == []
+        assert cg.run(g, "twice", plan=plan, gpu_fallback=True).tolist() == [2.0, 2.0]
+    assert ran_on == [np.ndarray]
+
+
+def test_a_given_plan_placing_a_gpu_task_on_a_cpu_needs_gpu_fallback(fake2: FakeBackend) -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, name="on_gpu")
+    plan = cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    with pytest.raises(cg.ConfigError, match=r"'on_gpu'.*CPU context 'cpu'.*gpu_fallback=True"):
+        cg.run(g, "on_gpu", plan=plan)
+    assert cg.run(g, "on_gpu", plan=plan, gpu_fallback=True).tolist() == [1.0, 1.0]
+    assert fake2.uploads == 0
+
+
+def test_a_given_plan_may_put_tasks_not_asking_for_a_gpu_on_gpu_contexts() -> None:
+    g = cg.Graph()
+    g.add(abs, -3, cost=cg.Cost({"gpu0": 1.0}), resources={"io": 1}, name="anywhere")
+    plan = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu0", "gpu")])
+    assert plan.context_of(g.task_id("anywhere")).name == "gpu0"  # type: ignore[union-attr]
+    with use_backend(FakeBackend(0)):
+        assert cg.run(g, "anywhere", plan=plan) == 3
