@@ -317,3 +317,14 @@ def test_a_given_plan_may_put_tasks_not_asking_for_a_gpu_on_gpu_contexts() -> No
     assert plan.context_of(g.task_id("anywhere")).name == "gpu0"  # type: ignore[union-attr]
     with use_backend(FakeBackend(0)):
         assert cg.run(g, "anywhere", plan=plan) == 3
+
+
+def test_a_gpu_task_too_big_for_its_gpus_names_the_largest_gpu_not_the_cpu() -> None:
+    with use_backend(FakeBackend(2, memory=1 << 20)):
+        g = cg.Graph()
+        g.add(np.ones, 2, resources=GPU, cost=cg.Cost(memory=2 << 20), name="big")
+        with pytest.raises(cg.PlanError) as caught:
+            cg.run(g, "big")
+    message = str(caught.value)
+    assert "needs 2.0 MiB" in message and "'gpu0' with 1.0 MiB" in message
+    assert "'cpu'" not in message and "numa" not in message
