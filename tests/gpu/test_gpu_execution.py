@@ -328,3 +328,21 @@ def test_a_gpu_task_too_big_for_its_gpus_names_the_largest_gpu_not_the_cpu() -> 
     message = str(caught.value)
     assert "needs 2.0 MiB" in message and "'gpu0' with 1.0 MiB" in message
     assert "'cpu'" not in message and "numa" not in message
+
+
+def test_gpu_fallback_runs_a_task_costed_for_gpus_alone_on_cpus() -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, cost=cg.Cost({"gpu": 2.0}), name="costed")
+    with use_backend(FakeBackend(0)):
+        assert cg.run(g, "costed", gpu_fallback=True).tolist() == [1.0, 1.0]
+    plan = cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    assert plan.context_of(g.task_id("costed")).name == "cpu"  # type: ignore[union-attr]
+    assert plan.makespan == 2.0  # the GPU seconds are the estimate on the CPU
+
+
+def test_a_plan_error_never_suggests_gpu_fallback_when_it_was_passed() -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, cost=cg.Cost({"gpu3": 1.0}), name="only_gpu3")
+    with pytest.raises(cg.PlanError) as caught:
+        cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    assert "'only_gpu3'" in str(caught.value) and "gpu_fallback" not in str(caught.value)
