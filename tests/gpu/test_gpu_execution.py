@@ -346,3 +346,29 @@ def test_a_plan_error_never_suggests_gpu_fallback_when_it_was_passed() -> None:
     with pytest.raises(cg.PlanError) as caught:
         cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
     assert "'only_gpu3'" in str(caught.value) and "gpu_fallback" not in str(caught.value)
+
+
+def test_device_arrays_nested_deep_come_back_to_the_caller_and_cpu_tasks_on_the_host(
+    fake2: FakeBackend,
+) -> None:
+    """The graph's container rule, at every depth: {"x": [arr]} and deeper."""
+    got: list[Any] = []
+
+    def on_cpu(nested: Any) -> int:
+        got.append(nested)
+        return 0
+
+    def on_gpu(nested: Any) -> Any:
+        got.append(nested)
+        (inner,) = nested["x"]
+        return {"x": [inner + 1], "y": ({"z": [inner * 2]},)}
+
+    g = cg.Graph()
+    up = g.add(on_gpu, {"x": [np.ones(2)]}, resources=GPU, name="up")
+    g.add(on_cpu, up, name="cpu")
+    out = cg.run(g, ["up", "cpu"], workers=2)
+    deep_in, on_host = got if isinstance(got[0]["x"][0], FakeDeviceArray) else got[::-1]
+    assert isinstance(deep_in["x"][0], FakeDeviceArray)  # uploaded at depth two too
+    for value in (out[0], on_host):
+        assert type(value["x"][0]) is np.ndarray and value["x"][0].tolist() == [2.0, 2.0]
+        assert type(value["y"][0]["z"][0]) is np.ndarray
