@@ -372,3 +372,34 @@ def test_device_arrays_nested_deep_come_back_to_the_caller_and_cpu_tasks_on_the_
     for value in (out[0], on_host):
         assert type(value["x"][0]) is np.ndarray and value["x"][0].tolist() == [2.0, 2.0]
         assert type(value["y"][0]["z"][0]) is np.ndarray
+
+
+@pytest.mark.parametrize("kind", ["threads", "adaptive"])
+def test_a_task_stolen_by_another_gpu_runs_bound_to_the_thief_with_its_inputs_there(
+    fake2: FakeBackend, kind: Any
+) -> None:
+    """Every consumer is planned on gpu1; gpu0's idle worker steals some. A stolen
+    task must run bound to device 0 with its input moved there (through the host)."""
+    import time
+
+    def consume(x: Any, i: int) -> Any:
+        time.sleep(0.03)
+        return (fake2.bound_device(), fake2.device_of(x), x + i)
+
+    g = cg.Graph()
+    up = g.add(np.zeros, 2, resources=GPU, cost=cg.Cost({"gpu1": 1.0}), name="up")
+    uses = [
+        g.add(consume, up, i, resources=GPU, cost=cg.Cost({"gpu1": 1.0, "gpu0": 100.0}))
+        for i in range(8)
+    ]
+    ctx = [cg.Context("cpu", slots=2), cg.Context("gpu0", "gpu"), cg.Context("gpu1", "gpu")]
+    plan = cg.plan(g, ctx, targets=uses)
+    assert {plan.context_of(t).name for t in uses} == {"gpu1"}  # type: ignore[union-attr]
+    events: list[Event] = []
+    got = cg.run(g, uses, plan=plan, executor=kind, workers=2, subscribers=[events.append])
+    stolen = [e.name for e in events if e.kind is EventKind.STOLEN]
+    assert stolen and all(name.endswith("gpu1 -> gpu0") for name in stolen)
+    bound = [device for device, _, _ in got]
+    assert 0 in bound and 1 in bound
+    assert all(device == on for device, on, _ in got)  # its input is where it runs
+    assert [value.tolist() for _, _, value in got] == [[float(i)] * 2 for i in range(8)]

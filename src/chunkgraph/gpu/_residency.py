@@ -10,7 +10,10 @@ call's array arguments must be, and moves only what is not there yet:
     any other task    device arrays      -> to_host                (download)
     the run's caller  device results     -> to_host                (download)
 
-A "GPU task" asks for ``{"gpu": ...}``; a task whose resources name neither
+"Where it runs" is the context of the worker that runs it, not where it was
+planned: a GPU task stolen by another GPU's worker (the scheduler's steals;
+a CPU worker never can take one) gets its inputs on the thief's device and
+runs bound to it. A "GPU task" asks for ``{"gpu": ...}``; a task whose resources name neither
 kind may be planned on a GPU context too, and gets host arrays there.
 Arrays are found at any depth the graph finds TaskRefs at (its container
 rule, ``chunkgraph.graph.replace_leaves``: lists, tuples, dicts' values and
