@@ -403,3 +403,18 @@ def test_a_task_stolen_by_another_gpu_runs_bound_to_the_thief_with_its_inputs_th
     assert 0 in bound and 1 in bound
     assert all(device == on for device, on, _ in got)  # its input is where it runs
     assert [value.tolist() for _, _, value in got] == [[float(i)] * 2 for i in range(8)]
+
+
+def test_a_given_plan_with_no_device_backend_at_all_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user's case: nvidia-smi lists a GPU (the plan has gpu0) but CuPy is absent."""
+    import chunkgraph.execute._local as local
+
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, name="on_gpu")
+    plan = cg.plan(g, [cg.Context("cpu", slots=2), cg.Context("gpu0", "gpu")])
+    monkeypatch.setattr(local, "active_backend", lambda: None)
+    with pytest.raises(cg.ConfigError, match=r"'on_gpu'.*no GPU was found"):
+        cg.run(g, "on_gpu", plan=plan)
+    assert cg.run(g, "on_gpu", plan=plan, gpu_fallback=True).tolist() == [1.0, 1.0]
