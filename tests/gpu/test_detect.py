@@ -50,6 +50,16 @@ def test_cuda_visible_devices_by_uuid_prefix() -> None:
     assert visible_gpus(TWO_A100, TWO_A100_MEMORY, visible="GPU-") == []  # ambiguous
 
 
+def test_a_device_named_twice_ends_the_list_there_as_an_invalid_entry_does() -> None:
+    memory = "0, 81920\n1, 40960\n"
+    assert visible_gpus(TWO_A100, memory, visible="0,0") == [80 * GIB]
+    assert visible_gpus(TWO_A100, memory, visible="0,0,1") == [80 * GIB]
+    assert visible_gpus(TWO_A100, memory, visible="0,GPU-6e1b,1") == [80 * GIB]  # 0's UUID
+    assert visible_gpus(TWO_A100, memory, visible="1,0") == [40 * GIB, 80 * GIB]
+    whole_then_instance = "0,MIG-7c2e0f1d"  # GPU 0 is its MIG instances, 7c2e among them
+    assert visible_gpus(MIG, MIG_MEMORY, visible=whole_then_instance) == [20 * GIB, 10 * GIB]
+
+
 def test_mig_instances_are_devices_with_their_profile_memory() -> None:
     assert visible_gpus(MIG, MIG_MEMORY) == [20 * GIB, 10 * GIB, 40 * GIB]
 

@@ -276,3 +276,145 @@ def test_plan_explains_a_gpu_task_without_gpus_and_falls_back_when_asked() -> No
     assert plan.context_of(g.task_id("on_gpu")).name == "cpu"  # type: ignore[union-attr]
     with_gpu = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu0", "gpu")], gpu_fallback=True)
     assert with_gpu.context_of(g.task_id("on_gpu")).name == "gpu0"  # type: ignore[union-attr]
+
+
+def test_a_given_plan_does_not_bypass_the_no_gpu_check() -> None:
+    """A plan made where a GPU was seen, run where none is: the GPU task must not run
+    on a CPU worker unless gpu_fallback=True."""
+    ran_on: list[type] = []
+
+    def twice(x: Any) -> Any:
+        ran_on.append(type(x))
+        return x * 2
+
+    g = cg.Graph()
+    g.add(twice, np.ones(2), resources=GPU, name="twice")
+    with use_backend(FakeBackend(1)):
+        plan = cg.plan(g)
+    assert plan.context_of(g.task_id("twice")).name == "gpu0"  # type: ignore[union-attr]
+    with use_backend(FakeBackend(0)):  # no device here (a real GPU elsewhere must not matter)
+        with pytest.raises(cg.ConfigError, match=r"'twice'.*no GPU was found"):
+            cg.run(g, "twice", plan=plan)
+        assert ran_on == []
+        assert cg.run(g, "twice", plan=plan, gpu_fallback=True).tolist() == [2.0, 2.0]
+    assert ran_on == [np.ndarray]
+
+
+def test_a_given_plan_placing_a_gpu_task_on_a_cpu_needs_gpu_fallback(fake2: FakeBackend) -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, name="on_gpu")
+    plan = cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    with pytest.raises(cg.ConfigError, match=r"'on_gpu'.*CPU context 'cpu'.*gpu_fallback=True"):
+        cg.run(g, "on_gpu", plan=plan)
+    assert cg.run(g, "on_gpu", plan=plan, gpu_fallback=True).tolist() == [1.0, 1.0]
+    assert fake2.uploads == 0
+
+
+def test_a_given_plan_may_put_tasks_not_asking_for_a_gpu_on_gpu_contexts() -> None:
+    g = cg.Graph()
+    g.add(abs, -3, cost=cg.Cost({"gpu0": 1.0}), resources={"io": 1}, name="anywhere")
+    plan = cg.plan(g, [cg.Context("cpu"), cg.Context("gpu0", "gpu")])
+    assert plan.context_of(g.task_id("anywhere")).name == "gpu0"  # type: ignore[union-attr]
+    with use_backend(FakeBackend(0)):
+        assert cg.run(g, "anywhere", plan=plan) == 3
+
+
+def test_a_gpu_task_too_big_for_its_gpus_names_the_largest_gpu_not_the_cpu() -> None:
+    with use_backend(FakeBackend(2, memory=1 << 20)):
+        g = cg.Graph()
+        g.add(np.ones, 2, resources=GPU, cost=cg.Cost(memory=2 << 20), name="big")
+        with pytest.raises(cg.PlanError) as caught:
+            cg.run(g, "big")
+    message = str(caught.value)
+    assert "needs 2.0 MiB" in message and "'gpu0' with 1.0 MiB" in message
+    assert "'cpu'" not in message and "numa" not in message
+
+
+def test_gpu_fallback_runs_a_task_costed_for_gpus_alone_on_cpus() -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, cost=cg.Cost({"gpu": 2.0}), name="costed")
+    with use_backend(FakeBackend(0)):
+        assert cg.run(g, "costed", gpu_fallback=True).tolist() == [1.0, 1.0]
+    plan = cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    assert plan.context_of(g.task_id("costed")).name == "cpu"  # type: ignore[union-attr]
+    assert plan.makespan == 2.0  # the GPU seconds are the estimate on the CPU
+
+
+def test_a_plan_error_never_suggests_gpu_fallback_when_it_was_passed() -> None:
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, cost=cg.Cost({"gpu3": 1.0}), name="only_gpu3")
+    with pytest.raises(cg.PlanError) as caught:
+        cg.plan(g, [cg.Context("cpu", slots=2)], gpu_fallback=True)
+    assert "'only_gpu3'" in str(caught.value) and "gpu_fallback" not in str(caught.value)
+
+
+def test_device_arrays_nested_deep_come_back_to_the_caller_and_cpu_tasks_on_the_host(
+    fake2: FakeBackend,
+) -> None:
+    """The graph's container rule, at every depth: {"x": [arr]} and deeper."""
+    got: list[Any] = []
+
+    def on_cpu(nested: Any) -> int:
+        got.append(nested)
+        return 0
+
+    def on_gpu(nested: Any) -> Any:
+        got.append(nested)
+        (inner,) = nested["x"]
+        return {"x": [inner + 1], "y": ({"z": [inner * 2]},)}
+
+    g = cg.Graph()
+    up = g.add(on_gpu, {"x": [np.ones(2)]}, resources=GPU, name="up")
+    g.add(on_cpu, up, name="cpu")
+    out = cg.run(g, ["up", "cpu"], workers=2)
+    deep_in, on_host = got if isinstance(got[0]["x"][0], FakeDeviceArray) else got[::-1]
+    assert isinstance(deep_in["x"][0], FakeDeviceArray)  # uploaded at depth two too
+    for value in (out[0], on_host):
+        assert type(value["x"][0]) is np.ndarray and value["x"][0].tolist() == [2.0, 2.0]
+        assert type(value["y"][0]["z"][0]) is np.ndarray
+
+
+@pytest.mark.parametrize("kind", ["threads", "adaptive"])
+def test_a_task_stolen_by_another_gpu_runs_bound_to_the_thief_with_its_inputs_there(
+    fake2: FakeBackend, kind: Any
+) -> None:
+    """Every consumer is planned on gpu1; gpu0's idle worker steals some. A stolen
+    task must run bound to device 0 with its input moved there (through the host)."""
+    import time
+
+    def consume(x: Any, i: int) -> Any:
+        time.sleep(0.03)
+        return (fake2.bound_device(), fake2.device_of(x), x + i)
+
+    g = cg.Graph()
+    up = g.add(np.zeros, 2, resources=GPU, cost=cg.Cost({"gpu1": 1.0}), name="up")
+    uses = [
+        g.add(consume, up, i, resources=GPU, cost=cg.Cost({"gpu1": 1.0, "gpu0": 100.0}))
+        for i in range(8)
+    ]
+    ctx = [cg.Context("cpu", slots=2), cg.Context("gpu0", "gpu"), cg.Context("gpu1", "gpu")]
+    plan = cg.plan(g, ctx, targets=uses)
+    assert {plan.context_of(t).name for t in uses} == {"gpu1"}  # type: ignore[union-attr]
+    events: list[Event] = []
+    got = cg.run(g, uses, plan=plan, executor=kind, workers=2, subscribers=[events.append])
+    stolen = [e.name for e in events if e.kind is EventKind.STOLEN]
+    assert stolen and all(name.endswith("gpu1 -> gpu0") for name in stolen)
+    bound = [device for device, _, _ in got]
+    assert 0 in bound and 1 in bound
+    assert all(device == on for device, on, _ in got)  # its input is where it runs
+    assert [value.tolist() for _, _, value in got] == [[float(i)] * 2 for i in range(8)]
+
+
+def test_a_given_plan_with_no_device_backend_at_all_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user's case: nvidia-smi lists a GPU (the plan has gpu0) but CuPy is absent."""
+    import chunkgraph.execute._local as local
+
+    g = cg.Graph()
+    g.add(np.ones, 2, resources=GPU, name="on_gpu")
+    plan = cg.plan(g, [cg.Context("cpu", slots=2), cg.Context("gpu0", "gpu")])
+    monkeypatch.setattr(local, "active_backend", lambda: None)
+    with pytest.raises(cg.ConfigError, match=r"'on_gpu'.*no GPU was found"):
+        cg.run(g, "on_gpu", plan=plan)
+    assert cg.run(g, "on_gpu", plan=plan, gpu_fallback=True).tolist() == [1.0, 1.0]

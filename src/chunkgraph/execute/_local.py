@@ -22,7 +22,10 @@ GPUs. A graph with tasks asking for ``{"gpu": ...}`` is planned on this
 machine's CPU and GPU contexts (a graph without is planned on its CPUs only,
 so a GPU in the machine changes nothing for it); without a device backend
 there are no GPU contexts, and such a graph is a ConfigError unless
-``gpu_fallback=True`` (then its GPU tasks run on CPU workers). When tasks are
+``gpu_fallback=True`` (then its GPU tasks run on CPU workers). A plan given to
+``run`` is held to the same rule: a task asking for a GPU that it places on a
+CPU context, or on a GPU context while no backend is active, is a ConfigError
+unless ``gpu_fallback=True``. When tasks are
 planned on GPU contexts and a backend is active, the run has a ``Residency``
 (``chunkgraph.gpu._residency``): each GPU context's worker is bound to its
 device, arrays move to where each task runs, results the caller gets are on
@@ -184,8 +187,8 @@ class LocalExecutor:
         if not np.isin(plan.task_context, gpu_ids).any():
             return None
         backend = active_backend()
-        if backend is None:
-            return None
+        if backend is None or backend.device_count() < 1:
+            return None  # no device: only gpu_fallback lets a GPU task get here (_plan_for)
         if self.kind == "processes":
             name = next(
                 plan.graph.name(int(t)) for t in np.flatnonzero(np.isin(plan.task_context, gpu_ids))
@@ -211,7 +214,35 @@ class LocalExecutor:
                 "plan:" + digest.hexdigest(),
                 lambda g: plan(g, contexts, targets=targets, gpu_fallback=self.gpu_fallback),
             )
-        return check_plan(graph, targets, given)
+        checked = check_plan(graph, targets, given)
+        self._check_gpu_placement(graph, targets, checked)
+        return checked
+
+    def _check_gpu_placement(self, graph: Graph, targets: list[int], given: Plan) -> None:
+        """ConfigError when a given plan would run a needed task that asks for a GPU on
+        a CPU: placed on a CPU context, or on a GPU context with no device backend to
+        drive it (its worker would be a plain CPU thread). Only ``gpu_fallback`` allows
+        either; tasks that do not ask for a GPU may be placed anywhere the plan says."""
+        if self.gpu_fallback:
+            return
+        asking = [t for t, res in graph.resources_overrides().items() if "gpu" in res]
+        if not asking:
+            return
+        needed = needed_mask(graph, targets)
+        for t in sorted(asking):
+            if not needed[t]:
+                continue
+            context = given.contexts[int(given.task_context[t])]
+            if context.kind != "gpu":
+                raise ConfigError(
+                    f"the plan places task {graph.name(t)!r}, which asks for resources "
+                    f"{dict(graph.resources(t))}, on {context.kind.upper()} context "
+                    f"{context.name!r}; plan it on GPU contexts (chunkgraph.plan(graph)), "
+                    "or pass gpu_fallback=True to run GPU tasks on CPU workers"
+                )
+            backend = active_backend()
+            if backend is None or backend.device_count() < 1:
+                raise ConfigError(no_gpu_message(graph, t))
 
     def _contexts_for(self, graph: Graph, targets: list[int]) -> tuple[Context, ...]:
         """This machine's contexts for a graph: its GPUs only when a needed task asks for

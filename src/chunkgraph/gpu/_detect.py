@@ -15,6 +15,7 @@ Two sources, in this order:
        "GPU-8f2c..."  by UUID (a unique prefix is enough)
        "MIG-4d1a..."  one MIG instance
        an entry naming no device ends the list (CUDA ignores it and the rest)
+       a device named twice ends the list there too ("0,0", "0,GPU-<0's UUID>")
 
    A GPU in MIG mode is its MIG instances (each one device), not itself. An
    instance's memory comes from its profile name (``3g.20gb``: 20 GiB).
@@ -64,13 +65,20 @@ def visible_gpus(listing: str, memory_query: str = "", visible: str | None = Non
         if gpu is not None and mib.strip().isdigit():  # "[N/A]" when unknown
             gpu.memory = float(int(mib.strip()) << 20)
     if visible is None:
-        return [m for gpu in gpus for m in _devices_of(gpu)]
+        return [m for gpu in gpus for _, m in _devices_of(gpu)]
     out: list[float] = []
+    seen: set[str] = set()
     for entry in (e.strip() for e in visible.split(",")):
         found = _lookup(gpus, entry)
-        if found is None:
-            break  # as CUDA: an invalid entry hides itself and everything after it
-        out.extend(found)
+        # As CUDA documents for an invalid entry: it hides itself and everything after
+        # it. A device named again (by index or UUID) is invalid the same way: CUDA
+        # never makes one physical device two (its docs say nothing more on repeats;
+        # PyTorch's parser reads a repeat as no device at all, which we do not follow:
+        # one rule, the documented one, for every entry that names no new device).
+        if found is None or any(uuid in seen for uuid, _ in found):
+            break
+        seen.update(uuid for uuid, _ in found)
+        out.extend(memory for _, memory in found)
     return out
 
 
@@ -89,20 +97,21 @@ def _parse_listing(listing: str) -> list[_Gpu]:
     return gpus
 
 
-def _devices_of(gpu: _Gpu) -> list[float]:
-    """A GPU in MIG mode is its instances; otherwise itself."""
-    return [memory for _, memory in gpu.migs] if gpu.migs else [gpu.memory]
+def _devices_of(gpu: _Gpu) -> list[tuple[str, float]]:
+    """``(uuid, memory)`` of its devices: a GPU in MIG mode is its instances; else itself."""
+    return list(gpu.migs) if gpu.migs else [(gpu.uuid, gpu.memory)]
 
 
-def _lookup(gpus: list[_Gpu], entry: str) -> list[float] | None:
-    """The devices one ``CUDA_VISIBLE_DEVICES`` entry names, or None when it names none."""
+def _lookup(gpus: list[_Gpu], entry: str) -> list[tuple[str, float]] | None:
+    """``(uuid, memory)`` of the devices one ``CUDA_VISIBLE_DEVICES`` entry names, or
+    None when it names none."""
     if not entry:
         return None
     if entry.isdigit():
         gpu = next((g for g in gpus if g.index == int(entry)), None)
         return None if gpu is None else _devices_of(gpu)
     if entry.startswith("MIG-"):
-        hits = [m for g in gpus for uuid, m in g.migs if uuid.startswith(entry)]
+        hits = [(uuid, m) for g in gpus for uuid, m in g.migs if uuid.startswith(entry)]
         return hits if len(hits) == 1 else None
     prefix = entry if entry.startswith("GPU-") else "GPU-" + entry
     matches = [g for g in gpus if g.uuid.startswith(prefix)]

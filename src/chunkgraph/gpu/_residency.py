@@ -10,10 +10,18 @@ call's array arguments must be, and moves only what is not there yet:
     any other task    device arrays      -> to_host                (download)
     the run's caller  device results     -> to_host                (download)
 
-A "GPU task" asks for ``{"gpu": ...}``; a task whose resources name neither
+"Where it runs" is the context of the worker that runs it, not where it was
+planned: a GPU task stolen by another GPU's worker (the scheduler's steals;
+a CPU worker never can take one) gets its inputs on the thief's device and
+runs bound to it. A "GPU task" asks for ``{"gpu": ...}``; a task whose resources name neither
 kind may be planned on a GPU context too, and gets host arrays there.
-Arguments are looked at at the top level and one level into lists, tuples and
-dicts (``f(x, [a, b], {"k": c})``); deeper containers pass unchanged. A
+Arrays are found at any depth the graph finds TaskRefs at (its container
+rule, ``chunkgraph.graph.replace_leaves``: lists, tuples, dicts' values and
+their subclasses, nested as deep as they go: ``f(x, [a, {"k": [c]}])``), for
+every move: uploads for GPU tasks, downloads for other tasks, for spills and
+for the caller's results. Walking them costs what the graph's own walk to put
+results in place costs; a container holding nothing to move is passed on
+as it is (not rebuilt) to tasks off the GPU and to the caller. A
 result is never moved in the scheduler's table for a consumer: each consumer
 gets its own copy where it runs, so a result read by a GPU task and a CPU task
 stays on its device for the first and is downloaded for the second.
@@ -57,6 +65,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.gpu._backend import DeviceBackend
+from chunkgraph.graph import collect_leaves, has_leaf, replace_leaves
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 Resolve = Callable[[int, list[Any]], Call]
@@ -139,11 +148,12 @@ class Residency:
 
         def moved(t: int, results: list[Any]) -> Call:
             fn, args, kwargs = resolve(t, results)
-            move = to_device if gpu_tasks is None or t in gpu_tasks else to_host
+            if device < 0 or (gpu_tasks is not None and t not in gpu_tasks):
+                return fn, self._host_args(args), {k: self.to_host(v) for k, v in kwargs.items()}
             return (
                 fn,
-                tuple(_one_level(a, move) for a in args),
-                {k: _one_level(v, move) for k, v in kwargs.items()},
+                tuple(replace_leaves(a, to_device) for a in args),
+                {k: replace_leaves(v, to_device) for k, v in kwargs.items()},
             )
 
         return moved
@@ -163,6 +173,11 @@ class Residency:
 
         return leaf
 
+    def _host_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not has_leaf(args, self.backend.is_device_array):
+            return args
+        return tuple(self.to_host(a) for a in args)
+
     def _leaf_to_host(self, x: Any) -> Any:
         return self._download(x) if self.backend.is_device_array(x) else x
 
@@ -179,14 +194,16 @@ class Residency:
     # -- under the executor's lock -------------------------------------------------------
 
     def device_bytes(self, value: Any) -> tuple[int, int]:
-        """``(device, bytes)`` of the device arrays in ``value`` (one level in); (-1, 0): none."""
-        backend, device, total = self.backend, -1, 0
-        items = _items(value)
-        for x in (value, *items) if items else (value,):
-            if backend.is_device_array(x):
-                device = backend.device_of(x)
-                total += int(x.nbytes)
-        return device, total
+        """``(device, bytes)`` of the device arrays in ``value`` (at any depth); (-1, 0): none."""
+        backend = self.backend
+        if backend.is_device_array(value):
+            return backend.device_of(value), int(value.nbytes)
+        found: list[Any] = []
+        if not isinstance(value, list | tuple | dict) or not collect_leaves(
+            value, backend.is_device_array, found
+        ):
+            return -1, 0
+        return backend.device_of(found[-1]), sum(int(x.nbytes) for x in found)
 
     def kept(self, t: int, device: int, nbytes: int) -> None:
         """``t``'s result, ``nbytes`` on ``device``, is now held for its consumers:
@@ -206,14 +223,17 @@ class Residency:
             if old == t:
                 continue  # the new result stays; older ones make room for it
             self.held[device] -= resident.pop(old)
-            self.results[old] = _one_level(self.results[old], self._leaf_to_host)
+            self.results[old] = self.to_host(self.results[old])
             self.spills += 1
 
     # -- the calling thread, after the workers ------------------------------------------
 
     def to_host(self, value: Any) -> Any:
-        """``value`` as the run's caller gets it: device arrays copied to host."""
-        return _one_level(value, self._leaf_to_host)
+        """``value`` as the run's caller (or a task off the GPU) gets it: device arrays,
+        at any depth, copied to host; ``value`` itself when it holds none."""
+        if not has_leaf(value, self.backend.is_device_array):
+            return value
+        return replace_leaves(value, self._leaf_to_host)
 
     def finish(self) -> None:
         """Give every device's cached, unused pool memory back."""
@@ -241,25 +261,3 @@ def residency_limits(
         max(0.0, budgets[c] - largest[c]) if d >= 0 and math.isfinite(budgets[c]) else math.inf
         for c, d in enumerate(devices)
     ]
-
-
-def _items(value: Any) -> tuple[Any, ...]:
-    """The members of a list, tuple or dict (values); () for anything else."""
-    kind = type(value)
-    if kind is list or kind is tuple:
-        return tuple(value)
-    if kind is dict:
-        return tuple(value.values())
-    return ()
-
-
-def _one_level(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``leaf`` applied to ``value``, or to each member of a list, tuple or dict."""
-    kind = type(value)
-    if kind is list:
-        return [leaf(x) for x in value]
-    if kind is tuple:
-        return tuple(leaf(x) for x in value)
-    if kind is dict:
-        return {k: leaf(x) for k, x in value.items()}
-    return leaf(value)

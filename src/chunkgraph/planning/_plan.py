@@ -433,11 +433,13 @@ def _check_fits(problem: Problem, cap: FloatArray) -> None:
 
     if np.isinf(cap).all() or not len(problem):
         return
-    fits = (problem.memory[:, None] <= cap[None, :]) & problem.can_run()
+    can_run = problem.can_run()
+    fits = (problem.memory[:, None] <= cap[None, :]) & can_run
     bad = np.flatnonzero(~fits.any(axis=1))
     if len(bad):
         u = int(bad[0])
-        largest = int(np.argmax(cap))
+        # The largest of the contexts that can run it (build_problem made sure there is one).
+        largest = int(np.argmax(np.where(can_run[u], cap, -np.inf)))
         raise PlanError(
             f"task {problem.label(u)!r} needs {_bytes(problem.memory[u])} while it runs, more "
             f"than any context that can run it has; the largest is "

@@ -26,7 +26,8 @@ contexts; ``{"gpu": 1}``: GPU contexts), or every context when its resources
 name neither kind. A task with costs per context runs where it has an entry;
 if its resources name a kind (not the default), only on contexts of that kind.
 With ``gpu_fallback`` and no GPU context, a task whose resources name "gpu"
-runs on CPU contexts instead (as if it named "cpu").
+runs on CPU contexts instead (as if it named "cpu"); where its costs per
+context name no CPU context, its "gpu" cost is the estimate there.
 """
 
 from __future__ import annotations
@@ -201,7 +202,9 @@ def build_problem(
             "; no GPU context was given (none is detected without CuPy, the 'gpu' extra: "
             "pip install 'chunkgraph[gpu]'); plan(..., gpu_fallback=True) runs GPU tasks "
             "on CPU contexts instead"
-            if "gpu" in graph.resources(t) and not any(c.kind == "gpu" for c in ctx)
+            if "gpu" in graph.resources(t)
+            and not any(c.kind == "gpu" for c in ctx)
+            and not gpu_fallback  # never suggest what was passed already
             else ""
         )
         raise PlanError(
@@ -233,12 +236,17 @@ def _task_seconds(
     for t, per_context in graph.context_seconds().items():
         row = np.full(k, math.inf)
         wanted = _wanted(set(overrides[t]), gpu_fallback) if t in overrides else set()
+        # In fallback a GPU task runs on CPUs: its GPU cost is the estimate there when
+        # it has none for them (it may have been costed for GPUs alone).
+        on_cpu_instead = gpu_fallback and t in overrides and "gpu" in overrides[t]
         for c, context in enumerate(contexts):
             if wanted and context.kind not in wanted:
                 continue  # {"gpu": 1} runs on GPU contexts whatever its costs say
             value = per_context.get(context.name)
             if value is None:
                 value = per_context.get(context.kind)
+            if value is None and on_cpu_instead and context.kind == "cpu":
+                value = per_context.get("gpu")
             if value is not None:
                 row[c] = value
         out[t] = row
