@@ -383,7 +383,7 @@ def test_a_task_stolen_by_another_gpu_runs_bound_to_the_thief_with_its_inputs_th
     import time
 
     def consume(x: Any, i: int) -> Any:
-        time.sleep(0.03)
+        time.sleep(0.1)  # long enough that the idle gpu0 worker steals under load
         return (fake2.bound_device(), fake2.device_of(x), x + i)
 
     g = cg.Graph()
