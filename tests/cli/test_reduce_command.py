@@ -85,3 +85,14 @@ def test_python_refuses_a_read_only_dst_before_anything_runs(tmp_path: Path) -> 
 
 def test_the_command_offers_the_modes_the_flow_accepts() -> None:
     assert set(REDUCE_MODES) == set(ALL_MODES) - {"defer"}
+
+
+def test_a_log_json_path_in_a_missing_folder_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, _ = _deferred(tmp_path)
+    code = cli.main(["reduce", str(dst), "--log-json", str(tmp_path / "nodir" / "x.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--log-json" in err and "does not exist" in err and "Traceback" not in err
+    assert not volume.open(str(dst)).read(volume.open(str(dst)).bounds).any()  # not reduced

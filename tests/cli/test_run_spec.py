@@ -360,3 +360,51 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(work: Path) -> None:
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
     assert "--resume" in err
+
+
+def test_a_report_path_that_is_a_file_is_refused_before_anything_runs(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (work / "taken").write_text("not a directory")
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec, "--report", str(work / "taken"))
+    assert code == 2
+    assert "--report" in err and "is a file, not a directory" in err
+    assert "Traceback" not in err
+    assert not (work / "out.zarr").exists()
+    code, _, err = run(capsys, spec, "--report", str(work / "taken" / "below"))
+    assert code == 2 and "is a file, so no directory can be made there" in err
+    assert not (work / "out.zarr").exists()
+
+
+def test_a_report_that_cannot_be_written_after_the_run_is_a_message(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow finished and the volume is written: exit 0, the report's failure said."""
+    import chunkgraph.report
+
+    def broken(*_: object, **__: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(chunkgraph.report, "write_report", broken)
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, out, err = run(capsys, spec, "--report", str(work / "report"))
+    assert code == 0, err
+    assert "could not write the report to" in err and "No space left on device" in err
+    assert "the run itself finished" in err and "Traceback" not in err
+    assert "tasks per level" in out
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+
+
+def test_a_log_json_path_in_a_missing_folder_is_refused_before_the_output_is_made(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code = cli.main(["run", spec, "--log-json", str(work / "nodir" / "x.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--log-json" in err and "does not exist" in err and "nothing was run" in err
+    assert not (work / "out.zarr").exists()
+    code = cli.main(["run", spec, "--log-json", str(work)])
+    assert code == 2 and "is a directory" in capsys.readouterr().err
+    assert not (work / "out.zarr").exists()

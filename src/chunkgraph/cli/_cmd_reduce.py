@@ -24,7 +24,12 @@ from typing import Any
 
 from chunkgraph.cli._cmd_run import EXIT_INTERRUPTED, executor_arg, failure_summary
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from chunkgraph.cli._output import add_output_options, close_output, event_output
+from chunkgraph.cli._output import (
+    add_output_options,
+    check_output_options,
+    close_output,
+    event_output,
+)
 
 # chunkgraph.flow._blend's modes a deferred flow can be reduced with, stated here so
 # that --help does not import the flow package; a test checks that they agree.
@@ -72,6 +77,7 @@ def handle(args: argparse.Namespace) -> int:
             f"chunkgraph reduce: --workers must be at least 1, got {args.workers}", file=sys.stderr
         )
         return EXIT_USAGE
+    check_output_options(args)  # a ConfigError: _main exits 2
     root = Path(args.intermediates) if args.intermediates else default_intermediates(args.dst)
     flows = read_flows(root, sizes=False) if root.is_dir() else []
     deferred = [s.flow_id for s in flows if s.status is FlowStatus.DEFERRED]

@@ -4,6 +4,11 @@
     SpecError / ConfigError: exit 2, nothing written
     task failures: exit 1, every failed task with its chunk    Ctrl-C: exit 130
 
+--report DIR and --log-json PATH are checked first (a file where the report's
+directory should be, a missing folder: exit 2, nothing written). A report that
+cannot be written after the flow ran is a message, not a traceback: the exit
+code is the run's own (0 when the flow finished), since the volume was written.
+
 Everything is checked before anything is written: the spec (``_spec``), then the
 flow itself through ``apply(dry_run=True)`` (divisibility, pads, bbox, an fn
 that does not pickle for processes). A new output does not exist during that
@@ -26,7 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from chunkgraph.cli._output import add_output_options, close_output, event_output
+from chunkgraph.cli._output import (
+    add_output_options,
+    check_output_options,
+    close_output,
+    event_output,
+)
 
 if TYPE_CHECKING:
     from chunkgraph.cli._spec import ResolvedSpec
@@ -85,6 +95,12 @@ def handle(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"chunkgraph run: --workers must be at least 1, got {args.workers}", file=sys.stderr)
         return EXIT_USAGE
+    check_output_options(args)  # a ConfigError: _main exits 2
+    if args.report is not None and not args.dry_run:
+        problem = report_dir_problem(args.report)
+        if problem:
+            print(f"chunkgraph run: --report {args.report}: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         with _spec_dir_importable(args.spec):
             try:
@@ -122,10 +138,11 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         if plan.existing is None:
             print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
         return EXIT_OK
+    # The log file is opened before the output is touched: a ConfigError if it cannot be.
+    progress, subscribers = event_output(args)
     if plan.overwrite:
         volume.remove(plan.path)
     dst = plan.existing or volume.create(plan.path, **plan.create_args)
-    progress, subscribers = event_output(args)
     recorder = _recorder(args, subscribers)
     # With events as JSON lines on stdout, everything else goes to stderr: stdout stays
     # one JSON object per line for whoever reads it.
@@ -160,15 +177,45 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         close_output(subscribers)
         if recorder is not None and outcome != "locked":
             # A failed or interrupted run is when a report is needed most.
-            from chunkgraph.report import write_report
-
-            summary = report_summary(report) if report is not None else {}
-            summary["outcome"] = outcome
-            task_bytes = report.task_bytes if report is not None else ()
-            folder = write_report(Path(args.report), recorder, summary, task_bytes)
-            print(f"report in {folder}", file=out if report is not None else sys.stderr)
+            _write_report(args.report, recorder, report, outcome, out)
     print(report.summary(), file=out)
     return EXIT_OK
+
+
+def report_dir_problem(path: str) -> str | None:
+    """Why a report directory cannot be made at ``path`` (None: it can); creates nothing."""
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        return "is a file, not a directory; give a directory for the report (nothing was run)"
+    existing = where.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so no directory can be made there (nothing was run)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable (nothing was run)"
+    return None
+
+
+def _write_report(
+    directory: str, recorder: Any, report: ApplyReport | None, outcome: str, out: Any
+) -> None:
+    """Write the run report; a failure is a message (the run's outcome decides the exit code)."""
+    from chunkgraph.report import write_report
+
+    summary = report_summary(report) if report is not None else {}
+    summary["outcome"] = outcome
+    task_bytes = report.task_bytes if report is not None else ()
+    try:
+        folder = write_report(Path(directory), recorder, summary, task_bytes)
+    except Exception as err:  # the run's own result must still be reported
+        print(
+            f"chunkgraph run: could not write the report to {directory} "
+            f"({type(err).__name__}: {err}); the run itself {outcome}",
+            file=sys.stderr,
+        )
+        return
+    print(f"report in {folder}", file=out if report is not None else sys.stderr)
 
 
 def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:

@@ -4,19 +4,23 @@
     --log-json PATH   one JSON object per event, one per line, to PATH ("-": stdout),
                       instead of the bar: for batch systems and dashboards
 
-``add_output_options`` adds both to a subparser; ``event_output`` turns the
-parsed options into (show a progress bar?, extra event subscribers). Commands
-pass both to ``run``/``apply`` and close the subscribers when done.
+``add_output_options`` adds both to a subparser; ``check_output_options`` says
+whether the --log-json file can be written (a ConfigError, exit 2, before the
+command writes anything); ``event_output`` turns the parsed options into (show a
+progress bar?, extra event subscribers). Commands pass both to ``run``/``apply``
+and close the subscribers when done.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import IO, Any
 
+from chunkgraph._errors import ConfigError
 from chunkgraph.execute import Event
 
 
@@ -30,12 +34,37 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def writable_file_problem(path: str) -> str | None:
+    """Why a file cannot be written at ``path`` (None: it can), without creating it."""
+    if os.path.isdir(path):
+        return f"{path} is a directory; give a file path"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist; create it first or give another path"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{path} is not writable"
+    return None
+
+
+def check_output_options(args: argparse.Namespace) -> None:
+    """A ConfigError (exit 2) when the --log-json file cannot be written; creates nothing."""
+    if args.log_json and args.log_json != "-":
+        problem = writable_file_problem(args.log_json)
+        if problem:
+            raise ConfigError(f"--log-json {args.log_json}: {problem}; nothing was run")
+
+
 class JsonLines:
     """An event subscriber writing each Event as one JSON object per line."""
 
     def __init__(self, path: str) -> None:
         self._own = path != "-"
-        self._out: IO[str] = open(path, "w", encoding="utf-8") if self._own else sys.stdout  # noqa: SIM115
+        try:
+            self._out: IO[str] = open(path, "w", encoding="utf-8") if self._own else sys.stdout  # noqa: SIM115
+        except OSError as err:
+            raise ConfigError(
+                f"--log-json {path}: cannot write it ({err.strerror or err}); nothing was run"
+            ) from err
 
     def __call__(self, event: Event) -> None:
         record: dict[str, Any] = {
