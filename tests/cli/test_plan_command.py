@@ -134,3 +134,21 @@ def test_a_task_that_fits_nowhere_is_exit_1(
     path.write_text(json.dumps({"tasks": [{"name": "huge", "memory": 2**40}]}))
     code, _, err = _plan([str(path), "--context", "c:cpu:1:1:1GiB"], capsys)
     assert code == 1 and "huge" in err
+
+
+def test_the_gantt_path_is_checked_before_planning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing folder or a suffix not drawn: exit 2, and no plan printed first."""
+    for path, said in [
+        (tmp_path / "nodir" / "g.png", "folder that exists"),
+        (tmp_path / "g.jpg", "give one of .png, .pdf, .svg"),
+    ]:
+        code, out, err = _plan([str(HEFT), "--gantt", str(path)], capsys)
+        assert code == 2, err
+        assert out == "" and said in err and "Traceback" not in err
+        assert not path.exists()
+    pdf = tmp_path / "g.pdf"
+    code, out, err = _plan([str(HEFT), "--strategy", "heft", "--gantt", str(pdf)], capsys)
+    assert code == 0, err
+    assert pdf.read_bytes()[:4] == b"%PDF" and f"Gantt chart: {pdf}" in out

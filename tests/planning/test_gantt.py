@@ -92,3 +92,23 @@ def test_labels_are_cut_to_fit() -> None:
     assert _fit("load+blur+segment", 40) == "load+blur+segment"
     assert _fit("load+blur+segment", 6) == "load+…"
     assert _fit("load+blur+segment", 2) == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "signature"),
+    [("plan.pdf", b"%PDF"), ("plan.svg", b"<?xml"), ("PLAN.PNG", PNG_SIGNATURE)],
+)
+def test_the_suffix_chooses_the_format(tmp_path: Path, name: str, signature: bytes) -> None:
+    out = tmp_path / name
+    draw_gantt(small_plan(), out)
+    data = out.read_bytes()
+    assert data.startswith(signature), data[:16]
+    if name.endswith(".svg"):
+        assert b"<svg" in data[:2000]
+
+
+@pytest.mark.parametrize("name", ["plan.jpg", "plan", "plan.png.txt"])
+def test_a_suffix_not_drawn_is_refused_naming_the_ones_that_are(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match=r"give one of \.png, \.pdf, \.svg"):
+        draw_gantt(small_plan(), tmp_path / name)
+    assert not (tmp_path / name).exists()

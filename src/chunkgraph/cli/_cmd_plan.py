@@ -71,7 +71,11 @@ def register(commands: Any) -> None:
     p.add_argument("--strategy", default="auto", choices=("auto", "heft", "peft", "merge"))
     p.add_argument("--memory", metavar="BYTES", help="budget of every context, e.g. 16GiB")
     p.add_argument("--no-fuse", action="store_true", help="plan every task as its own unit")
-    p.add_argument("--gantt", metavar="PNG", help="draw the plan as a Gantt chart")
+    p.add_argument(
+        "--gantt",
+        metavar="FILE",
+        help="draw the plan as a Gantt chart (FILE.png, .pdf or .svg: the format drawn)",
+    )
     p.add_argument("--schedule", action="store_true", help="print each task's place and times")
     p.set_defaults(handler=run)
 
@@ -79,7 +83,10 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from chunkgraph._errors import PlanError
     from chunkgraph.planning import local_contexts, plan
+    from chunkgraph.planning._gantt import gantt_target
 
+    if args.gantt:
+        gantt_target(args.gantt)  # before planning: a ConfigError (exit 2), nothing printed
     doc = _load(Path(args.graph))
     graph = build_graph(doc, args.graph)
     contexts, links = contexts_and_links(doc, args.graph)

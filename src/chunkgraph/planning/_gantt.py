@@ -1,4 +1,4 @@
-"""``draw_gantt``: a plan as a PNG, one row per slot of each context.
+"""``draw_gantt``: a plan as a PNG, PDF or SVG (its suffix), one row per slot of each context.
 
     numa0/0  |██ load+blur ██|█ seg █|      |███ write ███|
     numa0/1  |███ load ███|     |██ seg ██|
@@ -14,7 +14,9 @@ name fits, cut short with "…" when it fits only in part. Above
 each row is one ``broken_barh`` collection, which keeps 100,000 units to a
 few seconds.
 
-matplotlib is imported inside the function (Agg backend, no display needed)
+``gantt_target`` checks a path (its folder exists and is writable, its suffix
+is one of ``GANTT_FORMATS``) without drawing anything: the command line calls
+it before planning. matplotlib is imported inside the function (Agg backend, no display needed)
 so that ``import chunkgraph`` stays light.
 """
 
@@ -40,19 +42,41 @@ FIGURE_WIDTH_INCHES = 14.0
 DPI = 100
 # The colormap cycles: neighbouring subgraphs get different colours, far ones may repeat.
 COLORMAP = "tab20"
+# The suffixes drawn, each as the format it names (matplotlib's Agg, PDF and SVG backends).
+GANTT_FORMATS = ("png", "pdf", "svg")
 
 
-def draw_gantt(plan: Plan, path: object) -> None:
-    """Write ``plan``'s Gantt chart to ``path`` (a str or os.PathLike) as a PNG."""
+def gantt_target(path: object) -> tuple[str, str]:
+    """(the file path, its format) for a Gantt chart at ``path``; ConfigError if it cannot be.
+
+    The format is the suffix's, one of ``GANTT_FORMATS`` (any case); the folder must
+    exist and be writable. Nothing is written.
+    """
     if not isinstance(path, str | os.PathLike):
         raise ConfigError(f"gantt needs a file path (str or pathlib.Path), got {path!r}")
     target = os.fspath(path)
+    if not isinstance(target, str):
+        target = os.fsdecode(target)
     folder = os.path.dirname(os.path.abspath(target))
     if os.path.isdir(target) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise ConfigError(
             f"gantt cannot write {target!r}: give a file path in a folder that exists "
             "and is writable, e.g. 'plan.png'"
         )
+    suffix = os.path.splitext(target)[1].lstrip(".").lower()
+    if suffix not in GANTT_FORMATS:
+        named = f"the suffix {'.' + suffix!r}" if suffix else "no suffix"
+        raise ConfigError(
+            f"gantt cannot write {target!r}: it has {named}; give one of "
+            f"{', '.join('.' + f for f in GANTT_FORMATS)} (the format drawn), e.g. 'plan.png'"
+        )
+    return target, suffix
+
+
+def draw_gantt(plan: Plan, path: object) -> None:
+    """Write ``plan``'s Gantt chart to ``path`` (a str or os.PathLike) as its suffix says:
+    .png, .pdf or .svg."""
+    target, fmt = gantt_target(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,7 +126,7 @@ def draw_gantt(plan: Plan, path: object) -> None:
         )
         ax.grid(axis="x", alpha=0.3)
         fig.tight_layout()
-        fig.savefig(os.fspath(path), format="png")
+        fig.savefig(target, format=fmt)
     finally:
         plt.close(fig)
 

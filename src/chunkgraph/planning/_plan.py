@@ -250,7 +250,8 @@ class Plan:
         return simulate(self.problem, self.schedule, self.memory_cap, self.targets)
 
     def gantt(self, path: str | object) -> None:
-        """Draw the plan as a PNG: one row per slot, fused tasks labelled with their names."""
+        """Draw the plan as a PNG, PDF or SVG (``path``'s suffix: .png, .pdf, .svg): one row
+        per slot, fused tasks labelled with their names."""
         from chunkgraph.planning._gantt import draw_gantt
 
         draw_gantt(self, path)
