@@ -96,3 +96,23 @@ def test_a_log_json_path_in_a_missing_folder_is_a_usage_error(
     assert code == 2
     assert "--log-json" in err and "does not exist" in err and "Traceback" not in err
     assert not volume.open(str(dst)).read(volume.open(str(dst)).bounds).any()  # not reduced
+
+
+def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from chunkgraph.flow._lock import flow_lock
+    from chunkgraph.flow._state import default_intermediates, read_flows
+
+    dst, _ = _deferred(tmp_path)
+    root = default_intermediates(str(dst))
+    (state,) = read_flows(root, sizes=False)
+    with flow_lock(root / f"{state.flow_id}.lock"):  # held: status says running, so name it
+        code = cli.main(["reduce", str(dst), state.flow_id, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"process {os.getpid()} on host" in err and f"chunkgraph status {dst}" in err
+    assert f"`chunkgraph reduce {dst} {state.flow_id}`" in err
+    assert "resume=True" not in err and "lock_wait" not in err

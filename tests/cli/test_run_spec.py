@@ -408,3 +408,23 @@ def test_a_log_json_path_in_a_missing_folder_is_refused_before_the_output_is_mad
     code = cli.main(["run", spec, "--log-json", str(work)])
     assert code == 2 and "is a directory" in capsys.readouterr().err
     assert not (work / "out.zarr").exists()
+
+
+def test_a_flow_already_running_is_said_in_command_line_terms(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lock held (by this process): exit 1, its pid and host, status and --resume."""
+    from chunkgraph.flow._lock import flow_lock
+
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    flow_id = out.split()[1]  # "flow <id> over ..."
+    lock = work / ".out.zarr.chunkgraph" / f"{flow_id}.lock"
+    with flow_lock(lock):
+        code, _, err = run(capsys, spec)
+    assert code == 1
+    assert f"process {os.getpid()} on host" in err and str(lock) in err
+    assert f"chunkgraph status {work / 'out.zarr'}" in err
+    assert f"`chunkgraph run {spec} --resume`" in err
+    assert "resume=True" not in err and "lock_wait" not in err

@@ -22,7 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chunkgraph.cli._cmd_run import EXIT_INTERRUPTED, executor_arg, failure_summary
+from chunkgraph.cli._cmd_run import (
+    EXIT_INTERRUPTED,
+    executor_arg,
+    failure_summary,
+    locked_message,
+)
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from chunkgraph.cli._output import (
     add_output_options,
@@ -109,7 +114,8 @@ def handle(args: argparse.Namespace) -> int:
             subscribers=subscribers,
         )
     except FlowLockedError as err:
-        print(f"chunkgraph reduce: {err}", file=sys.stderr)
+        again = f"`chunkgraph reduce {args.dst} {flow_id}` continues its work"
+        print(locked_message("reduce", err, args.dst, again), file=sys.stderr)
         return EXIT_FAILED
     except ExceptionGroup as group:
         print(failure_summary(group), file=sys.stderr)

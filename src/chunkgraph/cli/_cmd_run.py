@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -162,7 +163,8 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         outcome = "finished"
     except FlowLockedError as err:
         outcome = "locked"
-        print(f"chunkgraph run: {err}", file=sys.stderr)
+        again = f"`chunkgraph run {args.spec} --resume` reuses its work"
+        print(locked_message("run", err, plan.path, again), file=sys.stderr)
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"
@@ -180,6 +182,34 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             _write_report(args.report, recorder, report, outcome, out)
     print(report.summary(), file=out)
     return EXIT_OK
+
+
+_HOLDER = re.compile(
+    r"process (?P<pid>\S+) on host (?P<host>'[^']*'|\S+) \(since (?P<since>[^)]*)\)"
+)
+_LOCK_FILE = re.compile(r" holds (?P<lock>\S+\.lock)")
+
+
+def locked_message(command: str, err: BaseException, dst: object, again: str) -> str:
+    """A FlowLockedError said in command-line terms: who holds the flow, what to do now.
+
+    The flow's message is written for ``apply`` callers (``resume=True``,
+    ``lock_wait=``); the holder's pid, host and start, and the lock file, are
+    taken from it where it names them.
+    """
+    text = str(err)
+    holder = _HOLDER.search(text)
+    lock = _LOCK_FILE.search(text)
+    who = "another run"
+    if holder:
+        who = f"process {holder['pid']} on host {holder['host']} (since {holder['since']})"
+    held = f" holds its lock {lock['lock']}" if lock else " holds it"
+    return (
+        f"chunkgraph {command}: this flow is already running: {who}{held}. Two runs of one "
+        f"flow would overwrite each other's temporaries, so this one did nothing. Wait for "
+        f"it to finish (`chunkgraph status {dst}` shows its progress), or stop that process; "
+        f"once it has stopped, {again}."
+    )
 
 
 def report_dir_problem(path: str) -> str | None:
