@@ -213,6 +213,16 @@ def spec_with(**changes: str) -> str:
             id="flow-check",
         ),
         pytest.param("input: [unclosed\n", ":2: not valid YAML", id="yaml-syntax"),
+        pytest.param(
+            spec_with(chunk_sizes="chunk_sizes:\n  - 16\n  - 12"),
+            ":6: chunk_sizes.1: level 1's chunk (12, 12, 12) does not divide",
+            id="divisibility",
+        ),
+        pytest.param(
+            spec_with(chunk_sizes="chunk_sizes: [16, 12]"),
+            ":4: chunk_sizes.1: level 1's chunk (12, 12, 12) does not divide",
+            id="divisibility-flow-style",
+        ),
     ],
 )
 def test_spec_errors_name_field_and_line_and_write_nothing(

@@ -223,7 +223,20 @@ class ResolvedSpec:
         name = first.group() if first else ""
         if name in RunSpec.model_fields and self.lines.line(name) is not None:
             return SpecError(self.file, [SpecProblem(name, self.lines.line(name), str(err))])
+        # "level 1's chunk (12, 12) does not divide ...": the level's entry of its field
+        level = _LEVEL_FIELD.match(str(err))
+        if level is not None:
+            field = _LEVEL_FIELDS[level["what"]]
+            if self.lines.line(field) is not None:
+                kept, line = self.lines.find((field, int(level["level"])))
+                where = ".".join(str(k) for k in kept)
+                return SpecError(self.file, [SpecProblem(where, line, str(err))])
         return SpecError(self.file, [SpecProblem("", None, str(err))])
+
+
+# apply's messages about one level ("level 1's chunk ...", "level 0's crop pad ...").
+_LEVEL_FIELD = re.compile(r"level (?P<level>\d+)'s (?P<what>chunk|crop pad|blend pad)\b")
+_LEVEL_FIELDS = {"chunk": "chunk_sizes", "crop pad": "crop_pads", "blend pad": "blend_pads"}
 
 
 class _Lines:
