@@ -109,3 +109,44 @@ def test_run_holds_at_most_the_bound(
     assert report.read_amplification == 1.0
     np.testing.assert_array_equal(dst.read(Box.from_shape((8, 32, 32))), data)
     assert _top_task._READ_LOCKS == {}  # forgotten after the run
+
+
+@pytest.mark.parametrize(("workers", "expect_parallel"), [(1, False), (4, True)])
+def test_workers_sets_the_concurrency_of_a_two_level_flow(
+    files: Any, workers: int, expect_parallel: bool
+) -> None:
+    """``workers`` is the cores a two-level flow plans for: one worker runs one fn call at a
+    time, four run several at once (whatever the machine's cores: sleeps release the GIL)."""
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0}
+
+    def sleepy(x: np.ndarray) -> np.ndarray:
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            time.sleep(0.05)
+            return x
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    data = files.random((16, 32), "float32")
+    src = files.source(data, (8, 8))
+    dst = files.empty((16, 32), (8, 8), "float32")
+    report = apply(
+        sleepy,
+        src,
+        dst,
+        chunk_sizes=[(8, 16), (4, 4)],  # 4 top tasks of 8 bottom chunks
+        executor="threads",
+        workers=workers,
+        probe=False,
+        intermediates=files.root / "t",
+    )
+    assert report.tasks_per_level == (4, 32)
+    np.testing.assert_array_equal(dst.read(Box.from_shape((16, 32))), data)
+    if expect_parallel:
+        assert 1 < state["most"] <= workers
+    else:
+        assert state["most"] == 1

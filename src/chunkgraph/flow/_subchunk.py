@@ -220,11 +220,17 @@ def for_each_child(run: Callable[[int], T], indices: list[int]) -> list[T]:
     group's message. The chunk and level are in the error's note (``call_fn``); the
     note added here counts the children that failed beside it.
     """
-    from chunkgraph.parallel import parallel_map
+    from chunkgraph.parallel import get_pool, parallel_map
+    from chunkgraph.parallel._pool import local_pool
+
+    # The pool this level runs on (a flow's own, see _top_task.flow_pool) is the one the
+    # levels nested in its children use too, whichever of its threads runs them.
+    pool = get_pool()
 
     def guarded(i: int) -> T:
         try:
-            return run(i)
+            with local_pool(pool):
+                return run(i)
         except Exception as error:
             raise _ChildFailed(error) from None
 
