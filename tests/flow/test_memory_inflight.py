@@ -134,15 +134,18 @@ def test_workers_sets_the_concurrency_of_a_two_level_flow(
     data = files.random((16, 32), "float32")
     src = files.source(data, (8, 8))
     dst = files.empty((16, 32), (8, 8), "float32")
+    flow: dict[str, Any] = dict(chunk_sizes=[(8, 16), (4, 4)], executor="threads", probe=False)
+    # A fast fn first, in the same process: what the pool learnt of it must not keep the
+    # slow fn's chunks in one sequential piece.
+    for _ in range(3):
+        apply(lambda x: x, src, dst, workers=workers, intermediates=files.root / "f", **flow)
     report = apply(
         sleepy,
         src,
         dst,
-        chunk_sizes=[(8, 16), (4, 4)],  # 4 top tasks of 8 bottom chunks
-        executor="threads",
         workers=workers,
-        probe=False,
         intermediates=files.root / "t",
+        **flow,  # 4 top tasks of 8 bottom chunks
     )
     assert report.tasks_per_level == (4, 32)
     np.testing.assert_array_equal(dst.read(Box.from_shape((16, 32))), data)

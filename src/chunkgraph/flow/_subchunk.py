@@ -236,7 +236,11 @@ def for_each_child(run: Callable[[int], T], indices: list[int]) -> list[T]:
 
     failures: list[Exception] = []
     try:
-        return parallel_map(guarded, indices)
+        # grain=1: a child is a whole chunk of fn's work, always worth a task of its own.
+        # A measured grain would be cached under ``guarded``'s code, shared by every flow
+        # of the process: a fast fn's model would keep a later slow fn's children in one
+        # sequential piece.
+        return parallel_map(guarded, indices, grain=1)
     except ExceptionGroup as group:
         failures = [e.error if isinstance(e, _ChildFailed) else e for e in group.exceptions]
     # Raised outside the except block, so the group does not become its __context__.
