@@ -35,7 +35,10 @@ says so to the scheduler: each top-level task declares its memory
 (``top_task_memory``) and the flow's plan gets a budget of that many tasks'
 worth, so the executor admits the next task only when one ends, in the
 plan's (sweep) order. A task drops its superchunk as soon as the levels
-below are done, before its output is cast and written.
+below are done, before its output is cast and written. ``apply(workers=n)``
+makes ``n`` the cores: ``n`` covers the bound above (still no more tasks than
+``memory_limit`` holds) and the levels below run on a pool of ``n`` threads
+(``flow_pool``) instead of the process-wide one.
 """
 
 from __future__ import annotations
