@@ -43,7 +43,14 @@ def test_reduce_writes_what_apply_writes_then_does_nothing(
     assert cli.main(["reduce", str(dst), "--quiet"]) == 2  # no deferred flow is left
     assert "none is" in capsys.readouterr().err
     assert cli.main(["status", str(dst)]) == 0
-    assert "finished" in capsys.readouterr().out
+    status = capsys.readouterr().out
+    assert "finished" in status and "stale" not in status.lower()
+    # The layers went on success; the flow, named, answers "already reduced".
+    assert not [p for p in (tmp_path / ".dst.zarr.chunkgraph").iterdir() if p.is_dir()]
+    [record] = (tmp_path / ".dst.zarr.chunkgraph").glob("*.done")
+    flow_id = record.name.removesuffix(".done")
+    assert cli.main(["reduce", str(dst), flow_id, "--quiet", "--blend-mode", "linear"]) == 0
+    assert "already finished" in capsys.readouterr().out
 
 
 def test_reduce_needs_a_flow_id_when_several_are_deferred(

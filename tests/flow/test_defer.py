@@ -15,7 +15,7 @@ from chunkgraph import volume as volumes
 from chunkgraph.flow import _reduce_deferred as reduce_module
 from chunkgraph.flow import apply, reduce_deferred
 from chunkgraph.flow._markers import REDUCE, MarkerStore
-from chunkgraph.flow._state import FlowStatus, read_flow
+from chunkgraph.flow._state import FlowStatus, read_flow, read_flows
 from chunkgraph.geometry import Box
 
 pytestmark = pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")
@@ -146,16 +146,29 @@ def test_refusals_of_what_is_not_a_finished_deferred_flow(files: Any) -> None:
 def test_a_second_reduce_does_nothing_and_the_flow_is_finished(files: Any) -> None:
     _, dst, report = _deferred(files)
     first = reduce_deferred(report, dst, blend_mode="max")
+    # Reduced: its layers and markers are gone, as apply's temporaries go on success.
+    flow_dir = Path(str(report.intermediates))
+    assert not flow_dir.exists()
+    assert not any(Path(p).exists() for p in report.deferred_layers)
+    assert first.intermediates is None
+    state = read_flow(flow_dir.parent, flow_dir.name)
+    assert state.status is FlowStatus.FINISHED
+    assert not state.has_temporaries and not state.stale()
+    assert state.reductions_total == first.reductions
+    [listed] = read_flows(flow_dir.parent)
+    assert listed.flow_id == report.flow_id and listed.status is FlowStatus.FINISHED
+    assert not listed.stale()
     written = dst.stats.bytes_written
     again = reduce_deferred(report.intermediates or "", dst, blend_mode="max")
     assert again.finished_before and again.reductions == 0
     assert again.reductions_skipped == first.reductions
+    assert again.bbox == first.bbox
     assert dst.stats.bytes_written == written
-    flow_dir = Path(str(report.intermediates))
-    state = read_flow(flow_dir.parent, flow_dir.name)
-    # finished: `chunkgraph clean --stale` now removes the layers it no longer needs
-    assert state.status is FlowStatus.FINISHED and state.stale()
-    assert state.reductions_done == state.reductions_total == first.reductions
+    also = reduce_deferred(report, dst, blend_mode="max")  # the apply's report works too
+    assert also.finished_before and also.reductions == 0
+    # Another mode (or dst) now would need the layers: refused, saying why.
+    with pytest.raises(ConfigError, match="layers were removed"):
+        reduce_deferred(report, dst, blend_mode="linear")
 
 
 def test_a_failed_reduce_resumes_where_it_stopped(
@@ -247,3 +260,27 @@ def test_a_damaged_temporary_layer_of_a_flow_says_to_recompute(files: Any) -> No
     assert "are damaged: a resume would read them again" in notes and "resume=True to" not in notes
     assert "temporary layers" in text and "damaged" in text and "Do not delete" in text
     assert "rerun apply without resume=True" in text and "chunkgraph clean" in text
+
+
+def test_a_reduce_killed_while_cleaning_up_is_finished_and_the_next_call_cleans(
+    files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Completion record first, then the deletion: a kill in between leaves a finished flow
+    (its leftovers stale), which the next call reports as done and removes."""
+    _, dst, report = _deferred(files)
+
+    def killed(_flow_dir: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reduce_module, "discard_flow_dir", killed)
+    with pytest.raises(KeyboardInterrupt):
+        reduce_deferred(report, dst, blend_mode="max")
+    monkeypatch.undo()
+    flow_dir = Path(str(report.intermediates))
+    state = read_flow(flow_dir.parent, flow_dir.name)
+    assert state.status is FlowStatus.FINISHED and state.stale()
+    written = dst.stats.bytes_written
+    again = reduce_deferred(report, dst, blend_mode="max")
+    assert again.finished_before and again.reductions == 0
+    assert dst.stats.bytes_written == written
+    assert not flow_dir.exists()

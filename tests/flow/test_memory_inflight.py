@@ -109,3 +109,47 @@ def test_run_holds_at_most_the_bound(
     assert report.read_amplification == 1.0
     np.testing.assert_array_equal(dst.read(Box.from_shape((8, 32, 32))), data)
     assert _top_task._READ_LOCKS == {}  # forgotten after the run
+
+
+@pytest.mark.parametrize(("workers", "expect_parallel"), [(1, False), (4, True)])
+def test_workers_sets_the_concurrency_of_a_two_level_flow(
+    files: Any, workers: int, expect_parallel: bool
+) -> None:
+    """``workers`` is the cores a two-level flow plans for: one worker runs one fn call at a
+    time, four run several at once (whatever the machine's cores: sleeps release the GIL)."""
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0}
+
+    def sleepy(x: np.ndarray) -> np.ndarray:
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            time.sleep(0.05)
+            return x
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    data = files.random((16, 32), "float32")
+    src = files.source(data, (8, 8))
+    dst = files.empty((16, 32), (8, 8), "float32")
+    flow: dict[str, Any] = dict(chunk_sizes=[(8, 16), (4, 4)], executor="threads", probe=False)
+    # A fast fn first, in the same process: what the pool learnt of it must not keep the
+    # slow fn's chunks in one sequential piece.
+    for _ in range(3):
+        apply(lambda x: x, src, dst, workers=workers, intermediates=files.root / "f", **flow)
+    report = apply(
+        sleepy,
+        src,
+        dst,
+        workers=workers,
+        intermediates=files.root / "t",
+        **flow,  # 4 top tasks of 8 bottom chunks
+    )
+    assert report.tasks_per_level == (4, 32)
+    np.testing.assert_array_equal(dst.read(Box.from_shape((16, 32))), data)
+    if expect_parallel:
+        assert 1 < state["most"] <= workers
+    else:
+        assert state["most"] == 1

@@ -307,7 +307,9 @@ def apply(
     several times draw a ``ReadAmplificationWarning`` with the figures. ``fn`` gets arrays
     of chunk + 2*crop + 2*blend at the bottom level (and, if it has a ``box``
     parameter, the box they cover) and returns that shape or chunk + 2*blend.
-    ``workers``, ``retries`` and ``timeout`` (seconds per task try) go to the
+    ``workers`` is the number of cores the flow plans for (the executor's size, the
+    top-level tasks admitted at once, the threads of the levels below the top; None:
+    the usable cores); ``retries`` and ``timeout`` (seconds per task try) go to the
     executor (flow tasks are idempotent, so a task whose worker died or hung
     is simply run again). ``probe`` calls ``fn``
     once on the first bottom chunk before anything is written, to catch a
@@ -449,7 +451,19 @@ def apply(
                 if probe:
                     probe_fn(spec, run_fn, named, dst, flow_device)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
-                flow = _Flow(spec, run_fn, named, dst, root / flow_id, resume, stamp, flow_device)
+                flow = _Flow(
+                    spec,
+                    run_fn,
+                    named,
+                    dst,
+                    root / flow_id,
+                    resume,
+                    stamp,
+                    flow_device,
+                    cores=cores,
+                    own_pool=workers is not None,
+                    memory_limit=limit,
+                )
                 try:
                     report = flow.run(chosen, progress, t0, before, tuple(subscribers))
                 except BaseException as error:  # a Ctrl-C leaves the same state behind
@@ -786,8 +800,18 @@ class _Flow:
         resume: bool,
         dst_stamp: str | None = None,
         device: FlowDevice | None = None,
+        *,
+        cores: int | None = None,
+        own_pool: bool = False,
+        memory_limit: int | None = None,
     ) -> None:
+        """``cores``: the cores the flow plans for (``workers``, else the usable ones);
+        ``own_pool``: the levels below the top run on a pool of ``cores`` threads rather
+        than the process-wide one (``workers`` was given); ``memory_limit``: bytes that
+        the top-level tasks in flight together may not exceed (at least one runs)."""
         self.spec = spec
+        self.cores = cores
+        self.memory_limit = memory_limit
         self.dst_stamp = dst_stamp
         self.in_process = True  # set by run(): where the tasks read
         self.inputs = inputs
@@ -817,6 +841,7 @@ class _Flow:
             run_token=uuid.uuid4().hex,
             sweep_axis=_sweep_axis(spec.top_grid),
             device=device,
+            pool_workers=cores if own_pool else None,
         )
 
     def run(
@@ -880,16 +905,21 @@ class _Flow:
 
     def _plan(self, graph: Graph, refs: list[TaskRef]) -> Plan:
         """The plan of this flow's graph on this machine, with the flow's memory budget:
-        ``superchunks_in_flight`` top-level tasks per CPU context (none for a one-level
-        flow, whose tasks hold no superchunk over a pool)."""
+        ``superchunks_in_flight`` top-level tasks per CPU context for the cores the flow
+        plans for (``workers`` when given), no more than ``memory_limit`` holds (none for
+        a one-level flow, whose tasks hold no superchunk over a pool)."""
         from chunkgraph.planning import local_contexts, plan
 
         contexts = local_contexts(gpus=False)
         top = top_task_memory(self.spec, self.inputs, self.dst)
         budget: dict[str, float] = {}
         for ctx in contexts:
-            cores = usable_cores() if len(contexts) == 1 else ctx.slots
+            cores = self.cores if self.cores is not None else usable_cores()
+            if len(contexts) > 1:
+                cores = min(cores, ctx.slots)
             in_flight = superchunks_in_flight(self.spec, cores)
+            if in_flight > 0 and top > 0 and self.memory_limit is not None:
+                in_flight = min(in_flight, max(1, self.memory_limit // top))
             if self.job.device is not None:
                 device = self.job.device
                 in_flight = device_tasks_in_flight(in_flight, device.count, device.per_device)

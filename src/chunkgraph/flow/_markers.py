@@ -124,7 +124,9 @@ class CompletionRecord:
             return None
         return record
 
-    def write(self, report: Any, dst: str | None = None) -> None:
+    def write(self, report: Any, dst: str | None = None, **extra: Any) -> None:
+        """Record ``report`` as the flow's completion (into ``dst``'s stamp); ``extra``:
+        more fields (JSON), e.g. what a reduced deferred flow was reduced into."""
         record = {
             "flow_id": report.flow_id,
             "dst": dst,
@@ -133,6 +135,7 @@ class CompletionRecord:
             "tasks_per_level": list(report.tasks_per_level),
             "reductions": report.reductions + report.reductions_skipped,
             "bytes_written": report.bytes_written,
+            **extra,
         }
         tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
         tmp.write_text(json.dumps(record))

@@ -15,14 +15,19 @@ gains ``"reducing"`` = ``{dst path, dst stamp, blend mode}`` before any write:
 the reduce markers belong to that target, so a call with the same target skips
 marked boxes (a killed or failed reduction resumes by calling again) and a call
 with another clears them first. When every box is done it writes the flow's
-completion record (``<flow id>.done``, as apply does) and sets ``deferred`` to
-false and ``"reduced"`` to the target: ``chunkgraph status`` then shows the
-flow finished and ``chunkgraph clean --stale`` removes its layers. A second
-call with the same target does nothing and says so (``finished_before``).
+completion record (``<flow id>.done``, as apply does, with ``"reduced"`` = the
+target), sets ``deferred`` to false and ``"reduced"`` to the target in
+``flow.json``, then deletes the flow directory (``discard_flow_dir``), in that
+order: a kill before the deletion leaves a finished flow whose leftovers the
+next call (or ``chunkgraph clean --stale``) removes. ``chunkgraph status`` then
+shows the flow finished. A second call with the same target finds the record
+and does nothing and says so (``finished_before``); another target needs the
+layers, so the flow applied again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -44,7 +49,15 @@ from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._lock import flow_lock
-from chunkgraph.flow._markers import REDUCE, TOP, CompletionRecord, MarkerStore, dst_stamp, grid_key
+from chunkgraph.flow._markers import (
+    REDUCE,
+    TOP,
+    CompletionRecord,
+    MarkerStore,
+    discard_flow_dir,
+    dst_stamp,
+    grid_key,
+)
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.flow._spec import FlowSpec, check_bools, check_dst
 from chunkgraph.flow._state import read_flow_info, write_flow_info
@@ -95,9 +108,11 @@ def reduce_deferred(
     combine (``linear``, ``quadratic``, ``bump`` or ``max``); the result is what apply
     with that mode would have written. ``executor``, ``workers``, ``retries``,
     ``timeout``, ``lock_wait``, ``progress`` and ``subscribers`` as in ``apply``.
-    Each dst chunk is written once; calling again after a failure resumes, and after
-    success does nothing. Raises ``ConfigError`` before writing anything when the
-    directory holds no finished deferred flow or dst does not match.
+    Each dst chunk is written once; calling again after a failure resumes. Success
+    deletes the layers and markers (the completion record stays), and a second call
+    into the same dst with the same mode does nothing (``finished_before``). Raises
+    ``ConfigError`` before writing anything when the directory holds no finished
+    deferred flow or dst does not match.
     """
     t0 = time.perf_counter()
     check_bools(progress=progress)
@@ -116,11 +131,15 @@ def reduce_deferred(
             record = CompletionRecord(root, flow_id)
             info = read_flow_info(flow_dir)
             finished = record.read()
+            # The record says what the flow was reduced into (its flow.json said it too
+            # before the flow directory was removed on success).
+            reduced = finished.get("reduced", info.get("reduced", target)) if finished else None
             if (
                 finished is not None
-                and info.get("reduced", target) == target
+                and reduced == target
                 and finished.get("dst") == target["stamp"]
             ):
+                discard_flow_dir(flow_dir)  # what a call killed while cleaning up left
                 return _finished_report(flow_dir, _geometry_bbox(info, finished), finished, t0)
             geometry = _geometry(flow_dir, info, finished)
             geometry.check_blend_mode(blend_mode)
@@ -135,9 +154,13 @@ def reduce_deferred(
             record.remove()
             write_flow_info(flow_dir, **totals, reducing=target)
             report = _run(spec, geometry, flow_dir, dst, markers, chosen, progress, subscribers, t0)
-            record.write(report, target["stamp"])
+            # Finished first (with its target, which a second call compares), then delete
+            # the layers and markers, as apply does: a kill in between leaves a finished
+            # flow whose leftovers the next call (or `chunkgraph clean --stale`) removes.
+            record.write(report, target["stamp"], reduced=target)
             write_flow_info(flow_dir, **{**totals, "deferred": False}, reduced=target)
-            return report
+            discard_flow_dir(flow_dir)
+            return dataclasses.replace(report, intermediates=None)
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
 
@@ -231,7 +254,6 @@ def _finished_report(flow_dir: Path, bbox: Box, finished: dict[str, Any], t0: fl
         wall_seconds=time.perf_counter() - t0,
         bbox=bbox,
         reductions_skipped=int(finished.get("reductions", 0)),
-        intermediates=str(flow_dir),
         finished_before=str(finished.get("finished", "")),
     )
 

@@ -220,17 +220,27 @@ def for_each_child(run: Callable[[int], T], indices: list[int]) -> list[T]:
     group's message. The chunk and level are in the error's note (``call_fn``); the
     note added here counts the children that failed beside it.
     """
-    from chunkgraph.parallel import parallel_map
+    from chunkgraph.parallel import get_pool, parallel_map
+    from chunkgraph.parallel._pool import local_pool
+
+    # The pool this level runs on (a flow's own, see _top_task.flow_pool) is the one the
+    # levels nested in its children use too, whichever of its threads runs them.
+    pool = get_pool()
 
     def guarded(i: int) -> T:
         try:
-            return run(i)
+            with local_pool(pool):
+                return run(i)
         except Exception as error:
             raise _ChildFailed(error) from None
 
     failures: list[Exception] = []
     try:
-        return parallel_map(guarded, indices)
+        # grain=1: a child is a whole chunk of fn's work, always worth a task of its own.
+        # A measured grain would be cached under ``guarded``'s code, shared by every flow
+        # of the process: a fast fn's model would keep a later slow fn's children in one
+        # sequential piece.
+        return parallel_map(guarded, indices, grain=1)
     except ExceptionGroup as group:
         failures = [e.error if isinstance(e, _ChildFailed) else e for e in group.exceptions]
     # Raised outside the except block, so the group does not become its __context__.

@@ -35,14 +35,19 @@ says so to the scheduler: each top-level task declares its memory
 (``top_task_memory``) and the flow's plan gets a budget of that many tasks'
 worth, so the executor admits the next task only when one ends, in the
 plan's (sweep) order. A task drops its superchunk as soon as the levels
-below are done, before its output is cast and written.
+below are done, before its output is cast and written. ``apply(workers=n)``
+makes ``n`` the cores: ``n`` covers the bound above (still no more tasks than
+``memory_limit`` holds) and the levels below run on a pool of ``n`` threads
+(``flow_pool``) instead of the process-wide one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -67,6 +72,8 @@ from chunkgraph.flow._subchunk import (
     stream_chunk,
 )
 from chunkgraph.geometry import Box
+from chunkgraph.parallel import WorkStealingPool
+from chunkgraph.parallel._pool import local_pool
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -92,6 +99,9 @@ class TopJob:
     sweep_axis: int = -1
     run_token: str = ""  # see _late_writes: no writes once the run has ended
     device: FlowDevice | None = None  # device="gpu": in-process executors only (_device)
+    # apply's workers: the levels below the top run on a pool of that many threads
+    # (``flow_pool``); None: on the process-wide pool (one thread per usable core).
+    pool_workers: int | None = None
 
     @functools.cached_property
     def _pickled_fields(self) -> bytes:
@@ -126,10 +136,39 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
 
 
 def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
-    if job.device is None:
-        return _run_levels(job, index, box, None, 0)
-    with job.device.bound(index) as device_index:
-        return _run_levels(job, index, box, job.device, device_index)
+    with flow_pool(job.pool_workers):
+        if job.device is None:
+            return _run_levels(job, index, box, None, 0)
+        with job.device.bound(index) as device_index:
+            return _run_levels(job, index, box, job.device, device_index)
+
+
+# Pools of a given size (apply's workers), one per size and process, kept for later runs.
+_SIZED_POOLS: dict[int, WorkStealingPool] = {}
+_SIZED_POOLS_LOCK = threading.Lock()
+
+
+def flow_pool(workers: int | None) -> contextlib.AbstractContextManager[None]:
+    """Inside this block, this thread's parallel loops (the reads, the levels below
+    the top) run on a pool of ``workers`` threads, the calling one included; None: on
+    the process-wide pool."""
+    if workers is None:
+        return contextlib.nullcontext()
+    with _SIZED_POOLS_LOCK:
+        pool = _SIZED_POOLS.get(workers)
+        if pool is None:
+            pool = _SIZED_POOLS[workers] = WorkStealingPool(workers)
+    return local_pool(pool)
+
+
+def _forget_sized_pools() -> None:
+    global _SIZED_POOLS_LOCK
+    _SIZED_POOLS.clear()  # a forked child has none of its parent's threads
+    _SIZED_POOLS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sized_pools)
 
 
 def _run_levels(
