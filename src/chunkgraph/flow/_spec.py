@@ -267,7 +267,9 @@ def validate_flow(
     )
     _check_levels(levels)
     if collect:
-        _check_values_levels(levels)
+        _check_disjoint_outputs(
+            levels, "dst=None (one value per bottom chunk)", "give a dst volume"
+        )
     else:
         _check_in_place(named, out, levels, bool(skip_intermediates))
     region = _resolve_bbox(bbox, out, ndim)
@@ -333,19 +335,21 @@ def _values_reference(named: Mapping[str, Volume]) -> Volume:
     return next(iter(named.values()))
 
 
-def _check_values_levels(levels: Sequence[LevelSpec]) -> None:
-    """``dst=None`` collects one value per bottom chunk: each voxel in exactly one chunk."""
+def _check_disjoint_outputs(levels: Sequence[LevelSpec], wants: str, off: str) -> None:
+    """What ``wants`` needs: bottom outputs that tile the bbox, each voxel in exactly one
+    (no blend pad at any level; a crop pad at the bottom only, or children would overlap
+    their neighbours' chunks). ``off``: how to do without ``wants``."""
     for i, lv in enumerate(levels):
         if any(lv.blend):
             raise ConfigError(
-                f"dst=None collects one value per bottom chunk, so outputs must not overlap, "
-                f"but level {i} has blend pad {lv.blend}; use crop_pads for context instead"
+                f"{wants} needs non-overlapping outputs, but level {i} has blend pad "
+                f"{lv.blend}; use crop_pads for context instead, or {off}"
             )
         if i < len(levels) - 1 and any(lv.crop):
             raise ConfigError(
-                f"dst=None collects one value per bottom chunk, so a crop pad is allowed only at "
-                f"the bottom level, but level {i} has crop pad {lv.crop} (its children would "
-                "overlap the neighbours' chunks); move the crop to the bottom level"
+                f"{wants} needs non-overlapping outputs: a crop pad is allowed only at the "
+                f"bottom level, but level {i} has crop pad {lv.crop} (its children would "
+                f"overlap the neighbours' chunks); move the crop to the bottom level, or {off}"
             )
 
 
@@ -626,18 +630,7 @@ def _reduction_chunk(
 
 
 def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volume) -> None:
-    for i, lv in enumerate(levels):
-        if any(lv.blend):
-            raise ConfigError(
-                f"skip_intermediates=True needs non-overlapping outputs, but level {i} has "
-                f"blend pad {lv.blend}; set blend_pads=0 or skip_intermediates=False"
-            )
-        if i < len(levels) - 1 and any(lv.crop):
-            raise ConfigError(
-                f"skip_intermediates=True allows a crop pad only at the bottom level, but level "
-                f"{i} has crop pad {lv.crop} (its children overlap the neighbours' chunks); move "
-                "the crop to the bottom level or set skip_intermediates=False"
-            )
+    _check_disjoint_outputs(levels, "skip_intermediates=True", "set skip_intermediates=False")
     ndim = bbox.ndim
     chunks = dst.spatial_chunks
     bottom = levels[-1].chunk
