@@ -85,6 +85,8 @@ def test_every_error_is_under_the_root_shows_its_public_module_and_pickles() -> 
     assert issubclass(chunkgraph.VolumeNotFoundError, FileNotFoundError)
     error = chunkgraph.FlowLockedError("busy")
     assert type(pickle.loads(pickle.dumps(error))) is chunkgraph.FlowLockedError
+    held = pickle.loads(pickle.dumps(chunkgraph.FlowLockedError("busy", "/x.lock", "process 7")))
+    assert (str(held), held.lock, held.holder) == ("busy", "/x.lock", "process 7")
     assert repr(chunkgraph.ConfigError("x")).startswith("ConfigError(")
 
 

@@ -91,7 +91,19 @@ class FlowOutputError(ChunkgraphError, ValueError):
 
 
 class FlowLockedError(ChunkgraphError, RuntimeError):
-    """Another run holds the flow's lock (the same flow started twice on one destination)."""
+    """Another run holds the flow's lock (the same flow started twice on one destination).
+
+    ``lock``: the lock file; ``holder``: who holds it, as a person reads it ("process 12
+    on host 'a' (since ...)", or "another run" when its owner record is unreadable).
+    """
+
+    def __init__(self, message: str, lock: str = "", holder: str = "another run") -> None:
+        super().__init__(message)
+        self.lock = lock
+        self.holder = holder
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.lock, self.holder))
 
 
 class RunEndedError(ChunkgraphError, RuntimeError):

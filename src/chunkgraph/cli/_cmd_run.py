@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ from chunkgraph.cli._output import (
 )
 
 if TYPE_CHECKING:
+    from chunkgraph._errors import FlowLockedError
     from chunkgraph.cli._spec import ResolvedSpec
     from chunkgraph.flow import ApplyReport
 
@@ -184,26 +184,11 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     return EXIT_OK
 
 
-_HOLDER = re.compile(
-    r"process (?P<pid>\S+) on host (?P<host>'[^']*'|\S+) \(since (?P<since>[^)]*)\)"
-)
-_LOCK_FILE = re.compile(r" holds (?P<lock>\S+\.lock)")
-
-
-def locked_message(command: str, err: BaseException, dst: object, again: str) -> str:
-    """A FlowLockedError said in command-line terms: who holds the flow, what to do now.
-
-    The flow's message is written for ``apply`` callers (``resume=True``,
-    ``lock_wait=``); the holder's pid, host and start, and the lock file, are
-    taken from it where it names them.
-    """
-    text = str(err)
-    holder = _HOLDER.search(text)
-    lock = _LOCK_FILE.search(text)
-    who = "another run"
-    if holder:
-        who = f"process {holder['pid']} on host {holder['host']} (since {holder['since']})"
-    held = f" holds its lock {lock['lock']}" if lock else " holds it"
+def locked_message(command: str, err: FlowLockedError, dst: object, again: str) -> str:
+    """A FlowLockedError said in command-line terms (its message is written for ``apply``
+    callers: ``resume=True``, ``lock_wait=``): who holds the flow, what to do now."""
+    who = err.holder
+    held = f" holds its lock {err.lock}" if err.lock else " holds it"
     return (
         f"chunkgraph {command}: this flow is already running: {who}{held}. Two runs of one "
         f"flow would overwrite each other's temporaries, so this one did nothing. Wait for "

@@ -75,7 +75,7 @@ def _acquire(path: Path, wait: float) -> int:
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             if time.monotonic() >= deadline:
-                raise FlowLockedError(_busy_message(path, wait)) from None
+                raise _busy_error(path, wait) from None
             time.sleep(_POLL_SECONDS)
             continue
         if _same_file(fd, path):
@@ -98,7 +98,7 @@ def _write_owner(fd: int) -> None:
     os.pwrite(fd, json.dumps(owner).encode(), 0)
 
 
-def _busy_message(path: Path, wait: float) -> str:
+def _busy_error(path: Path, wait: float) -> FlowLockedError:
     try:
         owner = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
@@ -108,9 +108,11 @@ def _busy_message(path: Path, wait: float) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("since", 0)))
         who = f"process {owner.get('pid')} on host {owner.get('host')!r} (since {since})"
     waited = f" after waiting {wait:g} s" if wait > 0 else ""
-    return (
+    return FlowLockedError(
         f"this flow is already running{waited}: {who} holds {path}. Two runs of one flow would "
         "overwrite each other's temporaries; wait for it to finish (then rerun with resume=True "
         "to reuse its work), pass lock_wait=<seconds> to wait, or stop that process. The lock "
-        "is released by the operating system when its holder exits, even if killed"
+        "is released by the operating system when its holder exits, even if killed",
+        lock=str(path),
+        holder=who,
     )
