@@ -225,13 +225,7 @@ class LocalExecutor:
         either; tasks that do not ask for a GPU may be placed anywhere the plan says."""
         if self.gpu_fallback:
             return
-        asking = [t for t, res in graph.resources_overrides().items() if "gpu" in res]
-        if not asking:
-            return
-        needed = needed_mask(graph, targets)
-        for t in sorted(asking):
-            if not needed[t]:
-                continue
+        for t in _needed_gpu_tasks(graph, targets):
             context = given.contexts[int(given.task_context[t])]
             if context.kind != "gpu":
                 raise ConfigError(
@@ -249,7 +243,7 @@ class LocalExecutor:
         one and a backend can drive them; ConfigError when none is found (see the module doc)."""
         from chunkgraph.planning import local_contexts
 
-        asking = _gpu_task(graph, targets)
+        asking = next(iter(_needed_gpu_tasks(graph, targets)), -1)
         if asking < 0:
             return local_contexts(gpus=False)
         contexts = local_contexts(gpus=active_backend() is not None)
@@ -300,13 +294,13 @@ def check_plan(graph: Graph, targets: list[int], given: object) -> Plan:
     return given
 
 
-def _gpu_task(graph: Graph, targets: list[int]) -> int:
-    """A task ``targets`` need that asks for a GPU, or -1 (cheap without any)."""
+def _needed_gpu_tasks(graph: Graph, targets: list[int]) -> list[int]:
+    """The tasks ``targets`` need that ask for a GPU, in id order (cheap without any)."""
     asking = [t for t, res in graph.resources_overrides().items() if "gpu" in res]
     if not asking:
-        return -1
+        return []
     needed = needed_mask(graph, targets)
-    return next((t for t in sorted(asking) if needed[t]), -1)
+    return [t for t in sorted(asking) if needed[t]]
 
 
 def no_gpu_message(graph: Graph, t: int) -> str:
