@@ -380,6 +380,30 @@ def test_two_top_tasks_share_the_device(files: Any, tasks_on_device: int) -> Non
     assert backend.trims == 1  # the pool is trimmed after the flow
 
 
+def test_top_tasks_in_flight_on_one_device_each_have_their_own_stream(files: Any) -> None:
+    """Each top task's thread issues its uploads, kernels and download on its own stream
+    (so two tasks on one device overlap); no read crosses streams unwaited, which the
+    fake would raise (``FakeStreamOrderError``); each task waits for its stream at the end."""
+    data = files.random((40, 36), "float32")
+    streams: dict[int, set[int]] = {}
+    lock = threading.Lock()
+
+    def seen(src: Any) -> Any:
+        with lock:
+            streams.setdefault(threading.get_ident(), set()).add(id(src.fake_stream))
+        time.sleep(0.02)
+        return src * 2
+
+    backend = FakeBackend()
+    with use_backend(backend):
+        out, report = _run(files, data, seen, chunk_sizes=[(20, 18), (10, 9)], device="gpu",
+                           workers=4, probe=False)  # fmt: skip
+    np.testing.assert_array_equal(out, data * 2)
+    assert all(len(ids) == 1 for ids in streams.values())  # one stream per thread
+    assert len({i for ids in streams.values() for i in ids}) == len(streams)  # not shared
+    assert backend.waits >= report.tasks_per_level[0]  # each top task waited at its end
+
+
 def test_a_top_task_too_big_for_the_device_is_refused_before_anything_is_written(
     files: Any,
 ) -> None:

@@ -74,3 +74,24 @@ def test_a_graph_of_cupy_tasks_stays_on_the_device_and_matches_numpy() -> None:
     assert by_name["on_cpu"][0] is False  # a CPU task gets a host copy
     (summary,) = [e.name for e in events if e.kind is cg.EventKind.TRANSFERS]
     assert summary.startswith("gpu: 1 upload(s), 2 download(s)")  # x up; on_cpu, total down
+
+
+def test_results_of_queued_kernels_are_complete_where_they_are_read() -> None:
+    """Kernels are asynchronous and each GPU worker has its own stream: a CPU task, the
+    caller and a spill must each read a result only after its kernels are done."""
+    import cupy
+
+    def slow(x: Any) -> Any:
+        assert cupy.cuda.get_current_stream() != cupy.cuda.Stream.null  # its own stream
+        for _ in range(200):  # queued, not done, when the task returns
+            x = cupy.sqrt(x * x + 1.0)
+        return x
+
+    x = np.zeros(1 << 22, dtype=np.float64)
+    g = cg.Graph()
+    parts = [g.add(slow, x + i, resources=GPU, name=f"p{i}") for i in range(3)]
+    g.add(lambda *ys: [float(np.asarray(y)[-1]) for y in ys], *parts, name="read")
+    expected = [float(np.sqrt(i * i + 200.0)) for i in range(3)]
+    got = cg.run(g, ["read", "p2"])
+    np.testing.assert_allclose(got[0], expected)
+    np.testing.assert_allclose(got[1][-1], expected[2])

@@ -201,7 +201,8 @@ class LocalExecutor:
         devices = device_indices(placement.names, kinds, backend.device_count())
         limits = residency_limits(devices, placement.budget, placement.context, placement.memory)
         gpu_tasks = {t for t, res in plan.graph.resources_overrides().items() if "gpu" in res}
-        return Residency(backend, devices, limits, scheduler.results, gpu_tasks)
+        deps = plan.graph.dependencies()
+        return Residency(backend, devices, limits, scheduler.results, gpu_tasks, deps)
 
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
         from chunkgraph.planning import plan

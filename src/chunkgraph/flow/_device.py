@@ -34,6 +34,12 @@ task's footprint is what the host estimate counts: its padded superchunk and
 accumulators), and refuses a flow whose one task does not fit before anything
 runs; ``trim`` empties the memory pools after the flow.
 
+Streams. A bound thread issues its task's uploads (on its copy stream), kernels
+and download on its own stream (``gpu._backend``), so the two tasks on a device
+overlap one's copies with the other's kernels. The download waits for the
+stream, and ``bound`` waits for it again on the way out, also when ``fn``
+raised: the uploads are let go only after every kernel that reads them.
+
 Identity. The device is not part of the flow id: it changes where the flow
 computes, not what. Float results on a GPU may differ from the CPU's in the
 last bits (fused multiply-adds, other library kernels), so a resumed flow that
@@ -128,10 +134,17 @@ class FlowDevice:
     @contextlib.contextmanager
     def bound(self, task: tuple[int, ...] = ()) -> Iterator[int]:
         """Bind the calling thread, for the block, to top-level task ``task``'s device
-        (``sum(task) % count``: neighbours alternate)."""
+        (``sum(task) % count``: neighbours alternate) and to its own stream there, so
+        two tasks in flight on one device overlap one's copies with the other's kernels;
+        wait for the stream at the end."""
         index = sum(task) % self.count
         with self.backend.using(index):
-            yield index
+            try:
+                yield index
+            finally:
+                # Its work done before its uploads are let go (their blocks belong to the
+                # copy stream's pool; see gpu._backend), also when fn raised.
+                self.backend.synchronize(self.backend.record())
 
     def upload(self, array: np.ndarray, index: int) -> Any:
         """``array`` copied to device ``index``; a read-only host array stays read-only there

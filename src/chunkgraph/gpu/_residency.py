@@ -43,6 +43,17 @@ release is the scheduler's business, so before anything is spilled the
 entries whose result is gone are forgotten first, and only a device still
 over its limit spills.
 
+Stream order (see ``_backend``: each bound thread issues work on its own
+stream, uploads on a copy stream). A GPU task's call records an event when it
+returns (``ready[t]``). Whoever reads that result from another thread or
+device first waits for it on the host: a task off the GPU, a GPU task on
+another device (through the host), a spill, and the caller (``finish`` waits
+for every event). The same worker reading its own results waits for nothing:
+its stream orders them. The arrays uploaded for a call are *parked* with its
+event until the event is done, since their memory belongs to the copy
+stream's pool, which could otherwise hand it to the next upload while a
+kernel still reads it.
+
 At the end of a run every device's pool is trimmed (``trim_pool``), so a
 long-lived process does not hoard device memory between runs.
 
@@ -108,7 +119,8 @@ class Residency:
     ``devices[c]``: the device of context c (-1: CPU); ``limits[c]``: bytes of
     results context c's device may keep (inf: no limit); ``results``: the
     scheduler's results table (spilled entries are replaced in it); ``gpu_tasks``:
-    the tasks that ask for a GPU (only they get device arrays; None: every task).
+    the tasks that ask for a GPU (only they get device arrays; None: every task);
+    ``deps``: the graph's ``dependencies()`` (what a task reads, to wait for it).
     """
 
     def __init__(
@@ -118,9 +130,15 @@ class Residency:
         limits: list[float],
         results: list[Any],
         gpu_tasks: Container[int] | None = None,
+        deps: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.backend = backend
         self.gpu_tasks = gpu_tasks
+        self.deps = deps
+        # ready[t]: (event, thread, device) of GPU task t's call (see "Stream order")
+        self.ready: dict[int, tuple[Any, int, int]] = {}
+        self.parked: dict[int, list[tuple[Any, list[Any]]]] = {}  # device -> (event, uploads)
+        self._uploads = threading.local()  # the calling thread's uploads for its next call
         self.devices = devices
         self.results = results
         self.limit = {d: limits[c] for c, d in enumerate(devices) if d >= 0}
@@ -148,15 +166,54 @@ class Residency:
 
         def moved(t: int, results: list[Any]) -> Call:
             fn, args, kwargs = resolve(t, results)
-            if device < 0 or (gpu_tasks is not None and t not in gpu_tasks):
+            on_gpu = device >= 0 and (gpu_tasks is None or t in gpu_tasks)
+            self._wait_inputs(t, device if on_gpu else -1)
+            if not on_gpu:
                 return fn, self._host_args(args), {k: self.to_host(v) for k, v in kwargs.items()}
-            return (
-                fn,
+            self._uploads.arrays = []
+            call = (
+                self._recorded(fn, t, device),
                 tuple(replace_leaves(a, to_device) for a in args),
                 {k: replace_leaves(v, to_device) for k, v in kwargs.items()},
             )
+            return call
 
         return moved
+
+    def _wait_inputs(self, t: int, device: int) -> None:
+        """Wait on the host for the GPU results ``t`` reads that another thread or
+        device made (``device``: where ``t`` runs; -1: off the GPU)."""
+        if self.deps is None or not self.ready:
+            return
+        indptr, indices = self.deps
+        me = threading.get_ident()
+        for d in indices[indptr[t] : indptr[t + 1]]:
+            made = self.ready.get(int(d))
+            if made is not None and (made[1] != me or made[2] != device):
+                self.backend.synchronize(made[0])
+
+    def _recorded(self, fn: Callable[..., Any], t: int, device: int) -> Callable[..., Any]:
+        """``fn`` that, when it returns or raises, records its stream's event as ``t``'s
+        and parks the arrays uploaded for it until that event is done."""
+        uploads: list[Any] = self._uploads.arrays
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                event = self.backend.record()
+                self.ready[t] = (event, threading.get_ident(), device)
+                self._park(device, event, uploads)
+
+        return call
+
+    def _park(self, device: int, event: Any, uploads: list[Any]) -> None:
+        with self._lock:
+            parked = self.parked.setdefault(device, [])
+            while parked and self.backend.event_done(parked[0][0]):
+                parked.pop(0)  # its kernels are done: the pool may reuse those blocks
+            if uploads:
+                parked.append((event, uploads))
 
     def _leaf_to_device(self, device: int) -> Callable[[Any], Any]:
         backend = self.backend
@@ -168,7 +225,9 @@ class Residency:
                 x = self._download(x)  # another GPU's: through the host
             if isinstance(x, np.ndarray) and not x.dtype.hasobject:
                 self._count(uploads=1, nbytes=x.nbytes)
-                return backend.to_device(x, device)
+                out = backend.to_device(x, device)
+                self._uploads.arrays.append(out)
+                return out
             return x
 
         return leaf
@@ -223,6 +282,9 @@ class Residency:
             if old == t:
                 continue  # the new result stays; older ones make room for it
             self.held[device] -= resident.pop(old)
+            made = self.ready.get(old)
+            if made is not None:  # the spilling thread may not be bound to made's stream
+                self.backend.synchronize(made[0])
             self.results[old] = self.to_host(self.results[old])
             self.spills += 1
 
@@ -236,7 +298,12 @@ class Residency:
         return replace_leaves(value, self._leaf_to_host)
 
     def finish(self) -> None:
-        """Give every device's cached, unused pool memory back."""
+        """Wait for every GPU call's work (the caller reads the results next), release
+        the parked uploads, and give every device's cached, unused pool memory back."""
+        for event, _, _ in self.ready.values():
+            self.backend.synchronize(event)
+        self.ready.clear()
+        self.parked.clear()
         for device in self.limit:
             self.backend.trim_pool(device)
 
