@@ -438,3 +438,49 @@ def test_a_flow_already_running_is_said_in_command_line_terms(
     assert f"chunkgraph status {work / 'out.zarr'}" in err
     assert f"`chunkgraph run {spec} --resume`" in err
     assert "resume=True" not in err and "lock_wait" not in err
+
+
+GPU_SPEC = (
+    "input: raw.zarr\n"
+    + OUTPUT
+    + "function: spec_functions:scale\n"
+    + ("kwargs: {factor: 3.0, offset: 1.0}\nchunk_sizes: [16, 8]\n")
+)
+
+
+def test_device_gpu_runs_fn_on_device_arrays(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fake device stands for CuPy here (no GPU runs here): fn gets its arrays."""
+    from chunkgraph.gpu import FakeBackend, use_backend
+
+    spec = write(work, GPU_SPEC + "device: gpu\n")
+    with use_backend(FakeBackend()) as backend:
+        code, _out, err = run(capsys, spec)
+    assert code == 0, err
+    # One each per top task, and the probe's upload (its answer is only measured).
+    assert backend.uploads == 8 + 1 and backend.downloads == 8
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 3 + 1)
+
+
+def test_device_gpu_without_a_gpu_fails_saying_how_or_falls_back(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chunkgraph.gpu import FakeBackend, use_backend
+
+    with use_backend(FakeBackend(0)):  # a backend that sees no device: no GPU
+        code, _, err = run(capsys, write(work, GPU_SPEC + "device: gpu\n"))
+        assert code == 2 and "gpu_fallback" in err and "no GPU" in err
+        assert not (work / "out.zarr").exists() or not read(work / "out.zarr").any()
+        spec = write(work, GPU_SPEC + "device: gpu\ngpu_fallback: true\n")
+        code, _out, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 3 + 1)
+
+
+def test_an_unknown_device_names_the_valid_ones(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, write(work, GPU_SPEC + "device: tpu\n"))
+    assert code == 2
+    assert "device" in err and "'cpu'" in err and "'gpu'" in err

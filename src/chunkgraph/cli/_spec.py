@@ -156,6 +156,14 @@ class RunSpec(_Model):
     )
     probe: bool = True
     lock_wait: Annotated[float, Field(ge=0)] = 0.0
+    device: Literal["cpu", "gpu"] = Field(
+        default="cpu",
+        description="where fn computes: cpu (numpy arrays) or gpu (CuPy arrays; needs "
+        "chunkgraph[gpu] and an NVIDIA GPU)",
+    )
+    gpu_fallback: bool = Field(
+        default=False, description="device gpu without a GPU here: run on the CPU, not fail"
+    )
     run: RunDefaults = RunDefaults()
 
     @model_validator(mode="after")
@@ -397,6 +405,8 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
         "timeout": spec.timeout,
         "probe": spec.probe,
         "lock_wait": spec.lock_wait,
+        "device": spec.device,
+        "gpu_fallback": spec.gpu_fallback,
     }
     passed = inputs["input"] if spec.input is not None else inputs
     return ResolvedSpec(spec, fn, passed, output, flow_options, file, lines)
