@@ -307,6 +307,27 @@ def test_dry_run_writes_nothing(work: Path, capsys: pytest.CaptureFixture[str]) 
     assert sorted(p.name for p in work.iterdir()) == ["raw.zarr", "spec.yaml", "spec_functions.py"]
 
 
+def test_dry_run_reads_match_what_the_run_reads(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Top chunks 16³ with crop 4 over 16³ storage chunks: each task's read touches all 8
+    storage chunks (1 MiB in all without a cache); the chunk cache reads each once (128 KiB)."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\nkwargs: {sigma: 1.0}\n"
+        "chunk_sizes: [16]\ncrop_pads: [4]\nrun: {executor: threads}\n",
+    )
+    code, out, err = run(capsys, spec, "--dry-run")
+    assert code == 0, err
+    assert "would read 128 KiB through the chunk cache (1.0 MiB without one)" in out
+    expected = 128 * 1024
+    code, out, err = run(capsys, spec, "--report", str(work / "report"))
+    assert code == 0, err
+    report = json.loads((work / "report" / "report.json").read_text())
+    read_bytes = report["summary"]["bytes_read"]
+    assert read_bytes == pytest.approx(expected, rel=0.1)
+
+
 def test_spec_schema_is_json_naming_the_fields(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["spec-schema"]) == 0
     schema = json.loads(capsys.readouterr().out)

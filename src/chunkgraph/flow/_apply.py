@@ -200,8 +200,14 @@ class ApplyReport:
             lines.append(f"  already finished at {self.finished_before}: nothing to do")
         elif self.estimate is not None:
             e = self.estimate
+            reads = _size(e.bytes_to_read)
+            if e.expected_bytes_to_read is not None and e.expected_bytes_to_read < e.bytes_to_read:
+                reads = (
+                    f"{_size(e.expected_bytes_to_read)} through the chunk cache "
+                    f"({reads} without one)"
+                )
             lines.append(
-                f"  would read {_size(e.bytes_to_read)}, write {_size(e.dst_bytes)} to dst "
+                f"  would read {reads}, write {_size(e.dst_bytes)} to dst "
                 f"(+{_size(e.temporary_bytes)} temporary); one top-level task needs "
                 f"{_size(e.top_task_memory_bytes)}"
             )
@@ -417,8 +423,7 @@ def apply(
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
         if dry_run:
-            report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-            report = dataclasses.replace(report, plan=plan)
+            report = _dry_report(spec, named, dst, flow_id, root, plan, time.perf_counter() - t0)
             if no_gpu:
                 return dataclasses.replace(report, device="gpu", gpu_missing=True)
             return _with_device(report, flow_device, fell_back)
@@ -711,11 +716,13 @@ def _dry_report(
     dst: Volume,
     flow_id: str,
     root: Path,
+    plan: FlowPlan,
     seconds: float,
 ) -> ApplyReport:
-    from chunkgraph.flow._estimate import estimate_flow
+    """A dry run's report: the estimate, its reads through the cache ``plan`` sizes too."""
+    from chunkgraph.flow._estimate import estimate_flow, with_cache
 
-    est = estimate_flow(spec, named, dst)
+    est = with_cache(estimate_flow(spec, named, dst), plan)
     return _no_io_report(
         spec,
         flow_id,
@@ -725,6 +732,7 @@ def _dry_report(
         reductions=est.reductions,
         intermediates=str(root / flow_id),
         estimate=est,
+        plan=plan,
     )
 
 
