@@ -76,7 +76,7 @@ from chunkgraph.flow._device import (
     resolve_device,
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
-from chunkgraph.flow._fingerprint import flow_id_of
+from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
 from chunkgraph.flow._fn_limits import limit_calls
 from chunkgraph.flow._late_writes import end_run
@@ -108,6 +108,7 @@ from chunkgraph.flow._spec import (
 from chunkgraph.flow._state import (
     kept_state_note,
     read_flow_info,
+    warn_if_resume_mismatch,
     warn_if_stale,
     write_flow_info,
 )
@@ -427,6 +428,7 @@ def apply(
             if no_gpu:
                 return dataclasses.replace(report, device="gpu", gpu_missing=True)
             return _with_device(report, flow_device, fell_back)
+        fingerprint = flow_id_parts(fn, named, dst, spec)  # flow_id's parts, for the state
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         named = owned_inputs(named, plan)
         made_root = not root.exists()
@@ -446,6 +448,8 @@ def apply(
                     discard_flow_dir(root / flow_id)
                     resume = False
                 finished = record.read() if resume else None
+                if resume and finished is None and not (root / flow_id).exists():
+                    warn_if_resume_mismatch(root, flow_id, fingerprint, stamp)
                 if finished is not None:
                     discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
                     report = _finished_report(
@@ -468,6 +472,7 @@ def apply(
                     cores=cores,
                     own_pool=workers is not None,
                     memory_limit=limit,
+                    fingerprint=fingerprint,
                 )
                 try:
                     report = flow.run(chosen, progress, t0, before, tuple(subscribers))
@@ -484,7 +489,7 @@ def apply(
                 if not flow.deferred:
                     # Finished first, then delete: a kill while deleting must never leave done
                     # markers whose layers are gone (a resume would reduce missing data).
-                    record.write(report, stamp)
+                    record.write(report, stamp, fingerprint=fingerprint)
                     discard_flow_dir(root / flow_id)
                 return report
         finally:
@@ -812,14 +817,17 @@ class _Flow:
         cores: int | None = None,
         own_pool: bool = False,
         memory_limit: int | None = None,
+        fingerprint: dict[str, str] | None = None,
     ) -> None:
         """``cores``: the cores the flow plans for (``workers``, else the usable ones);
         ``own_pool``: the levels below the top run on a pool of ``cores`` threads rather
         than the process-wide one (``workers`` was given); ``memory_limit``: bytes that
-        the top-level tasks in flight together may not exceed (at least one runs)."""
+        the top-level tasks in flight together may not exceed (at least one runs);
+        ``fingerprint``: ``flow_id_parts``, recorded in ``flow.json``."""
         self.spec = spec
         self.cores = cores
         self.memory_limit = memory_limit
+        self.fingerprint = fingerprint
         self.dst_stamp = dst_stamp
         self.in_process = True  # set by run(): where the tasks read
         self.inputs = inputs
@@ -874,7 +882,9 @@ class _Flow:
         # What `chunkgraph status` shows as progress, and what keeps `clean` away from a
         # deferred flow's layers (they are its result, not temporaries).
         # A deferred flow also records what reduce_deferred needs to finish it later.
-        extra = {}
+        extra: dict[str, Any] = {}
+        if self.fingerprint is not None:
+            extra["fingerprint"] = self.fingerprint
         if self.deferred and self.layers is not None:
             geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
             extra[GEOMETRY_KEY] = geometry.as_json()
