@@ -40,8 +40,13 @@ def test_reduce_writes_what_apply_writes_then_does_nothing(
         volume.open(str(dst)).read(volume.open(str(dst)).bounds), data // 2
     )
     assert "reductions" in capsys.readouterr().out
-    assert cli.main(["reduce", str(dst), "--quiet"]) == 2  # no deferred flow is left
-    assert "none is" in capsys.readouterr().err
+    # Nothing is left to reduce: said so, with what was looked at, and that is success.
+    assert cli.main(["reduce", str(dst), "--quiet"]) == 0
+    again = capsys.readouterr()
+    assert again.err == ""
+    assert f"nothing left to reduce for {dst}" in again.out
+    assert str(tmp_path / ".dst.zarr.chunkgraph") in again.out
+    assert "finished" in again.out and "reduced with linear" in again.out
     assert cli.main(["status", str(dst)]) == 0
     status = capsys.readouterr().out
     assert "finished" in status and "stale" not in status.lower()
@@ -123,3 +128,37 @@ def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
     assert f"process {os.getpid()} on host" in err and f"chunkgraph status {dst}" in err
     assert f"`chunkgraph reduce {dst} {state.flow_id}`" in err
     assert "resume=True" not in err and "lock_wait" not in err
+
+
+def test_without_any_flow_it_says_where_it_looked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "uint8")
+    assert cli.main(["reduce", str(tmp_path / "dst.zarr"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"nothing to reduce for {tmp_path / 'dst.zarr'}" in err
+    assert str(tmp_path / ".dst.zarr.chunkgraph") in err and "found no flow" in err
+    assert "--intermediates" in err and "blend_modes='defer'" in err
+
+
+def test_an_interrupted_deferred_apply_is_named_and_not_taken_for_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from chunkgraph.flow._state import default_intermediates, read_flows
+
+    dst, _ = _deferred(tmp_path)
+    root = default_intermediates(str(dst))
+    (state,) = read_flows(root, sizes=False)
+    # One top-level task's marker gone: what a deferred apply killed midway leaves.
+    marker = next((state.flow_dir / "markers" / "top").iterdir())
+    if marker.is_dir():
+        shutil.rmtree(marker)
+    else:
+        marker.unlink()
+    assert cli.main(["reduce", str(dst), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{state.flow_id} (interrupted, top 5/6" in err
+    assert "--resume" in err and "nothing left" not in err
+    assert not volume.open(str(dst)).read(volume.open(str(dst)).bounds).any()

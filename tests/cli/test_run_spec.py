@@ -299,12 +299,54 @@ def test_failure_exits_1_naming_the_chunk_and_resume_finishes(
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr"))
 
 
+def test_resume_with_changed_kwargs_says_the_flow_starts_over(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run 1 fails on its last chunk; the kwargs then change, so --resume cannot continue
+    it: stderr says so, naming the kwargs, and the earlier flow's state stays."""
+    text = (
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:fail_once\n"
+        f"kwargs: {{marker: {work / 'marker.txt'}, start: %s}}\n"
+        "chunk_sizes: [16]\nretries: 0\nrun: {executor: sync}\n"
+    )
+    code, _, err = run(capsys, write(work, text % "[16, 16, 16]"))
+    assert code == 1, err
+    [earlier] = [p.name for p in (work / ".out.zarr.chunkgraph").iterdir() if p.is_dir()]
+    code, _, err = run(capsys, write(work, text % "[0, 0, 0]"), "--resume")
+    assert code == 1  # the new flow fails on its own chunk: nothing was skipped
+    assert "chunkgraph: warning: resume asked for" in err
+    assert "keyword arguments (fn_kwargs) changed" in err and "starts over" in err
+    assert f"flow {earlier}, interrupted, top 7/8" in err
+    assert earlier in [p.name for p in (work / ".out.zarr.chunkgraph").iterdir()]
+
+
 def test_dry_run_writes_nothing(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = write(work, spec_with())
     code, out, err = run(capsys, spec, "--dry-run")
     assert code == 0, err
     assert "(dry run)" in out and "does not exist yet" in out
     assert sorted(p.name for p in work.iterdir()) == ["raw.zarr", "spec.yaml", "spec_functions.py"]
+
+
+def test_dry_run_reads_match_what_the_run_reads(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Top chunks 16³ with crop 4 over 16³ storage chunks: each task's read touches all 8
+    storage chunks (1 MiB in all without a cache); the chunk cache reads each once (128 KiB)."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\nkwargs: {sigma: 1.0}\n"
+        "chunk_sizes: [16]\ncrop_pads: [4]\nrun: {executor: threads}\n",
+    )
+    code, out, err = run(capsys, spec, "--dry-run")
+    assert code == 0, err
+    assert "would read 128 KiB through the chunk cache (1.0 MiB without one)" in out
+    expected = 128 * 1024
+    code, out, err = run(capsys, spec, "--report", str(work / "report"))
+    assert code == 0, err
+    report = json.loads((work / "report" / "report.json").read_text())
+    read_bytes = report["summary"]["bytes_read"]
+    assert read_bytes == pytest.approx(expected, rel=0.1)
 
 
 def test_spec_schema_is_json_naming_the_fields(capsys: pytest.CaptureFixture[str]) -> None:

@@ -209,6 +209,8 @@ def test_a_failed_deferred_apply_is_interrupted_not_deferred(
     (line,) = [line for line in capsys.readouterr().out.splitlines() if failed in line]
     assert "interrupted" in line and "deferred" not in line
     assert cli.main(["reduce", str(dst), "--quiet"]) == 2  # not picked as the deferred flow
-    assert "none is" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "found: " in err and f"{failed} (interrupted" in err
+    assert f"Flow {failed} was applied with blend_modes='defer' but stopped" in err
     assert cli.main(["clean", str(dst), "--stale", "--older-than", "0"]) == 0
     assert not (root / failed).exists()  # its temporaries no longer leak

@@ -267,3 +267,56 @@ def test_a_kill_while_deleting_temporaries_never_corrupts_a_resume(tmp_path: Pat
     out = volume.open(str(tmp_path / "dst.zarr")).read(Box.from_shape(SHAPE))
     np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)
     assert [p.name for p in (tmp_path / "tmp").iterdir() if p.is_dir()] == []
+
+
+def scaled_failing_at(x: np.ndarray, box: Box, *, factor: float, fail_at: int) -> np.ndarray:
+    """``x * factor``, except on the chunk whose read box starts at row ``fail_at``."""
+    if box.start[0] == fail_at:
+        raise ValueError(f"refused the chunk at row {fail_at}")
+    return x * factor
+
+
+def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_state(
+    tmp_path: Path,
+) -> None:
+    """Run 1 (factor 2) fails on its last row of chunks and keeps its state; a resume with
+    factor 3 is another flow: it warns, naming fn_kwargs, and leaves run 1's state alone."""
+    import pytest
+
+    from chunkgraph import flow
+    from chunkgraph.flow._state import default_intermediates, read_flows
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    src.write(src.bounds, np.ones((16, 16), "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    kw = dict(chunk_sizes=[8], executor="sync", retries=0, probe=False)
+    with pytest.raises(ExceptionGroup):
+        flow.apply(scaled_failing_at, src, dst, fn_kwargs={"factor": 2.0, "fail_at": 8}, **kw)
+    root = default_intermediates(str(tmp_path / "d.zarr"))
+    (first,) = read_flows(root, sizes=False)
+    assert first.status.value == "interrupted"
+    kwargs = {"factor": 3.0, "fail_at": -1}
+    with pytest.warns(UserWarning, match="fn_kwargs") as caught:
+        report = flow.apply(scaled_failing_at, src, dst, fn_kwargs=kwargs, resume=True, **kw)
+    [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
+    assert f"flow {first.flow_id}, interrupted, top 2/4" in message
+    assert "function (its code" not in message  # only what changed is named
+    assert "starts over from nothing" in message and report.flow_id in message
+    assert f"chunkgraph clean {tmp_path / 'd.zarr'} {first.flow_id}" in message
+    assert report.top_tasks_skipped == 0
+    np.testing.assert_array_equal(dst.read(dst.bounds), np.full((16, 16), 3.0, "float32"))
+    assert first.flow_id in {s.flow_id for s in read_flows(root, sizes=False)}  # kept
+    # The same parameters again: its own (finished) state is found, nothing to say.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = flow.apply(scaled_failing_at, src, dst, fn_kwargs=kwargs, resume=True, **kw)
+    assert again.finished_before
+    # A finished flow is named as finished; the spec's part is told apart from fn_kwargs.
+    with pytest.warns(UserWarning, match="resume asked for") as caught:
+        flow.apply(scaled_failing_at, src, dst, fn_kwargs=kwargs, resume=True,
+                   **{**kw, "chunk_sizes": [16]})  # fmt: skip
+    [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
+    assert f"flow {report.flow_id}, finished" in message and "sizes, pads" in message
+    assert "fn_kwargs" not in message

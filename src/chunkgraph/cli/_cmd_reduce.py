@@ -11,8 +11,18 @@ are looked up beside ``DST`` (or in ``--intermediates DIR``); ``FLOW_ID`` may
 be left out when exactly one deferred flow is there. Calling it again after a
 failure resumes; after success it does nothing.
 
-Exit codes: 0 reduced (or already reduced), 1 failed or the flow is running,
-2 usage (no such flow, dst does not match), 130 interrupted.
+Without ``FLOW_ID`` and with no deferred flow there, what it finds decides
+(``_nothing_deferred``), and the message lists every flow it looked at:
+
+    only finished flows        nothing left to reduce: exit 0 (already done)
+    a flow running             exit 1: run it again once that one ends
+    a deferred apply that was  exit 2: its top-level tasks are unfinished;
+      interrupted                resume the apply first
+    no flow at all             exit 2: wrong DST, or --intermediates missing
+
+Exit codes: 0 reduced (or already reduced, or nothing left to reduce), 1 failed
+or a flow is running, 2 usage (no such flow, several deferred flows and no
+FLOW_ID, dst does not match), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chunkgraph.cli._cmd_run import (
     EXIT_INTERRUPTED,
@@ -36,6 +46,9 @@ from chunkgraph.cli._output import (
     event_output,
 )
 
+if TYPE_CHECKING:
+    from chunkgraph.flow._state import FlowState
+
 # chunkgraph.flow._blend's modes a deferred flow can be reduced with, stated here so
 # that --help does not import the flow package; a test checks that they agree.
 REDUCE_MODES = ("linear", "quadratic", "bump", "max")
@@ -45,7 +58,12 @@ def register(commands: Any) -> None:
     reduce = commands.add_parser(
         "reduce",
         help="reduce a deferred apply flow's layers into its destination",
-        description="Write the layers a flow applied with blend_modes='defer' kept into DST.",
+        description="Write the layers a flow applied with blend_modes='defer' kept into DST. "
+        "Without FLOW_ID, the one deferred flow beside DST is reduced; when none is left "
+        "(every flow there finished, its layers reduced), it says so and exits 0.",
+        epilog="exit codes: 0 reduced, already reduced or nothing left to reduce; 1 failed "
+        "or a flow is running; 2 no flow to reduce (none there, an interrupted deferred "
+        "apply, or several deferred flows and no FLOW_ID) or bad options; 130 interrupted",
     )
     reduce.add_argument("dst", metavar="DST", help="the destination volume's path")
     reduce.add_argument(
@@ -88,11 +106,15 @@ def handle(args: argparse.Namespace) -> int:
     deferred = [s.flow_id for s in flows if s.status is FlowStatus.DEFERRED]
     flow_id = args.flow_id
     if flow_id is None:
-        if len(deferred) != 1:
-            found = f"deferred flows there: {', '.join(deferred)}" if deferred else "none is"
+        if not deferred:
+            code, message = _nothing_deferred(args.dst, root, flows)
+            quiet = code == EXIT_OK and args.log_json != "-"
+            print(f"chunkgraph reduce: {message}", file=sys.stdout if quiet else sys.stderr)
+            return code
+        if len(deferred) > 1:
             print(
-                f"chunkgraph reduce: give the FLOW_ID to reduce ({found} under {root}; "
-                "`chunkgraph status` lists them)",
+                f"chunkgraph reduce: give the FLOW_ID to reduce (deferred flows there: "
+                f"{', '.join(deferred)} under {root}; `chunkgraph status` lists them)",
                 file=sys.stderr,
             )
             return EXIT_USAGE
@@ -131,3 +153,52 @@ def handle(args: argparse.Namespace) -> int:
     out = sys.stderr if args.log_json == "-" else sys.stdout
     print(report.summary(), file=out)
     return EXIT_OK
+
+
+def _nothing_deferred(dst: str, root: Path, flows: list[FlowState]) -> tuple[int, str]:
+    """(exit code, message) when no FLOW_ID is given and no flow under ``root`` is deferred:
+    the table in the module docstring, every flow found named with its state."""
+    from chunkgraph.flow._state import FlowStatus, read_flow_info, status_command
+
+    looked = f"looked for deferred flows under {root}"
+    if not flows:
+        return EXIT_USAGE, (
+            f"nothing to reduce for {dst}: {looked} and found no flow at all. Reduce needs a "
+            "flow applied with blend_modes='defer' into this destination; if apply was given "
+            "intermediates=DIR, pass --intermediates DIR"
+        )
+    found = "; found: " + ", ".join(_described(s) for s in flows)
+    listing = f" (`{status_command(root)}` shows them)"
+    running = [s.flow_id for s in flows if s.status is FlowStatus.RUNNING]
+    if running:
+        return EXIT_FAILED, (
+            f"no deferred flow is ready for {dst}: {looked}{found}. Flow {running[0]} is "
+            f"running; once it ends, run `chunkgraph reduce {dst}` again{listing}"
+        )
+    unfinished = [
+        s.flow_id
+        for s in flows
+        if s.status is FlowStatus.INTERRUPTED and read_flow_info(s.flow_dir).get("deferred")
+    ]
+    if unfinished:
+        return EXIT_USAGE, (
+            f"no deferred flow is ready for {dst}: {looked}{found}. Flow {unfinished[0]} was "
+            "applied with blend_modes='defer' but stopped before all its top-level tasks "
+            "were done: resume that apply (`chunkgraph run SPEC --resume`), then reduce it"
+            f"{listing}"
+        )
+    return EXIT_OK, f"nothing left to reduce for {dst}: {looked}{found}"
+
+
+def _described(state: FlowState) -> str:
+    """``"f00d (finished 2026-01-02 03:04:05, reduced with linear)"``, one flow in a list."""
+    from chunkgraph.flow._markers import CompletionRecord
+    from chunkgraph.flow._state import FlowStatus
+
+    if state.status is FlowStatus.FINISHED:
+        record = CompletionRecord(state.flow_dir.parent, state.flow_id).read() or {}
+        reduced = record.get("reduced")
+        mode = reduced.get("blend_mode") if isinstance(reduced, dict) else None
+        how = f", reduced with {mode}" if mode else ""
+        return f"{state.flow_id} (finished {state.finished}{how})"
+    return f"{state.flow_id} ({state.status.value}, {state.progress()})"

@@ -16,7 +16,9 @@ check, so it is checked against a stand-in: an empty Zarr array of the same
 shape, chunks and dtype in a temporary directory (metadata only, nothing of the
 volume's size). Command-line options override the spec's ``run:`` defaults.
 ``--resume`` continues an interrupted flow: finished top-level tasks and
-reductions are skipped (apply's ``resume=True``).
+reductions are skipped (apply's ``resume=True``). A spec whose function,
+kwargs, inputs or sizes changed since is another flow: it starts over, and a
+warning on stderr names what changed and the earlier flow, whose state stays.
 """
 
 from __future__ import annotations
@@ -69,7 +71,12 @@ def register(commands: Any) -> None:
         help="executor size (default: the spec's run.workers, else all cores; for adaptive, "
         "the most workers, default 4 per core)",
     )
-    run.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run (if the function, kwargs, inputs or sizes changed "
+        "since, the flow starts over, and a warning says what changed)",
+    )
     run.add_argument("--report", metavar="DIR", default=None, help="write a run report to DIR")
     run.add_argument(
         "--dry-run", action="store_true", help="check the spec and say what a run would do"

@@ -76,7 +76,7 @@ from chunkgraph.flow._device import (
     resolve_device,
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
-from chunkgraph.flow._fingerprint import flow_id_of
+from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._fn_kwargs import with_fn_kwargs
 from chunkgraph.flow._fn_limits import limit_calls
 from chunkgraph.flow._late_writes import end_run
@@ -108,6 +108,7 @@ from chunkgraph.flow._spec import (
 from chunkgraph.flow._state import (
     kept_state_note,
     read_flow_info,
+    warn_if_resume_mismatch,
     warn_if_stale,
     write_flow_info,
 )
@@ -200,8 +201,14 @@ class ApplyReport:
             lines.append(f"  already finished at {self.finished_before}: nothing to do")
         elif self.estimate is not None:
             e = self.estimate
+            reads = _size(e.bytes_to_read)
+            if e.expected_bytes_to_read is not None and e.expected_bytes_to_read < e.bytes_to_read:
+                reads = (
+                    f"{_size(e.expected_bytes_to_read)} through the chunk cache "
+                    f"({reads} without one)"
+                )
             lines.append(
-                f"  would read {_size(e.bytes_to_read)}, write {_size(e.dst_bytes)} to dst "
+                f"  would read {reads}, write {_size(e.dst_bytes)} to dst "
                 f"(+{_size(e.temporary_bytes)} temporary); one top-level task needs "
                 f"{_size(e.top_task_memory_bytes)}"
             )
@@ -417,11 +424,11 @@ def apply(
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
         if dry_run:
-            report = _dry_report(spec, named, dst, flow_id, root, time.perf_counter() - t0)
-            report = dataclasses.replace(report, plan=plan)
+            report = _dry_report(spec, named, dst, flow_id, root, plan, time.perf_counter() - t0)
             if no_gpu:
                 return dataclasses.replace(report, device="gpu", gpu_missing=True)
             return _with_device(report, flow_device, fell_back)
+        fingerprint = flow_id_parts(fn, named, dst, spec)  # flow_id's parts, for the state
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         named = owned_inputs(named, plan)
         made_root = not root.exists()
@@ -441,6 +448,8 @@ def apply(
                     discard_flow_dir(root / flow_id)
                     resume = False
                 finished = record.read() if resume else None
+                if resume and finished is None and not (root / flow_id).exists():
+                    warn_if_resume_mismatch(root, flow_id, fingerprint, stamp)
                 if finished is not None:
                     discard_flow_dir(root / flow_id)  # what a run killed while cleaning up left
                     report = _finished_report(
@@ -463,6 +472,7 @@ def apply(
                     cores=cores,
                     own_pool=workers is not None,
                     memory_limit=limit,
+                    fingerprint=fingerprint,
                 )
                 try:
                     report = flow.run(chosen, progress, t0, before, tuple(subscribers))
@@ -479,7 +489,7 @@ def apply(
                 if not flow.deferred:
                     # Finished first, then delete: a kill while deleting must never leave done
                     # markers whose layers are gone (a resume would reduce missing data).
-                    record.write(report, stamp)
+                    record.write(report, stamp, fingerprint=fingerprint)
                     discard_flow_dir(root / flow_id)
                 return report
         finally:
@@ -711,11 +721,13 @@ def _dry_report(
     dst: Volume,
     flow_id: str,
     root: Path,
+    plan: FlowPlan,
     seconds: float,
 ) -> ApplyReport:
-    from chunkgraph.flow._estimate import estimate_flow
+    """A dry run's report: the estimate, its reads through the cache ``plan`` sizes too."""
+    from chunkgraph.flow._estimate import estimate_flow, with_cache
 
-    est = estimate_flow(spec, named, dst)
+    est = with_cache(estimate_flow(spec, named, dst), plan)
     return _no_io_report(
         spec,
         flow_id,
@@ -725,6 +737,7 @@ def _dry_report(
         reductions=est.reductions,
         intermediates=str(root / flow_id),
         estimate=est,
+        plan=plan,
     )
 
 
@@ -804,14 +817,17 @@ class _Flow:
         cores: int | None = None,
         own_pool: bool = False,
         memory_limit: int | None = None,
+        fingerprint: dict[str, str] | None = None,
     ) -> None:
         """``cores``: the cores the flow plans for (``workers``, else the usable ones);
         ``own_pool``: the levels below the top run on a pool of ``cores`` threads rather
         than the process-wide one (``workers`` was given); ``memory_limit``: bytes that
-        the top-level tasks in flight together may not exceed (at least one runs)."""
+        the top-level tasks in flight together may not exceed (at least one runs);
+        ``fingerprint``: ``flow_id_parts``, recorded in ``flow.json``."""
         self.spec = spec
         self.cores = cores
         self.memory_limit = memory_limit
+        self.fingerprint = fingerprint
         self.dst_stamp = dst_stamp
         self.in_process = True  # set by run(): where the tasks read
         self.inputs = inputs
@@ -866,7 +882,9 @@ class _Flow:
         # What `chunkgraph status` shows as progress, and what keeps `clean` away from a
         # deferred flow's layers (they are its result, not temporaries).
         # A deferred flow also records what reduce_deferred needs to finish it later.
-        extra = {}
+        extra: dict[str, Any] = {}
+        if self.fingerprint is not None:
+            extra["fingerprint"] = self.fingerprint
         if self.deferred and self.layers is not None:
             geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
             extra[GEOMETRY_KEY] = geometry.as_json()

@@ -18,8 +18,16 @@ crop + blend pads, ``b`` top blend pad; all per axis):
   ``prod(region_shape[l-1] / chunk[l])`` (the divisibility rule makes it exact).
 * bytes to read, per input: a top task reads ``chunk.padded(P)`` once; the
   storage counts whole storage chunks touched, clipped to the input's bounds
-  (the storage layer's own accounting), so that is what is counted. A chunk
-  cache shared by neighbouring tasks makes the real figure smaller.
+  (the storage layer's own accounting), so that is what is counted: the worst
+  case, ``bytes_to_read``. A chunk cache shared by neighbouring tasks serves the
+  halo chunks they share, so the storage reads less: ``with_cache`` scales the
+  figure by the plan's read model (``_auto_sizes``: per axis, the union of the
+  tasks' reads where the cache keeps the reuse along it, else their sum) into
+  ``expected_bytes_to_read``. E.g. 64^3 float32 in 16^3 storage chunks, top
+  chunks 16^3 with crop 4: 15.6 MiB without a cache, 1.0 MiB with apply's.
+  Neither counts ``probe``'s read of the first bottom chunk (through the cache
+  when there is one), and with a process executor each process keeps its own
+  cache, so the figure lies between the two.
 * temporary bytes: each top task writes its output over ``chunk.padded(b)``,
   clipped to the bbox (``defer``: whole, its margin past the bbox included),
   to a checkerboard layer in the layer dtype; reductions read them back once.
@@ -36,6 +44,7 @@ crop + blend pads, ``b`` top blend pad; all per axis):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +58,7 @@ from chunkgraph.flow._spec import FlowSpec
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
+    from chunkgraph.flow._auto_sizes import FlowPlan
     from chunkgraph.volume import Volume
 
 
@@ -58,7 +68,7 @@ class FlowEstimate:
 
     tasks_per_level: tuple[int, ...]
     reductions: int
-    bytes_to_read: int  # all inputs, whole storage chunks (clipped to bounds), no cache
+    bytes_to_read: int  # all inputs, whole storage chunks (clipped to bounds), no cache: worst case
     bytes_to_write: int  # temporary_bytes + dst_bytes
     top_task_memory_bytes: int
     # The parts of the sums above, for reports that show them apart.
@@ -66,6 +76,8 @@ class FlowEstimate:
     temporary_bytes: int = 0  # written to checkerboard layers (read back once by reductions)
     dst_bytes: int = 0  # written to dst by reductions (or directly)
     needed_bytes: int = 0  # input bytes inside the bbox: what reading each voxel once costs
+    # bytes_to_read through the chunk cache the plan sizes (with_cache); None: not predicted.
+    expected_bytes_to_read: int | None = None
 
     @property
     def read_amplification(self) -> float:
@@ -102,6 +114,23 @@ def estimate_flow(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> 
         dst_bytes=dst_bytes,
         needed_bytes=needed_input_bytes(spec, inputs),
     )
+
+
+def with_cache(est: FlowEstimate, plan: FlowPlan) -> FlowEstimate:
+    """``est`` with ``expected_bytes_to_read``: its worst case times the share of it that
+    ``plan``'s read model fetches through the cache (both counted over the same reads).
+
+    >>> est = FlowEstimate((64,), 64, 16_384_000, 0, 0, needed_bytes=1_048_576)
+    >>> class Plan:  # the plan of 16^3 top chunks with crop 4 over 16^3 storage chunks
+    ...     read_amplification, amplification_without_cache = 1.0, 15.625
+    >>> with_cache(est, Plan()).expected_bytes_to_read
+    1048576
+    """
+    uncached = plan.amplification_without_cache
+    if uncached <= 0:
+        return dataclasses.replace(est, expected_bytes_to_read=est.bytes_to_read)
+    share = min(1.0, plan.read_amplification / uncached)
+    return dataclasses.replace(est, expected_bytes_to_read=round(est.bytes_to_read * share))
 
 
 def tasks_per_level(spec: FlowSpec) -> tuple[int, ...]:

@@ -9,6 +9,11 @@ text (the inputs' scales included). Changing any
 of them starts a new flow instead of resuming an incompatible one; nothing in
 it depends on how an object prints. (What the hash cannot see, such as a
 global variable ``fn`` reads, is the caller's to keep fixed.)
+
+``flow_id_parts`` digests the same texts part by part (the function, its
+bound keyword arguments, the inputs, the destination, the spec): a flow
+records them in its state, so that a resume that finds another flow's state
+for its destination can say which part changed (``_state.resume_mismatch``).
 """
 
 from __future__ import annotations
@@ -51,6 +56,49 @@ def flow_id_of(
     parts.append(f"dst: {_volume_fingerprint(dst) if dst is not None else None}")
     parts.append(f"spec: {_canonical(spec)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+# What flow_id_parts names, in the words a message about a changed part uses.
+PART_NAMES = {
+    "function": "the function (its code, defaults or the values it closes over)",
+    "fn_kwargs": "the function's keyword arguments (fn_kwargs)",
+    "inputs": "the inputs",
+    "dst": "the destination's layout",
+    "spec": "the flow's sizes, pads, blend modes or bbox",
+}
+
+
+def flow_id_parts(
+    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume | None, spec: FlowSpec
+) -> dict[str, str]:
+    """A 12-hex-digit digest of each part ``flow_id_of`` hashes, keyed as ``PART_NAMES``.
+
+    ``fn_kwargs`` are a partial's bound arguments (``apply`` binds them so), the
+    function is what they are bound to.
+
+    >>> from types import SimpleNamespace
+    >>> dst = SimpleNamespace(backend="memory", path="out", shape=(4,), chunks=(2,), dtype="u1",
+    ...                       offset=(0,), resolution=(1,))
+    >>> a = flow_id_parts(functools.partial(round, ndigits=1), {}, dst, "spec")
+    >>> b = flow_id_parts(functools.partial(round, ndigits=2), {}, dst, "spec")
+    >>> sorted(k for k in a if a[k] != b[k])
+    ['fn_kwargs']
+    """
+    if isinstance(fn, functools.partial):
+        function = _fn_fingerprint(fn.func, 0)
+        bound = f"{_value_repr(fn.args, 0)}, {_value_repr(sorted(fn.keywords.items()), 0)}"
+    else:
+        function, bound = _fn_fingerprint(fn, 0), ""
+    texts = {
+        "function": function,
+        "fn_kwargs": bound,
+        "inputs": "\n".join(
+            f"input {name}: {_volume_fingerprint(inputs[name])}" for name in sorted(inputs)
+        ),
+        "dst": _volume_fingerprint(dst) if dst is not None else "None",
+        "spec": _canonical(spec),
+    }
+    return {k: hashlib.sha256(v.encode()).hexdigest()[:12] for k, v in texts.items()}
 
 
 def _volume_fingerprint(vol: Volume) -> str:

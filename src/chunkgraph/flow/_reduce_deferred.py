@@ -157,7 +157,7 @@ def reduce_deferred(
             # Finished first (with its target, which a second call compares), then delete
             # the layers and markers, as apply does: a kill in between leaves a finished
             # flow whose leftovers the next call (or `chunkgraph clean --stale`) removes.
-            record.write(report, target["stamp"], reduced=target)
+            record.write(report, target["stamp"], reduced=target, **_kept_fingerprint(info))
             write_flow_info(flow_dir, **{**totals, "deferred": False}, reduced=target)
             discard_flow_dir(flow_dir)
             return dataclasses.replace(report, intermediates=None)
@@ -305,5 +305,10 @@ def _check_top_done(flow_dir: Path, info: dict[str, Any]) -> None:
 
 def _kept(info: dict[str, Any]) -> dict[str, Any]:
     """The fields of ``flow.json`` that a reduction keeps as they are."""
-    kept = ("top_tasks", "reductions", "deferred", "dst", GEOMETRY_KEY)
+    kept = ("top_tasks", "reductions", "deferred", "dst", "fingerprint", GEOMETRY_KEY)
     return {k: info[k] for k in kept if k in info}
+
+
+def _kept_fingerprint(info: dict[str, Any]) -> dict[str, Any]:
+    """``flow.json``'s ``fingerprint`` (``_state.resume_mismatch`` reads it), if any."""
+    return {"fingerprint": info["fingerprint"]} if "fingerprint" in info else {}

@@ -36,6 +36,14 @@ left, or interrupted and unmodified for ``older_than_hours``. Age is the last
 modification of the flow's directories (a marker added, a layer created):
 a few ``stat`` calls, so ``warn_if_stale`` costs nothing at the start of a flow.
 
+A resume that finds no state of its own flow (``resume_mismatch``) looks for
+the state of another flow into the same destination (same recorded ``dst``
+digest, or, for state that records none, the same dst stamp): the flow id
+changed, so some parameter did. ``flow.json`` and the completion record keep
+``fingerprint`` (``_fingerprint.flow_id_parts``), which names the part that
+differs; the warning says so and that the flow starts over, and leaves that
+state where it is (``chunkgraph clean`` removes it).
+
 Removing (``remove_flow``) takes the flow's own lock (``_lock.flow_lock``,
 refusing at once if held), so no run can start on the directory while it is
 renamed to a tombstone and deleted (``discard_flow_dir``): an interruption
@@ -305,6 +313,68 @@ def warn_if_stale(root: Path, current_flow_id: str) -> None:
         UserWarning,
         stacklevel=_caller_level(),
     )
+
+
+def resume_mismatch(
+    root: Path, flow_id: str, fingerprint: dict[str, str], stamp: str | None
+) -> str | None:
+    """What a resume of ``flow_id`` that found no state of its own should be told, when
+    another flow under ``root`` wrote the same destination (None: no such flow)."""
+    from chunkgraph.flow._fingerprint import PART_NAMES
+
+    found = []
+    for state in read_flows(Path(root), sizes=False):
+        if state.flow_id == flow_id:
+            continue
+        record = _read_json(Path(root) / f"{state.flow_id}{_DONE}") or {}
+        kept = read_flow_info(state.flow_dir) or record
+        parts = kept.get("fingerprint")
+        if isinstance(parts, dict):
+            if parts.get("dst") != fingerprint.get("dst"):
+                continue
+            changed = [PART_NAMES[k] for k in PART_NAMES if parts.get(k) != fingerprint.get(k)]
+        elif stamp is not None and kept.get("dst") == stamp:
+            changed = []  # state written before parts were recorded: same dst, something else
+        else:
+            continue
+        found.append((state.modified, state, changed))
+    if not found:
+        return None
+    _, state, changed = max(found, key=lambda f: f[0])
+    what = (
+        " and ".join(changed)
+        if changed
+        else "its parameters (function, fn_kwargs, inputs or sizes)"
+    )
+    if state.status is FlowStatus.FINISHED:
+        earlier = f"flow {state.flow_id}, finished {state.finished}"
+    else:
+        earlier = f"flow {state.flow_id}, {state.status.value}, {state.progress()}"
+    kept_note = (
+        f" Its state is kept: to continue it, resume with the earlier parameters; to delete "
+        f"it: `{clean_command(Path(root), state.flow_id)}`."
+        if state.has_temporaries
+        else ""
+    )
+    others = (
+        f" ({len(found) - 1} more such flow(s): `{status_command(Path(root))}`)"
+        if len(found) > 1
+        else ""
+    )
+    return (
+        f"resume asked for, but the state under {root} is of an earlier run of this "
+        f"destination with other parameters ({earlier}){others}: {what} changed, so the flow "
+        f"id is now {flow_id} and this flow starts over from nothing.{kept_note}"
+    )
+
+
+def warn_if_resume_mismatch(
+    root: Path, flow_id: str, fingerprint: dict[str, str], stamp: str | None
+) -> None:
+    """Warn (``UserWarning``) with ``resume_mismatch``'s message, if there is one."""
+    message = resume_mismatch(root, flow_id, fingerprint, stamp)
+    if message:
+        warnings.warn(message, UserWarning, stacklevel=_caller_level())
 
 
 def clean_command(root: Path, flow_id: str | None = None) -> str:
