@@ -526,3 +526,17 @@ def test_an_unknown_device_names_the_valid_ones(
     code, _, err = run(capsys, write(work, GPU_SPEC + "device: tpu\n"))
     assert code == 2
     assert "device" in err and "'cpu'" in err and "'gpu'" in err
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_read_amplification_is_warned_of_once(
+    work: Path, capsys: pytest.CaptureFixture[str], dry_run: bool
+) -> None:
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\n"
+        "chunk_sizes: [4]\ncrop_pads: 4\nprobe: false\n",
+    )
+    code, _, err = run(capsys, spec, *(["--dry-run"] if dry_run else []))
+    assert code == 0, err
+    assert err.count("will amplify reads") == 1

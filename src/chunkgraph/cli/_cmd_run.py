@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,6 +129,7 @@ def handle(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError, FlowLockedError
+    from chunkgraph.flow import ReadAmplificationWarning
 
     options = dict(
         resolved.flow_options,
@@ -136,7 +138,10 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     )
     plan = resolved.output
     try:
-        check = _check_flow(resolved, options)
+        with warnings.catch_warnings():
+            if not args.dry_run:  # the run warns of the same read amplification itself
+                warnings.simplefilter("ignore", ReadAmplificationWarning)
+            check = _check_flow(resolved, options)
     except ConfigError as err:
         print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
