@@ -434,3 +434,26 @@ def test_a_share_of_a_gpu_is_a_gpu_context_and_repr_outlives_close(
     ex = DaskExecutor(cluster.scheduler_address)
     ex.close()
     assert repr(ex) == f"DaskExecutor({cluster.scheduler_address!r}, retries=0)"
+
+
+def test_a_closed_executor_says_so_and_closing_again_is_harmless(
+    healthy: Any, cluster: Any
+) -> None:
+    g, targets = mixed_graph()
+    with DaskExecutor(cluster.scheduler_address) as owned:
+        assert cg.run(g, targets, executor=owned) == cg.run(g, targets, executor="sync")
+    owned.close()  # again: nothing happens
+    with pytest.raises(cg.UsageError, match=r"was closed.*create a new DaskExecutor"):
+        cg.run(g, targets, executor=owned)
+    borrowed = DaskExecutor(healthy)
+    borrowed.close()
+    borrowed.close()
+    with pytest.raises(cg.UsageError, match=r"was closed.*create a new DaskExecutor"):
+        borrowed.run(g, targets)
+    assert healthy.status == "running"  # a Client passed in stays open
+    assert cg.run(g, targets, executor=DaskExecutor(healthy)) == cg.run(g, targets, executor="sync")
+    other = distributed.Client(cluster.scheduler_address, set_as_default=False)
+    given = DaskExecutor(other)
+    other.close()
+    with pytest.raises(cg.UsageError, match=r"Client of DaskExecutor.* was closed"):
+        given.run(g, targets)

@@ -56,7 +56,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from chunkgraph._errors import ConfigError, RemoteTraceback, TaskError, WorkerDiedError
+from chunkgraph._errors import (
+    ConfigError,
+    RemoteTraceback,
+    TaskError,
+    UsageError,
+    WorkerDiedError,
+)
 from chunkgraph.execute._dask_contexts import (
     GPU_RESOURCE,
     dask_contexts,
@@ -98,7 +104,8 @@ class DaskExecutor:
     subgraph (Dask's ``retries``). ``strategy``: how a graph is planned on
     the cluster's workers when ``run`` gets no plan (see ``chunkgraph.plan``;
     "merge" makes few coarse subgraphs). ``subscribers``: receive every run's
-    events. ``close()`` (or ``with``) closes a Client it opened itself.
+    events. ``close()`` (or the end of ``with``) closes a Client it opened itself, and
+    the executor runs nothing more (a UsageError says so); closing again does nothing.
 
     >>> with DaskExecutor("tcp://127.0.0.1:8786") as ex:  # doctest: +SKIP
     ...     chunkgraph.run(graph, total, executor=ex)
@@ -138,6 +145,7 @@ class DaskExecutor:
             self.client = client_or_address
             self._close = None
         self._address = str(self.client.scheduler.address)
+        self._closed = False
 
     @property
     def in_process(self) -> bool:
@@ -150,9 +158,25 @@ class DaskExecutor:
         return self._address
 
     def close(self) -> None:
-        """Close the Client if this executor opened it (one passed in stays open)."""
+        """Close the Client if this executor opened it (one passed in stays open); after
+        this, ``run`` raises a UsageError. Closing again does nothing."""
+        self._closed = True
         if self._close is not None:
-            self._close()
+            self._close()  # a weakref.finalize: calls client.close once at most
+
+    def _check_open(self) -> None:
+        """UsageError when this executor, or the Client it was given, was closed (Dask's
+        own error would be an "IOLoop is closed" from deep inside distributed)."""
+        if self._closed:
+            raise UsageError(
+                f"{self!r} was closed (close(), or the end of its with block) and runs "
+                "nothing more; create a new DaskExecutor for the next run"
+            )
+        if self.client.status in ("closing", "closed"):
+            raise UsageError(
+                f"the distributed.Client of {self!r} was closed; create a new DaskExecutor "
+                "with an open Client (or a scheduler address) for the next run"
+            )
 
     def __enter__(self) -> DaskExecutor:
         return self
@@ -173,6 +197,7 @@ class DaskExecutor:
         file system mounted at the same place): a path that exists here must
         exist there.
         """
+        self._check_open()
         local = {what: p for what, p in paths.items() if "://" not in p}
         if not local:
             return
@@ -209,6 +234,7 @@ class DaskExecutor:
         ``dask_contexts(client)`` with this executor's strategy). Returns
         ``{id: result}``; failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
         """
+        self._check_open()
         graph.validate()
         target_ids = graph.sinks().tolist() if targets is None else list(targets)
         if not target_ids:
