@@ -33,7 +33,9 @@ scheduler's ``distributed.scheduler.allowed-failures`` deaths per task
 (after which the task fails with a ``WorkerDiedError``). A task that fails
 for good becomes a ``TaskError`` like LocalExecutor's (name, inputs,
 attempts, the exception with the worker's traceback as its ``__cause__``),
-all of them one ``ExceptionGroup``; no partial result is returned.
+all of them one ``ExceptionGroup``; no partial result is returned. A result
+that must leave its worker (a target's, or one read on another worker) and
+cannot be serialized fails its task, on the worker (``_dask_subgraph``).
 
 Events. STARTED when a unit is handed over with its inputs done (for the
 first units: at submission), FINISHED when it is done, for each of its
