@@ -108,6 +108,7 @@ class DaskExecutor:
     "merge" makes few coarse subgraphs). ``subscribers``: receive every run's
     events. ``close()`` (or the end of ``with``) closes a Client it opened itself, and
     the executor runs nothing more (a UsageError says so); closing again does nothing.
+    ``ship_module(path)`` sends a module file the workers cannot import to them.
 
     >>> with DaskExecutor("tcp://127.0.0.1:8786") as ex:  # doctest: +SKIP
     ...     chunkgraph.run(graph, total, executor=ex)
@@ -188,6 +189,35 @@ class DaskExecutor:
 
     def __repr__(self) -> str:
         return f"DaskExecutor({self.address!r}, retries={self.retries})"
+
+    # -- code the workers need -----------------------------------------------------------
+
+    def ship_module(self, path: str) -> None:
+        """Make the module file ``path`` (``name.py``) importable as ``name`` on every worker,
+        those that join later included: functions of a module the workers cannot import
+        from where they run (one beside a spec file) then reach them by reference.
+
+        Dask's ``UploadFile`` worker plugin, registered under one name per module, so
+        shipping a changed file again replaces (and reloads) the workers' copy. ConfigError
+        when a worker cannot import it (a package it imports is missing there, say).
+        """
+        from pathlib import Path
+
+        from distributed.diagnostics.plugin import UploadFile
+
+        self._check_open()
+        name = Path(path).stem
+        plugin = f"chunkgraph-module-{name}"
+        try:
+            self.client.register_plugin(UploadFile(path, load=True), name=plugin)
+        except Exception as err:  # the worker's import error, whatever its type
+            # Left registered, it would fail again on every worker that joins.
+            self.client.unregister_worker_plugin(plugin)
+            raise ConfigError(
+                f"the workers of the Dask cluster at {self.address} cannot import {name!r} "
+                f"(sent to them from {path}): {type(err).__name__}: {err}; install what it "
+                "imports on the workers, or put the function in a package installed there"
+            ) from err
 
     # -- paths ------------------------------------------------------------------------
 
