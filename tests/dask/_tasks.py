@@ -61,3 +61,15 @@ def nested_pool_workers(*_inputs: Any) -> int:
     from chunkgraph.parallel import get_pool
 
     return get_pool().workers
+
+
+def make_lock(*_inputs: Any) -> Any:
+    """A result that cannot leave its worker: a lock does not pickle."""
+    import threading
+
+    return threading.Lock()
+
+
+def make_generator(n: int) -> Any:
+    """A result that cannot leave its worker: a generator does not pickle."""
+    return (i for i in range(n))

@@ -4,6 +4,7 @@ resources, failures, events, a worker killed mid-run, connecting."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -14,6 +15,8 @@ import pytest
 from tests.dask._tasks import (
     divide,
     fail_once,
+    make_generator,
+    make_lock,
     mix,
     mix_nested,
     nested_pool_workers,
@@ -434,3 +437,66 @@ def test_a_share_of_a_gpu_is_a_gpu_context_and_repr_outlives_close(
     ex = DaskExecutor(cluster.scheduler_address)
     ex.close()
     assert repr(ex) == f"DaskExecutor({cluster.scheduler_address!r}, retries=0)"
+
+
+def test_a_closed_executor_says_so_and_closing_again_is_harmless(
+    healthy: Any, cluster: Any
+) -> None:
+    g, targets = mixed_graph()
+    with DaskExecutor(cluster.scheduler_address) as owned:
+        assert cg.run(g, targets, executor=owned) == cg.run(g, targets, executor="sync")
+    owned.close()  # again: nothing happens
+    with pytest.raises(cg.UsageError, match=r"was closed.*create a new DaskExecutor"):
+        cg.run(g, targets, executor=owned)
+    borrowed = DaskExecutor(healthy)
+    borrowed.close()
+    borrowed.close()
+    with pytest.raises(cg.UsageError, match=r"was closed.*create a new DaskExecutor"):
+        borrowed.run(g, targets)
+    assert healthy.status == "running"  # a Client passed in stays open
+    assert cg.run(g, targets, executor=DaskExecutor(healthy)) == cg.run(g, targets, executor="sync")
+    other = distributed.Client(cluster.scheduler_address, set_as_default=False)
+    given = DaskExecutor(other)
+    other.close()
+    with pytest.raises(cg.UsageError, match=r"Client of DaskExecutor.* was closed"):
+        given.run(g, targets)
+
+
+@pytest.mark.parametrize("make", [make_lock, make_generator], ids=["lock", "generator"])
+def test_a_result_that_cannot_leave_its_worker_is_a_task_error_naming_the_task(
+    healthy: Any, make: Any
+) -> None:
+    """``start -> maker (returns a lock or a generator)``, ``fine`` beside it; maker is a
+    target, so its result must travel back to the client."""
+    g = Graph()
+    maker = g.add(make, g.add(mix, 1, name="start"), name="maker")
+    fine = g.add(mix, 2, name="fine")
+    events: list[cg.Event] = []
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, [maker, fine], executor=DaskExecutor(healthy), subscribers=[events.append])
+    (error,) = caught.value.exceptions
+    assert isinstance(error, cg.TaskError)
+    assert (error.task, error.attempts) == ("maker", 1)
+    assert isinstance(error.__cause__, TypeError)
+    assert re.search(r"result.*cannot be serialized.*numpy arrays", str(error.__cause__))
+    assert [e.name for e in events if e.kind is EventKind.FAILED] == ["maker"]
+
+
+@pytest.mark.timeout(60)
+def test_a_result_that_cannot_reach_its_reader_on_another_worker_fails_its_task(
+    healthy: Any,
+) -> None:
+    """``slow -> reader <- locker``: the plan puts locker apart from slow and reader, so
+    the lock would have to cross workers (Dask alone would leave reader waiting)."""
+    g = Graph()
+    slow = g.add(slow_mix, 0.3, 1, name="slow")
+    locker = g.add(make_lock, name="locker")
+    reader = g.add(where, slow, locker, name="reader")
+    contexts = dask_contexts(healthy)
+    plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+    assert plan.context_of(locker) != plan.context_of(reader)
+    with pytest.raises(ExceptionGroup) as caught:
+        cg.run(g, reader, executor=DaskExecutor(healthy), plan=plan)
+    (error,) = caught.value.exceptions
+    assert isinstance(error, cg.TaskError) and error.task == "locker"
+    assert "cannot be serialized" in str(error.__cause__)

@@ -15,6 +15,9 @@ that does not pickle for processes). A new output does not exist during that
 check, so it is checked against a stand-in: an empty Zarr array of the same
 shape, chunks and dtype in a temporary directory (metadata only, nothing of the
 volume's size). Command-line options override the spec's ``run:`` defaults.
+On a Dask cluster (``--executor tcp://...``), a function module beside the spec
+is sent to the workers first (``DaskExecutor.ship_module``); one they cannot
+import is refused there, exit 2, before anything is written.
 ``--resume`` continues an interrupted flow: finished top-level tasks and
 reductions are skipped (apply's ``resume=True``). A spec whose function,
 kwargs, inputs or sizes changed since is another flow: it starts over, and a
@@ -151,6 +154,11 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         if plan.existing is None:
             print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
         return EXIT_OK
+    # Before anything is written: the workers of a Dask cluster must import fn's module.
+    problem = _ship_module(options["executor"], resolved)
+    if problem:
+        print(f"chunkgraph run: {problem}; nothing was run", file=sys.stderr)
+        return EXIT_USAGE
     # The log file is opened before the output is touched: a ConfigError if it cannot be.
     progress, subscribers = event_output(args)
     if plan.overwrite:
@@ -314,6 +322,22 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
             yield from _leaves(error)
         else:
             yield error
+
+
+def _ship_module(executor: str, resolved: ResolvedSpec) -> str | None:
+    """Send the function's module beside the spec to a Dask cluster's workers (they cannot
+    import it from the spec's directory); the problem, said for the user, when that fails."""
+    if "://" not in executor or resolved.module_file is None:
+        return None
+    from chunkgraph._errors import ConfigError
+    from chunkgraph.execute import DaskExecutor
+
+    try:
+        with DaskExecutor(executor) as cluster:
+            cluster.ship_module(resolved.module_file)
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 @contextmanager

@@ -11,9 +11,12 @@
 Nothing in a spec is evaluated: values are YAML scalars, lists and mappings,
 and the one piece of code it names, ``function: "package.module:attribute"``,
 is imported (the spec's directory first on ``sys.path``, so a module beside the
-spec is found). Relative paths (inputs, output, intermediates) are relative to
-the spec file's directory, so a spec means the same from any working directory;
-``kwargs`` are passed as they are (a path among them is the function's business).
+spec is found; ``module_file`` names that file, which ``chunkgraph run`` sends to
+the workers of a Dask cluster: they cannot import it from the spec's directory;
+a package beside the spec is not sent). Relative paths (inputs, output,
+intermediates) are relative to the spec file's directory, so a spec means the
+same from any working directory; ``kwargs`` are passed as they are (a path among
+them is the function's business).
 
 YAML has lists only, no tuples, so the flow's "a tuple is per axis, a list is
 per level" rule reads here: a pad is one int (all levels, all axes) or a list
@@ -220,6 +223,9 @@ class ResolvedSpec:
     flow_options: dict[str, Any]
     file: str
     lines: _Lines
+    # The file of the function's module when it is a .py file beside the spec: sent to
+    # the workers of a Dask cluster, which cannot import it from there.
+    module_file: str | None = None
 
     def flow_error(self, err: ConfigError) -> SpecError:
         """apply's own finding (divisibility, pads...) as a SpecError.
@@ -409,7 +415,19 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
         "gpu_fallback": spec.gpu_fallback,
     }
     passed = inputs["input"] if spec.input is not None else inputs
-    return ResolvedSpec(spec, fn, passed, output, flow_options, file, lines)
+    module_file = _module_beside(spec.function, base)
+    return ResolvedSpec(spec, fn, passed, output, flow_options, file, lines, module_file)
+
+
+def _module_beside(function: str, base: Path) -> str | None:
+    """The file of ``function``'s module (imported) when it is one .py file in ``base``."""
+    module = sys.modules.get(function.partition(":")[0])
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    beside = path.parent == base.resolve() and path.suffix == ".py"
+    return str(path) if beside and path.name != "__init__.py" else None
 
 
 def _tupled(value: Any) -> Any:

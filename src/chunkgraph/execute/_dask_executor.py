@@ -33,7 +33,9 @@ scheduler's ``distributed.scheduler.allowed-failures`` deaths per task
 (after which the task fails with a ``WorkerDiedError``). A task that fails
 for good becomes a ``TaskError`` like LocalExecutor's (name, inputs,
 attempts, the exception with the worker's traceback as its ``__cause__``),
-all of them one ``ExceptionGroup``; no partial result is returned.
+all of them one ``ExceptionGroup``; no partial result is returned. A result
+that must leave its worker (a target's, or one read on another worker) and
+cannot be serialized fails its task, on the worker (``_dask_subgraph``).
 
 Events. STARTED when a unit is handed over with its inputs done (for the
 first units: at submission), FINISHED when it is done, for each of its
@@ -56,7 +58,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from chunkgraph._errors import ConfigError, RemoteTraceback, TaskError, WorkerDiedError
+from chunkgraph._errors import (
+    ConfigError,
+    RemoteTraceback,
+    TaskError,
+    UsageError,
+    WorkerDiedError,
+)
 from chunkgraph.execute._dask_contexts import (
     GPU_RESOURCE,
     dask_contexts,
@@ -98,7 +106,9 @@ class DaskExecutor:
     subgraph (Dask's ``retries``). ``strategy``: how a graph is planned on
     the cluster's workers when ``run`` gets no plan (see ``chunkgraph.plan``;
     "merge" makes few coarse subgraphs). ``subscribers``: receive every run's
-    events. ``close()`` (or ``with``) closes a Client it opened itself.
+    events. ``close()`` (or the end of ``with``) closes a Client it opened itself, and
+    the executor runs nothing more (a UsageError says so); closing again does nothing.
+    ``ship_module(path)`` sends a module file the workers cannot import to them.
 
     >>> with DaskExecutor("tcp://127.0.0.1:8786") as ex:  # doctest: +SKIP
     ...     chunkgraph.run(graph, total, executor=ex)
@@ -138,6 +148,7 @@ class DaskExecutor:
             self.client = client_or_address
             self._close = None
         self._address = str(self.client.scheduler.address)
+        self._closed = False
 
     @property
     def in_process(self) -> bool:
@@ -150,9 +161,25 @@ class DaskExecutor:
         return self._address
 
     def close(self) -> None:
-        """Close the Client if this executor opened it (one passed in stays open)."""
+        """Close the Client if this executor opened it (one passed in stays open); after
+        this, ``run`` raises a UsageError. Closing again does nothing."""
+        self._closed = True
         if self._close is not None:
-            self._close()
+            self._close()  # a weakref.finalize: calls client.close once at most
+
+    def _check_open(self) -> None:
+        """UsageError when this executor, or the Client it was given, was closed (Dask's
+        own error would be an "IOLoop is closed" from deep inside distributed)."""
+        if self._closed:
+            raise UsageError(
+                f"{self!r} was closed (close(), or the end of its with block) and runs "
+                "nothing more; create a new DaskExecutor for the next run"
+            )
+        if self.client.status in ("closing", "closed"):
+            raise UsageError(
+                f"the distributed.Client of {self!r} was closed; create a new DaskExecutor "
+                "with an open Client (or a scheduler address) for the next run"
+            )
 
     def __enter__(self) -> DaskExecutor:
         return self
@@ -162,6 +189,35 @@ class DaskExecutor:
 
     def __repr__(self) -> str:
         return f"DaskExecutor({self.address!r}, retries={self.retries})"
+
+    # -- code the workers need -----------------------------------------------------------
+
+    def ship_module(self, path: str) -> None:
+        """Make the module file ``path`` (``name.py``) importable as ``name`` on every worker,
+        those that join later included: functions of a module the workers cannot import
+        from where they run (one beside a spec file) then reach them by reference.
+
+        Dask's ``UploadFile`` worker plugin, registered under one name per module, so
+        shipping a changed file again replaces (and reloads) the workers' copy. ConfigError
+        when a worker cannot import it (a package it imports is missing there, say).
+        """
+        from pathlib import Path
+
+        from distributed.diagnostics.plugin import UploadFile
+
+        self._check_open()
+        name = Path(path).stem
+        plugin = f"chunkgraph-module-{name}"
+        try:
+            self.client.register_plugin(UploadFile(path, load=True), name=plugin)
+        except Exception as err:  # the worker's import error, whatever its type
+            # Left registered, it would fail again on every worker that joins.
+            self.client.unregister_worker_plugin(plugin)
+            raise ConfigError(
+                f"the workers of the Dask cluster at {self.address} cannot import {name!r} "
+                f"(sent to them from {path}): {type(err).__name__}: {err}; install what it "
+                "imports on the workers, or put the function in a package installed there"
+            ) from err
 
     # -- paths ------------------------------------------------------------------------
 
@@ -173,6 +229,7 @@ class DaskExecutor:
         file system mounted at the same place): a path that exists here must
         exist there.
         """
+        self._check_open()
         local = {what: p for what, p in paths.items() if "://" not in p}
         if not local:
             return
@@ -209,6 +266,7 @@ class DaskExecutor:
         ``dask_contexts(client)`` with this executor's strategy). Returns
         ``{id: result}``; failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
         """
+        self._check_open()
         graph.validate()
         target_ids = graph.sinks().tolist() if targets is None else list(targets)
         if not target_ids:

@@ -22,6 +22,16 @@ The calls are pickled with cloudpickle by the client, so functions defined in
 ``cloudpickle.register_pickle_by_value`` reach workers that cannot import
 them; functions of installed modules travel by reference.
 
+An exported result must be serializable: it travels to the client (a
+target) or to a consumer on another worker, and Dask's own failure there is
+a bare TypeError far from the task (or, between workers, a consumer that
+waits for ever). So each export is serialized once with Dask's serializers
+before the subgraph returns, and one that fails is that task's failure. The
+check costs one serialization of each export (numpy arrays: their header
+only, the data is not copied); an export whose consumer runs on the same
+worker would not have needed it, but Dask may move any result at any time
+(stealing, a worker that leaves).
+
 A failing task stops the subgraph: ``SubgraphFailed`` names it and carries
 its exception (replaced by a ``RemoteError`` when it cannot be pickled) and
 traceback text, so the client reports the task, not the subgraph. Dask then
@@ -148,4 +158,25 @@ def run_subgraph(program: SubgraphProgram, *producers: dict[int, Any]) -> dict[i
             raise _failed(t, error) from None
         for d in drop:
             del results[d]
-    return {t: results[t] for t in program.exports}
+    exports = {t: results[t] for t in program.exports}
+    for t, value in exports.items():
+        _check_serializable(t, value)
+    return exports
+
+
+def _check_serializable(task: int, value: Any) -> None:
+    """Raise ``SubgraphFailed`` for ``task`` when its result cannot leave this worker."""
+    from distributed.protocol.serialize import serialize
+
+    try:
+        serialize(value, on_error="raise")
+    except Exception as error:  # Dask wraps pickle's TypeError, PicklingError, ...
+        cause = error.__cause__ or error
+        problem = TypeError(
+            f"its result, of type {type(value).__name__}, cannot be serialized to travel back "
+            f"from the Dask worker (to the client, or to a task that reads it on another "
+            f"worker): {type(cause).__name__}: {cause}. Return values that pickle: numpy "
+            "arrays, numbers, strings, or lists, tuples and dicts of them; not locks, open "
+            "files, connections or generators (return list(...) of a generator)"
+        )
+        raise _failed(task, problem) from None
