@@ -445,3 +445,37 @@ def test_a_flow_resumes_on_the_other_device(
     assert report.top_tasks_skipped == 2 and report.tasks_per_level[0] == 2
     assert backend.uploads - uploads == (2 if then == "gpu" else 0)
     np.testing.assert_array_equal(dst.read(Box.from_shape((40, 36))), data * 2)
+
+
+def test_a_gpu_flow_keeps_two_tasks_per_device_in_flight_however_few_the_cores(
+    files: Any,
+) -> None:
+    """Without workers=, the executor has a thread for each device's tasks in flight
+    (they wait on the device, not a core), and the plan says how many."""
+    data = files.random((128, 32, 32), "float32")  # 8 top tasks of 4 bottom chunks
+    running: dict[int, int] = {}
+    most: dict[int, int] = {}
+    lock = threading.Lock()
+    backend = FakeBackend(count=2)
+
+    def slow(src: Any) -> Any:
+        device = backend.bound_device()
+        assert device is not None
+        with lock:
+            running[device] = running.get(device, 0) + 1
+            most[device] = max(most.get(device, 0), running[device])
+        time.sleep(0.03)
+        with lock:
+            running[device] -= 1
+        return src
+
+    src, dst = files.source(data, (16, 16, 16)), files.empty(data.shape, (16, 16, 16), "float32")
+    kw: dict[str, Any] = dict(chunk_sizes=[(16, 32, 32), (16, 16, 16)], device="gpu",
+                              probe=False, intermediates=files.root / "tmp")  # fmt: skip
+    with use_backend(backend):
+        dry = apply(slow, src, dst, **kw, dry_run=True)
+        report = apply(slow, src, dst, **kw)
+    assert report.tasks_per_level == (8, 32)
+    assert set(most) == {0, 1} and min(most.values()) >= 2
+    in_flight = max(4, -(-usable_cores() // 4))  # the CPU rule: enough to cover the cores
+    assert dry.plan is not None and dry.plan.superchunks_in_flight == in_flight

@@ -418,3 +418,10 @@ def test_a_given_plan_with_no_device_backend_at_all_is_refused(
     with pytest.raises(cg.ConfigError, match=r"'on_gpu'.*no GPU was found"):
         cg.run(g, "on_gpu", plan=plan)
     assert cg.run(g, "on_gpu", plan=plan, gpu_fallback=True).tolist() == [1.0, 1.0]
+
+
+def test_a_cost_for_gpus_on_a_task_not_asking_for_one_says_to_ask(fake2: FakeBackend) -> None:
+    g = cg.Graph()
+    g.add(np.ones, 3, cost=cg.Cost(seconds={"gpu": 1.0}), name="costed")
+    with pytest.raises(cg.PlanError, match=r"resources=\{'gpu': 1\}"):
+        cg.run(g, "costed")

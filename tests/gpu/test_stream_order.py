@@ -12,6 +12,7 @@ show that the model catches the race the wait prevents.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,10 +76,7 @@ def test_the_caller_gets_results_only_after_the_run_waited_for_them(
     g.add(lambda a: a + 1, np.zeros(3), resources=GPU, name="out")
     assert cg.run(g, "out", executor="threads").tolist() == [1.0] * 3
 
-    def no_wait(self: Residency) -> None:
-        self.ready.clear()
-
-    monkeypatch.setattr(Residency, "finish", no_wait)
+    monkeypatch.setattr(FakeBackend, "synchronize", lambda self, event: None)
     with pytest.raises(FakeStreamOrderError):
         cg.run(g, "out", executor="threads")
 
@@ -115,3 +113,54 @@ def test_a_spilled_result_is_waited_for_before_it_is_copied(fake: FakeBackend, k
     plan = cg.plan(g, contexts, fuse=False)
     assert cg.run(g, "total", plan=plan, executor=kind) == 100 * sum(range(6))
     assert fake.downloads >= 4  # the spills happened
+
+
+def test_a_try_abandoned_past_its_time_limit_does_not_stand_for_its_retry(
+    fake: FakeBackend,
+) -> None:
+    """The first try overruns and is abandoned; the retry's result is what consumers and
+    the caller read, and only its event is waited for (the late try's would not order it)."""
+    calls = [0]
+
+    def slow_first(a: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(0.8)  # abandoned at 0.3 s; returns while the run still runs
+        return a + 1
+
+    g = cg.Graph()
+    y = g.add(slow_first, np.ones(10), resources=GPU, name="gpu_task")
+    w = g.add(time.sleep, 0.1, name="w0")
+    for k in range(1, 12):
+        w = g.add(lambda _: time.sleep(0.1), w, name=f"w{k}")  # keeps the run past 0.8 s
+    z = g.add(lambda a, _: float(np.asarray(a).sum()), y, w, name="cpu_reader")  # after
+    got = cg.run(g, [y, z], timeout=0.3, retries=1)
+    assert got[0].tolist() == [2.0] * 10 and got[1] == 20.0 and calls[0] == 2
+
+
+def test_a_task_asking_for_a_gpu_and_a_cpu_is_a_gpu_task(fake: FakeBackend) -> None:
+    g = cg.Graph()
+    x = g.add(np.ones, 4, name="x")
+    ys = [
+        g.add(
+            lambda a: (type(a).__name__, fake.bound_device()),
+            x,
+            resources={"gpu": 1, "cpu": 1},
+            name=f"y{i}",
+        )
+        for i in range(4)
+    ]
+    assert cg.run(g, ys) == [("FakeDeviceArray", 0)] * 4
+    given = cg.plan(g, cg.local_contexts())
+    assert {given.context_of(t).kind for t in ys} == {"gpu"}  # type: ignore[union-attr]
+    assert cg.run(g, ys, plan=given) == [("FakeDeviceArray", 0)] * 4
+
+
+def test_the_transfers_event_counts_the_callers_downloads(fake: FakeBackend) -> None:
+    events: list[cg.Event] = []
+    g = cg.Graph()
+    y = g.add(lambda a: a * 2, np.ones(1000), resources=GPU, name="y")
+    assert cg.run(g, y, subscribers=[events.append]).sum() == 2000.0
+    (summary,) = [e.name for e in events if e.kind is cg.EventKind.TRANSFERS]
+    assert summary.startswith("gpu: 1 upload(s), 1 download(s), 16,000 bytes moved")
+    assert fake.downloads == 1

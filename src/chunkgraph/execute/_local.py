@@ -165,6 +165,8 @@ class LocalExecutor:
         placement = None if _trivial(plan) else placement_of(plan, graph, workers, cpus)
         scheduler = Scheduler(graph, target_ids, plan.order, self.retries, placement)
         residency = self._residency(plan, scheduler)
+        if residency is not None:
+            residency.targets = target_ids
         driver = Driver(
             graph, scheduler, (*self.subscribers, *subscribers), task_timeouts(self.timeout)
         )
@@ -172,9 +174,7 @@ class LocalExecutor:
             driver.run(self._backend(driver, workers, residency))
         if scheduler.failures:
             raise _error_group(graph, scheduler)
-        if residency is not None:
-            return {t: residency.to_host(scheduler.results[t]) for t in target_ids}
-        return {t: scheduler.results[t] for t in target_ids}
+        return {t: scheduler.results[t] for t in target_ids}  # on the host (Residency.finish)
 
     def _residency(self, plan: Plan, scheduler: Scheduler) -> Residency | None:
         """The run's Residency when tasks are planned on GPU contexts and a device

@@ -68,6 +68,7 @@ from chunkgraph.flow._auto_sizes import (
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import (
+    DEVICE_TASKS_IN_FLIGHT,
     NO_GPU_HERE,
     FlowDevice,
     check_executor,
@@ -413,7 +414,10 @@ def apply(
         message = amplification_warning(plan, named)
         if message:
             warnings.warn(message, ReadAmplificationWarning, stacklevel=2)
-    chosen = _resolve_executor(executor, workers, retries, timeout, named, dst, fn, intermediates)
+    chosen = _resolve_executor(
+        executor, _executor_size(workers, flow_device), retries, timeout, named, dst, fn,
+        intermediates,
+    )  # fmt: skip
     from chunkgraph.execute._executor import close_resolved
 
     try:
@@ -421,6 +425,7 @@ def apply(
         check_executor(flow_device, chosen, executor)
         if flow_device is not None:
             flow_device.fit(top_task_memory(spec, named, dst))
+            plan = _on_device(plan, flow_device, top_task_memory(spec, named, dst))
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
         if dry_run:
@@ -537,6 +542,26 @@ def _dst_replaced(record: CompletionRecord, flow_dir: Path, stamp: str | None) -
     finished = record.read()
     before = finished.get("dst") if finished else read_flow_info(flow_dir).get("dst")
     return before is not None and before != stamp
+
+
+def _executor_size(workers: int | None, device: FlowDevice | None) -> int | None:
+    """The executor's workers: ``workers``; for a GPU flow without them, enough threads
+    for every device's tasks in flight however few the cores (they wait on the GPU)."""
+    if device is None or workers is not None:
+        return workers
+    return max(usable_cores(), device.count * DEVICE_TASKS_IN_FLIGHT)
+
+
+def _on_device(plan: FlowPlan, device: FlowDevice, top_bytes: int) -> FlowPlan:
+    """``plan`` with the superchunks a GPU flow holds in flight (two per device, or as
+    many as fit; see ``_device``) and the host memory they take."""
+    cpu = plan.superchunks_in_flight
+    more = device_tasks_in_flight(cpu, device.count, device.per_device)
+    if cpu <= 0 or more <= cpu:
+        return plan
+    return dataclasses.replace(
+        plan, superchunks_in_flight=more, memory_bytes=plan.memory_bytes + (more - cpu) * top_bytes
+    )
 
 
 def _resolve_executor(

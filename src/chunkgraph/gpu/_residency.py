@@ -138,6 +138,8 @@ class Residency:
         # ready[t]: (event, thread, device) of GPU task t's call (see "Stream order")
         self.ready: dict[int, tuple[Any, int, int]] = {}
         self.parked: dict[int, list[tuple[Any, list[Any]]]] = {}  # device -> (event, uploads)
+        self._try: dict[int, object] = {}  # t -> its latest try's token (see _recorded)
+        self.targets: list[int] = []  # what the caller gets: copied to host by finish()
         self._uploads = threading.local()  # the calling thread's uploads for its next call
         self.devices = devices
         self.results = results
@@ -194,15 +196,19 @@ class Residency:
 
     def _recorded(self, fn: Callable[..., Any], t: int, device: int) -> Callable[..., Any]:
         """``fn`` that, when it returns or raises, records its stream's event as ``t``'s
-        and parks the arrays uploaded for it until that event is done."""
+        and parks the arrays uploaded for it until that event is done. Only the latest
+        try of ``t`` records: a try abandoned past its time limit may return after its
+        retry did, and its event says nothing about the retry's result."""
         uploads: list[Any] = self._uploads.arrays
+        token = self._try[t] = object()
 
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
             finally:
                 event = self.backend.record()
-                self.ready[t] = (event, threading.get_ident(), device)
+                if self._try.get(t) is token:
+                    self.ready[t] = (event, threading.get_ident(), device)
                 self._park(device, event, uploads)
 
         return call
@@ -298,10 +304,13 @@ class Residency:
         return replace_leaves(value, self._leaf_to_host)
 
     def finish(self) -> None:
-        """Wait for every GPU call's work (the caller reads the results next), release
-        the parked uploads, and give every device's cached, unused pool memory back."""
-        for event, _, _ in self.ready.values():
+        """Wait for every GPU call's work, copy the caller's results (``targets``) to
+        host (counted, so the run's summary has them), release the parked uploads, and
+        give every device's cached, unused pool memory back."""
+        for event, _, _ in list(self.ready.values()):  # an abandoned call may still add
             self.backend.synchronize(event)
+        for t in self.targets:
+            self.results[t] = self.to_host(self.results[t])
         self.ready.clear()
         self.parked.clear()
         for device in self.limit:

@@ -23,8 +23,11 @@ Passes do not walk the Graph; they read a ``Problem`` built once from it:
 Which context may run a task with one number for its cost: the contexts
 whose kind is among its resource names (the default ``{"cpu": 1}``: CPU
 contexts; ``{"gpu": 1}``: GPU contexts), or every context when its resources
-name neither kind. A task with costs per context runs where it has an entry;
-if its resources name a kind (not the default), only on contexts of that kind.
+name neither kind. A task naming "gpu" is a GPU task whatever else it names
+(``{"gpu": 1, "cpu": 1}``: a GPU and a host core): GPU contexts only, as
+the executor's residency and its check of a given plan read it. A task with
+costs per context runs where it has an entry; if its resources name a kind
+(not the default), only on contexts of that kind.
 With ``gpu_fallback`` and no GPU context, a task whose resources name "gpu"
 runs on CPU contexts instead (as if it named "cpu"); where its costs per
 context name no CPU context, its "gpu" cost is the estimate there.
@@ -205,6 +208,9 @@ def build_problem(
             if "gpu" in graph.resources(t)
             and not any(c.kind == "gpu" for c in ctx)
             and not gpu_fallback  # never suggest what was passed already
+            else "; its cost names 'gpu' but its resources do not: give it "
+            "resources={'gpu': 1} to plan it on GPU contexts"
+            if "gpu" in graph.context_seconds().get(t, {}) and "gpu" not in graph.resources(t)
             else ""
         )
         raise PlanError(
@@ -256,8 +262,8 @@ def _task_seconds(
 def _wanted(names: set[str], gpu_fallback: bool) -> set[str]:
     """The context kinds a task's resource names ask for ("gpu" read as "cpu" in fallback)."""
     wanted = names & set(CONTEXT_KINDS)
-    if gpu_fallback and "gpu" in wanted:
-        wanted = (wanted - {"gpu"}) | {"cpu"}
+    if "gpu" in wanted:  # a GPU task, whatever else it names (module doc)
+        return {"cpu"} if gpu_fallback else {"gpu"}
     return wanted
 
 
