@@ -195,6 +195,13 @@ def test_resources_default_and_interned() -> None:
         Resources(gpu=0)
 
 
+@pytest.mark.parametrize("name", ["GPU", "Gpu", "CPU"])
+def test_a_kind_spelled_in_capitals_is_refused_naming_the_spelling(name: str) -> None:
+    """Dask's "GPU" would be a custom resource here: the task would quietly run on a CPU."""
+    with pytest.raises(ConfigError, match=f"spelled '{name.lower()}'"):
+        Graph().add(ident, 0, resources={name: 1})
+
+
 def test_add_needs_a_callable() -> None:
     with pytest.raises(GraphError, match="needs a callable"):
         Graph().add(3)  # type: ignore[arg-type]

@@ -141,6 +141,14 @@ class Resources(Mapping[str, float]):
         for key, value in merged.items():
             if not isinstance(key, str) or not key:
                 raise ConfigError(f"resource names must be non-empty strings, got {key!r}")
+            if key != key.lower() and key.lower() in ("cpu", "gpu"):
+                # Dask spells its GPU resource "GPU"; here it would be a custom resource
+                # that no context kind matches, and the task would run on a CPU.
+                raise ConfigError(
+                    f"resource {key!r}: the context kinds are spelled {key.lower()!r} (a task "
+                    f"asks for them as {{{key.lower()!r}: 1}}); on Dask, chunkgraph turns "
+                    "'gpu' into the workers' 'GPU' resource itself"
+                )
             if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(
                     f"resource {key!r} must be a positive number, got {value!r}; "
