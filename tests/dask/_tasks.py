@@ -73,3 +73,17 @@ def make_lock(*_inputs: Any) -> Any:
 def make_generator(n: int) -> Any:
     """A result that cannot leave its worker: a generator does not pickle."""
     return (i for i in range(n))
+
+
+def kill_worker_first(counter: str, deaths: int, value: int) -> int:
+    """SIGKILL the worker running it on its first ``deaths`` calls (the count is kept in
+    the file ``counter``, which survives the worker); then return ``value``."""
+    import os
+    import signal
+
+    path = Path(counter)
+    done = int(path.read_text()) if path.exists() else 0
+    if done < deaths:
+        path.write_text(str(done + 1))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return value

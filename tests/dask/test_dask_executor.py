@@ -15,6 +15,7 @@ import pytest
 from tests.dask._tasks import (
     divide,
     fail_once,
+    kill_worker_first,
     make_generator,
     make_lock,
     mix,
@@ -500,3 +501,35 @@ def test_a_result_that_cannot_reach_its_reader_on_another_worker_fails_its_task(
     (error,) = caught.value.exceptions
     assert isinstance(error, cg.TaskError) and error.task == "locker"
     assert "cannot be serialized" in str(error.__cause__)
+
+
+def _pinned_plan(client: Any, g: Graph) -> cg.Plan:
+    contexts = dask_contexts(client)
+    return cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
+
+
+def test_a_unit_whose_worker_died_twice_runs_on_a_restarted_one(
+    healthy: Any, tmp_path: Any
+) -> None:
+    """Its pinned worker, then the one it moved to, die while no other runs: Dask leaves
+    such a unit waiting for a worker of those addresses, which never come back (restarted
+    workers get new ones). The run places it on a running worker instead of hanging."""
+    g = Graph()
+    g.add(kill_worker_first, str(tmp_path / "deaths"), 2, 7, name="k")
+    got = cg.run(g, "k", executor=DaskExecutor(healthy), plan=_pinned_plan(healthy, g))
+    assert got == 7
+    assert (tmp_path / "deaths").read_text() == "2"
+
+
+def test_every_worker_killed_at_once_loses_nothing(healthy: Any) -> None:
+    g = Graph()
+    parts = [g.add(slow_mix, 1.0, i, name=f"s{i}") for i in range(4)]
+    total = g.add(mix, 99, *parts, name="total")
+    pids = list(healthy.run(os.getpid).values())
+    timer = threading.Timer(0.5, lambda: [os.kill(p, signal.SIGKILL) for p in pids])
+    timer.start()
+    try:
+        got = cg.run(g, total, executor=DaskExecutor(healthy), plan=_pinned_plan(healthy, g))
+    finally:
+        timer.cancel()
+    assert got == cg.run(g, total, executor="sync")

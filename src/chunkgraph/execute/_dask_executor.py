@@ -30,7 +30,9 @@ Failures and retries. ``retries`` become Dask's ``retries`` of each unit (a
 unit that raised runs again from its start, on any worker). A worker that
 dies is not a try: Dask recomputes what it held or ran elsewhere, up to the
 scheduler's ``distributed.scheduler.allowed-failures`` deaths per task
-(after which the task fails with a ``WorkerDiedError``). A task that fails
+(after which the task fails with a ``WorkerDiedError``). A unit pinned to a
+worker that died while no other ran would wait in ``no-worker`` for good;
+``_dask_stranded`` watches for those and has the scheduler place them. A task that fails
 for good becomes a ``TaskError`` like LocalExecutor's (name, inputs,
 attempts, the exception with the worker's traceback as its ``__cause__``),
 all of them one ``ExceptionGroup``; no partial result is returned. A result
@@ -72,6 +74,7 @@ from chunkgraph.execute._dask_contexts import (
     remote_workers,
     worker_address,
 )
+from chunkgraph.execute._dask_stranded import watch_stranded
 from chunkgraph.execute._dask_subgraph import (
     Inputs,
     SubgraphFailed,
@@ -470,6 +473,7 @@ class _Run:
         # Submitted units not done yet (their futures): cancelled when the run stops early.
         self.unfinished: dict[int, Any] = {}
         self.failures: dict[int, tuple[BaseException, int]] = {}  # task -> (cause, attempts)
+        self.token = uuid.uuid4().hex[:12]  # in every key of this run's units
 
     def _workers_of_contexts(self) -> list[str | None]:
         """Per plan context, the worker to pin its units to (None: not this cluster's)."""
@@ -496,7 +500,8 @@ class _Run:
             del programs
             keep = {u: self.unfinished[u] for u in wanted}
             by_future = {f.key: u for u, f in self.unfinished.items()}
-            self._wait(list(self.unfinished.values()), by_future)
+            with watch_stranded(self.client, f"-{self.token}-"):
+                self._wait(list(self.unfinished.values()), by_future)
             if self.failures:
                 raise self._error_group(total)
             values = self.client.gather([keep[u] for u in wanted])
@@ -588,7 +593,7 @@ class _Run:
         units, graph = self.units, self.graph
         pins = self._workers_of_contexts()
         context_of = self.plan.task_context
-        token = uuid.uuid4().hex[:12]
+        token = self.token
         futures = self.unfinished
         # Dask starts higher priorities first; members[0] is the unit's earliest task in the
         # plan's order (a flow's sweep), which units.order (producers first) does not keep.
