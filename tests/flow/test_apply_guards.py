@@ -114,6 +114,38 @@ def test_in_place_without_pads_is_allowed_and_exact(tmp_path: Path) -> None:
         volume.apply(lambda x: x, src, dst, chunk_sizes=[16], skip_intermediates=True)
 
 
+def _double_unless_last(marker: Path, x: np.ndarray, box: Box, factor: int = 2) -> np.ndarray:
+    """x * factor; fails on the last top chunk while ``marker`` does not exist."""
+    if box.start == (24, 24) and not marker.exists():
+        raise ValueError("interrupted")
+    return x * factor
+
+
+def test_an_interrupted_in_place_flow_is_never_started_over(tmp_path: Path) -> None:
+    """In place, an interrupted run has rewritten part of dst: a run that starts over (the
+    same flow without resume, or another flow) would read those chunks as its input and
+    apply fn twice there. Only the resume may go on; it is exact."""
+    import functools
+
+    (tmp_path / "x").mkdir()
+    src, dst = _opened_twice(tmp_path, "symlink")
+    before = dst.read(dst.bounds).copy()
+    marker = tmp_path / "fixed"
+    fn = functools.partial(_double_unless_last, marker)
+    kw: dict[str, object] = dict(chunk_sizes=[(8, 8), (4, 4)], executor="sync", retries=0,
+                                 probe=False)  # fmt: skip
+    with pytest.raises(ExceptionGroup):
+        volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
+    assert not np.array_equal(dst.read(dst.bounds), before)  # part of dst is rewritten
+    marker.touch()
+    with pytest.raises(ConfigError, match=r"earlier run of this flow .* resume=True"):
+        volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"unfinished flow .*`chunkgraph clean"):
+        volume.apply(fn, src, dst, fn_kwargs={"factor": 3}, **kw)  # type: ignore[arg-type]
+    volume.apply(fn, src, dst, resume=True, **kw)  # type: ignore[arg-type]
+    assert np.array_equal(dst.read(dst.bounds), before * 2)
+
+
 @pytest.mark.parametrize("flag", ["dry_run", "resume", "progress", "probe"])
 def test_boolean_options_must_be_bools(tmp_path: Path, flag: str) -> None:
     src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "uint8")
@@ -289,3 +321,29 @@ def test_apply_takes_an_executor_object(tmp_path: Path) -> None:
         volume.apply(
             lambda x: x, src, dst, chunk_sizes=[8], workers=3, executor=LocalExecutor("sync")
         )
+
+
+def test_a_probe_call_that_hangs_fails_after_the_timeout(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hang(x: np.ndarray) -> np.ndarray:
+        release.wait(30)  # a hung call; released at the end so the thread ends
+        return x
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(ExceptionGroup) as caught:
+            volume.apply(hang, src, dst, chunk_sizes=[8], timeout=0.5)
+    finally:
+        release.set()
+    assert time.perf_counter() - t0 < 10
+    text = str(caught.value.exceptions[0])
+    assert "probe" in text and "timeout=0.5 s" in text
+    assert not (tmp_path / ".d.zarr.chunkgraph").exists() or not any(
+        (tmp_path / ".d.zarr.chunkgraph").glob("*/layers")
+    )

@@ -103,10 +103,12 @@ from chunkgraph.flow._spec import (
     FlowSpec,
     check_bools,
     normalize_inputs,
+    same_storage,
     validate_flow,
     wants_auto_sizes,
 )
 from chunkgraph.flow._state import (
+    in_place_conflict,
     kept_state_note,
     read_flow_info,
     warn_if_resume_mismatch,
@@ -434,6 +436,8 @@ def apply(
                 return dataclasses.replace(report, device="gpu", gpu_missing=True)
             return _with_device(report, flow_device, fell_back)
         fingerprint = flow_id_parts(fn, named, dst, spec)  # flow_id's parts, for the state
+        # dst is this input too (allowed without pads, _spec._check_in_place); None: not so.
+        in_place = next((n for n, v in named.items() if dst and same_storage(v, dst)), None)
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         named = owned_inputs(named, plan)
         made_root = not root.exists()
@@ -453,6 +457,12 @@ def apply(
                     discard_flow_dir(root / flow_id)
                     resume = False
                 finished = record.read() if resume else None
+                if in_place is not None and finished is None:
+                    conflict = in_place_conflict(
+                        root, flow_id, fingerprint, stamp, resuming=resume, input_name=in_place
+                    )
+                    if conflict:
+                        raise ConfigError(conflict)
                 if resume and finished is None and not (root / flow_id).exists():
                     warn_if_resume_mismatch(root, flow_id, fingerprint, stamp)
                 if finished is not None:
@@ -463,7 +473,7 @@ def apply(
                     return _with_device(report, flow_device, fell_back)
                 before = _read_bytes(named)
                 if probe:
-                    probe_fn(spec, run_fn, named, dst, flow_device)
+                    probe_fn(spec, run_fn, named, dst, flow_device, timeout)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
                 flow = _Flow(
                     spec,

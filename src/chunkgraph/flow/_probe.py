@@ -12,6 +12,7 @@ or one too expensive to run twice).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -54,24 +55,34 @@ def probe_fn(
     inputs: Mapping[str, Volume],
     dst: Volume,
     device: FlowDevice | None = None,
+    timeout: float | None = None,
 ) -> None:
     """Call ``fn`` on the first bottom chunk; raise what the flow would raise there.
 
     With a ``device``, ``fn`` gets device arrays there, as in the flow (one upload per
-    input, on the calling thread's device)."""
+    input, on the calling thread's device). With a ``timeout`` (apply's, per try), the
+    call runs in a thread of its own and a call that overruns fails the probe: a thread
+    cannot be killed, so it is abandoned (as the thread executor abandons a hung try)."""
     chunk = first_bottom_chunk(spec)
     bottom = spec.levels[-1]
     read_box = chunk.padded(tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True)))
     arrays = {name: vol.read(scaled(read_box, spec.scale_of(name))) for name, vol in inputs.items()}
     for array in arrays.values():
         array.flags.writeable = False  # as in the flow: fn gets read-only views
-    try:
+
+    def call() -> None:
         if device is None:
             call_fn(spec, fn, arrays, chunk, tuple(dst.channel_shape))
         else:
             with device.bound() as index:
                 on_device = {name: device.upload(a, index) for name, a in arrays.items()}
                 call_fn(spec, fn, on_device, chunk, tuple(dst.channel_shape), device, index)
+
+    try:
+        if timeout is None:
+            call()
+        else:
+            _within(call, timeout)
     except Exception as exc:
         # The same contract as a failing task: one group of TaskError, the cause attached.
         error = TaskError(
@@ -82,3 +93,27 @@ def probe_fn(
         )
         error.__cause__ = exc
         raise ExceptionGroup("the apply flow's fn failed its probe call", [error]) from None
+
+
+def _within(call: Callable[[], None], seconds: float) -> None:
+    """Run ``call`` in a daemon thread; its exception, or TimeoutError after ``seconds``."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name="chunkgraph-probe", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise TimeoutError(
+            f"fn did not return within timeout={seconds:g} s; the call was abandoned (a "
+            "thread cannot be killed)"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]

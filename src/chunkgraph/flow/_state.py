@@ -326,18 +326,10 @@ def resume_mismatch(
     for state in read_flows(Path(root), sizes=False):
         if state.flow_id == flow_id:
             continue
-        record = _read_json(Path(root) / f"{state.flow_id}{_DONE}") or {}
-        kept = read_flow_info(state.flow_dir) or record
-        parts = kept.get("fingerprint")
-        if isinstance(parts, dict):
-            if parts.get("dst") != fingerprint.get("dst"):
-                continue
-            changed = [PART_NAMES[k] for k in PART_NAMES if parts.get(k) != fingerprint.get(k)]
-        elif stamp is not None and kept.get("dst") == stamp:
-            changed = []  # state written before parts were recorded: same dst, something else
-        else:
+        changed = _changed_parts(Path(root), state, fingerprint, stamp)
+        if changed is None:
             continue
-        found.append((state.modified, state, changed))
+        found.append((state.modified, state, [PART_NAMES[k] for k in changed]))
     if not found:
         return None
     _, state, changed = max(found, key=lambda f: f[0])
@@ -366,6 +358,67 @@ def resume_mismatch(
         f"destination with other parameters ({earlier}){others}: {what} changed, so the flow "
         f"id is now {flow_id} and this flow starts over from nothing.{kept_note}"
     )
+
+
+def _changed_parts(
+    root: Path, state: FlowState, fingerprint: dict[str, str], stamp: str | None
+) -> list[str] | None:
+    """The parts (``PART_NAMES`` keys) in which ``state``'s flow differs from the flow of
+    ``fingerprint``, when both wrote the same destination; None when ``state`` wrote
+    another one ([] for state written before parts were recorded: same dst, something else)."""
+    from chunkgraph.flow._fingerprint import PART_NAMES
+
+    record = _read_json(root / f"{state.flow_id}{_DONE}") or {}
+    kept = read_flow_info(state.flow_dir) or record
+    parts = kept.get("fingerprint")
+    if isinstance(parts, dict):
+        if parts.get("dst") != fingerprint.get("dst"):
+            return None
+        return [k for k in PART_NAMES if parts.get(k) != fingerprint.get(k)]
+    if stamp is not None and kept.get("dst") == stamp:
+        return []
+    return None
+
+
+def in_place_conflict(
+    root: Path,
+    flow_id: str,
+    fingerprint: dict[str, str],
+    stamp: str | None,
+    *,
+    resuming: bool,
+    input_name: str,
+) -> str | None:
+    """Why an in-place flow (dst is its input ``input_name``) must not start: an unfinished
+    flow under ``root`` has already written part of dst (done tasks; a reduction writes dst
+    only after its tasks are done), so dst no longer holds the original input. None: it
+    may start. Its own state does not count when ``resuming`` (the resume finishes it)."""
+    for state in read_flows(Path(root), sizes=False):
+        # The caller holds flow_id's lock, so its own state reads as running.
+        unfinished = state.status is FlowStatus.INTERRUPTED or (
+            state.flow_id == flow_id and state.status is FlowStatus.RUNNING
+        )
+        if not unfinished or state.top_done == 0:
+            continue
+        if state.flow_id == flow_id:
+            if resuming:
+                continue
+            return (
+                f"an earlier run of this flow ({flow_id}, {state.progress()}) stopped after "
+                f"writing part of dst, which is also its input {input_name!r}: starting over "
+                "would apply fn again to what it wrote. Pass resume=True (chunkgraph run "
+                "--resume) to finish it"
+            )
+        if _changed_parts(Path(root), state, fingerprint, stamp) is None:
+            continue
+        return (
+            f"an unfinished flow ({state.flow_id}, {state.status.value}, {state.progress()}) "
+            f"has written part of dst, which is this flow's input {input_name!r} too, so dst "
+            "no longer holds the original data. Finish that flow (resume it with its own "
+            "function and options), or restore dst and then delete its state: "
+            f"`{clean_command(Path(root), state.flow_id)}`"
+        )
+    return None
 
 
 def warn_if_resume_mismatch(
