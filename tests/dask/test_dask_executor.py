@@ -533,3 +533,16 @@ def test_every_worker_killed_at_once_loses_nothing(healthy: Any) -> None:
     finally:
         timer.cancel()
     assert got == cg.run(g, total, executor="sync")
+
+
+def test_a_client_passed_as_executor_runs_there_and_stays_open(healthy: Any) -> None:
+    g, targets = mixed_graph()
+    assert cg.run(g, targets, executor=healthy) == cg.run(g, targets, executor="sync")
+    assert healthy.status == "running"
+
+
+def test_a_gpu_task_on_a_cluster_without_gpus_says_how_to_start_gpu_workers(healthy: Any) -> None:
+    g = Graph()
+    g.add(mix, 1, resources={"gpu": 1}, name="on_gpu")
+    with pytest.raises(cg.ConfigError, match=r"'on_gpu'.*--resources GPU=1"):
+        cg.run(g, "on_gpu", executor=DaskExecutor(healthy))

@@ -84,7 +84,7 @@ from chunkgraph.execute._dask_subgraph import (
 )
 from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
 from chunkgraph.execute._failures import failure_group, task_error
-from chunkgraph.execute._local import check_plan
+from chunkgraph.execute._local import check_plan, needed_gpu_tasks
 from chunkgraph.graph import Graph, needed_mask
 
 if TYPE_CHECKING:
@@ -288,6 +288,14 @@ class DaskExecutor:
             raise ConfigError(
                 f"the Dask cluster at {self.address} has no workers; start some "
                 f"(dask worker {self.address}) or wait for them with client.wait_for_workers()"
+            )
+        asking = needed_gpu_tasks(graph, targets)
+        if asking and not any(c.kind == "gpu" for c in contexts):
+            raise ConfigError(
+                f"task {graph.name(asking[0])!r} asks for {dict(graph.resources(asking[0]))}, "
+                f"but no worker of the Dask cluster at {self.address} offers a GPU; start GPU "
+                f"workers with `dask worker {self.address} --resources GPU=1` (dask-cuda's "
+                "workers offer it)"
             )
         return plan(
             graph, contexts, links=dask_links(contexts), targets=targets, strategy=self.strategy

@@ -76,8 +76,8 @@ def resolve_executor(
 ) -> Executor:
     """The Executor that ``executor=`` names: a kind (one of ``EXECUTOR_KINDS``)
     becomes a ``LocalExecutor`` with these options; a scheduler address
-    ("tcp://host:8786", any ``protocol://``) a ``DaskExecutor`` with ``retries``;
-    an Executor is returned as it is.
+    ("tcp://host:8786", any ``protocol://``) or a ``distributed.Client`` a
+    ``DaskExecutor`` with ``retries``; an Executor is returned as it is.
 
     ConfigError for anything else, for bad options, and for options given beside an
     Executor (which carries its own).
@@ -85,7 +85,7 @@ def resolve_executor(
     >>> resolve_executor("sync", retries=1).retries
     1
     """
-    if isinstance(executor, str) and "://" in executor:
+    if (isinstance(executor, str) and "://" in executor) or _is_dask_client(executor):
         if gpu_fallback:
             raise ConfigError(
                 f"gpu_fallback=True applies to this machine's executors, not to a Dask "
@@ -103,7 +103,8 @@ def resolve_executor(
         return LocalExecutor(executor, workers, retries, (), timeout, gpu_fallback=gpu_fallback)
     if not isinstance(executor, Executor):
         raise ConfigError(
-            f"executor must be one of {EXECUTOR_KINDS} or an Executor (an object with "
+            f"executor must be one of {EXECUTOR_KINDS}, a Dask scheduler address "
+            "('tcp://host:8786'), a distributed.Client, or an Executor (an object with "
             f"run(graph, targets, *, subscribers, plan) and in_process), got {executor!r}"
         )
     given = {
@@ -144,10 +145,17 @@ def close_resolved(chosen: Executor, given: object) -> None:
             close()
 
 
+def _is_dask_client(obj: object) -> bool:
+    """A ``distributed.Client`` (recognised without importing distributed)."""
+    kind = type(obj)
+    return kind.__name__ == "Client" and kind.__module__.startswith("distributed")
+
+
 def _dask_executor(
-    address: str, workers: int | None, retries: int, timeout: float | None
+    address: Any, workers: int | None, retries: int, timeout: float | None
 ) -> Executor:
-    """The DaskExecutor of ``executor=address`` (Dask is imported only here)."""
+    """The DaskExecutor of ``executor=address`` or of a Client (Dask is imported only
+    here); one made of a Client leaves it open when closed (it is the caller's)."""
     if workers is not None or timeout is not None:
         raise ConfigError(
             f"workers={workers!r} and timeout={timeout!r} do not apply to a Dask cluster "

@@ -226,7 +226,7 @@ class LocalExecutor:
         either; tasks that do not ask for a GPU may be placed anywhere the plan says."""
         if self.gpu_fallback:
             return
-        for t in _needed_gpu_tasks(graph, targets):
+        for t in needed_gpu_tasks(graph, targets):
             context = given.contexts[int(given.task_context[t])]
             if context.kind != "gpu":
                 raise ConfigError(
@@ -244,7 +244,7 @@ class LocalExecutor:
         one and a backend can drive them; ConfigError when none is found (see the module doc)."""
         from chunkgraph.planning import local_contexts
 
-        asking = next(iter(_needed_gpu_tasks(graph, targets)), -1)
+        asking = next(iter(needed_gpu_tasks(graph, targets)), -1)
         if asking < 0:
             return local_contexts(gpus=False)
         contexts = local_contexts(gpus=active_backend() is not None)
@@ -295,7 +295,7 @@ def check_plan(graph: Graph, targets: list[int], given: object) -> Plan:
     return given
 
 
-def _needed_gpu_tasks(graph: Graph, targets: list[int]) -> list[int]:
+def needed_gpu_tasks(graph: Graph, targets: list[int]) -> list[int]:
     """The tasks ``targets`` need that ask for a GPU, in id order (cheap without any)."""
     asking = [t for t, res in graph.resources_overrides().items() if "gpu" in res]
     if not asking:
