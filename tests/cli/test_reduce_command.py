@@ -47,6 +47,9 @@ def test_reduce_writes_what_apply_writes_then_does_nothing(
     assert f"nothing left to reduce for {dst}" in again.out
     assert str(tmp_path / ".dst.zarr.chunkgraph") in again.out
     assert "finished" in again.out and "reduced with linear" in again.out
+    # Asked for another mode than it was reduced with: said, and not success.
+    assert cli.main(["reduce", str(dst), "--quiet", "--blend-mode", "max"]) == 2
+    assert "reduced with linear, not max" in capsys.readouterr().err
     assert cli.main(["status", str(dst)]) == 0
     status = capsys.readouterr().out
     assert "finished" in status and "stale" not in status.lower()

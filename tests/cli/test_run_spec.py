@@ -540,3 +540,25 @@ def test_read_amplification_is_warned_of_once(
     code, _, err = run(capsys, spec, *(["--dry-run"] if dry_run else []))
     assert code == 0, err
     assert err.count("will amplify reads") == 1
+
+
+def test_a_probe_failure_says_nothing_was_written_and_the_log_ends_with_the_outcome(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:fail_once\n"
+        f"kwargs: {{marker: {work / 'marker.txt'}, start: [0, 0, 0]}}\n"
+        "chunk_sizes: [16]\nretries: 0\n",
+    )
+    log = work / "events.jsonl"
+    code, _, err = run(capsys, spec, "--log-json", str(log))
+    assert code == 1
+    assert "failed its probe call" in err and "before anything was written" in err
+    assert "--resume" not in err
+    assert json.loads(log.read_text().splitlines()[-1]) == {"event": "outcome", "outcome": "failed"}
+    (work / "marker.txt").touch()
+    code, _, err = run(capsys, spec, "--log-json", str(log))
+    assert code == 0, err
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last == {"event": "outcome", "outcome": "finished"}

@@ -14,7 +14,9 @@ failure resumes; after success it does nothing.
 Without ``FLOW_ID`` and with no deferred flow there, what it finds decides
 (``_nothing_deferred``), and the message lists every flow it looked at:
 
-    only finished flows        nothing left to reduce: exit 0 (already done)
+    only finished flows        nothing left to reduce: exit 0 (already done); exit 2
+                               when --blend-mode names another mode than they were
+                               reduced with
     a flow running             exit 1: run it again once that one ends
     a deferred apply that was  exit 2: its top-level tasks are unfinished;
       interrupted                resume the apply first
@@ -75,7 +77,7 @@ def register(commands: Any) -> None:
     reduce.add_argument(
         "--blend-mode",
         choices=REDUCE_MODES,
-        default="quadratic",
+        default=None,
         help="how overlapping top-level chunks combine (default quadratic)",
     )
     reduce.add_argument(
@@ -107,7 +109,7 @@ def handle(args: argparse.Namespace) -> int:
     flow_id = args.flow_id
     if flow_id is None:
         if not deferred:
-            code, message = _nothing_deferred(args.dst, root, flows)
+            code, message = _nothing_deferred(args.dst, root, flows, args.blend_mode)
             quiet = code == EXIT_OK and args.log_json != "-"
             print(f"chunkgraph reduce: {message}", file=sys.stdout if quiet else sys.stderr)
             return code
@@ -125,21 +127,25 @@ def handle(args: argparse.Namespace) -> int:
         print(f"chunkgraph reduce: cannot open {args.dst}: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress, subscribers = event_output(args)
+    outcome = "interrupted"
     try:
         report = flow.reduce_deferred(
             root / flow_id,
             dst,
-            blend_mode=args.blend_mode,
+            blend_mode=args.blend_mode or "quadratic",
             executor=args.executor,
             workers=args.workers,
             progress=progress,
             subscribers=subscribers,
         )
+        outcome = "finished"
     except FlowLockedError as err:
+        outcome = "locked"
         again = f"`chunkgraph reduce {args.dst} {flow_id}` continues its work"
         print(locked_message("reduce", err, args.dst, again), file=sys.stderr)
         return EXIT_FAILED
     except ExceptionGroup as group:
+        outcome = "failed"
         print(failure_summary(group), file=sys.stderr)
         print(
             "chunkgraph reduce: failed; fix the cause and run it again to resume", file=sys.stderr
@@ -149,13 +155,15 @@ def handle(args: argparse.Namespace) -> int:
         print("\nchunkgraph reduce: interrupted; run it again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        close_output(subscribers)
+        close_output(subscribers, outcome)
     out = sys.stderr if args.log_json == "-" else sys.stdout
     print(report.summary(), file=out)
     return EXIT_OK
 
 
-def _nothing_deferred(dst: str, root: Path, flows: list[FlowState]) -> tuple[int, str]:
+def _nothing_deferred(
+    dst: str, root: Path, flows: list[FlowState], blend_mode: str | None
+) -> tuple[int, str]:
     """(exit code, message) when no FLOW_ID is given and no flow under ``root`` is deferred:
     the table in the module docstring, every flow found named with its state."""
     from chunkgraph.flow._state import FlowStatus, read_flow_info, status_command
@@ -187,18 +195,33 @@ def _nothing_deferred(dst: str, root: Path, flows: list[FlowState]) -> tuple[int
             "were done: resume that apply (`chunkgraph run SPEC --resume`), then reduce it"
             f"{listing}"
         )
+    modes = {_reduced_with(s) for s in flows if s.status is FlowStatus.FINISHED} - {None}
+    if modes and blend_mode is not None and blend_mode not in modes:
+        return EXIT_USAGE, (
+            f"{dst} was reduced with {' and '.join(sorted(m for m in modes if m))}, not "
+            f"{blend_mode}: {looked}{found}. Its layers were removed when it was reduced, so "
+            f"it cannot be reduced again with another mode; apply the flow again with "
+            f"blend_modes='defer' (or directly with blend_modes='{blend_mode}')"
+        )
     return EXIT_OK, f"nothing left to reduce for {dst}: {looked}{found}"
+
+
+def _reduced_with(state: FlowState) -> str | None:
+    """The blend mode a finished deferred flow was reduced with (None: not a reduced one)."""
+    from chunkgraph.flow._markers import CompletionRecord
+
+    record = CompletionRecord(state.flow_dir.parent, state.flow_id).read() or {}
+    reduced = record.get("reduced")
+    mode = reduced.get("blend_mode") if isinstance(reduced, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 def _described(state: FlowState) -> str:
     """``"f00d (finished 2026-01-02 03:04:05, reduced with linear)"``, one flow in a list."""
-    from chunkgraph.flow._markers import CompletionRecord
     from chunkgraph.flow._state import FlowStatus
 
     if state.status is FlowStatus.FINISHED:
-        record = CompletionRecord(state.flow_dir.parent, state.flow_id).read() or {}
-        reduced = record.get("reduced")
-        mode = reduced.get("blend_mode") if isinstance(reduced, dict) else None
+        mode = _reduced_with(state)
         how = f", reduced with {mode}" if mode else ""
         return f"{state.flow_id} (finished {state.finished}{how})"
     return f"{state.flow_id} ({state.status.value}, {state.progress()})"

@@ -133,6 +133,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError, FlowLockedError
     from chunkgraph.flow import ReadAmplificationWarning
+    from chunkgraph.flow._probe import PROBE_FAILED
 
     options = dict(
         resolved.flow_options,
@@ -189,14 +190,17 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     except ExceptionGroup as group:
         outcome = "failed"
         print(failure_summary(group), file=sys.stderr)
-        print(
-            "chunkgraph run: the flow failed; fix the cause and rerun with --resume to "
-            "keep the finished chunks",
-            file=sys.stderr,
+        advice = (
+            "fn failed its probe call on the first chunk, before anything was written; fix "
+            "the cause and run it again"
+            if group.message == PROBE_FAILED
+            else "the flow failed; fix the cause and rerun with --resume to keep the finished "
+            "chunks (a change to fn's code or kwargs starts the flow over)"
         )
+        print(f"chunkgraph run: {advice}", file=sys.stderr)
         return EXIT_FAILED
     finally:
-        close_output(subscribers)
+        close_output(subscribers, outcome)
         if recorder is not None and outcome != "locked":
             # A failed or interrupted run is when a report is needed most.
             _write_report(args.report, recorder, report, outcome, out)

@@ -92,7 +92,11 @@ class JsonLines:
             )
         self._out.write(json.dumps(record) + "\n")
 
-    def close(self) -> None:
+    def close(self, outcome: str | None = None) -> None:
+        """Close the file; ``outcome`` ("finished", "failed", "interrupted", ...) first goes
+        in as a last line, so that the log alone says how the run ended."""
+        if outcome is not None:
+            self._out.write(json.dumps({"event": "outcome", "outcome": outcome}) + "\n")
         if self._own:
             self._out.close()
         else:
@@ -107,8 +111,8 @@ def event_output(args: argparse.Namespace) -> tuple[bool, list[Callable[[Event],
     return (not args.quiet and not args.log_json), subscribers
 
 
-def close_output(subscribers: list[Callable[[Event], None]]) -> None:
+def close_output(subscribers: list[Callable[[Event], None]], outcome: str | None = None) -> None:
+    """Close what ``event_output`` opened; a JSON log ends with the run's ``outcome``."""
     for subscriber in subscribers:
-        close = getattr(subscriber, "close", None)
-        if close is not None:
-            close()
+        if isinstance(subscriber, JsonLines):
+            subscriber.close(outcome)

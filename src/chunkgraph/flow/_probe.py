@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from chunkgraph.volume import Volume
 
 
+# The message of the ExceptionGroup a failed probe raises (the command line tells it apart).
+PROBE_FAILED = "the apply flow's fn failed its probe call"
+
+
 def first_bottom_chunk(spec: FlowSpec) -> Box:
     """The first (lowest corner) bottom-level chunk of the flow.
 
@@ -92,7 +96,7 @@ def probe_fn(
             "bottom-level chunk, before anything was written; probe=False skips it)",
         )
         error.__cause__ = exc
-        raise ExceptionGroup("the apply flow's fn failed its probe call", [error]) from None
+        raise ExceptionGroup(PROBE_FAILED, [error]) from None
 
 
 def _within(call: Callable[[], None], seconds: float) -> None:
