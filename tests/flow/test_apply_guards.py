@@ -347,3 +347,16 @@ def test_a_probe_call_that_hangs_fails_after_the_timeout(tmp_path: Path) -> None
     assert not (tmp_path / ".d.zarr.chunkgraph").exists() or not any(
         (tmp_path / ".d.zarr.chunkgraph").glob("*/layers")
     )
+
+
+def test_an_fn_writing_into_its_input_is_told_to_copy_it(tmp_path: Path) -> None:
+    def in_place(x: np.ndarray) -> np.ndarray:
+        x += 1
+        return x
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    with pytest.raises(ExceptionGroup) as caught:
+        volume.apply(in_place, src, dst, chunk_sizes=[8])
+    cause = caught.value.exceptions[0].__cause__
+    assert cause is not None and "x = x.copy()" in "\n".join(getattr(cause, "__notes__", []))

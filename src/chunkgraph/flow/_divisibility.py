@@ -244,10 +244,12 @@ def check_top_divides(
         smaller = size // chunk * chunk or None
         larger = -(-size // chunk) * chunk
         sizes = either(smaller, larger if larger <= room else None)
+        chunks = either(below, above)
+        fixes = [f"a top chunk of {chunks} on axis {axis}"] if chunks != "none" else []
+        fixes += [f"a bbox of size {sizes}"] if sizes != "none" else []
         problems.append(
-            f"on axis {axis}, {size} % {chunk} = {size % chunk}: use a top chunk of "
-            f"{either(below, above)} on axis {axis}"
-            + (f", a bbox of size {sizes}" if sizes != "none" else "")
+            f"on axis {axis}, {size} % {chunk} = {size % chunk}: use "
+            + (" or ".join(fixes) if fixes else "another bbox (no top chunk near fits)")
         )
     if problems:
         raise ConfigError(

@@ -340,6 +340,11 @@ def call_fn(
             f"in the apply flow's fn on chunk {chunk} at level {level}, the bottom, "
             f"which read {read_box}"
         )
+        if isinstance(exc, ValueError) and "read-only" in str(exc):
+            exc.add_note(
+                "fn's input arrays are read-only views of what was read (neighbouring chunks "
+                "share them); copy one before changing it in place: x = x.copy()"
+            )
         raise
     if device is None:
         result, xp = np.asarray(result), np
