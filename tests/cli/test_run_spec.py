@@ -274,6 +274,37 @@ def test_the_output_is_created_at_the_inputs_resolution(
     assert code == 2 and "output.resolution: [40, 4] has 2 values" in err
 
 
+def test_an_output_with_a_shape_is_created_at_the_inputs_offset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At offset 0 the output's bounds would miss an input at (1000, 2000, 3000)."""
+    shutil.copy(HERE / "spec_functions.py", tmp_path)
+    raw = volume.create(
+        tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32", offset=(1000, 2000, 3000)
+    )
+    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32") + 1)
+    shaped = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16], shape: [32, 32, 32]"
+    text = "input: raw.zarr\n%s}\nfunction: spec_functions:scale\nchunk_sizes: [16]\n"
+    code, _, err = run(capsys, write(tmp_path, text % shaped))
+    assert code == 0, err
+    out = volume.open(tmp_path / "out.zarr")
+    assert out.offset == (1000, 2000, 3000)
+    np.testing.assert_array_equal(read(tmp_path / "out.zarr"), read(tmp_path / "raw.zarr") * 2)
+    # given, it places the output; it must match an existing one and have one value per axis
+    code, _, err = run(capsys, write(tmp_path, text % (shaped + ", offset: [1000, 2000, 0]")))
+    assert code == 2
+    assert ":2: output.offset: the existing output has offset [1000, 2000, 3000]" in err
+    other = shaped.replace("out.zarr", "new.zarr")
+    code, _, err = run(capsys, write(tmp_path, text % (other + ", offset: [1000, 2000]")))
+    assert code == 2 and ":2: output.offset: [1000, 2000] has 2 values" in err
+    code, _, err = run(capsys, write(tmp_path, text % (other + ", offset: [1000, 2000, x]")))
+    assert code == 2 and ":2: output.offset.2: Input should be a valid integer" in err
+    # an offset that places the output away from every input is refused, not run on fill
+    code, _, err = run(capsys, write(tmp_path, text % (other + ", offset: [0, 0, 0]")))
+    assert code == 2 and "meets no input" in err and "Box(start=(1000, 2000, 3000)" in err
+    assert not (tmp_path / "new.zarr").exists()
+
+
 def test_failure_exits_1_naming_the_chunk_and_resume_finishes(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

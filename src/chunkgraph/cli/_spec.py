@@ -90,7 +90,12 @@ class OutputSpec(_Model):
     )
     shape: list[Annotated[int, Field(gt=0)]] | None = Field(
         default=None,
-        description="default: the first input's shape (and its offset and spatial axes)",
+        description="default: the first input's shape (and its spatial axes)",
+    )
+    offset: list[int] | None = Field(
+        default=None,
+        description="global voxel coordinate of the output's first voxel, per spatial axis; "
+        "default: the first input's offset (also when shape is given)",
     )
     resolution: list[Annotated[int | float, Field(gt=0)]] | None = Field(
         default=None,
@@ -542,8 +547,22 @@ def _plan_output(
     args: dict[str, Any] = {"dtype": out.dtype, "chunks": out.chunks, "fill_value": out.fill_value}
     if out.shape is not None:
         args["shape"] = tuple(out.shape)
+        if first is not None and len(out.shape) > first.spatial_ndim:
+            args["spatial_ndim"] = first.spatial_ndim  # leading channel axes, as the input's
     elif first is not None:
-        args.update(shape=first.shape, spatial_ndim=first.spatial_ndim, offset=first.offset)
+        args.update(shape=first.shape, spatial_ndim=first.spatial_ndim)
+    spatial_axes = args.get("spatial_ndim") or len(args.get("shape", ()))
+    if out.offset is not None:
+        args["offset"] = tuple(out.offset)
+        if "shape" in args and len(out.offset) != spatial_axes:
+            problem(
+                "output.offset",
+                f"{out.offset} has {len(out.offset)} values but the output has "
+                f"{spatial_axes} spatial axes: give one per spatial axis",
+            )
+    elif first is not None and len(first.offset) == spatial_axes:
+        # At 0 beside an input elsewhere, the output's bounds would miss the input.
+        args["offset"] = tuple(first.offset)
     if out.resolution is not None:
         args["resolution"] = tuple(out.resolution)
         spatial = args.get("spatial_ndim") or len(args.get("shape", out.resolution))
@@ -570,7 +589,12 @@ def _plan_output(
 
 
 def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
-    asked = {"shape": out.shape, "chunks": out.chunks, "resolution": out.resolution}
+    asked = {
+        "shape": out.shape,
+        "offset": out.offset,
+        "chunks": out.chunks,
+        "resolution": out.resolution,
+    }
     for name, want in asked.items():
         if want is not None and tuple(want) != tuple(getattr(existing, name)):
             problem(
