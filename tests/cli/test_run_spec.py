@@ -96,6 +96,21 @@ def test_named_inputs_are_keyword_arguments(work: Path, capsys: pytest.CaptureFi
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
 
 
+def test_a_kwarg_named_as_an_input_is_a_spec_error(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fn gets the input's array by that keyword at every call: the kwarg would be lost."""
+    spec = write(
+        work,
+        "inputs: {a: raw.zarr, b: raw.zarr}\n" + OUTPUT + "function: spec_functions:add\n"
+        "kwargs:\n  b: 3\nchunk_sizes: [32]\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 2
+    assert f"{spec}:5: kwargs.b: fn_kwargs['b'] clashes with input 'b'" in err, err
+    assert not (work / "out.zarr").exists()
+
+
 def test_command_line_overrides_the_run_defaults(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

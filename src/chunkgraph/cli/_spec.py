@@ -4,7 +4,7 @@
               │                  └──construct──> plain data (str, int, float, bool, list, dict)
               └─────────────────────────────────────┐
     RunSpec.model_validate(data, strict) ──> resolve_spec() ──> ResolvedSpec
-      types, unknown keys, ranges            import the function, bind kwargs,
+      types, unknown keys, ranges            import the function, check kwargs,
                                               open inputs, plan the output
     any failure ──> SpecError: every problem as ``spec.yaml:LINE: field.path: message``
 
@@ -32,7 +32,6 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -238,6 +237,10 @@ class ResolvedSpec:
         apply's messages start with the argument they are about ("crop_pads = [0, (2, 2)]
         has 2 entries..."); when that is a field of the spec, its line is given.
         """
+        clash = _KWARG_CLASH.match(str(err))
+        if clash is not None:
+            where = f"kwargs.{clash['name']}"
+            return SpecError(self.file, [SpecProblem(where, self.lines.line(where), str(err))])
         first = re.match(r"\w+", str(err))
         name = first.group() if first else ""
         if name in RunSpec.model_fields and self.lines.line(name) is not None:
@@ -253,6 +256,8 @@ class ResolvedSpec:
         return SpecError(self.file, [SpecProblem("", None, str(err))])
 
 
+# apply's message about a keyword argument named as an input ("fn_kwargs['image'] clashes").
+_KWARG_CLASH = re.compile(r"fn_kwargs\['(?P<name>\w+)'\] clashes")
 # apply's messages about one level ("level 1's chunk ...", "level 0's crop pad ...").
 _LEVEL_FIELD = re.compile(r"level (?P<level>\d+)'s (?P<what>chunk|crop pad|blend pad)\b")
 _LEVEL_FIELDS = {"chunk": "chunk_sizes", "crop pad": "crop_pads", "blend pad": "blend_pads"}
@@ -402,6 +407,8 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
     if problems or fn is None:
         raise SpecError(file, problems)
     flow_options = {
+        # apply binds them (and refuses one named as an input or `box`: see flow_error)
+        "fn_kwargs": spec.kwargs or None,
         "chunk_sizes": [_tupled(c) for c in spec.chunk_sizes],
         "crop_pads": _pads(spec.crop_pads),
         "blend_pads": _pads(spec.blend_pads),
@@ -473,7 +480,7 @@ def _import_function(spec: RunSpec, base: str, problem: Problem) -> Callable[...
         )
         return None
     _check_kwargs(target, spec, problem)
-    return partial(target, **spec.kwargs) if spec.kwargs else target  # type: ignore[no-any-return]
+    return target  # type: ignore[no-any-return]
 
 
 def _check_kwargs(fn: Callable[..., Any], spec: RunSpec, problem: Problem) -> None:
