@@ -266,6 +266,33 @@ def test_existing_output_of_another_dtype_is_refused_unless_overwritten(
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
 
 
+@pytest.mark.parametrize("exists", ["", ", exists: use", ", exists: overwrite"])
+def test_an_output_path_that_is_a_file_or_another_directory_is_refused(
+    work: Path, capsys: pytest.CaptureFixture[str], exists: str
+) -> None:
+    np.save(work / "raw.npy", np.zeros(3))
+    (work / "notes").mkdir()
+    (work / "notes" / "keep.txt").write_text("keep me")
+    said = {
+        "raw.npy": "is a file, not a volume directory",
+        "notes": "is a directory that holds files but no Zarr volume (no zarr.json)",
+    }
+    for name, message in said.items():
+        output = f"output: {{path: {name}, dtype: float32, chunks: [16, 16, 16]{exists}}}"
+        spec = write(work, spec_with(output=output))
+        code, _, err = run(capsys, spec)
+        assert code == 2, err
+        assert f"{spec}:2: output.path: '{(work / name).resolve()}' {message}" in err, err
+        assert "Traceback" not in err
+    assert (work / "notes" / "keep.txt").read_text() == "keep me"
+    assert np.load(work / "raw.npy").shape == (3,)
+    # an empty directory is free for the output
+    (work / "empty").mkdir()
+    spec = write(work, spec_with(output=OUTPUT.strip().replace("out.zarr", "empty")))
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+
+
 def test_the_output_is_created_at_the_inputs_resolution(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

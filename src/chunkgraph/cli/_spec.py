@@ -525,6 +525,9 @@ def _plan_output(
     out = spec.output
     path = str((base / out.path).resolve())
     plan = OutputPlan(path)
+    if not_a_volume := _not_a_volume(path):
+        problem("output.path", not_a_volume)
+        return plan
     existing = None
     try:
         existing = volume.open(path, "r+")
@@ -593,6 +596,19 @@ def _plan_output(
         )
     plan.create_args = args
     return plan
+
+
+def _not_a_volume(path: str) -> str | None:
+    """Why ``path`` is something the output must not be made in (None: a volume or free)."""
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        return f"{path!r} is a file, not a volume directory; give a path for the output volume"
+    if where.is_dir() and not (where / "zarr.json").exists() and any(where.iterdir()):
+        return (
+            f"{path!r} is a directory that holds files but no Zarr volume (no zarr.json); "
+            "it is neither written into nor deleted (whatever `exists` says): give another path"
+        )
+    return None
 
 
 def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
