@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -291,6 +292,52 @@ def test_an_output_path_that_is_a_file_or_another_directory_is_refused(
     spec = write(work, spec_with(output=OUTPUT.strip().replace("out.zarr", "empty")))
     code, _, err = run(capsys, spec)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_an_output_created_meanwhile_by_another_run_is_used_when_it_matches(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dtype: str
+) -> None:
+    """Another run creates the output between this run's check and its creation."""
+    from chunkgraph.cli import _cmd_run
+
+    checked = _cmd_run._check_flow
+
+    def check_then_other_run(resolved: Any, options: dict[str, Any]) -> Any:
+        report = checked(resolved, options)
+        volume.create(resolved.output.path, **{**resolved.output.create_args, "dtype": dtype})
+        return report
+
+    monkeypatch.setattr(_cmd_run, "_check_flow", check_then_other_run)
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    if dtype == "float32":
+        assert code == 0, err
+        np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+    else:
+        assert code == 2, err
+        assert f"{spec}:2: output.path: created meanwhile by another process" in err
+        assert "uint8" in err and "Traceback" not in err
+        assert not read(work / "out.zarr").any()
+
+
+def test_create_with_exist_ok_opens_a_volume_created_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The existence check saw nothing; another process created it before this creation."""
+    from chunkgraph.volume import _registry
+
+    path = tmp_path / "v.zarr"
+    volume.create(path, (8, 8), (4, 4), "uint8")
+    calls = []
+
+    def not_yet_then_there(name: str) -> bool:
+        calls.append(name)
+        return len(calls) > 1  # absent at the check, there when the creation fails
+
+    monkeypatch.setattr(_registry, "_is_on_disk", not_yet_then_there)
+    opened = volume.create(path, (8, 8), (4, 4), "uint8", exist_ok=True)
+    assert opened.shape == (8, 8)
 
 
 def test_the_output_is_created_at_the_inputs_resolution(
