@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,6 +95,21 @@ def test_named_inputs_are_keyword_arguments(work: Path, capsys: pytest.CaptureFi
     code, _, err = run(capsys, spec)
     assert code == 0, err
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+
+
+def test_a_kwarg_named_as_an_input_is_a_spec_error(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fn gets the input's array by that keyword at every call: the kwarg would be lost."""
+    spec = write(
+        work,
+        "inputs: {a: raw.zarr, b: raw.zarr}\n" + OUTPUT + "function: spec_functions:add\n"
+        "kwargs:\n  b: 3\nchunk_sizes: [32]\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 2
+    assert f"{spec}:5: kwargs.b: fn_kwargs['b'] clashes with input 'b'" in err, err
+    assert not (work / "out.zarr").exists()
 
 
 def test_command_line_overrides_the_run_defaults(
@@ -251,6 +267,79 @@ def test_existing_output_of_another_dtype_is_refused_unless_overwritten(
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
 
 
+@pytest.mark.parametrize("exists", ["", ", exists: use", ", exists: overwrite"])
+def test_an_output_path_that_is_a_file_or_another_directory_is_refused(
+    work: Path, capsys: pytest.CaptureFixture[str], exists: str
+) -> None:
+    np.save(work / "raw.npy", np.zeros(3))
+    (work / "notes").mkdir()
+    (work / "notes" / "keep.txt").write_text("keep me")
+    said = {
+        "raw.npy": "is a file, not a volume directory",
+        "notes": "is a directory that holds files but no Zarr volume (no zarr.json)",
+    }
+    for name, message in said.items():
+        output = f"output: {{path: {name}, dtype: float32, chunks: [16, 16, 16]{exists}}}"
+        spec = write(work, spec_with(output=output))
+        code, _, err = run(capsys, spec)
+        assert code == 2, err
+        assert f"{spec}:2: output.path: '{(work / name).resolve()}' {message}" in err, err
+        assert "Traceback" not in err
+    assert (work / "notes" / "keep.txt").read_text() == "keep me"
+    assert np.load(work / "raw.npy").shape == (3,)
+    # an empty directory is free for the output
+    (work / "empty").mkdir()
+    spec = write(work, spec_with(output=OUTPUT.strip().replace("out.zarr", "empty")))
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_an_output_created_meanwhile_by_another_run_is_used_when_it_matches(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dtype: str
+) -> None:
+    """Another run creates the output between this run's check and its creation."""
+    from chunkgraph.cli import _cmd_run
+
+    checked = _cmd_run._check_flow
+
+    def check_then_other_run(resolved: Any, options: dict[str, Any]) -> Any:
+        report = checked(resolved, options)
+        volume.create(resolved.output.path, **{**resolved.output.create_args, "dtype": dtype})
+        return report
+
+    monkeypatch.setattr(_cmd_run, "_check_flow", check_then_other_run)
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    if dtype == "float32":
+        assert code == 0, err
+        np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+    else:
+        assert code == 2, err
+        assert f"{spec}:2: output.path: created meanwhile by another process" in err
+        assert "uint8" in err and "Traceback" not in err
+        assert not read(work / "out.zarr").any()
+
+
+def test_create_with_exist_ok_opens_a_volume_created_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The existence check saw nothing; another process created it before this creation."""
+    from chunkgraph.volume import _registry
+
+    path = tmp_path / "v.zarr"
+    volume.create(path, (8, 8), (4, 4), "uint8")
+    calls = []
+
+    def not_yet_then_there(name: str) -> bool:
+        calls.append(name)
+        return len(calls) > 1  # absent at the check, there when the creation fails
+
+    monkeypatch.setattr(_registry, "_is_on_disk", not_yet_then_there)
+    opened = volume.create(path, (8, 8), (4, 4), "uint8", exist_ok=True)
+    assert opened.shape == (8, 8)
+
+
 def test_the_output_is_created_at_the_inputs_resolution(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -272,6 +361,37 @@ def test_the_output_is_created_at_the_inputs_resolution(
     spec = write(tmp_path, text.replace(OUTPUT, given % "40, 4").replace("out.zarr", "new.zarr"))
     code, _, err = run(capsys, spec)
     assert code == 2 and "output.resolution: [40, 4] has 2 values" in err
+
+
+def test_an_output_with_a_shape_is_created_at_the_inputs_offset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At offset 0 the output's bounds would miss an input at (1000, 2000, 3000)."""
+    shutil.copy(HERE / "spec_functions.py", tmp_path)
+    raw = volume.create(
+        tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32", offset=(1000, 2000, 3000)
+    )
+    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32") + 1)
+    shaped = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16], shape: [32, 32, 32]"
+    text = "input: raw.zarr\n%s}\nfunction: spec_functions:scale\nchunk_sizes: [16]\n"
+    code, _, err = run(capsys, write(tmp_path, text % shaped))
+    assert code == 0, err
+    out = volume.open(tmp_path / "out.zarr")
+    assert out.offset == (1000, 2000, 3000)
+    np.testing.assert_array_equal(read(tmp_path / "out.zarr"), read(tmp_path / "raw.zarr") * 2)
+    # given, it places the output; it must match an existing one and have one value per axis
+    code, _, err = run(capsys, write(tmp_path, text % (shaped + ", offset: [1000, 2000, 0]")))
+    assert code == 2
+    assert ":2: output.offset: the existing output has offset [1000, 2000, 3000]" in err
+    other = shaped.replace("out.zarr", "new.zarr")
+    code, _, err = run(capsys, write(tmp_path, text % (other + ", offset: [1000, 2000]")))
+    assert code == 2 and ":2: output.offset: [1000, 2000] has 2 values" in err
+    code, _, err = run(capsys, write(tmp_path, text % (other + ", offset: [1000, 2000, x]")))
+    assert code == 2 and ":2: output.offset.2: Input should be a valid integer" in err
+    # an offset that places the output away from every input is refused, not run on fill
+    code, _, err = run(capsys, write(tmp_path, text % (other + ", offset: [0, 0, 0]")))
+    assert code == 2 and "meets no input" in err and "Box(start=(1000, 2000, 3000)" in err
+    assert not (tmp_path / "new.zarr").exists()
 
 
 def test_failure_exits_1_naming_the_chunk_and_resume_finishes(

@@ -114,6 +114,21 @@ def test_a_bbox_entirely_outside_dst_is_refused(tmp_path: Path, sizes: Any, bbox
     _untouched(tmp_path, dst)
 
 
+@pytest.mark.parametrize("sizes", [{"chunk_sizes": [8]}, {}])
+def test_a_bbox_that_meets_no_input_is_refused(tmp_path: Path, sizes: Any) -> None:
+    """dst at offset 0 beside an input at (1000, 2000): fn would see fill values only."""
+    src = volume.create(str(tmp_path / "s.zarr"), (32, 32), (8, 8), "float32", offset=(1000, 2000))
+    src.write(src.bounds, np.ones((32, 32), dtype="float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (32, 32), (8, 8), "float32")
+    message = (
+        r"bbox Box\(start=\(0, 0\), stop=\(32, 32\)\) \(in dst voxels\) meets no input: "
+        r"the inputs' bounds are 'src' Box\(start=\(1000, 2000\), stop=\(1032, 2032\)\)"
+    )
+    with pytest.raises(ConfigError, match=message):
+        volume.apply(lambda x: x, src, dst, **sizes)
+    _untouched(tmp_path, dst)
+
+
 @pytest.mark.parametrize("backend", ["zarr", "tensorstore"])
 @pytest.mark.parametrize("dtype", ["U4", "S3", object, [("a", "i4")], "m8[s]"])
 def test_a_dtype_no_volume_can_hold_is_refused_at_create(

@@ -14,7 +14,10 @@ flow itself through ``apply(dry_run=True)`` (divisibility, pads, bbox, an fn
 that does not pickle for processes). A new output does not exist during that
 check, so it is checked against a stand-in: an empty Zarr array of the same
 shape, chunks and dtype in a temporary directory (metadata only, nothing of the
-volume's size). Command-line options override the spec's ``run:`` defaults.
+volume's size). Two runs may start on one new output at once (disjoint
+bboxes): the one whose creation finds it made meanwhile uses it when it matches
+the spec (``_create_output``), else exit 2 naming output.path.
+Command-line options override the spec's ``run:`` defaults.
 On a Dask cluster (``--executor tcp://...``), a function module beside the spec
 is sent to the workers first (``DaskExecutor.ship_module``); one they cannot
 import is refused there, exit 2, before anything is written.
@@ -132,6 +135,7 @@ def handle(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError, FlowLockedError
+    from chunkgraph.cli._spec import SpecError
     from chunkgraph.flow import ReadAmplificationWarning
     from chunkgraph.flow._probe import PROBE_FAILED
 
@@ -164,7 +168,13 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     progress, subscribers = event_output(args)
     if plan.overwrite:
         volume.remove(plan.path)
-    dst = plan.existing or volume.create(plan.path, **plan.create_args)
+    try:
+        dst = plan.existing or _create_output(resolved)
+    except SpecError as err:
+        close_output(subscribers)
+        print("\n".join(err.lines()), file=sys.stderr)
+        print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
+        return EXIT_USAGE
     recorder = _recorder(args, subscribers)
     # With events as JSON lines on stdout, everything else goes to stderr: stdout stays
     # one JSON object per line for whoever reads it.
@@ -206,6 +216,25 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             _write_report(args.report, recorder, report, outcome, out)
     print(report.summary(), file=out)
     return EXIT_OK
+
+
+def _create_output(resolved: ResolvedSpec) -> Any:
+    """Create the new output; one that another run created since the check is used
+    when it matches the spec (two runs over disjoint bboxes of one new output).
+
+    A SpecError on output.path when it does not match.
+    """
+    from chunkgraph import volume
+    from chunkgraph._errors import ConfigError
+    from chunkgraph.cli._spec import SpecError, SpecProblem
+
+    plan = resolved.output
+    try:
+        return volume.create(plan.path, **plan.create_args, exist_ok=not plan.overwrite)
+    except ConfigError as err:
+        line = resolved.lines.line("output.path")
+        found = f"created meanwhile by another process, but it does not match this spec: {err}"
+        raise SpecError(resolved.file, [SpecProblem("output.path", line, found)]) from None
 
 
 def locked_message(command: str, err: FlowLockedError, dst: object, again: str) -> str:

@@ -4,7 +4,7 @@
               │                  └──construct──> plain data (str, int, float, bool, list, dict)
               └─────────────────────────────────────┐
     RunSpec.model_validate(data, strict) ──> resolve_spec() ──> ResolvedSpec
-      types, unknown keys, ranges            import the function, bind kwargs,
+      types, unknown keys, ranges            import the function, check kwargs,
                                               open inputs, plan the output
     any failure ──> SpecError: every problem as ``spec.yaml:LINE: field.path: message``
 
@@ -32,7 +32,6 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -90,7 +89,12 @@ class OutputSpec(_Model):
     )
     shape: list[Annotated[int, Field(gt=0)]] | None = Field(
         default=None,
-        description="default: the first input's shape (and its offset and spatial axes)",
+        description="default: the first input's shape (and its spatial axes)",
+    )
+    offset: list[int] | None = Field(
+        default=None,
+        description="global voxel coordinate of the output's first voxel, per spatial axis; "
+        "default: the first input's offset (also when shape is given)",
     )
     resolution: list[Annotated[int | float, Field(gt=0)]] | None = Field(
         default=None,
@@ -233,6 +237,10 @@ class ResolvedSpec:
         apply's messages start with the argument they are about ("crop_pads = [0, (2, 2)]
         has 2 entries..."); when that is a field of the spec, its line is given.
         """
+        clash = _KWARG_CLASH.match(str(err))
+        if clash is not None:
+            where = f"kwargs.{clash['name']}"
+            return SpecError(self.file, [SpecProblem(where, self.lines.line(where), str(err))])
         first = re.match(r"\w+", str(err))
         name = first.group() if first else ""
         if name in RunSpec.model_fields and self.lines.line(name) is not None:
@@ -248,6 +256,8 @@ class ResolvedSpec:
         return SpecError(self.file, [SpecProblem("", None, str(err))])
 
 
+# apply's message about a keyword argument named as an input ("fn_kwargs['image'] clashes").
+_KWARG_CLASH = re.compile(r"fn_kwargs\['(?P<name>\w+)'\] clashes")
 # apply's messages about one level ("level 1's chunk ...", "level 0's crop pad ...").
 _LEVEL_FIELD = re.compile(r"level (?P<level>\d+)'s (?P<what>chunk|crop pad|blend pad)\b")
 _LEVEL_FIELDS = {"chunk": "chunk_sizes", "crop pad": "crop_pads", "blend pad": "blend_pads"}
@@ -397,6 +407,8 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
     if problems or fn is None:
         raise SpecError(file, problems)
     flow_options = {
+        # apply binds them (and refuses one named as an input or `box`: see flow_error)
+        "fn_kwargs": spec.kwargs or None,
         "chunk_sizes": [_tupled(c) for c in spec.chunk_sizes],
         "crop_pads": _pads(spec.crop_pads),
         "blend_pads": _pads(spec.blend_pads),
@@ -468,7 +480,7 @@ def _import_function(spec: RunSpec, base: str, problem: Problem) -> Callable[...
         )
         return None
     _check_kwargs(target, spec, problem)
-    return partial(target, **spec.kwargs) if spec.kwargs else target  # type: ignore[no-any-return]
+    return target  # type: ignore[no-any-return]
 
 
 def _check_kwargs(fn: Callable[..., Any], spec: RunSpec, problem: Problem) -> None:
@@ -513,6 +525,9 @@ def _plan_output(
     out = spec.output
     path = str((base / out.path).resolve())
     plan = OutputPlan(path)
+    if not_a_volume := _not_a_volume(path):
+        problem("output.path", not_a_volume)
+        return plan
     existing = None
     try:
         existing = volume.open(path, "r+")
@@ -542,8 +557,22 @@ def _plan_output(
     args: dict[str, Any] = {"dtype": out.dtype, "chunks": out.chunks, "fill_value": out.fill_value}
     if out.shape is not None:
         args["shape"] = tuple(out.shape)
+        if first is not None and len(out.shape) > first.spatial_ndim:
+            args["spatial_ndim"] = first.spatial_ndim  # leading channel axes, as the input's
     elif first is not None:
-        args.update(shape=first.shape, spatial_ndim=first.spatial_ndim, offset=first.offset)
+        args.update(shape=first.shape, spatial_ndim=first.spatial_ndim)
+    spatial_axes = args.get("spatial_ndim") or len(args.get("shape", ()))
+    if out.offset is not None:
+        args["offset"] = tuple(out.offset)
+        if "shape" in args and len(out.offset) != spatial_axes:
+            problem(
+                "output.offset",
+                f"{out.offset} has {len(out.offset)} values but the output has "
+                f"{spatial_axes} spatial axes: give one per spatial axis",
+            )
+    elif first is not None and len(first.offset) == spatial_axes:
+        # At 0 beside an input elsewhere, the output's bounds would miss the input.
+        args["offset"] = tuple(first.offset)
     if out.resolution is not None:
         args["resolution"] = tuple(out.resolution)
         spatial = args.get("spatial_ndim") or len(args.get("shape", out.resolution))
@@ -569,8 +598,26 @@ def _plan_output(
     return plan
 
 
+def _not_a_volume(path: str) -> str | None:
+    """Why ``path`` is something the output must not be made in (None: a volume or free)."""
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        return f"{path!r} is a file, not a volume directory; give a path for the output volume"
+    if where.is_dir() and not (where / "zarr.json").exists() and any(where.iterdir()):
+        return (
+            f"{path!r} is a directory that holds files but no Zarr volume (no zarr.json); "
+            "it is neither written into nor deleted (whatever `exists` says): give another path"
+        )
+    return None
+
+
 def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
-    asked = {"shape": out.shape, "chunks": out.chunks, "resolution": out.resolution}
+    asked = {
+        "shape": out.shape,
+        "offset": out.offset,
+        "chunks": out.chunks,
+        "resolution": out.resolution,
+    }
     for name, want in asked.items():
         if want is not None and tuple(want) != tuple(getattr(existing, name)):
             problem(

@@ -32,6 +32,7 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     bbox inside dst; divisibility of every level; bbox expanded (past dst's edge too)
     when asked; top | bbox
     every input read over whole voxels at its own resolution (_resolution)
+    the bbox meets at least one input's bounds (else fn would see fill values only)
     dtypes; reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
@@ -79,7 +80,7 @@ from chunkgraph.flow._divisibility import (
     check_top_divides,
     expanded_bbox,
 )
-from chunkgraph.flow._resolution import Scale, check_integral, scale_of, step_of
+from chunkgraph.flow._resolution import Scale, check_integral, scale_of, scaled, step_of
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -282,6 +283,7 @@ def validate_flow(
     below = (crops[0], blends[0], chunks[1]) if n_levels > 1 else None
     check_top_divides(region, levels[0].chunk, out.bounds, below, step)
     check_integral(levels, region, scales, out)
+    _check_bbox_reads_an_input(region, named, scales)
 
     if collect:
         accumulate = np.dtype(np.float64)
@@ -570,6 +572,28 @@ def _check_bbox_meets(bbox: Box, bounds: Box) -> None:
             "nothing of it could be written; give a bbox in dst's coordinates (they start at "
             f"its offset {bounds.start}), or bbox=None for the whole dst"
         )
+
+
+def _check_bbox_reads_an_input(
+    bbox: Box, named: Mapping[str, Volume], scales: Mapping[str, Scale]
+) -> None:
+    """A bbox that meets no input's bounds would give fn fill values only: refused.
+
+    Most often the output was made at another offset than the inputs (an output at 0
+    beside an input at (1000, 2000, 3000)). Without inputs (fn a generator) nothing is read.
+    """
+    if not named:
+        return
+    bounds = {name: vol.bounds for name, vol in named.items()}
+    for name, vol_bounds in bounds.items():
+        if not scaled(bbox, scales[name]).intersection(vol_bounds).is_empty:
+            return
+    listed = ", ".join(f"{name!r} {b}" for name, b in bounds.items())
+    raise ConfigError(
+        f"bbox {bbox} (in dst voxels) meets no input: the inputs' bounds are {listed} "
+        "(in their own voxels), so fn would see only fill values; create dst at the inputs' "
+        "offset (volume.create(..., offset=input.offset)) or give a bbox inside an input"
+    )
 
 
 # --- dtypes, reductions, direct writes ---------------------------------------------------

@@ -8,7 +8,9 @@ installed). Both on-disk backends read each other's volumes.
 
 ``create(..., exist_ok=True)`` on an existing volume opens it instead, after
 checking that shape, chunks, dtype and placement match what was asked
-(resuming a run must not silently reuse a different layer).
+(resuming a run must not silently reuse a different layer). Also when another
+process creates it between the check and this creation (two runs starting on
+one new output): the creation that fails because the volume now exists opens it.
 """
 
 from __future__ import annotations
@@ -97,17 +99,26 @@ def create(
                 f"a volume already exists at {name!r}; pass exist_ok=True to reuse it, "
                 f"or volume.remove({name!r}) first"
             )
-        opened = open_volume(name, "r+", cache_bytes=cache_bytes, backend=backend)
-        _check_same(opened, meta)
-        return opened
+        return _open_same(name, meta, cache_bytes, backend)
     storage: Storage
-    if backend == "memory":
-        storage = create_memory(name, meta)
-    elif backend == "tensorstore":
-        storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
-    else:
-        storage = create_zarr(name, meta, compressor, checksum, overwrite=False)
+    try:
+        if backend == "memory":
+            storage = create_memory(name, meta)
+        elif backend == "tensorstore":
+            storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
+        else:
+            storage = create_zarr(name, meta, compressor, checksum, overwrite=False)
+    except Exception:  # each backend says "exists" its own way: asked again below
+        if exist_ok and backend != "memory" and _is_on_disk(name):  # created meanwhile
+            return _open_same(name, meta, cache_bytes, backend)
+        raise
     return Volume(storage, "r+", cache_bytes)
+
+
+def _open_same(name: str, meta: VolumeMeta, cache_bytes: int, backend: BackendName) -> Volume:
+    opened = open_volume(name, "r+", cache_bytes=cache_bytes, backend=backend)
+    _check_same(opened, meta)
+    return opened
 
 
 def _build_meta(
