@@ -476,7 +476,7 @@ def test_spec_schema_is_json_naming_the_fields(capsys: pytest.CaptureFixture[str
         schema["properties"]
     )
     assert schema["additionalProperties"] is False
-    assert set(schema["required"]) == {"output", "function", "chunk_sizes"}
+    assert set(schema["required"]) == {"output", "function"}
 
 
 def test_example_spec_shows_every_field_and_checks_out(
@@ -682,3 +682,23 @@ def test_a_probe_failure_says_nothing_was_written_and_the_log_ends_with_the_outc
     assert code == 0, err
     last = json.loads(log.read_text().splitlines()[-1])
     assert last == {"event": "outcome", "outcome": "finished"}
+
+
+def test_without_chunk_sizes_the_flow_plans_its_own(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only fn and its crop pad: automatic sizes, the same result as the whole-array filter."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\nkwargs: {sigma: 1.0}\n"
+        "crop_pads: 4\n",
+    )
+    code, out, err = run(capsys, spec, "--dry-run")
+    assert code == 0, err
+    assert "plan (automatic)" in out
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    want = gaussian_filter(read(work / "raw.zarr"), sigma=1.0, mode="constant")
+    np.testing.assert_allclose(read(work / "out.zarr"), want, rtol=0, atol=1e-6)
+    code, _, err = run(capsys, write(work, Path(spec).read_text() + "chunk_sizes: x\n", "b.yaml"))
+    assert code == 2 and "chunk_sizes" in err

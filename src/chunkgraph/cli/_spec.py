@@ -142,8 +142,10 @@ class RunSpec(_Model):
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments bound to the function"
     )
-    chunk_sizes: list[Sizes] = Field(
-        min_length=1, description="processing chunk per level, top first (int or per-axis list)"
+    chunk_sizes: Annotated[list[Sizes], Field(min_length=1)] | Literal["auto"] = Field(
+        default="auto",
+        description="processing chunk per level, top first (int or per-axis list); auto "
+        "(the default): planned from the pads, the storage chunks, the cores and the memory",
     )
     crop_pads: Pads = 0
     blend_pads: Pads = 0
@@ -156,7 +158,11 @@ class RunSpec(_Model):
         default=None,
         description="directory of temporaries; default .<output name>.chunkgraph beside it",
     )
-    skip_intermediates: bool = False
+    skip_intermediates: bool | None = Field(
+        default=None,
+        description="write bottom outputs straight to the output (nothing may overlap); "
+        "default: decided with automatic sizes, else false",
+    )
     retries: Annotated[int, Field(ge=0)] = 2
     timeout: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="seconds per try of a top-level task or reduction"
@@ -409,7 +415,11 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
     flow_options = {
         # apply binds them (and refuses one named as an input or `box`: see flow_error)
         "fn_kwargs": spec.kwargs or None,
-        "chunk_sizes": [_tupled(c) for c in spec.chunk_sizes],
+        "chunk_sizes": (
+            spec.chunk_sizes
+            if spec.chunk_sizes == "auto"
+            else [_tupled(c) for c in spec.chunk_sizes]
+        ),
         "crop_pads": _pads(spec.crop_pads),
         "blend_pads": _pads(spec.blend_pads),
         "blend_modes": spec.blend_modes,
