@@ -10,7 +10,6 @@ graph on a real GPU where CuPy sees one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,13 +20,6 @@ from chunkgraph.execute import Event, EventKind
 from chunkgraph.gpu import FakeBackend, FakeDeviceArray, use_backend
 
 GPU = {"gpu": 1}
-
-
-@pytest.fixture
-def fake2() -> Iterator[FakeBackend]:
-    with use_backend(FakeBackend(2)) as backend:
-        assert isinstance(backend, FakeBackend)
-        yield backend
 
 
 class Seen:

@@ -13,25 +13,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 import chunkgraph as cg
-from chunkgraph.gpu import FakeBackend, use_backend
+from chunkgraph.gpu import FakeBackend
 from chunkgraph.gpu._backend import FakeStreamOrderError
 from chunkgraph.gpu._residency import Residency
 
 GPU = {"gpu": 1}
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeBackend]:
-    with use_backend(FakeBackend(1)) as backend:
-        assert isinstance(backend, FakeBackend)
-        yield backend
 
 
 def _gpu_then_cpu() -> cg.Graph:
