@@ -702,3 +702,18 @@ def test_without_chunk_sizes_the_flow_plans_its_own(
     np.testing.assert_allclose(read(work / "out.zarr"), want, rtol=0, atol=1e-6)
     code, _, err = run(capsys, write(work, Path(spec).read_text() + "chunk_sizes: x\n", "b.yaml"))
     assert code == 2 and "chunk_sizes" in err
+
+
+def test_an_error_about_a_field_the_spec_leaves_out_names_no_line(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The output at offset 1000, given explicitly: the default bbox meets no input. The
+    spec has no bbox line to point at, so none is named (not line 1)."""
+    spec = write(
+        work,
+        "input: raw.zarr\noutput: {path: out.zarr, dtype: float32, chunks: [16, 16, 16], "
+        "offset: [1000, 0, 0]}\nfunction: spec_functions:scale\nchunk_sizes: [16]\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 2
+    assert f"{spec}: bbox: " in err and "meets no input" in err

@@ -249,13 +249,14 @@ class ResolvedSpec:
             return SpecError(self.file, [SpecProblem(where, self.lines.line(where), str(err))])
         first = re.match(r"\w+", str(err))
         name = first.group() if first else ""
-        if name in RunSpec.model_fields and self.lines.line(name) is not None:
-            return SpecError(self.file, [SpecProblem(name, self.lines.line(name), str(err))])
+        if name in RunSpec.model_fields:  # its line where the file gives it (else its default)
+            line = self.lines.line(name) if self.lines.has(name) else None
+            return SpecError(self.file, [SpecProblem(name, line, str(err))])
         # "level 1's chunk (12, 12) does not divide ...": the level's entry of its field
         level = _LEVEL_FIELD.match(str(err))
         if level is not None:
             field = _LEVEL_FIELDS[level["what"]]
-            if self.lines.line(field) is not None:
+            if self.lines.has(field):
                 kept, line = self.lines.find((field, int(level["level"])))
                 where = ".".join(str(k) for k in kept)
                 return SpecError(self.file, [SpecProblem(where, line, str(err))])
@@ -288,8 +289,17 @@ class _Lines:
         return kept, line
 
     def line(self, path: str) -> int | None:
-        loc = tuple(int(k) if k.isdigit() else k for k in path.split(".") if k)
-        return self.find(loc)[1]
+        """The line of ``path``, or of the nearest part of it that the file has."""
+        return self.find(self._loc(path))[1]
+
+    def has(self, path: str) -> bool:
+        """Whether the file spells out ``path`` (a field left to its default does not)."""
+        loc = self._loc(path)
+        return len(self.find(loc)[0]) == len(loc)
+
+    @staticmethod
+    def _loc(path: str) -> tuple[str | int, ...]:
+        return tuple(int(k) if k.isdigit() else k for k in path.split(".") if k)
 
 
 def _child(node: yaml.Node | None, key: str | int) -> tuple[int, yaml.Node] | None:
