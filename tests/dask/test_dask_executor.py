@@ -461,6 +461,9 @@ def test_a_closed_executor_says_so_and_closing_again_is_harmless(
     other.close()
     with pytest.raises(cg.UsageError, match=r"Client of DaskExecutor.* was closed"):
         given.run(g, targets)
+    for closed in (lambda: DaskExecutor(other), lambda: cg.run(g, targets, executor=other)):
+        with pytest.raises(cg.UsageError, match=r"Client given .* was closed"):
+            closed()
 
 
 @pytest.mark.parametrize("make", [make_lock, make_generator], ids=["lock", "generator"])

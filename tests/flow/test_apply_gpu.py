@@ -241,6 +241,21 @@ def test_bad_device_options_are_config_errors(
         apply(double, src, dst, chunk_sizes=[(20, 18)], **kwargs)
 
 
+@pytest.mark.parametrize("fallback", [False, True])
+@pytest.mark.parametrize("executor", ["processes", "tcp://127.0.0.1:9"])
+def test_gpu_with_an_executor_elsewhere_is_refused_whether_or_not_a_gpu_is_here(
+    files: Any, executor: str, fallback: bool
+) -> None:
+    """The GPU found (or not) here says nothing of other processes' or a cluster's: the
+    executor is refused first, with and without gpu_fallback, and nothing connects."""
+    src = files.source(files.random((16, 16), "float32"), (8, 8))
+    dst = files.empty((16, 16), (8, 8), "float32")
+    for backend in (FakeBackend(0), FakeBackend(1)):
+        with use_backend(backend), pytest.raises(ConfigError, match=r"runs in this process"):
+            apply(double, src, dst, chunk_sizes=[8], device="gpu", executor=executor,
+                  gpu_fallback=fallback)  # fmt: skip
+
+
 def test_gpu_without_dst_is_refused(files: Any) -> None:
     src = files.source(files.random((40, 36), "float32"), (8, 8))
     with use_backend(FakeBackend()), pytest.raises(ConfigError, match="device='gpu' needs a dst"):

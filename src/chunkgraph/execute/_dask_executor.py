@@ -148,6 +148,11 @@ class DaskExecutor:
                     "DaskExecutor takes a distributed.Client or a scheduler address such as "
                     f"'tcp://127.0.0.1:8786', got {client_or_address!r}"
                 )
+            if client_or_address.status in ("closing", "closed"):
+                raise UsageError(
+                    f"the distributed.Client given ({client_or_address!r}) was closed; pass an "
+                    "open Client, or the scheduler's address"
+                )
             self.client = client_or_address
             self._close = None
         self._address = str(self.client.scheduler.address)

@@ -338,6 +338,7 @@ def apply(
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
+    check_executor(device, executor)
     flow_device, fell_back = resolve_device(device, gpu_fallback, dry_run)
     no_gpu = gpu_missing(device, flow_device, fell_back)  # dry run, GPU asked for, none here
     named_inputs = normalize_inputs(inputs)
@@ -424,7 +425,6 @@ def apply(
 
     try:
         _check_run_options(workers, retries, lock_wait)
-        check_executor(flow_device, chosen, executor)
         if flow_device is not None:
             flow_device.fit(top_task_memory(spec, named, dst))
             plan = _on_device(plan, flow_device, top_task_memory(spec, named, dst))

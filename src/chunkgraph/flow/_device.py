@@ -20,7 +20,8 @@ State. ``FlowDevice`` wraps the process's ``DeviceBackend`` and counts what
 crossed (uploads, downloads and their bytes; the probe's included), under a
 lock because the top-level tasks of a flow run on several threads. It lives
 only in the process that runs the flow: ``device="gpu"`` needs an in-process
-executor (``check_executor``), since a backend is per process.
+executor (``check_executor``, before any GPU is looked for), since a backend is
+per process.
 
 Which device. Top-level task ``index`` computes on device ``sum(index) % n``
 of the ``n`` this process sees (``CUDA_VISIBLE_DEVICES`` picks them) and binds
@@ -59,7 +60,6 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 
 if TYPE_CHECKING:
-    from chunkgraph.execute import Executor
     from chunkgraph.gpu import DeviceBackend
 
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
@@ -228,11 +228,24 @@ def gpu_missing(device: object, flow_device: FlowDevice | None, fell_back: bool)
     return device == "gpu" and flow_device is None and not fell_back
 
 
-def check_executor(device: FlowDevice | None, executor: Executor, given: object) -> None:
-    """ConfigError when a GPU flow would run in other processes: the backend (and a test's
-    fake) is per process, and its device arrays cannot be shipped to a worker."""
-    if device is None or executor.in_process:
+def check_executor(device: object, executor: object) -> None:
+    """ConfigError when ``device="gpu"`` would run in other processes (``processes``, a
+    Dask address or Client, an Executor that is not ``in_process``): the backend (and a
+    test's fake) is per process, and its device arrays cannot be shipped to a worker.
+    Checked before looking for a GPU here, which says nothing of a cluster's workers."""
+    if device != "gpu":
         return
+    if isinstance(executor, str):
+        elsewhere = executor == "processes" or "://" in executor
+    elif executor is None:
+        elsewhere = False
+    else:
+        kind = type(executor)
+        client = kind.__name__ == "Client" and kind.__module__.startswith("distributed")
+        elsewhere = client or getattr(executor, "in_process", True) is False
+    if not elsewhere:
+        return
+    given = executor
     raise ConfigError(
         f"device='gpu' runs in this process's threads, but executor={given!r} runs tasks in "
         "other processes; use executor='threads' (the default) or 'sync', or device='cpu'"
