@@ -142,8 +142,12 @@ def test_an_interrupted_in_place_flow_is_never_started_over(tmp_path: Path) -> N
         volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"unfinished flow .*`chunkgraph clean"):
         volume.apply(fn, src, dst, fn_kwargs={"factor": 3}, **kw)  # type: ignore[arg-type]
+    # Other intermediates do not hide it: dst itself says where its state is.
+    with pytest.raises(ConfigError, match=r"unfinished flow .*intermediates="):
+        volume.apply(fn, src, dst, intermediates=tmp_path / "elsewhere", **kw)  # type: ignore[arg-type]
     volume.apply(fn, src, dst, resume=True, **kw)  # type: ignore[arg-type]
     assert np.array_equal(dst.read(dst.bounds), before * 2)
+    assert not (tmp_path / "a.zarr" / ".chunkgraph-in-place.json").exists()
 
 
 @pytest.mark.parametrize("flag", ["dry_run", "resume", "progress", "probe"])
@@ -338,12 +342,12 @@ def test_a_probe_call_that_hangs_fails_after_the_timeout(tmp_path: Path) -> None
     t0 = time.perf_counter()
     try:
         with pytest.raises(ExceptionGroup) as caught:
-            volume.apply(hang, src, dst, chunk_sizes=[8], timeout=0.5)
+            volume.apply(hang, src, dst, chunk_sizes=[8], timeout=0.5, retries=1)
     finally:
         release.set()
     assert time.perf_counter() - t0 < 10
     text = str(caught.value.exceptions[0])
-    assert "probe" in text and "timeout=0.5 s" in text
+    assert "probe" in text and "timeout=0.5 s" in text and "2 attempt(s)" in text
     assert not (tmp_path / ".d.zarr.chunkgraph").exists() or not any(
         (tmp_path / ".d.zarr.chunkgraph").glob("*/layers")
     )
@@ -360,3 +364,22 @@ def test_an_fn_writing_into_its_input_is_told_to_copy_it(tmp_path: Path) -> None
         volume.apply(in_place, src, dst, chunk_sizes=[8])
     cause = caught.value.exceptions[0].__cause__
     assert cause is not None and "x = x.copy()" in "\n".join(getattr(cause, "__notes__", []))
+
+
+def test_a_probe_call_slow_once_is_tried_again(tmp_path: Path) -> None:
+    """A first call slow once (a kernel compiling, a cache warming) is retried as the
+    flow would retry it; the flow then runs."""
+    import time
+
+    calls = [0]
+
+    def slow_once(x: np.ndarray) -> np.ndarray:
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(1.5)
+        return x + 1
+
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    volume.apply(slow_once, src, dst, chunk_sizes=[8], timeout=0.5, retries=1)
+    assert np.array_equal(dst.read(dst.bounds), np.ones((16, 16), "float32"))

@@ -109,8 +109,11 @@ from chunkgraph.flow._spec import (
 )
 from chunkgraph.flow._state import (
     in_place_conflict,
+    in_place_mark,
     kept_state_note,
+    mark_in_place,
     read_flow_info,
+    unmark_in_place,
     warn_if_resume_mismatch,
     warn_if_stale,
     write_flow_info,
@@ -458,11 +461,7 @@ def apply(
                     resume = False
                 finished = record.read() if resume else None
                 if in_place is not None and finished is None:
-                    conflict = in_place_conflict(
-                        root, flow_id, fingerprint, stamp, resuming=resume, input_name=in_place
-                    )
-                    if conflict:
-                        raise ConfigError(conflict)
+                    _check_in_place_start(root, flow_id, fingerprint, stamp, resume, in_place, dst)
                 if resume and finished is None and not (root / flow_id).exists():
                     warn_if_resume_mismatch(root, flow_id, fingerprint, stamp)
                 if finished is not None:
@@ -473,8 +472,10 @@ def apply(
                     return _with_device(report, flow_device, fell_back)
                 before = _read_bytes(named)
                 if probe:
-                    probe_fn(spec, run_fn, named, dst, flow_device, timeout)
+                    probe_fn(spec, run_fn, named, dst, flow_device, timeout, retries)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
+                if in_place is not None:
+                    mark_in_place(dst, root)
                 flow = _Flow(
                     spec,
                     run_fn,
@@ -505,6 +506,8 @@ def apply(
                     # Finished first, then delete: a kill while deleting must never leave done
                     # markers whose layers are gone (a resume would reduce missing data).
                     record.write(report, stamp, fingerprint=fingerprint)
+                    if in_place is not None:
+                        unmark_in_place(dst)
                     discard_flow_dir(root / flow_id)
                 return report
         finally:
@@ -552,6 +555,33 @@ def _dst_replaced(record: CompletionRecord, flow_dir: Path, stamp: str | None) -
     finished = record.read()
     before = finished.get("dst") if finished else read_flow_info(flow_dir).get("dst")
     return before is not None and before != stamp
+
+
+def _check_in_place_start(
+    root: Path,
+    flow_id: str,
+    fingerprint: dict[str, str],
+    stamp: str | None,
+    resume: bool,
+    input_name: str,
+    dst: Volume,
+) -> None:
+    """ConfigError when an in-place flow may not start: an interrupted in-place flow has
+    rewritten part of dst (its state under ``root``, or under the intermediates the mark in
+    dst names), so dst no longer holds the input; only that flow's resume may go on."""
+    conflict = in_place_conflict(
+        root, flow_id, fingerprint, stamp, resuming=resume, input_name=input_name
+    )
+    marked = in_place_mark(dst)
+    if conflict is None and marked is not None and marked != root.resolve():
+        # Its state lies elsewhere: no run from here can resume it, whatever its id.
+        conflict = in_place_conflict(
+            marked, "", fingerprint, stamp, resuming=False, input_name=input_name
+        )
+        if conflict:
+            conflict += f" (that flow keeps its state under intermediates={str(marked)!r})"
+    if conflict:
+        raise ConfigError(conflict)
 
 
 def _executor_size(workers: int | None, device: FlowDevice | None) -> int | None:

@@ -60,13 +60,16 @@ def probe_fn(
     dst: Volume,
     device: FlowDevice | None = None,
     timeout: float | None = None,
+    retries: int = 0,
 ) -> None:
     """Call ``fn`` on the first bottom chunk; raise what the flow would raise there.
 
     With a ``device``, ``fn`` gets device arrays there, as in the flow (one upload per
     input, on the calling thread's device). With a ``timeout`` (apply's, per try), the
-    call runs in a thread of its own and a call that overruns fails the probe: a thread
-    cannot be killed, so it is abandoned (as the thread executor abandons a hung try)."""
+    call runs in a thread of its own and a call that overruns is abandoned (a thread cannot
+    be killed, as the thread executor abandons a hung try) and tried again, up to
+    ``retries`` times, as the flow would retry it (a first call may be slow once: a kernel
+    compiles, a cache warms); any other failure fails the probe at once."""
     chunk = first_bottom_chunk(spec)
     bottom = spec.levels[-1]
     read_box = chunk.padded(tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True)))
@@ -82,16 +85,24 @@ def probe_fn(
                 on_device = {name: device.upload(a, index) for name, a in arrays.items()}
                 call_fn(spec, fn, on_device, chunk, tuple(dst.channel_shape), device, index)
 
+    tries = 1
     try:
         if timeout is None:
             call()
         else:
-            _within(call, timeout)
+            while True:
+                try:
+                    _within(call, timeout)
+                    break
+                except TimeoutError:
+                    if tries > retries:
+                        raise
+                    tries += 1
     except Exception as exc:
         # The same contract as a failing task: one group of TaskError, the cause attached.
         error = TaskError(
             f"apply-probe{chunk}",
-            attempts=1,
+            attempts=tries,
             detail=f"{type(exc).__name__}: {exc} (in the probe call of fn on the first "
             "bottom-level chunk, before anything was written; probe=False skips it)",
         )

@@ -421,6 +421,42 @@ def in_place_conflict(
     return None
 
 
+# Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
+# state. A run with other intermediates finds the interrupted flow through it.
+IN_PLACE_MARK = ".chunkgraph-in-place.json"
+
+
+def _mark_path(dst: Any) -> Path | None:
+    on_disk = dst.backend != "memory" and "://" not in dst.path
+    return Path(dst.path) / IN_PLACE_MARK if on_disk else None
+
+
+def in_place_mark(dst: Any) -> Path | None:
+    """The intermediates root that the in-place flow last started on ``dst`` keeps its
+    state under (None: no mark, or dst is not on this disk)."""
+    path = _mark_path(dst)
+    found = _read_json(path) if path is not None and path.exists() else None
+    root = found.get("intermediates") if found else None
+    return Path(root) if isinstance(root, str) else None
+
+
+def mark_in_place(dst: Any, root: Path) -> None:
+    """Record in ``dst`` that an in-place flow with state under ``root`` is rewriting it."""
+    path = _mark_path(dst)
+    if path is not None:
+        tmp = path.with_name(f".{IN_PLACE_MARK}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"intermediates": str(Path(root).resolve())}))
+        os.replace(tmp, path)
+
+
+def unmark_in_place(dst: Any) -> None:
+    """The in-place flow finished: dst holds its result, nothing half-written."""
+    path = _mark_path(dst)
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 def warn_if_resume_mismatch(
     root: Path, flow_id: str, fingerprint: dict[str, str], stamp: str | None
 ) -> None:
