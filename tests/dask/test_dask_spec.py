@@ -75,3 +75,35 @@ def test_a_module_the_workers_cannot_import_is_refused_before_anything_is_writte
     assert "cannot import 'client_only'" in err
     assert "a package only this machine has" in err
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_package_beside_the_spec_runs_on_the_cluster_and_a_changed_submodule_too(
+    healthy: Any, cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mytools/filters.py`` inside a package beside the spec: the package is zipped and
+    sent; changed, the workers import the new submodule, not the one they had loaded."""
+    package = tmp_path / "mytools"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "filters.py").write_text("def scale(x, factor=2.0):\n    return x * factor\n")
+    for name in ("mytools", "mytools.filters"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    raw = volume.create(tmp_path / "raw.zarr", (16, 16, 16), (8, 8, 8), "float32")
+    data = np.random.default_rng(5).random((16, 16, 16), dtype="float32")
+    raw.write(raw.bounds, data)
+    spec = tmp_path / "spec.yaml"
+    text = SPEC.replace("spec_functions:scale", "mytools.filters:scale")
+    spec.write_text(text.format(out="out.zarr"))
+    code = cli.main(["run", "--quiet", str(spec), "--executor", cluster.scheduler_address])
+    assert code == 0
+    out = volume.open(tmp_path / "out.zarr")
+    np.testing.assert_array_equal(out.read(out.bounds), data * 3)
+
+    (package / "filters.py").write_text("def scale(x, factor=2.0):\n    return x * factor + 1\n")
+    for name in ("mytools", "mytools.filters"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    spec.write_text(text.format(out="again.zarr"))
+    code = cli.main(["run", "--quiet", str(spec), "--executor", cluster.scheduler_address])
+    assert code == 0
+    again = volume.open(tmp_path / "again.zarr")
+    np.testing.assert_array_equal(again.read(again.bounds), data * 3 + 1)

@@ -18,8 +18,8 @@ volume's size). Two runs may start on one new output at once (disjoint
 bboxes): the one whose creation finds it made meanwhile uses it when it matches
 the spec (``_create_output``), else exit 2 naming output.path.
 Command-line options override the spec's ``run:`` defaults.
-On a Dask cluster (``--executor tcp://...``), a function module beside the spec
-is sent to the workers first (``DaskExecutor.ship_module``); one they cannot
+On a Dask cluster (``--executor tcp://...``), the function's module (or package)
+beside the spec is sent to the workers first (``DaskExecutor.ship_module``); one they cannot
 import is refused there, exit 2, before anything is written.
 ``--resume`` continues an interrupted flow: finished top-level tasks and
 reductions are skipped (apply's ``resume=True``). A spec whose function,

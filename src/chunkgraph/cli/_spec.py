@@ -11,9 +11,9 @@
 Nothing in a spec is evaluated: values are YAML scalars, lists and mappings,
 and the one piece of code it names, ``function: "package.module:attribute"``,
 is imported (the spec's directory first on ``sys.path``, so a module beside the
-spec is found; ``module_file`` names that file, which ``chunkgraph run`` sends to
-the workers of a Dask cluster: they cannot import it from the spec's directory;
-a package beside the spec is not sent). Relative paths (inputs, output,
+spec is found; ``module_file`` names that file, or the directory of a package
+beside the spec, which ``chunkgraph run`` sends to the workers of a Dask
+cluster: they cannot import it from the spec's directory). Relative paths (inputs, output,
 intermediates) are relative to the spec file's directory, so a spec means the
 same from any working directory; ``kwargs`` are passed as they are (a path among
 them is the function's business).
@@ -452,14 +452,16 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
 
 
 def _module_beside(function: str, base: Path) -> str | None:
-    """The file of ``function``'s module (imported) when it is one .py file in ``base``."""
-    module = sys.modules.get(function.partition(":")[0])
-    file = getattr(module, "__file__", None)
+    """Where ``function``'s code lies when it is beside the spec, in ``base``: its module's
+    .py file, or its top-level package's directory (imported already); None otherwise."""
+    top = sys.modules.get(function.partition(":")[0].split(".")[0])
+    file = getattr(top, "__file__", None)
     if not file:
         return None
     path = Path(file).resolve()
-    beside = path.parent == base.resolve() and path.suffix == ".py"
-    return str(path) if beside and path.name != "__init__.py" else None
+    if path.name == "__init__.py":  # a package: its directory must be the one in base
+        return str(path.parent) if path.parent.parent == base.resolve() else None
+    return str(path) if path.parent == base.resolve() and path.suffix == ".py" else None
 
 
 def _tupled(value: Any) -> Any:

@@ -201,30 +201,27 @@ class DaskExecutor:
     # -- code the workers need -----------------------------------------------------------
 
     def ship_module(self, path: str) -> None:
-        """Make the module file ``path`` (``name.py``) importable as ``name`` on every worker,
-        those that join later included: functions of a module the workers cannot import
-        from where they run (one beside a spec file) then reach them by reference.
-
-        Dask's ``UploadFile`` worker plugin, registered under one name per module, so
-        shipping a changed file again replaces (and reloads) the workers' copy. ConfigError
-        when a worker cannot import it (a package it imports is missing there, say).
+        """Make the module file ``path`` (``name.py``) or package directory (``name/``)
+        importable as ``name`` on every worker, those that join later included: functions
+        of code the workers cannot import from where they run (beside a spec file) then
+        reach them by reference (``_dask_ship``). Shipping changed code again replaces the
+        workers' copy. ConfigError when a worker cannot import it (a package it imports
+        is missing there, say).
         """
-        from pathlib import Path
-
-        from distributed.diagnostics.plugin import UploadFile
+        from chunkgraph.execute._dask_ship import ShipCode
 
         self._check_open()
-        name = Path(path).stem
-        plugin = f"chunkgraph-module-{name}"
+        plugin = ShipCode(path)
         try:
-            self.client.register_plugin(UploadFile(path, load=True), name=plugin)
+            self.client.register_plugin(plugin, name=plugin.name)
         except Exception as err:  # the worker's import error, whatever its type
             # Left registered, it would fail again on every worker that joins.
-            self.client.unregister_worker_plugin(plugin)
+            self.client.unregister_worker_plugin(plugin.name)
             raise ConfigError(
-                f"the workers of the Dask cluster at {self.address} cannot import {name!r} "
-                f"(sent to them from {path}): {type(err).__name__}: {err}; install what it "
-                "imports on the workers, or put the function in a package installed there"
+                f"the workers of the Dask cluster at {self.address} cannot import "
+                f"{plugin.module!r} (sent to them from {path}): {type(err).__name__}: {err}; "
+                "install what it imports on the workers, or put the function in a package "
+                "installed there"
             ) from err
 
     # -- paths ------------------------------------------------------------------------
