@@ -383,3 +383,31 @@ def test_a_probe_call_slow_once_is_tried_again(tmp_path: Path) -> None:
     dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
     volume.apply(slow_once, src, dst, chunk_sizes=[8], timeout=0.5, retries=1)
     assert np.array_equal(dst.read(dst.bounds), np.ones((16, 16), "float32"))
+
+
+def test_an_in_place_flow_whose_state_was_removed_is_not_started_over(tmp_path: Path) -> None:
+    """Interrupted in place, then its state cleaned away: the mark in dst still says dst may
+    be half-rewritten, so nothing starts over until it is deleted (dst restored)."""
+    import functools
+
+    from chunkgraph import cli
+
+    (tmp_path / "x").mkdir()
+    src, dst = _opened_twice(tmp_path, "symlink")
+    before = dst.read(dst.bounds).copy()
+    fn = functools.partial(_double_unless_last, tmp_path / "fixed")
+    kw: dict[str, object] = dict(chunk_sizes=[(8, 8), (4, 4)], executor="sync", retries=0,
+                                 probe=False, intermediates=tmp_path / "state")  # fmt: skip
+    with pytest.raises(ExceptionGroup):
+        volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
+    (flow_dir,) = [p for p in (tmp_path / "state").iterdir() if p.is_dir()]
+    # The command the refusal suggests, with other intermediates: removes it by id.
+    assert cli.main(["clean", "--intermediates", str(tmp_path / "state"), flow_dir.name]) == 0
+    assert not flow_dir.exists()
+    (tmp_path / "fixed").touch()
+    with pytest.raises(ConfigError, match=r"its state under .* is gone"):
+        volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
+    dst.write(dst.bounds, before)  # restored
+    (tmp_path / "a.zarr" / ".chunkgraph-in-place.json").unlink()
+    volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
+    assert np.array_equal(dst.read(dst.bounds), before * 2)

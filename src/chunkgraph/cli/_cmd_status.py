@@ -131,6 +131,10 @@ def run_clean(args: argparse.Namespace) -> int:
     root = _root(args)
     if root is None:
         return EXIT_USAGE
+    if args.intermediates and args.dst and not Path(args.dst).exists():
+        # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
+        # one positional that is no path is the flow's id.
+        args.flow_ids, args.dst = [args.dst, *args.flow_ids], None
     if not (args.stale or args.all or args.flow_ids):
         print(
             "chunkgraph clean: say what to remove: --stale, --all or FLOW_ID ...", file=sys.stderr

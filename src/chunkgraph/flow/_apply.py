@@ -111,6 +111,7 @@ from chunkgraph.flow._state import (
     in_place_conflict,
     in_place_mark,
     kept_state_note,
+    lost_in_place_state,
     mark_in_place,
     read_flow_info,
     unmark_in_place,
@@ -475,7 +476,7 @@ def apply(
                     probe_fn(spec, run_fn, named, dst, flow_device, timeout, retries)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
                 if in_place is not None:
-                    mark_in_place(dst, root)
+                    mark_in_place(dst, root, flow_id)
                 flow = _Flow(
                     spec,
                     run_fn,
@@ -569,10 +570,11 @@ def _check_in_place_start(
     """ConfigError when an in-place flow may not start: an interrupted in-place flow has
     rewritten part of dst (its state under ``root``, or under the intermediates the mark in
     dst names), so dst no longer holds the input; only that flow's resume may go on."""
-    conflict = in_place_conflict(
+    conflict = lost_in_place_state(dst) or in_place_conflict(
         root, flow_id, fingerprint, stamp, resuming=resume, input_name=input_name
     )
-    marked = in_place_mark(dst)
+    mark = in_place_mark(dst)
+    marked = mark[0] if mark is not None else None
     if conflict is None and marked is not None and marked != root.resolve():
         # Its state lies elsewhere: no run from here can resume it, whatever its id.
         conflict = in_place_conflict(

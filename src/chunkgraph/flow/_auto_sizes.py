@@ -221,8 +221,10 @@ def plan_sizes(
         f"{_redundancy(tuple(bottom), pad):.2f}x)"
     )
     reasons.append(
-        f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so the "
-        f"smallest cross-section) and one bottom chunk thick along it, a multiple of the "
+        f"top chunk {tuple(top)}: the whole bbox (one top task)"
+        if tuple(top) == tuple(extent)
+        else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
+        f"the smallest cross-section) and one bottom chunk thick along it, a multiple of the "
         f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
         "chunks with its successor only"
     )

@@ -431,22 +431,44 @@ def _mark_path(dst: Any) -> Path | None:
     return Path(dst.path) / IN_PLACE_MARK if on_disk else None
 
 
-def in_place_mark(dst: Any) -> Path | None:
-    """The intermediates root that the in-place flow last started on ``dst`` keeps its
-    state under (None: no mark, or dst is not on this disk)."""
+def in_place_mark(dst: Any) -> tuple[Path, str] | None:
+    """``(intermediates root, flow id)`` of the in-place flow last started on ``dst`` that
+    has not finished (None: no mark, or dst is not on this disk)."""
     path = _mark_path(dst)
     found = _read_json(path) if path is not None and path.exists() else None
-    root = found.get("intermediates") if found else None
-    return Path(root) if isinstance(root, str) else None
+    if not found:
+        return None
+    root, flow_id = found.get("intermediates"), found.get("flow_id")
+    if not isinstance(root, str) or not isinstance(flow_id, str):
+        return None
+    return Path(root), flow_id
 
 
-def mark_in_place(dst: Any, root: Path) -> None:
-    """Record in ``dst`` that an in-place flow with state under ``root`` is rewriting it."""
+def mark_in_place(dst: Any, root: Path, flow_id: str) -> None:
+    """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
     path = _mark_path(dst)
     if path is not None:
         tmp = path.with_name(f".{IN_PLACE_MARK}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"intermediates": str(Path(root).resolve())}))
+        tmp.write_text(json.dumps({"intermediates": str(Path(root).resolve()), "flow_id": flow_id}))
         os.replace(tmp, path)
+
+
+def lost_in_place_state(dst: Any) -> str | None:
+    """When ``dst`` carries the mark of an in-place flow that did not finish and whose
+    state is gone (removed with ``clean``, say): why no flow may start on it now. dst may
+    be partly rewritten, and nothing says which part."""
+    mark = in_place_mark(dst)
+    if mark is None:
+        return None
+    root, flow_id = mark
+    if (root / flow_id).exists() or (root / f"{flow_id}{_DONE}").exists():
+        return None  # its state says what happened (in_place_conflict), or it finished
+    return (
+        f"dst carries the mark of in-place flow {flow_id}, which did not finish, and its state "
+        f"under {root} is gone (removed?): part of dst may hold fn's output, not the input. "
+        f"If dst holds the original data again (restored), delete {_mark_path(dst)} and run "
+        "again"
+    )
 
 
 def unmark_in_place(dst: Any) -> None:
@@ -467,19 +489,20 @@ def warn_if_resume_mismatch(
 
 
 def clean_command(root: Path, flow_id: str | None = None) -> str:
-    """The command that removes the stale flows under ``root`` (or one flow, by id; the
-    CLI takes ids after a destination only).
+    """The command that removes the stale flows under ``root`` (or one flow, by id).
 
     >>> clean_command(Path("data/.smooth.zarr.chunkgraph"))
     'chunkgraph clean data/smooth.zarr --stale'
     >>> clean_command(Path("data/.smooth.zarr.chunkgraph"), "f00d")
     'chunkgraph clean data/smooth.zarr f00d'
     >>> clean_command(Path("/scratch/tmp"), "f00d")
+    'chunkgraph clean --intermediates /scratch/tmp f00d'
+    >>> clean_command(Path("/scratch/tmp"))
     'chunkgraph clean --intermediates /scratch/tmp --stale'
     """
     dst = _default_dst(root)
     if dst is None:
-        return f"chunkgraph clean --intermediates {root} --stale"
+        return f"chunkgraph clean --intermediates {root} {flow_id or '--stale'}"
     return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
 
 
