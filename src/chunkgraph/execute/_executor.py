@@ -85,7 +85,7 @@ def resolve_executor(
     >>> resolve_executor("sync", retries=1).retries
     1
     """
-    if (isinstance(executor, str) and "://" in executor) or _is_dask_client(executor):
+    if (isinstance(executor, str) and "://" in executor) or is_dask_client(executor):
         if gpu_fallback:
             raise ConfigError(
                 f"gpu_fallback=True applies to this machine's executors, not to a Dask "
@@ -145,7 +145,7 @@ def close_resolved(chosen: Executor, given: object) -> None:
             close()
 
 
-def _is_dask_client(obj: object) -> bool:
+def is_dask_client(obj: object) -> bool:
     """A ``distributed.Client`` (recognised without importing distributed)."""
     kind = type(obj)
     return kind.__name__ == "Client" and kind.__module__.startswith("distributed")

@@ -164,9 +164,7 @@ class LocalExecutor:
         cpus = max(1, workers // ADAPTIVE_WORKERS_PER_CORE) if self.kind == "adaptive" else None
         placement = None if _trivial(plan) else placement_of(plan, graph, workers, cpus)
         scheduler = Scheduler(graph, target_ids, plan.order, self.retries, placement)
-        residency = self._residency(plan, scheduler)
-        if residency is not None:
-            residency.targets = target_ids
+        residency = self._residency(plan, scheduler, target_ids)
         driver = Driver(
             graph, scheduler, (*self.subscribers, *subscribers), task_timeouts(self.timeout)
         )
@@ -176,7 +174,7 @@ class LocalExecutor:
             raise _error_group(graph, scheduler)
         return {t: scheduler.results[t] for t in target_ids}  # on the host (Residency.finish)
 
-    def _residency(self, plan: Plan, scheduler: Scheduler) -> Residency | None:
+    def _residency(self, plan: Plan, scheduler: Scheduler, targets: list[int]) -> Residency | None:
         """The run's Residency when tasks are planned on GPU contexts and a device
         backend is active; None otherwise (GPU contexts are then plain workers)."""
         placement = scheduler.placement
@@ -202,7 +200,7 @@ class LocalExecutor:
         limits = residency_limits(devices, placement.budget, placement.context, placement.memory)
         gpu_tasks = {t for t, res in plan.graph.resources_overrides().items() if "gpu" in res}
         deps = plan.graph.dependencies()
-        return Residency(backend, devices, limits, scheduler.results, gpu_tasks, deps)
+        return Residency(backend, devices, limits, scheduler.results, gpu_tasks, deps, targets)
 
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
         from chunkgraph.planning import plan

@@ -240,9 +240,9 @@ def check_executor(device: object, executor: object) -> None:
     elif executor is None:
         elsewhere = False
     else:
-        kind = type(executor)
-        client = kind.__name__ == "Client" and kind.__module__.startswith("distributed")
-        elsewhere = client or getattr(executor, "in_process", True) is False
+        from chunkgraph.execute._executor import is_dask_client
+
+        elsewhere = is_dask_client(executor) or getattr(executor, "in_process", True) is False
     if not elsewhere:
         return
     given = executor

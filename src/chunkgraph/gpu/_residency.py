@@ -120,7 +120,8 @@ class Residency:
     results context c's device may keep (inf: no limit); ``results``: the
     scheduler's results table (spilled entries are replaced in it); ``gpu_tasks``:
     the tasks that ask for a GPU (only they get device arrays; None: every task);
-    ``deps``: the graph's ``dependencies()`` (what a task reads, to wait for it).
+    ``deps``: the graph's ``dependencies()`` (what a task reads, to wait for it);
+    ``targets``: the tasks whose results the caller gets (``finish`` copies them to host).
     """
 
     def __init__(
@@ -131,6 +132,7 @@ class Residency:
         results: list[Any],
         gpu_tasks: Container[int] | None = None,
         deps: tuple[np.ndarray, np.ndarray] | None = None,
+        targets: Sequence[int] = (),
     ) -> None:
         self.backend = backend
         self.gpu_tasks = gpu_tasks
@@ -139,7 +141,7 @@ class Residency:
         self.ready: dict[int, tuple[Any, int, int]] = {}
         self.parked: dict[int, list[tuple[Any, list[Any]]]] = {}  # device -> (event, uploads)
         self._try: dict[int, object] = {}  # t -> its latest try's token (see _recorded)
-        self.targets: list[int] = []  # what the caller gets: copied to host by finish()
+        self.targets = targets  # what the caller gets: copied to host by finish()
         self._uploads = threading.local()  # the calling thread's uploads for its next call
         self.devices = devices
         self.results = results
