@@ -152,6 +152,9 @@ class FlowSpec:
     input_scales: tuple[Scale, ...] = ()
     # Which dtypes fn may return for dst's dtype (_cast): numpy's casting names.
     cast: CastRule = DEFAULT_CAST
+    # dst's resolution (an input's is dst_resolution / its scale), for messages about
+    # shapes fn returns at another resolution (_resolution.resolution_hint).
+    dst_resolution: tuple[float, ...] = ()
 
     def scale_of(self, name: str) -> Scale:
         """How input ``name`` is read: ``_resolution.scaled(dst box, spec.scale_of(name))``."""
@@ -314,6 +317,7 @@ def validate_flow(
         collect_values=collect,
         input_scales=tuple(scales.values()),
         cast=rule,
+        dst_resolution=tuple(out.resolution),
     )
 
 

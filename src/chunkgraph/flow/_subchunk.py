@@ -57,7 +57,7 @@ from chunkgraph.flow._blend import axis_weights
 from chunkgraph.flow._cast import can_saturate, cast_refusal, count_saturated
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
-from chunkgraph.flow._resolution import scaled
+from chunkgraph.flow._resolution import resolution_hint, scaled
 from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
 
@@ -395,7 +395,16 @@ def call_fn(
         result, xp = np.asarray(result), np
     else:
         result, xp = device.on_device(result, device_index), device.xp()
-    out = _checked_output(result, channels, chunk, read_box, out_box)
+    try:
+        out = _checked_output(result, channels, chunk, read_box, out_box)
+    except FlowOutputError as error:
+        # Spatial axes that fit: a channel mismatch, which the message explains already.
+        spatial = tuple(result.shape[result.ndim - chunk.ndim :])
+        fits = spatial in (read_box.shape, out_box.shape)
+        hint = "" if fits else resolution_hint(spec, spatial, read_box)
+        if not hint:
+            raise
+        raise FlowOutputError(f"{error}. {hint}") from None
     _check_finite(out, spec.dst_dtype, chunk, out_box, xp)
     # Every chunk: an fn may return another dtype where a chunk has no objects, say.
     refusal = cast_refusal(out.dtype, spec.dst_dtype, spec.cast, f" (on chunk {chunk})")
