@@ -724,7 +724,7 @@ def _apply_collecting(
     cast: str,
 ) -> ApplyReport:
     """``apply`` with ``dst=None``: fn's value per bottom chunk (``_values``)."""
-    from chunkgraph.flow._values import run_values
+    from chunkgraph.flow._values import chunks_per_level, real_region, run_values
 
     if wants_auto_sizes(chunk_sizes):
         raise ConfigError(
@@ -749,11 +749,9 @@ def _apply_collecting(
         cast=cast,  # checked, and unused: nothing is cast without a dst
     )
     named = normalize_inputs(inputs)
-    # No pads above the bottom: every level tiles the bbox with its own chunk.
-    per_level = tuple(
-        int(np.prod([s // c for s, c in zip(spec.bbox.shape, lv.chunk, strict=True)]))
-        for lv in spec.levels
-    )
+    # An expanded bbox may leave the volume: chunks are clipped to it (fn sees real voxels).
+    edge = real_region(spec, named)
+    per_level = chunks_per_level(spec, edge)
     flow_id = flow_id_of(fn, named, None, spec)
     chosen = _resolve_executor(executor, workers, retries, timeout, named, None, fn)
     from chunkgraph.execute._executor import close_resolved
@@ -769,7 +767,7 @@ def _apply_collecting(
                 tasks_per_level=per_level,
                 reductions=0,
             )
-        values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
+        values, read = run_values(spec, run_fn, named, chosen, progress, subscribers, edge)
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
     needed = needed_input_bytes(spec, named)
