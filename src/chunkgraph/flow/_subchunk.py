@@ -94,19 +94,19 @@ def cast_counting(
     array: np.ndarray,
     dtype: np.dtype,
     final: np.dtype,
-    counted: tuple[Any, ...] | None,
+    counted: tuple[Any, ...],
     counter: LevelCounter,
     xp: ModuleType = np,
 ) -> np.ndarray:
     """``cast_to(array, dtype)``; when that is the cast into dst's dtype ``final``, the
-    values of ``array[counted]`` that saturate are added to ``counter`` (None: none).
+    values of ``array[counted]`` that saturate are added to ``counter``.
 
     A voxel is cast into dst's dtype once on its way (the levels' dtypes are the
     accumulation dtype, which holds every value ``fn`` returns, until then), and
     ``counted`` is the part of ``array`` whose voxels this chunk alone stands for (see
     ``process_chunk``), so each voxel is counted once.
     """
-    if counted is not None and np.dtype(dtype) == final and can_saturate(array.dtype, final):
+    if np.dtype(dtype) == final and can_saturate(array.dtype, final):
         counter.add_saturated(count_saturated(array[counted], final, xp))
     return cast_to(array, dtype, xp)
 
