@@ -230,6 +230,11 @@ def spec_with(**changes: str) -> str:
         ),
         pytest.param("input: [unclosed\n", ":2: not valid YAML", id="yaml-syntax"),
         pytest.param(
+            spec_with(extra="cast: equiv"),
+            ":5: cast: Input should be 'safe', 'same_kind' or 'unsafe', got 'equiv'",
+            id="cast",
+        ),
+        pytest.param(
             spec_with(chunk_sizes="chunk_sizes:\n  - 16\n  - 12"),
             ":6: chunk_sizes.1: level 1's chunk (12, 12, 12) does not divide",
             id="divisibility",
@@ -717,3 +722,26 @@ def test_an_error_about_a_field_the_spec_leaves_out_names_no_line(
     code, _, err = run(capsys, spec)
     assert code == 2
     assert f"{spec}: bbox: " in err and "meets no input" in err
+
+
+def test_a_cast_that_saturates_is_refused_unless_the_spec_allows_it(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """float32 * 300 into a uint8 output: refused (exit 2) naming both dtypes and the
+    field that allows it; with `cast: unsafe` it runs and warns with the count."""
+    lines = (
+        "input: raw.zarr\noutput: {path: out.zarr, dtype: uint8, chunks: [16, 16, 16]}\n"
+        "function: spec_functions:scale\nkwargs: {factor: 300.0}\nchunk_sizes: [16]\n"
+    )
+    code, _, err = run(capsys, write(work, lines))
+    assert code == 2
+    assert "refuses fn's output dtype float32" in err and "dst's dtype uint8" in err
+    assert "`cast: unsafe`" in err
+    code, out, err = run(capsys, write(work, lines + "cast: unsafe\n", "allowed.yaml"))
+    assert code == 0, err
+    raw = read(work / "raw.zarr")
+    over = int((np.rint(raw * np.float32(300.0)) > 255).sum())
+    assert over > 0 and f"chunkgraph: warning: {over} voxel(s) of dst" in err
+    assert f"saturated: {over} voxels" in out
+    expected = np.clip(np.rint(raw * np.float32(300.0)), 0, 255).astype("uint8")
+    np.testing.assert_array_equal(read(work / "out.zarr"), expected)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 import pytest
 
 from chunkgraph import ConfigError
+from chunkgraph.flow import SaturationWarning
 from chunkgraph.geometry import Box
 from chunkgraph.gpu import (
     CupyBackend,
@@ -45,7 +47,8 @@ class RecordingBackend(FakeBackend):
 
 
 class TypesSeen:
-    """An fn that scales its input (on whatever array type it gets) and records that type."""
+    """An fn that scales its input (on whatever array type it gets) and records that type;
+    a uint8 input's values go past uint8's range at both ends (they saturate)."""
 
     def __init__(self) -> None:
         self.types: set[type] = set()
@@ -56,7 +59,7 @@ class TypesSeen:
         with self._lock:
             self.types.add(type(src))
             self.calls += 1
-        out: np.ndarray = src.astype(np.float64) * 0.75 + 2.0
+        out: np.ndarray = src.astype(np.float64) * 1.25 - 20.0
         return out
 
 
@@ -92,7 +95,9 @@ CASES: dict[str, dict[str, Any]] = {
 def _run(files: Any, data: np.ndarray, fn: Any, **kwargs: Any) -> tuple[np.ndarray, Any]:
     src = files.source(data, (8, 8))
     dst = files.empty(data.shape, (8, 8), data.dtype)
-    report = apply(fn, src, dst, intermediates=files.root / "tmp", **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SaturationWarning)
+        report = apply(fn, src, dst, intermediates=files.root / "tmp", cast="unsafe", **kwargs)
     return dst.read(Box.from_shape(data.shape)), report
 
 
@@ -109,6 +114,9 @@ def test_gpu_flow_equals_cpu_flow_bit_for_bit(files: Any, case: str, dtype: str)
     assert cpu_fn.types == {np.ndarray}
     assert gpu_fn.types == {FakeDeviceArray}
     assert (cpu_report.device, gpu_report.device) == ("cpu", "gpu")
+    # Saturated voxels are counted on the device as on the host.
+    assert gpu_report.saturated_voxels == cpu_report.saturated_voxels
+    assert (cpu_report.saturated_voxels > 0) == (dtype == "uint8")
 
 
 def test_uploads_once_per_top_task_and_input_downloads_once_per_output(files: Any) -> None:

@@ -15,21 +15,35 @@ from chunkgraph.volume import Volume
 
 @pytest.mark.parametrize("blend", [0, 2], ids=["copy", "blended"])
 @pytest.mark.parametrize(
-    ("fn", "expected"),
+    ("fn", "expected", "rule"),
     [
-        (lambda x: x.astype("int32") * 2, 255),  # 400 would wrap to 144
-        (lambda x: x.astype("int16") - 300, 0),  # -100 would wrap to 156
-        (lambda x: x.astype("float64") * 10.0, 255),
+        (lambda x: x.astype("int32") * 2, 255, "unsafe"),  # 400 would wrap to 144
+        (lambda x: x.astype("int16") - 300, 0, "unsafe"),  # -100 would wrap to 156
+        (lambda x: x.astype("uint16") * 2, 255, "same_kind"),
+        (lambda x: x.astype("float64") * 10.0, 255, "unsafe"),
     ],
-    ids=["int-over", "int-under", "float-over"],
+    ids=["int-over", "int-under", "uint-over", "float-over"],
 )
-def test_out_of_range_outputs_saturate(fn: object, expected: int, blend: int) -> None:
+def test_out_of_range_outputs_are_refused_or_saturate_and_are_counted(
+    fn: object, expected: int, rule: str, blend: int
+) -> None:
+    """By default a cast that can saturate is refused before anything is written; allowed
+    (cast=), out-of-range values saturate rather than wrap, and the run counts them."""
+    from chunkgraph.flow import SaturationWarning
+
     src = volume.create("sat-src", (16, 16), (8, 8), "uint8", backend="memory")
     src.write(src.bounds, np.full((16, 16), 200, np.uint8))
     dst = volume.create("sat-dst", (16, 16), (8, 8), "uint8", backend="memory")
+    kw = dict(chunk_sizes=[8], blend_pads=blend, executor="sync")
     try:
-        volume.apply(fn, src, dst, chunk_sizes=[8], blend_pads=blend, executor="sync")  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=f"cast='safe' .*uint8.*cast='{rule}'"):
+            volume.apply(fn, src, dst, **kw)  # type: ignore[arg-type]
+        assert not dst.read(dst.bounds).any()
+        with pytest.warns(SaturationWarning, match="256 voxel"):
+            report = volume.apply(fn, src, dst, cast=rule, **kw)  # type: ignore[arg-type]
         assert np.all(dst.read(Box.from_shape((16, 16))) == expected)
+        assert report.saturated_voxels == 256
+        assert "saturated: 256 voxels" in report.summary()
     finally:
         volume.remove("sat-src")
         volume.remove("sat-dst")
@@ -209,7 +223,8 @@ def test_nan_or_inf_into_an_integer_dst_is_refused_naming_the_chunk(
     src.write(src.bounds, data)
     try:
         with pytest.raises(ExceptionGroup) as info:
-            volume.apply(lambda x: x * 2, src, dst, chunk_sizes=[8], blend_pads=1, probe=probe)
+            volume.apply(lambda x: x * 2, src, dst, chunk_sizes=[8], blend_pads=1, probe=probe,
+                         cast="unsafe")  # fmt: skip
         cause = info.value.exceptions[0].__cause__
         assert isinstance(cause, volume.FlowOutputError)
         assert "NaN or infinite" in str(cause) and "(12, 3)" in str(cause)

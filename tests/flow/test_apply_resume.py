@@ -320,3 +320,107 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
     assert f"flow {report.flow_id}, finished" in message and "sizes, pads" in message
     assert "fn_kwargs" not in message
+
+
+OPS_MODULE = """
+import functools
+import os
+
+SCALE = {scale}
+
+
+def scale(x, box):
+    # Interrupts the run below row 8 while a file named "stop" lies beside this module.
+    if box.start[0] >= 8 and os.path.exists(os.path.join(os.path.dirname(__file__), "stop")):
+        raise RuntimeError("interrupted")
+    return x * SCALE
+
+
+class Scaler:
+    def __call__(self, x):
+        return x * SCALE
+
+
+class Doubler(Scaler):  # its __call__ is inherited
+    pass
+
+
+halved = functools.partial(scale, box=None)
+"""
+
+
+def _import_ops(tmp_path: Path, scale: int, name: str) -> Any:
+    """Write ``OPS_MODULE`` with ``SCALE = scale`` as ``<name>.py`` and import it afresh."""
+    import importlib
+
+    (tmp_path / f"{name}.py").write_text(OPS_MODULE.format(scale=scale))
+    sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    return importlib.import_module(name)
+
+
+def test_a_resume_after_fn_s_module_changed_starts_over(tmp_path: Path, monkeypatch: Any) -> None:
+    """Interrupted with SCALE = 1, resumed with SCALE = 2: the flow id covers the module's
+    source, so the resume warns that the function changed and recomputes every chunk."""
+    import pytest
+
+    from chunkgraph import flow
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no stale .pyc within a second
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    src.write(src.bounds, np.ones((16, 16), "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    kw: dict[str, Any] = dict(chunk_sizes=[8], executor="sync", retries=0, probe=False)
+
+    ops = _import_ops(tmp_path, 1, "ops_resume")
+    (tmp_path / "stop").touch()
+    with pytest.raises(ExceptionGroup):
+        flow.apply(ops.scale, src, dst, **kw)
+    (tmp_path / "stop").unlink()
+    ops = _import_ops(tmp_path, 2, "ops_resume")
+    with pytest.warns(UserWarning, match="resume asked for") as caught:
+        report = flow.apply(ops.scale, src, dst, resume=True, **kw)
+    [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
+    assert "the source of its module" in message and "fn_kwargs" not in message
+    assert report.top_tasks_skipped == 0 and report.tasks_per_level == (4,)
+    np.testing.assert_array_equal(dst.read(dst.bounds), np.full((16, 16), 2.0, "float32"))
+
+
+def test_the_flow_id_covers_the_module_of_partials_callables_and_classes(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+
+    def ids(scale: int) -> dict[str, str]:
+        ops = _import_ops(tmp_path, scale, "ops_ids")
+        fns = {"function": ops.scale, "partial": ops.halved, "object": ops.Scaler(),
+               "inherited __call__": ops.Doubler(), "method": ops.Scaler().__call__}  # fmt: skip
+        found = {
+            kind: volume.apply(fn, src, dst, chunk_sizes=[8], dry_run=True).flow_id
+            for kind, fn in fns.items()
+        }
+        from chunkgraph.flow._fingerprint import flow_id_of
+
+        found["class"] = flow_id_of(ops.Scaler, {}, dst, "spec")  # a class called as fn
+        return found
+
+    first, again, edited = ids(1), ids(1), ids(2)
+    assert first == again  # reimported unchanged: the same flows
+    assert all(first[kind] != edited[kind] for kind in first), (first, edited)
+
+
+def test_code_without_a_source_file_keeps_its_flow_id(tmp_path: Path) -> None:
+    """A notebook cell or exec'd code has no module file, numpy ufuncs no source: the
+    fingerprint is what the code, closure and state give, stable across calls."""
+    src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
+    dst = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
+    cell: dict[str, Any] = {"__name__": "__main__"}
+    exec("SCALE = 2\ndef f(x):\n    return x * SCALE\n", cell)
+    for fn in (cell["f"], np.negative):
+        a = volume.apply(fn, src, dst, chunk_sizes=[8], dry_run=True).flow_id
+        b = volume.apply(fn, src, dst, chunk_sizes=[8], dry_run=True).flow_id
+        assert a == b

@@ -136,6 +136,7 @@ def test_blending_rounds_fractional_outputs_like_the_whole_array() -> None:
             chunk_sizes=[16],
             blend_pads=2,
             executor="sync",
+            cast="unsafe",
         )
         expected = np.rint(data.astype("float64") + 0.49999999).astype("uint8")
         np.testing.assert_array_equal(dst.read(Box.from_shape((32, 32))), expected)

@@ -23,10 +23,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificati
 SHAPE, CHUNKS = (40, 56), (8, 8)
 # The bbox ends at dst's edge on axis 1, so one margin lies past dst (fill values).
 BBOX = Box((4, 8), (36, 56))
-# Two levels: the top blends (2) and is what defer leaves; the bottom crops (1).
+# Two levels: the top blends (2) and is what defer leaves; the bottom crops (1). fn's
+# float means are rounded into uint8 dsts: cast="unsafe" says so.
 FLOW: dict[str, Any] = dict(
-    chunk_sizes=[(16, 24), (10, 14)], crop_pads=[0, 1], blend_pads=[2, 0], bbox=BBOX
-)
+    chunk_sizes=[(16, 24), (10, 14)], crop_pads=[0, 1], blend_pads=[2, 0], bbox=BBOX,
+    cast="unsafe",
+)  # fmt: skip
 
 
 def mean9(src: np.ndarray) -> np.ndarray:

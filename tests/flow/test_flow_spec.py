@@ -176,6 +176,10 @@ def test_dtype_rules(mem: Make) -> None:
     assert flow(mem, inputs=mem(dtype="float32"), dst=mem(dtype="uint8")).dst_dtype == np.uint8
     assert flow(mem, inputs=mem(dtype="uint16"), dst=mem(dtype="bool")).dst_dtype == np.bool_
     assert flow(mem, inputs=mem(dtype="bool"), dst=mem(dtype="int8")).dst_dtype == np.int8
+    # A cast rule that allows narrowing lets fn narrow an input itself (uint16 >> 8).
+    narrowed = flow(mem, inputs=mem(dtype="uint16"), dst=mem(dtype="uint8"), cast="same_kind")
+    assert (narrowed.dst_dtype, narrowed.cast) == (np.uint8, "same_kind")
+    assert flow(mem).cast == "safe"
 
 
 def test_reduction_chunk_is_an_upper_bound_rounded_down_to_dst_chunks(mem: Make) -> None:
@@ -556,6 +560,11 @@ INVALID: list[tuple[str, Callable[[Make], dict[str, Any]], str]] = [
         "flag not a bool",
         _case(auto_divisibility="yes"),
         r"auto_divisibility must be True or False, got 'yes'",
+    ),
+    (
+        "cast not one of numpy's rules",
+        _case(cast="equiv"),
+        r"cast must be one of 'safe', 'same_kind', 'unsafe' .*got 'equiv'",
     ),
 ]
 

@@ -140,21 +140,47 @@ def test_dst_none_collects_one_value_per_bottom_chunk(files: Any) -> None:
 
 
 def test_dst_none_bottom_crop_and_past_the_edge(files: Any) -> None:
+    """30 x 30 voxels in chunks of 8 (bbox expanded to 32): the last chunk on each axis is
+    clipped to the volume, [24, 30); fn sees fill only in its crop context past the edge."""
     data = np.abs(files.random((30, 30), "int16")) // 2  # never -1, the fill value
     src = files.source(data, (8, 8), fill_value=-1)
 
-    def context_sum(src: np.ndarray, box: Box) -> tuple[int, int]:
-        return int(src.size), int((src == -1).sum())
+    def context_sum(src: np.ndarray, box: Box) -> tuple[int, int, Box]:
+        return int(src.size), int((src == -1).sum()), box
 
     report = apply(
         context_sum, src, None, chunk_sizes=[(16, 16), (8, 8)], crop_pads=[0, 2], expand_bbox=True
     )
     assert report.bbox == Box((0, 0), (32, 32)) and report.values is not None
-    assert {size for size, _ in report.values.values()} == {12 * 12}
+    assert report.tasks_per_level == (4, 16)
+    assert {size for size, _, _ in report.values.values()} == {12 * 12, 12 * 10, 10 * 10}
+    for chunk, (size, _, box) in report.values.items():
+        assert box == chunk.padded((2, 2)) and size == int(np.prod(box.shape))
     # the fill value is seen only where the read leaves the source (data holds -1 nowhere else)
     assert report.values[Box((0, 0), (8, 8))][1] == 12 * 12 - 10 * 10  # reads from -2
-    assert report.values[Box((24, 24), (32, 32))][1] == 12 * 12 - 8 * 8  # reads to 34 > 30
+    assert report.values[Box((24, 24), (30, 30))][1] == 10 * 10 - 8 * 8  # reads to 32 > 30
     assert report.values[Box((8, 8), (16, 16))][1] == 0
+
+
+def test_dst_none_past_the_edge_gives_fn_only_the_volume_s_voxels(files: Any) -> None:
+    """Statistics over an expanded bbox count each real voxel once and no fill voxel: the
+    chunks past the edge are clipped to the volume (wholly outside: not called)."""
+    data = files.random((100, 60), "uint8")
+    src = files.source(data, (10, 10), fill_value=255)
+    report = apply(
+        lambda x: (int(x.size), int(x.sum())),
+        src,
+        None,
+        chunk_sizes=[(64, 64), (16, 32)],
+        expand_bbox=True,
+    )
+    assert report.bbox == Box((0, 0), (128, 64)) and report.values is not None
+    assert sum(size for size, _ in report.values.values()) == 100 * 60
+    assert sum(total for _, total in report.values.values()) == int(data.sum(dtype=np.int64))
+    # [96, 112) is cut to [96, 100); [112, 128) lies past the edge: 7 chunks a column, 2 columns
+    assert Box((96, 32), (100, 60)) in report.values and len(report.values) == 7 * 2
+    assert report.tasks_per_level == (2, 14)
+    assert all(src.bounds.contains(box) for box in report.values)
 
 
 @pytest.mark.parametrize(

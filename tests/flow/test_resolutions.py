@@ -205,3 +205,49 @@ def test_the_flow_id_changes_with_resolution(tmp_path: Path) -> None:
         volume.remove(src.path)
         volume.remove(dst.path)
     assert len(ids) == 2
+
+
+@pytest.mark.parametrize("probe", [True, False])
+def test_a_shape_at_the_input_s_resolution_names_the_resolution_ratio(
+    tmp_path: Path, probe: bool
+) -> None:
+    """dst at (3, 3, 3) over an input at (1, 1, 1), an fn that keeps its input's shape: the
+    shape error names both resolutions, their ratio and the shapes, returned and expected."""
+    src = volume.create(str(tmp_path / "src.zarr"), (48, 48, 48), (16, 16, 16), "float32")
+    dst = volume.create(str(tmp_path / "dst.zarr"), (16, 16, 16), (8, 8, 8), "float32",
+                        resolution=(3, 3, 3))  # fmt: skip
+    with pytest.raises(ExceptionGroup) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[(8, 8, 8)], crop_pads=2, probe=probe,
+                     executor="sync", retries=0)  # fmt: skip
+    cause = info.value.exceptions[0].__cause__
+    assert isinstance(cause, volume.FlowOutputError)
+    text = str(cause)
+    assert "fn returned shape (36, 36, 36)" in text and "expected (12, 12, 12)" in text
+    assert "Likely cause: the resolutions" in text
+    assert "dst is at resolution (3, 3, 3) and input 'src' at (1, 1, 1)" in text
+    assert "dst resolution / input resolution = (3, 3, 3)" in text
+    assert "fn returned the shape of its input 'src'" in text and "pool by (3, 3, 3)" in text
+    assert "create it with resolution=(1, 1, 1)" in text
+
+
+def test_an_input_coarser_than_dst_asks_fn_to_upsample(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "src.zarr"), (16, 16), (8, 8), "float32",
+                        resolution=(8, 8))  # fmt: skip
+    dst = volume.create(str(tmp_path / "dst.zarr"), (32, 32), (8, 8), "float32",
+                        resolution=(4, 4))  # fmt: skip
+    with pytest.raises(ExceptionGroup) as info:
+        volume.apply(lambda x: x, src, dst, chunk_sizes=[(8, 8)])
+    text = str(info.value.exceptions[0].__cause__)
+    assert "dst resolution / input resolution = (0.5, 0.5)" in text
+    assert "upsample by (2, 2)" in text and "create it with resolution=(8, 8)" in text
+
+
+def test_a_shape_error_with_every_input_at_dst_s_resolution_says_nothing_of_them(
+    tmp_path: Path,
+) -> None:
+    src = volume.create(str(tmp_path / "src.zarr"), (16, 16), (8, 8), "float32")
+    dst = volume.create(str(tmp_path / "dst.zarr"), (16, 16), (8, 8), "float32")
+    with pytest.raises(ExceptionGroup) as info:
+        volume.apply(lambda x: x[:4], src, dst, chunk_sizes=[(8, 8)])
+    text = str(info.value.exceptions[0].__cause__)
+    assert "fn returned shape (4, 8)" in text and "resolution" not in text

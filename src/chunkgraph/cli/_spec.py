@@ -177,6 +177,13 @@ class RunSpec(_Model):
     gpu_fallback: bool = Field(
         default=False, description="device gpu without a GPU here: run on the CPU, not fail"
     )
+    cast: Literal["safe", "same_kind", "unsafe"] = Field(
+        default="safe",
+        description="which dtypes the function may return for the output's dtype (numpy's "
+        "names): safe refuses casts that saturate (a float into a narrower float is fine), "
+        "same_kind allows narrower integers, unsafe also floats into integers; voxels that "
+        "saturate are counted and warned of",
+    )
     run: RunDefaults = RunDefaults()
 
     @model_validator(mode="after")
@@ -445,6 +452,7 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
         "lock_wait": spec.lock_wait,
         "device": spec.device,
         "gpu_fallback": spec.gpu_fallback,
+        "cast": spec.cast,
     }
     passed = inputs["input"] if spec.input is not None else inputs
     module_file = _module_beside(spec.function, base)

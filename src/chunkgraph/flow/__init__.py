@@ -15,6 +15,7 @@ from chunkgraph._errors import (
 )
 from chunkgraph.flow._apply import ApplyReport, apply
 from chunkgraph.flow._auto_sizes import FlowPlan, ReadAmplificationWarning
+from chunkgraph.flow._cast import SaturationWarning
 from chunkgraph.flow._estimate import FlowEstimate
 from chunkgraph.flow._reduce_deferred import reduce_deferred
 
@@ -26,6 +27,7 @@ __all__ = [
     "FlowPlan",
     "ReadAmplificationWarning",
     "RunEndedError",
+    "SaturationWarning",
     "apply",
     "reduce_deferred",
 ]

@@ -65,6 +65,7 @@ from chunkgraph.flow._auto_sizes import (
     plan_given,
     resolve_memory_limit,
 )
+from chunkgraph.flow._cast import DEFAULT_CAST, warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import (
@@ -160,6 +161,8 @@ class ApplyReport:
     ``gpu_fallback``: a GPU was asked for and none found, so the CPU ran it;
     ``bytes_to_device`` / ``bytes_from_device`` and ``device_copies`` (uploads,
     downloads): what crossed between host and device, the probe's included.
+    ``saturated_voxels``: voxels written at the limits of dst's dtype because ``fn``'s
+    value there did not fit (a cast ``cast=`` allowed; ``_cast``), in this call.
     """
 
     flow_id: str
@@ -195,6 +198,7 @@ class ApplyReport:
     device_copies: tuple[int, int] = (0, 0)
     # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
     gpu_missing: bool = False
+    saturated_voxels: int = 0
 
     def summary(self) -> str:
         """A few human-readable lines."""
@@ -249,6 +253,11 @@ class ApplyReport:
             lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
         if self.values is not None:
             lines.append(f"  collected {len(self.values)} values of fn (no dst): report.values")
+        if self.saturated_voxels:
+            lines.append(
+                f"  saturated: {self.saturated_voxels} voxels written at the limits of dst's "
+                "dtype (fn's values did not fit)"
+            )
         # The plan when it was chosen here; given sizes' read model stays in
         # ``report.plan`` (its budget line depends on the machine).
         if self.plan is not None and self.plan.automatic:
@@ -303,6 +312,7 @@ def apply(
     subscribers: Sequence[Subscriber] = (),
     device: str = "cpu",
     gpu_fallback: bool = False,
+    cast: str = DEFAULT_CAST,
 ) -> ApplyReport:
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
 
@@ -339,6 +349,11 @@ def apply(
     ``device="gpu"`` gives ``fn`` device arrays (CuPy) and keeps the levels below the
     top on the GPU (``_device``); without one it is a ``ConfigError`` unless
     ``gpu_fallback=True``, which runs on the CPU and says so in the report.
+    ``cast``: which dtypes ``fn`` may return for dst's dtype (``_cast``, numpy's names):
+    ``"safe"`` (the default; also a float into a narrower float), ``"same_kind"``
+    (narrower integers) or ``"unsafe"`` (floats into integers); a refused one is a
+    ``ConfigError`` from the probe, and voxels that saturate are counted and warned of
+    (``SaturationWarning``, ``report.saturated_voxels``).
     """
     t0 = time.perf_counter()
     check_bools(resume=resume, probe=probe, progress=progress, dry_run=dry_run)
@@ -377,6 +392,7 @@ def apply(
             dry_run=dry_run,
             subscribers=tuple(subscribers),
             t0=t0,
+            cast=cast,
         )
     limit, limit_source = resolve_memory_limit(memory_limit)
     cores = workers if isinstance(workers, int) and workers > 0 else usable_cores()
@@ -412,6 +428,7 @@ def apply(
         expand_bbox=expand_bbox,
         max_reduction_chunk_size=max_reduction_chunk_size,
         skip_intermediates=bool(skip_intermediates),
+        cast=cast,
     )
     named = normalize_inputs(inputs)
     if plan is None:
@@ -503,6 +520,7 @@ def apply(
                 report = _with_device(
                     dataclasses.replace(report, plan=plan), flow_device, fell_back
                 )
+                warn_if_saturated(report.saturated_voxels, dst, spec.cast)
                 if not flow.deferred:
                     # Finished first, then delete: a kill while deleting must never leave done
                     # markers whose layers are gone (a resume would reduce missing data).
@@ -703,9 +721,10 @@ def _apply_collecting(
     dry_run: bool,
     subscribers: tuple[Subscriber, ...],
     t0: float,
+    cast: str,
 ) -> ApplyReport:
     """``apply`` with ``dst=None``: fn's value per bottom chunk (``_values``)."""
-    from chunkgraph.flow._values import run_values
+    from chunkgraph.flow._values import chunks_per_level, real_region, run_values
 
     if wants_auto_sizes(chunk_sizes):
         raise ConfigError(
@@ -727,13 +746,12 @@ def _apply_collecting(
         bbox=bbox,
         auto_divisibility=auto_divisibility,
         expand_bbox=expand_bbox,
+        cast=cast,  # checked, and unused: nothing is cast without a dst
     )
     named = normalize_inputs(inputs)
-    # No pads above the bottom: every level tiles the bbox with its own chunk.
-    per_level = tuple(
-        int(np.prod([s // c for s, c in zip(spec.bbox.shape, lv.chunk, strict=True)]))
-        for lv in spec.levels
-    )
+    # An expanded bbox may leave the volume: chunks are clipped to it (fn sees real voxels).
+    edge = real_region(spec, named)
+    per_level = chunks_per_level(spec, edge)
     flow_id = flow_id_of(fn, named, None, spec)
     chosen = _resolve_executor(executor, workers, retries, timeout, named, None, fn)
     from chunkgraph.execute._executor import close_resolved
@@ -749,7 +767,7 @@ def _apply_collecting(
                 tasks_per_level=per_level,
                 reductions=0,
             )
-        values, read = run_values(spec, run_fn, named, chosen, progress, subscribers)
+        values, read = run_values(spec, run_fn, named, chosen, progress, subscribers, edge)
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
     needed = needed_input_bytes(spec, named)
@@ -1093,6 +1111,7 @@ class _Flow:
             reductions_skipped=skipped_red,
             intermediates=str(self.flow_dir) if self.deferred else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
+            saturated_voxels=sum(t.saturated for t in tops) + sum(r.saturated for r in reds),
         )
 
 

@@ -2,13 +2,24 @@
 
 The id names the flow's directory: a hash of ``fn`` (module, qualified
 name, bytecode and constants, the values it closes over and its defaults, a
-callable object's or bound method's state), of every input's and the
-destination's resolved path, shape, chunks, dtype code, offset and
-resolution, and of every field of the validated ``FlowSpec`` in a canonical
-text (the inputs' scales included). Changing any
-of them starts a new flow instead of resuming an incompatible one; nothing in
-it depends on how an object prints. (What the hash cannot see, such as a
-global variable ``fn`` reads, is the caller's to keep fixed.)
+callable object's or bound method's state, and the source file of the module
+its code lives in), of every input's and the destination's resolved path,
+shape, chunks, dtype code, offset and resolution, and of every field of the
+validated ``FlowSpec`` in a canonical text (the inputs' scales included).
+Changing any of them starts a new flow instead of resuming an incompatible
+one; nothing in it depends on how an object prints.
+
+Module source. ``fn`` reads module-level names (``SCALE = 2``) that neither its
+code nor its closure holds, and people edit ``ops.py`` between a crash and a
+resume. So the text of the file that defines ``fn``'s globals is hashed: the
+module of a function's ``__globals__`` (a partial's function, a callable
+object's ``__call__``, a bound method's function), or of a class called as
+``fn``; a script run as ``__main__`` is its file. Only ``.py`` files count:
+code with no source file (a notebook cell, ``exec``, built-ins and numpy
+ufuncs, extension modules) falls back to what the rest of the fingerprint
+sees. Editing any line of that file (a comment included) starts the flow over,
+which wastes work but never mixes results; modules ``fn`` imports from are
+not covered and remain the caller's to keep fixed.
 
 ``flow_id_parts`` digests the same texts part by part (the function, its
 bound keyword arguments, the inputs, the destination, the spec): a flow
@@ -22,6 +33,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import sys
 import types
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -60,7 +72,8 @@ def flow_id_of(
 
 # What flow_id_parts names, in the words a message about a changed part uses.
 PART_NAMES = {
-    "function": "the function (its code, defaults or the values it closes over)",
+    "function": "the function (its code, defaults, the values it closes over or the source "
+    "of its module)",
     "fn_kwargs": "the function's keyword arguments (fn_kwargs)",
     "inputs": "the inputs",
     "dst": "the destination's layout",
@@ -163,6 +176,9 @@ def _fn_fingerprint(fn: object, depth: int) -> str:
     code = getattr(target, "__code__", None)
     if isinstance(code, types.CodeType):
         parts.append(_code_digest(code))
+    source = _module_source_digest(fn, target)
+    if source:
+        parts.append(source)
     for cell in getattr(target, "__closure__", None) or ():
         try:
             parts.append(_value_repr(cell.cell_contents, depth))
@@ -177,6 +193,28 @@ def _fn_fingerprint(fn: object, depth: int) -> str:
     if not hasattr(fn, "__code__") and not isinstance(fn, types.BuiltinFunctionType):
         parts.append("state=" + _state_repr(fn, depth + 1))
     return "|".join(parts)
+
+
+def _module_source_digest(fn: object, target: object) -> str:
+    """``module-source=<digest>`` of the ``.py`` file defining ``fn``'s globals; empty
+    when there is none (see the module docstring)."""
+    namespace = getattr(target, "__globals__", None)
+    if namespace is None and isinstance(fn, type):  # a class called as fn: its module
+        namespace = getattr(sys.modules.get(fn.__module__), "__dict__", None)
+    elif namespace is None:  # a callable object whose __call__ a base class defines
+        inherited = next((k.__dict__["__call__"] for k in type(fn).__mro__ if "__call__" in
+                          k.__dict__), None)  # fmt: skip
+        namespace = getattr(inherited, "__globals__", None)  # None for ufuncs, builtins
+    path = namespace.get("__file__") if isinstance(namespace, dict) else None
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return ""
+    try:
+        # Read each time, never cached by mtime: an edit within the clock's granularity
+        # would keep the old digest.
+        with open(path, "rb") as file:
+            return f"module-source={hashlib.sha256(file.read()).hexdigest()[:16]}"
+    except OSError:  # deleted or unreadable since it was imported: nothing to compare
+        return ""
 
 
 def _state_repr(obj: object, depth: int) -> str:

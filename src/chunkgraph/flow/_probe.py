@@ -7,7 +7,9 @@ inputs over the first bottom-level chunk of the bbox (exactly what that chunk's
 ``fn`` call will get), calls ``fn`` once, and checks its output with the same
 checks the flow applies to every chunk. It costs one bottom chunk's read and
 compute; ``apply(..., probe=False)`` skips it (for an ``fn`` with side effects,
-or one too expensive to run twice).
+or one too expensive to run twice). An output dtype that ``apply``'s ``cast`` does
+not allow for dst (``_cast``) is a ``ConfigError`` here: the arguments, not a task,
+are wrong.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from chunkgraph._errors import TaskError
+from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import FlowSpec
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
 
 # The message of the ExceptionGroup a failed probe raises (the command line tells it apart).
 PROBE_FAILED = "the apply flow's fn failed its probe call"
+
+
+class _CastRefused(ConfigError):
+    """What ``call_fn`` raises in the probe for a cast ``cast=`` refuses (told apart from
+    anything ``fn`` itself raises, which the probe reports as a failed task)."""
 
 
 def first_bottom_chunk(spec: FlowSpec) -> Box:
@@ -77,13 +84,15 @@ def probe_fn(
     for array in arrays.values():
         array.flags.writeable = False  # as in the flow: fn gets read-only views
 
+    channels = tuple(dst.channel_shape)
+
     def call() -> None:
         if device is None:
-            call_fn(spec, fn, arrays, chunk, tuple(dst.channel_shape))
+            call_fn(spec, fn, arrays, chunk, channels, refused=_CastRefused)
         else:
             with device.bound() as index:
                 on_device = {name: device.upload(a, index) for name, a in arrays.items()}
-                call_fn(spec, fn, on_device, chunk, tuple(dst.channel_shape), device, index)
+                call_fn(spec, fn, on_device, chunk, channels, device, index, _CastRefused)
 
     tries = 1
     try:
@@ -98,6 +107,8 @@ def probe_fn(
                     if tries > retries:
                         raise
                     tries += 1
+    except _CastRefused as refused:
+        raise ConfigError(str(refused)) from None  # the arguments are wrong, not a task
     except Exception as exc:
         # The same contract as a failing task: one group of TaskError, the cause attached.
         error = TaskError(

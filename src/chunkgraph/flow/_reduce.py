@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import CorruptChunkError
+from chunkgraph.flow._cast import can_saturate, count_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._edge_locks import edge_chunks_locked, partial_chunks
 from chunkgraph.flow._late_writes import check_run_live
@@ -90,10 +91,12 @@ def top_indices_meeting(spec: FlowSpec, box: Box) -> list[tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class ReductionStats:
-    """What one reduction did: destination bytes written, layer bytes read."""
+    """What one reduction did: destination bytes written, layer bytes read, and voxels
+    whose value did not fit dst's dtype when cast into it here (``_cast``)."""
 
     bytes_written: int
     temporary_bytes_read: int
+    saturated: int = 0
 
 
 def reduce_box(
@@ -110,8 +113,11 @@ def reduce_box(
     channels = tuple(dst.channel_shape)
     layer_read = 0
     if layers.n_layers == 1 and not any(top.blend):
-        result = cast_to(_read_layer(layer_vols[0], compute), spec.dst_dtype)
+        copied = _read_layer(layer_vols[0], compute)
+        saturated = _saturated(copied, spec)
+        result = cast_to(copied, spec.dst_dtype)
         layer_read = result.nbytes
+        del copied
     else:
         weighted = top.blend_mode != "max"
         acc = _empty_accumulator(channels + compute.shape, weighted, layers.dtype, spec)
@@ -128,18 +134,27 @@ def reduce_box(
             else:
                 np.maximum(target, data, out=target)
             del data, target
+        saturated = _saturated(acc, spec)
         result = cast_to(acc, spec.dst_dtype)
         del acc  # the accumulator (float64) need not outlive its cast during the write
     check_run_live(run_token)
     if compute == box:
         dst.write(box, result)
-        return ReductionStats(bytes_written=int(result.nbytes), temporary_bytes_read=layer_read)
+        return ReductionStats(int(result.nbytes), layer_read, saturated)
     # Edge chunks the bbox cuts: another flow may rewrite their other part (_edge_locks).
     with edge_chunks_locked(dst, partial_chunks(dst, box, compute)):
         whole = dst.read(box)
         whole[at(compute, box)] = result
         dst.write(box, whole)
-    return ReductionStats(bytes_written=int(whole.nbytes), temporary_bytes_read=layer_read)
+    return ReductionStats(int(whole.nbytes), layer_read, saturated)
+
+
+def _saturated(values: np.ndarray, spec: FlowSpec) -> int:
+    """Voxels of a reduction's result (each dst voxel in exactly one) that do not fit
+    dst's dtype; none where the layers already hold it (they were counted then)."""
+    if not can_saturate(values.dtype, spec.dst_dtype):
+        return 0
+    return count_saturated(values, spec.dst_dtype)
 
 
 def _read_layer(layer: Volume, box: Box) -> np.ndarray:

@@ -45,6 +45,7 @@ from chunkgraph.flow._apply import (
     _check_run_options,
     _resolve_executor,
 )
+from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._late_writes import end_run
@@ -154,6 +155,7 @@ def reduce_deferred(
             record.remove()
             write_flow_info(flow_dir, **totals, reducing=target)
             report = _run(spec, geometry, flow_dir, dst, markers, chosen, progress, subscribers, t0)
+            warn_if_saturated(report.saturated_voxels, dst)
             # Finished first (with its target, which a second call compares), then delete
             # the layers and markers, as apply does: a kill in between leaves a finished
             # flow whose leftovers the next call (or `chunkgraph clean --stale`) removes.
@@ -230,6 +232,7 @@ def _run(
             (graph.name(ref.id), s.temporary_bytes_read, s.bytes_written)
             for ref, s in zip(refs, stats, strict=True)
         ),
+        saturated_voxels=sum(s.saturated for s in stats),
     )
 
 

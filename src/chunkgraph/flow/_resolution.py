@@ -33,7 +33,7 @@ from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._spec import LevelSpec
+    from chunkgraph.flow._spec import FlowSpec, LevelSpec
     from chunkgraph.volume import Volume
 
 Scale = tuple[Fraction, ...]
@@ -142,6 +142,53 @@ def _resolution_text(scale: Scale, dst: Volume) -> str:
     """An input's resolution, recovered from its scale (dst resolution / s)."""
     res = (_ratio(_exact(d) / s) for d, s in zip(dst.resolution, scale, strict=True))
     return "(" + ", ".join(res) + ")"
+
+
+def resolution_hint(spec: FlowSpec, returned: tuple[int, ...], read_box: Box) -> str:
+    """The likely cause of an output of the wrong spatial shape when an input is at
+    another resolution than dst: ``fn`` returned its input's resolution, not dst's.
+    Empty when every input is at dst's resolution.
+
+    Worked: dst at (3, 3, 3) over an input at (1, 1, 1), a bottom chunk of 8 with crop
+    2: ``fn`` gets 36^3 input voxels (12 dst voxels times 3) and must return 12^3 (or
+    8^3); an identity ``fn`` returns 36^3.
+    """
+    scaled_inputs = [
+        (name, scale)
+        for name, scale in zip(spec.input_names, spec.input_scales, strict=True)
+        if any(s != 1 for s in scale)
+    ]
+    if not scaled_inputs:
+        return ""
+    own = {name: scaled(read_box, scale).shape for name, scale in scaled_inputs}
+    # The input whose shape fn returned, if one; else the first at another resolution.
+    name, scale = next(((n, s) for n, s in scaled_inputs if own[n] == returned), scaled_inputs[0])
+    ratio = "(" + ", ".join(_ratio(s) for s in scale) + ")"
+    if spec.dst_resolution:
+        res = tuple(spec.dst_resolution)
+        input_res = "(" + ", ".join(_ratio(_exact(d) / s) for d, s in zip(res, scale, strict=True))
+        where = f"dst is at resolution {res} and input {name!r} at {input_res + ')'}, so "
+        at_input = f"resolution={input_res + ')'}"
+    else:
+        where, at_input = "", "the input's resolution"
+    said = (
+        f"fn returned the shape of its input {name!r}"
+        if own[name] == returned
+        else f"its input {name!r} is {own[name]}"
+    )
+    if all(s >= 1 for s in scale):
+        how = f" (e.g. pool by {ratio})"
+    elif all(s <= 1 for s in scale):
+        how = " (e.g. upsample by (" + ", ".join(_ratio(1 / s) for s in scale) + "))"
+    else:
+        how = ""
+    return (
+        f"Likely cause: the resolutions. {where}dst resolution / input resolution = {ratio}: "
+        f"fn gets that many input voxels per dst voxel along each axis and must return "
+        f"dst's resolution, {read_box.shape} here; {said}. Make fn return dst's "
+        f"resolution{how}, or, if dst should be at the input's resolution, create it with "
+        f"{at_input} (volume.create(..., resolution={name}.resolution))"
+    )
 
 
 def bbox_in_voxels(bbox: Box | None, units: object, dst: Volume | None) -> Box | None:

@@ -33,12 +33,14 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     when asked; top | bbox
     every input read over whole voxels at its own resolution (_resolution)
     the bbox meets at least one input's bounds (else fn would see fill values only)
-    dtypes; reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
+    dtypes (an input dst cannot hold, under cast="safe"); cast one of _cast.CAST_RULES;
+    reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
 into labels, an image into a bool mask); float results are rounded when cast
 into integers. An integer dst must hold every value of an integer input
-(int32 -> int16 and int8 -> uint8 are refused).
+(int32 -> int16 and int8 -> uint8 are refused) unless ``cast`` allows narrowing;
+which dtypes ``fn`` itself may return is checked on its output (``_cast``).
 Accumulation is float64 for dst dtypes of <= 32 bits and float64; 64-bit
 integers accumulate in their own type, and are refused with weighted blending
 (float64 holds integers only up to 2**53).
@@ -74,6 +76,7 @@ from chunkgraph._errors import ConfigError
 from chunkgraph._util import per_axis
 from chunkgraph.flow._args import parse_chunk_sizes, per_level
 from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
+from chunkgraph.flow._cast import DEFAULT_CAST, CastRule, check_cast_rule
 from chunkgraph.flow._divisibility import (
     auto_divisible_chunks,
     check_divisibility,
@@ -147,6 +150,11 @@ class FlowSpec:
     # Per input (in input_names' order): input voxels per dst voxel on each axis, dst
     # resolution / the input's (_resolution); empty means 1 everywhere.
     input_scales: tuple[Scale, ...] = ()
+    # Which dtypes fn may return for dst's dtype (_cast): numpy's casting names.
+    cast: CastRule = DEFAULT_CAST
+    # dst's resolution (an input's is dst_resolution / its scale), for messages about
+    # shapes fn returns at another resolution (_resolution.resolution_hint).
+    dst_resolution: tuple[float, ...] = ()
 
     def scale_of(self, name: str) -> Scale:
         """How input ``name`` is read: ``_resolution.scaled(dst box, spec.scale_of(name))``."""
@@ -232,6 +240,7 @@ def validate_flow(
     expand_bbox: bool | str = False,
     max_reduction_chunk_size: object = None,
     skip_intermediates: bool = False,
+    cast: object = DEFAULT_CAST,
 ) -> FlowSpec:
     """Check every argument of ``volume.apply`` and return the resolved ``FlowSpec``.
 
@@ -242,6 +251,7 @@ def validate_flow(
         raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
     check_bools(auto_divisibility=auto_divisibility, skip_intermediates=skip_intermediates)
     snap = _check_expand_bbox(expand_bbox)
+    rule = check_cast_rule(cast)
     named = normalize_inputs(inputs)
     positional = isinstance(inputs, Volume)
     collect = dst is None
@@ -289,7 +299,7 @@ def validate_flow(
         accumulate = np.dtype(np.float64)
         reduction = levels[0].chunk
     else:
-        accumulate = _accumulate_dtype(named, out, levels)
+        accumulate = _accumulate_dtype(named, out, levels, rule)
         reduction = _reduction_chunk(max_reduction_chunk_size, out.spatial_chunks, levels[0].chunk)
     if skip_intermediates and not collect:
         _check_skip_intermediates(levels, region, out)
@@ -306,6 +316,8 @@ def validate_flow(
         pass_box=pass_box,
         collect_values=collect,
         input_scales=tuple(scales.values()),
+        cast=rule,
+        dst_resolution=tuple(out.resolution),
     )
 
 
@@ -600,7 +612,7 @@ def _check_bbox_reads_an_input(
 
 
 def _accumulate_dtype(
-    named: Mapping[str, Volume], dst: Volume, levels: Sequence[LevelSpec]
+    named: Mapping[str, Volume], dst: Volume, levels: Sequence[LevelSpec], rule: CastRule
 ) -> np.dtype[Any]:
     out = np.dtype(dst.dtype)
     if out.kind not in _NUMERIC_KINDS:
@@ -609,12 +621,15 @@ def _accumulate_dtype(
         )
     for name, vol in named.items():
         src = np.dtype(vol.dtype)
-        # A bool dst is a mask: any input may be thresholded into it on purpose.
-        if src.kind in "biu" and out.kind in "iu" and not np.can_cast(src, out, "safe"):
+        # A bool dst is a mask: any input may be thresholded into it on purpose. A cast
+        # rule that allows narrowing says fn narrows (or may saturate) on purpose.
+        narrowing = not np.can_cast(src, out, "safe")
+        if src.kind in "biu" and out.kind in "iu" and narrowing and rule == DEFAULT_CAST:
             raise ConfigError(
                 f"dst dtype {out} cannot hold every value of input {name!r} ({src}); "
                 f"use a dst of dtype {np.promote_types(src, out)} or read from a volume of "
-                f"dtype {out}"
+                f"dtype {out}, or pass cast='same_kind' when fn brings the values into "
+                f"{out}'s range itself"
             )
     weighted = [i for i, lv in enumerate(levels) if lv.weighted]
     if weighted and out.kind in "iu" and out.itemsize > 4:

@@ -52,11 +52,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from chunkgraph._errors import FlowOutputError
+from chunkgraph._errors import ChunkgraphError, FlowOutputError
 from chunkgraph.flow._blend import axis_weights
+from chunkgraph.flow._cast import can_saturate, cast_refusal, count_saturated
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
-from chunkgraph.flow._resolution import scaled
+from chunkgraph.flow._resolution import resolution_hint, scaled
 from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
 
@@ -72,14 +73,42 @@ _NUMERIC_KINDS = "biuf"
 
 @dataclass
 class LevelCounter:
-    """How many chunks each level processed; shared by one task's threads."""
+    """How many chunks each level processed, and how many voxels saturated where they
+    were cast into dst's dtype (``_cast``); shared by one task's threads."""
 
     counts: list[int]
+    saturated: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, level: int, n: int = 1) -> None:
         with self._lock:
             self.counts[level] += n
+
+    def add_saturated(self, n: int) -> None:
+        if n:
+            with self._lock:
+                self.saturated += n
+
+
+def cast_counting(
+    array: np.ndarray,
+    dtype: np.dtype,
+    final: np.dtype,
+    counted: tuple[Any, ...],
+    counter: LevelCounter,
+    xp: ModuleType = np,
+) -> np.ndarray:
+    """``cast_to(array, dtype)``; when that is the cast into dst's dtype ``final``, the
+    values of ``array[counted]`` that saturate are added to ``counter``.
+
+    A voxel is cast into dst's dtype once on its way (the levels' dtypes are the
+    accumulation dtype, which holds every value ``fn`` returns, until then), and
+    ``counted`` is the part of ``array`` whose voxels this chunk alone stands for (see
+    ``process_chunk``), so each voxel is counted once.
+    """
+    if np.dtype(dtype) == final and can_saturate(array.dtype, final):
+        counter.add_saturated(count_saturated(array[counted], final, xp))
+    return cast_to(array, dtype, xp)
 
 
 @dataclass(frozen=True)
@@ -140,7 +169,8 @@ def cast_to(array: np.ndarray, dtype: np.dtype, xp: ModuleType = np) -> np.ndarr
             source = np.iinfo(array.dtype)
             low, high = max(limits.min, source.min), min(limits.max, source.max)
             return xp.clip(array, low, high).astype(dtype)  # type: ignore[no-any-return]
-    cast: np.ndarray = array.astype(dtype)
+    with np.errstate(over="ignore"):  # a float past a narrower float's range: counted (_cast)
+        cast: np.ndarray = array.astype(dtype)
     return cast
 
 
@@ -156,12 +186,20 @@ def weighted_sum_start(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.full(shape, -0.0, dtype=dtype)
 
 
-def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
-    """The unweighted output of ``chunk`` at ``level``, over ``chunk.padded(blend)``."""
+def process_chunk(
+    ctx: SubchunkContext, level: int, chunk: Box, owned: Box | None = None
+) -> np.ndarray:
+    """The unweighted output of ``chunk`` at ``level``, over ``chunk.padded(blend)``.
+
+    ``owned``: the voxels this chunk stands for in saturation counts (``cast_counting``),
+    the top chunk's inside dst narrowed by each level's chunk (unpadded) down to this
+    one: siblings' chunks are disjoint, so every dst voxel has one owner.
+    """
     ctx.counter.add(level)
     spec = ctx.spec.levels[level]
     if level == len(ctx.spec.levels) - 1:
         return _call_fn(ctx, level, chunk)
+    owned = chunk if owned is None else owned
     region = chunk.padded(_add(spec.crop, spec.blend))
     child = ctx.spec.levels[level + 1]
     starts, stops, grid = region.split_arrays(child.chunk)
@@ -171,7 +209,8 @@ def process_chunk(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
 
     def run_child(i: int) -> None:
         box = Box(tuple(starts[i].tolist()), tuple(stops[i].tolist()))
-        acc.add(box, process_chunk(ctx, level + 1, box))
+        mine = owned.intersection(box)
+        acc.add(box, process_chunk(ctx, level + 1, box, mine), mine, ctx)
 
     for wave in parity_waves(grid, tuple(p > 0 for p in child.blend)):
         ctx.for_each_child(run_child, wave.tolist())
@@ -190,7 +229,11 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
     ctx.counter.add(level)
     if level == len(ctx.spec.levels) - 1:
         xp = np if ctx.device is None else ctx.device.xp()
-        out = ctx.to_host(cast_to(_call_fn(ctx, level, chunk), dst.dtype, xp))
+        # Bottom chunks tile the bbox here; a part past dst's edge is not written.
+        inside = at(chunk.intersection(dst.bounds), chunk)
+        result = _call_fn(ctx, level, chunk)
+        cast = cast_counting(result, dst.dtype, ctx.spec.dst_dtype, inside, ctx.counter, xp)
+        out = ctx.to_host(cast)
         check_run_live(ctx.run_token)
         dst.write(chunk, out)
         return int(out.nbytes)
@@ -322,11 +365,13 @@ def call_fn(
     channels: tuple[int, ...],
     device: FlowDevice | None = None,
     device_index: int = 0,
+    refused: type[ChunkgraphError] = FlowOutputError,
 ) -> np.ndarray:
     """``fn`` on one bottom chunk's arrays; its output checked, cropped to chunk + blend.
 
     With a ``device``, ``arrays`` are device arrays and so is the output (a host array
-    ``fn`` returns is uploaded to ``device_index``)."""
+    ``fn`` returns is uploaded to ``device_index``). An output dtype that ``spec.cast``
+    does not allow for dst raises ``refused`` (the probe: ``ConfigError``)."""
     bottom = spec.levels[-1]
     read_box = chunk.padded(_add(bottom.crop, bottom.blend))
     out_box = chunk.padded(bottom.blend)
@@ -350,8 +395,21 @@ def call_fn(
         result, xp = np.asarray(result), np
     else:
         result, xp = device.on_device(result, device_index), device.xp()
-    out = _checked_output(result, channels, chunk, read_box, out_box)
+    try:
+        out = _checked_output(result, channels, chunk, read_box, out_box)
+    except FlowOutputError as error:
+        # Spatial axes that fit: a channel mismatch, which the message explains already.
+        spatial = tuple(result.shape[result.ndim - chunk.ndim :])
+        fits = spatial in (read_box.shape, out_box.shape)
+        hint = "" if fits else resolution_hint(spec, spatial, read_box)
+        if not hint:
+            raise
+        raise FlowOutputError(f"{error}. {hint}") from None
     _check_finite(out, spec.dst_dtype, chunk, out_box, xp)
+    # Every chunk: an fn may return another dtype where a chunk has no objects, say.
+    refusal = cast_refusal(out.dtype, spec.dst_dtype, spec.cast, f" (on chunk {chunk})")
+    if refusal:
+        raise refused(refusal)
     return out
 
 
@@ -501,14 +559,17 @@ class _Accumulator:
             return np.empty(shape, dtype=dtype)
         return np.full(shape, fill, dtype=dtype)
 
-    def add(self, box: Box, out: np.ndarray) -> None:
+    def add(self, box: Box, out: np.ndarray, owned: Box, ctx: SubchunkContext) -> None:
+        """Combine child ``box``'s output; ``owned``: its voxels in saturation counts."""
         acc = self._allocate(out)
         padded = box.padded(self.child.blend)
         part_box = padded.intersection(self.region)
         target = acc[at(part_box, self.region)]
         part = out[at(part_box, padded)]
         if not self.blends:
-            target[...] = cast_to(part, self.assemble, self.xp)
+            counted = at(owned.intersection(part_box), part_box)
+            final = ctx.spec.dst_dtype
+            target[...] = cast_counting(part, self.assemble, final, counted, ctx.counter, self.xp)
         elif self.child.blend_mode == "max":
             self.xp.maximum(target, part, out=target)
         else:

@@ -67,7 +67,7 @@ from chunkgraph.flow._subchunk import (
     LevelCounter,
     SubchunkContext,
     at,
-    cast_to,
+    cast_counting,
     process_chunk,
     stream_chunk,
 )
@@ -119,12 +119,14 @@ class TopStats:
     ``bytes_read``: storage bytes this task's reads fetched (see ``read_inputs``:
     exact when the inputs are cached; without a cache, tasks in flight together
     in one process count each other's, so under threads the driver measures
-    instead).
+    instead). ``saturated``: voxels of dst whose value did not fit its dtype
+    (``_cast``), counted where this task cast them into it.
     """
 
     tasks_per_level: tuple[int, ...]
     bytes_read: int
     bytes_written: int
+    saturated: int = 0
 
 
 def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
@@ -191,11 +193,14 @@ def _run_levels(
         device=device,
         device_index=device_index,
     )
+    counter = ctx.counter
     if job.layers is None:
         written_bytes = stream_chunk(ctx, 0, box, job.dst)
-        return TopStats(tuple(ctx.counter.counts), read, written_bytes)
-    out = process_chunk(ctx, 0, box)
-    counts = tuple(ctx.counter.counts)
+        return TopStats(tuple(counter.counts), read, written_bytes, counter.saturated)
+    # The voxels this task stands for in saturation counts: its chunk, inside dst.
+    owned = box.intersection(job.dst.bounds)
+    out = process_chunk(ctx, 0, box, owned)
+    counts = tuple(counter.counts)
     # The superchunk is no longer needed: drop it before the cast and the write allocate.
     del ctx, data
     out_box = box.padded(spec.levels[0].blend)
@@ -207,12 +212,13 @@ def _run_levels(
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     xp = np if device is None else device.xp()
     # Cast where the output is, so the smaller array crosses to the host.
-    cast = cast_to(part, dtype, xp)
+    counted = at(owned.intersection(keep), keep)
+    cast = cast_counting(part, dtype, spec.dst_dtype, counted, counter, xp)
     written = cast if device is None else device.download(cast)
     del out, part, cast
     check_run_live(job.run_token)
     target.write(keep, written)
-    return TopStats(counts, read, int(written.nbytes))
+    return TopStats(counts, read, int(written.nbytes), counter.saturated)
 
 
 def read_inputs(job: TopJob, region: Box) -> tuple[dict[str, np.ndarray], int]:
