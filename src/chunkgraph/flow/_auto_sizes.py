@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph._util import divisors
+from chunkgraph._util import divisors, format_bytes
 from chunkgraph.flow._resolution import Scale, scale_of, step_of
 from chunkgraph.geometry import Box
 
@@ -145,21 +145,15 @@ class FlowPlan:
             f"{list(self.crop_pads)}, blend {list(self.blend_pads)}, "
             f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
             f"sweep along axis {self.sweep_axis}",
-            f"  cache {_mib(self.cache_bytes)} owned by apply; predicted read amplification "
-            f"{self.read_amplification:.2f} ({self.amplification_without_cache:.2f} without "
-            "a cache)",
-            f"  memory {_mib(self.memory_bytes)} predicted of {_mib(self.memory_limit)} "
-            f"({self.memory_limit_source}); {self.superchunks_in_flight} superchunk(s) in "
-            "flight",
+            f"  cache {format_bytes(self.cache_bytes)} owned by apply; predicted read "
+            f"amplification {self.read_amplification:.2f} "
+            f"({self.amplification_without_cache:.2f} without a cache)",
+            f"  memory {format_bytes(self.memory_bytes)} predicted of "
+            f"{format_bytes(self.memory_limit)} ({self.memory_limit_source}); "
+            f"{self.superchunks_in_flight} superchunk(s) in flight",
         ]
         lines += [f"  - {reason}" for reason in self.reasons]
         return "\n".join(lines)
-
-
-def _mib(nbytes: float) -> str:
-    if nbytes < 2**20:
-        return f"{nbytes / 2**10:.0f} KiB"
-    return f"{nbytes / 2**20:.1f} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.2f} GiB"
 
 
 # --- the planner --------------------------------------------------------------------------
@@ -250,10 +244,11 @@ def plan_sizes(
         if axis is None:
             raise ConfigError(
                 f"no automatic plan fits memory_limit={memory_limit} bytes "
-                f"({_mib(memory_limit)}): the smallest, top chunk {tuple(top)} over "
-                f"{tuple(bottom)}, needs {_mib(plan.memory)} (cache {_mib(plan.cache)}, "
-                f"{plan.in_flight} superchunk(s) of {_mib(plan.superchunk)}, bottom buffers "
-                f"{_mib(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
+                f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
+                f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
+                f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
+                f"{format_bytes(plan.superchunk)}, bottom buffers "
+                f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
                 "chunk_sizes by hand"
             )
         top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
@@ -266,7 +261,7 @@ def plan_sizes(
         reasons.append(
             f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
             f"{tuple(extent[a] if a != sweep else top[a] for a in range(ndim))} the superchunk "
-            f"and the sweep's cache need more than memory_limit {_mib(memory_limit)}; each "
+            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
             "band re-reads its halo"
         )
     direct = direct_allowed and all(
@@ -526,14 +521,15 @@ def _evaluate(
         kept = [a for a, _, _ in needs if a in reused]
         missed = [(a, n) for a, n, _ in needs if a not in reused]
         reason = (
-            f"cache {_mib(cache)}: keeps the halo chunks neighbours share along "
+            f"cache {format_bytes(cache)}: keeps the halo chunks neighbours share along "
             f"{'axes ' + str(kept) if kept else 'no axis'}"
         )
         if missed:
             reason += (
                 "; along "
-                + ", ".join(f"axis {a} (needs {_mib(n)})" for a, n in missed)
-                + f" it does not fit the {_mib(room)} left of the budget, so halos are read again"
+                + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
+                + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
+                "read again"
             )
     return _Evaluation(
         sweep=sweep,
@@ -657,7 +653,7 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
             available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return (
             int(available * DEFAULT_MEMORY_SHARE),
-            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {_mib(available)} available",
+            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available",
         )
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
         raise ConfigError(
@@ -817,7 +813,7 @@ def amplification_warning(plan: FlowPlan, named: Mapping[str, Volume]) -> str:
             f"chunks again, {plan.amplification_without_cache:.2f}x the input"
         )
     parts.append(
-        f"apply keeps a cache of {_mib(plan.cache_bytes)} for this run, so it expects "
+        f"apply keeps a cache of {format_bytes(plan.cache_bytes)} for this run, so it expects "
         f"{plan.read_amplification:.2f}x"
         if plan.cache_bytes
         else f"expected read amplification {plan.read_amplification:.2f}x"
