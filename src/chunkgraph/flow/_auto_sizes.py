@@ -25,12 +25,14 @@ Shape of the plan. The top chunk spans the whole bbox on every axis but the
 sweep axis (the longest: its cross-section, and so the cache and the
 superchunk, is the smallest), and is one bottom chunk thick along it. So the
 top grid moves along one axis only, tasks run as one sweep, and each top task
-shares halo storage chunks with its successor alone: those are the last it
-read, which an LRU cache of two halo layers keeps (``_top_task`` reads in
-slabs along the sweep for that reason). Worked: 256 x 512 x 512 float32 in
-64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128, so the levels are
-(256, 512, 128) over (128, 128, 128), the cache 2 * 64 x 256 x 512 * 4 B
-= 64 MiB (+ MAX_CACHE_SLACK), and every storage chunk is read once.
+shares halo storage chunks with its successor alone. An LRU cache that holds
+one task's whole read keeps them, whatever order that read's parallel pieces
+(and the probe's read before the first task) arrived in; two halo layers would
+suffice only if the shared layers were always the last fetched. Worked:
+256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
+so the levels are (256, 512, 128) over (128, 128, 128), a task reads 4 layers of
+chunks along the sweep, the cache 4 * 64 x 256 x 512 * 4 B = 128 MiB
+(+ MAX_CACHE_SLACK), and every storage chunk is read once.
 
 Reuse model (also for user-given sizes). The top grid runs in C order; the
 sweep is its fastest-moving axis. A halo chunk shared along the sweep is
@@ -188,7 +190,7 @@ def plan_sizes(
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
-    (((256, 512, 128), (128, 128, 128)), 2, 80, 1.0)
+    (((256, 512, 128), (128, 128, 128)), 2, 160, 1.0)
     """
     ndim = bbox.ndim
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
@@ -605,8 +607,11 @@ def _reuse_need(
     """Cache bytes of ``vol`` for the halo chunks shared along ``axis`` to be reused,
     with ``MAX_CACHE_SLACK``, at most all the chunks the flow reads from ``vol``.
 
-    Along the fastest-moving axis they are the last chunks a task read: the layers
-    two successive reads share (their overlap), across the task's read. Along a
+    Along the fastest-moving axis they are among the last chunks a task read: the
+    layers two successive reads share (their overlap). But a task fetches its chunks
+    in parallel pieces, in no fixed order, so the shared layers need not be the last
+    the LRU saw: the cache holds the task's whole read, and reuse does not depend on
+    which thread finished first. Along a
     slower axis, everything the tasks of the faster axes fetched meanwhile. With
     ``in_flight`` tasks reading in any order, what the other ones fetch comes on top.
     """
@@ -619,7 +624,8 @@ def _reuse_need(
         shared = max((max(0, a[1] - b[0]) for a, b in itertools.pairwise(spans)), default=0)
         others = math.prod(w for a, w in enumerate(widest) if a != axis)
         fresh_slab = min(top[axis], widest[axis])
-        need = (shared + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
+        read = widest[axis] if shared else 0  # nothing shared: nothing to keep
+        need = (read + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
     else:
         faster = [a for a in moving if a > axis]
         window = math.prod(grid[a] for a in faster)
