@@ -640,8 +640,8 @@ def _check_out_of_process(
     from chunkgraph.execute import ChecksPaths
 
     where = f"executor={executor!r} runs tasks in other processes"
-    local = [n for n, v in inputs.items() if v.backend == "memory"]
-    local += ["dst"] if dst is not None and dst.backend == "memory" else []
+    local = [n for n, v in inputs.items() if v.location.in_process]
+    local += ["dst"] if dst is not None and dst.location.in_process else []
     if local:
         raise ConfigError(
             f"{where} and cannot use memory volumes ({', '.join(local)}): they exist only in "
@@ -659,11 +659,15 @@ def _check_out_of_process(
             "executor='threads'"
         ) from err
     if isinstance(chosen, ChecksPaths):
-        paths = {f"input {n!r}": v.path for n, v in inputs.items()}
+        # Only what lives on this machine's disk: a URL is the store's to serve.
+        named = {f"input {n!r}": v for n, v in inputs.items()}
+        named |= {"dst": dst} if dst is not None else {}
+        paths = {
+            what: str(v.location.local_dir) for what, v in named.items() if v.location.local_dir
+        }
         if dst is not None:  # dst=None flows keep nothing on disk
             root = _intermediates_root(intermediates, dst)
-            made_by_then = next(p for p in (root, *root.parents) if p.exists())
-            paths |= {"dst": dst.path, "intermediates": str(made_by_then)}
+            paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
         chosen.check_paths(paths)
 
 
@@ -845,8 +849,8 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
                 "default beside dst"
             )
         return root
-    if dst.backend in ("zarr", "tensorstore") and "://" not in dst.path:
-        where = Path(dst.path)
+    where = dst.location.local_dir
+    if where is not None:
         return where.parent / f".{where.name}.chunkgraph"
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
 

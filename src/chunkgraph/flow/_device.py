@@ -236,13 +236,13 @@ def check_executor(device: object, executor: object) -> None:
     Checked before looking for a GPU here, which says nothing of a cluster's workers."""
     if device != "gpu":
         return
+    from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
+
     if isinstance(executor, str):
-        elsewhere = executor == "processes" or "://" in executor
+        elsewhere = executor == "processes" or is_scheduler_address(executor)
     elif executor is None:
         elsewhere = False
     else:
-        from chunkgraph.execute._executor import is_dask_client
-
         elsewhere = is_dask_client(executor) or getattr(executor, "in_process", True) is False
     if not elsewhere:
         return
