@@ -88,3 +88,21 @@ def divisors(n: int) -> list[int]:
     """
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def format_bytes(nbytes: float) -> str:
+    """Bytes in binary units, about three significant figures: the one spelling of a size.
+
+    >>> format_bytes(512), format_bytes(131_072), format_bytes(37_748_736), format_bytes(5.2e17)
+    ('512 B', '128 KiB', '36.0 MiB', '462 PiB')
+    """
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    value, power = abs(float(nbytes)), 0
+    while value >= 1024 and power < len(units) - 1:
+        value /= 1024
+        power += 1
+    sign = "-" if nbytes < 0 else ""
+    if power == 0:
+        return f"{sign}{int(value)} B"
+    digits = 1 if value < 100 else 0
+    return f"{sign}{value:.{digits}f} {units[power]}"

@@ -161,9 +161,11 @@ def test_flow_id_sees_the_state_of_callable_objects_and_bound_methods() -> None:
     from types import SimpleNamespace
 
     from chunkgraph.flow._fingerprint import flow_id_of
+    from chunkgraph.volume import Location
 
     dst = SimpleNamespace(backend="zarr", path="out", shape=(4,), chunks=(2,), dtype="u1",
-                          offset=(0,), resolution=(1,))  # fmt: skip
+                          offset=(0,), resolution=(1,),
+                          location=Location.of("out", "zarr"))  # fmt: skip
     ids = {
         name: flow_id_of(fn, {}, dst, "spec")  # type: ignore[arg-type]
         for name, fn in {
@@ -186,8 +188,9 @@ def test_memory_volumes_make_flow_ids_private_to_their_process() -> None:
     script = (
         "from types import SimpleNamespace as N\n"
         "from chunkgraph.flow._fingerprint import flow_id_of\n"
+        "from chunkgraph.volume import Location\n"
         "d = N(backend='memory', path='out', shape=(4,), chunks=(2,), dtype='u1', offset=(0,),\n"
-        "      resolution=(1,))\n"
+        "      resolution=(1,), location=Location.of('out', 'memory'))\n"
         "print(flow_id_of(len, {}, d, 'spec'))\n"
     )
     ids = {

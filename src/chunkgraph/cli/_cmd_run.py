@@ -94,9 +94,9 @@ def register(commands: Any) -> None:
 
 def executor_arg(text: str) -> str:
     """A local executor kind or a Dask scheduler address ("tcp://host:8786", any protocol)."""
-    from chunkgraph.execute import EXECUTOR_KINDS
+    from chunkgraph.execute import EXECUTOR_KINDS, is_scheduler_address
 
-    if text in EXECUTOR_KINDS or "://" in text:
+    if text in EXECUTOR_KINDS or is_scheduler_address(text):
         return text
     raise argparse.ArgumentTypeError(
         f"{text!r} is neither one of {', '.join(EXECUTOR_KINDS)} nor a Dask scheduler "
@@ -360,7 +360,9 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
 def _ship_module(executor: str, resolved: ResolvedSpec) -> str | None:
     """Send the function's module beside the spec to a Dask cluster's workers (they cannot
     import it from the spec's directory); the problem, said for the user, when that fails."""
-    if "://" not in executor or resolved.module_file is None:
+    from chunkgraph.execute import is_scheduler_address
+
+    if not is_scheduler_address(executor) or resolved.module_file is None:
         return None
     from chunkgraph._errors import ConfigError
     from chunkgraph.execute import DaskExecutor

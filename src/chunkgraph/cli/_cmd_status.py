@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chunkgraph._util import format_bytes
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 # chunkgraph.flow._state.STALE_AFTER_HOURS, stated here so that --help does not import
@@ -114,7 +115,7 @@ def describe(state: Any, older_than: float, now: float) -> str:
         parts.append(f"at {state.finished}")
     if state.has_temporaries:
         parts.append(state.progress())
-        parts.append(f"temporaries {_size(state.temporary_bytes or 0)}")
+        parts.append(f"temporaries {format_bytes(state.temporary_bytes or 0)}")
     if state.owner and state.status is FlowStatus.RUNNING:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.owner.get("since", 0)))
         parts.append(f"pid {state.owner.get('pid')} on {state.owner.get('host')} since {since}")
@@ -160,7 +161,7 @@ def run_clean(args: argparse.Namespace) -> int:
         if named and state.status is FlowStatus.DEFERRED:
             what = "deferred layers (the flow's result, not temporaries) and its record"
         if args.dry_run:
-            print(f"would remove {fid}'s {what} ({_size(state.temporary_bytes or 0)})")
+            print(f"would remove {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
             continue
         try:
             remove_flow(root, fid, record=named)
@@ -169,11 +170,11 @@ def run_clean(args: argparse.Namespace) -> int:
             code = EXIT_FAILED
             continue
         freed += state.temporary_bytes or 0
-        print(f"removed {fid}'s {what} ({_size(state.temporary_bytes or 0)})")
+        print(f"removed {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
     if not chosen:
         print(f"nothing to remove under {root}")
     elif not args.dry_run:
-        print(f"freed {_size(freed)}")
+        print(f"freed {format_bytes(freed)}")
         remove_root_if_empty(root)
     return code
 
@@ -191,9 +192,3 @@ def _age(hours: float) -> str:
     if hours < 1:
         return f"{hours * 3600:.0f} s" if hours < 1 / 60 else f"{hours * 60:.0f} min"
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} d"
-
-
-def _size(nbytes: float) -> str:
-    from chunkgraph.flow._apply import _size as size
-
-    return size(nbytes)

@@ -15,7 +15,12 @@ from chunkgraph.execute._dask_contexts import dask_contexts, dask_links
 from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._dask_scheduler import dask_scheduler
 from chunkgraph.execute._events import Event, EventKind, Subscriber
-from chunkgraph.execute._executor import ChecksPaths, Executor, resolve_executor
+from chunkgraph.execute._executor import (
+    ChecksPaths,
+    Executor,
+    is_scheduler_address,
+    resolve_executor,
+)
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
 from chunkgraph.execute._progress import ProgressBar
 from chunkgraph.execute._run import run
@@ -39,6 +44,7 @@ __all__ = [
     "dask_contexts",
     "dask_links",
     "dask_scheduler",
+    "is_scheduler_address",
     "resolve_executor",
     "run",
 ]

@@ -227,15 +227,15 @@ class DaskExecutor:
     # -- paths ------------------------------------------------------------------------
 
     def check_paths(self, paths: Mapping[str, str]) -> None:
-        """ConfigError unless every worker can reach ``paths`` (``{what: path}``).
+        """ConfigError unless every worker can reach ``paths`` (``{what: path}``), paths
+        on this machine's file system (the caller leaves out what an object store serves).
 
-        URLs (``s3://...``) are taken as reachable. Workers on this machine see
-        its files; a worker on another host must see a local path too (a shared
-        file system mounted at the same place): a path that exists here must
-        exist there.
+        Workers on this machine see its files; a worker on another host must see
+        them too (a shared file system mounted at the same place): a path that
+        exists here must exist there.
         """
         self._check_open()
-        local = {what: p for what, p in paths.items() if "://" not in p}
+        local = dict(paths)
         if not local:
             return
         remote = remote_workers(self.client)

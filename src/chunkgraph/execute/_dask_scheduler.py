@@ -28,7 +28,12 @@ import warnings
 from typing import Any
 
 from chunkgraph._errors import TaskError
-from chunkgraph.execute._executor import Executor, close_resolved, resolve_executor
+from chunkgraph.execute._executor import (
+    Executor,
+    close_resolved,
+    is_scheduler_address,
+    resolve_executor,
+)
 from chunkgraph.execute._local import ExecutorKind
 from chunkgraph.graph import DaskGraph, from_dask
 
@@ -67,7 +72,7 @@ def dask_scheduler(
             stacklevel=2,
         )
     # dask's num_workers setting sizes local threads; a cluster's workers are its own.
-    if num_workers is None and isinstance(executor, str) and "://" not in executor:
+    if num_workers is None and isinstance(executor, str) and not is_scheduler_address(executor):
         import dask
 
         num_workers = dask.config.get("num_workers", None)

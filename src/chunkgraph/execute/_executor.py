@@ -85,7 +85,7 @@ def resolve_executor(
     >>> resolve_executor("sync", retries=1).retries
     1
     """
-    if (isinstance(executor, str) and "://" in executor) or is_dask_client(executor):
+    if is_scheduler_address(executor) or is_dask_client(executor):
         if gpu_fallback:
             raise ConfigError(
                 f"gpu_fallback=True applies to this machine's executors, not to a Dask "
@@ -143,6 +143,15 @@ def close_resolved(chosen: Executor, given: object) -> None:
         close = getattr(chosen, "close", None)
         if callable(close):
             close()
+
+
+def is_scheduler_address(executor: object) -> bool:
+    """A Dask scheduler's address: any protocol, ``tcp://host:8786``, ``inproc://...``.
+
+    >>> is_scheduler_address("tcp://10.0.0.1:8786"), is_scheduler_address("threads")
+    (True, False)
+    """
+    return isinstance(executor, str) and "://" in executor
 
 
 def is_dask_client(obj: object) -> bool:

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError, CorruptChunkError
-from chunkgraph._util import usable_cores
+from chunkgraph._util import format_bytes, usable_cores
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
     ReadAmplificationWarning,
@@ -212,25 +212,25 @@ class ApplyReport:
             lines.append(f"  already finished at {self.finished_before}: nothing to do")
         elif self.estimate is not None:
             e = self.estimate
-            reads = _size(e.bytes_to_read)
+            reads = format_bytes(e.bytes_to_read)
             if e.expected_bytes_to_read is not None and e.expected_bytes_to_read < e.bytes_to_read:
                 reads = (
-                    f"{_size(e.expected_bytes_to_read)} through the chunk cache "
+                    f"{format_bytes(e.expected_bytes_to_read)} through the chunk cache "
                     f"({reads} without one)"
                 )
             lines.append(
-                f"  would read {reads}, write {_size(e.dst_bytes)} to dst "
-                f"(+{_size(e.temporary_bytes)} temporary); one top-level task needs "
-                f"{_size(e.top_task_memory_bytes)}"
+                f"  would read {reads}, write {format_bytes(e.dst_bytes)} to dst "
+                f"(+{format_bytes(e.temporary_bytes)} temporary); one top-level task needs "
+                f"{format_bytes(e.top_task_memory_bytes)}"
             )
             if e.temporary_bytes:
                 lines.append(f"  temporaries under {self.intermediates}")
         else:
             what = "" if self.tasks_per_level else " of layers"
             lines.append(
-                f"  read {_size(self.bytes_read)}{what} (amplification "
-                f"{self.read_amplification:.2f}), wrote {_size(self.bytes_written)} "
-                f"(+{_size(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
+                f"  read {format_bytes(self.bytes_read)}{what} (amplification "
+                f"{self.read_amplification:.2f}), wrote {format_bytes(self.bytes_written)} "
+                f"(+{format_bytes(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
             )
         if self.gpu_fallback:
             lines.append("  device: cpu (gpu_fallback: no GPU was found)")
@@ -241,8 +241,8 @@ class ApplyReport:
         elif self.device != "cpu":
             up, down = self.device_copies
             lines.append(
-                f"  device: {self.device}; copied {_size(self.bytes_to_device)} to it "
-                f"({up} uploads) and {_size(self.bytes_from_device)} back ({down} downloads)"
+                f"  device: {self.device}; copied {format_bytes(self.bytes_to_device)} to it "
+                f"({up} uploads) and {format_bytes(self.bytes_from_device)} back ({down} downloads)"
             )
         if self.top_tasks_skipped or self.reductions_skipped:
             lines.append(
@@ -263,22 +263,6 @@ class ApplyReport:
         if self.plan is not None and self.plan.automatic:
             lines += ["  " + line for line in self.plan.summary().splitlines()]
         return "\n".join(lines)
-
-
-def _size(nbytes: float) -> str:
-    """Bytes in binary units, three significant figures or so.
-
-    >>> _size(512), _size(37_748_736), _size(5.2e17)
-    ('512 B', '36.0 MiB', '462 PiB')
-    """
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    power = 0
-    while nbytes >= 1024 and power < len(units) - 1:
-        nbytes /= 1024
-        power += 1
-    if power == 0:
-        return f"{int(nbytes)} B"
-    return f"{nbytes:.1f} {units[power]}" if nbytes < 100 else f"{nbytes:.0f} {units[power]}"
 
 
 def apply(
@@ -674,8 +658,8 @@ def _check_out_of_process(
     from chunkgraph.execute import ChecksPaths
 
     where = f"executor={executor!r} runs tasks in other processes"
-    local = [n for n, v in inputs.items() if v.backend == "memory"]
-    local += ["dst"] if dst is not None and dst.backend == "memory" else []
+    local = [n for n, v in inputs.items() if v.location.in_process]
+    local += ["dst"] if dst is not None and dst.location.in_process else []
     if local:
         raise ConfigError(
             f"{where} and cannot use memory volumes ({', '.join(local)}): they exist only in "
@@ -693,11 +677,15 @@ def _check_out_of_process(
             "executor='threads'"
         ) from err
     if isinstance(chosen, ChecksPaths):
-        paths = {f"input {n!r}": v.path for n, v in inputs.items()}
+        # Only what lives on this machine's disk: a URL is the store's to serve.
+        named = {f"input {n!r}": v for n, v in inputs.items()}
+        named |= {"dst": dst} if dst is not None else {}
+        paths = {
+            what: str(v.location.local_dir) for what, v in named.items() if v.location.local_dir
+        }
         if dst is not None:  # dst=None flows keep nothing on disk
             root = _intermediates_root(intermediates, dst)
-            made_by_then = next(p for p in (root, *root.parents) if p.exists())
-            paths |= {"dst": dst.path, "intermediates": str(made_by_then)}
+            paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
         chosen.check_paths(paths)
 
 
@@ -879,8 +867,8 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
                 "default beside dst"
             )
         return root
-    if dst.backend in ("zarr", "tensorstore") and "://" not in dst.path:
-        where = Path(dst.path)
+    where = dst.location.local_dir
+    if where is not None:
         return where.parent / f".{where.name}.chunkgraph"
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
 

@@ -25,12 +25,14 @@ Shape of the plan. The top chunk spans the whole bbox on every axis but the
 sweep axis (the longest: its cross-section, and so the cache and the
 superchunk, is the smallest), and is one bottom chunk thick along it. So the
 top grid moves along one axis only, tasks run as one sweep, and each top task
-shares halo storage chunks with its successor alone: those are the last it
-read, which an LRU cache of two halo layers keeps (``_top_task`` reads in
-slabs along the sweep for that reason). Worked: 256 x 512 x 512 float32 in
-64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128, so the levels are
-(256, 512, 128) over (128, 128, 128), the cache 2 * 64 x 256 x 512 * 4 B
-= 64 MiB (+ MAX_CACHE_SLACK), and every storage chunk is read once.
+shares halo storage chunks with its successor alone. An LRU cache that holds
+one task's whole read keeps them, whatever order that read's parallel pieces
+(and the probe's read before the first task) arrived in; two halo layers would
+suffice only if the shared layers were always the last fetched. Worked:
+256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
+so the levels are (256, 512, 128) over (128, 128, 128), a task reads 4 layers of
+chunks along the sweep, the cache 4 * 64 x 256 x 512 * 4 B = 128 MiB
+(+ MAX_CACHE_SLACK), and every storage chunk is read once.
 
 Reuse model (also for user-given sizes). The top grid runs in C order; the
 sweep is its fastest-moving axis. A halo chunk shared along the sweep is
@@ -54,7 +56,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph._util import divisors
+from chunkgraph._util import divisors, format_bytes
 from chunkgraph.flow._resolution import Scale, scale_of, step_of
 from chunkgraph.geometry import Box
 
@@ -145,21 +147,15 @@ class FlowPlan:
             f"{list(self.crop_pads)}, blend {list(self.blend_pads)}, "
             f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
             f"sweep along axis {self.sweep_axis}",
-            f"  cache {_mib(self.cache_bytes)} owned by apply; predicted read amplification "
-            f"{self.read_amplification:.2f} ({self.amplification_without_cache:.2f} without "
-            "a cache)",
-            f"  memory {_mib(self.memory_bytes)} predicted of {_mib(self.memory_limit)} "
-            f"({self.memory_limit_source}); {self.superchunks_in_flight} superchunk(s) in "
-            "flight",
+            f"  cache {format_bytes(self.cache_bytes)} owned by apply; predicted read "
+            f"amplification {self.read_amplification:.2f} "
+            f"({self.amplification_without_cache:.2f} without a cache)",
+            f"  memory {format_bytes(self.memory_bytes)} predicted of "
+            f"{format_bytes(self.memory_limit)} ({self.memory_limit_source}); "
+            f"{self.superchunks_in_flight} superchunk(s) in flight",
         ]
         lines += [f"  - {reason}" for reason in self.reasons]
         return "\n".join(lines)
-
-
-def _mib(nbytes: float) -> str:
-    if nbytes < 2**20:
-        return f"{nbytes / 2**10:.0f} KiB"
-    return f"{nbytes / 2**20:.1f} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.2f} GiB"
 
 
 # --- the planner --------------------------------------------------------------------------
@@ -194,7 +190,7 @@ def plan_sizes(
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
-    (((256, 512, 128), (128, 128, 128)), 2, 80, 1.0)
+    (((256, 512, 128), (128, 128, 128)), 2, 160, 1.0)
     """
     ndim = bbox.ndim
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
@@ -250,10 +246,11 @@ def plan_sizes(
         if axis is None:
             raise ConfigError(
                 f"no automatic plan fits memory_limit={memory_limit} bytes "
-                f"({_mib(memory_limit)}): the smallest, top chunk {tuple(top)} over "
-                f"{tuple(bottom)}, needs {_mib(plan.memory)} (cache {_mib(plan.cache)}, "
-                f"{plan.in_flight} superchunk(s) of {_mib(plan.superchunk)}, bottom buffers "
-                f"{_mib(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
+                f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
+                f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
+                f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
+                f"{format_bytes(plan.superchunk)}, bottom buffers "
+                f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
                 "chunk_sizes by hand"
             )
         top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
@@ -266,7 +263,7 @@ def plan_sizes(
         reasons.append(
             f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
             f"{tuple(extent[a] if a != sweep else top[a] for a in range(ndim))} the superchunk "
-            f"and the sweep's cache need more than memory_limit {_mib(memory_limit)}; each "
+            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
             "band re-reads its halo"
         )
     direct = direct_allowed and all(
@@ -526,14 +523,15 @@ def _evaluate(
         kept = [a for a, _, _ in needs if a in reused]
         missed = [(a, n) for a, n, _ in needs if a not in reused]
         reason = (
-            f"cache {_mib(cache)}: keeps the halo chunks neighbours share along "
+            f"cache {format_bytes(cache)}: keeps the halo chunks neighbours share along "
             f"{'axes ' + str(kept) if kept else 'no axis'}"
         )
         if missed:
             reason += (
                 "; along "
-                + ", ".join(f"axis {a} (needs {_mib(n)})" for a, n in missed)
-                + f" it does not fit the {_mib(room)} left of the budget, so halos are read again"
+                + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
+                + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
+                "read again"
             )
     return _Evaluation(
         sweep=sweep,
@@ -609,8 +607,11 @@ def _reuse_need(
     """Cache bytes of ``vol`` for the halo chunks shared along ``axis`` to be reused,
     with ``MAX_CACHE_SLACK``, at most all the chunks the flow reads from ``vol``.
 
-    Along the fastest-moving axis they are the last chunks a task read: the layers
-    two successive reads share (their overlap), across the task's read. Along a
+    Along the fastest-moving axis they are among the last chunks a task read: the
+    layers two successive reads share (their overlap). But a task fetches its chunks
+    in parallel pieces, in no fixed order, so the shared layers need not be the last
+    the LRU saw: the cache holds the task's whole read, and reuse does not depend on
+    which thread finished first. Along a
     slower axis, everything the tasks of the faster axes fetched meanwhile. With
     ``in_flight`` tasks reading in any order, what the other ones fetch comes on top.
     """
@@ -623,7 +624,8 @@ def _reuse_need(
         shared = max((max(0, a[1] - b[0]) for a, b in itertools.pairwise(spans)), default=0)
         others = math.prod(w for a, w in enumerate(widest) if a != axis)
         fresh_slab = min(top[axis], widest[axis])
-        need = (shared + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
+        read = widest[axis] if shared else 0  # nothing shared: nothing to keep
+        need = (read + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
     else:
         faster = [a for a in moving if a > axis]
         window = math.prod(grid[a] for a in faster)
@@ -657,7 +659,7 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
             available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return (
             int(available * DEFAULT_MEMORY_SHARE),
-            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {_mib(available)} available",
+            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available",
         )
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
         raise ConfigError(
@@ -817,7 +819,7 @@ def amplification_warning(plan: FlowPlan, named: Mapping[str, Volume]) -> str:
             f"chunks again, {plan.amplification_without_cache:.2f}x the input"
         )
     parts.append(
-        f"apply keeps a cache of {_mib(plan.cache_bytes)} for this run, so it expects "
+        f"apply keeps a cache of {format_bytes(plan.cache_bytes)} for this run, so it expects "
         f"{plan.read_amplification:.2f}x"
         if plan.cache_bytes
         else f"expected read amplification {plan.read_amplification:.2f}x"

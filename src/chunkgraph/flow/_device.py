@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import format_bytes
 
 if TYPE_CHECKING:
     from chunkgraph.gpu import DeviceBackend
@@ -113,9 +114,9 @@ class FlowDevice:
         fits = int(free // task_bytes)
         if fits < 1:
             raise ConfigError(
-                f"device='gpu': one top-level task needs about {task_bytes / 2**20:.1f} MiB on "
+                f"device='gpu': one top-level task needs about {format_bytes(task_bytes)} on "
                 f"the GPU (its padded superchunk and accumulators) but a device has "
-                f"{free / 2**20:.1f} MiB free; give smaller top-level chunk_sizes (the "
+                f"{format_bytes(free)} free; give smaller top-level chunk_sizes (the "
                 "first entry), free the GPU, or use device='cpu'"
             )
         self.per_device = min(fits, DEVICE_TASKS_IN_FLIGHT)
@@ -235,13 +236,13 @@ def check_executor(device: object, executor: object) -> None:
     Checked before looking for a GPU here, which says nothing of a cluster's workers."""
     if device != "gpu":
         return
+    from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
+
     if isinstance(executor, str):
-        elsewhere = executor == "processes" or "://" in executor
+        elsewhere = executor == "processes" or is_scheduler_address(executor)
     elif executor is None:
         elsewhere = False
     else:
-        from chunkgraph.execute._executor import is_dask_client
-
         elsewhere = is_dask_client(executor) or getattr(executor, "in_process", True) is False
     if not elsewhere:
         return

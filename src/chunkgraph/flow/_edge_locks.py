@@ -82,7 +82,7 @@ def edge_chunks_locked(dst: Volume, chunk_ids: list[int]) -> Iterator[None]:
     if not chunk_ids:
         yield
         return
-    on_disk = dst.backend != "memory" and "://" not in dst.path
+    on_disk = dst.location.lockable
     key = os.path.join(dst.path, LOCK_NAME) if on_disk else f"{dst.backend}:{dst.path}"
     with _process_lock(key):
         if not on_disk:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import os
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -55,12 +54,12 @@ def flow_id_of(
 ) -> str:
     """A stable 16-hex-digit id of one flow (same arguments, same id, across processes).
 
-    >>> from types import SimpleNamespace
-    >>> dst = SimpleNamespace(backend="memory", path="out", shape=(4,), chunks=(2,), dtype="u1",
-    ...                       offset=(0,), resolution=(1,))
+    >>> from chunkgraph import volume
+    >>> dst = volume.create("out", (4,), (2,), "u1", backend="memory")
     >>> a = flow_id_of(len, {}, dst, "spec")
     >>> len(a), a == flow_id_of(len, {}, dst, "spec"), a == flow_id_of(abs, {}, dst, "spec")
     (16, True, False)
+    >>> volume.remove("out")
     """
     parts = [_fn_fingerprint(fn, 0)]
     for name in sorted(inputs):
@@ -89,13 +88,13 @@ def flow_id_parts(
     ``fn_kwargs`` are a partial's bound arguments (``apply`` binds them so), the
     function is what they are bound to.
 
-    >>> from types import SimpleNamespace
-    >>> dst = SimpleNamespace(backend="memory", path="out", shape=(4,), chunks=(2,), dtype="u1",
-    ...                       offset=(0,), resolution=(1,))
+    >>> from chunkgraph import volume
+    >>> dst = volume.create("out", (4,), (2,), "u1", backend="memory")
     >>> a = flow_id_parts(functools.partial(round, ndigits=1), {}, dst, "spec")
     >>> b = flow_id_parts(functools.partial(round, ndigits=2), {}, dst, "spec")
     >>> sorted(k for k in a if a[k] != b[k])
     ['fn_kwargs']
+    >>> volume.remove("out")
     """
     if isinstance(fn, functools.partial):
         function = _fn_fingerprint(fn.func, 0)
@@ -120,13 +119,8 @@ def _volume_fingerprint(vol: Volume) -> str:
     Never how the volume object prints: a reopened volume may spell the same
     dtype differently (``float32`` / ``<f4``) and must keep the flow's id.
     """
-    if vol.backend == "memory":
-        # A memory volume lives only in its process: same-named ones elsewhere are other data.
-        where = f"memory:{vol.path} pid={os.getpid()}"
-    else:
-        # Both on-disk backends read the same files: the place is the resolved path.
-        path = vol.path
-        where = f"disk:{path if '://' in path else os.path.realpath(path)}"
+    # Both on-disk backends read the same files: the place, not the backend, is the data.
+    where = vol.location.identity()
     return (
         f"{where} shape={tuple(map(int, vol.shape))} chunks={tuple(map(int, vol.chunks))} "
         f"dtype={np.dtype(vol.dtype).str} offset={tuple(map(int, vol.offset))} "

@@ -33,6 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from chunkgraph.volume import Volume
+
 TOP = "top"
 REDUCE = "reduce"
 _KINDS = (TOP, REDUCE)
@@ -87,7 +89,7 @@ class MarkerStore:
             folder.mkdir(parents=True)
 
 
-def dst_stamp(dst: Any) -> str | None:
+def dst_stamp(dst: Volume) -> str | None:
     """Which storage ``dst`` is: the inode and modification time of its array metadata.
 
     A destination deleted and created again at the same path (same shape, so the
@@ -95,11 +97,11 @@ def dst_stamp(dst: Any) -> str | None:
     records of work whose output is gone. None where there is no local file to
     stat (memory volumes, URLs): resume then trusts the markers as before.
     """
-    path = getattr(dst, "path", None)
-    if not isinstance(path, str) or "://" in path:
+    where = dst.location.local_dir
+    if where is None:
         return None
     try:
-        meta = os.stat(os.path.join(path, "zarr.json"))
+        meta = os.stat(where / "zarr.json")
     except OSError:
         return None
     return f"{meta.st_ino}:{meta.st_mtime_ns}"

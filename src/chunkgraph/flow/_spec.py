@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import inspect
 import keyword
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -374,16 +373,7 @@ def same_storage(a: Volume, b: Volume) -> bool:
     paths, zarr and TensorStore handles of one array); a memory volume is its
     registered name.
     """
-    if a is b:
-        return True
-    if (a.backend == "memory") != (b.backend == "memory"):
-        return False
-    if a.backend == "memory" or "://" in a.path or "://" in b.path:
-        return bool(a.path == b.path)
-    try:
-        return os.path.samefile(a.path, b.path)
-    except OSError:  # one of them is gone: compare what is left, the resolved paths
-        return os.path.realpath(a.path) == os.path.realpath(b.path)
+    return a is b or a.location.same_as(b.location)
 
 
 def _check_in_place(

@@ -427,8 +427,8 @@ IN_PLACE_MARK = ".chunkgraph-in-place.json"
 
 
 def _mark_path(dst: Any) -> Path | None:
-    on_disk = dst.backend != "memory" and "://" not in dst.path
-    return Path(dst.path) / IN_PLACE_MARK if on_disk else None
+    where: Path | None = dst.location.local_dir
+    return where / IN_PLACE_MARK if where is not None else None
 
 
 def in_place_mark(dst: Any) -> tuple[Path, str] | None:

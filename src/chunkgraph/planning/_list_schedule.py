@@ -83,6 +83,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chunkgraph._errors import ConfigError, PlanError
+from chunkgraph._util import format_bytes
 from chunkgraph.planning._memory import MemoryProfile, Release
 from chunkgraph.planning._problem import Problem
 from chunkgraph.planning._rank import optimistic_cost_table, upward_rank
@@ -398,17 +399,16 @@ class _ListScheduler:
             self.blocked.clear()
 
     def _no_room(self, u: int) -> PlanError:
-        from chunkgraph.planning._plan import _bytes
-
         assert self.profiles is not None
         p = self.p
         c = max(self._allowed(u), key=lambda c: (self.cap[c], -c))
         held = self.profiles[c].level(math.inf)
         return PlanError(
-            f"no ready task fits in memory: {p.label(u)!r} needs {_bytes(p.memory[u])} while "
-            f"it runs and {_bytes(p.output_bytes[u])} for its result, and no context that can "
-            f"run it has room at any time; the largest is {p.contexts[c].name!r} with a "
-            f"budget of {_bytes(self.cap[c])}, {_bytes(held)} of it held by results that "
+            f"no ready task fits in memory: {p.label(u)!r} needs {format_bytes(p.memory[u])} "
+            f"while it runs and {format_bytes(p.output_bytes[u])} for its result, and no context "
+            f"that can run it has room at any time; the largest is {p.contexts[c].name!r} with a "
+            f"budget of {format_bytes(self.cap[c])}, {format_bytes(held)} of it held by results "
+            "that "
             "wait for their consumers or are targets. A larger memory budget would help, "
             "or fewer results held at once (fewer targets, smaller outputs, or a reduction "
             "that combines its inputs in smaller groups)"

@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import format_bytes
 from chunkgraph.graph import Graph, TaskRef
 from chunkgraph.planning._contexts import (
     Context,
@@ -267,15 +268,15 @@ class Plan:
             f"strategy {self.strategy}, planned in {self.planning_seconds:.3f} s",
             f"makespan {sim.makespan:.4g} s (lower bound {sim.lower_bound:.4g} s, "
             f"{sim.makespan / sim.lower_bound if sim.lower_bound > 0 else 1.0:.2f}x); "
-            f"{_bytes(sim.bytes_moved)} moved between contexts",
+            f"{format_bytes(sim.bytes_moved)} moved between contexts",
         ]
         for c, ctx in enumerate(self.contexts):
             busy = sim.busy[c] / (ctx.slots * sim.makespan) if sim.makespan > 0 else 0.0
             cap = self.memory_cap[c]
-            budget = "no budget" if math.isinf(cap) else f"budget {_bytes(cap)}"
+            budget = "no budget" if math.isinf(cap) else f"budget {format_bytes(cap)}"
             lines.append(
                 f"  {ctx.name:<10} {ctx.kind} x{ctx.slots}: {int((self.task_context == c).sum())} "
-                f"tasks, busy {busy:.0%}, peak memory {_bytes(sim.peak_memory[c])} ({budget})"
+                f"tasks, busy {busy:.0%}, peak memory {format_bytes(sim.peak_memory[c])} ({budget})"
             )
         return "\n".join(lines)
 
@@ -313,15 +314,6 @@ def _in_order(problem: Problem, priority: IntArray) -> Schedule:
         np.asarray(finish),
         np.arange(n, dtype=np.int64),
     )
-
-
-def _bytes(n: float) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def plan(
@@ -442,9 +434,9 @@ def _check_fits(problem: Problem, cap: FloatArray) -> None:
         # The largest of the contexts that can run it (build_problem made sure there is one).
         largest = int(np.argmax(np.where(can_run[u], cap, -np.inf)))
         raise PlanError(
-            f"task {problem.label(u)!r} needs {_bytes(problem.memory[u])} while it runs, more "
-            f"than any context that can run it has; the largest is "
-            f"{problem.contexts[largest].name!r} with {_bytes(cap[largest])}. Raise its "
+            f"task {problem.label(u)!r} needs {format_bytes(problem.memory[u])} while it runs, "
+            f"more than any context that can run it has; the largest is "
+            f"{problem.contexts[largest].name!r} with {format_bytes(cap[largest])}. Raise its "
             "memory budget, or split the task"
         )
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from chunkgraph._util import format_bytes
 from chunkgraph.report._document import load_report, tries_of
 
 # Summary fields are wrapped to lines of this many characters.
@@ -95,7 +96,7 @@ def _fields(summary: Mapping[str, Any]) -> list[str]:
         if isinstance(value, bool) or not isinstance(value, int | float):
             out.append(f"{key}: {value}")
         elif "bytes" in key:
-            out.append(f"{key}: {_bytes(float(value))}")
+            out.append(f"{key}: {format_bytes(float(value))}")
         elif isinstance(value, float):
             out.append(f"{key}: {value:.3g}")
         else:
@@ -113,11 +114,3 @@ def _wrapped(fields: list[str], width: int = SUMMARY_WIDTH) -> list[str]:
         else:
             lines.append("  " + field)
     return lines
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")

@@ -21,6 +21,7 @@ from typing import Any
 
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._location import Location
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
@@ -47,6 +48,7 @@ __all__ = [
     "FlowLockedError",
     "FlowOutputError",
     "IOStats",
+    "Location",
     "Volume",
     "apply",
     "create",

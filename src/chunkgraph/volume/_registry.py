@@ -25,6 +25,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph._util import as_int_tuple
+from chunkgraph.volume._location import Location
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
@@ -37,14 +38,15 @@ BACKENDS: tuple[str, ...] = ("zarr", "tensorstore", "memory")
 
 def _normalise_path(path: str | os.PathLike[str], backend: str) -> str:
     text = os.fspath(path)
-    if backend == "memory" or "://" in text:
+    if Location.of(text, backend).local_dir is None:
         return text
     # Absolute, so a volume pickled to a worker with another working directory still resolves.
     return os.path.abspath(text)
 
 
 def _is_on_disk(path: str) -> bool:
-    return "://" not in path and os.path.isfile(os.path.join(path, "zarr.json"))
+    where = Location.of(path, "zarr").local_dir
+    return where is not None and (where / "zarr.json").is_file()
 
 
 def create(

@@ -42,6 +42,7 @@ import numpy as np
 from chunkgraph._errors import AlignmentError, ConfigError
 from chunkgraph.geometry import Box
 from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._location import Location
 from chunkgraph.volume._stats import IOStats, _IOCounters
 
 if TYPE_CHECKING:
@@ -118,6 +119,11 @@ class Volume:
     @property
     def backend(self) -> str:
         return self._meta.backend
+
+    @property
+    def location(self) -> Location:
+        """Where the data lives and what that place can do (``volume._location``)."""
+        return Location.of(self._storage.path, self._meta.backend)
 
     @property
     def shape(self) -> tuple[int, ...]:
