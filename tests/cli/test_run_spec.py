@@ -650,8 +650,13 @@ def test_an_unknown_device_names_the_valid_ones(
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_read_amplification_is_warned_of_once(
-    work: Path, capsys: pytest.CaptureFixture[str], dry_run: bool
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dry_run: bool
 ) -> None:
+    """apply's cache reads this flow's storage chunks once (1.00x), which draws no warning;
+    with the threshold under that, the check and the run would both warn: once is said."""
+    from chunkgraph.flow import _auto_sizes
+
+    monkeypatch.setattr(_auto_sizes, "WARN_AMPLIFICATION", 0.5)
     spec = write(
         work,
         "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\n"
@@ -660,6 +665,44 @@ def test_read_amplification_is_warned_of_once(
     code, _, err = run(capsys, spec, *(["--dry-run"] if dry_run else []))
     assert code == 0, err
     assert err.count("will amplify reads") == 1
+
+
+def test_given_sizes_whose_halo_apply_s_cache_reads_once_draw_no_warning(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Top chunks of 16 with a crop of 4 read the neighbours' storage chunks (3.38x without
+    a cache); apply's own cache reads each once, so there is nothing to warn of."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\n"
+        "chunk_sizes: [16, 8]\ncrop_pads: [0, 4]\n",
+    )
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    assert "amplif" not in err, err
+    assert "(amplification 1.00)" in out
+
+
+def test_quiet_prints_the_result_without_the_plan_and_the_plan_is_said_once(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Automatic sizes: a run says its plan in one line (a dry run gives the reasons too);
+    --quiet leaves it out."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\ncrop_pads: 4\n",
+    )
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    assert "tasks per level" in out and "plan" not in out, out
+    code = cli.main(["run", spec])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert [line for line in out.splitlines() if "plan" in line or "cache" in line] == [
+        next(line for line in out.splitlines() if line.startswith("  plan (automatic): "))
+    ], out
+    code, out, _ = run(capsys, spec, "--dry-run")
+    assert code == 0 and "plan (automatic)" in out and "  - bottom chunk" in out
 
 
 def test_a_probe_failure_says_nothing_was_written_and_the_log_ends_with_the_outcome(

@@ -214,7 +214,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         if recorder is not None and outcome != "locked":
             # A failed or interrupted run is when a report is needed most.
             _write_report(args.report, recorder, report, outcome, out)
-    print(report.summary(), file=out)
+    print(report.summary(plan=not args.quiet), file=out)
     return EXIT_OK
 
 

@@ -1,6 +1,7 @@
 """What every long-running command shows while it works: a progress bar, JSON lines, or nothing.
 
-    --quiet           no progress bar (errors and the final summary still print)
+    --quiet           no progress bar and no plan in the final summary (errors, warnings
+                      and the summary's result lines still print)
     --log-json PATH   one JSON object per event, one per line, to PATH ("-": stdout),
                       instead of the bar: for batch systems and dashboards
 
@@ -25,7 +26,9 @@ from chunkgraph.execute import Event
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bar, and no plan in the summary"
+    )
     parser.add_argument(
         "--log-json",
         metavar="PATH",

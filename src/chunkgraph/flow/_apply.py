@@ -196,8 +196,10 @@ class ApplyReport:
     # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
     gpu_missing: bool = False
 
-    def summary(self) -> str:
-        """A few human-readable lines."""
+    def summary(self, *, plan: bool = True) -> str:
+        """A few human-readable lines. An automatic plan is one line after a run and, with
+        its reasons, several after a dry run (which is for looking at it); ``plan=False``
+        leaves it out (the command line's ``--quiet``)."""
         levels = ", ".join(str(n) for n in self.tasks_per_level)
         lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
         if self.tasks_per_level or self.dry_run:
@@ -251,8 +253,9 @@ class ApplyReport:
             lines.append(f"  collected {len(self.values)} values of fn (no dst): report.values")
         # The plan when it was chosen here; given sizes' read model stays in
         # ``report.plan`` (its budget line depends on the machine).
-        if self.plan is not None and self.plan.automatic:
-            lines += ["  " + line for line in self.plan.summary().splitlines()]
+        if plan and self.plan is not None and self.plan.automatic:
+            told = self.plan.summary() if self.dry_run else self.plan.headline()
+            lines += ["  " + line for line in told.splitlines()]
         return "\n".join(lines)
 
 
