@@ -332,19 +332,27 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
 
 
 def failure_summary(group: BaseExceptionGroup[Any]) -> str:
-    """One block per failed task: its name, the cause's first line, the chunk from the note."""
-    from chunkgraph._errors import TaskError
+    """One block per failed task: its name, the first line of the innermost cause (the
+    error under any loop's group: the one that names the chunk or file), the chunk from
+    the notes, and whether it was not retried because no try could succeed."""
+    from chunkgraph._errors import TaskError, is_permanent
+    from chunkgraph.execute._failures import innermost
 
     failed = [e for e in _leaves(group) if isinstance(e, TaskError)]
     others = [e for e in _leaves(group) if not isinstance(e, TaskError)]
     lines = [f"the flow failed: {group.message}"]
     for error in failed:
-        cause = error.__cause__ or error
+        cause, more = innermost(error.__cause__ or error)
         first = (str(cause).splitlines() or [""])[0]
-        lines.append(f"  {error.task} (after {error.attempts} attempt(s))")
+        tries = f"after {error.attempts} attempt(s)"
+        if is_permanent(cause):
+            tries += "; not retried: it would fail the same way again"
+        lines.append(f"  {error.task} ({tries})")
         lines.append(f"    {type(cause).__name__}: {first}")
         notes = [*getattr(cause, "__notes__", ()), *getattr(error, "__notes__", ())]
         lines += [f"    {note}" for note in notes if "chunk" in note]
+        if more:
+            lines.append(f"    ({more} more error(s) in the same task)")
     lines += [f"  {type(e).__name__}: {e}" for e in others]
     return "\n".join(lines)
 
