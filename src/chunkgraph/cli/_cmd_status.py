@@ -194,6 +194,6 @@ def _age(hours: float) -> str:
 
 
 def _size(nbytes: float) -> str:
-    from chunkgraph.flow._apply import _size as size
+    from chunkgraph._util import format_bytes
 
-    return size(nbytes)
+    return format_bytes(nbytes)

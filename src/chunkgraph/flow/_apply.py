@@ -55,7 +55,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError, CorruptChunkError
-from chunkgraph._util import usable_cores
+from chunkgraph._util import format_bytes as _size
+from chunkgraph._util import usable_cores, write_problem
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
     ReadAmplificationWarning,
@@ -259,22 +260,6 @@ class ApplyReport:
         return "\n".join(lines)
 
 
-def _size(nbytes: float) -> str:
-    """Bytes in binary units, three significant figures or so.
-
-    >>> _size(512), _size(37_748_736), _size(5.2e17)
-    ('512 B', '36.0 MiB', '462 PiB')
-    """
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    power = 0
-    while nbytes >= 1024 and power < len(units) - 1:
-        nbytes /= 1024
-        power += 1
-    if power == 0:
-        return f"{int(nbytes)} B"
-    return f"{nbytes:.1f} {units[power]}" if nbytes < 100 else f"{nbytes:.0f} {units[power]}"
-
-
 def apply(
     fn: Callable[..., Any],
     inputs: Volume | Mapping[str, Volume],
@@ -437,6 +422,7 @@ def apply(
             plan = _on_device(plan, flow_device, top_task_memory(spec, named, dst))
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
+        _check_writable(root, dst)
         if dry_run:
             report = _dry_report(spec, named, dst, flow_id, root, plan, time.perf_counter() - t0)
             if no_gpu:
@@ -868,6 +854,31 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
         where = Path(dst.path)
         return where.parent / f".{where.name}.chunkgraph"
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+
+
+def _check_writable(root: Path, dst: Volume) -> None:
+    """A ConfigError naming the path when the flow's state folder (``root``, or where it
+    will be made) or an on-disk dst cannot be written: before anything runs, dry runs too.
+
+    A run needs both: it locks the flow and records its progress under ``root``, and
+    writes dst's chunks. Found later, this would be a bare ``OSError`` from a mkdir.
+    """
+    if dst.backend in ("zarr", "tensorstore") and "://" not in dst.path:
+        problem = write_problem(dst.path)
+        if problem:
+            raise ConfigError(
+                f"dst {dst.path!r} cannot be written: {problem}, so nothing was run. Is it "
+                "on a read-only mount, or without write permission? Make it writable, or "
+                "write to a dst on a writable file system"
+            )
+    problem = write_problem(root)
+    if problem:
+        raise ConfigError(
+            f"intermediates {str(root)!r} cannot be written: {problem}. The flow keeps its "
+            "lock, done markers and temporary layers there, so nothing was run. Is it on a "
+            "read-only mount, or without write permission? Give intermediates= (a spec's "
+            "intermediates:) a directory on a writable file system"
+        )
 
 
 class _Flow:
