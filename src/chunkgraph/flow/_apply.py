@@ -127,6 +127,7 @@ from chunkgraph.flow._top_task import (
     run_top_task,
     superchunks_in_flight,
 )
+from chunkgraph.flow._where import note_state
 from chunkgraph.geometry import Box
 
 # Flow tasks are idempotent: a try lost to a dead worker or a transient I/O error
@@ -464,6 +465,8 @@ def apply(
                 if probe:
                     probe_fn(spec, run_fn, named, dst, flow_device, timeout, retries)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
+                if _on_disk(dst):  # `chunkgraph status DST` finds state kept elsewhere
+                    note_state(dst.path, root, flow_id)
                 if in_place is not None:
                     mark_in_place(dst, root, flow_id)
                 flow = _Flow(
@@ -850,10 +853,15 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
                 "default beside dst"
             )
         return root
-    if dst.backend in ("zarr", "tensorstore") and "://" not in dst.path:
+    if _on_disk(dst):
         where = Path(dst.path)
         return where.parent / f".{where.name}.chunkgraph"
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+
+
+def _on_disk(dst: Volume) -> bool:
+    """Whether dst is a directory on this machine's file system."""
+    return dst.backend in ("zarr", "tensorstore") and "://" not in dst.path
 
 
 def _check_writable(root: Path, dst: Volume) -> None:
@@ -863,7 +871,7 @@ def _check_writable(root: Path, dst: Volume) -> None:
     A run needs both: it locks the flow and records its progress under ``root``, and
     writes dst's chunks. Found later, this would be a bare ``OSError`` from a mkdir.
     """
-    if dst.backend in ("zarr", "tensorstore") and "://" not in dst.path:
+    if _on_disk(dst):
         problem = write_problem(dst.path)
         if problem:
             raise ConfigError(
