@@ -121,9 +121,10 @@ class StubbornError(Exception):
     permanent = True
 
 
-def fail_counted(counter: str, kind: str) -> None:
+def fail_counted(counter: str, kind: str, *_inputs: object) -> None:
     """Count the call in the file ``counter``, then raise the error named by ``kind``: a
-    permanent one, a transient one, or loop groups around one of each."""
+    permanent one, a transient one, or loop groups around one of each (``_inputs``:
+    results of other tasks, unused)."""
     from chunkgraph._errors import CorruptChunkError, FlowOutputError
 
     path = Path(counter)
