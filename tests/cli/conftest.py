@@ -52,12 +52,15 @@ def run_read_only(
     """``chunkgraph ARGS`` with ``directory`` (and all below it) read-only."""
     argv = [str(CHUNKGRAPH), *args]
     if os.geteuid() != 0:
-        mode = directory.stat().st_mode
-        directory.chmod(0o555)
+        folders = [directory, *(p for p in directory.rglob("*") if p.is_dir())]
+        modes = {p: p.stat().st_mode for p in folders}
+        for folder in folders:
+            folder.chmod(0o555)
         try:
             return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
         finally:
-            directory.chmod(mode)
+            for folder, mode in modes.items():
+                folder.chmod(mode)
     if not can_mount():
         pytest.skip("root without a mount namespace of its own (unshare -m): no way to make "
                     "a directory read-only for root")  # fmt: skip
