@@ -175,7 +175,7 @@ def test_readme_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
 def test_the_deferred_reduction_example_draws_no_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Given sizes without a cache warn (ReadAmplificationWarning): the example must not."""
+    """The deferred example draws no warning (a ReadAmplificationWarning among them)."""
     import warnings
 
     monkeypatch.chdir(tmp_path)

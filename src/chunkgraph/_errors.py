@@ -19,6 +19,13 @@
 
 Every class shows its public module (``chunkgraph.ConfigError``) in tracebacks.
 
+Permanent errors. A class with ``permanent = True`` fails the same way on every
+try (the same parameters, the same stored bytes, the same ``fn`` output), so
+executors never retry it (``is_permanent``; the one rule, kept by the scheduler
+every local executor drives and by ``DaskExecutor``): ``ConfigError``,
+``CorruptChunkError``, ``FlowOutputError`` (NaN into integers, a wrong shape)
+and ``GraphError``. Any exception class of a user's may say the same.
+
 Many failures of one run surface together as a single ``ExceptionGroup`` of
 ``TaskError``; the original exception (a worker's remote traceback included)
 is carried as ``__cause__``.
@@ -27,14 +34,34 @@ is carried as ``__cause__``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 
 class ChunkgraphError(Exception):
     """Root of every error chunkgraph raises on purpose."""
 
+    # True: trying again cannot succeed, so executors do not retry it (is_permanent).
+    permanent: ClassVar[bool] = False
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether another try cannot succeed: ``error``'s class says so (``permanent = True``,
+    which any exception class may set), or it is a group whose every member is permanent.
+
+    >>> is_permanent(ConfigError("bad")), is_permanent(OSError(28, "No space left"))
+    (True, False)
+    >>> is_permanent(ExceptionGroup("loop", [CorruptChunkError("bad bytes")]))
+    True
+    """
+    if isinstance(error, BaseExceptionGroup):
+        return all(is_permanent(e) for e in error.exceptions)
+    return getattr(type(error), "permanent", False) is True
+
 
 class ConfigError(ChunkgraphError, ValueError):
     """A parameter is invalid; the message names it and says what would be valid."""
+
+    permanent = True
 
 
 class AlignmentError(ConfigError):
@@ -47,6 +74,8 @@ class CorruptChunkError(ChunkgraphError, ValueError):
     ``volume`` is the volume's path; ``chunks``, ``keys`` and ``files`` are the
     failing chunks' grid indices, storage keys (``c/0/1/2``) and file paths.
     """
+
+    permanent = True  # the stored bytes stay the same until someone rewrites them
 
     def __init__(
         self,
@@ -88,6 +117,8 @@ class UsageError(ChunkgraphError, RuntimeError):
 
 class FlowOutputError(ChunkgraphError, ValueError):
     """An apply flow's ``fn`` returned an array the flow cannot use (shape, dtype, NaN)."""
+
+    permanent = True  # fn returns the same array for the same input
 
 
 class FlowLockedError(ChunkgraphError, RuntimeError):
@@ -143,6 +174,8 @@ class RemoteError(ChunkgraphError, RuntimeError):
 
 class GraphError(ChunkgraphError, ValueError):
     """The task graph is malformed (a cycle, a foreign reference, a duplicate name)."""
+
+    permanent = True
 
 
 class PlanError(ChunkgraphError, RuntimeError):

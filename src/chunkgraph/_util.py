@@ -2,14 +2,68 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import operator
 import os
+import shutil
+import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 
 from chunkgraph._errors import ConfigError
+
+
+# errnos of a disk that holds no more: named_os_error says how much room is left there.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def named_os_error(err: OSError, path: str | os.PathLike[str], doing: str) -> OSError:
+    """``err`` (met while ``doing`` something at ``path``) as an ``OSError`` of the same errno
+    that names the file (``err``'s own, else ``path``) and what was being done, and for a
+    full disk how much room its file system has left. A write that fails for want of
+    space names no file by itself, and "No space left on device" alone says not where.
+
+    >>> str(named_os_error(OSError(5, "Input/output error"), "/data/a.zarr", "writing it"))
+    "[Errno 5] Input/output error, writing it at: '/data/a.zarr'"
+    """
+    reason = err.strerror or str(err)
+    where = Path(err.filename if err.filename is not None else path)
+    if err.errno in _FULL:
+        room = where
+        while not room.exists() and room != room.parent:
+            room = room.parent
+        with contextlib.suppress(OSError):
+            usage = shutil.disk_usage(room)
+            reason += (
+                f" ({format_bytes(usage.free)} free of {format_bytes(usage.total)} on the file "
+                "system holding it: free some space there, or write elsewhere)"
+            )
+    return OSError(err.errno, f"{reason}, {doing} at", str(where))
+
+
+def write_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why no file can be made in the directory ``path`` (or, where it does not exist yet,
+    in its nearest existing parent, where it would be made), or None when one can.
+
+    It tries: a file is created there and removed. Permission bits and ``os.access`` say
+    nothing true for root, nor of a read-only mount or an immutable directory.
+    """
+    where = Path(path).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is a file, not a directory"
+    probe = where / f".chunkgraph-write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as err:
+        return f"no file can be created in {where} ({err.strerror or err})"
+    probe.unlink()
+    return None
 
 
 def usable_cores() -> int:

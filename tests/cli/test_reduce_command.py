@@ -133,6 +133,20 @@ def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
     assert "resume=True" not in err and "lock_wait" not in err
 
 
+def test_a_deferred_flow_kept_in_another_directory_is_found_from_dst(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """apply was given intermediates=scratch: the note it left beside dst leads there."""
+    data = np.random.default_rng(3).integers(0, 255, SHAPE, dtype="uint8")
+    src = volume.create(str(tmp_path / "src.zarr"), SHAPE, (8, 8), "uint8")
+    src.write(src.bounds, data)
+    dst = volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "uint8")
+    volume.apply(halved, src, dst, chunk_sizes=[(16, 16)], blend_pads=4, blend_modes="defer",
+                 executor="sync", intermediates=tmp_path / "scratch")  # fmt: skip
+    assert cli.main(["reduce", str(tmp_path / "dst.zarr"), "--quiet"]) == 0, capsys.readouterr().err
+    np.testing.assert_array_equal(dst.read(dst.bounds), data // 2)
+
+
 def test_without_any_flow_it_says_where_it_looked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -638,7 +638,7 @@ def test_device_gpu_without_a_gpu_fails_saying_how_or_falls_back(
     with use_backend(FakeBackend(0)):  # a backend that sees no device: no GPU
         code, _, err = run(capsys, write(work, GPU_SPEC + "device: gpu\n"))
         assert code == 2 and "gpu_fallback" in err and "no GPU" in err
-        assert not (work / "out.zarr").exists() or not read(work / "out.zarr").any()
+        assert not (work / "out.zarr").exists()  # refused before the output is made
         spec = write(work, GPU_SPEC + "device: gpu\ngpu_fallback: true\n")
         code, _out, err = run(capsys, spec)
     assert code == 0, err
@@ -655,8 +655,13 @@ def test_an_unknown_device_names_the_valid_ones(
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_read_amplification_is_warned_of_once(
-    work: Path, capsys: pytest.CaptureFixture[str], dry_run: bool
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dry_run: bool
 ) -> None:
+    """apply's cache reads this flow's storage chunks once (1.00x), which draws no warning;
+    with the threshold under that, the check and the run would both warn: once is said."""
+    from chunkgraph.flow import _auto_sizes
+
+    monkeypatch.setattr(_auto_sizes, "WARN_AMPLIFICATION", 0.5)
     spec = write(
         work,
         "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\n"
@@ -665,6 +670,44 @@ def test_read_amplification_is_warned_of_once(
     code, _, err = run(capsys, spec, *(["--dry-run"] if dry_run else []))
     assert code == 0, err
     assert err.count("will amplify reads") == 1
+
+
+def test_given_sizes_whose_halo_apply_s_cache_reads_once_draw_no_warning(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Top chunks of 16 with a crop of 4 read the neighbours' storage chunks (3.38x without
+    a cache); apply's own cache reads each once, so there is nothing to warn of."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\n"
+        "chunk_sizes: [16, 8]\ncrop_pads: [0, 4]\n",
+    )
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    assert "amplif" not in err, err
+    assert "(amplification 1.00)" in out
+
+
+def test_quiet_prints_the_result_without_the_plan_and_the_plan_is_said_once(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Automatic sizes: a run says its plan in one line (a dry run gives the reasons too);
+    --quiet leaves it out."""
+    spec = write(
+        work,
+        "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\ncrop_pads: 4\n",
+    )
+    code, out, err = run(capsys, spec)
+    assert code == 0, err
+    assert "tasks per level" in out and "plan" not in out, out
+    code = cli.main(["run", spec])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert [line for line in out.splitlines() if "plan" in line or "cache" in line] == [
+        next(line for line in out.splitlines() if line.startswith("  plan (automatic): "))
+    ], out
+    code, out, _ = run(capsys, spec, "--dry-run")
+    assert code == 0 and "plan (automatic)" in out and "  - bottom chunk" in out
 
 
 def test_a_probe_failure_says_nothing_was_written_and_the_log_ends_with_the_outcome(
@@ -680,6 +723,8 @@ def test_a_probe_failure_says_nothing_was_written_and_the_log_ends_with_the_outc
     code, _, err = run(capsys, spec, "--log-json", str(log))
     assert code == 1
     assert "failed its probe call" in err and "before anything was written" in err
+    assert f"the output {work / 'out.zarr'} this run had created was removed" in err
+    assert not (work / "out.zarr").exists() and not (work / ".out.zarr.chunkgraph").exists()
     assert "--resume" not in err
     assert json.loads(log.read_text().splitlines()[-1]) == {"event": "outcome", "outcome": "failed"}
     (work / "marker.txt").touch()
@@ -687,6 +732,41 @@ def test_a_probe_failure_says_nothing_was_written_and_the_log_ends_with_the_outc
     assert code == 0, err
     last = json.loads(log.read_text().splitlines()[-1])
     assert last == {"event": "outcome", "outcome": "finished"}
+
+
+def test_a_failed_probe_takes_back_only_what_the_run_created(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output that was there before (with data), an empty directory given as the output,
+    and an output another run created meanwhile are not this run's: they stay."""
+    from chunkgraph.cli import _cmd_run
+
+    failing = (
+        "input: raw.zarr\noutput: {path: %s, dtype: float32, chunks: [16, 16, 16]}\n"
+        "function: spec_functions:fail_once\n"
+        f"kwargs: {{marker: {work / 'marker.txt'}, start: [0, 0, 0]}}\n"
+        "chunk_sizes: [16]\nretries: 0\n"
+    )
+    kept = volume.create(work / "kept.zarr", (32, 32, 32), (16, 16, 16), "float32")
+    kept.write(kept.bounds, np.ones((32, 32, 32), "float32"))
+    code, _, err = run(capsys, write(work, failing % "kept.zarr"))
+    assert code == 1 and "was removed" not in err
+    assert read(work / "kept.zarr").all()
+    (work / "empty").mkdir()
+    code, _, err = run(capsys, write(work, failing % "empty"))
+    assert code == 1 and "this run had created was removed" in err
+    assert (work / "empty").is_dir() and not any((work / "empty").iterdir())
+    checked = _cmd_run._check_flow
+
+    def check_then_other_run(resolved: Any, options: dict[str, Any]) -> Any:
+        report = checked(resolved, options)
+        volume.create(resolved.output.path, **resolved.output.create_args)
+        return report
+
+    monkeypatch.setattr(_cmd_run, "_check_flow", check_then_other_run)
+    code, _, err = run(capsys, write(work, failing % "theirs.zarr"))
+    assert code == 1 and "was removed" not in err
+    assert (work / "theirs.zarr" / "zarr.json").exists()
 
 
 def test_without_chunk_sizes_the_flow_plans_its_own(

@@ -103,8 +103,91 @@ def test_status_names_each_flow_and_its_progress(
 
 
 def test_status_without_flows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["status", str(tmp_path / "nothing.zarr")]) == 0
+    volume.create(str(tmp_path / "fresh.zarr"), SHAPE, (8, 8), "float32")
+    assert cli.main(["status", str(tmp_path / "fresh.zarr")]) == 0
     assert "no flows under" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["status", "clean", "reduce"])
+def test_a_destination_that_does_not_exist_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A mistyped path used to say "no flows" and exit 0, as if all were well."""
+    missing = tmp_path / "outt.zarr"
+    extra = ["--stale"] if command == "clean" else []
+    assert cli.main([command, str(missing), *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"chunkgraph {command}: the destination {missing} does not exist" in err
+    assert cli.main([command, str(missing), "--intermediates", str(tmp_path / "nope"), *extra]) == 2
+    assert f"--intermediates {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+
+
+def test_the_flows_of_a_deleted_destination_are_still_found_and_cleaned(
+    flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dst deleted to start over: its flows directory is what `clean` is for."""
+    dst, finished, interrupted = flows
+    volume.remove(dst)
+    assert cli.main(["status", str(dst)]) == 0
+    assert "2 flow(s)" in capsys.readouterr().out
+    assert cli.main(["clean", str(dst), finished, interrupted]) == 0
+    assert not default_intermediates(dst).exists()
+
+
+def _state_elsewhere(tmp: Path, *, fn: object = doubled) -> tuple[Path, Path]:
+    """dst beside a spec-like run whose state went to ``scratch/`` (intermediates=)."""
+    src = volume.create(str(tmp / "src.zarr"), SHAPE, (8, 8), "float32")
+    src.write(src.bounds, np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE))
+    volume.create(str(tmp / "dst.zarr"), SHAPE, (8, 8), "float32")
+    (tmp / "scratch").mkdir()
+    _apply(fn, tmp, intermediates=tmp / "scratch")
+    return tmp / "dst.zarr", tmp / "scratch"
+
+
+def test_status_of_a_destination_finds_the_flows_kept_in_another_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst, scratch = _state_elsewhere(tmp_path)
+    with pytest.raises(ExceptionGroup):
+        _apply(fails_from_row_two, tmp_path, intermediates=scratch)
+    (interrupted,) = [p.name for p in scratch.iterdir() if p.is_dir()]
+    assert cli.main(["status", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "2 flow(s)" in out
+    (line,) = [line for line in out.splitlines() if interrupted in line]
+    assert "interrupted" in line and f"(state under {scratch})" in line
+    # removing it by id removes its note beside dst too; the finished one stays listed
+    assert cli.main(["clean", str(dst), interrupted]) == 0
+    assert not (scratch / interrupted).exists()
+    assert not (default_intermediates(dst) / f"{interrupted}.where").exists()
+    assert cli.main(["status", str(dst)]) == 0
+    assert "1 flow(s)" in capsys.readouterr().out
+
+
+def test_status_clean_and_reduce_take_the_spec_file_of_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spec's output and intermediates: (relative to the spec), nothing imported."""
+    dst, scratch = _state_elsewhere(tmp_path)
+    [flow_id] = [p.name[: -len(".done")] for p in scratch.glob("*.done")]
+    (default_intermediates(dst) / f"{flow_id}.where").unlink()  # a run from before notes
+    spec = tmp_path / "run.yaml"
+    spec.write_text(
+        "input: src.zarr\noutput: {path: dst.zarr, dtype: float32, chunks: [8, 8]}\n"
+        "function: not_imported_here:fn\nintermediates: scratch\n"
+    )
+    assert cli.main(["status", str(dst)]) == 0
+    assert "no flows under" in capsys.readouterr().out
+    assert cli.main(["status", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert f"1 flow(s) under {scratch}" in out and flow_id in out and "finished" in out
+    assert cli.main(["reduce", str(spec), "--quiet"]) == 0  # finished: nothing left to do
+    assert "nothing left to reduce" in capsys.readouterr().out
+    assert cli.main(["clean", str(spec), flow_id]) == 0
+    assert not (scratch / f"{flow_id}.done").exists()
+    spec.write_text("output: {path: dst.zarr\n")
+    assert cli.main(["status", str(spec)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
 
 
 def test_clean_stale_removes_the_interrupted_temporaries_only(

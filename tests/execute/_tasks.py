@@ -113,3 +113,36 @@ def announce_then_sleep(seconds: float, *_: Any) -> None:
     """Print "started" on stdout (a driver script's signal to go on), then sleep."""
     print("started", flush=True)
     time.sleep(seconds)
+
+
+class StubbornError(Exception):
+    """A user's error class that says another try cannot succeed."""
+
+    permanent = True
+
+
+def fail_counted(counter: str, kind: str, *_inputs: object) -> None:
+    """Count the call in the file ``counter``, then raise the error named by ``kind``: a
+    permanent one, a transient one, or loop groups around one of each (``_inputs``:
+    results of other tasks, unused)."""
+    from chunkgraph._errors import CorruptChunkError, FlowOutputError
+
+    path = Path(counter)
+    path.write_text(str(int(path.read_text()) + 1 if path.exists() else 1))
+    corrupt = CorruptChunkError(
+        "chunk (1, 0, 1) cannot be decoded", volume="in.zarr", chunks=[(1, 0, 1)],
+        keys=["c/1/0/1"], files=["in.zarr/c/1/0/1"],
+    )  # fmt: skip
+    errors: dict[str, BaseException] = {
+        "corrupt": corrupt,
+        "nan": FlowOutputError("fn returned 3 NaN value(s) for an integer dst"),
+        "user": StubbornError("no such sample in the catalogue"),
+        "grouped-corrupt": ExceptionGroup(
+            "parallel_map over 16 elements: 1 piece(s) failed", [corrupt]
+        ),
+        "transient": OSError(5, "Input/output error"),
+        "grouped-mixed": ExceptionGroup(
+            "parallel_map over 16 elements: 2 piece(s) failed", [corrupt, TimeoutError("slow")]
+        ),
+    }
+    raise errors[kind]

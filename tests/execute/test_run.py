@@ -20,6 +20,7 @@ from tests.execute._tasks import (
     add_arrays,
     copy_of,
     fail,
+    fail_counted,
     flaky,
     interrupt_counted,
     mix,
@@ -136,6 +137,50 @@ def test_retries_exhausted_raise_a_group_with_the_cause(kind: Any, tmp_path: Pat
     assert "flaky call 2 of 5" in str(error.__cause__)
     assert "1 task(s) did not run" in str(info.value)
     assert (tmp_path / "count").read_text() == "2"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("error", "tries"),
+    [
+        ("corrupt", 1),  # the stored bytes are the same on every try
+        ("nan", 1),  # fn's NaN for an integer dst
+        ("user", 1),  # a user's class with permanent = True
+        ("grouped-corrupt", 1),  # a loop's group holding only permanent errors
+        ("transient", 3),
+        ("grouped-mixed", 3),  # one member might succeed next time
+    ],
+)
+def test_an_error_that_fails_every_try_is_not_retried(
+    kind: Any, tmp_path: Path, error: str, tries: int
+) -> None:
+    counter = tmp_path / "calls"
+    g = Graph()
+    g.add(fail_counted, str(counter), error, name="read-chunk")
+    events: list[Event] = []
+    with pytest.raises(ExceptionGroup) as info:
+        run(g, executor=kind, workers=2, retries=2, subscribers=[events.append])
+    assert counter.read_text() == str(tries)
+    (failed,) = info.value.exceptions
+    assert isinstance(failed, TaskError) and failed.attempts == tries
+    assert len([e for e in events if e.kind is EventKind.RETRIED]) == tries - 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "processes"])
+def test_a_task_error_names_the_error_under_a_loops_group(kind: Any, tmp_path: Path) -> None:
+    """The group's own message ("parallel_map over 16 elements") says nothing of what
+    failed; the TaskError's says the corrupt chunk, its key and file."""
+    g = Graph()
+    g.add(fail_counted, str(tmp_path / "calls"), "grouped-mixed", name="read-chunk")
+    with pytest.raises(ExceptionGroup) as info:
+        run(g, executor=kind, retries=0)
+    (failed,) = info.value.exceptions
+    assert str(failed).startswith(
+        "task 'read-chunk' failed after 1 attempt(s): CorruptChunkError: chunk (1, 0, 1) "
+        "cannot be decoded"
+    )
+    assert str(failed).endswith("(and 1 other error)")
+    assert isinstance(failed.__cause__, ExceptionGroup)  # the cause is kept whole
 
 
 @pytest.mark.parametrize("kind", KINDS)

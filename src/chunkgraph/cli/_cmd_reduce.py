@@ -7,8 +7,10 @@ A flow applied with ``blend_modes="defer"`` stops after its top-level tasks and
 keeps their outputs in checkerboard layers (``chunkgraph status`` lists it as
 deferred). This command writes them into ``DST`` with ``MODE`` (default
 quadratic): the bytes ``apply`` with that mode would have written. The flows
-are looked up beside ``DST`` (or in ``--intermediates DIR``); ``FLOW_ID`` may
-be left out when exactly one deferred flow is there. Calling it again after a
+are looked up beside ``DST`` (with those a run kept elsewhere and noted there), or
+in ``--intermediates DIR``; ``DST`` may be the spec file of the run (its output and
+``intermediates:``), and one that does not exist is a usage error (exit 2). ``FLOW_ID``
+may be left out when exactly one deferred flow is there. Calling it again after a
 failure resumes; after success it does nothing.
 
 Without ``FLOW_ID`` and with no deferred flow there, what it finds decides
@@ -67,7 +69,9 @@ def register(commands: Any) -> None:
         "or a flow is running; 2 no flow to reduce (none there, an interrupted deferred "
         "apply, or several deferred flows and no FLOW_ID) or bad options; 130 interrupted",
     )
-    reduce.add_argument("dst", metavar="DST", help="the destination volume's path")
+    reduce.add_argument(
+        "dst", metavar="DST", help="the destination volume's path, or the spec file of its run"
+    )
     reduce.add_argument(
         "flow_id", nargs="?", metavar="FLOW_ID", help="the deferred flow (default: the only one)"
     )
@@ -95,7 +99,8 @@ def register(commands: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     from chunkgraph import flow, volume
     from chunkgraph._errors import FlowLockedError
-    from chunkgraph.flow._state import FlowStatus, default_intermediates, read_flows
+    from chunkgraph.cli._cmd_status import locate
+    from chunkgraph.flow._state import FlowStatus
 
     if args.workers is not None and args.workers < 1:
         print(
@@ -103,13 +108,16 @@ def handle(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     check_output_options(args)  # a ConfigError: _main exits 2
-    root = Path(args.intermediates) if args.intermediates else default_intermediates(args.dst)
-    flows = read_flows(root, sizes=False) if root.is_dir() else []
+    where = locate("reduce", args.dst, args.intermediates)
+    if where is None:
+        return EXIT_USAGE
+    dst_path, root = where.dst or args.dst, where.root
+    flows = where.read(sizes=False)
     deferred = [s.flow_id for s in flows if s.status is FlowStatus.DEFERRED]
     flow_id = args.flow_id
     if flow_id is None:
         if not deferred:
-            code, message = _nothing_deferred(args.dst, root, flows, args.blend_mode)
+            code, message = _nothing_deferred(dst_path, root, flows, args.blend_mode)
             quiet = code == EXIT_OK and args.log_json != "-"
             print(f"chunkgraph reduce: {message}", file=sys.stdout if quiet else sys.stderr)
             return code
@@ -121,16 +129,17 @@ def handle(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         flow_id = deferred[0]
+    flow_dir = next((s.flow_dir for s in flows if s.flow_id == flow_id), root / flow_id)
     try:
-        dst = volume.open(args.dst, mode="r+")
+        dst = volume.open(dst_path, mode="r+")
     except (FileNotFoundError, ValueError) as err:
-        print(f"chunkgraph reduce: cannot open {args.dst}: {err}", file=sys.stderr)
+        print(f"chunkgraph reduce: cannot open {dst_path}: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress, subscribers = event_output(args)
     outcome = "interrupted"
     try:
         report = flow.reduce_deferred(
-            root / flow_id,
+            flow_dir,
             dst,
             blend_mode=args.blend_mode or "quadratic",
             executor=args.executor,

@@ -11,12 +11,18 @@ code is the run's own (0 when the flow finished), since the volume was written.
 
 Everything is checked before anything is written: the spec (``_spec``), then the
 flow itself through ``apply(dry_run=True)`` (divisibility, pads, bbox, an fn
-that does not pickle for processes). A new output does not exist during that
-check, so it is checked against a stand-in: an empty Zarr array of the same
-shape, chunks and dtype in a temporary directory (metadata only, nothing of the
-volume's size). Two runs may start on one new output at once (disjoint
-bboxes): the one whose creation finds it made meanwhile uses it when it matches
-the spec (``_create_output``), else exit 2 naming output.path.
+that does not pickle for processes, a dst or state folder that cannot be
+written). A new output does not exist during that check, so its place is
+tried for writing, and the flow is checked against a stand-in: an empty Zarr
+array of the same shape, chunks and dtype in a temporary directory (metadata
+only, nothing of the volume's size); ``device: gpu`` without one is refused
+there too. What fails after the output is made but before its first write (a
+failed probe, a ConfigError of apply's, an error outside the tasks) takes back
+the output this run created (``_new_output``), so exit 2 still means nothing
+was written; an error outside any task is a message, not a traceback.
+Two runs may start on one new output at once (disjoint bboxes): the one whose
+creation finds it made meanwhile uses it when it matches the spec
+(``_create_output``), else exit 2 naming output.path.
 Command-line options override the spec's ``run:`` defaults.
 On a Dask cluster (``--executor tcp://...``), the function's module (or package)
 beside the spec is sent to the workers first (``DaskExecutor.ship_module``); one they cannot
@@ -40,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from chunkgraph.cli._new_output import NewOutput
 from chunkgraph.cli._output import (
     add_output_options,
     check_output_options,
@@ -134,9 +141,11 @@ def handle(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph import flow, volume
-    from chunkgraph._errors import ConfigError, FlowLockedError
+    from chunkgraph._errors import ChunkgraphError, ConfigError, FlowLockedError
     from chunkgraph.cli._spec import SpecError
+    from chunkgraph.execute._failures import describe_innermost
     from chunkgraph.flow import ReadAmplificationWarning
+    from chunkgraph.flow._device import resolve_device
     from chunkgraph.flow._probe import PROBE_FAILED
 
     options = dict(
@@ -150,6 +159,8 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             if not args.dry_run:  # the run warns of the same read amplification itself
                 warnings.simplefilter("ignore", ReadAmplificationWarning)
             check = _check_flow(resolved, options)
+        if check.gpu_missing and not args.dry_run:
+            resolve_device("gpu", False)  # the run's own refusal, before the output is made
     except ConfigError as err:
         print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
@@ -168,8 +179,11 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     progress, subscribers = event_output(args)
     if plan.overwrite:
         volume.remove(plan.path)
+    new: NewOutput | None = None  # what this run creates, taken back if it writes nothing
     try:
-        dst = plan.existing or _create_output(resolved)
+        dst = plan.existing
+        if dst is None:
+            dst, new = _create_output(resolved)
     except SpecError as err:
         close_output(subscribers)
         print("\n".join(err.lines()), file=sys.stderr)
@@ -201,26 +215,42 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         outcome = "failed"
         print(failure_summary(group), file=sys.stderr)
         advice = (
-            "fn failed its probe call on the first chunk, before anything was written; fix "
-            "the cause and run it again"
+            "fn failed its probe call on the first chunk, before anything was written"
+            f"{_taken_back(new)}; fix the cause and run it again"
             if group.message == PROBE_FAILED
             else "the flow failed; fix the cause and rerun with --resume to keep the finished "
             "chunks (a change to fn's code or kwargs starts the flow over)"
         )
         print(f"chunkgraph run: {advice}", file=sys.stderr)
         return EXIT_FAILED
+    except ConfigError as err:  # apply's checks: before anything was written
+        outcome = "failed"
+        print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
+        print(f"chunkgraph run: nothing was run{_taken_back(new)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ChunkgraphError as err:  # outside any task: the probe's read of a corrupt chunk
+        outcome = "failed"
+        print(f"chunkgraph run: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"chunkgraph run: nothing was written{_taken_back(new)}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as err:  # the flow's own files (lock, layers, records): a full disk, say
+        outcome = "failed"
+        # Outside the tasks: before the run (an untouched output), or after it (written)
+        print(f"chunkgraph run: {describe_innermost(err)}{_taken_back(new)}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         close_output(subscribers, outcome)
         if recorder is not None and outcome != "locked":
             # A failed or interrupted run is when a report is needed most.
             _write_report(args.report, recorder, report, outcome, out)
-    print(report.summary(), file=out)
+    print(report.summary(plan=not args.quiet), file=out)
     return EXIT_OK
 
 
-def _create_output(resolved: ResolvedSpec) -> Any:
-    """Create the new output; one that another run created since the check is used
-    when it matches the spec (two runs over disjoint bboxes of one new output).
+def _create_output(resolved: ResolvedSpec) -> tuple[Any, NewOutput | None]:
+    """Create the new output: (the volume, what this run created). One that another run
+    created since the check is used when it matches the spec (two runs over disjoint
+    bboxes of one new output), and is not this run's to take back (None).
 
     A SpecError on output.path when it does not match.
     """
@@ -229,12 +259,27 @@ def _create_output(resolved: ResolvedSpec) -> Any:
     from chunkgraph.cli._spec import SpecError, SpecProblem
 
     plan = resolved.output
+    existed = os.path.isdir(plan.path)
     try:
-        return volume.create(plan.path, **plan.create_args, exist_ok=not plan.overwrite)
+        made = volume.create(plan.path, **plan.create_args)
+    except Exception:
+        if plan.overwrite or not os.path.exists(os.path.join(plan.path, "zarr.json")):
+            raise
+    else:
+        return made, NewOutput.noted(plan.path, existed)
+    try:
+        return volume.create(plan.path, **plan.create_args, exist_ok=True), None
     except ConfigError as err:
         line = resolved.lines.line("output.path")
         found = f"created meanwhile by another process, but it does not match this spec: {err}"
         raise SpecError(resolved.file, [SpecProblem("output.path", line, found)]) from None
+
+
+def _taken_back(new: NewOutput | None) -> str:
+    """Take back the output this run created, if it is as made; what to say of it."""
+    if new is not None and new.take_back():
+        return f"; the output {new.path} this run had created was removed"
+    return ""
 
 
 def locked_message(command: str, err: FlowLockedError, dst: object, again: str) -> str:
@@ -287,13 +332,23 @@ def _write_report(
 
 
 def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:
-    """apply's own checks as a dry run; a new output is stood in for by an empty array."""
+    """apply's own checks as a dry run; a new output is stood in for by an empty array,
+    once its place is known to be writable."""
     from chunkgraph import flow, volume
+    from chunkgraph._errors import ConfigError
+    from chunkgraph._util import write_problem
 
     plan = resolved.output
     if plan.existing is not None and not plan.overwrite:
         return flow.apply(resolved.fn, resolved.inputs, plan.existing, **options, dry_run=True)
     where = Path(plan.path)
+    # It will be made (after the check, so no stand-in shows this): it must be possible.
+    problem = write_problem(where.parent)
+    if problem:
+        raise ConfigError(
+            f"output {plan.path!r} cannot be created: {problem}. Is it on a read-only mount, "
+            "or without write permission? Give output.path a place on a writable file system"
+        )
     checked = dict(options)
     if checked["intermediates"] is None:  # say where the real run will put them
         checked["intermediates"] = str(where.parent / f".{where.name}.chunkgraph")
@@ -332,19 +387,27 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
 
 
 def failure_summary(group: BaseExceptionGroup[Any]) -> str:
-    """One block per failed task: its name, the cause's first line, the chunk from the note."""
-    from chunkgraph._errors import TaskError
+    """One block per failed task: its name, the first line of the innermost cause (the
+    error under any loop's group: the one that names the chunk or file), the chunk from
+    the notes, and whether it was not retried because no try could succeed."""
+    from chunkgraph._errors import TaskError, is_permanent
+    from chunkgraph.execute._failures import innermost
 
     failed = [e for e in _leaves(group) if isinstance(e, TaskError)]
     others = [e for e in _leaves(group) if not isinstance(e, TaskError)]
     lines = [f"the flow failed: {group.message}"]
     for error in failed:
-        cause = error.__cause__ or error
+        cause, more = innermost(error.__cause__ or error)
         first = (str(cause).splitlines() or [""])[0]
-        lines.append(f"  {error.task} (after {error.attempts} attempt(s))")
+        tries = f"after {error.attempts} attempt(s)"
+        if is_permanent(cause):
+            tries += "; not retried: it would fail the same way again"
+        lines.append(f"  {error.task} ({tries})")
         lines.append(f"    {type(cause).__name__}: {first}")
         notes = [*getattr(cause, "__notes__", ()), *getattr(error, "__notes__", ())]
         lines += [f"    {note}" for note in notes if "chunk" in note]
+        if more:
+            lines.append(f"    ({more} more error(s) in the same task)")
     lines += [f"  {type(e).__name__}: {e}" for e in others]
     return "\n".join(lines)
 

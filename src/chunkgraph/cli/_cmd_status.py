@@ -5,7 +5,13 @@
 
 ``DST`` is the destination volume's path; its flows live in ``.<name>.chunkgraph``
 beside it, or in the directory given with ``--intermediates`` (then ``DST`` may be
-left out). ``status`` prints one line per flow: id, state (running, finished,
+left out); a run given another directory notes it beside dst, so ``DST`` alone finds
+those flows too (``flow._where``). ``DST`` may also be the spec file of a ``chunkgraph
+run`` (``SPEC.yaml``): its output and its ``intermediates:``. A ``DST`` that does not
+exist, with no flows directory beside it, is a usage error (exit 2), as is an
+``--intermediates`` directory that does not exist.
+
+``status`` prints one line per flow: id, state (running, finished,
 interrupted, deferred), done markers, disk used by temporaries, age, and
 ``stale`` where ``clean --stale`` would remove it (``chunkgraph.flow._state``
 defines the states). ``clean --stale`` removes the temporaries of flows that
@@ -24,11 +30,15 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chunkgraph._util import format_bytes
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._state import FlowState
 
 # chunkgraph.flow._state.STALE_AFTER_HOURS, stated here so that --help does not import
 # the flow package (a third of a second); a test checks that the two agree.
@@ -55,7 +65,9 @@ def register(commands: Any) -> None:
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dst", nargs="?", help="the destination volume's path")
+    parser.add_argument(
+        "dst", nargs="?", help="the destination volume's path, or the spec file of its run"
+    )
     parser.add_argument(
         "--intermediates", metavar="DIR", help="the flows' directory, when apply was given one"
     )
@@ -67,26 +79,96 @@ def _where(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _root(args: argparse.Namespace) -> Path | None:
+@dataclass(frozen=True)
+class FlowsOf:
+    """Where a command looks for flows: a destination's (under its default directory, and
+    those it notes elsewhere), a directory's, or both (a spec's output and intermediates)."""
+
+    dst: str | None
+    intermediates: Path | None
+
+    @property
+    def root(self) -> Path:
+        """The directory a message names: the one given, else dst's default one."""
+        from chunkgraph.flow._state import default_intermediates
+
+        if self.intermediates is not None:
+            return self.intermediates
+        assert self.dst is not None  # locate() gives one or the other
+        return default_intermediates(self.dst)
+
+    def read(self, *, sizes: bool = True) -> list[FlowState]:
+        from chunkgraph.flow._state import read_flows
+        from chunkgraph.flow._where import flows_of
+
+        states = flows_of(self.dst, sizes=sizes) if self.dst else []
+        if self.intermediates is not None:
+            seen = {s.flow_dir for s in states}
+            states += [s for s in read_flows(self.intermediates, sizes=sizes)
+                       if s.flow_dir not in seen]  # fmt: skip
+        return states
+
+
+def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf | None:
+    """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
+    saying on stderr why there is nowhere to look (a usage error)."""
     from chunkgraph.flow._state import default_intermediates
 
+    if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
+        spec = _spec_places(command, dst)
+        if spec is None:
+            return None
+        dst, given = spec
+        intermediates = intermediates or given
+    if intermediates:
+        if not Path(intermediates).is_dir():
+            print(f"chunkgraph {command}: --intermediates {intermediates} does not exist (or is "
+                  "no directory): give the directory apply was given", file=sys.stderr)  # fmt: skip
+            return None
+        return FlowsOf(dst, Path(intermediates))
+    if not dst:
+        print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
+        return None
+    if not Path(dst).exists() and not default_intermediates(dst).exists():
+        print(
+            f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
+            f"flows directory beside it ({default_intermediates(dst)}): check the path; a "
+            "flow applied with intermediates=DIR is found with --intermediates DIR, or "
+            "from its spec file (`chunkgraph status SPEC.yaml`)",
+            file=sys.stderr,
+        )
+        return None
+    return FlowsOf(dst, None)
+
+
+def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
+    """A spec file's output path and intermediates directory (each relative to the spec's
+    directory), or None after saying what is wrong with it. Nothing is imported or opened."""
+    from chunkgraph.cli._spec import SpecError, parse_spec
+
+    try:
+        spec, _ = parse_spec(Path(path).read_text(), path)
+    except SpecError as err:
+        print("\n".join(err.lines()), file=sys.stderr)
+        print(f"chunkgraph {command}: {path} has errors", file=sys.stderr)
+        return None
+    base = Path(path).resolve().parent
+    given = None if spec.intermediates is None else str(base / spec.intermediates)
+    return str((base / spec.output.path).resolve()), given
+
+
+def _prepare(args: argparse.Namespace) -> FlowsOf | None:
     if args.older_than is None:
         args.older_than = DEFAULT_STALE_HOURS
-    if args.intermediates:
-        return Path(args.intermediates)
-    if not args.dst:
-        print(f"chunkgraph {args.command}: give DST or --intermediates DIR", file=sys.stderr)
-        return None
-    return default_intermediates(args.dst)
+    return locate(args.command, args.dst, args.intermediates)
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from chunkgraph.flow._state import read_flows
-
-    root = _root(args)
-    if root is None:
+    where = _prepare(args)
+    if where is None:
         return EXIT_USAGE
-    flows = read_flows(root)
+    root = where.root
+    flows = where.read()
     now = time.time()
     if args.json:
         rows = [
@@ -100,7 +182,8 @@ def run_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{len(flows)} flow(s) under {root}:")
     for s in flows:
-        print("  " + describe(s, args.older_than, now))
+        elsewhere = f"  (state under {s.flow_dir.parent})" if s.flow_dir.parent != root else ""
+        print("  " + describe(s, args.older_than, now) + elsewhere)
     if any(s.stale(args.older_than, now) for s in flows):
         print(f"remove the stale ones with: {_clean_hint(args)}")
     return EXIT_OK
@@ -127,11 +210,9 @@ def describe(state: Any, older_than: float, now: float) -> str:
 
 def run_clean(args: argparse.Namespace) -> int:
     from chunkgraph._errors import FlowLockedError
-    from chunkgraph.flow._state import FlowStatus, read_flows, remove_flow, remove_root_if_empty
+    from chunkgraph.flow._state import FlowStatus, remove_flow, remove_root_if_empty
+    from chunkgraph.flow._where import forget_state
 
-    root = _root(args)
-    if root is None:
-        return EXIT_USAGE
     if args.intermediates and args.dst and not Path(args.dst).exists():
         # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
         # one positional that is no path is the flow's id.
@@ -141,7 +222,11 @@ def run_clean(args: argparse.Namespace) -> int:
             "chunkgraph clean: say what to remove: --stale, --all or FLOW_ID ...", file=sys.stderr
         )
         return EXIT_USAGE
-    flows = {s.flow_id: s for s in read_flows(root)}
+    where = _prepare(args)
+    if where is None:
+        return EXIT_USAGE
+    root = where.root
+    flows = {s.flow_id: s for s in where.read()}
     unknown = [f for f in args.flow_ids if f not in flows]
     if unknown:
         known = ", ".join(flows) or "none"
@@ -164,18 +249,21 @@ def run_clean(args: argparse.Namespace) -> int:
             print(f"would remove {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
             continue
         try:
-            remove_flow(root, fid, record=named)
+            remove_flow(state.flow_dir.parent, fid, record=named)
         except FlowLockedError as err:
             print(f"chunkgraph clean: kept {fid}: {err}", file=sys.stderr)
             code = EXIT_FAILED
             continue
+        if named and where.dst:
+            forget_state(where.dst, fid)  # its note beside dst, when it was kept elsewhere
         freed += state.temporary_bytes or 0
         print(f"removed {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
     if not chosen:
         print(f"nothing to remove under {root}")
     elif not args.dry_run:
         print(f"freed {format_bytes(freed)}")
-        remove_root_if_empty(root)
+        for folder in dict.fromkeys([root, *(flows[fid].flow_dir.parent for fid, _ in chosen)]):
+            remove_root_if_empty(folder)
     return code
 
 

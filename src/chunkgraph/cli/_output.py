@@ -1,8 +1,12 @@
 """What every long-running command shows while it works: a progress bar, JSON lines, or nothing.
 
-    --quiet           no progress bar (errors and the final summary still print)
+    --quiet           no progress bar and no plan in the final summary (errors, warnings
+                      and the summary's result lines still print)
     --log-json PATH   one JSON object per event, one per line, to PATH ("-": stdout),
-                      instead of the bar: for batch systems and dashboards
+                      instead of the bar: for batch systems and dashboards. A failed
+                      try's "error" is the error under any loop's group (the one that
+                      names the chunk); a corrupt chunk adds "corrupt": its volume,
+                      chunks, keys and files
 
 ``add_output_options`` adds both to a subparser; ``check_output_options`` says
 whether the --log-json file can be written (a ConfigError, exit 2, before the
@@ -20,12 +24,15 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, CorruptChunkError
 from chunkgraph.execute import Event
+from chunkgraph.execute._failures import describe_innermost, innermost
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bar, and no plan in the summary"
+    )
     parser.add_argument(
         "--log-json",
         metavar="PATH",
@@ -78,8 +85,16 @@ class JsonLines:
         worker = getattr(event, "worker", "")
         if worker:
             record["worker"] = worker
-        if event.error is not None:
-            record["error"] = f"{type(event.error).__name__}: {event.error}"
+        if event.error is not None:  # the error under a loop's group, which names the chunk
+            record["error"] = describe_innermost(event.error)
+            leaf, _ = innermost(event.error)
+            if isinstance(leaf, CorruptChunkError):  # for scripts that repair or delete them
+                record["corrupt"] = {
+                    "volume": leaf.volume,
+                    "chunks": [list(c) for c in leaf.chunks],
+                    "keys": list(leaf.keys),
+                    "files": list(leaf.files),
+                }
         step = event.activation
         if step is not None:  # the adaptive executor's check: workers and readings
             record.update(

@@ -256,6 +256,9 @@ class ResolvedSpec:
             return SpecError(self.file, [SpecProblem(where, self.lines.line(where), str(err))])
         first = re.match(r"\w+", str(err))
         name = first.group() if first else ""
+        if name == "dst":  # apply's word for the spec's output
+            line = self.lines.line("output.path")
+            return SpecError(self.file, [SpecProblem("output.path", line, str(err))])
         if name in RunSpec.model_fields:  # its line where the file gives it (else its default)
             line = self.lines.line(name) if self.lines.has(name) else None
             return SpecError(self.file, [SpecProblem(name, line, str(err))])

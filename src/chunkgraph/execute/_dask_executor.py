@@ -9,7 +9,7 @@
                  results another unit or a target needs; a DAG of units
       submit     per unit, producers first: client.submit(run_subgraph, program,
                  *producer futures, workers=[its context's worker] (loose),
-                 resources={"GPU": 1} for gpu tasks, retries, priority = the plan's order)
+                 resources={"GPU": 1} for gpu tasks, priority = the plan's order)
       wait       as_completed: FINISHED per task, STARTED for units whose inputs
                  are now done; the first failure, or any exception (Ctrl-C),
                  cancels everything not finished
@@ -26,8 +26,11 @@ it there, may steal it for an idle worker, and runs it elsewhere when that
 worker died. Resources are hard restrictions: a unit whose tasks ask for
 ``{"gpu": 1}`` runs only on a worker started with ``resources={"GPU": 1}``.
 
-Failures and retries. ``retries`` become Dask's ``retries`` of each unit (a
-unit that raised runs again from its start, on any worker). A worker that
+Failures and retries. A failed task is tried again where it ran, up to
+``retries`` more times, unless its error would fail every try the same way
+(``_errors.is_permanent``, the rule every executor keeps; ``_dask_subgraph``):
+Dask's own ``retries`` would run such an error again, and the whole unit from its
+start. Dask retries nothing itself. A worker that
 dies is not a try: Dask recomputes what it held or ran elsewhere, up to the
 scheduler's ``distributed.scheduler.allowed-failures`` deaths per task
 (after which the task fails with a ``WorkerDiedError``). A unit pinned to a
@@ -41,8 +44,8 @@ cannot be serialized fails its task, on the worker (``_dask_subgraph``).
 
 Events. STARTED when a unit is handed over with its inputs done (for the
 first units: at submission), FINISHED when it is done, for each of its
-tasks; FAILED and CANCELLED as locally; no RETRIED (Dask retries without
-telling the client). ``Event.worker`` is "" (events are made by the client).
+tasks; FAILED and CANCELLED as locally; no RETRIED (a task is tried again on
+its worker, unseen by the client). ``Event.worker`` is "" (events are made by the client).
 
 Transport. ``tcp://``, ``tls://``, ``ucx://`` (GPU clusters, through
 Dask's UCX support), ``ws://``, ``inproc://`` addresses are handed to
@@ -106,11 +109,12 @@ class DaskExecutor:
     (``"tcp://host:8786"``; any protocol Dask supports, e.g. ``ucx://``, is
     passed through untouched), to which this executor connects now, waiting
     up to ``connect_timeout`` seconds. ``retries``: extra tries of a failed
-    subgraph (Dask's ``retries``). ``strategy``: how a graph is planned on
-    the cluster's workers when ``run`` gets no plan (see ``chunkgraph.plan``;
-    "merge" makes few coarse subgraphs). ``subscribers``: receive every run's
-    events. ``close()`` (or the end of ``with``) closes a Client it opened itself, and
-    the executor runs nothing more (a UsageError says so); closing again does nothing.
+    task, on its worker, unless its error is permanent (``is_permanent``).
+    ``strategy``: how a graph is planned on the cluster's workers when ``run``
+    gets no plan (see ``chunkgraph.plan``; "merge" makes few coarse subgraphs).
+    ``subscribers``: receive every run's events. ``close()`` (or the end of
+    ``with``) closes a Client it opened itself, and the executor runs nothing
+    more (a UsageError says so); closing again does nothing.
     ``ship_module(path)`` sends a module file the workers cannot import to them.
 
     >>> with DaskExecutor("tcp://127.0.0.1:8786") as ex:  # doctest: +SKIP
@@ -426,8 +430,9 @@ class _Units:
                     heapq.heappush(ready, (first[c], c))
         return order if len(order) == len(missing) else None
 
-    def program(self, u: int) -> SubgraphProgram:
-        """What a worker runs for unit ``u`` (see ``_dask_subgraph``)."""
+    def program(self, u: int, retries: int = 0) -> SubgraphProgram:
+        """What a worker runs for unit ``u``, each task tried up to ``1 + retries`` times
+        (see ``_dask_subgraph``)."""
         graph, members = self.graph, self.members[u]
         dep_ptr, dep_idx = graph.dependencies()
         inputs = Inputs()
@@ -446,8 +451,9 @@ class _Units:
             if d not in kept:
                 drop[i].append(d)
         return SubgraphProgram(
-            tuple(tasks), pickle_calls(calls), tuple(uses), tuple(map(tuple, drop)), exports
-        )
+            tuple(tasks), pickle_calls(calls), tuple(uses), tuple(map(tuple, drop)), exports,
+            retries,
+        )  # fmt: skip
 
     def unpicklable(self, u: int) -> int:
         """The first member of unit ``u`` whose call cannot be pickled (the first, if each
@@ -589,7 +595,7 @@ class _Run:
         programs = {}
         for u in self.units.order:
             try:
-                programs[u] = self.units.program(u)
+                programs[u] = self.units.program(u, self.executor.retries)
             except Exception as err:  # pickling raises many types (TypeError, PicklingError...)
                 err.add_note(
                     "its function or arguments cannot be pickled, which sending them to the Dask "
@@ -619,7 +625,6 @@ class _Run:
                 workers=[pin] if pin is not None else None,
                 allow_other_workers=pin is not None,
                 resources=dask_resources(graph, members),
-                retries=self.executor.retries or None,
                 priority=-int(priority[members[0]]),
                 pure=False,
             )
@@ -675,11 +680,11 @@ class _Run:
             error = future.exception(timeout=CONNECT_TIMEOUT_S)
         except BaseException as err:  # the scheduler lost it
             error = err
-        attempts = self.executor.retries + 1
+        attempts = 1
         if isinstance(error, SubgraphFailed):
             if error.task not in set(members.tolist()):
                 return  # a producer's failure, recorded with the producer
-            t, cause = error.task, error.error
+            t, cause, attempts = error.task, error.error, error.attempts
             cause.__cause__ = RemoteTraceback(error.text)
         elif isinstance(error, KilledWorker):
             t, attempts = int(members[0]), 1

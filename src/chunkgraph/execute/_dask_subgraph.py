@@ -32,11 +32,14 @@ only, the data is not copied); an export whose consumer runs on the same
 worker would not have needed it, but Dask may move any result at any time
 (stealing, a worker that leaves).
 
-A failing task stops the subgraph: ``SubgraphFailed`` names it and carries
-its exception (replaced by a ``RemoteError`` when it cannot be pickled) and
-traceback text, so the client reports the task, not the subgraph. Dask then
-retries the whole subgraph (``retries``); tasks are expected to be
-idempotent, as for any executor that retries.
+A failing task is tried again in place, up to ``retries`` more times, unless its
+error would fail every try the same way (``_errors.is_permanent``: the rule every
+executor keeps); the results before it stay. Then it stops the subgraph:
+``SubgraphFailed`` names it, how many tries it had, and carries its exception
+(replaced by a ``RemoteError`` when it cannot be pickled) and traceback text, so
+the client reports the task, not the subgraph. Dask itself retries nothing (it
+would run a permanent error again, and the whole subgraph from its start); tasks
+are expected to be idempotent, as for any executor that retries.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 
-from chunkgraph._errors import RemoteError
+from chunkgraph._errors import RemoteError, is_permanent
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.graph import replace_leaves
 
@@ -85,7 +88,8 @@ class SubgraphProgram:
     ``tasks``: graph ids in run order; ``calls``: their ``(fn, args, kwargs)``,
     cloudpickled as one list; ``uses_inputs[i]``: task i's arguments hold an
     Input; ``drop_after[i]``: ids whose results nothing after task i reads;
-    ``exports``: ids whose results are returned.
+    ``exports``: ids whose results are returned; ``retries``: more tries of a failed
+    task whose error is not permanent.
     """
 
     tasks: tuple[int, ...]
@@ -93,28 +97,31 @@ class SubgraphProgram:
     uses_inputs: tuple[bool, ...]
     drop_after: tuple[tuple[int, ...], ...]
     exports: tuple[int, ...]
+    retries: int = 0
 
 
 class SubgraphFailed(Exception):
-    """Task ``task`` of a subgraph raised ``error``; ``text`` is its traceback."""
+    """Task ``task`` of a subgraph raised ``error`` on its last of ``attempts`` tries;
+    ``text`` is its traceback."""
 
-    def __init__(self, task: int, error: BaseException, text: str) -> None:
+    def __init__(self, task: int, error: BaseException, text: str, attempts: int = 1) -> None:
         super().__init__(f"task {task} failed: {type(error).__name__}: {error}")
         self.task = task
         self.error = error
         self.text = text
+        self.attempts = attempts
 
-    def __reduce__(self) -> tuple[type[SubgraphFailed], tuple[int, BaseException, str]]:
-        return (SubgraphFailed, (self.task, self.error, self.text))
+    def __reduce__(self) -> tuple[type[SubgraphFailed], tuple[int, BaseException, str, int]]:
+        return (SubgraphFailed, (self.task, self.error, self.text, self.attempts))
 
 
-def _failed(task: int, error: BaseException) -> SubgraphFailed:
+def _failed(task: int, error: BaseException, attempts: int = 1) -> SubgraphFailed:
     text = "".join(traceback.format_exception(error))
     try:
         pickle.loads(pickle.dumps(error))
     except Exception:
         error = RemoteError(f"{type(error).__name__}: {error}")
-    return SubgraphFailed(task, error, text)
+    return SubgraphFailed(task, error, text, attempts)
 
 
 def pickle_calls(calls: list[Call]) -> bytes:
@@ -149,13 +156,21 @@ def run_subgraph(program: SubgraphProgram, *producers: dict[int, Any]) -> dict[i
     for t, (fn, args, kwargs), uses, drop in zip(
         program.tasks, calls, program.uses_inputs, program.drop_after, strict=True
     ):
-        try:
-            if uses:
-                args = tuple(replace_leaves(a, fill) for a in args)
-                kwargs = {k: replace_leaves(v, fill) for k, v in kwargs.items()}
-            results[t] = fn(*args, **kwargs)
-        except BaseException as error:
-            raise _failed(t, error) from None
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                if uses:
+                    args = tuple(replace_leaves(a, fill) for a in args)
+                    kwargs = {k: replace_leaves(v, fill) for k, v in kwargs.items()}
+                    uses = False  # filled in once; the tries share them
+                results[t] = fn(*args, **kwargs)
+                break
+            except BaseException as error:
+                # The task's own Ctrl-C, its last try, or an error every try would repeat.
+                final = isinstance(error, KeyboardInterrupt) or is_permanent(error)
+                if final or tries > program.retries:
+                    raise _failed(t, error, tries) from None
         for d in drop:
             del results[d]
     exports = {t: results[t] for t in program.exports}

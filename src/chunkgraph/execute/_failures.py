@@ -5,6 +5,11 @@ that failed for good, gathered in one ``ExceptionGroup``.
       __cause__  the task's own exception (from a worker: its traceback text
                  as that exception's ``__cause__``, a ``RemoteTraceback``)
     ExceptionGroup("2 task(s) failed; 5 task(s) did not run", [TaskError, ...])
+
+A task that ran a parallel loop fails with the loop's group ("parallel_map over 16
+elements: 1 piece(s) failed"), which says nothing; the message a person reads
+(``TaskError``'s, the command line's, an event's JSON) is of the ``innermost``
+error: the first leaf of the groups, the one that names the chunk or the file.
 """
 
 from __future__ import annotations
@@ -34,11 +39,39 @@ def describe(error: BaseException) -> str:
     return text
 
 
+def innermost(error: BaseException) -> tuple[BaseException, int]:
+    """The first leaf under ``error``'s exception groups, and how many other leaves they
+    hold (0 for an error that is no group).
+
+    >>> leaf = OSError("chunk c/1/0/1")
+    >>> innermost(ExceptionGroup("a", [ExceptionGroup("b", [leaf]), ValueError()]))
+    (OSError('chunk c/1/0/1'), 1)
+    """
+    others = 0
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        others += len(error.exceptions) - 1
+        error = error.exceptions[0]
+    return error, others
+
+
+def describe_innermost(error: BaseException) -> str:
+    """``describe`` of the ``innermost`` error, saying how many others the groups held.
+
+    >>> describe_innermost(ExceptionGroup("loop", [ValueError("bad"), KeyError("k")]))
+    'ValueError: bad (and 1 other error)'
+    """
+    leaf, others = innermost(error)
+    text = describe(leaf)
+    if others:
+        text += f" (and {others} other error{'s' if others > 1 else ''})"
+    return text
+
+
 def task_error(graph: Graph, t: int, attempts: int, cause: BaseException) -> TaskError:
     """The TaskError of task ``t``, which failed ``attempts`` times, last with ``cause``."""
     dep_ptr, dep_idx = graph.dependencies()
     inputs = [graph.name(int(d)) for d in dep_idx[dep_ptr[t] : dep_ptr[t + 1]]]
-    error = TaskError(graph.name(t), inputs, attempts, describe(cause))
+    error = TaskError(graph.name(t), inputs, attempts, describe_innermost(cause))
     error.__cause__ = cause
     return error
 

@@ -17,7 +17,8 @@ State (arrays indexed by task id, as Python lists for speed):
 
     take(k, c) ─> RUNNING ──finish(t, value)──> DONE: dependents' waiting -= 1,
       ^                                              dependencies' consumers -= 1
-      |                   ──fail(t, error)────> attempts <= retries ? READY (heap)
+      |                   ──fail(t, error)────> attempts <= retries and the error is
+      |                                         not permanent (is_permanent) ? READY (heap)
       +-- ready[c] <─────────────────────────────────────── : FAILED, stop
 
 Only the tasks that the targets need are run. After the first task fails for
@@ -56,6 +57,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chunkgraph._errors import is_permanent
 from chunkgraph.execute._placement import Placement
 from chunkgraph.graph import Graph, needed_mask
 
@@ -342,14 +344,14 @@ class Scheduler:
         self.live[self._context[t] if self._multi else 0] += sign * p.output[t]
 
     def fail(self, t: int, error: BaseException, *, retry: bool = True) -> bool:
-        """Record a failed try of ``t``; True if it is READY again for another try
-        (never when ``retry`` is False)."""
+        """Record a failed try of ``t``; True if it is READY again for another try (never
+        when ``retry`` is False, nor for an error that fails every try: ``is_permanent``)."""
         self.running -= 1
         if self._admit:
             self._vacate(t)
         tries = self.attempts.get(t, 0) + 1
         self.attempts[t] = tries
-        if retry and tries <= self.retries and not self.stopping:
+        if retry and tries <= self.retries and not self.stopping and not is_permanent(error):
             self._push(t)
             return True
         self.state[t] = TaskState.FAILED

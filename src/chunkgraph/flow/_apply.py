@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError, CorruptChunkError
-from chunkgraph._util import format_bytes, usable_cores
+from chunkgraph._util import format_bytes, usable_cores, write_problem
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
     ReadAmplificationWarning,
@@ -127,6 +127,7 @@ from chunkgraph.flow._top_task import (
     run_top_task,
     superchunks_in_flight,
 )
+from chunkgraph.flow._where import note_state
 from chunkgraph.geometry import Box
 
 # Flow tasks are idempotent: a try lost to a dead worker or a transient I/O error
@@ -200,8 +201,10 @@ class ApplyReport:
     gpu_missing: bool = False
     saturated_voxels: int = 0
 
-    def summary(self) -> str:
-        """A few human-readable lines."""
+    def summary(self, *, plan: bool = True) -> str:
+        """A few human-readable lines. An automatic plan is one line after a run and, with
+        its reasons, several after a dry run (which is for looking at it); ``plan=False``
+        leaves it out (the command line's ``--quiet``)."""
         levels = ", ".join(str(n) for n in self.tasks_per_level)
         lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
         if self.tasks_per_level or self.dry_run:
@@ -260,8 +263,9 @@ class ApplyReport:
             )
         # The plan when it was chosen here; given sizes' read model stays in
         # ``report.plan`` (its budget line depends on the machine).
-        if self.plan is not None and self.plan.automatic:
-            lines += ["  " + line for line in self.plan.summary().splitlines()]
+        if plan and self.plan is not None and self.plan.automatic:
+            told = self.plan.summary() if self.dry_run else self.plan.headline()
+            lines += ["  " + line for line in told.splitlines()]
         return "\n".join(lines)
 
 
@@ -435,6 +439,7 @@ def apply(
             plan = _on_device(plan, flow_device, top_task_memory(spec, named, dst))
         flow_id = flow_id_of(fn, named, dst, spec)
         root = _intermediates_root(intermediates, dst)
+        _check_writable(root, dst)
         if dry_run:
             report = _dry_report(spec, named, dst, flow_id, root, plan, time.perf_counter() - t0)
             if no_gpu:
@@ -476,6 +481,10 @@ def apply(
                 if probe:
                     probe_fn(spec, run_fn, named, dst, flow_device, timeout, retries)
                 record.remove()  # a fresh (or unfinished) run is not complete until it ends
+                if (
+                    dst.location.local_dir is not None
+                ):  # `chunkgraph status DST` finds state kept elsewhere
+                    note_state(dst.path, root, flow_id)
                 if in_place is not None:
                     mark_in_place(dst, root, flow_id)
                 flow = _Flow(
@@ -871,6 +880,31 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
     if where is not None:
         return where.parent / f".{where.name}.chunkgraph"
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+
+
+def _check_writable(root: Path, dst: Volume) -> None:
+    """A ConfigError naming the path when the flow's state folder (``root``, or where it
+    will be made) or an on-disk dst cannot be written: before anything runs, dry runs too.
+
+    A run needs both: it locks the flow and records its progress under ``root``, and
+    writes dst's chunks. Found later, this would be a bare ``OSError`` from a mkdir.
+    """
+    if dst.location.local_dir is not None:
+        problem = write_problem(dst.path)
+        if problem:
+            raise ConfigError(
+                f"dst {dst.path!r} cannot be written: {problem}, so nothing was run. Is it "
+                "on a read-only mount, or without write permission? Make it writable, or "
+                "write to a dst on a writable file system"
+            )
+    problem = write_problem(root)
+    if problem:
+        raise ConfigError(
+            f"intermediates {str(root)!r} cannot be written: {problem}. The flow keeps its "
+            "lock, done markers and temporary layers there, so nothing was run. Is it on a "
+            "read-only mount, or without write permission? Give intermediates= (a spec's "
+            "intermediates:) a directory on a writable file system"
+        )
 
 
 class _Flow:

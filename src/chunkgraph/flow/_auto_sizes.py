@@ -157,6 +157,18 @@ class FlowPlan:
         lines += [f"  - {reason}" for reason in self.reasons]
         return "\n".join(lines)
 
+    def headline(self) -> str:
+        """The plan in one line (``summary`` adds the memory budget and the reasons)."""
+        how = "automatic" if self.automatic else "given"
+        levels = " over ".join("x".join(map(str, c)) for c in self.chunk_sizes)
+        cache = f"cache {format_bytes(self.cache_bytes)}" if self.cache_bytes else "no cache"
+        cache += " owned by apply"
+        return (
+            f"plan ({how}): {levels}, "
+            f"{'direct writes' if self.direct_writes else 'temporary layers'}, {cache}, "
+            f"predicted read amplification {self.read_amplification:.2f}"
+        )
+
 
 # --- the planner --------------------------------------------------------------------------
 
@@ -804,11 +816,18 @@ def plan_given(
 
 
 def amplification_warning(plan: FlowPlan, named: Mapping[str, Volume]) -> str:
-    """The warning for given sizes that will amplify reads, with the figures; else ``""``."""
+    """The warning for given sizes that will amplify reads, with the figures; else ``""``.
+
+    Only the amplification expected for this run counts, after the cache apply owns: a
+    halo that cache absorbs costs nothing, and a warning ending "so it expects 1.00x"
+    would only be noise.
+    """
+    if plan.read_amplification <= WARN_AMPLIFICATION:
+        return ""
     cached = any(v.cache_bytes for v in named.values())
     halo = not cached and plan.amplification_without_cache > WARN_AMPLIFICATION
     split = [r for r in plan.reasons if "splits input" in r]
-    if not halo and not (split and plan.read_amplification > WARN_AMPLIFICATION):
+    if not halo and not split:
         return ""
     parts = []
     if split:
@@ -819,8 +838,8 @@ def amplification_warning(plan: FlowPlan, named: Mapping[str, Volume]) -> str:
             f"chunks again, {plan.amplification_without_cache:.2f}x the input"
         )
     parts.append(
-        f"apply keeps a cache of {format_bytes(plan.cache_bytes)} for this run, so it expects "
-        f"{plan.read_amplification:.2f}x"
+        f"even through the cache of {format_bytes(plan.cache_bytes)} that apply keeps for this "
+        f"run, it expects {plan.read_amplification:.2f}x"
         if plan.cache_bytes
         else f"expected read amplification {plan.read_amplification:.2f}x"
     )

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from chunkgraph._errors import FlowLockedError
+from chunkgraph._util import named_os_error
 
 # How often a run that waits for a lock tries again; short next to any flow.
 _POLL_SECONDS = 0.1
@@ -56,7 +57,7 @@ def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
     """
     fd = _acquire(path, wait)
     try:
-        _write_owner(fd)
+        _write_owner(fd, path)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -92,10 +93,13 @@ def _same_file(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
-def _write_owner(fd: int) -> None:
+def _write_owner(fd: int, path: Path) -> None:
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(owner).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(owner).encode(), 0)
+    except OSError as err:  # a full disk: the error names no file by itself
+        raise named_os_error(err, path, "writing the flow's lock") from err
 
 
 def _busy_error(path: Path, wait: float) -> FlowLockedError:

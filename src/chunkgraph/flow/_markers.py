@@ -25,6 +25,7 @@ driver lists each directory once instead of probing one path per task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from chunkgraph._util import named_os_error
 from chunkgraph.volume import Volume
 
 TOP = "top"
@@ -89,6 +91,20 @@ class MarkerStore:
             folder.mkdir(parents=True)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file renamed into place, so a reader sees
+    the old file or the new one, never part of one. A write that fails names ``path``
+    (a full disk's own error names no file)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_text(text)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise named_os_error(err, path, "writing the flow's state") from err
+    os.replace(tmp, path)
+
+
 def dst_stamp(dst: Volume) -> str | None:
     """Which storage ``dst`` is: the inode and modification time of its array metadata.
 
@@ -139,9 +155,7 @@ class CompletionRecord:
             "bytes_written": report.bytes_written,
             **extra,
         }
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(record))
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkgraph.flow._lock import flow_lock
-from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir
+from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomically
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
 # flow its user is about to resume; longer keeps dead temporaries (often larger than
@@ -274,9 +274,7 @@ def write_flow_info(
         "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
         **extra,
     }
-    tmp = Path(flow_dir) / f".{_INFO}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, Path(flow_dir) / _INFO)
+    write_atomically(Path(flow_dir) / _INFO, json.dumps(info))
 
 
 def read_flow_info(flow_dir: Path) -> dict[str, Any]:
@@ -448,9 +446,8 @@ def mark_in_place(dst: Any, root: Path, flow_id: str) -> None:
     """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
     path = _mark_path(dst)
     if path is not None:
-        tmp = path.with_name(f".{IN_PLACE_MARK}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"intermediates": str(Path(root).resolve()), "flow_id": flow_id}))
-        os.replace(tmp, path)
+        mark = {"intermediates": str(Path(root).resolve()), "flow_id": flow_id}
+        write_atomically(path, json.dumps(mark))
 
 
 def lost_in_place_state(dst: Any) -> str | None:

@@ -283,7 +283,18 @@ def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
             for a, (b0, b1) in zip(others, bounds, strict=True):
                 start[a], stop[a] = b0, b1
             pieces.append(Box(start, stop))
-        parallel_map(read_piece, pieces)
+        try:
+            parallel_map(read_piece, pieces)
+        except ExceptionGroup as group:
+            failures = list(group.exceptions)
+        else:
+            continue
+        # The piece's own error (a CorruptChunkError naming the file), not the loop's group;
+        # raised outside the except block, so the group does not become its __context__.
+        first = failures[0]
+        if len(failures) > 1:
+            first.add_note(f"{len(failures) - 1} other read(s) of the same slab failed too")
+        raise first
     return out
 
 

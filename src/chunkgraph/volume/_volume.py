@@ -24,6 +24,11 @@ is whole); this is what makes concurrent writers of disjoint boxes race-free.
 ``aligned_writes=False`` lets the backend read-modify-write partial chunks;
 the caller then owns each chunk. Every check runs before anything is written.
 
+A write the file system refuses (a full disk, a read-only mount) raises an
+``OSError`` of the same ``errno`` that names the volume's path and the box, and for
+a full disk how much room is left there (``_util.named_os_error``): the store's own
+error names neither.
+
 Thread safety: concurrent reads, and concurrent writes to disjoint storage
 chunks, are safe (backends are, the cache and counters lock). Pickling an
 on-disk volume pickles its path, mode and cache size; it is reopened where
@@ -40,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from chunkgraph._errors import AlignmentError, ConfigError
+from chunkgraph._util import named_os_error
 from chunkgraph.geometry import Box
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._location import Location
@@ -284,7 +290,10 @@ class Volume:
             self._check_aligned(box, inner)
         if inner != box:
             data = data[self._channel_index + inner.slices(relative_to=box)]
-        self._storage.write(self._local_index(inner), data)
+        try:
+            self._storage.write(self._local_index(inner), data)
+        except OSError as err:  # the store's own says neither the volume nor the box
+            raise named_os_error(err, self.path, f"writing {inner} of the volume") from err
         if self._cache is not None:
             self._cache.invalidate(key for key, _ in self._chunks_of(inner))
         n_chunks = math.prod(len(r) for r in self._grid_range(inner))

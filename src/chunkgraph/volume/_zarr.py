@@ -15,21 +15,37 @@ the touched chunks concurrently and performs the read-modify-write of partial
 chunks itself. A region that fails to decode is re-read chunk by chunk to
 name the damaged chunk (``CorruptChunkError``); that costs nothing until a
 read fails.
+
+zarr runs a region's chunk reads and writes as tasks on an event loop of its own
+(in a thread). When one of them fails (a full disk), zarr raises at once and the
+region's other tasks go on, orphaned; zarr stops that loop at exit under any
+still pending, and asyncio then prints "Task was destroyed but it is pending!" and
+"Future exception was never retrieved" for each. ``settle_zarr_loop`` cancels them
+and waits for them to end first, at exit (before zarr's own clean-up).
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
 from typing import Any
 
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.core import sync as zarr_sync
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import named_os_error
 from chunkgraph.volume._integrity import ChunkLayout, raise_corrupt_chunks
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 
 BACKEND = "zarr"
+
+# How long exit waits for the tasks of zarr's loop to end once cancelled: a write
+# already handed to a thread finishes in its own time, and nothing awaits it.
+SETTLE_TIMEOUT_S = 5.0
 
 
 class ZarrStorage:
@@ -96,17 +112,20 @@ def _compressors(compressor: object, checksum: bool) -> Any:
 def create_zarr(
     path: str, meta: VolumeMeta, compressor: object, checksum: bool, overwrite: bool
 ) -> ZarrStorage:
-    array = zarr.create_array(
-        store=path,
-        shape=meta.shape,
-        chunks=meta.chunks,
-        dtype=meta.dtype,
-        fill_value=meta.fill_value,
-        compressors=_compressors(compressor, checksum),
-        zarr_format=3,
-        attributes=meta.attrs(),
-        overwrite=overwrite,
-    )
+    try:
+        array = zarr.create_array(
+            store=path,
+            shape=meta.shape,
+            chunks=meta.chunks,
+            dtype=meta.dtype,
+            fill_value=meta.fill_value,
+            compressors=_compressors(compressor, checksum),
+            zarr_format=3,
+            attributes=meta.attrs(),
+            overwrite=overwrite,
+        )
+    except OSError as err:  # a read-only or full disk: zarr's own error names no file
+        raise named_os_error(err, path, "creating the volume") from err
     return ZarrStorage(path, array, meta)
 
 
@@ -116,3 +135,25 @@ def open_zarr(path: str, mode: str) -> ZarrStorage:
         array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
     )
     return ZarrStorage(path, array, meta)
+
+
+def settle_zarr_loop(timeout: float = SETTLE_TIMEOUT_S) -> None:
+    """Cancel the tasks left on zarr's event loop and wait until they have ended."""
+    loop = zarr_sync.loop[0]
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+
+    async def settle() -> None:
+        here = asyncio.current_task()
+        orphans = [t for t in asyncio.all_tasks() if t is not here]
+        for task in orphans:
+            task.cancel()
+        await asyncio.gather(*orphans, return_exceptions=True)
+
+    # At exit nothing is left to tell of a loop that does not answer in time.
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(settle(), loop).result(timeout)
+
+
+# Registered after zarr's own (importing zarr registered it), so it runs before it.
+atexit.register(settle_zarr_loop)

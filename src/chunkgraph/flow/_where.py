@@ -1,0 +1,72 @@
+"""Where a destination's flows keep their state, found from the destination alone.
+
+A flow's state lives under its intermediates directory: by default
+``.<dst name>.chunkgraph`` beside dst (``_state.default_intermediates``), where
+``chunkgraph status DST`` looks. A run given ``intermediates=DIR`` elsewhere (a
+spec's ``intermediates:``) leaves a note there instead, so that the same command
+finds it::
+
+    data/.out.zarr.chunkgraph/
+        <flow id>.where        {"intermediates": "/scratch/flows"}   (note_state)
+    /scratch/flows/
+        <flow id>/ ...         the flow's state, as under the default directory
+
+A note is written once per flow, under the flow's lock, before its first task; it
+stays after the flow finishes (its completion record is under DIR, and status
+shows it finished), and ``chunkgraph clean DST FLOW_ID`` removes it with the flow.
+A note whose flow is gone from DIR is skipped. The note is a convenience: where
+dst's parent cannot be written, the run goes on without one (``status
+--intermediates DIR`` and ``status SPEC.yaml`` still find the flow).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from chunkgraph.flow._markers import write_atomically
+from chunkgraph.flow._state import FlowState, default_intermediates, flow_ids, read_flow, read_flows
+
+_NOTE = ".where"
+
+
+def note_state(dst_path: str, root: Path, flow_id: str) -> None:
+    """Beside the on-disk dst at ``dst_path``, note that flow ``flow_id`` keeps its state
+    under ``root`` (nothing when that is the default directory)."""
+    default = default_intermediates(dst_path)
+    if Path(root).resolve() == default.resolve():
+        return
+    # dst's parent not writable: no note, the state is still found by DIR (see above)
+    with contextlib.suppress(OSError):
+        default.mkdir(exist_ok=True)
+        note = {"intermediates": str(Path(root).resolve())}
+        write_atomically(default / f"{flow_id}{_NOTE}", json.dumps(note))
+
+
+def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """``(intermediates, flow id)`` of each note beside dst whose flow still has state."""
+    default = default_intermediates(dst_path)
+    found = []
+    for entry in sorted(default.glob(f"*{_NOTE}")) if default.is_dir() else []:
+        try:
+            root = Path(json.loads(entry.read_text())["intermediates"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # half written by a run killed meanwhile, or not ours
+        flow_id = entry.name[: -len(_NOTE)]
+        if flow_id in flow_ids(root):
+            found.append((root, flow_id))
+    return found
+
+
+def forget_state(dst_path: str | os.PathLike[str], flow_id: str) -> None:
+    """Remove the note of flow ``flow_id`` beside dst (its state was removed)."""
+    (default_intermediates(dst_path) / f"{flow_id}{_NOTE}").unlink(missing_ok=True)
+
+
+def flows_of(dst_path: str | os.PathLike[str], *, sizes: bool = True) -> list[FlowState]:
+    """Every flow of dst: those under its default directory, then those noted elsewhere."""
+    states = read_flows(default_intermediates(dst_path), sizes=sizes)
+    states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(dst_path)]
+    return states
