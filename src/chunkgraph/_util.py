@@ -16,7 +16,6 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 
-
 # errnos of a disk that holds no more: named_os_error says how much room is left there.
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
