@@ -59,9 +59,47 @@ def is_permanent(error: BaseException) -> bool:
 
 
 class ConfigError(ChunkgraphError, ValueError):
-    """A parameter is invalid; the message names it and says what would be valid."""
+    """A parameter is invalid; the message names it and says what would be valid.
+
+    Where the raiser knows them, ``field`` is the parameter's name as the caller
+    spelled it (``"crop_pads"``, ``"memory_limit"``; for a keyword of fn,
+    ``"fn_kwargs.NAME"``; for the destination, ``"dst"``), ``level`` the flow level
+    (0 = top) and ``axis`` the spatial axis the finding is about. Callers that map
+    an error back to where the value came from (the command line: a spec file's
+    line) read these, never the message text.
+
+    >>> err = ConfigError("crop_pads = [0, 2] lists 2 levels", field="crop_pads", level=1)
+    >>> err.field, err.level, err.axis, str(err)
+    ('crop_pads', 1, None, 'crop_pads = [0, 2] lists 2 levels')
+    """
 
     permanent = True
+
+    def __init__(
+        self,
+        *args: object,
+        field: str | None = None,
+        level: int | None = None,
+        axis: int | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.field = field
+        self.level = level
+        self.axis = axis
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword attributes survive a trip through pickle (an error from a worker process).
+        return (_rebuild_config_error, (type(self), self.args, self.field, self.level, self.axis))
+
+
+def _rebuild_config_error(
+    cls: type[ConfigError],
+    args: tuple[object, ...],
+    field: str | None,
+    level: int | None,
+    axis: int | None,
+) -> ConfigError:
+    return cls(*args, field=field, level=level, axis=axis)
 
 
 class AlignmentError(ConfigError):
