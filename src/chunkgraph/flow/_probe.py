@@ -108,7 +108,9 @@ def probe_fn(
                         raise
                     tries += 1
     except _CastRefused as refused:
-        raise ConfigError(str(refused)) from None  # the arguments are wrong, not a task
+        raise ConfigError(
+            str(refused), field="cast"
+        ) from None  # the arguments are wrong, not a task
     except Exception as exc:
         # The same contract as a failing task: one group of TaskError, the cause attached.
         error = TaskError(
