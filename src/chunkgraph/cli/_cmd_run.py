@@ -347,7 +347,8 @@ def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:
     if problem:
         raise ConfigError(
             f"output {plan.path!r} cannot be created: {problem}. Is it on a read-only mount, "
-            "or without write permission? Give output.path a place on a writable file system"
+            "or without write permission? Give output.path a place on a writable file system",
+            field="output",  # the spec's own field: the whole output is to be made
         )
     checked = dict(options)
     if checked["intermediates"] is None:  # say where the real run will put them
