@@ -46,7 +46,9 @@ from pydantic import (
 )
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.execute import ExecutorKind
 from chunkgraph.flow._apply import DEFAULT_RETRIES
+from chunkgraph.flow._cast import DEFAULT_CAST, CastRule
 from chunkgraph.flow._spec import BlendMode
 
 Sizes = int | list[int]
@@ -113,9 +115,7 @@ class RunDefaults(_Model):
     """How to run, unless the command line says otherwise."""
 
     executor: (
-        Literal["threads", "adaptive", "processes", "sync"]
-        | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")]
-        | None
+        ExecutorKind | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")] | None
     ) = Field(default=None, description="default: threads; or a Dask scheduler address")
     workers: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="default: all cores"
@@ -177,8 +177,8 @@ class RunSpec(_Model):
     gpu_fallback: bool = Field(
         default=False, description="device gpu without a GPU here: run on the CPU, not fail"
     )
-    cast: Literal["safe", "same_kind", "unsafe"] = Field(
-        default="safe",
+    cast: CastRule = Field(
+        default=DEFAULT_CAST,
         description="which dtypes the function may return for the output's dtype (numpy's "
         "names): safe refuses casts that saturate (a float into a narrower float is fine), "
         "same_kind allows narrower integers, unsafe also floats into integers; voxels that "
