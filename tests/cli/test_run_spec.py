@@ -9,6 +9,7 @@ this process; the process executor and Ctrl-C go through the installed
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import numpy as np
 import pytest
 from scipy.ndimage import gaussian_filter
 
-from chunkgraph import cli, volume
+from chunkgraph import cli, flow, volume
 from chunkgraph.cli._spec import BoxSpec, OutputSpec, RunDefaults, RunSpec, parse_spec
 
 HERE = Path(__file__).resolve().parent
@@ -825,3 +826,12 @@ def test_a_cast_that_saturates_is_refused_unless_the_spec_allows_it(
     assert f"saturated: {over} voxels" in out
     expected = np.clip(np.rint(raw * np.float32(300.0)), 0, 255).astype("uint8")
     np.testing.assert_array_equal(read(work / "out.zarr"), expected)
+
+
+def test_a_spec_s_defaults_are_apply_s() -> None:
+    """A field left out of a spec means what the parameter left out of apply means."""
+    params = inspect.signature(flow.apply).parameters
+    shared = [n for n in RunSpec.model_fields if n in params and n != "inputs"]
+    assert {"retries", "blend_modes", "cast", "crop_pads", "chunk_sizes"} <= set(shared)
+    for name in shared:
+        assert RunSpec.model_fields[name].default == params[name].default, name

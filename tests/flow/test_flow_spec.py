@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph.flow._divisibility import auto_divisible_chunks, check_divisibility
+from chunkgraph.flow._fn_kwargs import with_fn_kwargs
 from chunkgraph.flow._spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -628,3 +629,55 @@ def test_divisibility_suggestions_are_the_nearest_divisors(
     assert parents, str(info.value)
     for p in (int(x) for x in parents.group(1).split(" or ")):
         assert p > 0 and (p + 2 * crop + 2 * blend) % child == 0
+
+
+# --- where an error is: field, level, axis --------------------------------------------
+
+TWO_LEVELS = [(32, 32, 32), (16, 16, 16)]
+
+
+@pytest.mark.parametrize(
+    ("kw", "where"),
+    [
+        ({"chunk_sizes": [(32, 32, 32), (32, 24, 32)]}, ("chunk_sizes", 1, 1)),
+        ({"chunk_sizes": [(32, 32, 24)]}, ("chunk_sizes", 0, 2)),  # the top chunk vs the bbox
+        ({"chunk_sizes": [(32, 0, 32)]}, ("chunk_sizes", 0, 1)),
+        ({"chunk_sizes": "big"}, ("chunk_sizes", None, None)),
+        ({"chunk_sizes": TWO_LEVELS, "crop_pads": [0, (0, -1, 0)]}, ("crop_pads", 1, 1)),
+        ({"chunk_sizes": TWO_LEVELS, "crop_pads": [0, 0, 0]}, ("crop_pads", None, None)),
+        ({"crop_pads": [(1, 2)]}, ("crop_pads", 0, None)),  # two values for three axes
+        ({"blend_pads": (0, 0, 20)}, ("blend_pads", 0, 2)),
+        ({"chunk_sizes": TWO_LEVELS, "blend_modes": ["linear", "defer"]}, ("blend_modes", 1, None)),
+        ({"blend_modes": ["nonsense"]}, ("blend_modes", 0, None)),
+        ({"bbox": Box((0, 0, 0), (96, 32, 32))}, ("bbox", None, None)),
+        ({"bbox": Box((0, 200, 0), (32, 232, 32))}, ("bbox", None, 1)),
+        ({"max_reduction_chunk_size": (32, 0, 32)}, ("max_reduction_chunk_size", None, 1)),
+        ({"skip_intermediates": "maybe"}, ("skip_intermediates", None, None)),
+        ({"expand_bbox": "sometimes"}, ("expand_bbox", None, None)),
+        ({"cast": "equiv"}, ("cast", None, None)),
+        ({"dst": "out.zarr"}, ("dst", None, None)),
+        ({"fn": 42}, ("fn", None, None)),
+        ({"inputs": "raw.zarr"}, ("inputs", None, None)),
+    ],
+)
+def test_an_error_says_its_field_level_and_axis(
+    mem: Make, kw: dict[str, Any], where: tuple[str, int | None, int | None]
+) -> None:
+    """What the command line reads to point at a spec's line (never the message)."""
+    with pytest.raises(ConfigError) as caught:
+        flow(mem, **kw)
+    assert (caught.value.field, caught.value.level, caught.value.axis) == where
+
+
+def test_an_input_name_and_a_keyword_of_fn_say_which() -> None:
+    def two(src: np.ndarray, k: int = 0) -> np.ndarray:
+        return src
+
+    with pytest.raises(ConfigError) as clash:
+        with_fn_kwargs(two, {"src": 1}, ["src"])
+    with pytest.raises(ConfigError) as unknown:
+        with_fn_kwargs(two, {"k": 1, "nope": 2}, ["src"])
+    with pytest.raises(ConfigError) as named:
+        normalize_inputs({"class": None})
+    assert (clash.value.field, unknown.value.field) == ("fn_kwargs.src", "fn_kwargs.nope")
+    assert named.value.field == "inputs.class"

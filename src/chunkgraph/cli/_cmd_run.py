@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph.execute._failures import describe_innermost
     from chunkgraph.flow import ReadAmplificationWarning
     from chunkgraph.flow._device import resolve_device
-    from chunkgraph.flow._probe import PROBE_FAILED
+    from chunkgraph.flow._probe import ProbeFailure
 
     options = dict(
         resolved.flow_options,
@@ -217,7 +217,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         advice = (
             "fn failed its probe call on the first chunk, before anything was written"
             f"{_taken_back(new)}; fix the cause and run it again"
-            if group.message == PROBE_FAILED
+            if isinstance(group, ProbeFailure)
             else "the flow failed; fix the cause and rerun with --resume to keep the finished "
             "chunks (a change to fn's code or kwargs starts the flow over)"
         )
@@ -347,7 +347,8 @@ def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:
     if problem:
         raise ConfigError(
             f"output {plan.path!r} cannot be created: {problem}. Is it on a read-only mount, "
-            "or without write permission? Give output.path a place on a writable file system"
+            "or without write permission? Give output.path a place on a writable file system",
+            field="output",  # the spec's own field: the whole output is to be made
         )
     checked = dict(options)
     if checked["intermediates"] is None:  # say where the real run will put them

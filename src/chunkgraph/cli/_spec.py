@@ -28,7 +28,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,8 +46,11 @@ from pydantic import (
 )
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.execute import ExecutorKind
+from chunkgraph.flow._apply import DEFAULT_RETRIES
+from chunkgraph.flow._cast import DEFAULT_CAST, CastRule
+from chunkgraph.flow._spec import BlendMode
 
-BlendMode = Literal["linear", "quadratic", "bump", "max", "defer"]
 Sizes = int | list[int]
 Pads = Annotated[
     int | list[Sizes],
@@ -113,9 +115,7 @@ class RunDefaults(_Model):
     """How to run, unless the command line says otherwise."""
 
     executor: (
-        Literal["threads", "adaptive", "processes", "sync"]
-        | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")]
-        | None
+        ExecutorKind | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")] | None
     ) = Field(default=None, description="default: threads; or a Dask scheduler address")
     workers: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="default: all cores"
@@ -163,7 +163,7 @@ class RunSpec(_Model):
         description="write bottom outputs straight to the output (nothing may overlap); "
         "default: decided with automatic sizes, else false",
     )
-    retries: Annotated[int, Field(ge=0)] = 2
+    retries: Annotated[int, Field(ge=0)] = DEFAULT_RETRIES
     timeout: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="seconds per try of a top-level task or reduction"
     )
@@ -177,8 +177,8 @@ class RunSpec(_Model):
     gpu_fallback: bool = Field(
         default=False, description="device gpu without a GPU here: run on the CPU, not fail"
     )
-    cast: Literal["safe", "same_kind", "unsafe"] = Field(
-        default="safe",
+    cast: CastRule = Field(
+        default=DEFAULT_CAST,
         description="which dtypes the function may return for the output's dtype (numpy's "
         "names): safe refuses casts that saturate (a float into a narrower float is fine), "
         "same_kind allows narrower integers, unsafe also floats into integers; voxels that "
@@ -245,39 +245,53 @@ class ResolvedSpec:
     module_file: str | None = None
 
     def flow_error(self, err: ConfigError) -> SpecError:
-        """apply's own finding (divisibility, pads...) as a SpecError.
+        """apply's own finding (divisibility, pads...) as a SpecError at its spec field.
 
-        apply's messages start with the argument they are about ("crop_pads = [0, (2, 2)]
-        has 2 entries..."); when that is a field of the spec, its line is given.
+        The error's ``field`` (apply's parameter) names the spec's field (``dst`` is
+        ``output.path``, ``fn_kwargs.NAME`` is ``kwargs.NAME``) and its ``level`` the
+        entry of a per-level list (``chunk_sizes.1``); the line is given where the file
+        spells that field out (a field left to its default has none). The message text is
+        never read: rewording it keeps the line.
         """
-        clash = _KWARG_CLASH.match(str(err))
-        if clash is not None:
-            where = f"kwargs.{clash['name']}"
-            return SpecError(self.file, [SpecProblem(where, self.lines.line(where), str(err))])
-        first = re.match(r"\w+", str(err))
-        name = first.group() if first else ""
-        if name == "dst":  # apply's word for the spec's output
-            line = self.lines.line("output.path")
-            return SpecError(self.file, [SpecProblem("output.path", line, str(err))])
-        if name in RunSpec.model_fields:  # its line where the file gives it (else its default)
-            line = self.lines.line(name) if self.lines.has(name) else None
-            return SpecError(self.file, [SpecProblem(name, line, str(err))])
-        # "level 1's chunk (12, 12) does not divide ...": the level's entry of its field
-        level = _LEVEL_FIELD.match(str(err))
-        if level is not None:
-            field = _LEVEL_FIELDS[level["what"]]
-            if self.lines.has(field):
-                kept, line = self.lines.find((field, int(level["level"])))
-                where = ".".join(str(k) for k in kept)
-                return SpecError(self.file, [SpecProblem(where, line, str(err))])
-        return SpecError(self.file, [SpecProblem("", None, str(err))])
+        where = spec_field(err.field, self.spec)
+        if where is None:  # about no field of the spec: the spec as a whole
+            return SpecError(self.file, [SpecProblem("", None, str(err))])
+        loc: tuple[str | int, ...] = _Lines.loc(where)
+        if where in _PER_LEVEL and err.level is not None:
+            loc += (err.level,) if err.axis is None else (err.level, err.axis)
+        elif where in _PER_AXIS and err.axis is not None:
+            loc += (err.axis,)
+        if not self.lines.has(where):
+            return SpecError(self.file, [SpecProblem(where, None, str(err))])
+        kept, line = self.lines.find(loc)
+        path = ".".join(str(k) for k in kept)
+        return SpecError(self.file, [SpecProblem(path, line, str(err))])
 
 
-# apply's message about a keyword argument named as an input ("fn_kwargs['image'] clashes").
-_KWARG_CLASH = re.compile(r"fn_kwargs\['(?P<name>\w+)'\] clashes")
-# apply's messages about one level ("level 1's chunk ...", "level 0's crop pad ...").
-_LEVEL_FIELD = re.compile(r"level (?P<level>\d+)'s (?P<what>chunk|crop pad|blend pad)\b")
-_LEVEL_FIELDS = {"chunk": "chunk_sizes", "crop pad": "crop_pads", "blend pad": "blend_pads"}
+# apply's parameters that the spec names otherwise (``fn_kwargs.NAME`` -> ``kwargs.NAME``).
+_SPEC_NAMES = {"dst": "output.path", "fn": "function", "fn_kwargs": "kwargs"}
+# Spec fields whose list has one entry per level; one entry per spatial axis.
+_PER_LEVEL = frozenset({"chunk_sizes", "crop_pads", "blend_pads", "blend_modes"})
+_PER_AXIS = frozenset({"max_reduction_chunk_size"})
+
+
+def spec_field(field: str | None, spec: RunSpec) -> str | None:
+    """The spec's dotted field path for apply's parameter ``field`` (a ``ConfigError``'s
+    ``field``); None when the spec has no such field (``fn_resources``, say).
+
+    >>> spec = RunSpec(input="raw.zarr", output=OutputSpec(path="out.zarr"), function="m:f")
+    >>> [spec_field(f, spec) for f in ("dst", "fn_kwargs.sigma", "inputs.src", "crop_pads")]
+    ['output.path', 'kwargs.sigma', 'input', 'crop_pads']
+    >>> spec_field("fn_resources", spec) is None
+    True
+    """
+    if field is None:
+        return None
+    head, dot, rest = field.partition(".")
+    if head == "inputs":  # one input (`input: PATH`) is passed positionally, unnamed
+        return "input" if spec.input is not None else field
+    where = _SPEC_NAMES.get(head, head) + dot + rest
+    return where if where.partition(".")[0] in RunSpec.model_fields else None
 
 
 class _Lines:
@@ -300,15 +314,15 @@ class _Lines:
 
     def line(self, path: str) -> int | None:
         """The line of ``path``, or of the nearest part of it that the file has."""
-        return self.find(self._loc(path))[1]
+        return self.find(self.loc(path))[1]
 
     def has(self, path: str) -> bool:
         """Whether the file spells out ``path`` (a field left to its default does not)."""
-        loc = self._loc(path)
+        loc = self.loc(path)
         return len(self.find(loc)[0]) == len(loc)
 
     @staticmethod
-    def _loc(path: str) -> tuple[str | int, ...]:
+    def loc(path: str) -> tuple[str | int, ...]:
         return tuple(int(k) if k.isdigit() else k for k in path.split(".") if k)
 
 

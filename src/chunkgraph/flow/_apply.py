@@ -862,7 +862,8 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
     if intermediates is not None:
         if not isinstance(intermediates, str | os.PathLike):
             raise ConfigError(
-                f"intermediates must be a directory path or None, got {intermediates!r}"
+                f"intermediates must be a directory path or None, got {intermediates!r}",
+                field="intermediates",
             )
         root = Path(intermediates)
         # The nearest existing path decides: a file there (the path itself or a parent)
@@ -873,7 +874,8 @@ def _intermediates_root(intermediates: str | os.PathLike[str] | None, dst: Volum
             raise ConfigError(
                 f"intermediates={str(root)!r} {what}; give a directory (created if missing) "
                 "where the flow may keep its temporary layers and markers, or None for the "
-                "default beside dst"
+                "default beside dst",
+                field="intermediates",
             )
         return root
     where = dst.location.local_dir
@@ -895,7 +897,8 @@ def _check_writable(root: Path, dst: Volume) -> None:
             raise ConfigError(
                 f"dst {dst.path!r} cannot be written: {problem}, so nothing was run. Is it "
                 "on a read-only mount, or without write permission? Make it writable, or "
-                "write to a dst on a writable file system"
+                "write to a dst on a writable file system",
+                field="dst",
             )
     problem = write_problem(root)
     if problem:
@@ -903,7 +906,8 @@ def _check_writable(root: Path, dst: Volume) -> None:
             f"intermediates {str(root)!r} cannot be written: {problem}. The flow keeps its "
             "lock, done markers and temporary layers there, so nothing was run. Is it on a "
             "read-only mount, or without write permission? Give intermediates= (a spec's "
-            "intermediates:) a directory on a writable file system"
+            "intermediates:) a directory on a writable file system",
+            field="intermediates",
         )
 
 

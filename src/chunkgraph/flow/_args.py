@@ -48,40 +48,63 @@ def parse_chunk_sizes(chunk_sizes: object, ndim: int) -> list[tuple[int, ...]]:
     if not isinstance(chunk_sizes, Sequence) or isinstance(chunk_sizes, str):
         raise ConfigError(
             f"chunk_sizes must be a list with one chunk size per level, top first, got "
-            f"{chunk_sizes!r}; for one level of {chunk_sizes!r} write [{chunk_sizes!r}]"
+            f"{chunk_sizes!r}; for one level of {chunk_sizes!r} write [{chunk_sizes!r}]",
+            field="chunk_sizes",
         )
     if len(chunk_sizes) == 0:
-        raise ConfigError("chunk_sizes is empty; give at least one level, e.g. [(256,) * ndim]")
+        raise ConfigError(
+            "chunk_sizes is empty; give at least one level, e.g. [(256,) * ndim]",
+            field="chunk_sizes",
+        )
     out = []
     for level, entry in enumerate(chunk_sizes):
-        sizes = per_axis(entry, ndim, f"chunk_sizes[{level}]")
+        sizes = located_per_axis(entry, ndim, f"chunk_sizes[{level}]", "chunk_sizes", level)
         if min(sizes) <= 0:
             raise ConfigError(
-                f"chunk_sizes[{level}] = {sizes} has a size <= 0; chunk sizes must be positive"
+                f"chunk_sizes[{level}] = {sizes} has a size <= 0; chunk sizes must be positive",
+                field="chunk_sizes",
+                level=level,
+                axis=next(a for a, size in enumerate(sizes) if size <= 0),
             )
         out.append(sizes)
     return out
+
+
+def located_per_axis(
+    value: object, ndim: int, what: str, field: str, level: int | None = None
+) -> tuple[int, ...]:
+    """``per_axis``, its ``ConfigError`` carrying ``field`` (apply's parameter) and ``level``."""
+    try:
+        return per_axis(value, ndim, what)
+    except ConfigError as err:
+        raise ConfigError(*err.args, field=field, level=level) from None
 
 
 def per_level(name: str, value: object, n_levels: int, ndim: int) -> list[tuple[int, ...]]:
     """Broadcast a pad argument to ``n_levels`` per-axis tuples of non-negative ints."""
     value = listed(value)
     if is_per_axis(value):
-        entries: list[object] = [per_axis(value, ndim, name)] * n_levels
+        entries: list[object] = [located_per_axis(value, ndim, name, name)] * n_levels
     elif isinstance(value, Sequence) and not isinstance(value, str):
         if len(value) != n_levels:
             raise ConfigError(
                 f"{name} = {list(value)} has {len(value)} entries but there are {n_levels} "
                 f"levels (chunk_sizes); a list gives one pad per level: give exactly "
-                f"{n_levels}, one value for all levels, or a tuple of {ndim} for per-axis pads"
+                f"{n_levels}, one value for all levels, or a tuple of {ndim} for per-axis pads",
+                field=name,
             )
         entries = list(value)
     else:
         entries = [value] * n_levels
     out = []
     for level, entry in enumerate(entries):
-        pads = per_axis(entry, ndim, f"{name}[{level}]")
+        pads = located_per_axis(entry, ndim, f"{name}[{level}]", name, level)
         if min(pads) < 0:
-            raise ConfigError(f"{name}[{level}] = {pads} has a negative pad; pads must be >= 0")
+            raise ConfigError(
+                f"{name}[{level}] = {pads} has a negative pad; pads must be >= 0",
+                field=name,
+                level=level,
+                axis=next(a for a, pad in enumerate(pads) if pad < 0),
+            )
         out.append(pads)
     return out

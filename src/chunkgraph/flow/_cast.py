@@ -63,7 +63,8 @@ def check_cast_rule(value: object) -> CastRule:
         f"cast must be one of {', '.join(repr(r) for r in CAST_RULES)} (numpy's casting "
         f"names: which dtypes fn may return for dst's dtype), got {value!r}; 'safe' (the "
         "default) refuses casts that saturate, 'same_kind' allows narrower integers, "
-        "'unsafe' also floats into integers"
+        "'unsafe' also floats into integers",
+        field="cast",
     )
 
 

@@ -170,14 +170,16 @@ class DeferredGeometry:
         if not isinstance(blend_mode, str) or blend_mode not in modes:
             raise ConfigError(
                 f"blend_mode={blend_mode!r} cannot reduce deferred layers; "
-                f"give one of {', '.join(modes)}"
+                f"give one of {', '.join(modes)}",
+                field="blend_mode",
             )
         wide_int = self.dst_dtype.kind in "iu" and self.dst_dtype.itemsize == 8
         if blend_mode in WEIGHTED_MODES and wide_int:
             raise ConfigError(
                 f"blend_mode={blend_mode!r} into a {self.dst_dtype.name} dst: a weighted "
                 "sum is computed in float64, which holds integers only up to 2**53; "
-                "use blend_mode='max' or a dst of at most 32 bits"
+                "use blend_mode='max' or a dst of at most 32 bits",
+                field="blend_mode",
             )
 
     def check_dst(self, dst: Volume) -> None:
@@ -205,5 +207,6 @@ class DeferredGeometry:
                 f"{'; '.join(wrong)}. Give a dst created with shape={self.dst_shape}, "
                 f"chunks={self.dst_chunks}, dtype={self.dst_dtype.name!r}, "
                 f"offset={self.dst_offset}, resolution={self.dst_resolution} (the one apply "
-                "was given, or one like it; the resolution is part of the flow id)"
+                "was given, or one like it; the resolution is part of the flow id)",
+                field="dst",
             )

@@ -117,7 +117,8 @@ class FlowDevice:
                 f"device='gpu': one top-level task needs about {format_bytes(task_bytes)} on "
                 f"the GPU (its padded superchunk and accumulators) but a device has "
                 f"{format_bytes(free)} free; give smaller top-level chunk_sizes (the "
-                "first entry), free the GPU, or use device='cpu'"
+                "first entry), free the GPU, or use device='cpu'",
+                field="device",
             )
         self.per_device = min(fits, DEVICE_TASKS_IN_FLIGHT)
 
@@ -201,10 +202,13 @@ def resolve_device(
     if not isinstance(device, str) or device not in DEVICES:
         raise ConfigError(
             f"device must be one of {', '.join(repr(d) for d in DEVICES)}, got {device!r}: "
-            "'cpu' runs fn on numpy arrays, 'gpu' on device arrays (CuPy)"
+            "'cpu' runs fn on numpy arrays, 'gpu' on device arrays (CuPy)",
+            field="device",
         )
     if not isinstance(gpu_fallback, bool):
-        raise ConfigError(f"gpu_fallback must be True or False, got {gpu_fallback!r}")
+        raise ConfigError(
+            f"gpu_fallback must be True or False, got {gpu_fallback!r}", field="gpu_fallback"
+        )
     if device == "cpu":
         return None, False
     from chunkgraph.gpu import active_backend
@@ -220,7 +224,8 @@ def resolve_device(
         "device='gpu' but no GPU was found: CuPy is not installed or sees no device "
         "(check CUDA_VISIBLE_DEVICES and nvidia-smi); install chunkgraph[gpu] on a machine "
         "with an NVIDIA GPU, pass gpu_fallback=True to run on the CPU when there is none, "
-        "or use device='cpu'"
+        "or use device='cpu'",
+        field="device",
     )
 
 
@@ -249,5 +254,6 @@ def check_executor(device: object, executor: object) -> None:
     given = executor
     raise ConfigError(
         f"device='gpu' runs in this process's threads, but executor={given!r} runs tasks in "
-        "other processes; use executor='threads' (the default) or 'sync', or device='cpu'"
+        "other processes; use executor='threads' (the default) or 'sync', or device='cpu'",
+        field="device",
     )

@@ -63,7 +63,10 @@ def auto_divisible_chunks(
                     f"auto_divisibility cannot fit level {i}'s chunk {out[i]} into level "
                     f"{i - 1}: on axis {axis}, chunk {out[i - 1][axis]} + 2*crop + 2*blend = "
                     f"{region} {why}; make chunk_sizes[{i - 1}] at least {least} on axis "
-                    f"{axis} or chunk_sizes[{i}] smaller"
+                    f"{axis} or chunk_sizes[{i}] smaller",
+                    field="chunk_sizes",
+                    level=i - 1,
+                    axis=axis,
                 )
         out[i - 1] = new
     return out
@@ -86,6 +89,7 @@ def check_divisibility(
     is then refused by that check.
     """
     problems = []
+    first: tuple[int, int] | None = None  # the first offending level and axis
     for i in range(1, len(chunks)):
         parent, child = chunks[i - 1], chunks[i]
         padded = tuple(
@@ -94,6 +98,7 @@ def check_divisibility(
         for axis, (size, region) in enumerate(zip(child, padded, strict=True)):
             if region % size == 0:
                 continue
+            first = first or (i, axis)
             pad = region - parent[axis]
             chain = _AxisChain(axis, chunks, crops, blends, bbox_shape, step)
             below, above = nearest_divisors(region, size, keep=functools.partial(chain.fits, i))
@@ -112,8 +117,13 @@ def check_divisibility(
                 f"{region % size}. Nearest valid level-{i} sizes on axis {axis}: "
                 f"{either(below, above)}; {keep}"
             )
-    if problems:
-        raise ConfigError("; and ".join(problems) + "; or pass auto_divisibility=True")
+    if first is not None:
+        raise ConfigError(
+            "; and ".join(problems) + "; or pass auto_divisibility=True",
+            field="chunk_sizes",
+            level=first[0],
+            axis=first[1],
+        )
 
 
 @dataclass(frozen=True)
@@ -256,5 +266,8 @@ def check_top_divides(
             f"the top chunk {top} does not divide bbox {bbox} (shape {bbox.shape}): "
             + "; ".join(problems)
             + "; or pass expand_bbox=True (or auto_divisibility=True), which grows the bbox to "
-            "whole top chunks, past dst's edge if need be"
+            "whole top chunks, past dst's edge if need be",
+            field="chunk_sizes",
+            level=0,
+            axis=next(a for a, (s, c) in enumerate(zip(bbox.shape, top, strict=True)) if s % c),
         )

@@ -42,21 +42,26 @@ def with_fn_kwargs(
     if not isinstance(fn_kwargs, Mapping):
         raise ConfigError(
             f"fn_kwargs must be a dict of keyword -> value, got {type(fn_kwargs).__name__}: "
-            f"{fn_kwargs!r}; e.g. fn_kwargs={{'threshold': 0.5}}"
+            f"{fn_kwargs!r}; e.g. fn_kwargs={{'threshold': 0.5}}",
+            field="fn_kwargs",
         )
     if not fn_kwargs:
         return fn
     if not callable(fn):
-        raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+        raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}", field="fn")
     taken = set(input_names) | set(_RESERVED)
     for key in fn_kwargs:
         if not isinstance(key, str) or not key.isidentifier():
-            raise ConfigError(f"fn_kwargs key {key!r} is not a keyword; use an identifier")
+            raise ConfigError(
+                f"fn_kwargs key {key!r} is not a keyword; use an identifier",
+                field=f"fn_kwargs.{key}",
+            )
         if key in taken:
             what = "the chunk's box" if key in _RESERVED else f"input {key!r}'s array"
             raise ConfigError(
                 f"fn_kwargs[{key!r}] clashes with {what}, which the flow passes to fn by that "
-                "keyword at every call; rename the keyword (or the input)"
+                "keyword at every call; rename the keyword (or the input)",
+                field=f"fn_kwargs.{key}",
             )
     _check_accepted(fn, fn_kwargs)
     return functools.partial(fn, **fn_kwargs)
@@ -72,5 +77,22 @@ def _check_accepted(fn: Callable[..., Any], fn_kwargs: Mapping[str, Any]) -> Non
     except TypeError as err:
         raise ConfigError(
             f"fn {getattr(fn, '__name__', fn)!r}{signature} does not accept fn_kwargs "
-            f"{sorted(fn_kwargs)}: {err}; give fn those keyword parameters (or **kwargs)"
+            f"{sorted(fn_kwargs)}: {err}; give fn those keyword parameters (or **kwargs)",
+            field=_refused_keyword(signature, fn_kwargs),
         ) from None
+
+
+def _refused_keyword(signature: inspect.Signature, fn_kwargs: Mapping[str, Any]) -> str:
+    """The field of the first keyword ``signature`` cannot take (``fn_kwargs.NAME``), or
+    ``fn_kwargs`` when the keywords are refused together."""
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return "fn_kwargs"
+    for key in fn_kwargs:
+        param = params.get(key)
+        if param is None or param.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.VAR_POSITIONAL,
+        ):
+            return f"fn_kwargs.{key}"
+    return "fn_kwargs"

@@ -71,15 +71,20 @@ def limit_calls(fn: Callable[..., Any], fn_resources: object) -> Callable[..., A
         raise ConfigError(
             f"fn_resources must be a dict of resource name -> the most calls of fn that may "
             f"hold it at once, got {type(fn_resources).__name__}: {fn_resources!r}; "
-            "e.g. fn_resources={'gpu': 1}"
+            "e.g. fn_resources={'gpu': 1}",
+            field="fn_resources",
         )
     for name, slots in fn_resources.items():
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"fn_resources names must be non-empty strings, got {name!r}")
+            raise ConfigError(
+                f"fn_resources names must be non-empty strings, got {name!r}",
+                field="fn_resources",
+            )
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ConfigError(
                 f"fn_resources[{name!r}] = {slots!r} is not a positive int; give the most calls "
-                f"of fn that may hold {name!r} at once, e.g. {{{name!r}: 1}}"
+                f"of fn that may hold {name!r} at once, e.g. {{{name!r}: 1}}",
+                field="fn_resources",
             )
     if not fn_resources:
         return fn

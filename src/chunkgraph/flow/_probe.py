@@ -29,8 +29,14 @@ if TYPE_CHECKING:
     from chunkgraph.volume import Volume
 
 
-# The message of the ExceptionGroup a failed probe raises (the command line tells it apart).
+# The message of the ExceptionGroup a failed probe raises.
 PROBE_FAILED = "the apply flow's fn failed its probe call"
+
+
+class ProbeFailure(ExceptionGroup[TaskError]):
+    """fn failed its probe call, before anything was written: the group of one
+    ``TaskError`` a failed task would raise, told apart by its type (the command line
+    says so), never by its message."""
 
 
 class _CastRefused(ConfigError):
@@ -108,7 +114,8 @@ def probe_fn(
                         raise
                     tries += 1
     except _CastRefused as refused:
-        raise ConfigError(str(refused)) from None  # the arguments are wrong, not a task
+        # The arguments are wrong, not a task.
+        raise ConfigError(str(refused), field="cast") from None
     except Exception as exc:
         # The same contract as a failing task: one group of TaskError, the cause attached.
         error = TaskError(
@@ -118,7 +125,7 @@ def probe_fn(
             "bottom-level chunk, before anything was written; probe=False skips it)",
         )
         error.__cause__ = exc
-        raise ExceptionGroup(PROBE_FAILED, [error]) from None
+        raise ProbeFailure(PROBE_FAILED, [error]) from None
 
 
 def _within(call: Callable[[], None], seconds: float) -> None:

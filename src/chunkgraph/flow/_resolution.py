@@ -88,6 +88,8 @@ def check_integral(
     input and its resolution, and the multiple that would be valid.
     """
     problems: list[str] = []
+    # The parameter, level and axis of the first problem: the error's location.
+    located: list[tuple[str, int | None, int]] = []
     for name, scale in scales.items():
         for axis, s in enumerate(scale):
             q = s.denominator
@@ -98,18 +100,26 @@ def check_integral(
                 problems.append(
                     f"the bbox start {bbox.start[axis]} for {where}: use a multiple of {q}"
                 )
+                located.append(("bbox", None, axis))
             for i, lv in enumerate(levels):
-                for what, value in (("chunk", lv.chunk), ("crop pad", lv.crop)):
+                for what, field, value in (
+                    ("chunk", "chunk_sizes", lv.chunk),
+                    ("crop pad", "crop_pads", lv.crop),
+                    ("blend pad", "blend_pads", lv.blend),
+                ):
                     if value[axis] % q:
                         problems.append(_problem(i, what, value[axis], s, q, where))
-                if lv.blend[axis] % q:
-                    problems.append(_problem(i, "blend pad", lv.blend[axis], s, q, where))
+                        located.append((field, i, axis))
     if problems:
+        field, level, axis = located[0]
         inputs = ", ".join(f"{n!r} {_resolution_text(s, dst)}" for n, s in scales.items())
         raise ConfigError(
             "the flow would read inputs over boxes that are not whole voxels at their own "
             f"resolution (dst {tuple(dst.resolution)}; inputs {inputs}); chunks, pads and the "
-            "bbox are in dst voxels: " + "; ".join(problems) + _default_dst_hint(scales, dst)
+            "bbox are in dst voxels: " + "; ".join(problems) + _default_dst_hint(scales, dst),
+            field=field,
+            level=level,
+            axis=axis,
         )
 
 
@@ -197,7 +207,8 @@ def bbox_in_voxels(bbox: Box | None, units: object, dst: Volume | None) -> Box |
     if units not in BBOX_UNITS:
         raise ConfigError(
             f"bbox_units must be 'voxels' (the bbox counts dst voxels, the default) or "
-            f"'physical' (the bbox is in dst.resolution's units, e.g. nm), got {units!r}"
+            f"'physical' (the bbox is in dst.resolution's units, e.g. nm), got {units!r}",
+            field="bbox_units",
         )
     if units == "voxels" or not isinstance(bbox, Box) or dst is None:
         return bbox  # a bbox that is not a Box is refused by validate_flow, with its message
@@ -225,6 +236,7 @@ def bbox_in_voxels(bbox: Box | None, units: object, dst: Volume | None) -> Box |
         raise ConfigError(
             f"bbox {bbox} in physical units does not fall on dst's voxel grid (resolution "
             f"{tuple(res)}): " + "; ".join(off) + "; give a bbox on that grid, or "
-            "bbox_units='voxels' with a bbox in dst voxels"
+            "bbox_units='voxels' with a bbox in dst voxels",
+            field="bbox",
         )
     return Box(tuple(start), tuple(stop))

@@ -72,8 +72,7 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph._util import per_axis
-from chunkgraph.flow._args import parse_chunk_sizes, per_level
+from chunkgraph.flow._args import located_per_axis, parse_chunk_sizes, per_level
 from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
 from chunkgraph.flow._cast import DEFAULT_CAST, CastRule, check_cast_rule
 from chunkgraph.flow._divisibility import (
@@ -207,19 +206,22 @@ def normalize_inputs(inputs: object) -> dict[str, Volume]:
     if not isinstance(inputs, Mapping):
         raise ConfigError(
             f"inputs must be a Volume or a dict of name -> Volume, got {type(inputs).__name__}; "
-            "open stored data with chunkgraph.volume.open(path) and pass that"
+            "open stored data with chunkgraph.volume.open(path) and pass that",
+            field="inputs",
         )
     named: dict[str, Volume] = {}
     for name, vol in inputs.items():
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise ConfigError(
                 f"input name {name!r} is not usable as a keyword argument of fn; "
-                "use a Python identifier such as 'image' or 'mask'"
+                "use a Python identifier such as 'image' or 'mask'",
+                field=f"inputs.{name}",
             )
         if not isinstance(vol, volume_cls):
             raise ConfigError(
                 f"inputs[{name!r}] must be a Volume, got {type(vol).__name__}; "
-                "open it with chunkgraph.volume.open(path)"
+                "open it with chunkgraph.volume.open(path)",
+                field=f"inputs.{name}",
             )
         named[name] = vol
     return named
@@ -247,7 +249,7 @@ def validate_flow(
     offending values and a valid alternative.
     """
     if not callable(fn):
-        raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
+        raise ConfigError(f"fn must be callable, got {type(fn).__name__}: {fn!r}", field="fn")
     check_bools(auto_divisibility=auto_divisibility, skip_intermediates=skip_intermediates)
     snap = _check_expand_bbox(expand_bbox)
     rule = check_cast_rule(cast)
@@ -262,7 +264,8 @@ def validate_flow(
         raise ConfigError(
             f"chunk_sizes={chunk_sizes!r} asks for automatic sizes, which apply plans (it "
             "knows the cores and the memory budget); validate the sizes it chose "
-            "(report.plan.arguments()) or give chunk_sizes"
+            "(report.plan.arguments()) or give chunk_sizes",
+            field="chunk_sizes",
         )
     chunks = parse_chunk_sizes(chunk_sizes, ndim)
     n_levels = len(chunks)
@@ -278,7 +281,7 @@ def validate_flow(
     _check_levels(levels)
     if collect:
         _check_disjoint_outputs(
-            levels, "dst=None (one value per bottom chunk)", "give a dst volume"
+            levels, "dst=None (one value per bottom chunk)", "give a dst volume", "dst"
         )
     else:
         _check_in_place(named, out, levels, bool(skip_intermediates))
@@ -328,12 +331,14 @@ def check_dst(dst: object, named: Mapping[str, Volume]) -> Volume:
     if not isinstance(dst, Volume):
         raise ConfigError(
             f"dst must be a Volume, got {type(dst).__name__}; create one with "
-            "chunkgraph.volume.create(path, shape, chunks, dtype)"
+            "chunkgraph.volume.create(path, shape, chunks, dtype)",
+            field="dst",
         )
     if dst.mode == "r":
         raise ConfigError(
             f"dst {dst.path!r} is open read-only (mode {dst.mode!r}); "
-            "open it with chunkgraph.volume.open(path, mode='r+')"
+            "open it with chunkgraph.volume.open(path, mode='r+')",
+            field="dst",
         )
     return dst
 
@@ -343,26 +348,32 @@ def _values_reference(named: Mapping[str, Volume]) -> Volume:
     if not named:
         raise ConfigError(
             "dst=None with no inputs leaves nothing to process: a flow without inputs "
-            "(a generator) needs a dst to give its shape, one without dst needs an input"
+            "(a generator) needs a dst to give its shape, one without dst needs an input",
+            field="dst",
         )
     return next(iter(named.values()))
 
 
-def _check_disjoint_outputs(levels: Sequence[LevelSpec], wants: str, off: str) -> None:
+def _check_disjoint_outputs(levels: Sequence[LevelSpec], wants: str, off: str, field: str) -> None:
     """What ``wants`` needs: bottom outputs that tile the bbox, each voxel in exactly one
     (no blend pad at any level; a crop pad at the bottom only, or children would overlap
-    their neighbours' chunks). ``off``: how to do without ``wants``."""
+    their neighbours' chunks). ``off``: how to do without ``wants``; ``field``: the
+    parameter that wants it (the error's field)."""
     for i, lv in enumerate(levels):
         if any(lv.blend):
             raise ConfigError(
                 f"{wants} needs non-overlapping outputs, but level {i} has blend pad "
-                f"{lv.blend}; use crop_pads for context instead, or {off}"
+                f"{lv.blend}; use crop_pads for context instead, or {off}",
+                field=field,
+                level=i,
             )
         if i < len(levels) - 1 and any(lv.crop):
             raise ConfigError(
                 f"{wants} needs non-overlapping outputs: a crop pad is allowed only at the "
                 f"bottom level, but level {i} has crop pad {lv.crop} (its children would "
-                f"overlap the neighbours' chunks); move the crop to the bottom level, or {off}"
+                f"overlap the neighbours' chunks); move the crop to the bottom level, or {off}",
+                field=field,
+                level=i,
             )
 
 
@@ -402,7 +413,8 @@ def _check_in_place(
             )
             raise ConfigError(
                 f"dst {dst.path!r} is the same stored array as input {name!r} ({vol.path!r}); "
-                f"in-place processing is refused because {why}. Write to a new volume instead"
+                f"in-place processing is refused because {why}. Write to a new volume instead",
+                field="dst",
             )
 
 
@@ -411,13 +423,15 @@ def _check_spatial_ndim(named: Mapping[str, Volume], dst: Volume) -> int:
     if len(set(dims.values())) > 1:
         raise ConfigError(
             f"inputs have different spatial dimensionality: {dims}; every input must have "
-            f"the same number of spatial axes as dst ({dst.spatial_ndim})"
+            f"the same number of spatial axes as dst ({dst.spatial_ndim})",
+            field="inputs",
         )
     for name, nd in dims.items():
         if nd != dst.spatial_ndim:
             raise ConfigError(
                 f"input {name!r} has {nd} spatial axes but dst has {dst.spatial_ndim}; "
-                "channel axes may differ, spatial axes must match"
+                "channel axes may differ, spatial axes must match",
+                field=f"inputs.{name}",
             )
     return int(dst.spatial_ndim)
 
@@ -436,7 +450,8 @@ def _check_signature(fn: Callable[..., Any], named: Mapping[str, Volume], positi
     if pass_box and BOX_KEYWORD in named and not positional:
         raise ConfigError(
             f"input name {BOX_KEYWORD!r} clashes with fn's {BOX_KEYWORD!r} parameter, which "
-            "receives the box of the chunk; rename the input (e.g. 'boxes')"
+            "receives the box of the chunk; rename the input (e.g. 'boxes')",
+            field=f"inputs.{BOX_KEYWORD}",
         )
     probe = object()
     extra = {BOX_KEYWORD: probe} if pass_box else {}
@@ -450,7 +465,8 @@ def _check_signature(fn: Callable[..., Any], named: Mapping[str, Volume], positi
         raise ConfigError(
             f"fn {getattr(fn, '__name__', fn)!r}{signature} cannot be called as {call}: {err}; "
             "a single Volume is passed positionally, a dict of inputs by keyword"
-            + (f", and the chunk's box as {BOX_KEYWORD}=Box" if pass_box else "")
+            + (f", and the chunk's box as {BOX_KEYWORD}=Box" if pass_box else ""),
+            field="fn",
         ) from None
     return pass_box
 
@@ -460,7 +476,8 @@ def check_bools(**flags: object) -> None:
     for flag, value in flags.items():
         if not isinstance(value, bool | np.bool_):
             raise ConfigError(
-                f"{flag} must be True or False, got {value!r} ({type(value).__name__})"
+                f"{flag} must be True or False, got {value!r} ({type(value).__name__})",
+                field=flag,
             )
 
 
@@ -474,16 +491,22 @@ def _parse_modes(blend_modes: object, n_levels: int) -> list[BlendMode]:
         if len(blend_modes) != n_levels:
             raise ConfigError(
                 f"blend_modes has {len(blend_modes)} entries but there are {n_levels} levels; "
-                f"give one mode for all levels or exactly {n_levels}"
+                f"give one mode for all levels or exactly {n_levels}",
+                field="blend_modes",
             )
         modes = list(blend_modes)
     else:
-        raise ConfigError(f"blend_modes must be a str or a list of str, got {blend_modes!r}")
+        raise ConfigError(
+            f"blend_modes must be a str or a list of str, got {blend_modes!r}",
+            field="blend_modes",
+        )
     for level, mode in enumerate(modes):
         if mode not in BLEND_MODES:
             raise ConfigError(
                 f"blend_modes[{level}] = {mode!r} is not a blend mode; "
-                f"valid modes are {', '.join(BLEND_MODES)}"
+                f"valid modes are {', '.join(BLEND_MODES)}",
+                field="blend_modes",
+                level=level,
             )
     return [cast(BlendMode, m) for m in modes]
 
@@ -495,19 +518,26 @@ def _check_levels(levels: Sequence[LevelSpec]) -> None:
                 raise ConfigError(
                     f"blend_pads[{i}] = {blend} on axis {axis} is more than half of level {i}'s "
                     f"chunk {chunk}; ramps of both faces would overlap. Use a blend pad <= "
-                    f"{chunk // 2} or a chunk >= {2 * blend}"
+                    f"{chunk // 2} or a chunk >= {2 * blend}",
+                    field="blend_pads",
+                    level=i,
+                    axis=axis,
                 )
         if lv.blend_mode == "defer" and i > 0:
             raise ConfigError(
                 f"blend_modes[{i}] = 'defer' below the top level; only level 0 may defer its "
                 "reduction (lower levels blend in memory). Use 'quadratic', 'linear', 'bump' "
-                "or 'max' there"
+                "or 'max' there",
+                field="blend_modes",
+                level=i,
             )
         if lv.blend_mode == "defer" and not any(lv.blend):
             raise ConfigError(
                 "blend_modes[0] = 'defer' but blend_pads[0] is 0 on every axis: nothing overlaps, "
                 "so nothing would be left to blend later; give a top-level blend pad or use "
-                "another mode"
+                "another mode",
+                field="blend_modes",
+                level=0,
             )
 
 
@@ -527,7 +557,8 @@ def _check_expand_bbox(value: object) -> bool:
         raise ConfigError(
             f"expand_bbox must be True (grow the bbox's stop to whole top chunks), "
             f"{SNAP_BBOX!r} (also move its start down onto the top grid from dst's corner) "
-            f"or False, got {value!r} ({type(value).__name__})"
+            f"or False, got {value!r} ({type(value).__name__})",
+            field="expand_bbox",
         )
     return False
 
@@ -539,20 +570,25 @@ def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
     if not isinstance(bbox, Box):
         raise ConfigError(
             f"bbox must be a chunkgraph.geometry.Box or None (the whole dst), got "
-            f"{type(bbox).__name__}: {bbox!r}; e.g. Box(start, stop)"
+            f"{type(bbox).__name__}: {bbox!r}; e.g. Box(start, stop)",
+            field="bbox",
         )
     if bbox.ndim != ndim:
         raise ConfigError(
             f"bbox {bbox} has {bbox.ndim} axes but dst has {ndim} spatial axes; "
-            "give a box over the spatial axes only"
+            "give a box over the spatial axes only",
+            field="bbox",
         )
     if bbox.is_empty:
-        raise ConfigError(f"bbox {bbox} is empty (shape {bbox.shape}); nothing to process")
+        raise ConfigError(
+            f"bbox {bbox} is empty (shape {bbox.shape}); nothing to process", field="bbox"
+        )
     _check_bbox_meets(bbox, bounds)
     if not bounds.contains(bbox):
         raise ConfigError(
             f"bbox {bbox} is not inside dst bounds {bounds}; the part inside is "
-            f"{bbox.intersection(bounds)}"
+            f"{bbox.intersection(bounds)}",
+            field="bbox",
         )
     return bbox
 
@@ -561,18 +597,24 @@ def _check_bbox_meets(bbox: Box, bounds: Box) -> None:
     """A bbox with no voxel in dst is refused on its own: no flow over it can write
     anything, and it is most often a bbox in other coordinates (dst's offset, another
     resolution)."""
-    apart = [
-        f"axis {a}: [{lo}, {hi}) vs dst [{blo}, {bhi})"
+    axes = [
+        a
         for a, (lo, hi, blo, bhi) in enumerate(
             zip(bbox.start, bbox.stop, bounds.start, bounds.stop, strict=True)
         )
         if hi <= blo or lo >= bhi
     ]
+    apart = [
+        f"axis {a}: [{bbox.start[a]}, {bbox.stop[a]}) vs dst [{bounds.start[a]}, {bounds.stop[a]})"
+        for a in axes
+    ]
     if apart:
         raise ConfigError(
             f"bbox {bbox} lies entirely outside dst bounds {bounds} ({'; '.join(apart)}), so "
             "nothing of it could be written; give a bbox in dst's coordinates (they start at "
-            f"its offset {bounds.start}), or bbox=None for the whole dst"
+            f"its offset {bounds.start}), or bbox=None for the whole dst",
+            field="bbox",
+            axis=axes[0],
         )
 
 
@@ -594,7 +636,8 @@ def _check_bbox_reads_an_input(
     raise ConfigError(
         f"bbox {bbox} (in dst voxels) meets no input: the inputs' bounds are {listed} "
         "(in their own voxels), so fn would see only fill values; create dst at the inputs' "
-        "offset (volume.create(..., offset=input.offset)) or give a bbox inside an input"
+        "offset (volume.create(..., offset=input.offset)) or give a bbox inside an input",
+        field="bbox",
     )
 
 
@@ -607,7 +650,8 @@ def _accumulate_dtype(
     out = np.dtype(dst.dtype)
     if out.kind not in _NUMERIC_KINDS:
         raise ConfigError(
-            f"dst dtype {out} cannot be blended or rounded; use bool, an integer or a float dtype"
+            f"dst dtype {out} cannot be blended or rounded; use bool, an integer or a float dtype",
+            field="dst",
         )
     for name, vol in named.items():
         src = np.dtype(vol.dtype)
@@ -619,7 +663,8 @@ def _accumulate_dtype(
                 f"dst dtype {out} cannot hold every value of input {name!r} ({src}); "
                 f"use a dst of dtype {np.promote_types(src, out)} or read from a volume of "
                 f"dtype {out}, or pass cast='same_kind' when fn brings the values into "
-                f"{out}'s range itself"
+                f"{out}'s range itself",
+                field="dst",
             )
     weighted = [i for i, lv in enumerate(levels) if lv.weighted]
     if weighted and out.kind in "iu" and out.itemsize > 4:
@@ -627,7 +672,9 @@ def _accumulate_dtype(
             f"dst dtype {out} cannot be blended exactly: weighted blending (level "
             f"{weighted[0]}, mode {levels[weighted[0]].blend_mode!r}) accumulates in float64, "
             "which holds integers only up to 2**53; use blend mode 'max' or no blend pad for "
-            "64-bit labels, or a dst of at most 32 bits"
+            "64-bit labels, or a dst of at most 32 bits",
+            field="dst",
+            level=weighted[0],
         )
     # float64 holds every <= 32-bit value exactly and float64 data as is. 64-bit
     # integers (reached only without weights) and floats wider than float64 are
@@ -647,19 +694,24 @@ def _reduction_chunk(
     ((96, 32), (64,))
     """
     ndim = len(dst_chunks)
-    sizes = top if value is None else per_axis(value, ndim, "max_reduction_chunk_size")
+    name = "max_reduction_chunk_size"
+    sizes = top if value is None else located_per_axis(value, ndim, name, name)
     for axis, size in enumerate(sizes):
         if size <= 0:
             raise ConfigError(
                 f"max_reduction_chunk_size = {sizes} is not positive on axis {axis} ({size}); "
                 f"give an upper bound on the size of a reduction box, e.g. {tuple(dst_chunks)} "
-                "(one dst chunk), or None (the top chunk)"
+                "(one dst chunk), or None (the top chunk)",
+                field=name,
+                axis=axis,
             )
     return tuple(max(d, t // d * d) for d, t in zip(dst_chunks, sizes, strict=True))
 
 
 def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volume) -> None:
-    _check_disjoint_outputs(levels, "skip_intermediates=True", "set skip_intermediates=False")
+    _check_disjoint_outputs(
+        levels, "skip_intermediates=True", "set skip_intermediates=False", "skip_intermediates"
+    )
     ndim = bbox.ndim
     chunks = dst.spatial_chunks
     bottom = levels[-1].chunk
@@ -682,5 +734,7 @@ def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volum
                 f"cover whole dst chunks {chunks}: on axis {axis} the bottom chunk is "
                 f"{bottom[axis]} and bbox spans [{bbox.start[axis]}, {bbox.stop[axis]}) with the "
                 f"dst grid starting at {origin}; use a bottom chunk that is a multiple of "
-                f"{chunks[axis]} and a bbox on that grid, or skip_intermediates=False"
+                f"{chunks[axis]} and a bbox on that grid, or skip_intermediates=False",
+                field="skip_intermediates",
+                axis=axis,
             )
