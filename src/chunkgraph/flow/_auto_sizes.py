@@ -49,7 +49,7 @@ import dataclasses
 import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import divisors, format_bytes
+from chunkgraph.flow._device import DEVICE_TASKS_IN_FLIGHT, device_tasks_in_flight
 from chunkgraph.flow._resolution import Scale, scale_of, step_of
 from chunkgraph.geometry import Box
 
@@ -198,89 +199,30 @@ def plan_sizes(
     writes directly if its bottom chunks cover whole dst chunks. Raises ``ConfigError``
     when even the smallest plan does not fit ``memory_limit``.
 
+    Steps: the grain and the axis to sweep along; the first sizes (bottom chunk, top
+    chunk across the sweep); bands cut across the sweep until memory fits; direct writes.
+
     >>> vol = StorageLayout("src", Box((0, 0, 0), (256, 512, 512)), (64, 64, 64), 4)
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
     (((256, 512, 128), (128, 128, 128)), 2, 160, 1.0)
     """
-    ndim = bbox.ndim
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
-    extent = bbox.shape
-    step = step or (1,) * ndim
-    grain = tuple(
-        math.lcm(dst.chunks[a], step[a], *(v.chunks[a] for v in inputs)) for a in range(ndim)
+    grain = _grain(inputs, dst, step or (1,) * bbox.ndim)
+    sweep = _longest_axis(bbox.shape)
+    top, bottom, reasons = _first_sizes(
+        bbox.shape, pad, dst, step or (1,) * bbox.ndim, grain, sweep
     )
-    sweep = max(range(ndim), key=lambda a: (extent[a], a))
-    reasons: list[str] = []
 
-    bottom = [
-        _bottom_size(
-            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
-        )
-        for a in range(ndim)
-    ]
-    top = list(extent)
-    top[sweep] = bottom[sweep]
-    reasons.append(
-        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
-        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
-        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
-        f"{_redundancy(tuple(bottom), pad):.2f}x)"
-    )
-    reasons.append(
-        f"top chunk {tuple(top)}: the whole bbox (one top task)"
-        if tuple(top) == tuple(extent)
-        else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
-        f"the smallest cross-section) and one bottom chunk thick along it, a multiple of the "
-        f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
-        "chunks with its successor only"
-    )
-    while True:
-        plan = _evaluate(
-            bbox,
-            inputs,
-            dst,
-            tuple(top),
-            tuple(bottom),
-            crop,
-            blend,
-            cores,
-            memory_limit,
+    def evaluate(top: list[int], bottom: list[int]) -> _Evaluation:
+        return _evaluate(
+            bbox, inputs, dst, tuple(top), tuple(bottom), crop, blend, cores, memory_limit,
             accumulate_bytes,
-        )
-        fits = plan.memory <= memory_limit
-        if fits and plan.sweep_reused:
-            break
-        axis = _axis_to_cut(top, bottom, grain, sweep)
-        if axis is None and fits:
-            break  # halos along the sweep are read again: the amplification says how much
-        if axis is None:
-            raise ConfigError(
-                f"no automatic plan fits memory_limit={memory_limit} bytes "
-                f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
-                f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
-                f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
-                f"{format_bytes(plan.superchunk)}, bottom buffers "
-                f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
-                "chunk_sizes by hand"
-            )
-        top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
-        if bottom[axis] > top[axis]:
-            bottom[axis] = top[axis]
-            reasons.append(
-                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
-                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
-            )
-        reasons.append(
-            f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
-            f"{tuple(extent[a] if a != sweep else top[a] for a in range(ndim))} the superchunk "
-            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
-            "band re-reads its halo"
-        )
-    direct = direct_allowed and all(
-        b % d == 0 or b == e for b, d, e in zip(bottom, dst.chunks, extent, strict=True)
-    )
+        )  # fmt: skip
+
+    plan = _fit_memory(evaluate, top, bottom, bbox.shape, pad, grain, sweep, memory_limit, reasons)
+    direct = direct_allowed and _covers_dst_chunks(bottom, dst.chunks, bbox.shape)
     if direct:
         reasons.append(
             "direct writes: nothing blends and bottom chunks cover whole dst chunks, so no "
@@ -290,23 +232,17 @@ def plan_sizes(
     levels: tuple[tuple[int, ...], ...] = (tuple(top), tuple(bottom))
     if levels[0] == levels[1]:
         levels = (levels[0],)
-    zero = (0,) * ndim
-    return FlowPlan(
+    zero = (0,) * bbox.ndim
+    return _flow_plan(
+        plan,
         automatic=True,
         chunk_sizes=levels,
         crop_pads=(*([zero] * (len(levels) - 1)), crop),
         blend_pads=(*([zero] * (len(levels) - 1)), blend),
         direct_writes=direct,
-        sweep_axis=plan.sweep,
-        cache_bytes=plan.cache,
-        cache_per_input=plan.cache_per_input,
-        read_amplification=plan.amplification,
-        amplification_without_cache=plan.amplification_uncached,
         memory_limit=memory_limit,
         memory_limit_source=memory_limit_source,
-        memory_bytes=plan.memory,
-        superchunks_in_flight=plan.in_flight,
-        reasons=tuple(reasons),
+        reasons=reasons,
     )
 
 
@@ -332,17 +268,8 @@ def read_plan(
     """
     top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
     # Below the top, the levels' pads all come out of the top task's one read.
-    ndim = bbox.ndim
-    crop = tuple(sum(c[a] for c in crop_pads[1:]) for a in range(ndim))
-    blend = tuple(sum(b[a] for b in blend_pads[1:]) for a in range(ndim))
+    crop, blend = _pads_below_top(crop_pads), _pads_below_top(blend_pads)
     top_pad = tuple(c + b for c, b in zip(crop_pads[0], blend_pads[0], strict=True))
-    per_top = 1
-    for i in range(1, len(chunk_sizes)):
-        region = (
-            c + 2 * p + 2 * b
-            for c, p, b in zip(chunk_sizes[i - 1], crop_pads[i - 1], blend_pads[i - 1], strict=True)
-        )
-        per_top *= math.prod(r // c for r, c in zip(region, chunk_sizes[i], strict=True))
     plan = _evaluate(
         bbox,
         inputs,
@@ -357,21 +284,46 @@ def read_plan(
         top_pad=top_pad,
         levels=len(chunk_sizes),
         owned=not cached,
-        per_top=per_top,
+        per_top=bottom_chunks_per_top(chunk_sizes, crop_pads, blend_pads),
     )
-    reasons = [plan.cache_reason]
-    aligned = _misaligned(bbox, top, inputs)
-    if aligned:
-        reasons.append(aligned)
-    return FlowPlan(
+    if cached:  # the user's cache serves the reuse: apply owns none
+        plan = dataclasses.replace(plan, cache=0, cache_per_input=())
+    misaligned = _misaligned(bbox, top, inputs)
+    return _flow_plan(
+        plan,
         automatic=False,
         chunk_sizes=tuple(tuple(c) for c in chunk_sizes),
         crop_pads=tuple(tuple(c) for c in crop_pads),
         blend_pads=tuple(tuple(b) for b in blend_pads),
         direct_writes=direct_writes,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        reasons=[plan.cache_reason, *([misaligned] if misaligned else [])],
+    )
+
+
+def _flow_plan(
+    plan: _Evaluation,
+    *,
+    automatic: bool,
+    chunk_sizes: tuple[tuple[int, ...], ...],
+    crop_pads: tuple[tuple[int, ...], ...],
+    blend_pads: tuple[tuple[int, ...], ...],
+    direct_writes: bool,
+    memory_limit: int,
+    memory_limit_source: str,
+    reasons: list[str],
+) -> FlowPlan:
+    """The ``FlowPlan`` of sizes and their evaluation (the cache, reads and memory)."""
+    return FlowPlan(
+        automatic=automatic,
+        chunk_sizes=chunk_sizes,
+        crop_pads=crop_pads,
+        blend_pads=blend_pads,
+        direct_writes=direct_writes,
         sweep_axis=plan.sweep,
-        cache_bytes=plan.cache if not cached else 0,
-        cache_per_input=plan.cache_per_input if not cached else (),
+        cache_bytes=plan.cache,
+        cache_per_input=plan.cache_per_input,
         read_amplification=plan.amplification,
         amplification_without_cache=plan.amplification_uncached,
         memory_limit=memory_limit,
@@ -382,7 +334,214 @@ def read_plan(
     )
 
 
+# --- shared rules: the sweep and the superchunks in flight --------------------------------
+
+
+def sweep_axis(grid: tuple[int, ...]) -> int:
+    """The axis along which top-level tasks follow each other: the fastest-varying axis of
+    the top grid (tasks run in its C order) with more than one task; the last axis when
+    there is only one task. The planner's reuse model and the top task's slab reads
+    (``TopJob.sweep_axis``) both use it.
+
+    >>> sweep_axis((4, 8, 1)), sweep_axis((1, 1, 1)), sweep_axis((2, 1, 3))
+    (1, 2, 2)
+    """
+    moving = [a for a, n in enumerate(grid) if n > 1]
+    return moving[-1] if moving else len(grid) - 1
+
+
+def superchunks_in_flight(
+    cores: int,
+    bottom_chunks: int,
+    *,
+    fit: int | None = None,
+    devices: int | None = None,
+    per_device: int = DEVICE_TASKS_IN_FLIGHT,
+) -> int:
+    """How many top-level tasks of one process may hold their superchunk at once.
+
+    The rule, in three steps:
+
+    1. **Cores.** A top-level task runs the levels below on the local pool, so one task
+       with at least ``cores`` bottom chunks keeps every core busy by itself; a second
+       in flight would only add a second superchunk (a flow's largest buffer) and compete
+       for the same cores. So: the fewest tasks whose bottom chunks cover the cores,
+       ``ceil(cores / bottom_chunks)``, at least 1. A one-level flow's task is its own
+       bottom chunk (``bottom_chunks = 1``): one task per core.
+    2. **Memory** (the run, given ``fit`` = how many superchunks the memory budget holds):
+       no more than that, and at least one. The planner passes none: it cuts the top
+       chunk into bands instead, until its superchunks fit.
+    3. **Devices** (a GPU flow, ``devices`` GPUs of ``per_device`` tasks each; see
+       ``_device``): the levels below run in the task's thread on its GPU, so at least
+       ``per_device`` tasks per GPU, or the count above if it is larger.
+
+    Worked: 8 cores, top tasks of 4 x 4 bottom chunks: 1; of 4 bottom chunks: 2 (9 cores:
+    3); one level: 8, or 3 when memory holds 3 superchunks; one GPU lifts 1 to 2.
+
+    >>> superchunks_in_flight(8, 16), superchunks_in_flight(8, 4), superchunks_in_flight(9, 4)
+    (1, 2, 3)
+    >>> one_level = 1
+    >>> [superchunks_in_flight(8, one_level, fit=f) for f in (None, 3, 0)]
+    [8, 3, 1]
+    >>> superchunks_in_flight(8, 16, devices=1), superchunks_in_flight(8, 1, devices=2)
+    (2, 8)
+    """
+    in_flight = max(1, -(-cores // max(1, bottom_chunks)))
+    if fit is not None:
+        in_flight = min(in_flight, max(1, fit))
+    if devices is not None:
+        in_flight = device_tasks_in_flight(in_flight, devices, per_device)
+    return in_flight
+
+
+def bottom_chunks_per_top(
+    chunk_sizes: Sequence[tuple[int, ...]],
+    crop_pads: Sequence[tuple[int, ...]],
+    blend_pads: Sequence[tuple[int, ...]],
+) -> int:
+    """Bottom chunks in one top-level task: the product over the levels below the top of
+    how many of their chunks tile the parent's region ``C + 2c + 2b`` (1 for one level).
+
+    >>> bottom_chunks_per_top([(256, 64), (64, 64)], [(0, 0), (8, 8)], [(0, 0), (0, 0)])
+    4
+    >>> bottom_chunks_per_top([(256, 256), (68, 68)], [(8, 8), (2, 2)], [(0, 0), (0, 0)])
+    16
+    """
+    count = 1
+    for i in range(1, len(chunk_sizes)):
+        region = (
+            c + 2 * p + 2 * b
+            for c, p, b in zip(chunk_sizes[i - 1], crop_pads[i - 1], blend_pads[i - 1], strict=True)
+        )
+        count *= math.prod(r // c for r, c in zip(region, chunk_sizes[i], strict=True))
+    return count
+
+
 # --- sizes --------------------------------------------------------------------------------
+
+
+def _grain(
+    inputs: Sequence[StorageLayout], dst: StorageLayout, step: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Per axis, the lcm of every input's and dst's storage chunk and the resolution step."""
+    return tuple(
+        math.lcm(dst.chunks[a], step[a], *(v.chunks[a] for v in inputs)) for a in range(len(step))
+    )
+
+
+def _longest_axis(extent: tuple[int, ...]) -> int:
+    """The axis to sweep along: the longest (the last of equals), so that the cross-section,
+    and with it the cache and the superchunk, is the smallest.
+
+    >>> _longest_axis((256, 512, 512)), _longest_axis((512, 256, 128))
+    (2, 0)
+    """
+    return max(range(len(extent)), key=lambda a: (extent[a], a))
+
+
+def _first_sizes(
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    dst: StorageLayout,
+    step: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+) -> tuple[list[int], list[int], list[str]]:
+    """The bottom chunk, and the top chunk: the whole bbox across ``sweep``, one bottom chunk
+    thick along it; with the reasons."""
+    ndim = len(extent)
+    bottom = [
+        _bottom_size(
+            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
+        )
+        for a in range(ndim)
+    ]
+    top = list(extent)
+    top[sweep] = bottom[sweep]
+    reasons = [
+        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
+        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
+        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
+        f"{_redundancy(tuple(bottom), pad):.2f}x)",
+        f"top chunk {tuple(top)}: the whole bbox (one top task)"
+        if tuple(top) == tuple(extent)
+        else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
+        f"the smallest cross-section) and one bottom chunk thick along it, a multiple of the "
+        f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
+        "chunks with its successor only",
+    ]
+    return top, bottom, reasons
+
+
+def _fit_memory(
+    evaluate: Callable[[list[int], list[int]], _Evaluation],
+    top: list[int],
+    bottom: list[int],
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+    memory_limit: int,
+    reasons: list[str],
+) -> _Evaluation:
+    """Cut the widest axis across the sweep into bands (``top`` and ``bottom`` mutate; the
+    reasons grow) until the plan fits ``memory_limit`` with the sweep's halo in the cache,
+    or fits and nothing more can be cut; ``ConfigError`` when nothing fits."""
+    while True:
+        plan = evaluate(top, bottom)
+        fits = plan.memory <= memory_limit
+        if fits and plan.sweep_reused:
+            return plan
+        axis = _axis_to_cut(top, bottom, grain, sweep)
+        if axis is None and fits:
+            return plan  # halos along the sweep are read again: the amplification says how much
+        if axis is None:
+            raise _no_plan_fits(plan, top, bottom, memory_limit)
+        top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
+        if bottom[axis] > top[axis]:
+            bottom[axis] = top[axis]
+            reasons.append(
+                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
+                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
+            )
+        cross = tuple(extent[a] if a != sweep else top[a] for a in range(len(extent)))
+        reasons.append(
+            f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
+            f"{cross} the superchunk "
+            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
+            "band re-reads its halo"
+        )
+
+
+def _no_plan_fits(
+    plan: _Evaluation, top: list[int], bottom: list[int], memory_limit: int
+) -> ConfigError:
+    """The error when even the smallest plan needs more than ``memory_limit``, with its parts."""
+    return ConfigError(
+        f"no automatic plan fits memory_limit={memory_limit} bytes "
+        f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
+        f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
+        f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
+        f"{format_bytes(plan.superchunk)}, bottom buffers "
+        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
+        "chunk_sizes by hand"
+    )
+
+
+def _covers_dst_chunks(
+    bottom: list[int], dst_chunks: tuple[int, ...], extent: tuple[int, ...]
+) -> bool:
+    """Whether every bottom chunk covers whole dst chunks (or the whole bbox on an axis)."""
+    return all(b % d == 0 or b == e for b, d, e in zip(bottom, dst_chunks, extent, strict=True))
+
+
+def _pads_below_top(pads: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Per axis, the sum of the pads of every level below the top.
+
+    >>> _pads_below_top([(8, 8), (2, 0), (1, 1)])
+    (3, 1)
+    """
+    return tuple(sum(p[a] for p in pads[1:]) for a in range(len(pads[0])))
 
 
 def _bottom_size(extent: int, pad: int, dst_chunk: int, grain: int) -> int:
@@ -464,6 +623,24 @@ class _Evaluation:
         return self.cache + self.in_flight * self.superchunk + self.bottoms
 
 
+@dataclass(frozen=True)
+class _Memory:
+    """What a plan holds besides the cache: ``in_flight`` superchunks (each the padded read
+    of every input, plus one accumulation buffer below the top) and the bottom buffers."""
+
+    superchunk: int
+    in_flight: int
+    bottoms: int
+
+    @property
+    def held(self) -> int:
+        return self.in_flight * self.superchunk + self.bottoms
+
+
+# Per moving axis, fastest first: (axis, cache bytes over all inputs, per input).
+_Needs = list[tuple[int, int, list[int]]]
+
+
 def _evaluate(
     bbox: Box,
     inputs: Sequence[StorageLayout],
@@ -481,82 +658,156 @@ def _evaluate(
     owned: bool = True,
     per_top: int | None = None,
 ) -> _Evaluation:
-    """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``."""
-    ndim = bbox.ndim
-    low = tuple(c + b for c, b in zip(crop, blend, strict=True))
-    context = tuple(p + q for p, q in zip(low, top_pad or (0,) * ndim, strict=True))
-    grid = tuple(-(-e // t) for e, t in zip(bbox.shape, top, strict=True))
-    moving = [a for a in range(ndim) if grid[a] > 1]
-    sweep = moving[-1] if moving else ndim - 1
-    in_bytes = sum(v.voxel_bytes for v in inputs)
+    """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``.
 
-    # Memory that is not the cache: superchunks in flight and the bottom chunks computing.
-    superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
-    bottom_region = math.prod(b + 2 * p for b, p in zip(bottom, low, strict=True))
+    Steps: the memory held outside the cache (``_memory``); what the cache needs for the
+    reuse along each moving axis (``_reuse_needs``); the needs that fit the room left
+    (``_fit_cache``); bytes fetched with and without that cache (``_amplification``).
+    """
+    low = tuple(c + b for c, b in zip(crop, blend, strict=True))
+    context = tuple(p + q for p, q in zip(low, top_pad or (0,) * bbox.ndim, strict=True))
+    grid = tuple(-(-e // t) for e, t in zip(bbox.shape, top, strict=True))
+    moving = [a for a in range(bbox.ndim) if grid[a] > 1]
     if per_top is None:  # bottom chunks per top chunk, pads only at the bottom
         per_top = math.prod(t // b for t, b in zip(top, bottom, strict=True))
-    in_flight = max(1, -(-cores // per_top)) if levels > 1 else cores
-    superchunk += bottom_region * accumulate_bytes if levels > 1 else 0
-    bottoms = (
-        min(cores, per_top * in_flight)
-        * bottom_region
-        * FN_BUFFERS
-        * max(accumulate_bytes, dst.voxel_bytes)
+    held = _memory(
+        top, bottom, low, context, sum(v.voxel_bytes for v in inputs), cores, per_top,
+        levels > 1, max(accumulate_bytes, dst.voxel_bytes), accumulate_bytes,
+    )  # fmt: skip
+    room = max(0, memory_limit - held.held)
+    needs = _reuse_needs(bbox, inputs, top, context, grid, moving, held.in_flight)
+    reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), owned and any(context))
+    sweep = sweep_axis(grid)
+    return _Evaluation(
+        sweep=sweep,
+        cache=cache,
+        cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
+        cache_reason=_cache_reason(needs, reused, cache, room, context, owned, moving),
+        amplification=_amplification(bbox, inputs, top, context, reused),
+        amplification_uncached=_amplification(bbox, inputs, top, context, set()),
+        superchunk=held.superchunk,
+        in_flight=held.in_flight,
+        bottoms=held.bottoms,
+        sweep_reused=not any(context) or not moving or sweep in reused,
     )
-    room = max(0, memory_limit - in_flight * superchunk - bottoms)
 
-    # Reuse needs per moving axis, fastest first: (axis, cache bytes over all inputs).
-    needs: list[tuple[int, int, list[int]]] = []
+
+def _memory(
+    top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+    in_bytes: int,
+    cores: int,
+    per_top: int,
+    below_top: bool,
+    buffer_bytes: int,
+    accumulate_bytes: int,
+) -> _Memory:
+    """Superchunks in flight (``superchunks_in_flight``) and the bottom chunks computing:
+    ``in_bytes`` per voxel over the top chunk padded by ``context``, plus one accumulation
+    buffer over a bottom region when there are levels ``below_top``; ``FN_BUFFERS`` of
+    ``buffer_bytes`` per voxel over the padded bottom region per core at work.
+
+    >>> _memory((64,), (16,), (2,), (2,), 4, 2, 4, True, 8, 8)
+    _Memory(superchunk=432, in_flight=1, bottoms=640)
+    """
+    bottom_region = math.prod(b + 2 * p for b, p in zip(bottom, low, strict=True))
+    superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
+    superchunk += bottom_region * accumulate_bytes if below_top else 0
+    in_flight = superchunks_in_flight(cores, per_top)
+    bottoms = min(cores, per_top * in_flight) * bottom_region * FN_BUFFERS * buffer_bytes
+    return _Memory(superchunk, in_flight, bottoms)
+
+
+def _reuse_needs(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    top: tuple[int, ...],
+    context: tuple[int, ...],
+    grid: tuple[int, ...],
+    moving: list[int],
+    in_flight: int,
+) -> _Needs:
+    """Per moving axis, fastest first: the cache bytes its reuse needs (``_reuse_need``)."""
+    needs: _Needs = []
     for rank, a in enumerate(reversed(moving)):
         per_input = [
             _reuse_need(bbox, v, top, context, grid, moving, a, rank == 0, in_flight)
             for v in inputs
         ]
         needs.append((a, sum(per_input), per_input))
+    return needs
+
+
+def _fit_cache(
+    needs: _Needs, room: int, n_inputs: int, wanted: bool
+) -> tuple[set[int], int, list[int]]:
+    """The axes whose reuse the cache serves, fastest first while their need fits ``room``,
+    with the cache (total, per input); none unless ``wanted`` (apply owns it, and there is
+    a halo).
+
+    >>> _fit_cache([(2, 10, [10]), (1, 50, [50])], 20, 1, True)
+    ({2}, 10, [10])
+    >>> _fit_cache([(2, 10, [10])], 20, 1, False)
+    (set(), 0, [0])
+    """
     reused: set[int] = set()
-    cache, per_input_cache = 0, [0] * len(inputs)
-    if owned and any(context):
-        for a, need, split in needs:
-            if need > room:
-                break
-            reused.add(a)
-            cache = need
-            per_input_cache = split
+    cache, per_input = 0, [0] * n_inputs
+    if not wanted:
+        return reused, cache, per_input
+    for a, need, split in needs:
+        if need > room:
+            break
+        reused.add(a)
+        cache, per_input = need, split
+    return reused, cache, per_input
+
+
+def _amplification(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    top: tuple[int, ...],
+    context: tuple[int, ...],
+    reused: set[int],
+) -> float:
+    """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``) over the
+    input bytes inside the bbox; 0.0 without inputs."""
     total = sum(v.voxel_bytes for v in inputs) * bbox.size
     fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
-    uncached = sum(_fetched(bbox, v, top, context, set()) for v in inputs)
+    return fetched / total if total else 0.0
+
+
+def _cache_reason(
+    needs: _Needs,
+    reused: set[int],
+    cache: int,
+    room: int,
+    context: tuple[int, ...],
+    owned: bool,
+    moving: list[int],
+) -> str:
+    """Why the cache is what it is: none needed or none owned, or which reuse it keeps."""
     if not any(context):
-        reason = "no halo: tasks read disjoint regions, so no cache"
-    elif not owned:
-        reason = "the inputs carry their own cache, so apply adds none"
-    elif not moving:
-        reason = "one top task: nothing is read twice, so no cache"
-    else:
-        kept = [a for a, _, _ in needs if a in reused]
-        missed = [(a, n) for a, n, _ in needs if a not in reused]
-        reason = (
-            f"cache {format_bytes(cache)}: keeps the halo chunks neighbours share along "
-            f"{'axes ' + str(kept) if kept else 'no axis'}"
-        )
-        if missed:
-            reason += (
-                "; along "
-                + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
-                + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
-                "read again"
-            )
-    return _Evaluation(
-        sweep=sweep,
-        cache=cache,
-        cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
-        cache_reason=reason,
-        amplification=fetched / total if total else 0.0,
-        amplification_uncached=uncached / total if total else 0.0,
-        superchunk=superchunk,
-        in_flight=in_flight,
-        bottoms=bottoms,
-        sweep_reused=not any(context) or not moving or sweep in reused,
+        return "no halo: tasks read disjoint regions, so no cache"
+    if not owned:
+        return "the inputs carry their own cache, so apply adds none"
+    if not moving:
+        return "one top task: nothing is read twice, so no cache"
+    kept = [a for a, _, _ in needs if a in reused]
+    missed = [(a, n) for a, n, _ in needs if a not in reused]
+    reason = (
+        f"cache {format_bytes(cache)}: keeps the halo chunks neighbours share along "
+        f"{'axes ' + str(kept) if kept else 'no axis'}"
     )
+    if missed:
+        reason += (
+            "; along "
+            + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
+            + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
+            "read again"
+        )
+    return reason
 
 
 def _read_spans(
