@@ -209,8 +209,7 @@ def _run_levels(
     out_box = box.padded(spec.levels[0].blend)
     # A deferred flow keeps its margin past the bbox too (the layers cover it): a later
     # reduction over a larger region, where this face has a neighbour, blends across it.
-    deferred = spec.levels[0].blend_mode == "defer"
-    keep = out_box if deferred else out_box.intersection(spec.bbox)
+    keep = out_box if spec.deferred else out_box.intersection(spec.bbox)
     part = out[at(keep, out_box)]
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     xp = np if device is None else device.xp()
