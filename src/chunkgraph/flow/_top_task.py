@@ -57,12 +57,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph.flow._auto_sizes import bottom_chunks_per_top
-from chunkgraph.flow._auto_sizes import superchunks_in_flight as _superchunks_rule
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
+from chunkgraph.flow._read_model import bottom_chunks_per_top
+from chunkgraph.flow._read_model import superchunks_in_flight as _superchunks_rule
 from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._shared_job import pickle_fields, shared_job
 from chunkgraph.flow._spec import FlowSpec
@@ -319,7 +319,7 @@ def superchunks_in_flight(
     device: FlowDevice | None = None,
 ) -> int:
     """How many top-level tasks of this flow may hold their superchunk at once in one
-    process: ``_auto_sizes.superchunks_in_flight``, whose docstring states the rule, for
+    process: ``_read_model.superchunks_in_flight``, whose docstring states the rule, for
     ``spec``'s bottom chunks per top-level task, no more than ``memory_limit`` holds at
     ``top_bytes`` a task (when both are given) and ``device``'s GPUs. The planner's
     ``FlowPlan.superchunks_in_flight`` is the same figure without the memory and device
