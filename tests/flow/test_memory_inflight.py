@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from chunkgraph import volume
 from chunkgraph.flow import _apply, _top_task, apply
+from chunkgraph.flow._estimate import top_task_memory
 from chunkgraph.flow._spec import validate_flow
 from chunkgraph.flow._top_task import superchunks_in_flight
 from chunkgraph.geometry import Box
@@ -54,11 +55,60 @@ def test_bound_covers_the_cores_with_bottom_chunks(
         volume.remove(dst.path)
 
 
-def test_one_level_flows_are_not_bounded(files: Any) -> None:
+def test_one_level_flows_hold_one_superchunk_per_core(files: Any) -> None:
+    """A one-level task is its own bottom chunk: the rule gives one per core, no more than
+    the memory budget holds."""
     src = files.empty((16, 16), (4, 4), "uint8", backend="memory")
     dst = files.empty((16, 16), (4, 4), "uint8", backend="memory")
     spec = validate_flow(lambda x: x, src, dst, chunk_sizes=(8, 8))
-    assert superchunks_in_flight(spec, 4) == 0
+    assert superchunks_in_flight(spec, 4) == 4
+    assert superchunks_in_flight(spec, 4, memory_limit=250, top_bytes=100) == 2
+    assert superchunks_in_flight(spec, 4, memory_limit=50, top_bytes=100) == 1
+
+
+@pytest.mark.parametrize(
+    ("chunk_sizes", "crop_pads"),
+    [((8, 16), 2), ([(8, 32), (8, 8)], [0, 2])],
+    ids=["one-level", "two-level"],
+)
+def test_the_run_admits_the_superchunks_the_planner_counted(
+    files: Any, monkeypatch: pytest.MonkeyPatch, chunk_sizes: Any, crop_pads: Any
+) -> None:
+    """The run's memory budget (what the executor admits top-level tasks against) holds
+    exactly the plan's ``superchunks_in_flight`` top-level tasks.
+
+    ::
+
+        one level:  8 x 16 chunks over 16 x 32, crop 2: 4 tasks, 1 bottom chunk each,
+                    workers=2 -> 2 in flight
+        two levels: 8 x 32 over 8 x 8, crop 2 below: 2 tasks, 1 x 4 bottom chunks each,
+                    workers=2 -> 1 in flight
+    """
+    import chunkgraph.planning
+
+    budgets: list[dict[str, float]] = []
+    real_plan = chunkgraph.planning.plan
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        budgets.append(dict(kwargs.get("memory") or {}))
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(chunkgraph.planning, "plan", spy)
+    data = files.random((16, 32), "float32")
+    src = files.source(data, (8, 8))
+    dst = files.empty((16, 32), (8, 8), "float32")
+    flow: dict[str, Any] = dict(chunk_sizes=chunk_sizes, crop_pads=crop_pads)
+    report = apply(
+        lambda x: x, src, dst, workers=2, executor="threads", intermediates=files.root / "t", **flow
+    )
+    np.testing.assert_array_equal(dst.read(Box.from_shape((16, 32))), data)
+    assert report.plan is not None
+    expected = 2 if isinstance(chunk_sizes, tuple) else 1
+    assert report.plan.superchunks_in_flight == expected
+    top = top_task_memory(validate_flow(lambda x: x, src, dst, **flow), {"src": src}, dst)
+    assert budgets and budgets[-1]
+    for budget in budgets[-1].values():
+        assert budget == report.plan.superchunks_in_flight * top
 
 
 @pytest.mark.parametrize("cores", [2, 64])

@@ -13,11 +13,12 @@ from chunkgraph._errors import (
     FlowOutputError,
     RunEndedError,
 )
-from chunkgraph.flow._apply import ApplyReport, apply
+from chunkgraph.flow._apply import apply
 from chunkgraph.flow._auto_sizes import FlowPlan, ReadAmplificationWarning
 from chunkgraph.flow._cast import SaturationWarning
 from chunkgraph.flow._estimate import FlowEstimate
 from chunkgraph.flow._reduce_deferred import reduce_deferred
+from chunkgraph.flow._report import ApplyReport
 
 __all__ = [
     "ApplyReport",

@@ -48,14 +48,13 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from chunkgraph._errors import ConfigError, CorruptChunkError
-from chunkgraph._util import format_bytes, usable_cores, write_problem
+from chunkgraph._util import usable_cores, write_problem
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
     ReadAmplificationWarning,
@@ -70,7 +69,6 @@ from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import (
     DEVICE_TASKS_IN_FLIGHT,
-    NO_GPU_HERE,
     FlowDevice,
     check_executor,
     device_tasks_in_flight,
@@ -99,6 +97,7 @@ from chunkgraph.flow._reduce import (
     reduction_boxes,
     top_indices_meeting,
 )
+from chunkgraph.flow._report import ApplyReport as ApplyReport  # re-exported (see __init__)
 from chunkgraph.flow._resolution import bbox_in_voxels
 from chunkgraph.flow._spec import (
     FlowSpec,
@@ -136,137 +135,9 @@ DEFAULT_RETRIES = 2
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
-    from chunkgraph.flow._estimate import FlowEstimate
     from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.planning import Plan
     from chunkgraph.volume import Volume
-
-
-@dataclass(frozen=True)
-class ApplyReport:
-    """What one ``apply`` call did (or, for a dry run, would do).
-
-    ``tasks_per_level[l]``: chunks processed at level ``l`` (top first);
-    ``top_tasks_skipped`` / ``reductions_skipped``: work a resumed run found
-    done; ``bytes_read``: decoded bytes of whole storage chunks fetched from the
-    inputs; ``read_amplification``: that over the input bytes inside the bbox
-    (1.0 = every needed chunk read once); ``bytes_written``: bytes written to
-    dst; ``temporary_bytes``: bytes written to temporary layers;
-    ``deferred_layers``: layer paths left for a later pass (``defer`` only);
-    ``intermediates``: where the temporaries are (dry runs: would be; ``defer``:
-    are left); ``finished_before``: when a resumed flow had already finished
-    (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
-    ``plan``: the sizes (chosen, or given), the cache ``apply`` owned, the memory
-    budget and the predicted read amplification, with the reasons.
-    ``device``: where the levels below the top ran (``"cpu"`` or ``"gpu"``);
-    ``gpu_fallback``: a GPU was asked for and none found, so the CPU ran it;
-    ``bytes_to_device`` / ``bytes_from_device`` and ``device_copies`` (uploads,
-    downloads): what crossed between host and device, the probe's included.
-    ``saturated_voxels``: voxels written at the limits of dst's dtype because ``fn``'s
-    value there did not fit (a cast ``cast=`` allowed; ``_cast``), in this call.
-    """
-
-    flow_id: str
-    dry_run: bool
-    tasks_per_level: tuple[int, ...]
-    reductions: int
-    bytes_read: int
-    bytes_written: int
-    temporary_bytes: int
-    read_amplification: float
-    wall_seconds: float
-    bbox: Box
-    top_tasks_skipped: int = 0
-    reductions_skipped: int = 0
-    intermediates: str | None = None
-    deferred_layers: tuple[str, ...] = ()
-    estimate: FlowEstimate | None = None
-    finished_before: str = ""
-    # (task name, bytes read, bytes written) of each task that ran, for run reports; a
-    # reduction reads temporary layers. Under threads a task's reads are counted on the
-    # volumes it shares, so tasks in flight together may count each other's.
-    task_bytes: tuple[tuple[str, int, int], ...] = ()
-    plan: FlowPlan | None = None
-    # dst=None: fn's return value per bottom chunk, {bottom box: value} in C order.
-    values: Mapping[Box, Any] | None = None
-    # Where the levels below the top ran ("cpu" or "gpu", see _device); gpu_fallback: a
-    # GPU was asked for, none was found, the CPU ran it. Bytes copied to and from the
-    # device (the probe's included) and how many copies that took.
-    device: str = "cpu"
-    gpu_fallback: bool = False
-    bytes_to_device: int = 0
-    bytes_from_device: int = 0
-    device_copies: tuple[int, int] = (0, 0)
-    # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
-    gpu_missing: bool = False
-    saturated_voxels: int = 0
-
-    def summary(self, *, plan: bool = True) -> str:
-        """A few human-readable lines. An automatic plan is one line after a run and, with
-        its reasons, several after a dry run (which is for looking at it); ``plan=False``
-        leaves it out (the command line's ``--quiet``)."""
-        levels = ", ".join(str(n) for n in self.tasks_per_level)
-        lines = [f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}"]
-        if self.tasks_per_level or self.dry_run:
-            lines.append(f"  tasks per level: [{levels}]; reductions: {self.reductions}")
-        else:  # reduce_deferred: reductions of a deferred flow's layers, no top-level task
-            lines.append(f"  reductions of the deferred layers: {self.reductions}")
-        if self.finished_before:
-            lines.append(f"  already finished at {self.finished_before}: nothing to do")
-        elif self.estimate is not None:
-            e = self.estimate
-            reads = format_bytes(e.bytes_to_read)
-            if e.expected_bytes_to_read is not None and e.expected_bytes_to_read < e.bytes_to_read:
-                reads = (
-                    f"{format_bytes(e.expected_bytes_to_read)} through the chunk cache "
-                    f"({reads} without one)"
-                )
-            lines.append(
-                f"  would read {reads}, write {format_bytes(e.dst_bytes)} to dst "
-                f"(+{format_bytes(e.temporary_bytes)} temporary); one top-level task needs "
-                f"{format_bytes(e.top_task_memory_bytes)}"
-            )
-            if e.temporary_bytes:
-                lines.append(f"  temporaries under {self.intermediates}")
-        else:
-            what = "" if self.tasks_per_level else " of layers"
-            lines.append(
-                f"  read {format_bytes(self.bytes_read)}{what} (amplification "
-                f"{self.read_amplification:.2f}), wrote {format_bytes(self.bytes_written)} "
-                f"(+{format_bytes(self.temporary_bytes)} temporary) in {self.wall_seconds:.2f} s"
-            )
-        if self.gpu_fallback:
-            lines.append("  device: cpu (gpu_fallback: no GPU was found)")
-        elif self.gpu_missing:
-            lines.append(f"  device: {self.device} ({NO_GPU_HERE})")
-        elif self.device != "cpu" and (self.dry_run or self.finished_before):
-            lines.append(f"  device: {self.device}")
-        elif self.device != "cpu":
-            up, down = self.device_copies
-            lines.append(
-                f"  device: {self.device}; copied {format_bytes(self.bytes_to_device)} to it "
-                f"({up} uploads) and {format_bytes(self.bytes_from_device)} back ({down} downloads)"
-            )
-        if self.top_tasks_skipped or self.reductions_skipped:
-            lines.append(
-                f"  resumed: skipped {self.top_tasks_skipped} top-level tasks and "
-                f"{self.reductions_skipped} reductions already done"
-            )
-        if self.deferred_layers:
-            lines.append(f"  deferred layers: {', '.join(self.deferred_layers)}")
-        if self.values is not None:
-            lines.append(f"  collected {len(self.values)} values of fn (no dst): report.values")
-        if self.saturated_voxels:
-            lines.append(
-                f"  saturated: {self.saturated_voxels} voxels written at the limits of dst's "
-                "dtype (fn's values did not fit)"
-            )
-        # The plan when it was chosen here; given sizes' read model stays in
-        # ``report.plan`` (its budget line depends on the machine).
-        if plan and self.plan is not None and self.plan.automatic:
-            told = self.plan.summary() if self.dry_run else self.plan.headline()
-            lines += ["  " + line for line in told.splitlines()]
-        return "\n".join(lines)
 
 
 def apply(

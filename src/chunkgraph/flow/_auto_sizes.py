@@ -32,7 +32,7 @@ suffice only if the shared layers were always the last fetched. Worked:
 256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
 so the levels are (256, 512, 128) over (128, 128, 128), a task reads 4 layers of
 chunks along the sweep, the cache 4 * 64 x 256 x 512 * 4 B = 128 MiB
-(+ MAX_CACHE_SLACK), and every storage chunk is read once.
+(+ MAX_CACHE_SLACK, see _read_model), and every storage chunk is read once.
 
 Reuse model (also for user-given sizes). The top grid runs in C order; the
 sweep is its fastest-moving axis. A halo chunk shared along the sweep is
@@ -46,10 +46,9 @@ each task's halo is read again, and the predicted amplification says so.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,6 +56,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import divisors, format_bytes
+from chunkgraph.flow._read_model import Evaluation, bottom_chunks_per_top, evaluate
 from chunkgraph.flow._resolution import Scale, scale_of, step_of
 from chunkgraph.geometry import Box
 
@@ -69,14 +69,6 @@ if TYPE_CHECKING:
 # while a 128^3 float32 bottom chunk (8 MiB) still fits a core's share of memory; 1/16
 # would take 256^3 (64 MiB per core, three buffers each) for 1.19x.
 MAX_CROP_SHARE = 1 / 8
-
-# Head-room of the cache above the halo layers it must hold: concurrent reads of two
-# superchunks in flight and the edge chunks of a slab put a few extra chunks in it.
-MAX_CACHE_SLACK = 1.25
-
-# Buffers per bottom chunk being computed, in units of its padded region: the input view
-# is free (a slice of the superchunk), fn's output and one temporary of fn are not.
-FN_BUFFERS = 2
 
 
 class ReadAmplificationWarning(UserWarning):
@@ -198,89 +190,31 @@ def plan_sizes(
     writes directly if its bottom chunks cover whole dst chunks. Raises ``ConfigError``
     when even the smallest plan does not fit ``memory_limit``.
 
+    Steps: the grain and the axis to sweep along; the first sizes (bottom chunk, top
+    chunk across the sweep); bands cut across the sweep until memory fits; direct writes.
+
     >>> vol = StorageLayout("src", Box((0, 0, 0), (256, 512, 512)), (64, 64, 64), 4)
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
     (((256, 512, 128), (128, 128, 128)), 2, 160, 1.0)
     """
-    ndim = bbox.ndim
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
-    extent = bbox.shape
-    step = step or (1,) * ndim
-    grain = tuple(
-        math.lcm(dst.chunks[a], step[a], *(v.chunks[a] for v in inputs)) for a in range(ndim)
-    )
-    sweep = max(range(ndim), key=lambda a: (extent[a], a))
-    reasons: list[str] = []
+    step = step or (1,) * bbox.ndim
+    grain = _grain(inputs, dst, step)
+    sweep = _longest_axis(bbox.shape)
+    top, bottom, reasons = _first_sizes(bbox.shape, pad, dst, step, grain, sweep)
 
-    bottom = [
-        _bottom_size(
-            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
-        )
-        for a in range(ndim)
-    ]
-    top = list(extent)
-    top[sweep] = bottom[sweep]
-    reasons.append(
-        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
-        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
-        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
-        f"{_redundancy(tuple(bottom), pad):.2f}x)"
-    )
-    reasons.append(
-        f"top chunk {tuple(top)}: the whole bbox (one top task)"
-        if tuple(top) == tuple(extent)
-        else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
-        f"the smallest cross-section) and one bottom chunk thick along it, a multiple of the "
-        f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
-        "chunks with its successor only"
-    )
-    while True:
-        plan = _evaluate(
-            bbox,
-            inputs,
-            dst,
-            tuple(top),
-            tuple(bottom),
-            crop,
-            blend,
-            cores,
-            memory_limit,
+    def sizes_evaluated(top: list[int], bottom: list[int]) -> Evaluation:
+        return evaluate(
+            bbox, inputs, dst, tuple(top), tuple(bottom), crop, blend, cores, memory_limit,
             accumulate_bytes,
-        )
-        fits = plan.memory <= memory_limit
-        if fits and plan.sweep_reused:
-            break
-        axis = _axis_to_cut(top, bottom, grain, sweep)
-        if axis is None and fits:
-            break  # halos along the sweep are read again: the amplification says how much
-        if axis is None:
-            raise ConfigError(
-                f"no automatic plan fits memory_limit={memory_limit} bytes "
-                f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
-                f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
-                f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
-                f"{format_bytes(plan.superchunk)}, bottom buffers "
-                f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
-                "chunk_sizes by hand"
-            )
-        top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
-        if bottom[axis] > top[axis]:
-            bottom[axis] = top[axis]
-            reasons.append(
-                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
-                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
-            )
-        reasons.append(
-            f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
-            f"{tuple(extent[a] if a != sweep else top[a] for a in range(ndim))} the superchunk "
-            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
-            "band re-reads its halo"
-        )
-    direct = direct_allowed and all(
-        b % d == 0 or b == e for b, d, e in zip(bottom, dst.chunks, extent, strict=True)
+        )  # fmt: skip
+
+    plan = _fit_memory(
+        sizes_evaluated, top, bottom, bbox.shape, pad, grain, sweep, memory_limit, reasons
     )
+    direct = direct_allowed and _covers_dst_chunks(bottom, dst.chunks, bbox.shape)
     if direct:
         reasons.append(
             "direct writes: nothing blends and bottom chunks cover whole dst chunks, so no "
@@ -290,23 +224,17 @@ def plan_sizes(
     levels: tuple[tuple[int, ...], ...] = (tuple(top), tuple(bottom))
     if levels[0] == levels[1]:
         levels = (levels[0],)
-    zero = (0,) * ndim
-    return FlowPlan(
+    zero = (0,) * bbox.ndim
+    return _flow_plan(
+        plan,
         automatic=True,
         chunk_sizes=levels,
         crop_pads=(*([zero] * (len(levels) - 1)), crop),
         blend_pads=(*([zero] * (len(levels) - 1)), blend),
         direct_writes=direct,
-        sweep_axis=plan.sweep,
-        cache_bytes=plan.cache,
-        cache_per_input=plan.cache_per_input,
-        read_amplification=plan.amplification,
-        amplification_without_cache=plan.amplification_uncached,
         memory_limit=memory_limit,
         memory_limit_source=memory_limit_source,
-        memory_bytes=plan.memory,
-        superchunks_in_flight=plan.in_flight,
-        reasons=tuple(reasons),
+        reasons=reasons,
     )
 
 
@@ -332,18 +260,9 @@ def read_plan(
     """
     top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
     # Below the top, the levels' pads all come out of the top task's one read.
-    ndim = bbox.ndim
-    crop = tuple(sum(c[a] for c in crop_pads[1:]) for a in range(ndim))
-    blend = tuple(sum(b[a] for b in blend_pads[1:]) for a in range(ndim))
+    crop, blend = _pads_below_top(crop_pads), _pads_below_top(blend_pads)
     top_pad = tuple(c + b for c, b in zip(crop_pads[0], blend_pads[0], strict=True))
-    per_top = 1
-    for i in range(1, len(chunk_sizes)):
-        region = (
-            c + 2 * p + 2 * b
-            for c, p, b in zip(chunk_sizes[i - 1], crop_pads[i - 1], blend_pads[i - 1], strict=True)
-        )
-        per_top *= math.prod(r // c for r, c in zip(region, chunk_sizes[i], strict=True))
-    plan = _evaluate(
+    plan = evaluate(
         bbox,
         inputs,
         dst,
@@ -357,21 +276,46 @@ def read_plan(
         top_pad=top_pad,
         levels=len(chunk_sizes),
         owned=not cached,
-        per_top=per_top,
+        per_top=bottom_chunks_per_top(chunk_sizes, crop_pads, blend_pads),
     )
-    reasons = [plan.cache_reason]
-    aligned = _misaligned(bbox, top, inputs)
-    if aligned:
-        reasons.append(aligned)
-    return FlowPlan(
+    if cached:  # the user's cache serves the reuse: apply owns none
+        plan = dataclasses.replace(plan, cache=0, cache_per_input=())
+    misaligned = _misaligned(bbox, top, inputs)
+    return _flow_plan(
+        plan,
         automatic=False,
         chunk_sizes=tuple(tuple(c) for c in chunk_sizes),
         crop_pads=tuple(tuple(c) for c in crop_pads),
         blend_pads=tuple(tuple(b) for b in blend_pads),
         direct_writes=direct_writes,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        reasons=[plan.cache_reason, *([misaligned] if misaligned else [])],
+    )
+
+
+def _flow_plan(
+    plan: Evaluation,
+    *,
+    automatic: bool,
+    chunk_sizes: tuple[tuple[int, ...], ...],
+    crop_pads: tuple[tuple[int, ...], ...],
+    blend_pads: tuple[tuple[int, ...], ...],
+    direct_writes: bool,
+    memory_limit: int,
+    memory_limit_source: str,
+    reasons: list[str],
+) -> FlowPlan:
+    """The ``FlowPlan`` of sizes and their evaluation (the cache, reads and memory)."""
+    return FlowPlan(
+        automatic=automatic,
+        chunk_sizes=chunk_sizes,
+        crop_pads=crop_pads,
+        blend_pads=blend_pads,
+        direct_writes=direct_writes,
         sweep_axis=plan.sweep,
-        cache_bytes=plan.cache if not cached else 0,
-        cache_per_input=plan.cache_per_input if not cached else (),
+        cache_bytes=plan.cache,
+        cache_per_input=plan.cache_per_input,
         read_amplification=plan.amplification,
         amplification_without_cache=plan.amplification_uncached,
         memory_limit=memory_limit,
@@ -383,6 +327,130 @@ def read_plan(
 
 
 # --- sizes --------------------------------------------------------------------------------
+
+
+def _grain(
+    inputs: Sequence[StorageLayout], dst: StorageLayout, step: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Per axis, the lcm of every input's and dst's storage chunk and the resolution step."""
+    return tuple(
+        math.lcm(dst.chunks[a], step[a], *(v.chunks[a] for v in inputs)) for a in range(len(step))
+    )
+
+
+def _longest_axis(extent: tuple[int, ...]) -> int:
+    """The axis to sweep along: the longest (the last of equals), so that the cross-section,
+    and with it the cache and the superchunk, is the smallest.
+
+    >>> _longest_axis((256, 512, 512)), _longest_axis((512, 256, 128))
+    (2, 0)
+    """
+    return max(range(len(extent)), key=lambda a: (extent[a], a))
+
+
+def _first_sizes(
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    dst: StorageLayout,
+    step: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+) -> tuple[list[int], list[int], list[str]]:
+    """The bottom chunk, and the top chunk: the whole bbox across ``sweep``, one bottom chunk
+    thick along it; with the reasons."""
+    ndim = len(extent)
+    bottom = [
+        _bottom_size(
+            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
+        )
+        for a in range(ndim)
+    ]
+    top = list(extent)
+    top[sweep] = bottom[sweep]
+    reasons = [
+        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
+        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
+        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
+        f"{_redundancy(tuple(bottom), pad):.2f}x)",
+        f"top chunk {tuple(top)}: the whole bbox (one top task)"
+        if tuple(top) == tuple(extent)
+        else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
+        f"the smallest cross-section) and one bottom chunk thick along it, a multiple of the "
+        f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
+        "chunks with its successor only",
+    ]
+    return top, bottom, reasons
+
+
+def _fit_memory(
+    evaluate: Callable[[list[int], list[int]], Evaluation],
+    top: list[int],
+    bottom: list[int],
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+    memory_limit: int,
+    reasons: list[str],
+) -> Evaluation:
+    """Cut the widest axis across the sweep into bands (``top`` and ``bottom`` mutate; the
+    reasons grow) until the plan fits ``memory_limit`` with the sweep's halo in the cache,
+    or fits and nothing more can be cut; ``ConfigError`` when nothing fits."""
+    while True:
+        plan = evaluate(top, bottom)
+        fits = plan.memory <= memory_limit
+        if fits and plan.sweep_reused:
+            return plan
+        axis = _axis_to_cut(top, bottom, grain, sweep)
+        if axis is None and fits:
+            return plan  # halos along the sweep are read again: the amplification says how much
+        if axis is None:
+            raise _no_plan_fits(plan, top, bottom, memory_limit)
+        top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
+        if bottom[axis] > top[axis]:
+            bottom[axis] = top[axis]
+            reasons.append(
+                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
+                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
+            )
+        cross = tuple(extent[a] if a != sweep else top[a] for a in range(len(extent)))
+        reasons.append(
+            f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
+            f"{cross} the superchunk "
+            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
+            "band re-reads its halo"
+        )
+
+
+def _no_plan_fits(
+    plan: Evaluation, top: list[int], bottom: list[int], memory_limit: int
+) -> ConfigError:
+    """The error when even the smallest plan needs more than ``memory_limit``, with its parts."""
+    return ConfigError(
+        f"no automatic plan fits memory_limit={memory_limit} bytes "
+        f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
+        f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
+        f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
+        f"{format_bytes(plan.superchunk)}, bottom buffers "
+        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
+        "chunk_sizes by hand"
+    )
+
+
+def _covers_dst_chunks(
+    bottom: list[int], dst_chunks: tuple[int, ...], extent: tuple[int, ...]
+) -> bool:
+    """Whether every bottom chunk covers whole dst chunks (or the whole bbox on an axis)."""
+    return all(b % d == 0 or b == e for b, d, e in zip(bottom, dst_chunks, extent, strict=True))
+
+
+def _pads_below_top(pads: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Per axis, the sum of the pads of every level below the top.
+
+    >>> _pads_below_top([(8, 8), (2, 0), (1, 1)])
+    (3, 1)
+    """
+    return tuple(sum(p[a] for p in pads[1:]) for a in range(len(pads[0])))
 
 
 def _bottom_size(extent: int, pad: int, dst_chunk: int, grain: int) -> int:
@@ -441,213 +509,6 @@ def _misaligned(bbox: Box, top: tuple[int, ...], inputs: Sequence[StorageLayout]
                     "neighbouring tasks decode the chunks they share twice"
                 )
     return ""
-
-
-# --- the read and memory model -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Evaluation:
-    sweep: int
-    cache: int
-    cache_per_input: tuple[tuple[str, int], ...]
-    cache_reason: str
-    amplification: float
-    amplification_uncached: float
-    superchunk: int
-    in_flight: int
-    bottoms: int
-    sweep_reused: bool  # the halo shared along the sweep comes from the cache (or no halo)
-
-    @property
-    def memory(self) -> int:
-        return self.cache + self.in_flight * self.superchunk + self.bottoms
-
-
-def _evaluate(
-    bbox: Box,
-    inputs: Sequence[StorageLayout],
-    dst: StorageLayout,
-    top: tuple[int, ...],
-    bottom: tuple[int, ...],
-    crop: tuple[int, ...],
-    blend: tuple[int, ...],
-    cores: int,
-    memory_limit: int,
-    accumulate_bytes: int,
-    *,
-    top_pad: tuple[int, ...] | None = None,
-    levels: int = 2,
-    owned: bool = True,
-    per_top: int | None = None,
-) -> _Evaluation:
-    """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``."""
-    ndim = bbox.ndim
-    low = tuple(c + b for c, b in zip(crop, blend, strict=True))
-    context = tuple(p + q for p, q in zip(low, top_pad or (0,) * ndim, strict=True))
-    grid = tuple(-(-e // t) for e, t in zip(bbox.shape, top, strict=True))
-    moving = [a for a in range(ndim) if grid[a] > 1]
-    sweep = moving[-1] if moving else ndim - 1
-    in_bytes = sum(v.voxel_bytes for v in inputs)
-
-    # Memory that is not the cache: superchunks in flight and the bottom chunks computing.
-    superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
-    bottom_region = math.prod(b + 2 * p for b, p in zip(bottom, low, strict=True))
-    if per_top is None:  # bottom chunks per top chunk, pads only at the bottom
-        per_top = math.prod(t // b for t, b in zip(top, bottom, strict=True))
-    in_flight = max(1, -(-cores // per_top)) if levels > 1 else cores
-    superchunk += bottom_region * accumulate_bytes if levels > 1 else 0
-    bottoms = (
-        min(cores, per_top * in_flight)
-        * bottom_region
-        * FN_BUFFERS
-        * max(accumulate_bytes, dst.voxel_bytes)
-    )
-    room = max(0, memory_limit - in_flight * superchunk - bottoms)
-
-    # Reuse needs per moving axis, fastest first: (axis, cache bytes over all inputs).
-    needs: list[tuple[int, int, list[int]]] = []
-    for rank, a in enumerate(reversed(moving)):
-        per_input = [
-            _reuse_need(bbox, v, top, context, grid, moving, a, rank == 0, in_flight)
-            for v in inputs
-        ]
-        needs.append((a, sum(per_input), per_input))
-    reused: set[int] = set()
-    cache, per_input_cache = 0, [0] * len(inputs)
-    if owned and any(context):
-        for a, need, split in needs:
-            if need > room:
-                break
-            reused.add(a)
-            cache = need
-            per_input_cache = split
-    total = sum(v.voxel_bytes for v in inputs) * bbox.size
-    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
-    uncached = sum(_fetched(bbox, v, top, context, set()) for v in inputs)
-    if not any(context):
-        reason = "no halo: tasks read disjoint regions, so no cache"
-    elif not owned:
-        reason = "the inputs carry their own cache, so apply adds none"
-    elif not moving:
-        reason = "one top task: nothing is read twice, so no cache"
-    else:
-        kept = [a for a, _, _ in needs if a in reused]
-        missed = [(a, n) for a, n, _ in needs if a not in reused]
-        reason = (
-            f"cache {format_bytes(cache)}: keeps the halo chunks neighbours share along "
-            f"{'axes ' + str(kept) if kept else 'no axis'}"
-        )
-        if missed:
-            reason += (
-                "; along "
-                + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
-                + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
-                "read again"
-            )
-    return _Evaluation(
-        sweep=sweep,
-        cache=cache,
-        cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
-        cache_reason=reason,
-        amplification=fetched / total if total else 0.0,
-        amplification_uncached=uncached / total if total else 0.0,
-        superchunk=superchunk,
-        in_flight=in_flight,
-        bottoms=bottoms,
-        sweep_reused=not any(context) or not moving or sweep in reused,
-    )
-
-
-def _read_spans(
-    bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], axis: int
-) -> list[tuple[int, int]]:
-    """Per top task along ``axis``: its read, clipped to the input, snapped to storage."""
-    origin, size = vol.bounds.start[axis], vol.chunks[axis]
-    lo_bound, hi_bound = vol.bounds.start[axis], vol.bounds.stop[axis]
-    spans = []
-    for start in range(bbox.start[axis], bbox.stop[axis], top[axis]):
-        lo = max(start - pad[axis], lo_bound)
-        hi = min(start + top[axis] + pad[axis], hi_bound)
-        if hi <= lo:
-            spans.append((lo, lo))
-            continue
-        snapped_lo = origin + (lo - origin) // size * size
-        snapped_hi = min(origin - (origin - hi) // size * size, hi_bound)
-        spans.append((snapped_lo, snapped_hi))
-    return spans
-
-
-def _fetched(
-    bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], reused: set[int]
-) -> int:
-    """Bytes fetched from ``vol``: per axis, the union of the tasks' reads where the cache
-    serves the reuse along it, else their sum (each task reads its halo again)."""
-    total = vol.voxel_bytes
-    for a in range(bbox.ndim):
-        spans = _read_spans(bbox, vol, top, pad, a)
-        if a in reused:
-            total *= _union_length(spans)
-        else:
-            total *= sum(hi - lo for lo, hi in spans)
-    return total
-
-
-def _union_length(spans: list[tuple[int, int]]) -> int:
-    """Length of the union of sorted, overlapping-or-touching spans."""
-    length, reach = 0, None
-    for lo, hi in spans:
-        if reach is None or lo >= reach:
-            length += hi - lo
-        elif hi > reach:
-            length += hi - reach
-        reach = hi if reach is None else max(reach, hi)
-    return length
-
-
-def _reuse_need(
-    bbox: Box,
-    vol: StorageLayout,
-    top: tuple[int, ...],
-    pad: tuple[int, ...],
-    grid: tuple[int, ...],
-    moving: list[int],
-    axis: int,
-    fastest: bool,
-    in_flight: int = 1,
-) -> int:
-    """Cache bytes of ``vol`` for the halo chunks shared along ``axis`` to be reused,
-    with ``MAX_CACHE_SLACK``, at most all the chunks the flow reads from ``vol``.
-
-    Along the fastest-moving axis they are among the last chunks a task read: the
-    layers two successive reads share (their overlap). But a task fetches its chunks
-    in parallel pieces, in no fixed order, so the shared layers need not be the last
-    the LRU saw: the cache holds the task's whole read, and reuse does not depend on
-    which thread finished first. Along a
-    slower axis, everything the tasks of the faster axes fetched meanwhile. With
-    ``in_flight`` tasks reading in any order, what the other ones fetch comes on top.
-    """
-    widest = [
-        max((hi - lo for lo, hi in _read_spans(bbox, vol, top, pad, a)), default=0)
-        for a in range(bbox.ndim)
-    ]
-    if fastest:
-        spans = _read_spans(bbox, vol, top, pad, axis)
-        shared = max((max(0, a[1] - b[0]) for a, b in itertools.pairwise(spans)), default=0)
-        others = math.prod(w for a, w in enumerate(widest) if a != axis)
-        fresh_slab = min(top[axis], widest[axis])
-        read = widest[axis] if shared else 0  # nothing shared: nothing to keep
-        need = (read + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
-    else:
-        faster = [a for a in moving if a > axis]
-        window = math.prod(grid[a] for a in faster)
-        # Per task along the fastest axis only its new slab is fetched (the rest is reused).
-        fastest_axis = moving[-1]
-        fresh = list(widest)
-        fresh[fastest_axis] = min(top[fastest_axis], widest[fastest_axis])
-        need = (window + in_flight) * math.prod(fresh) * vol.voxel_bytes
-    whole = math.prod(_union_length(_read_spans(bbox, vol, top, pad, a)) for a in range(bbox.ndim))
-    return min(int(need * MAX_CACHE_SLACK), whole * vol.voxel_bytes)
 
 
 # --- from apply's arguments ---------------------------------------------------------------

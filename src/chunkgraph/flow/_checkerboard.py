@@ -73,7 +73,7 @@ def layer_dtype(spec: FlowSpec) -> np.dtype:
     dst = np.dtype(spec.dst_dtype)
     if not any(top.blend) or top.blend_mode == "max":
         return dst
-    if top.blend_mode != "defer" and dst.kind == "f" and dst.itemsize >= 4:
+    if not spec.deferred and dst.kind == "f" and dst.itemsize >= 4:
         return dst
     return np.dtype(spec.accumulate_dtype)
 

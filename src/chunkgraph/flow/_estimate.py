@@ -99,10 +99,9 @@ def estimate_flow(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -> 
         for name, vol in inputs.items()
     )
     temporary = 0 if spec.skip_intermediates else _temporary_bytes(spec, starts, dst)
-    deferred = spec.levels[0].blend_mode == "defer"
     region = written_region(spec, dst)
-    dst_bytes = 0 if deferred else region.size * _voxel_bytes(dst)
-    reductions = 0 if spec.skip_intermediates or deferred else _reduction_count(spec, region)
+    dst_bytes = 0 if spec.deferred else region.size * _voxel_bytes(dst)
+    reductions = 0 if spec.skip_intermediates or spec.deferred else _reduction_count(spec, region)
     return FlowEstimate(
         tasks_per_level=tasks,
         reductions=reductions,
@@ -186,7 +185,7 @@ def _temporary_bytes(spec: FlowSpec, starts: list[np.ndarray], dst: Volume) -> i
     """Each top task's output over ``chunk.padded(blend)``, clipped to the bbox (``defer``:
     kept whole, margin included), summed."""
     top = spec.levels[0]
-    kept = spec.bbox.padded(top.blend) if top.blend_mode == "defer" else spec.bbox
+    kept = spec.bbox.padded(top.blend) if spec.deferred else spec.bbox
     total = math.prod(dst.channel_shape) * layer_dtype(spec).itemsize
     for a, first in enumerate(starts):
         lo = np.maximum(first - top.blend[a], kept.start[a])

@@ -172,6 +172,14 @@ class FlowSpec:
         """Number of top-level chunks along each axis of ``bbox``."""
         return tuple(s // c for s, c in zip(self.bbox.shape, self.levels[0].chunk, strict=True))
 
+    @property
+    def deferred(self) -> bool:
+        """True when the top level's blend mode is ``"defer"``: the run stops after the
+        top-level tasks, whose layers (whole padded outputs, margin past the bbox included,
+        in the accumulation dtype) are its result, kept for ``reduce_deferred``; no
+        reduction, nothing written to dst."""
+        return self.levels[0].blend_mode == "defer"
+
 
 # ``chunk_sizes`` spelled this way (or None) asks apply to plan the levels (_auto_sizes).
 AUTO_SIZES = "auto"

@@ -30,7 +30,8 @@ than one task may hold its superchunk (below).
 Memory. The superchunk is a task's largest buffer, and a task already spreads
 the levels below over the local pool. So only as many tasks should hold one
 at a time as it takes for their bottom chunks to cover the cores
-(``superchunks_in_flight``; one for the usual multi-level flow). The flow
+(``superchunks_in_flight``: one for the usual multi-level flow; one per core for a
+one-level flow, whose task is its own bottom chunk). The flow
 says so to the scheduler: each top-level task declares its memory
 (``top_task_memory``) and the flow's plan gets a budget of that many tasks'
 worth, so the executor admits the next task only when one ends, in the
@@ -60,6 +61,8 @@ from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
 from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
+from chunkgraph.flow._read_model import bottom_chunks_per_top
+from chunkgraph.flow._read_model import superchunks_in_flight as _superchunks_rule
 from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._shared_job import pickle_fields, shared_job
 from chunkgraph.flow._spec import FlowSpec
@@ -206,8 +209,7 @@ def _run_levels(
     out_box = box.padded(spec.levels[0].blend)
     # A deferred flow keeps its margin past the bbox too (the layers cover it): a later
     # reduction over a larger region, where this face has a neighbour, blends across it.
-    deferred = spec.levels[0].blend_mode == "defer"
-    keep = out_box if deferred else out_box.intersection(spec.bbox)
+    keep = out_box if spec.deferred else out_box.intersection(spec.bbox)
     part = out[at(keep, out_box)]
     target, dtype = job.layer_vols[job.layers.layer_of(index)], job.layers.dtype
     xp = np if device is None else device.xp()
@@ -308,16 +310,20 @@ def _cuts(region: Box, axis: int, chunk: int, origin: int) -> list[int]:
     return [region.start[axis], *range(first, region.stop[axis], chunk), region.stop[axis]]
 
 
-def superchunks_in_flight(spec: FlowSpec, cores: int) -> int:
-    """How many top-level tasks of one process may hold their superchunk at once (0: all).
-
-    A top-level task runs the levels below on the local pool, so one task with
-    at least ``cores`` bottom-level chunks keeps every core busy by itself; a
-    second task in flight would only add a second superchunk (the largest
-    buffer of a flow) and compete for the same cores. So: the fewest tasks
-    whose bottom chunks cover the cores. A one-level flow has no levels below
-    to spread over the pool, so its tasks stay unbounded (the executor's
-    worker count is then the only limit).
+def superchunks_in_flight(
+    spec: FlowSpec,
+    cores: int,
+    *,
+    memory_limit: int | None = None,
+    top_bytes: int = 0,
+    device: FlowDevice | None = None,
+) -> int:
+    """How many top-level tasks of this flow may hold their superchunk at once in one
+    process: ``_read_model.superchunks_in_flight``, whose docstring states the rule, for
+    ``spec``'s bottom chunks per top-level task, no more than ``memory_limit`` holds at
+    ``top_bytes`` a task (when both are given) and ``device``'s GPUs. The planner's
+    ``FlowPlan.superchunks_in_flight`` is the same figure without the memory and device
+    steps (a test checks that they agree).
 
     >>> from chunkgraph.flow._spec import LevelSpec
     >>> from types import SimpleNamespace
@@ -325,15 +331,20 @@ def superchunks_in_flight(spec: FlowSpec, cores: int) -> int:
     ...                               LevelSpec((64, 64), (8, 8), (0, 0), "linear")))
     >>> superchunks_in_flight(two, 2), superchunks_in_flight(two, 8), superchunks_in_flight(two, 9)
     (1, 2, 3)
+    >>> one = SimpleNamespace(levels=two.levels[:1])
+    >>> superchunks_in_flight(one, 8), superchunks_in_flight(one, 8, memory_limit=30, top_bytes=10)
+    (8, 3)
     """
     levels = spec.levels
-    if len(levels) == 1:
-        return 0
-    bottom_chunks = 1
-    for parent, child in itertools.pairwise(levels):
-        for region, sub in zip(parent.region_shape, child.chunk, strict=True):
-            bottom_chunks *= region // sub
-    return max(1, -(-cores // bottom_chunks))
+    bottom_chunks = bottom_chunks_per_top(
+        [lv.chunk for lv in levels], [lv.crop for lv in levels], [lv.blend for lv in levels]
+    )
+    fit = memory_limit // top_bytes if memory_limit is not None and top_bytes > 0 else None
+    if device is None:
+        return _superchunks_rule(cores, bottom_chunks, fit=fit)
+    return _superchunks_rule(
+        cores, bottom_chunks, fit=fit, devices=device.count, per_device=device.per_device
+    )
 
 
 # Per flow (keyed by its directory) and process: the read lock (see read_inputs). Kept out

@@ -1,0 +1,185 @@
+"""``ApplyReport``: what one ``apply`` (or ``reduce_deferred``) call did, and its summary.
+
+A frozen record filled at the end of a run (``_apply``, ``_reduce_deferred``) or by a
+dry run from ``estimate_flow``; ``summary`` prints it as a few lines, each block from
+one small function below, in the order they appear::
+
+    flow <id> over <bbox>            the header
+      tasks per level / reductions   _tasks_line
+      read ... / would read ...      _work_lines (_estimate_lines for a dry run)
+      device: ...                    _device_lines
+      resumed / deferred / values    _outcome_lines
+      plan (automatic): ...          FlowPlan.headline, or .summary after a dry run
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chunkgraph._util import format_bytes
+from chunkgraph.flow._auto_sizes import FlowPlan
+from chunkgraph.flow._device import NO_GPU_HERE
+from chunkgraph.geometry import Box
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._estimate import FlowEstimate
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What one ``apply`` call did (or, for a dry run, would do).
+
+    ``tasks_per_level[l]``: chunks processed at level ``l`` (top first);
+    ``top_tasks_skipped`` / ``reductions_skipped``: work a resumed run found
+    done; ``bytes_read``: decoded bytes of whole storage chunks fetched from the
+    inputs; ``read_amplification``: that over the input bytes inside the bbox
+    (1.0 = every needed chunk read once); ``bytes_written``: bytes written to
+    dst; ``temporary_bytes``: bytes written to temporary layers;
+    ``deferred_layers``: layer paths left for a later pass (``defer`` only);
+    ``intermediates``: where the temporaries are (dry runs: would be; ``defer``:
+    are left); ``finished_before``: when a resumed flow had already finished
+    (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
+    ``plan``: the sizes (chosen, or given), the cache ``apply`` owned, the memory
+    budget and the predicted read amplification, with the reasons.
+    ``device``: where the levels below the top ran (``"cpu"`` or ``"gpu"``);
+    ``gpu_fallback``: a GPU was asked for and none found, so the CPU ran it;
+    ``bytes_to_device`` / ``bytes_from_device`` and ``device_copies`` (uploads,
+    downloads): what crossed between host and device, the probe's included.
+    ``saturated_voxels``: voxels written at the limits of dst's dtype because ``fn``'s
+    value there did not fit (a cast ``cast=`` allowed; ``_cast``), in this call.
+    """
+
+    flow_id: str
+    dry_run: bool
+    tasks_per_level: tuple[int, ...]
+    reductions: int
+    bytes_read: int
+    bytes_written: int
+    temporary_bytes: int
+    read_amplification: float
+    wall_seconds: float
+    bbox: Box
+    top_tasks_skipped: int = 0
+    reductions_skipped: int = 0
+    intermediates: str | None = None
+    deferred_layers: tuple[str, ...] = ()
+    estimate: FlowEstimate | None = None
+    finished_before: str = ""
+    # (task name, bytes read, bytes written) of each task that ran, for run reports; a
+    # reduction reads temporary layers. Under threads a task's reads are counted on the
+    # volumes it shares, so tasks in flight together may count each other's.
+    task_bytes: tuple[tuple[str, int, int], ...] = ()
+    plan: FlowPlan | None = None
+    # dst=None: fn's return value per bottom chunk, {bottom box: value} in C order.
+    values: Mapping[Box, Any] | None = None
+    # Where the levels below the top ran ("cpu" or "gpu", see _device); gpu_fallback: a
+    # GPU was asked for, none was found, the CPU ran it. Bytes copied to and from the
+    # device (the probe's included) and how many copies that took.
+    device: str = "cpu"
+    gpu_fallback: bool = False
+    bytes_to_device: int = 0
+    bytes_from_device: int = 0
+    device_copies: tuple[int, int] = (0, 0)
+    # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
+    gpu_missing: bool = False
+    saturated_voxels: int = 0
+
+    def summary(self, *, plan: bool = True) -> str:
+        """A few human-readable lines. An automatic plan is one line after a run and, with
+        its reasons, several after a dry run (which is for looking at it); ``plan=False``
+        leaves it out (the command line's ``--quiet``)."""
+        lines = [
+            f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}",
+            _tasks_line(self),
+            *_work_lines(self),
+            *_device_lines(self),
+            *_outcome_lines(self),
+        ]
+        # The plan when it was chosen here; given sizes' read model stays in
+        # ``report.plan`` (its budget line depends on the machine).
+        if plan and self.plan is not None and self.plan.automatic:
+            told = self.plan.summary() if self.dry_run else self.plan.headline()
+            lines += ["  " + line for line in told.splitlines()]
+        return "\n".join(lines)
+
+
+# --- the summary's lines, in the order it prints them --------------------------------------
+
+
+def _tasks_line(r: ApplyReport) -> str:
+    """Tasks per level and reductions (a deferred flow's reduction has no top-level task)."""
+    if r.tasks_per_level or r.dry_run:
+        levels = ", ".join(str(n) for n in r.tasks_per_level)
+        return f"  tasks per level: [{levels}]; reductions: {r.reductions}"
+    return f"  reductions of the deferred layers: {r.reductions}"
+
+
+def _work_lines(r: ApplyReport) -> list[str]:
+    """What was read and written: nothing (finished before), the estimate, or the counts."""
+    if r.finished_before:
+        return [f"  already finished at {r.finished_before}: nothing to do"]
+    if r.estimate is not None:
+        return _estimate_lines(r.estimate, r.intermediates)
+    what = "" if r.tasks_per_level else " of layers"
+    return [
+        f"  read {format_bytes(r.bytes_read)}{what} (amplification "
+        f"{r.read_amplification:.2f}), wrote {format_bytes(r.bytes_written)} "
+        f"(+{format_bytes(r.temporary_bytes)} temporary) in {r.wall_seconds:.2f} s"
+    ]
+
+
+def _estimate_lines(e: FlowEstimate, intermediates: str | None) -> list[str]:
+    """A dry run's figures: reads (through the chunk cache when it saves any), writes, memory."""
+    reads = format_bytes(e.bytes_to_read)
+    if e.expected_bytes_to_read is not None and e.expected_bytes_to_read < e.bytes_to_read:
+        reads = (
+            f"{format_bytes(e.expected_bytes_to_read)} through the chunk cache "
+            f"({reads} without one)"
+        )
+    lines = [
+        f"  would read {reads}, write {format_bytes(e.dst_bytes)} to dst "
+        f"(+{format_bytes(e.temporary_bytes)} temporary); one top-level task needs "
+        f"{format_bytes(e.top_task_memory_bytes)}"
+    ]
+    if e.temporary_bytes:
+        lines.append(f"  temporaries under {intermediates}")
+    return lines
+
+
+def _device_lines(r: ApplyReport) -> list[str]:
+    """Where the levels below the top ran, when it was not plainly the CPU, and the copies."""
+    if r.gpu_fallback:
+        return ["  device: cpu (gpu_fallback: no GPU was found)"]
+    if r.gpu_missing:
+        return [f"  device: {r.device} ({NO_GPU_HERE})"]
+    if r.device == "cpu":
+        return []
+    if r.dry_run or r.finished_before:
+        return [f"  device: {r.device}"]
+    up, down = r.device_copies
+    return [
+        f"  device: {r.device}; copied {format_bytes(r.bytes_to_device)} to it "
+        f"({up} uploads) and {format_bytes(r.bytes_from_device)} back ({down} downloads)"
+    ]
+
+
+def _outcome_lines(r: ApplyReport) -> list[str]:
+    """Resumed work, deferred layers, collected values and saturated voxels, where any."""
+    lines = []
+    if r.top_tasks_skipped or r.reductions_skipped:
+        lines.append(
+            f"  resumed: skipped {r.top_tasks_skipped} top-level tasks and "
+            f"{r.reductions_skipped} reductions already done"
+        )
+    if r.deferred_layers:
+        lines.append(f"  deferred layers: {', '.join(r.deferred_layers)}")
+    if r.values is not None:
+        lines.append(f"  collected {len(r.values)} values of fn (no dst): report.values")
+    if r.saturated_voxels:
+        lines.append(
+            f"  saturated: {r.saturated_voxels} voxels written at the limits of dst's "
+            "dtype (fn's values did not fit)"
+        )
+    return lines
