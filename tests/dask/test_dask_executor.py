@@ -152,6 +152,24 @@ def test_gpu_tasks_go_only_to_the_worker_with_a_gpu(own_cluster: Any) -> None:
     assert again == [gpu_worker] * 6
 
 
+def test_gpu_units_queued_on_the_gpu_worker_are_never_stolen_by_a_worker_without_one(
+    own_cluster: Any,
+) -> None:
+    """Eight slow GPU units wait for the one GPU worker while the CPU worker idles. Dask's
+    work stealing, given a loose pin, ignored the units' resources: a unit stolen by the
+    CPU worker failed its state machine (KeyError: 'GPU'), which closed the worker."""
+    _, client = own_cluster(cpu={}, gpu={"resources": {"GPU": 1}})
+    gpu_worker = worker_named(client, "gpu")
+    pids = client.run(os.getpid)
+    g = Graph()
+    gpu = [
+        g.add(where, g.add(slow_mix, 0.2, k, resources={"gpu": 1}), resources={"gpu": 1})
+        for k in range(8)
+    ]
+    assert cg.run(g, gpu, executor=DaskExecutor(client)) == [gpu_worker] * 8
+    assert client.run(os.getpid) == pids  # no worker failed (and came back as another)
+
+
 def failing_graph() -> tuple[Graph, list[TaskRef]]:
     """``one -> ratio (divides by zero) -> after``; ``fine`` stands alone."""
     g = Graph()
