@@ -17,7 +17,7 @@ WORKERS = 2
 # Seconds for worker processes to start or come back after a kill. Generous: on a
 # loaded 2-core machine a process importing numpy, distributed and chunkgraph takes
 # seconds, and a deadline that is too short fails a test that would have passed.
-START_DEADLINE_S = 120.0
+START_DEADLINE_S = 60.0
 
 
 def worker_pythonpath() -> str:
