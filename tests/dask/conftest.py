@@ -65,7 +65,11 @@ class _Shared:
 
     def start(self) -> None:
         self.cluster = distributed.LocalCluster(
-            n_workers=WORKERS, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=WORKERS,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},  # /metrics: 8787 may be taken
         )
         self.client = distributed.Client(self.cluster, set_as_default=False)
         self.client.wait_for_workers(WORKERS, timeout=START_DEADLINE_S)

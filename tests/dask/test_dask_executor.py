@@ -324,7 +324,12 @@ def test_resources_no_worker_offers_fail_before_anything_is_submitted(healthy: A
 
 def test_a_cluster_without_workers_fails_at_once() -> None:
     with (
-        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        distributed.LocalCluster(
+            n_workers=0,
+            processes=False,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+        ) as empty,
         distributed.Client(empty, set_as_default=False) as client,
     ):
         g = Graph()
