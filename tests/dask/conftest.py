@@ -5,7 +5,8 @@ shared by the session, for tests that leave its workers as they found them.
 Before each test ``healthy`` checks that the cluster has exactly its 2 workers
 (a new cluster replaces one that lost a worker for good, so one broken test
 never fails all those after it); after the test, that the same 2 workers still
-run (a test that killed, restarted or added one fails there, by name).
+run, in the same processes (a test that killed, restarted or added one fails
+there, by name).
 
 ``own_cluster``: clusters for one test alone, closed after it: tests that kill
 workers, restart them or need workers of their own kind (a GPU, another host).
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -74,13 +76,19 @@ class _Shared:
         self.client = distributed.Client(self.cluster, set_as_default=False)
         self.client.wait_for_workers(WORKERS, timeout=START_DEADLINE_S)
 
+    def worker_pids(self) -> set[int | None]:
+        """The process ids of its workers, as their nannies (threads here) know them;
+        None for one not running."""
+        return {nanny.pid for nanny in list(self.cluster.workers.values())}
+
     def sound(self) -> bool:
         """Whether it has exactly its workers running, waiting for a killed one to come
         back (its nanny restarts it) up to START_DEADLINE_S."""
         deadline = time.monotonic() + START_DEADLINE_S
         while time.monotonic() < deadline:
             try:
-                if len(running_workers(self.client)) == WORKERS:
+                pids = self.worker_pids()
+                if len(running_workers(self.client)) == len(pids) == WORKERS and None not in pids:
                     return True
             except Exception:  # the scheduler itself is gone: replace it all
                 return False
@@ -110,13 +118,24 @@ def healthy(_shared: _Shared) -> Iterator[Any]:
         logging.getLogger(__name__).warning("the shared Dask cluster lost a worker: replaced")
         _shared.close()
         _shared.start()
-    before = running_workers(_shared.client)
+    before, pids = running_workers(_shared.client), _shared.worker_pids()
     yield _shared.client
-    after = running_workers(_shared.client)
+    # A killed worker shows at once by its process; the scheduler may take a moment.
+    after = running_workers(_shared.client) if all(map(_alive, pids)) else set()
     assert after == before, (
-        f"the test left the shared cluster's workers changed ({sorted(before)} -> "
-        f"{sorted(after)}); a test that kills, restarts or adds workers uses own_cluster"
+        f"the shared cluster's workers changed during this test, or at the end of the one "
+        f"before ({sorted(before)} -> {sorted(after)}); a test that kills, restarts or adds "
+        "workers uses own_cluster"
     )
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture
