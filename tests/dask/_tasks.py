@@ -27,6 +27,16 @@ def slow_mix(seconds: float, i: int, *inputs: int) -> int:
     return mix(i, *inputs)
 
 
+def announce_then_sleep(folder: str, seconds: float, i: int) -> int:
+    """Leaves a file named after its worker process in ``folder`` as it starts (a test's
+    sign that it runs there), then sleeps ``seconds``; returns ``mix(i)``."""
+    import os
+
+    (Path(folder) / f"{i}-{os.getpid()}").touch()
+    time.sleep(seconds)
+    return mix(i)
+
+
 def where(*_inputs: Any) -> str:
     """The address of the Dask worker this runs on."""
     from distributed import get_worker

@@ -1,5 +1,8 @@
 """DaskExecutor on a real LocalCluster (2 worker processes): results, placement,
-resources, failures, events, a worker killed mid-run, connecting."""
+resources, failures, events, a worker killed mid-run, connecting.
+
+Tests that kill, restart or add workers run on a cluster of their own (``own_cluster``),
+the others on the session's shared one (``healthy``)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,13 @@ import os
 import re
 import signal
 import threading
-import time
 from typing import Any
 
 import numpy as np
 import pytest
+from tests.dask._cluster import START_DEADLINE_S, wait_until
 from tests.dask._tasks import (
+    announce_then_sleep,
     divide,
     fail_once,
     kill_worker_first,
@@ -125,32 +129,45 @@ def test_dask_contexts_describe_the_workers(healthy: Any) -> None:
     assert dask_links(contexts) == {(a.name, b.name): LOOPBACK}
 
 
-def test_gpu_tasks_go_only_to_the_worker_with_a_gpu(healthy: Any, cluster: Any) -> None:
-    async def start() -> Any:
-        return await distributed.Nanny(
-            cluster.scheduler_address, nthreads=1, resources={"GPU": 1}, dashboard_address=None
-        )
+def worker_named(client: Any, name: str) -> str:
+    """The address of the worker ``own_cluster`` started as ``name``."""
+    workers = client.scheduler_info()["workers"]
+    (address,) = [a for a, info in workers.items() if info["name"] == name]
+    return str(address)
 
-    nanny = cluster.sync(start)
-    try:
-        healthy.wait_for_workers(3, timeout=60)
-        gpu_worker = nanny.worker_address
-        contexts = dask_contexts(healthy)
-        assert [c.name for c in contexts if c.kind == "gpu"] == [gpu_worker + "#gpu"]
-        g = Graph()
-        gpu = [g.add(where, g.add(mix, k), resources={"gpu": 1}) for k in range(6)]
-        cpu = [g.add(where, g.add(mix, k)) for k in range(6)]
-        got = cg.run(g, [*gpu, *cpu], executor=DaskExecutor(healthy))
-        assert got[:6] == [gpu_worker] * 6
-        # the same without a plan of the cluster: Dask's resources alone keep them there
-        local = cg.plan(g, [cg.Context("cpu", slots=2), cg.Context("gpu", "gpu")], targets=gpu)
-        again = cg.run(g, gpu, executor=DaskExecutor(healthy), plan=local)
-        assert again == [gpu_worker] * 6
-    finally:
-        cluster.sync(nanny.close)
-        deadline = time.monotonic() + 30
-        while len(healthy.scheduler_info()["workers"]) > 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+
+def test_gpu_tasks_go_only_to_the_worker_with_a_gpu(own_cluster: Any) -> None:
+    _, client = own_cluster(cpu={}, gpu={"resources": {"GPU": 1}})
+    gpu_worker = worker_named(client, "gpu")
+    contexts = dask_contexts(client)
+    assert [c.name for c in contexts if c.kind == "gpu"] == [gpu_worker + "#gpu"]
+    g = Graph()
+    gpu = [g.add(where, g.add(mix, k), resources={"gpu": 1}) for k in range(6)]
+    cpu = [g.add(where, g.add(mix, k)) for k in range(6)]
+    got = cg.run(g, [*gpu, *cpu], executor=DaskExecutor(client))
+    assert got[:6] == [gpu_worker] * 6
+    # the same without a plan of the cluster: Dask's resources alone keep them there
+    local = cg.plan(g, [cg.Context("cpu", slots=2), cg.Context("gpu", "gpu")], targets=gpu)
+    again = cg.run(g, gpu, executor=DaskExecutor(client), plan=local)
+    assert again == [gpu_worker] * 6
+
+
+def test_gpu_units_queued_on_the_gpu_worker_are_never_stolen_by_a_worker_without_one(
+    own_cluster: Any,
+) -> None:
+    """Eight slow GPU units wait for the one GPU worker while the CPU worker idles. Dask's
+    work stealing, given a loose pin, ignored the units' resources: a unit stolen by the
+    CPU worker failed its state machine (KeyError: 'GPU'), which closed the worker."""
+    _, client = own_cluster(cpu={}, gpu={"resources": {"GPU": 1}})
+    gpu_worker = worker_named(client, "gpu")
+    pids = client.run(os.getpid)
+    g = Graph()
+    gpu = [
+        g.add(where, g.add(slow_mix, 0.2, k, resources={"gpu": 1}), resources={"gpu": 1})
+        for k in range(8)
+    ]
+    assert cg.run(g, gpu, executor=DaskExecutor(client)) == [gpu_worker] * 8
+    assert client.run(os.getpid) == pids  # no worker failed (and came back as another)
 
 
 def failing_graph() -> tuple[Graph, list[TaskRef]]:
@@ -185,7 +202,7 @@ def test_failures_are_grouped_as_the_local_executor_groups_them(healthy: Any) ->
     assert "divide" in str(mine.__cause__.__cause__)  # the worker's traceback
 
 
-def test_retries_are_dasks_retries(healthy: Any, tmp_path: Any) -> None:
+def test_a_failed_task_is_tried_again_up_to_retries(healthy: Any, tmp_path: Any) -> None:
     g = Graph()
     flaky = g.add(fail_once, str(tmp_path / "tried"), 7)
     assert cg.run(g, flaky, executor=DaskExecutor(healthy, retries=1)) == 7
@@ -224,9 +241,10 @@ def test_subscribers_see_each_task_start_and_finish_in_dependency_order(healthy:
     assert "after" in cancelled
 
 
-def test_a_worker_killed_mid_run_loses_nothing(healthy: Any) -> None:
+def test_a_worker_killed_mid_run_loses_nothing(own_cluster: Any) -> None:
     """Chains of slow tasks; at the first finished unit one worker is SIGKILLed. Dask
     reruns what it held or ran on the other worker (and on its restart)."""
+    _, client = own_cluster()
     g = Graph()
     tails = []
     for k in range(8):
@@ -236,7 +254,7 @@ def test_a_worker_killed_mid_run_loses_nothing(healthy: Any) -> None:
         tails.append(x)
     total = g.add(mix, 99, *tails)
     expected = cg.run(g, total, executor="sync")
-    pids = healthy.run(os.getpid)
+    pids = client.run(os.getpid)
     victim = pids[sorted(pids)[0]]
     killed: list[int] = []
 
@@ -245,13 +263,13 @@ def test_a_worker_killed_mid_run_loses_nothing(healthy: Any) -> None:
             os.kill(victim, signal.SIGKILL)
             killed.append(victim)
 
-    contexts = dask_contexts(healthy)
+    contexts = dask_contexts(client)
     plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
-    got = cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[kill_once])
+    got = cg.run(g, total, executor=DaskExecutor(client), plan=plan, subscribers=[kill_once])
     assert killed == [victim]
     assert got == expected
-    healthy.wait_for_workers(2, timeout=60)
-    assert victim not in healthy.run(os.getpid).values()
+    client.wait_for_workers(2, timeout=START_DEADLINE_S)
+    assert victim not in client.run(os.getpid).values()
 
 
 def test_a_wrong_address_fails_quickly_and_says_what_to_do() -> None:
@@ -306,7 +324,12 @@ def test_resources_no_worker_offers_fail_before_anything_is_submitted(healthy: A
 
 def test_a_cluster_without_workers_fails_at_once() -> None:
     with (
-        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        distributed.LocalCluster(
+            n_workers=0,
+            processes=False,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+        ) as empty,
         distributed.Client(empty, set_as_default=False) as client,
     ):
         g = Graph()
@@ -316,21 +339,22 @@ def test_a_cluster_without_workers_fails_at_once() -> None:
             cg.run(g, one, executor=DaskExecutor(client), plan=plan)
 
 
-def test_a_unit_cancelled_on_the_cluster_is_a_failure_of_that_unit(healthy: Any) -> None:
+def test_a_unit_cancelled_on_the_cluster_is_a_failure_of_that_unit(own_cluster: Any) -> None:
+    _, client = own_cluster()
     g = Graph()
     tails = [g.add(slow_mix, 0.3, k, g.add(slow_mix, 0.3, k)) for k in range(6)]
     total = g.add(mix, 99, *tails)
-    contexts = dask_contexts(healthy)
+    contexts = dask_contexts(client)
     plan = cg.plan(g, contexts, links=dask_links(contexts), strategy="heft")
 
     def restart_once(event: cg.Event) -> None:
         if event.kind is EventKind.FINISHED and not restarted:
             restarted.append(True)
-            healthy.restart()  # cancels every future of the cluster
+            client.restart(timeout=START_DEADLINE_S)  # cancels every future of the cluster
 
     restarted: list[bool] = []
     with pytest.raises(ExceptionGroup) as caught:
-        cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[restart_once])
+        cg.run(g, total, executor=DaskExecutor(client), plan=plan, subscribers=[restart_once])
     errors = caught.value.exceptions
     assert errors and all(isinstance(e, cg.TaskError) for e in errors)
     assert all("cancelled on the cluster" in str(e.__cause__) for e in errors)
@@ -352,11 +376,12 @@ def test_an_interrupt_while_waiting_cancels_the_whole_run(healthy: Any) -> None:
 
     with pytest.raises(KeyboardInterrupt) as caught:
         cg.run(g, total, executor=DaskExecutor(healthy), plan=plan, subscribers=[interrupt])
-    deadline = time.monotonic() + 5
-    while healthy.run_on_scheduler(ours) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert caught.value is not None  # its traceback holds the run's frames, still
-    assert healthy.run_on_scheduler(ours) == []
+    # its traceback holds the run's frames, still: the keys go all the same
+    wait_until(
+        lambda: caught.value is not None and not healthy.run_on_scheduler(ours),
+        START_DEADLINE_S,
+        "the interrupted run's keys are still on the scheduler",
+    )
 
 
 def test_a_task_that_cannot_be_pickled_fails_before_any_task_runs(healthy: Any) -> None:
@@ -373,20 +398,19 @@ def test_a_task_that_cannot_be_pickled_fails_before_any_task_runs(healthy: Any) 
     assert not [e for e in events if e.kind in (EventKind.STARTED, EventKind.FINISHED)]
 
 
-def clients_of(client: Any) -> int:
-    """How many Clients the scheduler has now, once those closing are gone (2 s at most)."""
+def clients_of(client: Any) -> set[str]:
+    """The ids of the Clients the scheduler has now."""
 
-    def count(dask_scheduler: Any) -> int:
-        return len(dask_scheduler.clients)
+    def ids(dask_scheduler: Any) -> list[str]:
+        return list(dask_scheduler.clients)
 
-    before, deadline = client.run_on_scheduler(count), time.monotonic() + 2
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = client.run_on_scheduler(count)
-        if now == before:
-            return int(now)
-        before = now
-    return int(before)
+    return set(client.run_on_scheduler(ids))
+
+
+def wait_for_clients(client: Any, base: set[str], what: str) -> None:
+    """Wait until the scheduler has no Client beyond ``base``: a closed one leaves it soon
+    after (one of ``base`` closing meanwhile cannot hide one left open)."""
+    wait_until(lambda: clients_of(client) <= base, START_DEADLINE_S, what)
 
 
 def test_the_client_opened_for_an_address_is_closed_when_the_call_ends(
@@ -399,14 +423,14 @@ def test_the_client_opened_for_an_address_is_closed_when_the_call_ends(
     g, targets = failing_graph()
     with pytest.raises(ExceptionGroup) as caught:
         cg.run(g, targets, executor=cluster.scheduler_address)
-    assert clients_of(healthy) == base, "run() left its Client open"
+    wait_for_clients(healthy, base, "run() left its Client open")
     src = cg.volume.create("dask-close-src", (8, 8), (4, 4), "uint8", backend="memory")
     try:
         with pytest.raises(cg.ConfigError, match="memory volumes") as refused:
             cg.apply(where, src, src, chunk_sizes=[(4, 4)], executor=cluster.scheduler_address)
     finally:
         cg.volume.remove("dask-close-src")
-    assert clients_of(healthy) == base, "apply() left its Client open"
+    wait_for_clients(healthy, base, "apply() left its Client open")
     # dask's num_workers setting sizes local threads; a cluster's workers are its own
     with dask.config.set(num_workers=2):
         total = (
@@ -415,7 +439,7 @@ def test_the_client_opened_for_an_address_is_closed_when_the_call_ends(
             .compute(scheduler=cg.dask_scheduler, executor=cluster.scheduler_address)
         )
     assert total == 10
-    assert clients_of(healthy) == base, "dask_scheduler left its Client open"
+    wait_for_clients(healthy, base, "dask_scheduler left its Client open")
     assert caught.value and refused.value  # held until here, as a caller may hold them
 
 
@@ -512,30 +536,48 @@ def _pinned_plan(client: Any, g: Graph) -> cg.Plan:
 
 
 def test_a_unit_whose_worker_died_twice_runs_on_a_restarted_one(
-    healthy: Any, tmp_path: Any
+    own_cluster: Any, tmp_path: Any
 ) -> None:
     """Its pinned worker, then the one it moved to, die while no other runs: Dask leaves
     such a unit waiting for a worker of those addresses, which never come back (restarted
     workers get new ones). The run places it on a running worker instead of hanging."""
+    _, client = own_cluster()
     g = Graph()
     g.add(kill_worker_first, str(tmp_path / "deaths"), 2, 7, name="k")
-    got = cg.run(g, "k", executor=DaskExecutor(healthy), plan=_pinned_plan(healthy, g))
+    got = cg.run(g, "k", executor=DaskExecutor(client), plan=_pinned_plan(client, g))
     assert got == 7
     assert (tmp_path / "deaths").read_text() == "2"
 
 
-def test_every_worker_killed_at_once_loses_nothing(healthy: Any) -> None:
+def test_every_worker_killed_at_once_loses_nothing(own_cluster: Any, tmp_path: Any) -> None:
+    """Four 1-second tasks pinned two per worker; once both workers run one, both are
+    SIGKILLed together, so the units they held wait for workers that never come back."""
+    _, client = own_cluster()
     g = Graph()
-    parts = [g.add(slow_mix, 1.0, i, name=f"s{i}") for i in range(4)]
+    parts = [g.add(announce_then_sleep, str(tmp_path), 1.0, i, name=f"s{i}") for i in range(4)]
     total = g.add(mix, 99, *parts, name="total")
-    pids = list(healthy.run(os.getpid).values())
-    timer = threading.Timer(0.5, lambda: [os.kill(p, signal.SIGKILL) for p in pids])
-    timer.start()
+    pids = set(client.run(os.getpid).values())
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_when_both_run() -> None:
+        while not stop.wait(0.02):
+            running = {int(p.name.split("-")[1]) for p in tmp_path.iterdir()}
+            if running >= pids:
+                for pid in sorted(pids):
+                    os.kill(pid, signal.SIGKILL)
+                killed.extend(sorted(pids))
+                return
+
+    killer = threading.Thread(target=kill_when_both_run, daemon=True)
+    killer.start()
     try:
-        got = cg.run(g, total, executor=DaskExecutor(healthy), plan=_pinned_plan(healthy, g))
+        got = cg.run(g, total, executor=DaskExecutor(client), plan=_pinned_plan(client, g))
     finally:
-        timer.cancel()
-    assert got == cg.run(g, total, executor="sync")
+        stop.set()
+        killer.join()
+    assert killed == sorted(pids)
+    assert got == mix(99, *(mix(i) for i in range(4)))
 
 
 def test_a_client_passed_as_executor_runs_there_and_stays_open(healthy: Any) -> None:

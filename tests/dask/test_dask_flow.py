@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.dask._cluster import START_DEADLINE_S
 from tests.dask._tasks import identity, slow_identity
 
 import chunkgraph as cg
@@ -102,26 +103,15 @@ def test_a_local_cluster_may_use_local_paths(healthy: Any, tmp_path: Path) -> No
 
 
 def test_a_worker_at_an_address_of_no_local_interface_counts_as_remote(
-    healthy: Any, cluster: Any, tmp_path: Path
+    own_cluster: Any, tmp_path: Path
 ) -> None:
     """127.0.0.2 reaches this machine through loopback, but no interface lists it: a
     worker there is treated as remote, and is asked whether it sees the paths."""
-
-    async def start() -> Any:
-        return await distributed.Nanny(
-            cluster.scheduler_address, host="127.0.0.2", nthreads=1, dashboard_address=None
-        )
-
-    nanny = cluster.sync(start)
-    try:
-        healthy.wait_for_workers(3, timeout=60)
-        assert remote_workers(healthy) == [nanny.worker_address]
-        DaskExecutor(healthy).check_paths({"dst": str(tmp_path)})  # it does see this one
-    finally:
-        cluster.sync(nanny.close)
-        deadline = time.monotonic() + 30
-        while len(healthy.scheduler_info()["workers"]) > 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    _, client = own_cluster(here={}, there={"host": "127.0.0.2"})
+    workers = client.scheduler_info()["workers"]
+    (there,) = [a for a, info in workers.items() if info["name"] == "there"]
+    assert remote_workers(client) == [there]
+    DaskExecutor(client).check_paths({"dst": str(tmp_path)})  # it does see this one
 
 
 # The client: a separate process (it imports the same task function, so its flow has
@@ -133,15 +123,16 @@ from chunkgraph import volume
 from tests.dask._tasks import slow_identity
 
 cg.apply(slow_identity, volume.open(sys.argv[2]), volume.open(sys.argv[3], mode="r+"),
-         chunk_sizes=[(16, 20)], intermediates=sys.argv[4], executor=sys.argv[1])
+         chunk_sizes=[(8, 20)], intermediates=sys.argv[4], executor=sys.argv[1])
 """
 
 
 def test_a_rerun_after_the_client_was_killed_skips_finished_top_tasks(
     healthy: Any, cluster: Any, tmp_path: Path
 ) -> None:
-    """A client process runs a 6-task flow and is SIGKILLed once some tasks are marked
-    done; a rerun with resume=True (same fn, volumes, settings) skips those."""
+    """A client process runs a 12-task flow and is SIGKILLed once some tasks are marked
+    done; a rerun with resume=True (same fn, volumes, settings) skips those. (Twelve
+    0.3-second tasks on 2 workers: the kill lands long before the last is done.)"""
     src, data = source(tmp_path)
     dst = volume.create(str(tmp_path / "dst.zarr"), SHAPE, STORAGE, data.dtype)
     inter = tmp_path / "tmp"
@@ -153,7 +144,7 @@ def test_a_rerun_after_the_client_was_killed_skips_finished_top_tasks(
         stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + START_DEADLINE_S
         while not list(inter.glob("*/markers/top/*")) and time.monotonic() < deadline:
             if client_proc.poll() is not None:
                 raise AssertionError(f"the client ended first:\n{client_proc.stderr.read()}")
@@ -163,9 +154,9 @@ def test_a_rerun_after_the_client_was_killed_skips_finished_top_tasks(
         client_proc.wait(timeout=30)
     assert list(inter.glob("*/markers/top/*")), "no top-level task finished in time"
     report = cg.apply(
-        slow_identity, src, dst, chunk_sizes=[(16, 20)], intermediates=inter,
+        slow_identity, src, dst, chunk_sizes=[(8, 20)], intermediates=inter,
         executor=DaskExecutor(healthy), resume=True,
     )  # fmt: skip
-    assert 1 <= report.top_tasks_skipped < 6
-    assert report.tasks_per_level[0] == 6 - report.top_tasks_skipped
+    assert 1 <= report.top_tasks_skipped < 12
+    assert report.tasks_per_level[0] == 12 - report.top_tasks_skipped
     np.testing.assert_array_equal(dst.read(Box.from_shape(SHAPE)), data)

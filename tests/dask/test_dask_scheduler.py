@@ -72,7 +72,7 @@ def test_failures_beside_the_raised_one_are_named_in_its_note() -> None:
     """
     bad-0   bad-1      both start (a barrier holds each until the other runs), both fail
     """
-    gate = threading.Barrier(2, timeout=20)
+    gate = threading.Barrier(2, timeout=60)
 
     def fail(i: int) -> None:
         gate.wait()

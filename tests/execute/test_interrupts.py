@@ -194,7 +194,7 @@ def test_the_first_ctrl_c_stops_a_thread_run_whose_task_hangs(tmp_path: Path) ->
         assert driver.line() == "started"
         driver.proc.send_signal(signal.SIGINT)
         # Without the fix the run waits for the sleeping task: about 1000 s.
-        err = driver.finish(timeout=20)
+        err = driver.finish(timeout=60)
     finally:
         driver.kill()
     assert driver.proc.returncode != 0
@@ -206,11 +206,13 @@ def test_ctrl_c_abandons_a_stuck_thread_and_the_pool_recovers() -> None:
     stuck thread is replaced in the shared pool, and its late return changes nothing."""
     started, release = threading.Event(), threading.Event()
     stuck_threads: list[threading.Thread] = []
+    returned: list[bool] = []
 
     def stuck() -> int:
         stuck_threads.append(threading.current_thread())
         started.set()
         release.wait(120)
+        returned.append(True)
         return 1
 
     def ctrl_c() -> None:
@@ -220,10 +222,9 @@ def test_ctrl_c_abandons_a_stuck_thread_and_the_pool_recovers() -> None:
     g = Graph()
     g.add(mix, 0, g.add(stuck, name="stuck"))
     threading.Thread(target=ctrl_c, daemon=True).start()
-    began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run(g, workers=2)
-    assert time.monotonic() - began < 30  # not the 120 s the task would take
+    assert not returned  # the run raised at once; it did not wait for the task
     (thread,) = stuck_threads
     assert thread.is_alive() and thread.daemon
     pool, shared = acquire_pool(2)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,8 @@ class Meter:
         self.bytes_now = 0
         self.bytes_most = 0
 
-    def hold(self, nbytes: int, seconds: float) -> int:
+    def hold(self, nbytes: int, seconds: float, then: Any = None) -> int:
+        """Count itself in, allocate ``nbytes``, sleep, call ``then()`` (if given), leave."""
         with self.lock:
             self.now += 1
             self.bytes_now += nbytes
@@ -36,6 +39,8 @@ class Meter:
             self.bytes_most = max(self.bytes_most, self.bytes_now)
         block = np.ones(nbytes, np.uint8)  # really allocate what the cost says
         time.sleep(seconds)
+        if then is not None:
+            then()
         with self.lock:
             self.now -= 1
             self.bytes_now -= nbytes
@@ -53,6 +58,18 @@ def slow_inc(x: int) -> int:
 
 def add(*xs: int) -> int:
     return sum(xs)
+
+
+def inc_once_both_ran(x: int, folder: str) -> int:
+    """``x + 1``, once two workers (threads or processes) have run this: the worker the
+    plan gives everything cannot finish alone before the other one steals (60 s at most,
+    counted from the folder's creation)."""
+    here = Path(folder)
+    (here / f"{os.getpid()}-{threading.get_ident()}").touch()
+    deadline = here.stat().st_mtime + 60
+    while len(list(here.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.005)
+    return x + 1
 
 
 def test_workers_split_by_slots_and_gpus_get_their_own() -> None:
@@ -82,11 +99,13 @@ def test_scheduler_takes_per_context_and_steals_a_whole_unstarted_subgraph() -> 
 
 
 @pytest.mark.parametrize("kind", ["threads", "processes"])
-def test_a_stolen_subgraph_still_gives_correct_results(kind: Any) -> None:
+def test_a_stolen_subgraph_still_gives_correct_results(kind: Any, tmp_path: Path) -> None:
     """Plan every task on one context (the other is planned 100x slower): it steals."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
     g = Graph()
     cost = Cost({"busy": 1.0, "idle": 100.0})
-    leaves = [g.add(slow_inc, i, cost=cost) for i in range(40)]
+    leaves = [g.add(inc_once_both_ran, i, str(ran), cost=cost) for i in range(40)]
     chains = [g.add(slow_inc, g.add(slow_inc, leaf, cost=cost), cost=cost) for leaf in leaves]
     total = g.add(add, *chains, name="total", cost=cost)
     ctx = [cg.Context("busy", slots=1), cg.Context("idle", slots=1)]
@@ -104,18 +123,28 @@ def test_a_stolen_subgraph_still_gives_correct_results(kind: Any) -> None:
 
 
 def test_memory_tight_graph_stays_under_its_cap_in_a_real_run() -> None:
+    """Fifteen tasks of 8 MiB under a cap of 24 MiB, on four workers: three at a time.
+    Each waits for two others (a barrier of three) while it holds its memory, so three
+    run at once however late a loaded machine starts their threads; a fourth admitted
+    would show as ``most == 4``, a cap kept at two would break the barrier."""
     meter = Meter()
+    three = threading.Barrier(3, timeout=60)
     mib = 1 << 20
+
+    def hold_with_two_others(nbytes: int) -> int:
+        return meter.hold(nbytes, 0.0, then=three.wait)
+
     g = Graph()
     parts = [
-        g.add(meter.hold, 8 * mib, 0.02, cost=Cost(seconds=0.02, memory=8 * mib)) for _ in range(16)
+        g.add(hold_with_two_others, 8 * mib, cost=Cost(seconds=0.02, memory=8 * mib))
+        for _ in range(15)
     ]
     g.add(add, *parts, name="total")
     cap = 24 * mib  # three tasks at once, of four workers
     plan = cg.plan(g, [cg.Context("cpu", slots=4)], memory=cap)
     assert plan.simulate().peak_memory[0] <= cap
     got = cg.run(g, "total", workers=4, plan=plan)
-    assert got == 16 * 8 * mib
+    assert got == 15 * 8 * mib
     assert meter.bytes_most <= cap and meter.most == 3
 
 

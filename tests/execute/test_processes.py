@@ -85,11 +85,11 @@ DRIVER = textwrap.dedent(
     import numpy as np
     from chunkgraph.execute import run
     from chunkgraph.graph import Graph
-    from tests.execute._tasks import sleep_then
+    from tests.execute._tasks import announce_then_sleep
 
     if __name__ == "__main__":  # workers import this module: run only in the driver
         g = Graph()
-        parts = [g.add(sleep_then, 30.0, i) for i in range(8)]
+        parts = [g.add(announce_then_sleep, 30.0, i) for i in range(8)]
         g.add(np.sum, parts)
         print("running", flush=True)
         run(g, executor="processes", workers=2)
@@ -105,15 +105,15 @@ def test_ctrl_c_in_the_driver_leaves_no_child_process(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "running"
-        driver = psutil.Process(proc.pid)
-        deadline = time.monotonic() + 60
-        workers: list[psutil.Process] = []
-        # Wait until both workers run a sleeping task (the forkserver plus its children).
-        while time.monotonic() < deadline and len(workers) < 3:
-            workers = driver.children(recursive=True)
-            time.sleep(0.1)
-        assert len(workers) >= 3, f"workers did not start: {workers}"
-        time.sleep(0.5)
+        # Both workers run a sleeping task once each has printed "started" (two
+        # processes' prints may interleave on the one pipe).
+        seen = ""
+        while seen.count("started") < 2:
+            line = proc.stdout.readline()
+            assert line, f"the driver ended first: {proc.communicate()}"
+            seen += line
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        assert len(workers) >= 3, f"not the forkserver and two workers: {workers}"
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -121,5 +121,5 @@ def test_ctrl_c_in_the_driver_leaves_no_child_process(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err
-    _, alive = psutil.wait_procs(workers, timeout=10)
+    _, alive = psutil.wait_procs(workers, timeout=60)
     assert alive == [], f"stray processes: {alive}"

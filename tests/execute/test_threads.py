@@ -95,7 +95,7 @@ def test_every_concurrently_failing_task_is_in_the_group() -> None:
          \\          /
            never-runs
     """
-    barrier = threading.Barrier(2, timeout=10)
+    barrier = threading.Barrier(2, timeout=60)
 
     def fail_together(side: str) -> None:
         barrier.wait()

@@ -60,6 +60,19 @@ if mode == "slow-writes":
     while len([n for n in os.listdir(root) if n.startswith("ready-")]) < 2:
         time.sleep(0.005)
 
+if mode == "wait":
+    # Tell the test once this run has found the flow's lock held: it waits from then on.
+    import fcntl
+    plain_flock = fcntl.flock
+    def flock(fd, operation):
+        try:
+            return plain_flock(fd, operation)
+        except BlockingIOError:
+            if operation & fcntl.LOCK_EX:
+                open(root + "/waiting", "w").close()
+            raise
+    fcntl.flock = flock
+
 src = volume.open(root + "/src.zarr")
 dst = volume.open(root + "/dst.zarr", mode="r+")
 bbox = Box((start, 0), (stop, {width}))
@@ -99,7 +112,7 @@ def _result(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any]]:
 
 
 def _wait_for_lock(root: Path) -> Path:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60  # a Python process starting on a loaded machine
     while time.monotonic() < deadline:
         locks = list((root / ".dst.zarr.chunkgraph").glob("*.lock"))
         if locks and locks[0].stat().st_size:
@@ -115,7 +128,11 @@ def test_the_same_flow_started_twice_is_refused_then_waits(tmp_path: Path) -> No
     code, refused = _result(_start(tmp_path, "run", (0, 32), 0.0))
     assert code == 3 and f"process {first.pid} on host" in refused["locked"]
     waiting = _start(tmp_path, "wait", (0, 32), 0.0)
-    time.sleep(0.5)  # let it start waiting
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "waiting").exists():
+        assert waiting.poll() is None, waiting.communicate()
+        assert time.monotonic() < deadline, "the second run never waited for the lock"
+        time.sleep(0.01)
     (tmp_path / "release").touch()
     code, done = _result(first)
     assert code == 0 and done["tasks"] == [6]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -222,19 +221,25 @@ def test_dst_none_values_come_back_from_worker_processes(files: Any) -> None:
 
 
 class Concurrency:
-    """Counts fn's calls in flight (threads share it) and remembers the most at once."""
+    """Counts fn's calls in flight (threads share it) and remembers the most at once.
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    A call waits (0.5 s at most) until ``meet`` calls are in flight: calls that may run
+    together then do, however late a loaded machine starts their threads, and a limit
+    kept lower than ``meet`` shows as a lower peak."""
+
+    def __init__(self, meet: int) -> None:
+        self.meet = meet
+        self.changed = threading.Condition()
         self.now = 0
         self.peak = 0
 
     def __call__(self, src: np.ndarray) -> np.ndarray:
-        with self.lock:
+        with self.changed:
             self.now += 1
             self.peak = max(self.peak, self.now)
-        time.sleep(0.02)
-        with self.lock:
+            self.changed.notify_all()
+            self.changed.wait_for(lambda: self.now >= self.meet, timeout=0.5)
+        with self.changed:
             self.now -= 1
         return src
 
@@ -244,7 +249,7 @@ def test_fn_resources_bound_the_calls_in_flight(files: Any, limit: int | None) -
     data = files.random((32, 32), "uint8")
     src = files.source(data, (8, 8))
     dst = files.empty((32, 32), (8, 8), "uint8")
-    fn = Concurrency()
+    fn = Concurrency(meet=3 if limit is None else limit)
     # the same flow whatever the limit (it changes when fn runs, not what it computes)
     unlimited = apply(fn, src, dst, chunk_sizes=[(8, 8)], dry_run=True)
     report = apply(

@@ -374,8 +374,14 @@ def test_a_task_stolen_by_another_gpu_runs_bound_to_the_thief_with_its_inputs_th
     task must run bound to device 0 with its input moved there (through the host)."""
     import time
 
+    stolen_ran = threading.Event()
+    deadline = time.monotonic() + 60
+
     def consume(x: Any, i: int) -> Any:
-        time.sleep(0.1)  # long enough that the idle gpu0 worker steals under load
+        if fake2.bound_device() == 0:
+            stolen_ran.set()
+        else:  # gpu1 holds on to its tasks until gpu0 has stolen one
+            stolen_ran.wait(max(0.0, deadline - time.monotonic()))
         return (fake2.bound_device(), fake2.device_of(x), x + i)
 
     g = cg.Graph()

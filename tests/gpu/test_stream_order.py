@@ -12,7 +12,7 @@ show that the model catches the race the wait prevents.
 from __future__ import annotations
 
 import math
-import time
+import threading
 from typing import Any
 
 import numpy as np
@@ -111,23 +111,41 @@ def test_a_try_abandoned_past_its_time_limit_does_not_stand_for_its_retry(
     fake: FakeBackend,
 ) -> None:
     """The first try overruns and is abandoned; the retry's result is what consumers and
-    the caller read, and only its event is waited for (the late try's would not order it)."""
+    the caller read, and only its event is waited for (the late try's would not order it).
+
+    The first try returns once its retry has started; a chain of short waits (each well
+    under the time limit) keeps the run going until then, so the late try returns while
+    the run still runs, before the reader."""
     calls = [0]
+    retried, late = threading.Event(), threading.Event()
+    order: list[str] = []
 
     def slow_first(a: Any) -> Any:
         calls[0] += 1
         if calls[0] == 1:
-            time.sleep(0.8)  # abandoned at 0.3 s; returns while the run still runs
+            retried.wait(60)  # abandoned at the time limit; returns after its retry started
+            order.append("late try")
+            late.set()
+        else:
+            retried.set()
         return a + 1
+
+    def wait_for_late(*_: Any) -> None:
+        late.wait(0.25)
+
+    def reader(a: Any, _: Any) -> float:
+        order.append("reader")
+        return float(np.asarray(a).sum())
 
     g = cg.Graph()
     y = g.add(slow_first, np.ones(10), resources=GPU, name="gpu_task")
-    w = g.add(time.sleep, 0.1, name="w0")
-    for k in range(1, 12):
-        w = g.add(lambda _: time.sleep(0.1), w, name=f"w{k}")  # keeps the run past 0.8 s
-    z = g.add(lambda a, _: float(np.asarray(a).sum()), y, w, name="cpu_reader")  # after
-    got = cg.run(g, [y, z], timeout=0.3, retries=1)
+    w = g.add(wait_for_late, name="w0")
+    for k in range(1, 40):  # up to 10 s
+        w = g.add(wait_for_late, w, name=f"w{k}")
+    z = g.add(reader, y, w, name="cpu_reader")  # after
+    got = cg.run(g, [y, z], timeout=1.0, retries=1)
     assert got[0].tolist() == [2.0] * 10 and got[1] == 20.0 and calls[0] == 2
+    assert order == ["late try", "reader"]
 
 
 def test_a_task_asking_for_a_gpu_and_a_cpu_is_a_gpu_task(fake: FakeBackend) -> None:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from chunkgraph._errors import ConfigError
 from chunkgraph.parallel import (
     WorkStealingPool,
+    _grain,
     _loops,
     get_pool,
     parallel_for,
@@ -26,6 +27,14 @@ from chunkgraph.parallel import (
 from chunkgraph.parallel._grain import GRAINS, CostModel, OpKind, body_key, fit
 
 grains = st.one_of(st.none(), st.integers(1, 64))
+
+
+@pytest.fixture
+def cheap_is_under_a_quarter_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probes grow until a piece takes PROBE_MIN_S (0.5 ms): a loaded machine can stall a
+    piece of a cheap body that long, and the probe then stops early. At 0.25 s, what
+    these tests call cheap stays cheap under any load."""
+    monkeypatch.setattr(_grain, "PROBE_MIN_S", 0.25)
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,7 +98,9 @@ def test_a_range_shorter_than_twice_the_grain_runs_in_one_call() -> None:
     assert calls == [(0, 150)]
 
 
-def test_first_use_probes_growing_prefix_pieces_in_the_caller() -> None:
+def test_first_use_probes_growing_prefix_pieces_in_the_caller(
+    cheap_is_under_a_quarter_second: None,
+) -> None:
     calls: list[tuple[int, int, str]] = []
     caller = threading.current_thread().name
 
@@ -106,7 +117,9 @@ def test_first_use_probes_growing_prefix_pieces_in_the_caller() -> None:
     assert all(p[1] == q[0] for p, q in itertools.pairwise(covered))
 
 
-def test_a_known_short_loop_is_one_call_and_a_longer_one_probes_again() -> None:
+def test_a_known_short_loop_is_one_call_and_a_longer_one_probes_again(
+    cheap_is_under_a_quarter_second: None,
+) -> None:
     """A probe that ran out of elements is not trusted beyond that length."""
     calls: list[tuple[int, int]] = []
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,20 @@ def only_cpu(cpus: set[int] | frozenset[int]) -> Topology:
     return Topology.of(sorted(cpus) or [0])
 
 
+@pytest.fixture
+def failing_thread_keeps_the_gil() -> Iterator[None]:
+    """Between ``f`` raising and its worker stopping the run, the failing thread runs a
+    few bytecodes without blocking. Other threads get the GIL from it only after the
+    switch interval (5 ms); a machine that pauses the failing thread longer than that
+    let them start partitions in between. With 1 s, the window closes."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(saved)
+
+
 def test_a_real_run_of_cpu_work_returns_every_result() -> None:
     results: dict[int, float] = {}
 
@@ -72,15 +88,24 @@ def test_a_real_run_of_cpu_work_returns_every_result() -> None:
 
 @two_cpus
 def test_two_nodes_stay_balanced_pinned_and_use_their_own_pool() -> None:
-    """A fake two-node topology: node 0 is CPU 0, node 1 is CPU 1."""
+    """A fake two-node topology: node 0 is CPU 0, node 1 is CPU 1. No partition ends
+    before both nodes have started one, so a node whose CPU another process keeps busy
+    cannot find the work all taken by the other when its first worker gets to run."""
     seen: list[tuple[str, frozenset[int], int, list[int]]] = []
     lock = threading.Lock()
+    started: set[str] = set()
+    both = threading.Event()
 
     def f(i: int) -> int:
+        node = threading.current_thread().name.split("-")[1]
+        with lock:
+            started.add(node)
+            if len(started) == 2:
+                both.set()
+        both.wait(60)
         time.sleep(0.005)
         nested = parallel_map(lambda x: x + 1, range(4))  # runs on the node's pool
         with lock:
-            node = threading.current_thread().name.split("-")[1]
             seen.append((node, frozenset(os.sched_getaffinity(0)), get_pool().workers, nested))
         return i
 
@@ -131,9 +156,14 @@ def test_on_done_calls_never_overlap_and_run_on_the_calling_thread() -> None:
     assert threads == {threading.current_thread()}
 
 
-def test_every_failure_is_raised_together_and_a_failure_stops_new_partitions() -> None:
-    """Four active workers meet at a barrier; partitions 1 and 3 then fail together."""
-    barrier = threading.Barrier(4, timeout=10)
+def test_every_failure_is_raised_together_and_a_failure_stops_new_partitions(
+    failing_thread_keeps_the_gil: None,
+) -> None:
+    """Four active workers meet at a barrier; partitions 1 and 3 then fail together.
+    The other partitions last until then: however late a loaded machine brings the four
+    to the barrier, those started meanwhile are at most one per other worker."""
+    barrier = threading.Barrier(4, timeout=60)
+    failing = threading.Event()
     started: list[int] = []
 
     def f(i: int) -> int:
@@ -141,9 +171,10 @@ def test_every_failure_is_raised_together_and_a_failure_stops_new_partitions() -
         if i < 4:
             barrier.wait()
             if i % 2:
+                failing.set()
                 raise ValueError(f"bad partition {i}")
         else:
-            time.sleep(0.02)
+            failing.wait(60)
         return i
 
     runner = PartitionRunner(only_cpu(AFFINITY), workers_per_node=16, sampler=Flat())
@@ -155,7 +186,7 @@ def test_every_failure_is_raised_together_and_a_failure_stops_new_partitions() -
     notes = {note for error in group.exceptions for note in error.__notes__}
     assert notes == {"raised by f(1)", "raised by f(3)"}
     assert "200 partitions: 2 failed" in str(group)
-    assert len(started) < 20  # the rest never started
+    assert len(started) < 20  # 16 workers: the rest never started
 
 
 def test_errors_in_on_done_are_collected_too() -> None:
@@ -260,7 +291,9 @@ def test_topology_refuses_empty_nodes() -> None:
     assert repr(Topology.of([1, 0], [2])) == "Topology.of([0, 1], [2])"
 
 
-def test_a_failure_stops_new_partitions_at_once_even_behind_a_slow_on_done() -> None:
+def test_a_failure_stops_new_partitions_at_once_even_behind_a_slow_on_done(
+    failing_thread_keeps_the_gil: None,
+) -> None:
     """The failing worker stops the run itself: the driver, busy in a slow on_done,
     is not the one that has to notice."""
     started: list[tuple[int, float]] = []

@@ -24,7 +24,9 @@ Placement. When the plan's contexts are this cluster's (``dask_contexts``),
 each unit is submitted with its worker as a *loose* restriction: Dask starts
 it there, may steal it for an idle worker, and runs it elsewhere when that
 worker died. Resources are hard restrictions: a unit whose tasks ask for
-``{"gpu": 1}`` runs only on a worker started with ``resources={"GPU": 1}``.
+``{"gpu": 1}`` runs only on a worker started with ``resources={"GPU": 1}``,
+so it gets no pin at all (Dask would let a loose pin override its resources,
+and move it to a worker without them); Dask picks among the workers offering them.
 
 Failures and retries. A failed task is tried again where it ran, up to
 ``retries`` more times, unless its error would fail every try the same way
@@ -616,7 +618,12 @@ class _Run:
         priority = self.plan.order
         for u in units.order:
             members = units.members[u]
-            pin = pins[int(context_of[members[0]])]
+            resources = dask_resources(graph, members)
+            # Dask lets a loose pin override resources too: work stealing, or re-placing
+            # the unit when its worker is gone, would hand it to a worker without them,
+            # whose state machine then fails (KeyError) and closes the worker
+            # (dask/distributed#4792). A unit asking for resources is placed by them alone.
+            pin = None if resources else pins[int(context_of[members[0]])]
             futures[u] = self.client.submit(
                 run_subgraph,
                 programs.pop(u),
@@ -624,7 +631,7 @@ class _Run:
                 key=f"chunkgraph-{graph.name(int(members[0]))}-{token}-{u}",
                 workers=[pin] if pin is not None else None,
                 allow_other_workers=pin is not None,
-                resources=dask_resources(graph, members),
+                resources=resources,
                 priority=-int(priority[members[0]]),
                 pure=False,
             )
