@@ -427,3 +427,25 @@ def test_code_without_a_source_file_keeps_its_flow_id(tmp_path: Path) -> None:
         a = volume.apply(fn, src, dst, chunk_sizes=[8], dry_run=True).flow_id
         b = volume.apply(fn, src, dst, chunk_sizes=[8], dry_run=True).flow_id
         assert a == b
+
+
+def _closing_over_a_module(sigma: float) -> Any:
+    import scipy.ndimage as ndi
+
+    def smooth(x: np.ndarray) -> np.ndarray:
+        return ndi.gaussian_filter(x, sigma)
+
+    return smooth
+
+
+def test_an_fn_closing_over_a_module_has_a_stable_id_and_runs() -> None:
+    """A module in fn's closure is named, not walked (walking scipy's crashed the id)."""
+    from chunkgraph.flow._fingerprint import flow_id_of
+
+    dst = volume.create("closure-dst", (8,), (4,), "float32", backend="memory")
+    try:
+        ids = {flow_id_of(_closing_over_a_module(s), {}, dst, "spec") for s in (1.0, 1.0)}
+        other = flow_id_of(_closing_over_a_module(2.0), {}, dst, "spec")
+        assert len(ids) == 1 and other not in ids
+    finally:
+        volume.remove("closure-dst")

@@ -251,6 +251,10 @@ def _value_repr(value: object, depth: int) -> str:
             )
             + "}"
         )
+    if isinstance(value, types.ModuleType):
+        # A module fn closes over (``import scipy.ndimage as ndi`` in an outer function)
+        # is code, named by its name; its state is not fn's (and walking it never ends well).
+        return f"module {value.__name__}"
     if callable(value):
         return _fn_fingerprint(value, depth + 1)
     return _state_repr(value, depth + 1)
