@@ -1,0 +1,248 @@
+"""``FlowDir``: the one owner of a flow's state, behind methods rather than paths.
+
+Policy. The lifecycle (``_flow_run``) and the deferred reduction ask a
+``FlowDir`` to lock the flow, read and write its completion record, its
+``flow.json`` and its done markers, to name its layers folder, to mark an
+in-place dst and to discard what a finished run leaves; they never build a
+path of the flow's state themselves. The layout below is spelled here and
+nowhere else, so that the same interface can be given over another store
+without touching the flow::
+
+    <root>/                       intermediates (default: .<dst name>.chunkgraph beside dst)
+      <flow id>.lock              held while a run holds the flow (_lock, flock)
+      <flow id>.done              completion record (_markers.CompletionRecord)
+      <flow id>/flow.json         totals, dst stamp, fingerprint (_state)
+      <flow id>/markers/<kind>/   done markers (_markers.MarkerStore)
+      <flow id>/layers/           the checkerboard's temporary layers (_checkerboard)
+    <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_state)
+    <dst>/.where                      where dst's flows keep their state (_where)
+
+State. A ``FlowDir`` is a value: ``root`` and ``flow_id``; it creates nothing
+until a method is called. ``held`` makes ``root`` (and removes it again when
+the call made it and left it empty) and holds the lock for as long as it is
+entered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chunkgraph._errors import ConfigError, CorruptChunkError
+from chunkgraph._util import write_problem
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._markers import CompletionRecord, MarkerStore
+    from chunkgraph.volume import Volume
+
+LOCK_SUFFIX = ".lock"
+DONE_SUFFIX = ".done"
+INFO_NAME = "flow.json"
+LAYERS_NAME = "layers"
+MARKERS_NAME = "markers"
+# The default root beside a file-backed dst: .<dst name>.chunkgraph
+ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
+
+
+def default_root(dst_dir: str | os.PathLike[str]) -> Path:
+    """Where a flow into the on-disk ``dst_dir`` keeps its state by default.
+
+    >>> default_root("data/smooth.zarr/")
+    PosixPath('data/.smooth.zarr.chunkgraph')
+    """
+    where = Path(dst_dir)
+    return where.parent / f"{ROOT_PREFIX}{where.name}{ROOT_SUFFIX}"
+
+
+def dst_of_default_root(root: Path) -> Path | None:
+    """The dst whose default root ``root`` is, or None when it is not one.
+
+    >>> dst_of_default_root(Path("data/.smooth.zarr.chunkgraph"))
+    PosixPath('data/smooth.zarr')
+    """
+    name = root.name
+    if (
+        name.startswith(ROOT_PREFIX)
+        and name.endswith(ROOT_SUFFIX)
+        and len(name) > len(ROOT_PREFIX) + len(ROOT_SUFFIX)
+    ):
+        return root.parent / name[len(ROOT_PREFIX) : -len(ROOT_SUFFIX)]
+    return None
+
+
+def state_root(intermediates: Path | None, dst: Volume) -> Path:
+    """Where a flow keeps its state: ``intermediates`` as given, else beside an on-disk dst,
+    else the temp dir. Deterministic, so that a resumed run finds the previous one's.
+
+    ConfigError (``field="intermediates"``) when a file stands where a folder must be.
+    """
+    if intermediates is not None:
+        # The nearest existing path decides: a file there (the path itself or a parent)
+        # would fail only at mkdir, as a bare NotADirectoryError.
+        existing = next((p for p in (intermediates, *intermediates.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            what = (
+                "is a file" if existing == intermediates else f"is under {str(existing)!r}, a file"
+            )
+            raise ConfigError(
+                f"intermediates={str(intermediates)!r} {what}; give a directory (created if "
+                "missing) where the flow may keep its temporary layers and markers, or None for "
+                "the default beside dst",
+                field="intermediates",
+            )
+        return intermediates
+    where = dst.location.local_dir
+    if where is not None:
+        return default_root(where)
+    return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+
+
+@dataclass(frozen=True)
+class FlowDir:
+    """The state of flow ``flow_id`` under ``root`` (see the module's layout)."""
+
+    root: Path
+    flow_id: str
+
+    @classmethod
+    def of(cls, flow_dir: Path) -> FlowDir:
+        """The ``FlowDir`` of a flow directory ``<root>/<flow id>`` (a report's
+        ``intermediates``)."""
+        return cls(flow_dir.parent, flow_dir.name)
+
+    @property
+    def path(self) -> Path:
+        """The flow's own folder (layers, markers, ``flow.json``)."""
+        return self.root / self.flow_id
+
+    @property
+    def layers_dir(self) -> Path:
+        return self.path / LAYERS_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / f"{self.flow_id}{LOCK_SUFFIX}"
+
+    @property
+    def record_path(self) -> Path:
+        return self.root / f"{self.flow_id}{DONE_SUFFIX}"
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def check_writable(self, dst: Volume) -> None:
+        """A ConfigError naming the path when the flow's state folder (or where it will be
+        made) or an on-disk dst cannot be written: before anything runs, dry runs too.
+
+        A run needs both: it locks the flow and records its progress under ``root``, and
+        writes dst's chunks. Found later, this would be a bare ``OSError`` from a mkdir.
+        """
+        if dst.location.local_dir is not None:
+            problem = write_problem(dst.path)
+            if problem:
+                raise ConfigError(
+                    f"dst {dst.path!r} cannot be written: {problem}, so nothing was run. Is it "
+                    "on a read-only mount, or without write permission? Make it writable, or "
+                    "write to a dst on a writable file system",
+                    field="dst",
+                )
+        problem = write_problem(self.root)
+        if problem:
+            raise ConfigError(
+                f"intermediates {str(self.root)!r} cannot be written: {problem}. The flow keeps "
+                "its lock, done markers and temporary layers there, so nothing was run. Is it "
+                "on a read-only mount, or without write permission? Give intermediates= (a "
+                "spec's intermediates:) a directory on a writable file system",
+                field="intermediates",
+            )
+
+    @contextlib.contextmanager
+    def held(self, wait: float) -> Iterator[None]:
+        """Hold the flow's lock (``FlowLockedError`` after ``wait`` seconds), making
+        ``root`` if needed; a root this made is removed again if left empty (a completion
+        record is worth keeping)."""
+        from chunkgraph.flow._lock import flow_lock
+
+        made_root = not self.root.exists()
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            with flow_lock(self.lock_path, wait):
+                yield
+        finally:
+            if made_root:
+                with contextlib.suppress(OSError):
+                    self.root.rmdir()  # only when empty
+
+    @property
+    def record(self) -> CompletionRecord:
+        from chunkgraph.flow._markers import CompletionRecord
+
+        return CompletionRecord(self.root, self.flow_id)
+
+    def markers(self) -> MarkerStore:
+        """The done markers (their folders made if missing)."""
+        from chunkgraph.flow._markers import MarkerStore
+
+        return MarkerStore(self.path)
+
+    def read_info(self) -> dict[str, Any]:
+        from chunkgraph.flow._state import read_flow_info
+
+        return read_flow_info(self.path)
+
+    def write_info(self, **fields: Any) -> None:
+        from chunkgraph.flow._state import write_flow_info
+
+        write_flow_info(self.path, **fields)
+
+    def discard(self) -> None:
+        """Delete the flow's folder (atomically out of sight first; ``_markers``)."""
+        from chunkgraph.flow._markers import discard_flow_dir
+
+        discard_flow_dir(self.path)
+
+    def note_beside(self, dst: Volume) -> None:
+        """Tell ``chunkgraph status DST`` where this state is (an on-disk dst only)."""
+        if dst.location.local_dir is not None:
+            from chunkgraph.flow._where import note_state
+
+            note_state(dst.path, self.root, self.flow_id)
+
+    def mark_in_place(self, dst: Volume) -> None:
+        from chunkgraph.flow._state import mark_in_place
+
+        mark_in_place(dst, self.root, self.flow_id)
+
+    def unmark_in_place(self, dst: Volume) -> None:
+        from chunkgraph.flow._state import unmark_in_place
+
+        unmark_in_place(dst)
+
+    def written_for_other(self, stamp: str | None) -> bool:
+        """True when the record or markers were written for a destination that has since
+        been deleted and created again (see ``_markers.dst_stamp``)."""
+        if stamp is None:
+            return False
+        finished = self.record.read()
+        before = finished.get("dst") if finished else self.read_info().get("dst")
+        return before is not None and before != stamp
+
+    def layer_corrupt(self, error: BaseException) -> bool:
+        """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of
+        the flow's own layers (``_reduce.damaged_layer_error``)."""
+        seen: list[BaseException] = [error]
+        layers = self.layers_dir.resolve()
+        while seen:
+            e = seen.pop()
+            if isinstance(e, CorruptChunkError) and Path(e.volume).resolve().is_relative_to(layers):
+                return True
+            if isinstance(e, BaseExceptionGroup):
+                seen.extend(e.exceptions)
+            if e.__cause__ is not None:
+                seen.append(e.__cause__)
+        return False
