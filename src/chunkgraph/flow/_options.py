@@ -22,6 +22,7 @@ setting; an explicit value beside an ``Executor`` is refused there
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from chunkgraph._errors import ConfigError
 
 if TYPE_CHECKING:
-    from chunkgraph.execute import Executor, ExecutorKind, Subscriber
+    from chunkgraph.execute import Subscriber
 
 # Flow tasks are idempotent: a try lost to a dead worker or a transient I/O error
 # simply runs again.
@@ -76,7 +77,8 @@ class DeviceChoice(enum.Enum):
 class RunOptions:
     """The run options of one flow call, checked (build with ``RunOptions.of``)."""
 
-    executor: ExecutorKind | Executor | None = None
+    # a kind, a Dask scheduler address, a distributed.Client or an Executor; None: threads
+    executor: Any = None
     workers: int | None = None
     retries: int | None = None
     timeout: float | None = None
@@ -94,7 +96,7 @@ class RunOptions:
     def of(
         cls,
         *,
-        executor: ExecutorKind | Executor | None = None,
+        executor: object = None,
         workers: object = None,
         retries: object = None,
         timeout: object = None,
@@ -145,6 +147,15 @@ class RunOptions:
             intermediates=_checked_intermediates(intermediates),
             device=choice,
         )
+
+    def apply_kwargs(self) -> dict[str, Any]:
+        """The options as ``apply``'s keyword arguments (what a caller holding them passes).
+
+        >>> RunOptions.of(device="gpu", gpu_fallback=True).apply_kwargs()["gpu_fallback"]
+        True
+        """
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return given | {"device": self.device.device, "gpu_fallback": self.device.gpu_fallback}
 
 
 def check_optional_bool(name: str, value: object) -> None:
