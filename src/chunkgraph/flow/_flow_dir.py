@@ -15,7 +15,7 @@ without touching the flow::
       <flow id>/markers/<kind>/   done markers (_markers.MarkerStore)
       <flow id>/layers/           the checkerboard's temporary layers (_checkerboard)
     <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_state)
-    <dst>/.where                      where dst's flows keep their state (_where)
+    <default root>/<flow id>.where    where a flow of dst keeps state elsewhere (_where)
 
 State. A ``FlowDir`` is a value: ``root`` and ``flow_id``; it creates nothing
 until a method is called. ``held`` makes ``root`` (and removes it again when
@@ -45,6 +45,11 @@ DONE_SUFFIX = ".done"
 INFO_NAME = "flow.json"
 LAYERS_NAME = "layers"
 MARKERS_NAME = "markers"
+# Beside dst, in its default root: <flow id>.where names the root of state kept elsewhere.
+WHERE_SUFFIX = ".where"
+# Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
+# state. A run with other intermediates finds the interrupted flow through it.
+IN_PLACE_MARK = ".chunkgraph-in-place.json"
 # The default root beside a file-backed dst: .<dst name>.chunkgraph
 ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 

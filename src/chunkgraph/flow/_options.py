@@ -58,7 +58,10 @@ class DeviceChoice(enum.Enum):
 
     @classmethod
     def of(cls, device: object, gpu_fallback: object) -> DeviceChoice:
-        """>>> DeviceChoice.of("gpu", True), DeviceChoice.of("cpu", True)
+        """The state of ``device=`` and ``gpu_fallback=`` (a fallback without a GPU asked
+        for changes nothing).
+
+        >>> DeviceChoice.of("gpu", True), DeviceChoice.of("cpu", True)
         (<DeviceChoice.GPU_OR_CPU: 'gpu_or_cpu'>, <DeviceChoice.CPU: 'cpu'>)
         """
         if device not in ("cpu", "gpu") or not isinstance(device, str):

@@ -1,7 +1,8 @@
 """The flows beside a destination: what each is doing, and removing abandoned ones.
 
 Every ``apply`` keeps its state under an intermediates directory, by default
-``.<dst name>.chunkgraph`` beside dst (``default_intermediates``)::
+``.<dst name>.chunkgraph`` beside dst (``_flow_dir.default_root``; the layout is
+``_flow_dir``'s)::
 
     .smooth.zarr.chunkgraph/
         <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
@@ -65,6 +66,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chunkgraph.flow._flow_dir import (
+    DONE_SUFFIX,
+    IN_PLACE_MARK,
+    INFO_NAME,
+    LAYERS_NAME,
+    LOCK_SUFFIX,
+    MARKERS_NAME,
+    dst_of_default_root,
+)
 from chunkgraph.flow._lock import flow_lock
 from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomically
 
@@ -73,7 +83,7 @@ from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomic
 # dst) on disk. A day leaves time to notice a failure and resume it.
 STALE_AFTER_HOURS = 24.0
 
-_DONE, _LOCK, _INFO = ".done", ".lock", "flow.json"
+_DONE, _LOCK, _INFO = DONE_SUFFIX, LOCK_SUFFIX, INFO_NAME
 
 
 class FlowStatus(enum.Enum):
@@ -140,16 +150,6 @@ class FlowState:
             "owner": self.owner,
             "finished": self.finished,
         }
-
-
-def default_intermediates(dst: str | os.PathLike[str]) -> Path:
-    """Where ``apply`` keeps a file-backed dst's flows by default.
-
-    >>> default_intermediates("data/smooth.zarr/")
-    PosixPath('data/.smooth.zarr.chunkgraph')
-    """
-    where = Path(dst)
-    return where.parent / f".{where.name}.chunkgraph"
 
 
 def flow_ids(root: Path) -> list[str]:
@@ -419,11 +419,6 @@ def in_place_conflict(
     return None
 
 
-# Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
-# state. A run with other intermediates finds the interrupted flow through it.
-IN_PLACE_MARK = ".chunkgraph-in-place.json"
-
-
 def _mark_path(dst: Any) -> Path | None:
     where: Path | None = dst.location.local_dir
     return where / IN_PLACE_MARK if where is not None else None
@@ -497,7 +492,7 @@ def clean_command(root: Path, flow_id: str | None = None) -> str:
     >>> clean_command(Path("/scratch/tmp"))
     'chunkgraph clean --intermediates /scratch/tmp --stale'
     """
-    dst = _default_dst(root)
+    dst = dst_of_default_root(root)
     if dst is None:
         return f"chunkgraph clean --intermediates {root} {flow_id or '--stale'}"
     return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
@@ -509,7 +504,7 @@ def status_command(root: Path) -> str:
     >>> status_command(Path("data/.smooth.zarr.chunkgraph")), status_command(Path("/tmp/x"))
     ('chunkgraph status data/smooth.zarr', 'chunkgraph status --intermediates /tmp/x')
     """
-    dst = _default_dst(root)
+    dst = dst_of_default_root(root)
     return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
 
 
@@ -530,14 +525,6 @@ def kept_state_note(root: Path, flow_id: str, *, damaged: bool = False) -> str:
     )
 
 
-def _default_dst(root: Path) -> Path | None:
-    """The destination whose default flows directory ``root`` is, if it is one."""
-    name = root.name
-    if name.startswith(".") and name.endswith(".chunkgraph") and len(name) > len(".chunkgraph") + 1:
-        return root.parent / name[1 : -len(".chunkgraph")]
-    return None
-
-
 def _caller_level() -> int:
     """The ``stacklevel`` naming the first frame outside this package (the user's call)."""
     package = str(Path(__file__).resolve().parents[1])
@@ -549,7 +536,7 @@ def _caller_level() -> int:
 
 def _count_markers(flow_dir: Path, kind: str) -> int:
     try:
-        return sum(1 for n in os.listdir(flow_dir / "markers" / kind) if not n.startswith("."))
+        return sum(1 for n in os.listdir(flow_dir / MARKERS_NAME / kind) if not n.startswith("."))
     except FileNotFoundError:
         return 0
 
@@ -558,7 +545,7 @@ def _modified(root: Path, flow_id: str) -> float:
     """Latest mtime of the flow's directory, its first two levels of folders, lock and record."""
     flow_dir = root / flow_id
     paths = [flow_dir, root / f"{flow_id}{_LOCK}", root / f"{flow_id}{_DONE}"]
-    for sub in ("markers", "layers"):
+    for sub in (MARKERS_NAME, LAYERS_NAME):
         paths.append(flow_dir / sub)
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             paths += [flow_dir / sub / n for n in os.listdir(flow_dir / sub)]
