@@ -239,47 +239,17 @@ def apply(
     gpu_fallback: bool = False,
     cast: str = DEFAULT_CAST,
 ) -> ApplyReport:
-    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``; see the README section.
+    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``: the README's section
+    "The subchunkable apply flow" states every parameter's rule.
 
-    ``fn_kwargs``: more keyword arguments of ``fn`` (not volumes), part of the flow's
-    id. ``fn_resources``: ``{name: k}``, at most ``k`` calls of ``fn`` at once holding
-    ``name`` (per process; not part of the id). ``dst=None`` collects ``fn``'s value
-    per bottom chunk into ``report.values``; ``inputs={}`` makes ``fn`` a generator.
-    ``chunk_sizes`` lists one processing chunk per level, top first; pads and
-    modes are one value for all levels or one per level. Omitted (or
-    ``"auto"``), the flow plans the levels itself from the pads (then the
-    bottom level's), the storage chunks, the cores and ``memory_limit`` (bytes;
-    default half the memory available), and reads through a chunk cache it
-    sizes when the inputs have none; ``report.plan`` says what it chose and why.
-    ``skip_intermediates`` (None: decided, direct where nothing overlaps with
-    automatic sizes, else False). Given sizes that will read storage chunks
-    several times draw a ``ReadAmplificationWarning`` with the figures. ``fn`` gets arrays
-    of chunk + 2*crop + 2*blend at the bottom level (and, if it has a ``box``
-    parameter, the box they cover) and returns that shape or chunk + 2*blend.
-    ``workers`` is the number of cores the flow plans for (the executor's size, the
-    top-level tasks admitted at once, the threads of the levels below the top; None:
-    the usable cores); ``retries`` (None: 2 for an executor kind, an Executor's own
-    setting; given beside an Executor, a ``ConfigError``) and ``timeout`` (seconds per
-    task try) go to the executor (flow tasks are idempotent, so a task whose worker died or hung
-    is simply run again). ``probe`` calls ``fn``
-    once on the first bottom chunk before anything is written, to catch a
-    wrong shape or dtype early. ``lock_wait``: seconds to wait when the same
-    flow is already running (0 refuses at once). Raises ``ConfigError``
-    before anything is written when the configuration is invalid,
-    ``FlowLockedError`` when the flow is running elsewhere, ``ExceptionGroup``
-    of ``TaskError`` when ``fn`` fails (the note names the chunk's box).
-    ``subscribers`` receive the run's events (see ``chunkgraph.run``).
-    Inputs may have other resolutions than dst (``Volume.resolution``): each is read
-    over the chunk's physical box at its own resolution (``_resolution``), and ``bbox``
-    is in dst voxels, or with ``bbox_units="physical"`` in dst.resolution's units.
-    ``device="gpu"`` gives ``fn`` device arrays (CuPy) and keeps the levels below the
-    top on the GPU (``_device``); without one it is a ``ConfigError`` unless
-    ``gpu_fallback=True``, which runs on the CPU and says so in the report.
-    ``cast``: which dtypes ``fn`` may return for dst's dtype (``_cast``, numpy's names):
-    ``"safe"`` (the default; also a float into a narrower float), ``"same_kind"``
-    (narrower integers) or ``"unsafe"`` (floats into integers); a refused one is a
-    ``ConfigError`` from the probe, and voxels that saturate are counted and warned of
-    (``SaturationWarning``, ``report.saturated_voxels``).
+    ``dst=None`` collects ``fn``'s value per bottom chunk into ``report.values``.
+    ``chunk_sizes`` omitted (``"auto"``): the flow plans the levels and a chunk cache
+    from the pads, the storage chunks, the cores and ``memory_limit``; ``report.plan``
+    says what it chose and why. Run options (executor ... gpu_fallback) are checked by
+    ``RunOptions.of``; ``retries=None``: 2 for an executor kind, an Executor's own.
+    Raises ``ConfigError`` (its ``field`` names the parameter) before anything is
+    written when the configuration is invalid, ``FlowLockedError`` when the flow is
+    running elsewhere, ``ExceptionGroup`` of ``TaskError`` when ``fn`` fails.
     """
     from chunkgraph.flow._flow_run import DeviceUse, FlowRun
 
@@ -302,21 +272,33 @@ def apply(
         auto_divisibility=auto_divisibility, expand_bbox=expand_bbox, cast=cast,
     )  # fmt: skip
     cores = options.workers or usable_cores()
-    limit: int | None = None
-    plan: FlowPlan | None = None
     if dst is None:
-        spec = _values_spec(fn, inputs, options, on, shape, max_reduction_chunk_size)
+        spec, plan, limit = _values_spec(fn, inputs, options, on, shape, max_reduction_chunk_size)
     else:
-        limit, source = resolve_memory_limit(options.memory_limit)
-        shape.update(max_reduction_chunk_size=max_reduction_chunk_size)
-        plan, shape = _planned(inputs, dst, shape, skip_intermediates, cores, limit, source)
-        spec = validate_flow(fn, inputs, dst, **shape)
-        plan = plan or _given_plan(spec, named, dst, cores, limit, source)
+        shape.update(max_reduction_chunk_size=max_reduction_chunk_size, skip=skip_intermediates)
+        spec, plan, limit = _dst_spec(fn, inputs, named, dst, options, shape, cores)
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
     flow = FlowRun(spec, plan, fn, run_fn, named, dst, options, on, cores=cores,
                    memory_limit=limit, t0=t0)  # fmt: skip
     return flow.run()
+
+
+def _dst_spec(
+    fn: Callable[..., Any],
+    inputs: Volume | Mapping[str, Volume],
+    named: dict[str, Volume],
+    dst: Volume,
+    options: RunOptions,
+    shape: dict[str, Any],
+    cores: int,
+) -> tuple[FlowSpec, FlowPlan, int]:
+    """The spec of a flow into ``dst``, its plan (automatic sizes, or given sizes' read
+    model) and the memory budget in bytes."""
+    limit, source = resolve_memory_limit(options.memory_limit)
+    plan, shape = _planned(inputs, dst, shape, cores, limit, source)
+    spec = validate_flow(fn, inputs, dst, **shape)
+    return spec, plan or _given_plan(spec, named, dst, cores, limit, source), limit
 
 
 def _values_spec(
@@ -326,7 +308,7 @@ def _values_spec(
     on: DeviceUse,
     shape: dict[str, Any],
     max_reduction_chunk_size: object,
-) -> FlowSpec:
+) -> tuple[FlowSpec, None, None]:
     """The spec of a flow without dst (fn's values collected, ``_values``): given sizes,
     no state to resume, on the CPU."""
     if on.flow is not None or on.missing:
@@ -350,20 +332,22 @@ def _values_spec(
     spec = validate_flow(fn, inputs, None, **shape)  # blend pads refused: _check_values_levels
     if max_reduction_chunk_size is not None:  # no reduction here: its form is still checked
         per_axis(max_reduction_chunk_size, spec.spatial_ndim, "max_reduction_chunk_size")
-    return spec
+    return spec, None, None  # no plan, no memory budget: nothing is kept
 
 
 def _planned(
     inputs: Volume | Mapping[str, Volume],
     dst: Volume,
     shape: dict[str, Any],
-    skip_intermediates: bool | None,
     cores: int,
     limit: int,
     source: str,
 ) -> tuple[FlowPlan | None, dict[str, Any]]:
     """Automatic sizes when ``chunk_sizes`` asks for them: the plan, and ``validate_flow``'s
-    arguments with its sizes; given sizes: no plan yet (``_given_plan``, once validated)."""
+    arguments with its sizes; given sizes: no plan yet (``_given_plan``, once validated).
+    ``shape["skip"]``: ``skip_intermediates`` as given (None: decided here)."""
+    shape = dict(shape)
+    skip_intermediates = shape.pop("skip")
     if not wants_auto_sizes(shape["chunk_sizes"]):
         return None, {**shape, "skip_intermediates": bool(skip_intermediates)}
     plan = plan_automatic(
@@ -398,5 +382,5 @@ def _given_plan(
     plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit, memory_limit_source=source)
     message = amplification_warning(plan, named)
     if message:
-        warnings.warn(message, ReadAmplificationWarning, stacklevel=3)
+        warnings.warn(message, ReadAmplificationWarning, stacklevel=4)
     return plan
