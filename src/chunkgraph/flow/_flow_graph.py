@@ -29,7 +29,7 @@ from chunkgraph.flow._apply import ApplyReport
 from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import FlowDevice, device_tasks_in_flight
-from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
+from chunkgraph.flow._estimate import needed_input_bytes
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, grid_key
 from chunkgraph.flow._reduce import (
@@ -69,6 +69,7 @@ class FlowGraph:
         layers: LayerPlan | None,
         layer_vols: tuple[Volume, ...],
         *,
+        top_memory: int,
         stamp: str | None = None,
         device: FlowDevice | None = None,
         cores: int,
@@ -77,12 +78,14 @@ class FlowGraph:
         fingerprint: dict[str, str] | None = None,
     ) -> None:
         """``layers``/``layer_vols``: the checkerboard (None, (): direct writes);
+        ``top_memory``: bytes one top-level task holds (``top_task_memory``);
         ``cores``: the cores the flow plans for (``workers``, else the usable ones);
         ``own_pool``: the levels below the top run on a pool of ``cores`` threads rather
         than the process-wide one (``workers`` was given); ``memory_limit``: bytes that
         the top-level tasks in flight together may not exceed (at least one runs);
         ``fingerprint``: ``flow_id_parts``, recorded in ``flow.json``."""
         self.spec = spec
+        self.top_memory = top_memory
         self.cores = cores
         self.memory_limit = memory_limit
         self.fingerprint = fingerprint
@@ -200,7 +203,7 @@ class FlowGraph:
         from chunkgraph.planning import local_contexts, plan
 
         contexts = local_contexts(gpus=False)
-        top = top_task_memory(self.spec, self.inputs, self.dst)
+        top = self.top_memory
         budget: dict[str, float] = {}
         for ctx in contexts:
             cores = self.cores
@@ -223,7 +226,7 @@ class FlowGraph:
         spec = self.spec
         starts, stops, grid = spec.bbox.split_arrays(spec.levels[0].chunk)
         done = self.markers.done_keys(TOP)
-        cost = Cost(memory=top_task_memory(spec, self.inputs, self.dst))
+        cost = Cost(memory=self.top_memory)
         indices = np.indices(grid).reshape(len(grid), -1).T.tolist()
         refs: dict[tuple[int, ...], TaskRef] = {}
         for index, a, b in zip(indices, starts.tolist(), stops.tolist(), strict=True):

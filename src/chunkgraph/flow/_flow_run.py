@@ -143,8 +143,8 @@ class FlowRun:
     def _into_dst(self, dst: Volume, executor: Executor) -> ApplyReport:
         spec, options, device = self.spec, self.options, self.device.flow
         plan = self.plan
+        top = top_task_memory(spec, self.inputs, dst)  # once: the device, the graph's budget
         if device is not None and plan is not None:
-            top = top_task_memory(spec, self.inputs, dst)
             device.fit(top)
             plan = _on_device(plan, device, top)
         flow_id = flow_id_of(self.fn, self.inputs, dst, spec)
@@ -171,7 +171,7 @@ class FlowRun:
             before = read_bytes(inputs)
             if options.probe:
                 probe_fn(spec, self.run_fn, inputs, dst, device, options.timeout, _retries(options))
-            flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint)
+            flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint, top)
             report = self._execute(flow, state, executor, before)
             report = dataclasses.replace(report, plan=plan)
             warn_if_saturated(report.saturated_voxels, dst, spec.cast)
@@ -210,6 +210,7 @@ class FlowRun:
         stamp: str | None,
         in_place: str | None,
         fingerprint: dict[str, str],
+        top_memory: int,
     ) -> FlowGraph:
         """The run begins: the record goes (not complete until it ends), the state is noted
         beside dst and in an in-place dst, and a fresh run starts from clean markers and
@@ -229,6 +230,7 @@ class FlowRun:
             dst,
             state,
             fresh=not resume,
+            top_memory=top_memory,
             stamp=stamp,
             device=self.device.flow,
             cores=self.cores,
