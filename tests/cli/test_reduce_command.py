@@ -118,8 +118,7 @@ def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
 ) -> None:
     import os
 
-    from chunkgraph.flow._flow_dir import default_root
-    from chunkgraph.flow._lock import flow_lock
+    from chunkgraph.flow._flow_dir import default_root, flow_lock
     from chunkgraph.flow._state import read_flows
 
     dst, _ = _deferred(tmp_path)

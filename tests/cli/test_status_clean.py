@@ -21,8 +21,7 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.cli._cmd_status import DEFAULT_STALE_HOURS
-from chunkgraph.flow._flow_dir import default_root
-from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._flow_dir import default_root, flow_lock
 from chunkgraph.flow._state import (
     STALE_AFTER_HOURS,
     FlowStatus,

@@ -13,7 +13,7 @@ State (all under ``<intermediates>/<flow_id>/``)::
     markers/reduce/<key>    reduction ``key`` wrote its dst chunks
 
 and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
-(``_lock``) and ``<flow_id>.done`` once a run has finished it
+(``_flow_dir.flow_lock``) and ``<flow_id>.done`` once a run has finished it
 (``CompletionRecord``; the markers and temporaries are gone by then).
 
 A marker is created by writing a uniquely named temporary file and renaming

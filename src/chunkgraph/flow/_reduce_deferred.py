@@ -10,7 +10,7 @@ a deferred flow gives the bytes the same flow without ``defer`` would have::
     layers/layer_<k>.zarr ──> reduce[r] (one graph task per reduction box) ────┴─> dst
                                     └──> markers/reduce/<key>  (after its dst chunks)
 
-State. The flow keeps apply's lock (``_lock``) while reducing. ``flow.json``
+State. The flow keeps apply's lock (``FlowDir.held``) while reducing. ``flow.json``
 gains ``"reducing"`` = ``{dst path, dst stamp, blend mode}`` before any write:
 the reduce markers belong to that target, so a call with the same target skips
 marked boxes (a killed or failed reduction resumes by calling again) and a call

@@ -17,7 +17,7 @@ States (``FlowStatus``), decided in this order:
 
 * ``RUNNING``: someone holds ``<flow id>.lock``. Tested with a non-blocking
   *shared* ``flock`` on the file opened read-only, released at once, never
-  creating the file: the same kernel lock ``_lock`` takes, so a run on another
+  creating the file: the same kernel lock ``_flow_dir.flow_lock`` takes, so a run on another
   host sharing an NFSv4 directory counts too. A run starting with
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
@@ -45,7 +45,7 @@ changed, so some parameter did. ``flow.json`` and the completion record keep
 differs; the warning says so and that the flow starts over, and leaves that
 state where it is (``chunkgraph clean`` removes it).
 
-Removing (``remove_flow``) takes the flow's own lock (``_lock.flow_lock``,
+Removing (``remove_flow``) takes the flow's own lock (``_flow_dir.flow_lock``,
 refusing at once if held), so no run can start on the directory while it is
 renamed to a tombstone and deleted (``discard_flow_dir``): an interruption
 never leaves markers whose layers are gone.
@@ -74,8 +74,8 @@ from chunkgraph.flow._flow_dir import (
     LOCK_SUFFIX,
     MARKERS_NAME,
     dst_of_default_root,
+    flow_lock,
 )
-from chunkgraph.flow._lock import flow_lock
 from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomically
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
@@ -212,7 +212,7 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
 def lock_holder(lock: Path) -> tuple[bool, dict[str, Any] | None]:
     """Whether the lock file ``lock`` is held, and its owner as written there (or None).
 
-    Probes like ``_lock._acquire`` but shared, read-only, never creating the file, and
+    Probes like ``_flow_dir._acquire`` but shared, read-only, never creating the file, and
     releases at once: a held lock is never taken over.
     """
     try:
