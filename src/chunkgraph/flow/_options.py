@@ -22,10 +22,11 @@ setting; an explicit value beside an ``Executor`` is refused there
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,18 +178,14 @@ def _check_bool(name: str, value: object) -> None:
         )
 
 
-class _field:
+@contextlib.contextmanager
+def _field(name: str) -> Iterator[None]:
     """Gives a ConfigError raised inside it the ``field`` it is about, when it has none."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
-        if isinstance(error, ConfigError) and error.field is None:
-            error.field = self.name
+    try:
+        yield
+    except ConfigError as error:
+        error.field = error.field or name
+        raise
 
 
 def _check_executor_kind(executor: object) -> None:
@@ -260,16 +257,17 @@ def _checked_intermediates(intermediates: object) -> Path | None:
 
 
 def _checked_subscribers(subscribers: object) -> tuple[Any, ...]:
-    if isinstance(subscribers, str | bytes) or not isinstance(subscribers, Sequence):
+    if isinstance(subscribers, str | bytes) or not isinstance(subscribers, Iterable):
         raise ConfigError(
             f"subscribers must be a sequence of callables (each receives every event), got "
             f"{subscribers!r}",
             field="subscribers",
         )
-    bad = [s for s in subscribers if not callable(s)]
+    given = tuple(subscribers)
+    bad = [s for s in given if not callable(s)]
     if bad:
         raise ConfigError(
             f"subscribers must be callables (each receives every event), got {bad[0]!r}",
             field="subscribers",
         )
-    return tuple(subscribers)
+    return given
