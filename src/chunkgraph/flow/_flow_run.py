@@ -67,6 +67,7 @@ from chunkgraph.flow._state import (
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor
+    from chunkgraph.geometry import Box
     from chunkgraph.volume import Volume
 
 
@@ -264,16 +265,16 @@ class FlowRun:
         per_level = chunks_per_level(spec, edge)
         flow_id = flow_id_of(self.fn, self.inputs, None, spec)
         if options.dry_run:
-            return _no_io_report(
-                spec, flow_id, self.t0, dry_run=True, tasks_per_level=per_level, reductions=0
+            return no_io_report(
+                flow_id, spec.bbox, self.t0, dry_run=True, tasks_per_level=per_level, reductions=0
             )
         values, read = run_values(
             spec, self.run_fn, self.inputs, executor, options.progress, options.subscribers, edge
         )
         needed = needed_input_bytes(spec, self.inputs)
         return dataclasses.replace(
-            _no_io_report(
-                spec, flow_id, self.t0, dry_run=False, tasks_per_level=per_level, reductions=0
+            no_io_report(
+                flow_id, spec.bbox, self.t0, dry_run=False, tasks_per_level=per_level, reductions=0
             ),
             bytes_read=read,
             read_amplification=read / needed if needed else 0.0,
@@ -426,9 +427,9 @@ def _dry_report(
 
     est = estimate_flow(spec, named, dst)
     est = with_cache(est, plan) if plan is not None else est
-    return _no_io_report(
-        spec,
+    return no_io_report(
         state.flow_id,
+        spec.bbox,
         t0,
         dry_run=True,
         tasks_per_level=tuple(est.tasks_per_level),
@@ -439,8 +440,9 @@ def _dry_report(
     )
 
 
-def _no_io_report(spec: FlowSpec, flow_id: str, t0: float, **fields: Any) -> ApplyReport:
-    """A report of a call that read and wrote nothing (a dry run, a finished flow)."""
+def no_io_report(flow_id: str, bbox: Box, t0: float, **fields: Any) -> ApplyReport:
+    """A report of a call that read and wrote nothing (a dry run, a finished flow, a
+    deferred flow already reduced into this target)."""
     return ApplyReport(
         flow_id=flow_id,
         bytes_read=0,
@@ -448,7 +450,7 @@ def _no_io_report(spec: FlowSpec, flow_id: str, t0: float, **fields: Any) -> App
         temporary_bytes=0,
         read_amplification=0.0,
         wall_seconds=time.perf_counter() - t0,
-        bbox=spec.bbox,
+        bbox=bbox,
         **fields,
     )
 
@@ -457,9 +459,9 @@ def _finished_report(
     spec: FlowSpec, flow_id: str, finished: Mapping[str, Any], t0: float
 ) -> ApplyReport:
     """The report of a resumed run whose flow had already finished: nothing was done."""
-    return _no_io_report(
-        spec,
+    return no_io_report(
         flow_id,
+        spec.bbox,
         t0,
         dry_run=False,
         tasks_per_level=(0,) * len(spec.levels),

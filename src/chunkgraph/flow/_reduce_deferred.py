@@ -44,7 +44,7 @@ from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._flow_dir import FlowDir
-from chunkgraph.flow._flow_run import flow_executor
+from chunkgraph.flow._flow_run import flow_executor, no_io_report
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, dst_stamp, grid_key
 from chunkgraph.flow._options import RunOptions
@@ -140,7 +140,16 @@ def _reduce(
     reduced = finished.get("reduced", info.get("reduced", target)) if finished else None
     if finished is not None and reduced == target and finished.get("dst") == target["stamp"]:
         state.discard()  # what a call killed while cleaning up left
-        return _finished_report(state, _geometry_bbox(info, finished), finished, t0)
+        return no_io_report(
+            state.flow_id,
+            _geometry_bbox(info, finished),
+            t0,
+            dry_run=False,
+            tasks_per_level=(),
+            reductions=0,
+            reductions_skipped=int(finished.get("reductions", 0)),
+            finished_before=str(finished.get("finished", "")),
+        )
     geometry = _geometry(state, info, finished)
     geometry.check_blend_mode(blend_mode)
     geometry.check_dst(dst)
@@ -240,24 +249,6 @@ def _geometry_bbox(info: dict[str, Any], finished: dict[str, Any]) -> Box:
     raw = info.get(GEOMETRY_KEY) or {}
     start, stop = raw.get("bbox") or finished["bbox"]
     return Box(tuple(start), tuple(stop))
-
-
-def _finished_report(state: FlowDir, bbox: Box, finished: dict[str, Any], t0: float) -> ApplyReport:
-    """A call that found the flow already reduced into this target: nothing was done."""
-    return ApplyReport(
-        flow_id=state.flow_id,
-        dry_run=False,
-        tasks_per_level=(),
-        reductions=0,
-        bytes_read=0,
-        bytes_written=0,
-        temporary_bytes=0,
-        read_amplification=0.0,
-        wall_seconds=time.perf_counter() - t0,
-        bbox=bbox,
-        reductions_skipped=int(finished.get("reductions", 0)),
-        finished_before=str(finished.get("finished", "")),
-    )
 
 
 def _flow_dir_of(flow: object) -> Path:
