@@ -118,11 +118,11 @@ def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
 ) -> None:
     import os
 
-    from chunkgraph.flow._lock import flow_lock
-    from chunkgraph.flow._state import default_intermediates, read_flows
+    from chunkgraph.flow._flow_dir import default_root, flow_lock
+    from chunkgraph.flow._state import read_flows
 
     dst, _ = _deferred(tmp_path)
-    root = default_intermediates(str(dst))
+    root = default_root(str(dst))
     (state,) = read_flows(root, sizes=False)
     with flow_lock(root / f"{state.flow_id}.lock"):  # held: status says running, so name it
         code = cli.main(["reduce", str(dst), state.flow_id, "--quiet"])
@@ -163,10 +163,11 @@ def test_an_interrupted_deferred_apply_is_named_and_not_taken_for_done(
 ) -> None:
     import shutil
 
-    from chunkgraph.flow._state import default_intermediates, read_flows
+    from chunkgraph.flow._flow_dir import default_root
+    from chunkgraph.flow._state import read_flows
 
     dst, _ = _deferred(tmp_path)
-    root = default_intermediates(str(dst))
+    root = default_root(str(dst))
     (state,) = read_flows(root, sizes=False)
     # One top-level task's marker gone: what a deferred apply killed midway leaves.
     marker = next((state.flow_dir / "markers" / "top").iterdir())

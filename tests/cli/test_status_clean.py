@@ -21,11 +21,10 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.cli._cmd_status import DEFAULT_STALE_HOURS
-from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._flow_dir import default_root, flow_lock
 from chunkgraph.flow._state import (
     STALE_AFTER_HOURS,
     FlowStatus,
-    default_intermediates,
     read_flows,
     write_flow_info,
 )
@@ -64,7 +63,7 @@ def flows(tmp_path: Path) -> tuple[Path, str, str]:
     src = volume.create(str(tmp_path / "src.zarr"), SHAPE, (8, 8), "float32")
     src.write(src.bounds, np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE))
     volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "float32")
-    root = default_intermediates(tmp_path / "dst.zarr")
+    root = default_root(tmp_path / "dst.zarr")
     _apply(doubled, tmp_path)
     (finished,) = [p.stem for p in root.glob("*.done")]
     with pytest.raises(ExceptionGroup):
@@ -131,7 +130,7 @@ def test_the_flows_of_a_deleted_destination_are_still_found_and_cleaned(
     assert cli.main(["status", str(dst)]) == 0
     assert "2 flow(s)" in capsys.readouterr().out
     assert cli.main(["clean", str(dst), finished, interrupted]) == 0
-    assert not default_intermediates(dst).exists()
+    assert not default_root(dst).exists()
 
 
 def _state_elsewhere(tmp: Path, *, fn: object = doubled) -> tuple[Path, Path]:
@@ -159,7 +158,7 @@ def test_status_of_a_destination_finds_the_flows_kept_in_another_directory(
     # removing it by id removes its note beside dst too; the finished one stays listed
     assert cli.main(["clean", str(dst), interrupted]) == 0
     assert not (scratch / interrupted).exists()
-    assert not (default_intermediates(dst) / f"{interrupted}.where").exists()
+    assert not (default_root(dst) / f"{interrupted}.where").exists()
     assert cli.main(["status", str(dst)]) == 0
     assert "1 flow(s)" in capsys.readouterr().out
 
@@ -170,7 +169,7 @@ def test_status_clean_and_reduce_take_the_spec_file_of_the_run(
     """The spec's output and intermediates: (relative to the spec), nothing imported."""
     dst, scratch = _state_elsewhere(tmp_path)
     [flow_id] = [p.name[: -len(".done")] for p in scratch.glob("*.done")]
-    (default_intermediates(dst) / f"{flow_id}.where").unlink()  # a run from before notes
+    (default_root(dst) / f"{flow_id}.where").unlink()  # a run from before notes
     spec = tmp_path / "run.yaml"
     spec.write_text(
         "input: src.zarr\noutput: {path: dst.zarr, dtype: float32, chunks: [8, 8]}\n"
@@ -194,7 +193,7 @@ def test_clean_stale_removes_the_interrupted_temporaries_only(
     flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     dst, finished, interrupted = flows
-    root = default_intermediates(dst)
+    root = default_root(dst)
     assert cli.main(["clean", str(dst), "--stale"]) == 0
     assert "nothing to remove" in capsys.readouterr().out
     assert (root / interrupted).is_dir()
@@ -214,7 +213,7 @@ def test_clean_refuses_a_flow_whose_lock_is_held(
     flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     dst, _, interrupted = flows
-    root = default_intermediates(dst)
+    root = default_root(dst)
     with flow_lock(root / f"{interrupted}.lock"):
         (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
         assert state.status is FlowStatus.RUNNING and state.owner["pid"] == os.getpid()  # type: ignore[index]
@@ -248,7 +247,7 @@ def test_apply_warns_when_a_new_flow_starts_beside_a_stale_one(
         _apply(halved, tmp)  # the interrupted flow is fresh: no warning
     assert not [w for w in caught if "stale" in str(w.message)]
 
-    _backdate(default_intermediates(dst) / interrupted, TWO_DAYS)
+    _backdate(default_root(dst) / interrupted, TWO_DAYS)
     listed = rf"chunkgraph status {dst}; to delete them: chunkgraph clean {dst} --stale"
     with pytest.warns(UserWarning, match=rf"stale flow.*{interrupted}.*{listed}") as got:
         _apply(doubled, tmp)
@@ -262,7 +261,7 @@ def test_cli_default_matches_the_flow_constant() -> None:
 def test_recorded_totals_and_a_deferred_flow(flows: tuple[Path, str, str]) -> None:
     """With ``flow.json`` the totals show, and deferred layers (the result) are never stale."""
     dst, _, interrupted = flows
-    root = default_intermediates(dst)
+    root = default_root(dst)
     write_flow_info(root / interrupted, top_tasks=16, reductions=16, deferred=False)
     (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
     assert state.progress().startswith("top 8/16, reductions ") and state.stale(0.0)
@@ -282,7 +281,7 @@ def test_a_failed_deferred_apply_is_interrupted_not_deferred(
 ) -> None:
     """flow.json says deferred from the run's start; a run that failed is interrupted."""
     dst, _, interrupted = flows
-    root = default_intermediates(dst)
+    root = default_root(dst)
     assert cli.main(["clean", str(dst), interrupted]) == 0
     with pytest.raises(ExceptionGroup):
         _apply(fails_from_row_two, dst.parent, blend_modes="defer")

@@ -287,7 +287,8 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     import pytest
 
     from chunkgraph import flow
-    from chunkgraph.flow._state import default_intermediates, read_flows
+    from chunkgraph.flow._flow_dir import default_root
+    from chunkgraph.flow._state import read_flows
 
     src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
     src.write(src.bounds, np.ones((16, 16), "float32"))
@@ -295,7 +296,7 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     kw = dict(chunk_sizes=[8], executor="sync", retries=0, probe=False)
     with pytest.raises(ExceptionGroup):
         flow.apply(scaled_failing_at, src, dst, fn_kwargs={"factor": 2.0, "fail_at": 8}, **kw)
-    root = default_intermediates(str(tmp_path / "d.zarr"))
+    root = default_root(str(tmp_path / "d.zarr"))
     (first,) = read_flows(root, sizes=False)
     assert first.status.value == "interrupted"
     kwargs = {"factor": 3.0, "fail_at": -1}

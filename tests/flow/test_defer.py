@@ -14,6 +14,7 @@ from chunkgraph import ConfigError, CorruptChunkError, TaskError
 from chunkgraph import volume as volumes
 from chunkgraph.flow import _reduce_deferred as reduce_module
 from chunkgraph.flow import apply, reduce_deferred
+from chunkgraph.flow._flow_dir import FlowDir
 from chunkgraph.flow._markers import REDUCE, MarkerStore
 from chunkgraph.flow._state import FlowStatus, read_flow, read_flows
 from chunkgraph.geometry import Box
@@ -271,10 +272,10 @@ def test_a_reduce_killed_while_cleaning_up_is_finished_and_the_next_call_cleans(
     (its leftovers stale), which the next call reports as done and removes."""
     _, dst, report = _deferred(files)
 
-    def killed(_flow_dir: Path) -> None:
+    def killed(_state: FlowDir) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(reduce_module, "discard_flow_dir", killed)
+    monkeypatch.setattr(FlowDir, "discard", killed)
     with pytest.raises(KeyboardInterrupt):
         reduce_deferred(report, dst, blend_mode="max")
     monkeypatch.undo()

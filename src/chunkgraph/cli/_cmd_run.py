@@ -36,6 +36,7 @@ warning on stderr names what changed and the earlier flow, whose state stays.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from chunkgraph._errors import FlowLockedError
     from chunkgraph.cli._spec import ResolvedSpec
     from chunkgraph.flow import ApplyReport
+    from chunkgraph.flow._options import RunOptions
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -148,17 +150,18 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph.flow._device import resolve_device
     from chunkgraph.flow._probe import ProbeFailure
 
-    options = dict(
-        resolved.flow_options,
-        executor=args.executor or resolved.spec.run.executor or "threads",
-        workers=args.workers or resolved.spec.run.workers,
+    # The command line's executor and workers over the spec's (both checked already).
+    run = dataclasses.replace(
+        resolved.run,
+        executor=args.executor or resolved.run.executor or "threads",
+        workers=args.workers or resolved.run.workers,
     )
     plan = resolved.output
     try:
         with warnings.catch_warnings():
             if not args.dry_run:  # the run warns of the same read amplification itself
                 warnings.simplefilter("ignore", ReadAmplificationWarning)
-            check = _check_flow(resolved, options)
+            check = _check_flow(resolved, run)
         if check.gpu_missing and not args.dry_run:
             resolve_device("gpu", False)  # the run's own refusal, before the output is made
     except ConfigError as err:
@@ -171,7 +174,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
         return EXIT_OK
     # Before anything is written: the workers of a Dask cluster must import fn's module.
-    problem = _ship_module(options["executor"], resolved)
+    problem = _ship_module(run.executor, resolved)
     if problem:
         print(f"chunkgraph run: {problem}; nothing was run", file=sys.stderr)
         return EXIT_USAGE
@@ -200,10 +203,10 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             resolved.fn,
             resolved.inputs,
             dst,
-            **options,
-            resume=args.resume,
-            progress=progress,
-            subscribers=subscribers,
+            **resolved.flow_options,
+            **dataclasses.replace(
+                run, resume=args.resume, progress=progress, subscribers=tuple(subscribers)
+            ).apply_kwargs(),
         )
         outcome = "finished"
     except FlowLockedError as err:
@@ -331,16 +334,21 @@ def _write_report(
     print(f"report in {folder}", file=out if report is not None else sys.stderr)
 
 
-def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:
+def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     """apply's own checks as a dry run; a new output is stood in for by an empty array,
     once its place is known to be writable."""
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError
     from chunkgraph._util import write_problem
+    from chunkgraph.flow._flow_dir import default_root
 
     plan = resolved.output
+    checked = dataclasses.replace(run, dry_run=True)
     if plan.existing is not None and not plan.overwrite:
-        return flow.apply(resolved.fn, resolved.inputs, plan.existing, **options, dry_run=True)
+        return flow.apply(
+            resolved.fn, resolved.inputs, plan.existing, **resolved.flow_options,
+            **checked.apply_kwargs(),
+        )  # fmt: skip
     where = Path(plan.path)
     # It will be made (after the check, so no stand-in shows this): it must be possible.
     problem = write_problem(where.parent)
@@ -350,12 +358,14 @@ def _check_flow(resolved: ResolvedSpec, options: dict[str, Any]) -> ApplyReport:
             "or without write permission? Give output.path a place on a writable file system",
             field="output",  # the spec's own field: the whole output is to be made
         )
-    checked = dict(options)
-    if checked["intermediates"] is None:  # say where the real run will put them
-        checked["intermediates"] = str(where.parent / f".{where.name}.chunkgraph")
+    if checked.intermediates is None:  # say where the real run will put them
+        checked = dataclasses.replace(checked, intermediates=default_root(where))
     with tempfile.TemporaryDirectory(prefix="chunkgraph-check-") as scratch:
         stand_in = volume.create(Path(scratch) / where.name, **plan.create_args)
-        return flow.apply(resolved.fn, resolved.inputs, stand_in, **checked, dry_run=True)
+        return flow.apply(
+            resolved.fn, resolved.inputs, stand_in, **resolved.flow_options,
+            **checked.apply_kwargs(),
+        )  # fmt: skip
 
 
 def _recorder(args: argparse.Namespace, subscribers: list[Callable[[Any], None]]) -> Any:

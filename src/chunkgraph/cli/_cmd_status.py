@@ -90,12 +90,12 @@ class FlowsOf:
     @property
     def root(self) -> Path:
         """The directory a message names: the one given, else dst's default one."""
-        from chunkgraph.flow._state import default_intermediates
+        from chunkgraph.flow._flow_dir import default_root
 
         if self.intermediates is not None:
             return self.intermediates
         assert self.dst is not None  # locate() gives one or the other
-        return default_intermediates(self.dst)
+        return default_root(self.dst)
 
     def read(self, *, sizes: bool = True) -> list[FlowState]:
         from chunkgraph.flow._state import read_flows
@@ -112,7 +112,7 @@ class FlowsOf:
 def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf | None:
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
-    from chunkgraph.flow._state import default_intermediates
+    from chunkgraph.flow._flow_dir import default_root
 
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
         spec = _spec_places(command, dst)
@@ -129,10 +129,10 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     if not dst:
         print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
         return None
-    if not Path(dst).exists() and not default_intermediates(dst).exists():
+    if not Path(dst).exists() and not default_root(dst).exists():
         print(
             f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
-            f"flows directory beside it ({default_intermediates(dst)}): check the path; a "
+            f"flows directory beside it ({default_root(dst)}): check the path; a "
             "flow applied with intermediates=DIR is found with --intermediates DIR, or "
             "from its spec file (`chunkgraph status SPEC.yaml`)",
             file=sys.stderr,

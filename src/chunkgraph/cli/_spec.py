@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import yaml
@@ -47,9 +47,12 @@ from pydantic import (
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.execute import ExecutorKind
-from chunkgraph.flow._apply import DEFAULT_RETRIES
 from chunkgraph.flow._cast import DEFAULT_CAST, CastRule
+from chunkgraph.flow._options import DEFAULT_RETRIES
 from chunkgraph.flow._spec import BlendMode
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._options import RunOptions
 
 Sizes = int | list[int]
 Pads = Annotated[
@@ -237,7 +240,8 @@ class ResolvedSpec:
     fn: Callable[..., Any]
     inputs: Any  # a Volume, or {name: Volume}
     output: OutputPlan
-    flow_options: dict[str, Any]
+    flow_options: dict[str, Any]  # apply's arguments that shape the flow
+    run: RunOptions  # how it runs, as the spec says (_cmd_run adds the command line's)
     file: str
     lines: _Lines
     # The file of the function's module when it is a .py file beside the spec: sent to
@@ -444,7 +448,8 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
             bbox = Box(tuple(spec.bbox.start), tuple(spec.bbox.stop))
         except ConfigError as err:
             problem("bbox", str(err))
-    if problems or fn is None:
+    run = _run_options(spec, base, problem)
+    if problems or fn is None or run is None:
         raise SpecError(file, problems)
     flow_options = {
         # apply binds them (and refuses one named as an input or `box`: see flow_error)
@@ -461,19 +466,35 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
         "auto_divisibility": spec.auto_divisibility,
         "expand_bbox": spec.expand_bbox,
         "max_reduction_chunk_size": _tupled(spec.max_reduction_chunk_size),
-        "intermediates": None if spec.intermediates is None else str(base / spec.intermediates),
         "skip_intermediates": spec.skip_intermediates,
-        "retries": spec.retries,
-        "timeout": spec.timeout,
-        "probe": spec.probe,
-        "lock_wait": spec.lock_wait,
-        "device": spec.device,
-        "gpu_fallback": spec.gpu_fallback,
         "cast": spec.cast,
     }
     passed = inputs["input"] if spec.input is not None else inputs
     module_file = _module_beside(spec.function, base)
-    return ResolvedSpec(spec, fn, passed, output, flow_options, file, lines, module_file)
+    return ResolvedSpec(spec, fn, passed, output, flow_options, run, file, lines, module_file)
+
+
+def _run_options(spec: RunSpec, base: Path, problem: Problem) -> RunOptions | None:
+    """The spec's run options as apply checks them (the command line may override the
+    executor and the workers, and adds resume, progress and subscribers)."""
+    from chunkgraph.flow._options import RunOptions
+
+    try:
+        return RunOptions.of(
+            executor=spec.run.executor,
+            workers=spec.run.workers,
+            retries=spec.retries,
+            timeout=spec.timeout,
+            probe=spec.probe,
+            lock_wait=spec.lock_wait,
+            intermediates=None if spec.intermediates is None else base / spec.intermediates,
+            device=spec.device,
+            gpu_fallback=spec.gpu_fallback,
+        )
+    except ConfigError as err:
+        field = err.field or ""
+        problem(f"run.{field}" if field in RunDefaults.model_fields else field, str(err))
+        return None
 
 
 def _module_beside(function: str, base: Path) -> str | None:

@@ -19,6 +19,7 @@ file path before it hands them one.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -70,9 +71,9 @@ def resolve_executor(
     executor: ExecutorKind | Executor,
     *,
     workers: int | None = None,
-    retries: int = 0,
+    retries: int | None = None,
     timeout: float | None = None,
-    gpu_fallback: bool = False,
+    gpu_fallback: bool | None = None,
 ) -> Executor:
     """The Executor that ``executor=`` names: a kind (one of ``EXECUTOR_KINDS``)
     becomes a ``LocalExecutor`` with these options; a scheduler address
@@ -80,7 +81,9 @@ def resolve_executor(
     ``DaskExecutor`` with ``retries``; an Executor is returned as it is.
 
     ConfigError for anything else, for bad options, and for options given beside an
-    Executor (which carries its own).
+    Executor (which carries its own). An option is given when it is not None: an
+    explicit value equal to a kind's default (``retries=0``) is refused beside an
+    Executor too, never dropped.
 
     >>> resolve_executor("sync", retries=1).retries
     1
@@ -90,38 +93,43 @@ def resolve_executor(
             raise ConfigError(
                 f"gpu_fallback=True applies to this machine's executors, not to a Dask "
                 f"cluster (executor={executor!r}), whose GPUs are its workers' resources; "
-                "leave it unset"
+                "leave it unset",
+                field="gpu_fallback",
             )
-        return _dask_executor(executor, workers, retries, timeout)
+        return _dask_executor(executor, workers, retries or 0, timeout)
     if isinstance(executor, str):
         if executor not in EXECUTOR_KINDS:
             raise ConfigError(
                 f"executor must be one of {EXECUTOR_KINDS}, a Dask scheduler address "
                 "('tcp://host:8786') or an Executor (such as LocalExecutor('threads', "
-                f"workers=4)), got {executor!r}"
+                f"workers=4)), got {executor!r}",
+                field="executor",
             )
-        return LocalExecutor(executor, workers, retries, (), timeout, gpu_fallback=gpu_fallback)
+        return LocalExecutor(
+            executor, workers, retries or 0, (), timeout, gpu_fallback=bool(gpu_fallback)
+        )
     if not isinstance(executor, Executor):
         raise ConfigError(
             f"executor must be one of {EXECUTOR_KINDS}, a Dask scheduler address "
             "('tcp://host:8786'), a distributed.Client, or an Executor (an object with "
-            f"run(graph, targets, *, subscribers, plan) and in_process), got {executor!r}"
+            f"run(graph, targets, *, subscribers, plan) and in_process), got {executor!r}",
+            field="executor",
         )
     given = {
         name: value
-        for name, value, default in (
-            ("workers", workers, None),
-            ("retries", retries, 0),
-            ("timeout", timeout, None),
-            ("gpu_fallback", gpu_fallback, False),
+        for name, value in (
+            ("workers", workers),
+            ("retries", retries),
+            ("timeout", timeout),
+            ("gpu_fallback", gpu_fallback),
         )
-        if value != default
+        if value is not None
     }
     if given:
         options = ", ".join(f"{name}={value!r}" for name, value in given.items())
         if isinstance(executor, LocalExecutor):
             hint = f"set them on the executor instead (e.g. LocalExecutor('threads', {options}))"
-        elif type(executor).__name__ == "DaskExecutor":  # not imported: it needs distributed
+        elif _is_dask_executor(executor):
             hint = (
                 "give retries to it (DaskExecutor(client, retries=1)); a Dask cluster's "
                 "workers are what it started, and it has no per-task timeout"
@@ -129,7 +137,8 @@ def resolve_executor(
         else:
             hint = f"set them on the executor ({type(executor).__name__}) instead"
         raise ConfigError(
-            f"{options} given beside executor={executor!r}, which has its own settings; {hint}"
+            f"{options} given beside executor={executor!r}, which has its own settings; {hint}",
+            field=next(iter(given)),
         )
     return executor
 
@@ -143,6 +152,13 @@ def close_resolved(chosen: Executor, given: object) -> None:
         close = getattr(chosen, "close", None)
         if callable(close):
             close()
+
+
+def _is_dask_executor(executor: object) -> bool:
+    """A ``DaskExecutor``: only when its module was imported (it needs distributed), so
+    asking imports nothing."""
+    module = sys.modules.get("chunkgraph.execute._dask_executor")
+    return module is not None and isinstance(executor, module.DaskExecutor)
 
 
 def is_scheduler_address(executor: object) -> bool:
@@ -168,10 +184,11 @@ def _dask_executor(
     if workers is not None or timeout is not None:
         raise ConfigError(
             f"workers={workers!r} and timeout={timeout!r} do not apply to a Dask cluster "
-            f"(executor={address!r}): its workers are what the cluster started; leave them unset"
+            f"(executor={address!r}): its workers are what the cluster started; leave them unset",
+            field="workers" if workers is not None else "timeout",
         )
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
+        raise ConfigError(f"retries must be an int >= 0, got {retries!r}", field="retries")
     from chunkgraph.execute._dask_executor import DaskExecutor
 
     return DaskExecutor(address, retries=retries)

@@ -48,13 +48,13 @@ def run(
     graph: Graph,
     targets: TaskRef | str | Sequence[Any] | Mapping[Any, Any] | None = None,
     executor: ExecutorKind | Executor = "threads",
-    retries: int = 0,
+    retries: int | None = None,
     progress: bool = False,
     workers: int | None = None,
     subscribers: Iterable[Subscriber] = (),
     timeout: float | None = None,
     plan: Plan | None = None,
-    gpu_fallback: bool = False,
+    gpu_fallback: bool | None = None,
 ) -> Any:
     """Run ``graph`` and return the results of ``targets``.
 

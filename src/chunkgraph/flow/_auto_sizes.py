@@ -537,7 +537,8 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
         raise ConfigError(
             f"memory_limit must be a positive number of bytes (e.g. 4 * 2**30) or None for "
-            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}"
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}",
+            field="memory_limit",
         )
     return memory_limit, "given"
 
@@ -607,7 +608,8 @@ def plan_automatic(
             raise ConfigError(
                 f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
                 f"the flow chooses the levels and {name} is the bottom level's pad: give one "
-                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes"
+                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes",
+                field=name,
             )
         pads[name] = per_level(name, value, 1, ndim)[0]
     allowed = direct_allowed(region, named, out, pads["blend_pads"])

@@ -31,6 +31,7 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
 from chunkgraph.flow._checkerboard import LayerPlan
+from chunkgraph.flow._flow_dir import LAYERS_NAME
 from chunkgraph.flow._spec import FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
 
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from chunkgraph.volume import Volume
 
 GEOMETRY_KEY = "deferred_geometry"
-_LAYERS = "layers"
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class DeferredGeometry:
 
     def layers(self, flow_dir: Path) -> LayerPlan:
         return LayerPlan(
-            root=Path(flow_dir) / _LAYERS,
+            root=Path(flow_dir) / LAYERS_NAME,
             parity_axes=self.layer_parity_axes,
             bounds=self.layer_bounds,
             storage_chunk=self.layer_storage_chunk,

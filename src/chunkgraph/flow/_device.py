@@ -63,8 +63,6 @@ from chunkgraph._util import format_bytes
 if TYPE_CHECKING:
     from chunkgraph.gpu import DeviceBackend
 
-DEVICES: tuple[str, ...] = ("cpu", "gpu")
-
 # Top-level tasks that may hold their superchunk at once in a GPU flow. Its levels below
 # run in the task's own thread, so the CPU rule (enough tasks for their bottom chunks to
 # cover the cores) says nothing about the device; two let one task read, upload, download
@@ -187,28 +185,19 @@ NO_GPU_HERE = "no GPU here: the run needs one (or gpu_fallback=True to run on th
 
 
 def resolve_device(
-    device: object, gpu_fallback: object, dry_run: bool = False
+    device: str, gpu_fallback: bool, dry_run: bool = False
 ) -> tuple[FlowDevice | None, bool]:
     """The device of ``apply(device=..., gpu_fallback=...)``: None for the CPU, and whether
     the CPU stands in for a GPU that was asked for but not found.
 
     A backend with no device (``FakeBackend(0)``, CuPy seeing none) is no GPU. A dry run
     answers without one: ``(None, False)`` for ``device="gpu"``, and the caller reports
-    the device as "gpu" with ``NO_GPU_HERE`` (see ``gpu_missing``).
+    the device as "gpu" with ``NO_GPU_HERE`` (``_flow_run.DeviceUse.missing``). The
+    values were checked by ``RunOptions`` (``_options.DeviceChoice``).
 
     >>> resolve_device("cpu", False)
     (None, False)
     """
-    if not isinstance(device, str) or device not in DEVICES:
-        raise ConfigError(
-            f"device must be one of {', '.join(repr(d) for d in DEVICES)}, got {device!r}: "
-            "'cpu' runs fn on numpy arrays, 'gpu' on device arrays (CuPy)",
-            field="device",
-        )
-    if not isinstance(gpu_fallback, bool):
-        raise ConfigError(
-            f"gpu_fallback must be True or False, got {gpu_fallback!r}", field="gpu_fallback"
-        )
     if device == "cpu":
         return None, False
     from chunkgraph.gpu import active_backend
@@ -219,7 +208,7 @@ def resolve_device(
     if gpu_fallback:
         return None, True
     if dry_run:
-        return None, False  # gpu_missing(): the report says the run would need one
+        return None, False  # DeviceUse.missing: the report says the run would need one
     raise ConfigError(
         "device='gpu' but no GPU was found: CuPy is not installed or sees no device "
         "(check CUDA_VISIBLE_DEVICES and nvidia-smi); install chunkgraph[gpu] on a machine "
@@ -227,11 +216,6 @@ def resolve_device(
         "or use device='cpu'",
         field="device",
     )
-
-
-def gpu_missing(device: object, flow_device: FlowDevice | None, fell_back: bool) -> bool:
-    """A dry run asked for a GPU where there is none (``resolve_device`` let it through)."""
-    return device == "gpu" and flow_device is None and not fell_back
 
 
 def check_executor(device: object, executor: object) -> None:

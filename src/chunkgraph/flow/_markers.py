@@ -13,7 +13,7 @@ State (all under ``<intermediates>/<flow_id>/``)::
     markers/reduce/<key>    reduction ``key`` wrote its dst chunks
 
 and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
-(``_lock``) and ``<flow_id>.done`` once a run has finished it
+(``_flow_dir.flow_lock``) and ``<flow_id>.done`` once a run has finished it
 (``CompletionRecord``; the markers and temporaries are gone by then).
 
 A marker is created by writing a uniquely named temporary file and renaming
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkgraph._util import named_os_error
+from chunkgraph.flow._flow_dir import DONE_SUFFIX, MARKERS_NAME
 from chunkgraph.volume import Volume
 
 TOP = "top"
@@ -64,12 +65,12 @@ class MarkerStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         for kind in _KINDS:
-            (self.root / "markers" / kind).mkdir(parents=True, exist_ok=True)
+            (self.root / MARKERS_NAME / kind).mkdir(parents=True, exist_ok=True)
 
     def _dir(self, kind: str) -> Path:
         if kind not in _KINDS:
             raise AssertionError(f"unknown marker kind {kind!r}; valid kinds are {_KINDS}")
-        return self.root / "markers" / kind
+        return self.root / MARKERS_NAME / kind
 
     def mark_done(self, kind: str, key: str) -> None:
         """Record that ``key`` finished; call only after its data is written."""
@@ -133,7 +134,7 @@ class CompletionRecord:
     """
 
     def __init__(self, root: Path, flow_id: str) -> None:
-        self.path = Path(root) / f"{flow_id}.done"
+        self.path = Path(root) / f"{flow_id}{DONE_SUFFIX}"
 
     def read(self) -> dict[str, Any] | None:
         try:

@@ -10,7 +10,7 @@ a deferred flow gives the bytes the same flow without ``defer`` would have::
     layers/layer_<k>.zarr ──> reduce[r] (one graph task per reduction box) ────┴─> dst
                                     └──> markers/reduce/<key>  (after its dst chunks)
 
-State. The flow keeps apply's lock (``_lock``) while reducing. ``flow.json``
+State. The flow keeps apply's lock (``FlowDir.held``) while reducing. ``flow.json``
 gains ``"reducing"`` = ``{dst path, dst stamp, blend mode}`` before any write:
 the reduce markers belong to that target, so a call with the same target skips
 marked boxes (a killed or failed reduction resumes by calling again) and a call
@@ -39,29 +39,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._apply import (
-    DEFAULT_RETRIES,
-    ApplyReport,
-    _check_run_options,
-    _resolve_executor,
-)
+from chunkgraph.flow._apply import ApplyReport
 from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
+from chunkgraph.flow._flow_dir import FlowDir
+from chunkgraph.flow._flow_run import flow_executor, no_io_report
 from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._lock import flow_lock
-from chunkgraph.flow._markers import (
-    REDUCE,
-    TOP,
-    CompletionRecord,
-    MarkerStore,
-    discard_flow_dir,
-    dst_stamp,
-    grid_key,
-)
+from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, dst_stamp, grid_key
+from chunkgraph.flow._options import RunOptions
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
-from chunkgraph.flow._spec import FlowSpec, check_bools, check_dst
-from chunkgraph.flow._state import read_flow_info, write_flow_info
+from chunkgraph.flow._spec import FlowSpec, check_dst
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -95,7 +83,7 @@ def reduce_deferred(
     blend_mode: str = "quadratic",
     executor: ExecutorKind | Executor | None = None,
     workers: int | None = None,
-    retries: int = DEFAULT_RETRIES,
+    retries: int | None = None,
     timeout: float | None = None,
     lock_wait: float = 0.0,
     progress: bool = False,
@@ -116,66 +104,83 @@ def reduce_deferred(
     deferred flow or dst does not match.
     """
     t0 = time.perf_counter()
-    check_bools(progress=progress)
-    _check_run_options(workers, retries, lock_wait)
-    flow_dir = _flow_dir_of(flow)
-    root, flow_id = flow_dir.parent, flow_dir.name
+    options = RunOptions.of(
+        executor=executor, workers=workers, retries=retries, timeout=timeout,
+        lock_wait=lock_wait, progress=progress, subscribers=subscribers,
+    )  # fmt: skip
+    state = FlowDir.of(_flow_dir_of(flow))
     check_dst(dst, {})
-    chosen = _resolve_executor(executor, workers, retries, timeout, {}, dst, run_deferred_reduction)
+    chosen = flow_executor(options, {}, dst, run_deferred_reduction, options.workers)
     from chunkgraph.execute._executor import close_resolved
 
     try:
-        target = {"dst": dst.path, "stamp": dst_stamp(dst), "blend_mode": blend_mode}
-        if not root.is_dir():
-            _geometry(flow_dir, {}, None)  # raises: nothing there
-        with flow_lock(root / f"{flow_id}.lock", lock_wait):
-            record = CompletionRecord(root, flow_id)
-            info = read_flow_info(flow_dir)
-            finished = record.read()
-            # The record says what the flow was reduced into (its flow.json said it too
-            # before the flow directory was removed on success).
-            reduced = finished.get("reduced", info.get("reduced", target)) if finished else None
-            if (
-                finished is not None
-                and reduced == target
-                and finished.get("dst") == target["stamp"]
-            ):
-                discard_flow_dir(flow_dir)  # what a call killed while cleaning up left
-                return _finished_report(flow_dir, _geometry_bbox(info, finished), finished, t0)
-            geometry = _geometry(flow_dir, info, finished)
-            geometry.check_blend_mode(blend_mode)
-            geometry.check_dst(dst)
-            _check_top_done(flow_dir, info)
-            markers = MarkerStore(flow_dir)
-            if info.get("reducing") != target:
-                markers.clear((REDUCE,))  # markers of writes into another target
-            spec = geometry.spec(blend_mode)
-            totals = {**_kept(info), "reductions": len(reduction_boxes(spec, dst)[0])}
-            # The target first: a marker written from here on is a write into it.
-            record.remove()
-            write_flow_info(flow_dir, **totals, reducing=target)
-            report = _run(spec, geometry, flow_dir, dst, markers, chosen, progress, subscribers, t0)
-            warn_if_saturated(report.saturated_voxels, dst)
-            # Finished first (with its target, which a second call compares), then delete
-            # the layers and markers, as apply does: a kill in between leaves a finished
-            # flow whose leftovers the next call (or `chunkgraph clean --stale`) removes.
-            record.write(report, target["stamp"], reduced=target, **_kept_fingerprint(info))
-            write_flow_info(flow_dir, **{**totals, "deferred": False}, reduced=target)
-            discard_flow_dir(flow_dir)
-            return dataclasses.replace(report, intermediates=None)
+        if not state.root.is_dir():
+            _geometry(state, {}, None)  # raises: nothing there
+        with state.held(options.lock_wait):
+            return _reduce(state, dst, blend_mode, chosen, options, t0)
     finally:
         close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
+
+
+def _reduce(
+    state: FlowDir,
+    dst: Volume,
+    blend_mode: str,
+    executor: Executor,
+    options: RunOptions,
+    t0: float,
+) -> ApplyReport:
+    """Under the flow's lock: nothing when done into this target, else reduce, record,
+    discard."""
+    target = {"dst": dst.path, "stamp": dst_stamp(dst), "blend_mode": blend_mode}
+    info = state.read_info()
+    finished = state.record.read()
+    # The record says what the flow was reduced into (its flow.json said it too
+    # before the flow directory was removed on success).
+    reduced = finished.get("reduced", info.get("reduced", target)) if finished else None
+    if finished is not None and reduced == target and finished.get("dst") == target["stamp"]:
+        state.discard()  # what a call killed while cleaning up left
+        return no_io_report(
+            state.flow_id,
+            _geometry_bbox(info, finished),
+            t0,
+            dry_run=False,
+            tasks_per_level=(),
+            reductions=0,
+            reductions_skipped=int(finished.get("reductions", 0)),
+            finished_before=str(finished.get("finished", "")),
+        )
+    geometry = _geometry(state, info, finished)
+    geometry.check_blend_mode(blend_mode)
+    geometry.check_dst(dst)
+    _check_top_done(state, info)
+    markers = state.markers()
+    if info.get("reducing") != target:
+        markers.clear((REDUCE,))  # markers of writes into another target
+    spec = geometry.spec(blend_mode)
+    totals = {**_kept(info), "reductions": len(reduction_boxes(spec, dst)[0])}
+    # The target first: a marker written from here on is a write into it.
+    state.record.remove()
+    state.write_info(**totals, reducing=target)
+    report = _run(spec, geometry, state, dst, markers, executor, options, t0)
+    warn_if_saturated(report.saturated_voxels, dst)
+    # Finished first (with its target, which a second call compares), then delete
+    # the layers and markers, as apply does: a kill in between leaves a finished
+    # flow whose leftovers the next call (or `chunkgraph clean --stale`) removes.
+    state.record.write(report, target["stamp"], reduced=target, **_kept_fingerprint(info))
+    state.write_info(**{**totals, "deferred": False}, reduced=target)
+    state.discard()
+    return dataclasses.replace(report, intermediates=None)
 
 
 def _run(
     spec: FlowSpec,
     geometry: DeferredGeometry,
-    flow_dir: Path,
+    state: FlowDir,
     dst: Volume,
     markers: MarkerStore,
     executor: Executor,
-    progress: bool,
-    subscribers: Sequence[Subscriber],
+    options: RunOptions,
     t0: float,
 ) -> ApplyReport:
     """Build the graph of the reductions not yet marked, run it, report."""
@@ -183,6 +188,7 @@ def _run(
     from chunkgraph.execute import run
     from chunkgraph.graph import Graph
 
+    flow_dir = state.path
     layers = geometry.layers(flow_dir)
     job = _ReduceJob(
         spec=spec,
@@ -203,7 +209,9 @@ def _run(
             refs.append(graph.add(run_deferred_reduction, job, key, box, name=f"reduce{box}"))
     try:
         stats: list[ReductionStats] = (
-            run(graph, refs, executor, progress=progress, subscribers=subscribers) if refs else []
+            run(graph, refs, executor, progress=options.progress, subscribers=options.subscribers)
+            if refs
+            else []
         )
     finally:
         end_run(job.run_token)
@@ -243,66 +251,53 @@ def _geometry_bbox(info: dict[str, Any], finished: dict[str, Any]) -> Box:
     return Box(tuple(start), tuple(stop))
 
 
-def _finished_report(flow_dir: Path, bbox: Box, finished: dict[str, Any], t0: float) -> ApplyReport:
-    """A call that found the flow already reduced into this target: nothing was done."""
-    return ApplyReport(
-        flow_id=flow_dir.name,
-        dry_run=False,
-        tasks_per_level=(),
-        reductions=0,
-        bytes_read=0,
-        bytes_written=0,
-        temporary_bytes=0,
-        read_amplification=0.0,
-        wall_seconds=time.perf_counter() - t0,
-        bbox=bbox,
-        reductions_skipped=int(finished.get("reductions", 0)),
-        finished_before=str(finished.get("finished", "")),
-    )
-
-
 def _flow_dir_of(flow: object) -> Path:
     if isinstance(flow, ApplyReport):
         if not flow.deferred_layers or flow.intermediates is None:
             raise ConfigError(
                 f"the report of flow {flow.flow_id} has no deferred layers: only a flow applied "
-                "with blend_modes='defer' (and not a dry run) leaves a reduction for later"
+                "with blend_modes='defer' (and not a dry run) leaves a reduction for later",
+                field="flow",
             )
         return Path(flow.intermediates)
     if isinstance(flow, str | os.PathLike):
         return Path(flow)
     raise ConfigError(
         f"flow must be a deferred apply's report or its flow directory "
-        f"(<intermediates>/<flow id>), got {flow!r}"
+        f"(<intermediates>/<flow id>), got {flow!r}",
+        field="flow",
     )
 
 
 def _geometry(
-    flow_dir: Path, info: dict[str, Any], finished: dict[str, Any] | None
+    state: FlowDir, info: dict[str, Any], finished: dict[str, Any] | None
 ) -> DeferredGeometry:
     raw = info.get(GEOMETRY_KEY)
     if isinstance(raw, dict):
         return DeferredGeometry.from_json(raw)
-    if finished is not None and not flow_dir.is_dir():
+    if finished is not None and not state.exists():
         raise ConfigError(
-            f"flow {flow_dir.name} finished into another dst (or another blend mode) and its "
-            f"layers were removed since; apply it again with blend_modes='defer' to reduce anew"
+            f"flow {state.flow_id} finished into another dst (or another blend mode) and its "
+            f"layers were removed since; apply it again with blend_modes='defer' to reduce anew",
+            field="flow",
         )
     raise ConfigError(
-        f"{str(flow_dir)!r} holds no deferred flow (no flow.json with its geometry): give the "
+        f"{str(state.path)!r} holds no deferred flow (no flow.json with its geometry): give the "
         "directory a flow applied with blend_modes='defer' left, <intermediates>/<flow id>, "
-        "as its report's .intermediates names it"
+        "as its report's .intermediates names it",
+        field="flow",
     )
 
 
-def _check_top_done(flow_dir: Path, info: dict[str, Any]) -> None:
+def _check_top_done(state: FlowDir, info: dict[str, Any]) -> None:
     """Every top-level task must have written its layer: else apply has not finished."""
     total = info.get("top_tasks")
-    done = len(MarkerStore(flow_dir).done_keys(TOP))
+    done = len(state.markers().done_keys(TOP))
     if not isinstance(total, int) or done < total:
         raise ConfigError(
-            f"flow {flow_dir.name} is unfinished: {done} of {total} top-level tasks wrote their "
-            "layers; finish it with apply(..., resume=True) before reducing it"
+            f"flow {state.flow_id} is unfinished: {done} of {total} top-level tasks wrote their "
+            "layers; finish it with apply(..., resume=True) before reducing it",
+            field="flow",
         )
 
 

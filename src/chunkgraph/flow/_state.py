@@ -1,7 +1,8 @@
 """The flows beside a destination: what each is doing, and removing abandoned ones.
 
 Every ``apply`` keeps its state under an intermediates directory, by default
-``.<dst name>.chunkgraph`` beside dst (``default_intermediates``)::
+``.<dst name>.chunkgraph`` beside dst (``_flow_dir.default_root``; the layout is
+``_flow_dir``'s)::
 
     .smooth.zarr.chunkgraph/
         <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
@@ -16,7 +17,7 @@ States (``FlowStatus``), decided in this order:
 
 * ``RUNNING``: someone holds ``<flow id>.lock``. Tested with a non-blocking
   *shared* ``flock`` on the file opened read-only, released at once, never
-  creating the file: the same kernel lock ``_lock`` takes, so a run on another
+  creating the file: the same kernel lock ``_flow_dir.flow_lock`` takes, so a run on another
   host sharing an NFSv4 directory counts too. A run starting with
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
@@ -44,7 +45,7 @@ changed, so some parameter did. ``flow.json`` and the completion record keep
 differs; the warning says so and that the flow starts over, and leaves that
 state where it is (``chunkgraph clean`` removes it).
 
-Removing (``remove_flow``) takes the flow's own lock (``_lock.flow_lock``,
+Removing (``remove_flow``) takes the flow's own lock (``_flow_dir.flow_lock``,
 refusing at once if held), so no run can start on the directory while it is
 renamed to a tombstone and deleted (``discard_flow_dir``): an interruption
 never leaves markers whose layers are gone.
@@ -65,7 +66,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chunkgraph.flow._lock import flow_lock
+from chunkgraph.flow._flow_dir import (
+    DONE_SUFFIX,
+    IN_PLACE_MARK,
+    INFO_NAME,
+    LAYERS_NAME,
+    LOCK_SUFFIX,
+    MARKERS_NAME,
+    dst_of_default_root,
+    flow_lock,
+)
 from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomically
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
@@ -73,7 +83,7 @@ from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomic
 # dst) on disk. A day leaves time to notice a failure and resume it.
 STALE_AFTER_HOURS = 24.0
 
-_DONE, _LOCK, _INFO = ".done", ".lock", "flow.json"
+_DONE, _LOCK, _INFO = DONE_SUFFIX, LOCK_SUFFIX, INFO_NAME
 
 
 class FlowStatus(enum.Enum):
@@ -142,16 +152,6 @@ class FlowState:
         }
 
 
-def default_intermediates(dst: str | os.PathLike[str]) -> Path:
-    """Where ``apply`` keeps a file-backed dst's flows by default.
-
-    >>> default_intermediates("data/smooth.zarr/")
-    PosixPath('data/.smooth.zarr.chunkgraph')
-    """
-    where = Path(dst)
-    return where.parent / f".{where.name}.chunkgraph"
-
-
 def flow_ids(root: Path) -> list[str]:
     """Ids of the flows under ``root`` (a directory, a record or a lock), sorted."""
     if not root.is_dir():
@@ -212,7 +212,7 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
 def lock_holder(lock: Path) -> tuple[bool, dict[str, Any] | None]:
     """Whether the lock file ``lock`` is held, and its owner as written there (or None).
 
-    Probes like ``_lock._acquire`` but shared, read-only, never creating the file, and
+    Probes like ``_flow_dir._acquire`` but shared, read-only, never creating the file, and
     releases at once: a held lock is never taken over.
     """
     try:
@@ -419,11 +419,6 @@ def in_place_conflict(
     return None
 
 
-# Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
-# state. A run with other intermediates finds the interrupted flow through it.
-IN_PLACE_MARK = ".chunkgraph-in-place.json"
-
-
 def _mark_path(dst: Any) -> Path | None:
     where: Path | None = dst.location.local_dir
     return where / IN_PLACE_MARK if where is not None else None
@@ -497,7 +492,7 @@ def clean_command(root: Path, flow_id: str | None = None) -> str:
     >>> clean_command(Path("/scratch/tmp"))
     'chunkgraph clean --intermediates /scratch/tmp --stale'
     """
-    dst = _default_dst(root)
+    dst = dst_of_default_root(root)
     if dst is None:
         return f"chunkgraph clean --intermediates {root} {flow_id or '--stale'}"
     return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
@@ -509,7 +504,7 @@ def status_command(root: Path) -> str:
     >>> status_command(Path("data/.smooth.zarr.chunkgraph")), status_command(Path("/tmp/x"))
     ('chunkgraph status data/smooth.zarr', 'chunkgraph status --intermediates /tmp/x')
     """
-    dst = _default_dst(root)
+    dst = dst_of_default_root(root)
     return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
 
 
@@ -530,14 +525,6 @@ def kept_state_note(root: Path, flow_id: str, *, damaged: bool = False) -> str:
     )
 
 
-def _default_dst(root: Path) -> Path | None:
-    """The destination whose default flows directory ``root`` is, if it is one."""
-    name = root.name
-    if name.startswith(".") and name.endswith(".chunkgraph") and len(name) > len(".chunkgraph") + 1:
-        return root.parent / name[1 : -len(".chunkgraph")]
-    return None
-
-
 def _caller_level() -> int:
     """The ``stacklevel`` naming the first frame outside this package (the user's call)."""
     package = str(Path(__file__).resolve().parents[1])
@@ -549,7 +536,7 @@ def _caller_level() -> int:
 
 def _count_markers(flow_dir: Path, kind: str) -> int:
     try:
-        return sum(1 for n in os.listdir(flow_dir / "markers" / kind) if not n.startswith("."))
+        return sum(1 for n in os.listdir(flow_dir / MARKERS_NAME / kind) if not n.startswith("."))
     except FileNotFoundError:
         return 0
 
@@ -558,7 +545,7 @@ def _modified(root: Path, flow_id: str) -> float:
     """Latest mtime of the flow's directory, its first two levels of folders, lock and record."""
     flow_dir = root / flow_id
     paths = [flow_dir, root / f"{flow_id}{_LOCK}", root / f"{flow_id}{_DONE}"]
-    for sub in ("markers", "layers"):
+    for sub in (MARKERS_NAME, LAYERS_NAME):
         paths.append(flow_dir / sub)
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             paths += [flow_dir / sub / n for n in os.listdir(flow_dir / sub)]

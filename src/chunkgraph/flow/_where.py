@@ -1,7 +1,7 @@
 """Where a destination's flows keep their state, found from the destination alone.
 
 A flow's state lives under its intermediates directory: by default
-``.<dst name>.chunkgraph`` beside dst (``_state.default_intermediates``), where
+``.<dst name>.chunkgraph`` beside dst (``_flow_dir.default_root``), where
 ``chunkgraph status DST`` looks. A run given ``intermediates=DIR`` elsewhere (a
 spec's ``intermediates:``) leaves a note there instead, so that the same command
 finds it::
@@ -26,16 +26,16 @@ import json
 import os
 from pathlib import Path
 
+from chunkgraph.flow._flow_dir import WHERE_SUFFIX as _NOTE
+from chunkgraph.flow._flow_dir import default_root
 from chunkgraph.flow._markers import write_atomically
-from chunkgraph.flow._state import FlowState, default_intermediates, flow_ids, read_flow, read_flows
-
-_NOTE = ".where"
+from chunkgraph.flow._state import FlowState, flow_ids, read_flow, read_flows
 
 
 def note_state(dst_path: str, root: Path, flow_id: str) -> None:
     """Beside the on-disk dst at ``dst_path``, note that flow ``flow_id`` keeps its state
     under ``root`` (nothing when that is the default directory)."""
-    default = default_intermediates(dst_path)
+    default = default_root(dst_path)
     if Path(root).resolve() == default.resolve():
         return
     # dst's parent not writable: no note, the state is still found by DIR (see above)
@@ -47,7 +47,7 @@ def note_state(dst_path: str, root: Path, flow_id: str) -> None:
 
 def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Path, str]]:
     """``(intermediates, flow id)`` of each note beside dst whose flow still has state."""
-    default = default_intermediates(dst_path)
+    default = default_root(dst_path)
     found = []
     for entry in sorted(default.glob(f"*{_NOTE}")) if default.is_dir() else []:
         try:
@@ -62,11 +62,11 @@ def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Path, str]]:
 
 def forget_state(dst_path: str | os.PathLike[str], flow_id: str) -> None:
     """Remove the note of flow ``flow_id`` beside dst (its state was removed)."""
-    (default_intermediates(dst_path) / f"{flow_id}{_NOTE}").unlink(missing_ok=True)
+    (default_root(dst_path) / f"{flow_id}{_NOTE}").unlink(missing_ok=True)
 
 
 def flows_of(dst_path: str | os.PathLike[str], *, sizes: bool = True) -> list[FlowState]:
     """Every flow of dst: those under its default directory, then those noted elsewhere."""
-    states = read_flows(default_intermediates(dst_path), sizes=sizes)
+    states = read_flows(default_root(dst_path), sizes=sizes)
     states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(dst_path)]
     return states

@@ -1,0 +1,359 @@
+"""``FlowDir``: the one owner of a flow's state, behind methods rather than paths.
+
+Policy. The lifecycle (``_flow_run``) and the deferred reduction ask a
+``FlowDir`` to lock the flow, read and write its completion record, its
+``flow.json`` and its done markers, to name its layers folder, to mark an
+in-place dst and to discard what a finished run leaves; they never build a
+path of the flow's state themselves. The layout below is spelled here and
+nowhere else, so that the same interface can be given over another store
+without touching the flow::
+
+    <root>/                       intermediates (default: .<dst name>.chunkgraph beside dst)
+      <flow id>.lock              held while a run holds the flow (flow_lock, below)
+      <flow id>.done              completion record (_markers.CompletionRecord)
+      <flow id>/flow.json         totals, dst stamp, fingerprint (_state)
+      <flow id>/markers/<kind>/   done markers (_markers.MarkerStore)
+      <flow id>/layers/           the checkerboard's temporary layers (_checkerboard)
+    <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_state)
+    <default root>/<flow id>.where    where a flow of dst keeps state elsewhere (_where)
+
+State. A ``FlowDir`` is a value: ``root`` and ``flow_id``; it creates nothing
+until a method is called. ``held`` makes ``root`` (and removes it again when
+the call made it and left it empty) and holds the lock for as long as it is
+entered.
+
+Lock (``flow_lock``): one run at a time per flow directory. Two runs of the
+same flow (same id: same fn, volumes and settings) share one directory of
+layers and done markers. Unguarded, the second run clears the first's markers
+and the first to finish deletes the directory under the other, and both exit
+successfully with holes in dst. So a run holds ``<root>/<flow id>.lock``
+from before it touches the directory until after it has cleaned up:
+an advisory ``flock`` on that file, taken without blocking. The kernel
+releases it when its holder dies, however it dies (SIGKILL included), so a
+lock can never be stale: a dead owner's file is simply lockable again. The
+file's content (owner pid, host, start time) only serves the message a refused
+run prints. ``flock`` works across hosts on NFSv4 (Linux maps it to byte-range
+locks there). The owner unlinks the file while still holding the lock, then
+closes it. A run that was waiting on the old file may then hold a lock on an
+unlinked inode; it therefore checks, once it holds a lock, that the path still
+names the same file, and starts over if not. So at most one run holds the lock
+of a path, and no lock file outlives its run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
+from chunkgraph._util import named_os_error, write_problem
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._markers import CompletionRecord, MarkerStore
+    from chunkgraph.volume import Volume
+
+LOCK_SUFFIX = ".lock"
+DONE_SUFFIX = ".done"
+INFO_NAME = "flow.json"
+LAYERS_NAME = "layers"
+MARKERS_NAME = "markers"
+# Beside dst, in its default root: <flow id>.where names the root of state kept elsewhere.
+WHERE_SUFFIX = ".where"
+# Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
+# state. A run with other intermediates finds the interrupted flow through it.
+IN_PLACE_MARK = ".chunkgraph-in-place.json"
+# The default root beside a file-backed dst: .<dst name>.chunkgraph
+ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
+
+
+def default_root(dst_dir: str | os.PathLike[str]) -> Path:
+    """Where a flow into the on-disk ``dst_dir`` keeps its state by default.
+
+    >>> default_root("data/smooth.zarr/")
+    PosixPath('data/.smooth.zarr.chunkgraph')
+    """
+    where = Path(dst_dir)
+    return where.parent / f"{ROOT_PREFIX}{where.name}{ROOT_SUFFIX}"
+
+
+def dst_of_default_root(root: Path) -> Path | None:
+    """The dst whose default root ``root`` is, or None when it is not one.
+
+    >>> dst_of_default_root(Path("data/.smooth.zarr.chunkgraph"))
+    PosixPath('data/smooth.zarr')
+    """
+    name = root.name
+    if (
+        name.startswith(ROOT_PREFIX)
+        and name.endswith(ROOT_SUFFIX)
+        and len(name) > len(ROOT_PREFIX) + len(ROOT_SUFFIX)
+    ):
+        return root.parent / name[len(ROOT_PREFIX) : -len(ROOT_SUFFIX)]
+    return None
+
+
+def state_root(intermediates: Path | None, dst: Volume) -> Path:
+    """Where a flow keeps its state: ``intermediates`` as given, else beside an on-disk dst,
+    else the temp dir. Deterministic, so that a resumed run finds the previous one's.
+
+    ConfigError (``field="intermediates"``) when a file stands where a folder must be.
+    """
+    if intermediates is not None:
+        # The nearest existing path decides: a file there (the path itself or a parent)
+        # would fail only at mkdir, as a bare NotADirectoryError.
+        existing = next((p for p in (intermediates, *intermediates.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            what = (
+                "is a file" if existing == intermediates else f"is under {str(existing)!r}, a file"
+            )
+            raise ConfigError(
+                f"intermediates={str(intermediates)!r} {what}; give a directory (created if "
+                "missing) where the flow may keep its temporary layers and markers, or None for "
+                "the default beside dst",
+                field="intermediates",
+            )
+        return intermediates
+    where = dst.location.local_dir
+    if where is not None:
+        return default_root(where)
+    return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+
+
+@dataclass(frozen=True)
+class FlowDir:
+    """The state of flow ``flow_id`` under ``root`` (see the module's layout)."""
+
+    root: Path
+    flow_id: str
+
+    @classmethod
+    def of(cls, flow_dir: Path) -> FlowDir:
+        """The ``FlowDir`` of a flow directory ``<root>/<flow id>`` (a report's
+        ``intermediates``)."""
+        return cls(flow_dir.parent, flow_dir.name)
+
+    @property
+    def path(self) -> Path:
+        """The flow's own folder (layers, markers, ``flow.json``)."""
+        return self.root / self.flow_id
+
+    @property
+    def layers_dir(self) -> Path:
+        return self.path / LAYERS_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / f"{self.flow_id}{LOCK_SUFFIX}"
+
+    @property
+    def record_path(self) -> Path:
+        return self.root / f"{self.flow_id}{DONE_SUFFIX}"
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def check_writable(self, dst: Volume) -> None:
+        """A ConfigError naming the path when the flow's state folder (or where it will be
+        made) or an on-disk dst cannot be written: before anything runs, dry runs too.
+
+        A run needs both: it locks the flow and records its progress under ``root``, and
+        writes dst's chunks. Found later, this would be a bare ``OSError`` from a mkdir.
+        """
+        if dst.location.local_dir is not None:
+            problem = write_problem(dst.path)
+            if problem:
+                raise ConfigError(
+                    f"dst {dst.path!r} cannot be written: {problem}, so nothing was run. Is it "
+                    "on a read-only mount, or without write permission? Make it writable, or "
+                    "write to a dst on a writable file system",
+                    field="dst",
+                )
+        problem = write_problem(self.root)
+        if problem:
+            raise ConfigError(
+                f"intermediates {str(self.root)!r} cannot be written: {problem}. The flow keeps "
+                "its lock, done markers and temporary layers there, so nothing was run. Is it "
+                "on a read-only mount, or without write permission? Give intermediates= (a "
+                "spec's intermediates:) a directory on a writable file system",
+                field="intermediates",
+            )
+
+    @contextlib.contextmanager
+    def held(self, wait: float) -> Iterator[None]:
+        """Hold the flow's lock (``FlowLockedError`` after ``wait`` seconds), making
+        ``root`` if needed; a root this made is removed again if left empty (a completion
+        record is worth keeping)."""
+        made_root = not self.root.exists()
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            with flow_lock(self.lock_path, wait):
+                yield
+        finally:
+            if made_root:
+                with contextlib.suppress(OSError):
+                    self.root.rmdir()  # only when empty
+
+    @property
+    def record(self) -> CompletionRecord:
+        from chunkgraph.flow._markers import CompletionRecord
+
+        return CompletionRecord(self.root, self.flow_id)
+
+    def markers(self) -> MarkerStore:
+        """The done markers (their folders made if missing)."""
+        from chunkgraph.flow._markers import MarkerStore
+
+        return MarkerStore(self.path)
+
+    def read_info(self) -> dict[str, Any]:
+        from chunkgraph.flow._state import read_flow_info
+
+        return read_flow_info(self.path)
+
+    def write_info(self, **fields: Any) -> None:
+        from chunkgraph.flow._state import write_flow_info
+
+        write_flow_info(self.path, **fields)
+
+    def discard(self) -> None:
+        """Delete the flow's folder (atomically out of sight first; ``_markers``)."""
+        from chunkgraph.flow._markers import discard_flow_dir
+
+        discard_flow_dir(self.path)
+
+    def note_beside(self, dst: Volume) -> None:
+        """Tell ``chunkgraph status DST`` where this state is (an on-disk dst only)."""
+        if dst.location.local_dir is not None:
+            from chunkgraph.flow._where import note_state
+
+            note_state(dst.path, self.root, self.flow_id)
+
+    def mark_in_place(self, dst: Volume) -> None:
+        from chunkgraph.flow._state import mark_in_place
+
+        mark_in_place(dst, self.root, self.flow_id)
+
+    def unmark_in_place(self, dst: Volume) -> None:
+        from chunkgraph.flow._state import unmark_in_place
+
+        unmark_in_place(dst)
+
+    def written_for_other(self, stamp: str | None) -> bool:
+        """True when the record or markers were written for a destination that has since
+        been deleted and created again (see ``_markers.dst_stamp``)."""
+        if stamp is None:
+            return False
+        finished = self.record.read()
+        before = finished.get("dst") if finished else self.read_info().get("dst")
+        return before is not None and before != stamp
+
+    def layer_corrupt(self, error: BaseException) -> bool:
+        """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of
+        the flow's own layers (``_reduce.damaged_layer_error``)."""
+        seen: list[BaseException] = [error]
+        layers = self.layers_dir.resolve()
+        while seen:
+            e = seen.pop()
+            if isinstance(e, CorruptChunkError) and Path(e.volume).resolve().is_relative_to(layers):
+                return True
+            if isinstance(e, BaseExceptionGroup):
+                seen.extend(e.exceptions)
+            if e.__cause__ is not None:
+                seen.append(e.__cause__)
+        return False
+
+
+# How often a run that waits for a lock tries again; short next to any flow.
+_POLL_SECONDS = 0.1
+
+
+@contextlib.contextmanager
+def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
+    """Hold the lock file ``path`` for the body; refuse (or wait ``wait`` seconds) if held.
+
+    >>> import tempfile
+    >>> lock = Path(tempfile.mkdtemp()) / "f.lock"
+    >>> with flow_lock(lock):
+    ...     with flow_lock(lock):
+    ...         pass
+    Traceback (most recent call last):
+      ...
+    chunkgraph.FlowLockedError: ...
+    >>> lock.exists()
+    False
+    """
+    fd = _acquire(path, wait)
+    try:
+        _write_owner(fd, path)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)  # releases the lock, after the unlink (see the module docstring)
+
+
+def _acquire(path: Path, wait: float) -> int:
+    deadline = time.monotonic() + wait
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() >= deadline:
+                raise _busy_error(path, wait) from None
+            time.sleep(_POLL_SECONDS)
+            continue
+        if _same_file(fd, path):
+            return fd
+        os.close(fd)  # the holder we waited for unlinked it: lock the new file instead
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _write_owner(fd: int, path: Path) -> None:
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(owner).encode(), 0)
+    except OSError as err:  # a full disk: the error names no file by itself
+        raise named_os_error(err, path, "writing the flow's lock") from err
+
+
+def _busy_error(path: Path, wait: float) -> FlowLockedError:
+    try:
+        owner = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        owner = {}
+    who = "another run"
+    if owner:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("since", 0)))
+        who = f"process {owner.get('pid')} on host {owner.get('host')!r} (since {since})"
+    waited = f" after waiting {wait:g} s" if wait > 0 else ""
+    return FlowLockedError(
+        f"this flow is already running{waited}: {who} holds {path}. Two runs of one flow would "
+        "overwrite each other's temporaries; wait for it to finish (then rerun with resume=True "
+        "to reuse its work), pass lock_wait=<seconds> to wait, or stop that process. The lock "
+        "is released by the operating system when its holder exits, even if killed",
+        lock=str(path),
+        holder=who,
+    )
