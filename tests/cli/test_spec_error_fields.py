@@ -17,6 +17,7 @@ import pytest
 from chunkgraph import cli, volume
 from chunkgraph._errors import ConfigError
 from chunkgraph.cli._spec import OutputPlan, ResolvedSpec, parse_spec
+from chunkgraph.flow._options import RunOptions
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16]}\n"
@@ -120,7 +121,8 @@ max_reduction_chunk_size: [64, 64, 64]
 def resolved(text: str = SPEC) -> ResolvedSpec:
     """A spec parsed, not resolved: flow_error needs its fields and their lines only."""
     spec, lines = parse_spec(text, "spec.yaml")
-    return ResolvedSpec(spec, print, None, OutputPlan("out.zarr"), {}, "spec.yaml", lines)
+    run = RunOptions.of()
+    return ResolvedSpec(spec, print, None, OutputPlan("out.zarr"), {}, run, "spec.yaml", lines)
 
 
 @pytest.mark.parametrize(
