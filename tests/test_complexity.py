@@ -1,0 +1,55 @@
+"""Size and complexity limits of the flow's lifecycle (radon's cyclomatic complexity).
+
+A function that grows past these limits is a sign to split it into named steps:
+``apply`` is a short pipeline (options -> plan -> validate -> FlowRun), and no
+function of the flow reads like a second scheduler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from radon.complexity import cc_visit
+
+FLOW = Path(__file__).resolve().parents[1] / "src" / "chunkgraph" / "flow"
+MAX_FLOW_COMPLEXITY = 20
+MAX_APPLY_COMPLEXITY = 10
+MAX_APPLY_LINES = 80
+MAX_APPLY_MODULE_LINES = 550
+
+
+def _blocks(path: Path) -> list[Any]:
+    """Every function and method of a module (classes are flattened into their methods)."""
+    found: list[Any] = []
+    for block in cc_visit(path.read_text()):
+        found.extend(getattr(block, "methods", None) or [block])
+    return found
+
+
+def test_no_function_of_the_flow_is_above_the_complexity_limit() -> None:
+    over = [
+        f"{path.name}:{b.lineno} {b.name} ({b.complexity})"
+        for path in sorted(FLOW.glob("*.py"))
+        for b in _blocks(path)
+        if b.complexity > MAX_FLOW_COMPLEXITY
+    ]
+    assert not over, f"above complexity {MAX_FLOW_COMPLEXITY}: {over}"
+
+
+def test_apply_is_a_short_pipeline() -> None:
+    module = FLOW / "_apply.py"
+    (apply,) = [b for b in _blocks(module) if b.name == "apply"]
+    lines = apply.endline - apply.lineno + 1
+    assert apply.complexity <= MAX_APPLY_COMPLEXITY, apply.complexity
+    assert lines <= MAX_APPLY_LINES, lines
+    assert len(module.read_text().splitlines()) <= MAX_APPLY_MODULE_LINES
+
+
+def test_the_limits_see_a_complex_function(tmp_path: Path) -> None:
+    """The measure can fail: 25 branches in one function are counted as such."""
+    body = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(25))
+    module = tmp_path / "m.py"
+    module.write_text(f"def tangled(x):\n{body}    return -1\n")
+    (block,) = _blocks(module)
+    assert block.complexity > MAX_FLOW_COMPLEXITY
