@@ -1,4 +1,5 @@
-"""Running the installed ``chunkgraph`` where the file system refuses: read-only, or full.
+"""Fixtures of the command-line tests: a spec's working folder, and running the installed
+``chunkgraph`` where the file system refuses: read-only, or full.
 
 Both are made for real, for the command only, in a private mount namespace of its own
 (``unshare -m``, root): a read-only bind mount of a test's directory, or a small tmpfs
@@ -13,14 +14,30 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from chunkgraph import volume
+
 CHUNKGRAPH = Path(sys.executable).parent / "chunkgraph"
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """``raw.zarr`` (32³ float32, chunks 16³, values in [0, 1)) beside spec_functions.py."""
+    shutil.copy(HERE / "spec_functions.py", tmp_path)
+    raw = volume.create(tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32")
+    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32"))
+    return tmp_path
+
+
 TIMEOUT_S = 120
 
 

@@ -9,14 +9,12 @@ beside the spec and the spec; ``ro/`` is the directory made read-only.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from chunkgraph import volume
@@ -28,12 +26,10 @@ Runner = Callable[..., Any]
 
 
 @pytest.fixture
-def work(tmp_path: Path) -> Path:
-    shutil.copy(HERE / "spec_functions.py", tmp_path)
-    raw = volume.create(tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32")
-    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32"))
-    (tmp_path / "ro").mkdir()
-    return tmp_path
+def work(work: Path) -> Path:
+    """The command-line tests' folder, with ``ro/`` to make read-only or full."""
+    (work / "ro").mkdir()
+    return work
 
 
 def spec(

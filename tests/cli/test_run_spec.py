@@ -35,14 +35,6 @@ CHUNKGRAPH = Path(sys.executable).parent / "chunkgraph"
 OUTPUT = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16]}\n"
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    shutil.copy(HERE / "spec_functions.py", tmp_path)
-    raw = volume.create(tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32")
-    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32"))
-    return tmp_path
-
-
 def write(directory: Path, text: str, name: str = "spec.yaml") -> str:
     (directory / name).write_text(text)
     return str(directory / name)

@@ -8,13 +8,11 @@ text is never read, so rewording a message keeps the line.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from chunkgraph import cli, volume
+from chunkgraph import cli
 from chunkgraph._errors import ConfigError
 from chunkgraph.cli._spec import OutputPlan, ResolvedSpec, parse_spec
 from chunkgraph.flow._options import RunOptions
@@ -22,15 +20,6 @@ from chunkgraph.flow._options import RunOptions
 HERE = Path(__file__).resolve().parent
 OUTPUT = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16]}\n"
 SMOOTH = "input: raw.zarr\n" + OUTPUT + "function: spec_functions:smooth\n"
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    """``raw.zarr`` (32³ float32, chunks 16³, values in [0, 1)) beside spec_functions.py."""
-    shutil.copy(HERE / "spec_functions.py", tmp_path)
-    raw = volume.create(tmp_path / "raw.zarr", (32, 32, 32), (16, 16, 16), "float32")
-    raw.write(raw.bounds, np.random.default_rng(7).random((32, 32, 32), dtype="float32"))
-    return tmp_path
 
 
 @pytest.mark.parametrize(
