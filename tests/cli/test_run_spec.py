@@ -834,3 +834,63 @@ def test_a_spec_s_defaults_are_apply_s() -> None:
         meant = params[name].default
         meant = unset.get(name, meant) if meant is None else meant
         assert RunSpec.model_fields[name].default == meant, name
+
+
+OVERWRITE = "output: {path: out.zarr, dtype: uint8, chunks: [16, 16, 16], exists: overwrite}"
+
+
+def _kept_volume(work: Path) -> np.ndarray:
+    """An existing out.zarr of 42s that an overwrite must not lose for nothing."""
+    old = volume.create(work / "out.zarr", (32, 32, 32), (16, 16, 16), "uint8")
+    data = np.full((32, 32, 32), 42, "uint8")
+    old.write(old.bounds, data)
+    return data
+
+
+def test_an_overwrite_that_fails_before_writing_leaves_the_old_output_as_it_was(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fn's floats into the uint8 output are refused by the probe (cast='safe'): exit 2,
+    and the volume the run was to replace is still there, whole, with no copy beside it."""
+    data = _kept_volume(work)
+    spec = write(work, spec_with(output=OVERWRITE, function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    assert code == 2, err
+    assert "is as it was" in err, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), data)
+    assert sorted(p.name for p in work.iterdir() if ".replaced-" in p.name) == []
+    # The same output replaced for real: the old volume is gone, aside copy included.
+    spec = write(work, spec_with(output=OVERWRITE, function="function: spec_functions:scale",
+                                 extra="cast: unsafe"))  # fmt: skip
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), np.rint(read(work / "raw.zarr") * 2))
+    assert [p.name for p in work.iterdir() if ".replaced-" in p.name] == []
+
+
+def test_ctrl_c_during_the_probe_of_an_overwrite_keeps_the_old_output(work: Path) -> None:
+    data = _kept_volume(work)
+    spec = write(
+        work,
+        spec_with(
+            output=OVERWRITE,
+            function="function: spec_functions:slow",
+            extra=f"kwargs: {{started: {work / 'started.txt'}, seconds: 30}}\ncast: unsafe",
+        ),
+    )
+    process = subprocess.Popen(
+        [str(CHUNKGRAPH), "run", "--quiet", "--workers", "1", spec],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60  # the command starting on a loaded machine
+    while not (work / "started.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (work / "started.txt").exists(), "the run never started"
+    process.send_signal(signal.SIGINT)  # fn's first call is the probe's: nothing written
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "interrupted before anything was written" in err, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), data)
+    assert [p.name for p in work.iterdir() if ".replaced-" in p.name] == []

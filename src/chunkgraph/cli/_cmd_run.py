@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from chunkgraph.cli._new_output import NewOutput
+from chunkgraph.cli._new_output import NewOutput, set_aside
 from chunkgraph.cli._output import (
     add_output_options,
     check_output_options,
@@ -142,7 +143,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
-    from chunkgraph import flow, volume
+    from chunkgraph import flow
     from chunkgraph._errors import ChunkgraphError, ConfigError, FlowLockedError
     from chunkgraph.cli._spec import SpecError
     from chunkgraph.execute._failures import describe_innermost
@@ -170,7 +171,9 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_USAGE
     if args.dry_run:
         print(check.summary())
-        if plan.existing is None:
+        if plan.overwrite:
+            print(f"  (the output {plan.path} will be replaced: the flow id will differ)")
+        elif plan.existing is None:
             print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
         return EXIT_OK
     # Before anything is written: the workers of a Dask cluster must import fn's module.
@@ -180,14 +183,19 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_USAGE
     # The log file is opened before the output is touched: a ConfigError if it cannot be.
     progress, subscribers = event_output(args)
-    if plan.overwrite:
-        volume.remove(plan.path)
+    # The volume an overwrite replaces is set aside, not deleted: back if nothing is written.
+    replaced = set_aside(plan.path) if plan.overwrite else None
     new: NewOutput | None = None  # what this run creates, taken back if it writes nothing
     try:
         dst = plan.existing
         if dst is None:
-            dst, new = _create_output(resolved)
-    except SpecError as err:
+            dst, new = _create_output(resolved, replaced)
+    except BaseException as err:
+        if replaced is not None and (new is None or not new.take_back()):
+            shutil.rmtree(plan.path, ignore_errors=True)  # a half-made new one: the old wins
+            os.rename(replaced, plan.path)
+        if not isinstance(err, SpecError):
+            raise
         close_output(subscribers)
         print("\n".join(err.lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
@@ -209,6 +217,12 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             ).apply_kwargs(),
         )
         outcome = "finished"
+    except KeyboardInterrupt:  # during the probe: before the first write, take it back
+        taken = _taken_back(new)
+        if taken:
+            print(f"\nchunkgraph run: interrupted before anything was written{taken}",
+                  file=sys.stderr)  # fmt: skip
+        raise
     except FlowLockedError as err:
         outcome = "locked"
         again = f"`chunkgraph run {args.spec} --resume` reuses its work"
@@ -242,6 +256,8 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         print(f"chunkgraph run: {describe_innermost(err)}{_taken_back(new)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
+        if new is not None:
+            new.settle()  # the replaced volume goes unless it was put back
         close_output(subscribers, outcome)
         if recorder is not None and outcome != "locked":
             # A failed or interrupted run is when a report is needed most.
@@ -250,7 +266,9 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     return EXIT_OK
 
 
-def _create_output(resolved: ResolvedSpec) -> tuple[Any, NewOutput | None]:
+def _create_output(
+    resolved: ResolvedSpec, replaced: Path | None = None
+) -> tuple[Any, NewOutput | None]:
     """Create the new output: (the volume, what this run created). One that another run
     created since the check is used when it matches the spec (two runs over disjoint
     bboxes of one new output), and is not this run's to take back (None).
@@ -269,7 +287,7 @@ def _create_output(resolved: ResolvedSpec) -> tuple[Any, NewOutput | None]:
         if plan.overwrite or not os.path.exists(os.path.join(plan.path, "zarr.json")):
             raise
     else:
-        return made, NewOutput.noted(plan.path, existed)
+        return made, NewOutput.noted(plan.path, existed, replaced)
     try:
         return volume.create(plan.path, **plan.create_args, exist_ok=True), None
     except ConfigError as err:
@@ -281,6 +299,8 @@ def _create_output(resolved: ResolvedSpec) -> tuple[Any, NewOutput | None]:
 def _taken_back(new: NewOutput | None) -> str:
     """Take back the output this run created, if it is as made; what to say of it."""
     if new is not None and new.take_back():
+        if new.replaced is not None:
+            return f"; the output {new.path} it was to replace is as it was"
         return f"; the output {new.path} this run had created was removed"
     return ""
 
