@@ -184,9 +184,11 @@ def warn_if_saturated(saturated: int, dst: Volume, rule: str | None = None) -> N
     dtype = np.dtype(dst.dtype)
     low, high = value_range(dtype)
     allowed = f" (cast={rule!r} allowed the cast)" if rule else ""
+    # An integer saturates at its limits; a float overflows to +-inf past them.
+    written = "as +-inf, past" if dtype.kind == "f" else "at"
     warnings.warn(
-        f"{saturated} voxel(s) of dst {dst.path!r} were written at the limits of its dtype "
-        f"{dtype} ([{low}, {high}]): fn's values there did not fit{allowed}. Give dst a "
+        f"{saturated} voxel(s) of dst {dst.path!r} were written {written} the limits of its "
+        f"dtype {dtype} ([{low}, {high}]): fn's values there did not fit{allowed}. Give dst a "
         f"wider dtype, or bring fn's values into {dtype}'s range",
         SaturationWarning,
         stacklevel=3,
