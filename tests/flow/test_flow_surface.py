@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chunkgraph import ConfigError
+from chunkgraph import ConfigError, volume
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 
@@ -292,3 +292,20 @@ def test_refused_fn_resources_write_nothing(
             intermediates=tmp_path / "t",
         )
     assert not (tmp_path / "t").exists() and not dst.read(dst.bounds).any()
+
+
+def test_a_keyword_naming_fn_s_array_parameter_is_a_clash_not_a_signature_error(
+    tmp_path: Path,
+) -> None:
+    """``fn(x, *, mask=None)`` with ``fn_kwargs={'x': 3}``: the single input fills ``x``."""
+
+    def one(x: np.ndarray, *, mask: object = None) -> np.ndarray:
+        return x
+
+    src = volume.create(str(tmp_path / "s.zarr"), (8, 8), (4, 4), "uint8")
+    dst = volume.create(str(tmp_path / "d.zarr"), (8, 8), (4, 4), "uint8")
+    with pytest.raises(ConfigError, match=r"fn_kwargs\['x'\] clashes with the input's array") as e:
+        apply(one, src, dst, fn_kwargs={"x": 3}, chunk_sizes=[(4, 4)])
+    assert e.value.field == "fn_kwargs.x"
+    # Named inputs are passed by keyword: there the input's name is what may not be reused.
+    assert apply(one, {"x": src}, dst, fn_kwargs={"mask": 3}, chunk_sizes=[(4, 4)])

@@ -70,11 +70,11 @@ from chunkgraph.flow._spec import (
     wants_auto_sizes,
 )
 from chunkgraph.geometry import Box
+from chunkgraph.volume import Volume
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
     from chunkgraph.flow._flow_run import DeviceUse
-    from chunkgraph.volume import Volume
 
 
 def apply(
@@ -134,7 +134,7 @@ def apply(
     check_optional_bool("skip_intermediates", skip_intermediates)
     on = DeviceUse.of(options)  # looks for the GPU asked for: refused here when none
     named = normalize_inputs(inputs)
-    fn = with_fn_kwargs(fn, fn_kwargs, named)
+    fn = with_fn_kwargs(fn, fn_kwargs, named, isinstance(inputs, Volume))
     # dst's voxels are the flow's grid (without dst, the first input stands in, as in _spec).
     grid = dst if dst is not None else next(iter(named.values()), None)
     shape: dict[str, Any] = dict(

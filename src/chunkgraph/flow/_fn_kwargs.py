@@ -10,7 +10,9 @@ callable, so the rest follows without a second code path:
 * a process executor pickles the partial with its keywords.
 
 A keyword must not be an input's name or ``box``: the flow passes those at
-each call, and a call's keywords would silently replace a partial's.
+each call, and a call's keywords would silently replace a partial's. Nor may it
+name the parameter that receives a single (unnamed) input's array, ``fn``'s
+first positional one: the call ``fn(array)`` would then give it twice.
 
 >>> import numpy as np
 >>> def scale(src, *, factor):
@@ -34,9 +36,13 @@ _RESERVED = ("box",)
 
 
 def with_fn_kwargs(
-    fn: Callable[..., Any], fn_kwargs: object, input_names: Iterable[str]
+    fn: Callable[..., Any],
+    fn_kwargs: object,
+    input_names: Iterable[str],
+    positional_input: bool = False,
 ) -> Callable[..., Any]:
-    """``fn`` with ``fn_kwargs`` bound (``fn`` itself when there are none)."""
+    """``fn`` with ``fn_kwargs`` bound (``fn`` itself when there are none);
+    ``positional_input``: the flow calls ``fn(array)`` with its single input."""
     if fn_kwargs is None:
         return fn
     if not isinstance(fn_kwargs, Mapping):
@@ -64,7 +70,26 @@ def with_fn_kwargs(
                 field=f"fn_kwargs.{key}",
             )
     _check_accepted(fn, fn_kwargs)
+    if positional_input:
+        _check_not_the_array(fn, fn_kwargs)
     return functools.partial(fn, **fn_kwargs)
+
+
+def _check_not_the_array(fn: Callable[..., Any], fn_kwargs: Mapping[str, Any]) -> None:
+    """A ConfigError when a keyword names the parameter ``fn(array)`` fills."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    first = next((p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY), None)
+    keyword = first is not None and first.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    if first is not None and keyword and first.name in fn_kwargs:
+        raise ConfigError(
+            f"fn_kwargs[{first.name!r}] clashes with the input's array, which the flow "
+            f"passes to fn as its first argument ({first.name!r}) at every call; rename "
+            "the keyword, or give the input by name (inputs={'NAME': volume})",
+            field=f"fn_kwargs.{first.name}",
+        )
 
 
 def _check_accepted(fn: Callable[..., Any], fn_kwargs: Mapping[str, Any]) -> None:
