@@ -894,3 +894,19 @@ def test_ctrl_c_during_the_probe_of_an_overwrite_keeps_the_old_output(work: Path
     assert "interrupted before anything was written" in err, err
     np.testing.assert_array_equal(read(work / "out.zarr"), data)
     assert [p.name for p in work.iterdir() if ".replaced-" in p.name] == []
+
+
+def test_a_spec_may_snap_its_bbox_as_apply_does(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``expand_bbox: snap`` (apply's "snap") grows a bbox off the top-chunk grid to it."""
+    spec = write(
+        work,
+        spec_with(
+            function="function: spec_functions:scale",
+            extra="bbox: {start: [4, 0, 0], stop: [28, 32, 32]}\nexpand_bbox: snap",
+        ),
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)

@@ -296,3 +296,13 @@ def test_a_failed_deferred_apply_is_interrupted_not_deferred(
     assert f"Flow {failed} was applied with blend_modes='defer' but stopped" in err
     assert cli.main(["clean", str(dst), "--stale", "--older-than", "0"]) == 0
     assert not (root / failed).exists()  # its temporaries no longer leak
+
+
+@pytest.mark.parametrize("hours", ["-1", "nan", "soon"])
+def test_a_negative_or_unreadable_age_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], hours: str
+) -> None:
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["clean", str(tmp_path), "--stale", "--older-than", hours])
+    assert ended.value.code == 2
+    assert "--older-than" in capsys.readouterr().err

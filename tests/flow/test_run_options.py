@@ -90,6 +90,7 @@ WITHOUT_DST = [
     ("blend_modes", "nonsense"),
     ("memory_limit", -5),
     ("max_reduction_chunk_size", "huge"),
+    ("max_reduction_chunk_size", 0),
     ("lock_wait", "x"),
     ("intermediates", 12),
 ]

@@ -73,7 +73,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--older-than",
-        type=float,
+        type=_hours,
         metavar="HOURS",
         help=f"an interrupted flow is stale after this long (default {DEFAULT_STALE_HOURS:g})",
     )
@@ -280,3 +280,16 @@ def _age(hours: float) -> str:
     if hours < 1:
         return f"{hours * 3600:.0f} s" if hours < 1 / 60 else f"{hours * 60:.0f} min"
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} d"
+
+
+def _hours(text: str) -> float:
+    """``--older-than``: a number of hours, not negative."""
+    import argparse
+
+    try:
+        hours = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not hours >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more hours")
+    return hours

@@ -155,7 +155,11 @@ class RunSpec(_Model):
     blend_modes: BlendMode | list[BlendMode] = "quadratic"
     bbox: BoxSpec | None = Field(default=None, description="default: the output's bounds")
     auto_divisibility: bool = False
-    expand_bbox: bool = False
+    expand_bbox: bool | Literal["snap"] = Field(
+        default=False,
+        description="grow the bbox to whole top chunks past the volume's edge (true), or "
+        "snap it to the top-chunk grid of the output's bounds (snap)",
+    )
     max_reduction_chunk_size: Sizes | None = None
     intermediates: str | None = Field(
         default=None,

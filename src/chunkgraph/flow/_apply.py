@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
-from chunkgraph._util import per_axis, usable_cores
+from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import (
     FlowPlan,
     ReadAmplificationWarning,
@@ -66,6 +66,7 @@ from chunkgraph.flow._resolution import bbox_in_voxels
 from chunkgraph.flow._spec import (
     FlowSpec,
     normalize_inputs,
+    reduction_chunk,
     validate_flow,
     wants_auto_sizes,
 )
@@ -201,8 +202,9 @@ def _values_spec(
             field="resume",
         )
     spec = validate_flow(fn, inputs, None, **shape)  # blend pads refused: _check_values_levels
-    if max_reduction_chunk_size is not None:  # no reduction here: its form is still checked
-        per_axis(max_reduction_chunk_size, spec.spatial_ndim, "max_reduction_chunk_size")
+    # No reduction without a dst, but the option is checked as on every path.
+    top = spec.levels[0].chunk
+    reduction_chunk(max_reduction_chunk_size, top, top)
     return spec, None, None  # no plan, no memory budget: nothing is kept
 
 

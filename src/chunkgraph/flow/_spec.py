@@ -310,7 +310,7 @@ def validate_flow(
         reduction = levels[0].chunk
     else:
         accumulate = _accumulate_dtype(named, out, levels, rule)
-        reduction = _reduction_chunk(max_reduction_chunk_size, out.spatial_chunks, levels[0].chunk)
+        reduction = reduction_chunk(max_reduction_chunk_size, out.spatial_chunks, levels[0].chunk)
     if skip_intermediates and not collect:
         _check_skip_intermediates(levels, region, out)
     return FlowSpec(
@@ -692,13 +692,13 @@ def _accumulate_dtype(
     return out
 
 
-def _reduction_chunk(
+def reduction_chunk(
     value: object, dst_chunks: tuple[int, ...], top: tuple[int, ...]
 ) -> tuple[int, ...]:
     """Reduction boxes: an upper bound (default the top chunk) rounded down to whole dst
     chunks, at least one: 100 over dst chunks of 32 gives 96, 20 gives 32.
 
-    >>> _reduction_chunk((100, 20), (32, 32), (64, 64)), _reduction_chunk(None, (32,), (80,))
+    >>> reduction_chunk((100, 20), (32, 32), (64, 64)), reduction_chunk(None, (32,), (80,))
     ((96, 32), (64,))
     """
     ndim = len(dst_chunks)
