@@ -910,3 +910,26 @@ def test_a_spec_may_snap_its_bbox_as_apply_does(
     code, _, err = run(capsys, spec)
     assert code == 0, err
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
+
+
+def test_an_output_at_another_resolution_covers_the_input_s_physical_extent(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No output.shape: 2x coarser covers the input (32 x 32 at 8 nm over 64 x 64 at 4 nm),
+    not the input's voxel count (64 x 64 at 8 nm, three quarters from fill values)."""
+    fine = volume.create(work / "fine.zarr", (64, 64, 8), (16, 16, 8), "float32",
+                         resolution=(4, 4, 40), offset=(8, 8, 0))  # fmt: skip
+    data = np.random.default_rng(3).random((64, 64, 8), dtype="float32")
+    fine.write(fine.bounds, data)
+    spec = write(
+        work,
+        "input: fine.zarr\n"
+        "output: {path: out.zarr, dtype: float32, chunks: [8, 8, 8], resolution: [8, 8, 40]}\n"
+        "function: spec_functions:pool2\nchunk_sizes: [[8, 8, 8]]\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    out = volume.open(work / "out.zarr")
+    assert out.shape == (32, 32, 8) and out.bounds.start == (4, 4, 0)
+    pooled = data.reshape(32, 2, 32, 2, 8).mean(axis=(1, 3))
+    np.testing.assert_allclose(out.read(out.bounds), pooled, rtol=1e-6)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -94,7 +96,8 @@ class OutputSpec(_Model):
     )
     shape: list[Annotated[int, Field(gt=0)]] | None = Field(
         default=None,
-        description="default: the first input's shape (and its spatial axes)",
+        description="default: the first input's shape (and its spatial axes); at another "
+        "resolution, the input's physical extent in the output's voxels",
     )
     offset: list[int] | None = Field(
         default=None,
@@ -660,6 +663,8 @@ def _plan_output(
         # The flow's grid is the output's: at resolution 1 beside an input at (40, 4, 4)
         # the input would be 40x finer along z, never what a spec without one means.
         args["resolution"] = tuple(first.resolution)
+    if out.shape is None and out.resolution is not None and first is not None:
+        _cover_the_input(args, first, out)
     if out.chunks is not None and "shape" in args and len(out.chunks) != len(args["shape"]):
         problem(
             "output.chunks",
@@ -681,6 +686,29 @@ def _not_a_volume(path: str) -> str | None:
             "it is neither written into nor deleted (whatever `exists` says): give another path"
         )
     return None
+
+
+def _cover_the_input(args: dict[str, Any], first: Any, out: OutputSpec) -> None:
+    """An output at another resolution than the input, with no shape given, covers the
+    input's physical extent (not the input's voxel count: 2x coarser at the same shape
+    would be twice the input, half of it computed from fill values). Its offset, when
+    not given, is the input's physical start, rounded down to output voxels."""
+    if out.resolution is None or len(first.resolution) != len(out.resolution):
+        return
+    ratio = [
+        Fraction(str(i)) / Fraction(str(o))
+        for i, o in zip(first.resolution, out.resolution, strict=True)
+    ]
+    n = len(ratio)
+    shape = list(args["shape"])
+    start, stop = first.bounds.start, first.bounds.stop
+    low = [math.floor(a * r) for a, r in zip(start, ratio, strict=True)]
+    high = [math.ceil(b * r) for b, r in zip(stop, ratio, strict=True)]
+    if out.offset is None:
+        args["offset"] = tuple(low)
+    offset = args.get("offset", tuple(low))
+    shape[-n:] = [max(1, h - o) for h, o in zip(high, offset, strict=True)]
+    args["shape"] = tuple(shape)
 
 
 def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
