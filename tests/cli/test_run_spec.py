@@ -518,6 +518,14 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(work: Path) -> None:
             extra=f"kwargs: {{started: {work / 'started.txt'}, seconds: 0.5}}",
         ),
     )
+    code, err = _interrupted_once_fn_started(spec, work / "started.txt")
+    assert code == 130, err
+    assert "--resume" in err
+
+
+def _interrupted_once_fn_started(spec: str, started: Path) -> tuple[int, str]:
+    """Run ``spec`` (fn: ``spec_functions:slow``), Ctrl-C it once fn has touched
+    ``started``: the exit code and stderr."""
     process = subprocess.Popen(
         [str(CHUNKGRAPH), "run", "--quiet", "--workers", "1", spec],
         stdout=subprocess.PIPE,
@@ -525,13 +533,12 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(work: Path) -> None:
         text=True,
     )
     deadline = time.monotonic() + 60  # the command starting on a loaded machine
-    while not (work / "started.txt").exists() and time.monotonic() < deadline:
+    while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert (work / "started.txt").exists(), "the run never started"
+    assert started.exists(), "the run never started"
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=30)
-    assert process.returncode == 130, err
-    assert "--resume" in err
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err
 
 
 def test_a_report_path_that_is_a_file_is_refused_before_anything_runs(
@@ -878,19 +885,9 @@ def test_ctrl_c_during_the_probe_of_an_overwrite_keeps_the_old_output(work: Path
             extra=f"kwargs: {{started: {work / 'started.txt'}, seconds: 30}}\ncast: unsafe",
         ),
     )
-    process = subprocess.Popen(
-        [str(CHUNKGRAPH), "run", "--quiet", "--workers", "1", spec],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60  # the command starting on a loaded machine
-    while not (work / "started.txt").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert (work / "started.txt").exists(), "the run never started"
-    process.send_signal(signal.SIGINT)  # fn's first call is the probe's: nothing written
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err
+    # fn's first call is the probe's: nothing is written when the Ctrl-C comes.
+    code, err = _interrupted_once_fn_started(spec, work / "started.txt")
+    assert code == 130, err
     assert "interrupted before anything was written" in err, err
     np.testing.assert_array_equal(read(work / "out.zarr"), data)
     assert [p.name for p in work.iterdir() if ".replaced-" in p.name] == []
