@@ -1,0 +1,162 @@
+"""Object stores (``s3://``, ``gs://``): one way to reach a bucket, for volumes and flow state.
+
+Policy. A URL names a bucket and a key prefix; the store behind it is an
+``obstore`` store (Rust ``object_store``: many requests in flight from one
+thread, and the conditional writes the flow's lease and partial-chunk writes
+need). Endpoint, region and credentials come from the environment exactly as
+the providers' own tools read them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``;
+``GOOGLE_APPLICATION_CREDENTIALS``, ``STORAGE_EMULATOR_HOST``), and
+``storage_options`` add or override anything else (obstore's config keys, e.g.
+``{"endpoint": "http://127.0.0.1:9000", "region": "eu-west-1"}``).
+
+Secrets. ``StoreOptions`` keeps the values of secret keys (``SECRET_KEYS``)
+apart: they are never shown (``repr``), never written (``public()``) and never
+pickled. An unpickled ``StoreOptions`` (on a Dask worker, in a pool process)
+has the public keys only, and the worker's own environment or credential files
+supply the rest, as they do for the providers' tools.
+
+    >>> StoreOptions.of({"region": "eu-west-1", "secret_access_key": "hunter2"})
+    StoreOptions(region='eu-west-1', secret_access_key=<secret>)
+    >>> split_url("s3://bucket/data/a.zarr")
+    ('s3', 'bucket', 'data/a.zarr')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chunkgraph._errors import ConfigError
+
+SCHEMES = ("s3", "gs")
+
+# Keys whose values are credentials, in any of the spellings obstore accepts.
+SECRET_KEYS = frozenset(
+    {
+        "access_key_id",
+        "aws_access_key_id",
+        "secret_access_key",
+        "aws_secret_access_key",
+        "session_token",
+        "aws_session_token",
+        "token",
+        "aws_token",
+        "service_account_key",
+        "google_service_account_key",
+        "application_credentials",
+        "google_application_credentials",
+    }
+)
+
+# Client settings (as opposed to store config) obstore takes apart.
+_CLIENT_KEYS = frozenset({"allow_http", "timeout", "connect_timeout", "pool_max_idle_per_host"})
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``(scheme, bucket, key prefix)`` of an object-store URL; ConfigError naming the
+    supported schemes for anything else."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in SCHEMES:
+        raise ConfigError(
+            f"{url!r} is not an object-store URL; chunkgraph reads and writes "
+            + ", ".join(f"{s}://bucket/path" for s in SCHEMES)
+            + " (and local paths)",
+            field="path",
+        )
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ConfigError(f"{url!r} names no bucket; write {scheme}://BUCKET/path", field="path")
+    return scheme, bucket, prefix.strip("/")
+
+
+def is_object_url(path: str) -> bool:
+    """Whether ``path`` names an object in a store this module reaches."""
+    return path.partition("://")[0] in SCHEMES and "://" in path
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """``storage_options`` with their secrets kept out of sight, writing and pickles."""
+
+    public_items: tuple[tuple[str, Any], ...] = ()
+    _secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any] | StoreOptions | None) -> StoreOptions:
+        if isinstance(options, StoreOptions):
+            return options
+        if options is None:
+            return cls()
+        if not isinstance(options, Mapping):
+            raise ConfigError(
+                f"storage_options must be a mapping of option names to values, not "
+                f"{type(options).__name__}",
+                field="storage_options",
+            )
+        public: list[tuple[str, Any]] = []
+        secret: list[tuple[str, Any]] = []
+        for key, value in sorted(options.items()):
+            name = str(key).lower()
+            (secret if name in SECRET_KEYS else public).append((name, value))
+        return cls(tuple(public), tuple((k, str(v)) for k, v in secret))
+
+    def public(self) -> dict[str, Any]:
+        """The options that may be written down (flow.json, reports, the flow id)."""
+        return dict(self.public_items)
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The secret values themselves (for tests and redaction only)."""
+        return tuple(v for _, v in self._secrets)
+
+    def everything(self) -> dict[str, Any]:
+        return {**self.public(), **dict(self._secrets)}
+
+    def __repr__(self) -> str:
+        shown = [f"{k}={v!r}" for k, v in self.public_items]
+        shown += [f"{k}=<secret>" for k, _ in self._secrets]
+        return f"StoreOptions({', '.join(sorted(shown))})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Secrets stay on this machine: the receiver's environment supplies its own.
+        return (StoreOptions, (self.public_items,))
+
+    def __bool__(self) -> bool:
+        return bool(self.public_items or self._secrets)
+
+
+def object_store(url: str, options: StoreOptions | Mapping[str, Any] | None = None) -> Any:
+    """The obstore store rooted at ``url``'s key prefix (keys are relative to it)."""
+    from obstore.store import from_url
+
+    opts = StoreOptions.of(options)
+    scheme, bucket, prefix = split_url(url)
+    settings = opts.everything()
+    client = {k: settings.pop(k) for k in list(settings) if k in _CLIENT_KEYS}
+    endpoint = settings.get("endpoint") or _endpoint_from_env(scheme)
+    if endpoint and str(endpoint).startswith("http://"):
+        client.setdefault("allow_http", True)
+    if scheme == "s3" and endpoint:
+        settings.setdefault("endpoint", endpoint)
+        # moto, MinIO and most S3 work-alikes answer conditional writes on ETags.
+        settings.setdefault("conditional_put", "etag")
+    if scheme == "gs" and endpoint:
+        settings.setdefault("base_url", endpoint)
+    root = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
+    try:
+        return from_url(root, config=settings or None, client_options=client or None)  # type: ignore[arg-type]
+    except Exception as err:  # obstore names the bad key; say what kind of thing was wrong
+        raise ConfigError(
+            f"cannot reach {url!r} with storage_options {opts!r}: {err}", field="storage_options"
+        ) from err
+
+
+def _endpoint_from_env(scheme: str) -> str | None:
+    if scheme == "s3":
+        return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if host and "://" not in host:
+        host = f"http://{host}"
+    return host
