@@ -80,7 +80,7 @@ def draw_levels(out: Path) -> None:
     chunk = top_chunk_box(spec, (1, 0))
     draw_box(left, chunk.padded(top.blend), fill=True, alpha=0.25, color=LAYER_COLOURS[1])
     draw_box(left, chunk, fill=False, edgecolor=LAYER_COLOURS[1], linewidth=2.5)
-    left.text(20, 135, f"bbox {spec.bbox.shape}\ntop chunks {top.chunk}", fontsize=9)
+    left.text(12, 230, f"bbox {spec.bbox.shape}\ntop chunks {top.chunk}", fontsize=9)
     finish(left, spec.bbox.padded(top.blend), "level 0: one task per top chunk (blend pad shaded)")
 
     region = chunk.padded(tuple(c + b for c, b in zip(top.crop, top.blend, strict=True)))
@@ -157,15 +157,22 @@ def draw_checkerboard(out: Path) -> None:
     layers = plan_layers(spec, dst, Path("layers"))
     top = spec.levels[0]
     grid = spec.top_grid
-    fig, axes = plt.subplots(1, 1 + layers.n_layers, figsize=(14, 3.6))
+    mosaic = [["grid", "layer 0", "layer 1"], ["grid", "layer 2", "layer 3"]]
+    fig, named = plt.subplot_mosaic(mosaic, figsize=(11, 7), width_ratios=(2, 1, 1))
+    axes = [named["grid"]] + [named[f"layer {k}"] for k in range(layers.n_layers)]
     indices = [(i, j) for i in range(grid[0]) for j in range(grid[1])]
     for index in indices:
         chunk = top_chunk_box(spec, index)
-        colour = LAYER_COLOURS[layers.layer_of(index)]
+        layer = layers.layer_of(index)
+        colour = LAYER_COLOURS[layer]
         draw_box(axes[0], chunk, color=colour, alpha=0.6)
         draw_box(axes[0], chunk, fill=False, edgecolor="black", linewidth=0.5)
-        draw_box(axes[1 + layers.layer_of(index)], chunk.padded(top.blend), color=colour, alpha=0.5)
-    finish(axes[0], spec.bbox, f"{grid[0]}x{grid[1]} top chunks by layer")
+        x, y = chunk.start
+        axes[0].text(x + 8, y + 20, f"{index}\nlayer {layer}", fontsize=8)
+        draw_box(axes[1 + layer], chunk.padded(top.blend), color=colour, alpha=0.5)
+    finish(
+        axes[0], spec.bbox, f"{grid[0]}x{grid[1]} top chunks of {top.chunk}, blend pad {top.blend}"
+    )
     for k in range(layers.n_layers):
         ax = axes[1 + k]
         for storage in layers.bounds.split(layers.storage_chunk, mode="shrink"):
