@@ -113,3 +113,28 @@ def test_pages_render_in_chromium(site: Path, shown: str) -> None:
         colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
     # A page that failed to load is one or two colours; text, code and pictures are many.
     assert colours is None or len(colours) > 50, f"{shot} looks blank ({len(colours)} colours)"
+
+
+def test_doctests_in_docstrings_are_fenced_for_the_reference() -> None:
+    """The API reference's griffe extension fences doctests, indented or not, once."""
+    import importlib.util
+
+    path = ROOT / "docs" / "scripts" / "griffe_doctests.py"
+    spec = importlib.util.spec_from_file_location("griffe_doctests", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Sums.\n\n    >>> sum([1, 2])\n    3\n\n```python\n>>> kept\n```\n"
+    assert module.fence_doctests(text).split("\n") == [
+        "Sums.",
+        "",
+        "```pycon",
+        ">>> sum([1, 2])",
+        "3",
+        "```",
+        "",
+        "```python",
+        ">>> kept",
+        "```",
+        "",
+    ]
