@@ -1,4 +1,5 @@
 # The two commands: `make demo` runs the main job, `make test` runs the whole suite.
+# `make docs` builds the documentation site into site/ (mkdocs --strict: a broken link fails).
 # Both create .venv when missing and install the exact versions in constraints.txt.
 PYTHON ?= python3
 VENV   := .venv
@@ -6,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean lock
+.PHONY: demo test docs lint bench clean lock
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +23,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q src/chunkgraph tests
 
+# The flow's pictures are drawn from its geometry code first (into docs/images, ignored).
+docs: $(STAMP)
+	$(PY) docs/scripts/draw_flow.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs/scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -36,4 +42,4 @@ lock: $(VENV)/bin/python
 	$(PIP) freeze --exclude-editable | grep -v '^chunkgraph' > constraints.txt
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache bench-out demo-out demo-data
+	rm -rf $(VENV) build dist site docs/images .pytest_cache .mypy_cache .ruff_cache bench-out demo-out demo-data

@@ -1,9 +1,10 @@
-"""The Python examples of the READMEs run, and print what they say they print.
+"""The Python examples of the READMEs and of the site run, and print what they say.
 
-Every fenced ```python block of ``README.md`` and of each subsystem README
-(``src/chunkgraph/*/README.md``) is run, unless the line right before its fence
+Every fenced ```python block of ``README.md``, of each subsystem README
+(``src/chunkgraph/*/README.md``) and of each page of the documentation site
+(``docs/**/*.md``) is run, unless the line right before its fence
 is an HTML comment ``<!-- illustrative: why it cannot run here -->`` (for code
-that needs what a test machine lacks: a cluster, a GPU). One README's blocks
+that needs what a test machine lacks: a cluster, a GPU). One page's blocks
 run in order in one namespace, as a user pasting them into one script would
 (later blocks use names from earlier ones; ``__name__`` is ``"__main__"``), in
 a fresh temporary working directory (they create ``raw.zarr`` and friends).
@@ -15,7 +16,7 @@ things vary from run to run and match anything of their form: a flow id (16
 hex digits) and a duration, ``in 0.74 s``. Paths under the working directory
 are shown as if it were ``/home/me`` (``temporaries under /home/me/.out.zarr...``).
 
-  README.md ──extract──> [Block(line, code, expected)] ──exec in order──> stdout
+  a page ──extract──> [Block(line, code, expected)] ──exec in order──> stdout
                                                                           │
                                    expected lines as patterns <──compare──┘
 """
@@ -33,6 +34,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = [ROOT / "README.md", *sorted((ROOT / "src" / "chunkgraph").glob("*/README.md"))]
+SITE_PAGES = sorted((ROOT / "docs").rglob("*.md"))
+PAGES = READMES + SITE_PAGES
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 ILLUSTRATIVE = re.compile(r"^<!--\s*illustrative\b(?P<why>.*?)-->\s*$")
@@ -157,13 +160,13 @@ def run_block(block: Block, namespace: dict[str, object], workdir: Path) -> None
         shown = "\n".join(f"# {line}".rstrip() for line in block.expected)
         actual = "\n".join(f"# {line}".rstrip() for line in output.splitlines())
         pytest.fail(
-            f"{block.where}: the output shown in the README is not what the block prints.\n"
+            f"{block.where}: the output shown on the page is not what the block prints.\n"
             f"shown:\n{shown}\nprinted (paste this, if it is right):\n{actual}",
             pytrace=False,
         )
 
 
-@pytest.mark.parametrize("path", READMES, ids=[name(p) for p in READMES])
+@pytest.mark.parametrize("path", PAGES, ids=[name(p) for p in PAGES])
 def test_readme_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__main__"}
@@ -180,7 +183,7 @@ def test_the_deferred_reduction_example_draws_no_warning(
 
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__main__"}
-    for block in extract(ROOT / "README.md"):
+    for block in extract(ROOT / "docs" / "flow.md"):
         if block.illustrative:
             continue
         if "reduce_deferred(kept" not in block.code:
@@ -191,20 +194,29 @@ def test_the_deferred_reduction_example_draws_no_warning(
             run_block(block, namespace, tmp_path)
         assert [str(w.message) for w in caught] == []
         return
-    raise AssertionError("README.md has no deferred-reduction example")
+    raise AssertionError("docs/flow.md has no deferred-reduction example")
 
 
 def test_the_main_readme_has_examples_and_shows_output() -> None:
     """Guards the extraction itself: a broken fence pattern would pass vacuously."""
     blocks = extract(ROOT / "README.md")
-    assert len([b for b in blocks if not b.illustrative]) >= 5, [b.where for b in blocks]
+    assert len([b for b in blocks if not b.illustrative]) >= 2, [b.where for b in blocks]
     assert any(b.expected for b in blocks), "no block of README.md shows its output"
+
+
+def test_the_site_has_examples_that_show_output() -> None:
+    """The site's pages are found, and most of their examples run and show their output."""
+    blocks = [b for page in SITE_PAGES for b in extract(page)]
+    runnable = [b for b in blocks if not b.illustrative]
+    assert len(SITE_PAGES) >= 10, [name(p) for p in SITE_PAGES]
+    assert len(runnable) >= 15, [b.where for b in blocks]
+    assert sum(1 for b in runnable if b.expected) >= 10, "few examples on the site show output"
 
 
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
-@pytest.mark.parametrize("path", READMES, ids=[name(p) for p in READMES])
+@pytest.mark.parametrize("path", PAGES, ids=[name(p) for p in PAGES])
 def test_readme_links_resolve(path: Path) -> None:
     """Relative links point at files that exist (a moved module leaves none dangling)."""
     text = path.read_text(encoding="utf-8")

@@ -1,4 +1,5 @@
-"""The layer rule of the README's Layout, as import-linter checks it (pyproject's contract)."""
+"""The layer rule of the design notes' Layout (docs/design/index.md), as import-linter
+checks it (pyproject's contract)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ from chunkgraph._errors import (
     WorkerDiedError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # name -> the module that defines it (imported on first access).
 _LAZY = {

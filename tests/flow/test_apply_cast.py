@@ -25,7 +25,7 @@ SHAPE = (32, 32)
 
 
 def chunk_labels(mask: np.ndarray, box: Box) -> np.ndarray:
-    """The README's labelling pattern: ids unique across chunks, the chunk's grid index in
+    """The apply flow page's labelling pattern: ids unique across chunks, the chunk's grid index in
     the high 32 bits (here each voxel is its own object). Chunk 0's ids fit 32 bits."""
     chunk = int(np.ravel_multi_index([s // 16 for s in box.start], (2, 2)))
     ids = np.arange(mask.size, dtype="uint64").reshape(mask.shape) + 1

@@ -111,8 +111,8 @@ def apply(
     gpu_fallback: bool = False,
     cast: str = DEFAULT_CAST,
 ) -> ApplyReport:
-    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``: the README's section
-    "The subchunkable apply flow" states every parameter's rule.
+    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``: the documentation's
+    page on the apply flow (``docs/flow.md``) states every parameter's rule.
 
     ``dst=None`` collects ``fn``'s value per bottom chunk into ``report.values``.
     ``chunk_sizes`` omitted (``"auto"``): the flow plans the levels and a chunk cache
