@@ -32,7 +32,9 @@ error names neither.
 Thread safety: concurrent reads, and concurrent writes to disjoint storage
 chunks, are safe (backends are, the cache and counters lock). Pickling an
 on-disk volume pickles its path, mode and cache size; it is reopened where
-it is unpickled.
+it is unpickled. A volume on an object store pickles its URL and its public
+storage options (the names of secret ones, never their values): the receiving
+process's environment supplies credentials (``_remote``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from chunkgraph._util import named_os_error
 from chunkgraph.geometry import Box
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._location import Location
+from chunkgraph.volume._object_store import StoreOptions
 from chunkgraph.volume._stats import IOStats, _IOCounters
 
 if TYPE_CHECKING:
@@ -127,9 +130,15 @@ class Volume:
         return self._meta.backend
 
     @property
+    def storage_options(self) -> StoreOptions:
+        """The options the object store behind a URL was reached with (empty elsewhere)."""
+        options = getattr(self._storage, "options", None)
+        return options if isinstance(options, StoreOptions) else StoreOptions()
+
+    @property
     def location(self) -> Location:
         """Where the data lives and what that place can do (``volume._location``)."""
-        return Location.of(self._storage.path, self._meta.backend)
+        return Location.of(self._storage.path, self._meta.backend, self.storage_options.public())
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -198,7 +207,10 @@ class Volume:
             )
         from chunkgraph.volume._registry import reopen
 
-        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend))
+        options = self.storage_options
+        # The secrets' names travel (to say what the receiver lacks), their values do not.
+        dropped = options.secret_names()
+        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend, options, dropped))
 
     # -- reading -----------------------------------------------------------------------------
 

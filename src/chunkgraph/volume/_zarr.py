@@ -1,4 +1,4 @@
-"""The default backend: Zarr v3 through zarr-python 3 (a local directory store).
+"""The default backend: Zarr v3 through zarr-python 3 (a local directory or an object store).
 
 Layout on disk is plain Zarr v3 (``zarr.json`` + ``c/…`` chunk files), the
 same one the TensorStore backend reads and writes, so either backend opens a
@@ -6,9 +6,10 @@ volume made by the other. ``compressor="default"`` is zarr's own default
 codec chain (bytes + zstd); ``None`` stores raw bytes. ``checksum=True`` (the
 default of ``create``) appends ``crc32c`` to either chain (see ``_integrity``).
 
-Paths with a URL scheme (``s3://…``, ``gs://…``) are handed to zarr as they
-are and go through its fsspec store; only local directories are exercised by
-the test suite.
+URLs (``s3://…``, ``gs://…``) go through zarr's ``ObjectStore`` over the
+obstore store of ``_object_store`` (endpoint and credentials from the
+environment, ``storage_options`` on top), rooted at the URL: the array's keys
+are ``zarr.json`` and ``c/…`` under it, as on disk.
 
 Regions are read and written in one zarr call each: zarr fetches and decodes
 the touched chunks concurrently and performs the read-modify-write of partial
@@ -39,6 +40,7 @@ from zarr.core import sync as zarr_sync
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import named_os_error
 from chunkgraph.volume._integrity import ChunkLayout, raise_corrupt_chunks
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 
 BACKEND = "zarr"
@@ -51,9 +53,12 @@ SETTLE_TIMEOUT_S = 5.0
 class ZarrStorage:
     """A zarr-python ``Array`` seen through the ``Storage`` protocol."""
 
-    def __init__(self, path: str, array: Any, meta: VolumeMeta) -> None:
+    def __init__(
+        self, path: str, array: Any, meta: VolumeMeta, options: StoreOptions | None = None
+    ) -> None:
         self.path = path
         self.meta = meta
+        self.options = options or StoreOptions()
         self._array = array
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
@@ -109,12 +114,25 @@ def _compressors(compressor: object, checksum: bool) -> Any:
     return [*zstd, Crc32cCodec()]
 
 
+def zarr_store(path: str, options: StoreOptions, read_only: bool = False) -> Any:
+    """What zarr is handed as ``store``: the directory, or an ``ObjectStore`` for a URL."""
+    if not is_object_url(path):
+        return path
+    return zarr.storage.ObjectStore(object_store(path, options), read_only=read_only)
+
+
 def create_zarr(
-    path: str, meta: VolumeMeta, compressor: object, checksum: bool, overwrite: bool
+    path: str,
+    meta: VolumeMeta,
+    compressor: object,
+    checksum: bool,
+    overwrite: bool,
+    options: StoreOptions | None = None,
 ) -> ZarrStorage:
+    opts = options or StoreOptions()
     try:
         array = zarr.create_array(
-            store=path,
+            store=zarr_store(path, opts),
             shape=meta.shape,
             chunks=meta.chunks,
             dtype=meta.dtype,
@@ -126,15 +144,17 @@ def create_zarr(
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
-    return ZarrStorage(path, array, meta)
+    return ZarrStorage(path, array, meta, opts)
 
 
-def open_zarr(path: str, mode: str) -> ZarrStorage:
-    array = zarr.open_array(store=path, mode=mode, zarr_format=3)
+def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> ZarrStorage:
+    opts = options or StoreOptions()
+    store = zarr_store(path, opts, read_only=mode == "r")
+    array = zarr.open_array(store=store, mode=mode, zarr_format=3)
     meta = meta_from_stored(
         array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
     )
-    return ZarrStorage(path, array, meta)
+    return ZarrStorage(path, array, meta, opts)
 
 
 def settle_zarr_loop(timeout: float = SETTLE_TIMEOUT_S) -> None:
