@@ -52,12 +52,16 @@ def _normalise_path(path: str | os.PathLike[str], backend: str) -> str:
     return os.path.abspath(text)
 
 
-def _is_on_disk(path: str, options: StoreOptions | None = None) -> bool:
-    """Whether a Zarr array is stored at ``path`` (a directory or a URL)."""
-    if is_object_url(path):
-        return _remote.exists(path, options or StoreOptions())
+def _is_on_disk(path: str) -> bool:
     where = Location.of(path, "zarr").local_dir
     return where is not None and (where / "zarr.json").is_file()
+
+
+def _exists(path: str, options: StoreOptions) -> bool:
+    """Whether a Zarr array is stored at ``path`` (a directory or a URL)."""
+    if is_object_url(path):
+        return _remote.exists(path, options)
+    return _is_on_disk(path)
 
 
 def _check_backend_reaches(path: str, backend: str | None) -> None:
@@ -126,7 +130,7 @@ def create(
     name = _normalise_path(path, backend)
     _check_backend_reaches(name, backend)
     opts = StoreOptions.of(storage_options)
-    exists = memory_exists(name) if backend == "memory" else _is_on_disk(name, opts)
+    exists = memory_exists(name) if backend == "memory" else _exists(name, opts)
     if exists:
         if not exist_ok:
             raise ConfigError(
@@ -143,7 +147,7 @@ def create(
         else:
             storage = create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts)
     except Exception:  # each backend says "exists" its own way: asked again below
-        if exist_ok and backend != "memory" and _is_on_disk(name, opts):  # created meanwhile
+        if exist_ok and backend != "memory" and _exists(name, opts):  # created meanwhile
             return _open_same(name, meta, cache_bytes, backend, opts)
         raise
     return Volume(storage, "r+", cache_bytes)
@@ -281,7 +285,7 @@ def open_volume(
     name = _normalise_path(text, "zarr")
     _check_backend_reaches(name, backend)
     opts = StoreOptions.of(storage_options)
-    if not _is_on_disk(name, opts):
+    if not _exists(name, opts):
         raise VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
     chosen = backend or _creator_backend(name, opts)
     if chosen == "tensorstore":
@@ -335,7 +339,7 @@ def remove(
     name = _normalise_path(text, "zarr")
     _check_backend_reaches(name, "zarr")
     opts = StoreOptions.of(storage_options)
-    if not _is_on_disk(name, opts):
+    if not _exists(name, opts):
         if missing_ok:
             return
         raise VolumeNotFoundError(
