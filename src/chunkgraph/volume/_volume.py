@@ -39,6 +39,7 @@ process's environment supplies credentials (``_remote``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from operator import le, sub
@@ -179,10 +180,17 @@ class Volume:
 
     @property
     def stats(self) -> IOStats:
-        return self._counters.snapshot()
+        snapshot = self._counters.snapshot()
+        requests = getattr(self._storage, "requests", None)
+        if requests is None:
+            return snapshot
+        return dataclasses.replace(snapshot, **requests.snapshot())
 
     def reset_stats(self) -> None:
         self._counters.reset()
+        requests = getattr(self._storage, "requests", None)
+        if requests is not None:
+            requests.reset()
 
     def __repr__(self) -> str:
         return (
@@ -288,6 +296,25 @@ class Volume:
 
     def write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
         """Store ``array`` (shape ``channel_shape + box.shape``) at ``box``, cropped to bounds."""
+        self._write(box, array, merging=False)
+
+    def merge_write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
+        """``write`` where ``box`` may cut storage chunks, even with ``aligned_writes=True``.
+
+        Only where ``location.conditional_writes``: each cut chunk is merged by a
+        conditional read-modify-write, so other writers of its other voxels (other
+        flows, processes, machines) keep theirs. Elsewhere a caller must hold such
+        chunks itself (``flow._edge_locks``) and write whole chunks.
+        """
+        if not self.location.conditional_writes:
+            raise ConfigError(
+                f"volume {self.path!r} ({self.location.kind}, backend {self.backend!r}) has no "
+                "conditional writes: write whole storage chunks (volume.chunk_aligned(box)) "
+                "and hold the chunks a write cuts while reading and writing them back"
+            )
+        self._write(box, array, merging=True)
+
+    def _write(self, box: Box, array: np.ndarray[Any, Any], merging: bool) -> None:
         if self._mode != "r+":
             raise ConfigError(
                 f"volume {self.path!r} is open read-only (mode={self._mode!r}); "
@@ -298,7 +325,7 @@ class Volume:
         inner = box.intersection(self._bounds)
         if inner.is_empty:
             return
-        if self.aligned_writes:
+        if self.aligned_writes and not merging:
             self._check_aligned(box, inner)
         if inner != box:
             data = data[self._channel_index + inner.slices(relative_to=box)]
@@ -345,11 +372,16 @@ class Volume:
             return
         grown, shrunk = self.chunk_aligned(inner, "outer"), self.chunk_aligned(inner, "inner")
         nearest = f"{grown} (grown)" + ("" if shrunk.is_empty else f" or {shrunk} (shrunk)")
+        shared = (
+            "with aligned_writes=False (partial-chunk writes here are conditional: any number "
+            "of writers may share a chunk)"
+            if self.location.conditional_writes
+            else "with aligned_writes=False if each partial chunk has a single writer"
+        )
         raise AlignmentError(
             f"write box {box} (cropped to bounds: {inner}) does not cover whole storage chunks of "
             f"volume {self.path!r}: chunk grid {self._spatial_chunks} at offset {self._offset}. "
-            f"Nearest aligned: {nearest}; or create the volume "
-            f"with aligned_writes=False if each partial chunk has a single writer"
+            f"Nearest aligned: {nearest}; or create the volume {shared}"
         )
 
     def chunk_aligned(self, box: Box, direction: Literal["outer", "inner"] = "outer") -> Box:
