@@ -44,3 +44,16 @@ def test_adjacent_unaligned_flows_on_a_remote_dst_keep_every_voxel(repeat: int) 
             list(pool.map(run, [(0, 12), (12, 32)]))
         out = volume.open(f"s3://{bucket}/dst.zarr").read(Box.from_shape(SHAPE))
         np.testing.assert_allclose(out, data * 3.0 + 1.0, rtol=1e-6, atol=1e-5)
+
+
+def test_the_report_says_how_many_requests_each_input_chunk_took() -> None:
+    with s3_server(buckets=("report-flow",)):
+        src = volume.create("s3://report-flow/src.zarr", SHAPE, (8, 8), "float32")
+        src.write(src.bounds, np.ones(SHAPE, "float32"))
+        dst = volume.create("s3://report-flow/dst.zarr", SHAPE, (8, 8), "float32")
+        report = volume.apply(
+            lambda s: s * 2.0, src, dst, chunk_sizes=[(16, 16)], probe=False, workers=2
+        )
+    assert report.input_chunks_read >= 16  # every chunk of src, some twice
+    assert report.input_requests == report.input_chunks_read  # one GET each, nothing else
+    assert "1.00 requests per input chunk" in report.summary()
