@@ -16,6 +16,7 @@ from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.geometry import Box
 from chunkgraph.testing import S3Server, latency_proxy, s3_server
+from chunkgraph.volume._remote import CREDENTIAL_ENV, check_credentials_shipped
 
 _buckets = itertools.count()
 
@@ -182,3 +183,16 @@ def test_secret_storage_options_never_show_and_are_not_shipped(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
     assert pickle.loads(blobs[0]).read(vol.bounds).sum() == 5 * 64
+
+
+def test_a_gs_volume_arriving_without_credentials_names_the_google_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in CREDENTIAL_ENV["gs"]:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="GOOGLE_APPLICATION_CREDENTIALS") as caught:
+        check_credentials_shipped("gs://bucket/a.zarr", ("service_account_key",))
+    assert "service_account_key" in str(caught.value) and caught.value.field == "storage_options"
+    check_credentials_shipped("gs://bucket/a.zarr", ())  # nothing was left behind
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/keys/worker.json")
+    check_credentials_shipped("gs://bucket/a.zarr", ("service_account_key",))
