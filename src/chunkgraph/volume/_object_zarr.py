@@ -151,8 +151,8 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
 class ConditionalStore(CountedStore):
     """One region write's view of the store: puts of chunks it read are conditional (above)."""
 
-    def __init__(self, store: Any, counter: RequestCounter) -> None:
-        super().__init__(store, counter)
+    def __init__(self, store: Any, counter: RequestCounter, *, read_only: bool = False) -> None:
+        super().__init__(store, counter, read_only=read_only)
         # key -> ETag of the object read, or None when there was none to read.
         self._seen: dict[str, str | None] = {}
 
