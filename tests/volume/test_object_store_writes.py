@@ -95,3 +95,5 @@ def test_requests_are_counted_per_volume_and_whole_chunk_writes_read_nothing(
     assert read.requests == 4
     vol.reset_stats()
     assert vol.stats.requests == 0
+    # Opening reads zarr.json and nothing else: once per process a pickled volume reaches.
+    assert volume.open(vol.path).stats.requests == 1
