@@ -118,14 +118,18 @@ class Proxy:
     requests: int = 0  # every request received, failed ones included
     failed: int = 0  # answered 503 without reaching the server
     by_method: dict[str, int] = field(default_factory=dict)
+    gets: dict[str, int] = field(default_factory=dict)  # GETs per path (/bucket/key)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _random: random.Random = field(default_factory=random.Random, repr=False)
 
-    def _admit(self, method: str) -> bool:
+    def _admit(self, method: str, path: str) -> bool:
         """Count the request; whether it goes through (False: answer 503)."""
         with self._lock:
             self.requests += 1
             self.by_method[method] = self.by_method.get(method, 0) + 1
+            if method == "GET":
+                key = urllib.parse.urlsplit(path).path
+                self.gets[key] = self.gets.get(key, 0) + 1
             fail = self._random.random() < self.fail_fraction
             self.failed += fail
             return not fail
@@ -147,7 +151,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else None
             if proxy.latency:
                 time.sleep(proxy.latency)
-            if not proxy._admit(self.command):
+            if not proxy._admit(self.command, self.path):
                 self._answer(503, [("Content-Type", "application/xml")], _SLOW_DOWN)
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -228,3 +232,52 @@ def latency_proxy(
             os.environ["AWS_ENDPOINT_URL"] = saved
         server.shutdown()
         server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m chunkgraph.testing s3|proxy ...``: one server as a process of its own (a
+    benchmark's server must not share the measured process's interpreter). It prints its
+    endpoint as its first line once it listens and serves until SIGTERM; the proxy then
+    writes its counts (JSON: requests, failed, by_method, gets) to ``--stats``."""
+    import argparse
+    import json
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m chunkgraph.testing")
+    kind = parser.add_subparsers(dest="kind", required=True)
+    kind.add_parser("s3", help="moto's S3 server on 127.0.0.1")
+    proxy = kind.add_parser("proxy", help="a latency proxy in front of --upstream")
+    proxy.add_argument("--upstream", required=True)
+    proxy.add_argument("--latency-ms", type=float, default=0.0)
+    proxy.add_argument("--fail-fraction", type=float, default=0.0)
+    proxy.add_argument("--stats", help="where to write the request counts at exit")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args.kind == "s3":
+        with s3_server(set_env=False) as server:
+            print(server.endpoint, flush=True)
+            stop.wait()
+        return
+    with latency_proxy(
+        args.upstream,
+        latency=args.latency_ms / 1000,
+        fail_fraction=args.fail_fraction,
+        set_env=False,
+    ) as running:
+        print(running.endpoint, flush=True)
+        stop.wait()
+        if args.stats:
+            with running._lock:
+                counts = {
+                    "requests": running.requests,
+                    "failed": running.failed,
+                    "by_method": running.by_method,
+                    "GET": running.gets,
+                }
+            with open(args.stats, "w") as f:
+                json.dump(counts, f)
+
+
+if __name__ == "__main__":
+    main()

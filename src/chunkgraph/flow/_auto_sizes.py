@@ -80,12 +80,14 @@ ReadAmplificationWarning.__module__ = "chunkgraph.flow"
 
 @dataclass(frozen=True)
 class StorageLayout:
-    """One volume as the planner sees it: spatial bounds, storage chunks, bytes per voxel."""
+    """One volume as the planner sees it: spatial bounds, storage chunks, bytes per voxel,
+    and whether each of its requests waits on an object store (tens of milliseconds)."""
 
     name: str
     bounds: Box
     chunks: tuple[int, ...]
     voxel_bytes: int  # all channels
+    remote: bool = False
 
 
 @dataclass(frozen=True)
@@ -549,14 +551,15 @@ def layout_of(name: str, vol: Volume, scale: Scale | None = None) -> StorageLayo
     divided by the scale (chunks rounded to whole dst voxels: a model) and its bytes per
     dst voxel multiplied by it (rounded up)."""
     item = int(np.dtype(vol.dtype).itemsize) * math.prod(vol.channel_shape)
+    remote = vol.location.kind == "remote"
     if scale is None or all(s == 1 for s in scale):
-        return StorageLayout(name, vol.bounds, tuple(vol.spatial_chunks), item)
+        return StorageLayout(name, vol.bounds, tuple(vol.spatial_chunks), item, remote)
     bounds = Box(
         tuple(math.floor(a / s) for a, s in zip(vol.bounds.start, scale, strict=True)),
         tuple(math.ceil(b / s) for b, s in zip(vol.bounds.stop, scale, strict=True)),
     )
     chunks = tuple(max(1, round(c / s)) for c, s in zip(vol.spatial_chunks, scale, strict=True))
-    return StorageLayout(name, bounds, chunks, math.ceil(item * math.prod(scale)))
+    return StorageLayout(name, bounds, chunks, math.ceil(item * math.prod(scale)), remote)
 
 
 def accumulate_bytes_of(dst: Volume) -> int:

@@ -94,6 +94,8 @@ class FlowGraph:
         self.in_process = True  # set by run(): where the tasks read
         self.inputs = inputs
         self.dst = dst
+        # Requests to an object store wait: one more top-level task in flight hides that.
+        self.io_waits = any(v.location.kind == "remote" for v in (*inputs.values(), dst))
         self.state = state
         self.markers = state.markers()
         self.direct = spec.skip_intermediates
@@ -219,7 +221,7 @@ class FlowGraph:
                 cores = min(cores, ctx.slots)
             in_flight = superchunks_in_flight(
                 self.spec, cores, memory_limit=self.memory_limit, top_bytes=top,
-                device=self.job.device,
+                device=self.job.device, io_waits=self.io_waits,
             )  # fmt: skip
             if top > 0:
                 budget[ctx.name] = float(in_flight * top)

@@ -31,6 +31,10 @@ from typing import TYPE_CHECKING
 from chunkgraph._util import format_bytes
 from chunkgraph.flow._device import DEVICE_TASKS_IN_FLIGHT, device_tasks_in_flight
 
+# Top-level tasks in flight beyond those the cores need, when requests wait on an object
+# store (``superchunks_in_flight``, step 0): one reads ahead while another computes.
+IO_TASKS_IN_FLIGHT = 1
+
 if TYPE_CHECKING:
     from chunkgraph.flow._auto_sizes import StorageLayout
     from chunkgraph.geometry import Box
@@ -67,10 +71,11 @@ def superchunks_in_flight(
     fit: int | None = None,
     devices: int | None = None,
     per_device: int = DEVICE_TASKS_IN_FLIGHT,
+    io_waits: bool = False,
 ) -> int:
     """How many top-level tasks of one process may hold their superchunk at once.
 
-    The rule, in three steps:
+    The rule, in four steps:
 
     1. **Cores.** A top-level task runs the levels below on the local pool, so one task
        with at least ``cores`` bottom chunks keeps every core busy by itself; a second
@@ -78,10 +83,15 @@ def superchunks_in_flight(
        for the same cores. So: the fewest tasks whose bottom chunks cover the cores,
        ``ceil(cores / bottom_chunks)``, at least 1. A one-level flow's task is its own
        bottom chunk (``bottom_chunks = 1``): one task per core.
-    2. **Memory** (the run, given ``fit`` = how many superchunks the memory budget holds):
+    2. **Latency** (``io_waits``: an input or dst on an object store, where each request
+       waits tens of milliseconds): a task's read and its write leave the cores idle, and
+       the local pool cannot hide that. One more task in flight reads the next superchunk
+       (or writes its output) while one computes, so requests are in flight whatever the
+       number of CPU workers; the memory step still bounds it.
+    3. **Memory** (the run, given ``fit`` = how many superchunks the memory budget holds):
        no more than that, and at least one. The planner passes none: it cuts the top
        chunk into bands instead, until its superchunks fit.
-    3. **Devices** (a GPU flow, ``devices`` GPUs of ``per_device`` tasks each; see
+    4. **Devices** (a GPU flow, ``devices`` GPUs of ``per_device`` tasks each; see
        ``_device``): the levels below run in the task's thread on its GPU, so at least
        ``per_device`` tasks per GPU, or the count above if it is larger.
 
@@ -95,8 +105,13 @@ def superchunks_in_flight(
     [8, 3, 1]
     >>> superchunks_in_flight(8, 16, devices=1), superchunks_in_flight(8, 1, devices=2)
     (2, 8)
+    >>> on_s3 = dict(io_waits=True)
+    >>> superchunks_in_flight(8, 16, **on_s3), superchunks_in_flight(8, 16, fit=1, **on_s3)
+    (2, 1)
     """
     in_flight = max(1, -(-cores // max(1, bottom_chunks)))
+    if io_waits:
+        in_flight += IO_TASKS_IN_FLIGHT
     if fit is not None:
         in_flight = min(in_flight, max(1, fit))
     if devices is not None:
@@ -198,6 +213,7 @@ def evaluate(
     held = _memory(
         top, bottom, low, context, sum(v.voxel_bytes for v in inputs), cores, per_top,
         levels > 1, max(accumulate_bytes, dst.voxel_bytes), accumulate_bytes,
+        io_waits=any(v.remote for v in (*inputs, dst)),
     )  # fmt: skip
     room = max(0, memory_limit - held.held)
     needs = _reuse_needs(bbox, inputs, top, context, grid, moving, held.in_flight)
@@ -228,6 +244,8 @@ def _memory(
     below_top: bool,
     buffer_bytes: int,
     accumulate_bytes: int,
+    *,
+    io_waits: bool = False,
 ) -> _Memory:
     """Superchunks in flight (``superchunks_in_flight``) and the bottom chunks computing:
     ``in_bytes`` per voxel over the top chunk padded by ``context``, plus one accumulation
@@ -240,7 +258,7 @@ def _memory(
     bottom_region = math.prod(b + 2 * p for b, p in zip(bottom, low, strict=True))
     superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
     superchunk += bottom_region * accumulate_bytes if below_top else 0
-    in_flight = superchunks_in_flight(cores, per_top)
+    in_flight = superchunks_in_flight(cores, per_top, io_waits=io_waits)
     bottoms = min(cores, per_top * in_flight) * bottom_region * FN_BUFFERS * buffer_bytes
     return _Memory(superchunk, in_flight, bottoms)
 

@@ -317,11 +317,13 @@ def superchunks_in_flight(
     memory_limit: int | None = None,
     top_bytes: int = 0,
     device: FlowDevice | None = None,
+    io_waits: bool = False,
 ) -> int:
     """How many top-level tasks of this flow may hold their superchunk at once in one
     process: ``_read_model.superchunks_in_flight``, whose docstring states the rule, for
-    ``spec``'s bottom chunks per top-level task, no more than ``memory_limit`` holds at
-    ``top_bytes`` a task (when both are given) and ``device``'s GPUs. The planner's
+    ``spec``'s bottom chunks per top-level task, one more when ``io_waits`` (a volume on
+    an object store), no more than ``memory_limit`` holds at ``top_bytes`` a task (when
+    both are given) and ``device``'s GPUs. The planner's
     ``FlowPlan.superchunks_in_flight`` is the same figure without the memory and device
     steps (a test checks that they agree).
 
@@ -341,9 +343,14 @@ def superchunks_in_flight(
     )
     fit = memory_limit // top_bytes if memory_limit is not None and top_bytes > 0 else None
     if device is None:
-        return _superchunks_rule(cores, bottom_chunks, fit=fit)
+        return _superchunks_rule(cores, bottom_chunks, fit=fit, io_waits=io_waits)
     return _superchunks_rule(
-        cores, bottom_chunks, fit=fit, devices=device.count, per_device=device.per_device
+        cores,
+        bottom_chunks,
+        fit=fit,
+        devices=device.count,
+        per_device=device.per_device,
+        io_waits=io_waits,
     )
 
 
