@@ -57,6 +57,21 @@ if TYPE_CHECKING:
     from chunkgraph.volume import Volume
 
 
+# flow.json's record of where the layers are: a resume finds them there, or redoes the
+# top-level work (layers_lost).
+LAYERS_KEY = "layers"
+
+
+def layers_lost(state: FlowDir, layers: Path) -> bool:
+    """Whether the layers that ``state``'s done top-level markers vouch for are not at
+    ``layers``: recorded elsewhere, or missing. State written before the record counts
+    as in place when the folder is there."""
+    if not state.markers().done_keys(TOP):
+        return False
+    recorded = state.read_info().get(LAYERS_KEY)
+    return (recorded is not None and recorded != str(layers)) or not layers.is_dir()
+
+
 class FlowGraph:
     """One non-dry run's graph: builds it, runs it, reports (no state of its own)."""
 
@@ -106,7 +121,7 @@ class FlowGraph:
             dst=dst,
             layers=layers,
             layer_vols=layer_vols,
-            marker_root=str(state.path),
+            marker_root=state.location,
             run_token=uuid.uuid4().hex,
             sweep_axis=sweep_axis(spec.top_grid),
             device=device,
@@ -132,6 +147,11 @@ class FlowGraph:
         if layers is not None:
             if fresh:
                 layers.remove()
+            elif layers_lost(state, layers.root):
+                # Done top-level tasks vouch for layers that are not here (state in an
+                # object store resumed on another machine, or scratch wiped): redo them
+                # rather than reduce fill values.
+                state.markers().clear((TOP,))
             layer_vols = layers.create()
         return cls(spec, fn, inputs, dst, state, layers, tuple(layer_vols), **options)
 
@@ -161,6 +181,8 @@ class FlowGraph:
         extra: dict[str, Any] = {}
         if self.fingerprint is not None:
             extra["fingerprint"] = self.fingerprint
+        if self.layers is not None:
+            extra[LAYERS_KEY] = str(self.layers.root)
         if self.deferred and self.layers is not None:
             geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
             extra[GEOMETRY_KEY] = geometry.as_json()
@@ -296,7 +318,7 @@ class FlowGraph:
             bbox=spec.bbox,
             top_tasks_skipped=skipped_top,
             reductions_skipped=skipped_red,
-            intermediates=str(self.state.path) if self.deferred else None,
+            intermediates=self.state.location if self.deferred else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
             saturated_voxels=sum(t.saturated for t in tops) + sum(r.saturated for r in reds),
         )
@@ -307,7 +329,7 @@ def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> Reductio
     if job.layers is None:
         raise AssertionError("a reduction needs temporary layers; this flow writes directly")
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    MarkerStore(Path(job.marker_root)).mark_done(REDUCE, key)
+    MarkerStore(job.marker_root).mark_done(REDUCE, key)
     return stats
 
 

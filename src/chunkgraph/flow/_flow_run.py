@@ -371,7 +371,8 @@ def _check_out_of_process(
         }
         if dst is not None:  # dst=None flows keep nothing on disk
             root = state_root(options.intermediates, dst)
-            paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
+            if not isinstance(root, str):  # an object store serves every worker alike
+                paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
         chosen.check_paths(paths)
 
 
@@ -392,7 +393,8 @@ def _check_in_place_start(
     )
     mark = in_place_mark(dst)
     marked = mark[0] if mark is not None else None
-    if conflict is None and marked is not None and marked != root.resolve():
+    here = root if isinstance(root, str) else root.resolve()
+    if conflict is None and marked is not None and marked != here:
         # Its state lies elsewhere: no run from here can resume it, whatever its id.
         conflict = in_place_conflict(
             marked, "", fingerprint, stamp, resuming=False, input_name=input_name
@@ -434,7 +436,7 @@ def _dry_report(
         dry_run=True,
         tasks_per_level=tuple(est.tasks_per_level),
         reductions=est.reductions,
-        intermediates=str(state.path),
+        intermediates=state.location,
         estimate=est,
         plan=plan,
     )

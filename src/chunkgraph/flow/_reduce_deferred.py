@@ -72,7 +72,7 @@ class _ReduceJob:
 def run_deferred_reduction(job: _ReduceJob, key: str, box: Box) -> ReductionStats:
     """Graph task: one reduction box into dst, then its done marker."""
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    MarkerStore(Path(job.flow_dir)).mark_done(REDUCE, key)
+    MarkerStore(job.flow_dir).mark_done(REDUCE, key)
     return stats
 
 
@@ -114,7 +114,7 @@ def reduce_deferred(
     from chunkgraph.execute._executor import close_resolved
 
     try:
-        if not state.root.is_dir():
+        if not state.store.exists(""):
             _geometry(state, {}, None)  # raises: nothing there
         with state.held(options.lock_wait):
             return _reduce(state, dst, blend_mode, chosen, options, t0)
@@ -188,14 +188,14 @@ def _run(
     from chunkgraph.execute import run
     from chunkgraph.graph import Graph
 
-    flow_dir = state.path
-    layers = geometry.layers(flow_dir)
+    # the folder holding layers/: the flow's own, or its local scratch (state in a store)
+    layers = geometry.layers(state.layers_dir.parent)
     job = _ReduceJob(
         spec=spec,
         layers=layers,
         layer_vols=tuple(volume.open(p) for p in layers.paths()),
         dst=dst,
-        flow_dir=str(flow_dir),
+        flow_dir=state.location,
         run_token=uuid.uuid4().hex,
     )
     boxes, grid = reduction_boxes(spec, dst)
@@ -224,7 +224,7 @@ def _run(
         * geometry.layer_dtype.itemsize
     )
     return ApplyReport(
-        flow_id=flow_dir.name,
+        flow_id=state.flow_id,
         dry_run=False,
         tasks_per_level=(),
         reductions=len(refs),
@@ -235,7 +235,7 @@ def _run(
         wall_seconds=time.perf_counter() - t0,
         bbox=spec.bbox,
         reductions_skipped=len(boxes) - len(refs),
-        intermediates=str(flow_dir),
+        intermediates=state.location,
         task_bytes=tuple(
             (graph.name(ref.id), s.temporary_bytes_read, s.bytes_written)
             for ref, s in zip(refs, stats, strict=True)
@@ -251,7 +251,7 @@ def _geometry_bbox(info: dict[str, Any], finished: dict[str, Any]) -> Box:
     return Box(tuple(start), tuple(stop))
 
 
-def _flow_dir_of(flow: object) -> Path:
+def _flow_dir_of(flow: object) -> Path | str:
     if isinstance(flow, ApplyReport):
         if not flow.deferred_layers or flow.intermediates is None:
             raise ConfigError(
@@ -259,14 +259,20 @@ def _flow_dir_of(flow: object) -> Path:
                 "with blend_modes='defer' (and not a dry run) leaves a reduction for later",
                 field="flow",
             )
-        return Path(flow.intermediates)
+        return _as_root(flow.intermediates)
     if isinstance(flow, str | os.PathLike):
-        return Path(flow)
+        return _as_root(flow)
     raise ConfigError(
         f"flow must be a deferred apply's report or its flow directory "
         f"(<intermediates>/<flow id>), got {flow!r}",
         field="flow",
     )
+
+
+def _as_root(where: str | os.PathLike[str]) -> Path | str:
+    """A flow directory as given: an object-store URL stays text, a path is a Path."""
+    text = os.fspath(where)
+    return text.rstrip("/") if "://" in text else Path(text)
 
 
 def _geometry(
@@ -282,7 +288,7 @@ def _geometry(
             field="flow",
         )
     raise ConfigError(
-        f"{str(state.path)!r} holds no deferred flow (no flow.json with its geometry): give the "
+        f"{state.location!r} holds no deferred flow (no flow.json with its geometry): give the "
         "directory a flow applied with blend_modes='defer' left, <intermediates>/<flow id>, "
         "as its report's .intermediates names it",
         field="flow",

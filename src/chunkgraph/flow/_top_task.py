@@ -52,7 +52,6 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -136,7 +135,7 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     """Graph task: read the padded superchunk once, process all levels, write, mark done."""
     stats = _run_top_task(job, index, box)
     check_run_live(job.run_token)
-    MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
+    MarkerStore(job.marker_root).mark_done(TOP, grid_key(index))
     return stats
 
 
