@@ -19,9 +19,13 @@ So edge chunks are locked while they are read, modified and written:
   process, not to a thread, and edge writes are a small share of a flow.
 
 Chunks are locked in increasing index order, so two flows cannot deadlock.
-Memory volumes exist in one process and take only the process lock. Volumes
-behind a URL cannot be locked across processes; flows writing adjacent
-unaligned regions of one remote volume must run one after the other.
+Memory volumes exist in one process and take only the process lock.
+
+Volumes on an object store cannot be locked across processes and need not be:
+their partial chunks are merged by conditional writes (an ETag match, retried
+on conflict; ``Location.conditional_writes``), and the reduction writes only
+the region inside the bbox (``Volume.merge_write``) without coming here. A
+store that offers neither is refused: adjacent flows would lose voxels.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -82,7 +87,19 @@ def edge_chunks_locked(dst: Volume, chunk_ids: list[int]) -> Iterator[None]:
     if not chunk_ids:
         yield
         return
-    on_disk = dst.location.lockable
+    where = dst.location
+    if where.conditional_writes:
+        yield  # the write itself is conditional (above)
+        return
+    if where.kind == "remote":
+        raise ConfigError(
+            f"destination {dst.path!r} is on a store without conditional writes, so the "
+            f"{len(chunk_ids)} storage chunks a bbox edge cuts cannot be merged safely with "
+            "another flow's writes; use a bbox aligned to dst's chunks (dst.chunk_aligned(bbox)) "
+            "or a destination through the zarr backend",
+            field="bbox",
+        )
+    on_disk = where.lockable
     key = os.path.join(dst.path, LOCK_NAME) if on_disk else f"{dst.backend}:{dst.path}"
     with _process_lock(key):
         if not on_disk:

@@ -4,16 +4,24 @@ Callers above the storage layer ask a ``Location``; they never test a path for
 ``"://"`` or a backend for ``"memory"`` (zarr-python's stores declare their
 capabilities the same way). Three places, and what each offers::
 
-    kind      path              local_dir   shared_by_processes   lockable (flock)
-    memory    registered name   None        no (this process)     no: a process lock
-    disk      absolute dir      the dir     yes (this machine)    yes
-    remote    URL (s3://, ...)  None        yes (any machine)     no
+    kind      path              local_dir   shared_by_processes   lockable   conditional_writes
+    memory    registered name   None        no (this process)     no         no: a process lock
+    disk      absolute dir      the dir     yes (this machine)    flock      no
+    remote    URL (s3://, gs://) None       yes (any machine)     no         yes (zarr backend)
 
 ``lockable`` means advisory file locks (``flock``) on the volume's directory
-order writers across the processes of this machine. ``identity`` is what the
-place means for a flow id: the resolved directory on disk (symlinks and
-relative spellings of one array agree), the URL as given, or the memory name
-with the process id (a same-named memory volume elsewhere is other data).
+order writers across the processes of this machine. ``conditional_writes``
+means a chunk object can be replaced only if it is still the one read (ETag
+match, or create-only when there was none): what makes a read-modify-write of a
+partial chunk safe between processes and machines with no lock at all. The
+zarr backend writes ``s3://`` and ``gs://`` volumes through obstore, which
+offers them.
+
+``identity`` is what the place means for a flow id: the resolved directory on
+disk (symlinks and relative spellings of one array agree), the URL as given
+(with the endpoint when the public storage options name one: the same bucket
+name on another server is other data; never a secret), or the memory name with
+the process id (a same-named memory volume elsewhere is other data).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 LocationKind = Literal["memory", "disk", "remote"]
 
@@ -38,13 +46,22 @@ class Location:
 
     kind: LocationKind
     path: str
+    backend: str = "zarr"
+    # The public storage options that say where the data is (an endpoint), sorted.
+    where: tuple[tuple[str, Any], ...] = ()
 
     @staticmethod
-    def of(path: str, backend: str) -> Location:
-        """The location of a volume stored at ``path`` by ``backend``."""
+    def of(path: str, backend: str, public_options: dict[str, Any] | None = None) -> Location:
+        """The location of a volume stored at ``path`` by ``backend``.
+
+        ``public_options``: the storage options that may be written down (never secrets).
+        """
         if backend == "memory":
-            return Location("memory", path)
-        return Location("remote" if "://" in path else "disk", path)
+            return Location("memory", path, backend)
+        if "://" not in path:
+            return Location("disk", path, backend)
+        where = tuple(sorted((k, v) for k, v in (public_options or {}).items() if k in _WHERE_KEYS))
+        return Location("remote", path, backend, where)
 
     @property
     def local_dir(self) -> Path | None:
@@ -61,11 +78,19 @@ class Location:
         """Whether ``flock`` on files in the volume's directory orders this machine's writers."""
         return self.kind == "disk"
 
+    @property
+    def conditional_writes(self) -> bool:
+        """Whether a chunk can be written only if unchanged since it was read (see above)."""
+        return self.kind == "remote" and self.backend == "zarr"
+
     def identity(self) -> str:
         """What the place means, stable across spellings of it (for flow ids)."""
         if self.kind == "memory":
             return f"memory:{self.path} pid={os.getpid()}"
-        return f"disk:{os.path.realpath(self.path) if self.kind == 'disk' else self.path}"
+        if self.kind == "remote":
+            # "disk:" for URLs too: the flow ids of volumes on object stores stay what they were.
+            return f"disk:{self.path}" + "".join(f" {k}={v}" for k, v in self.where)
+        return f"disk:{os.path.realpath(self.path)}"
 
     def same_as(self, other: Location) -> bool:
         """Whether two locations hold the same stored array, however each was spelled.
@@ -76,8 +101,14 @@ class Location:
         if self.kind != other.kind:
             return False
         if self.kind != "disk":
-            return self.path == other.path
+            return self.path == other.path and self.where == other.where
         try:
             return os.path.samefile(self.path, other.path)
         except OSError:  # one of them is gone: compare what is left, the resolved paths
             return os.path.realpath(self.path) == os.path.realpath(other.path)
+
+
+# Storage options (obstore's config keys, any spelling) that change which server holds the data.
+_WHERE_KEYS = frozenset(
+    {"endpoint", "endpoint_url", "aws_endpoint", "aws_endpoint_url", "base_url", "google_base_url"}
+)

@@ -111,6 +111,10 @@ class StoreOptions:
         """The secret values themselves (for tests and redaction only)."""
         return tuple(v for _, v in self._secrets)
 
+    def secret_names(self) -> tuple[str, ...]:
+        """The names of the secret options (safe to show and to pickle)."""
+        return tuple(k for k, _ in self._secrets)
+
     def everything(self) -> dict[str, Any]:
         return {**self.public(), **dict(self._secrets)}
 

@@ -11,6 +11,12 @@ checking that shape, chunks, dtype and placement match what was asked
 (resuming a run must not silently reuse a different layer). Also when another
 process creates it between the check and this creation (two runs starting on
 one new output): the creation that fails because the volume now exists opens it.
+
+URLs (``s3://bucket/a.zarr``, ``gs://…``) work as local paths do, with the
+zarr backend over an object store (``_zarr``, ``_remote``); ``storage_options``
+add to what the environment says (``_object_store``). TensorStore is refused
+for URLs: chunkgraph's partial-chunk writes there rely on conditional writes
+that go through obstore (``Location.conditional_writes``).
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph._util import as_int_tuple
+from chunkgraph.volume import _remote
 from chunkgraph.volume._location import Location
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
+from chunkgraph.volume._object_store import StoreOptions, is_object_url
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
 from chunkgraph.volume._volume import Volume
@@ -49,6 +57,29 @@ def _is_on_disk(path: str) -> bool:
     return where is not None and (where / "zarr.json").is_file()
 
 
+def _exists(path: str, options: StoreOptions) -> bool:
+    """Whether a Zarr array is stored at ``path`` (a directory or a URL)."""
+    if is_object_url(path):
+        return _remote.exists(path, options)
+    return _is_on_disk(path)
+
+
+def _check_backend_reaches(path: str, backend: str | None) -> None:
+    if backend == "tensorstore" and "://" in path:
+        raise ConfigError(
+            f"backend='tensorstore' does not reach {path!r}: volumes on object stores use "
+            f"backend='zarr' (the same Zarr v3 layout, with the conditional writes that "
+            f"partial-chunk writes there need)",
+            field="backend",
+        )
+    if backend not in (None, "memory") and "://" in path and not is_object_url(path):
+        raise ConfigError(
+            f"{path!r} has a URL scheme chunkgraph does not read; use s3://BUCKET/path, "
+            "gs://BUCKET/path or a local path",
+            field="path",
+        )
+
+
 def create(
     path: str | os.PathLike[str],
     shape: Any,
@@ -65,6 +96,7 @@ def create(
     cache_bytes: int = 0,
     spatial_ndim: int | None = None,
     resolution: Any = None,
+    storage_options: Any = None,
 ) -> Volume:
     """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
 
@@ -74,6 +106,8 @@ def create(
     raises ``CorruptChunkError`` instead of reading as wrong numbers (ignored by
     the memory backend). ``resolution`` is the physical size of a voxel per spatial
     axis (e.g. ``(4, 4, 40)`` nm; default 1s), kept in the attributes on disk.
+    ``storage_options`` reach a URL's object store (``_object_store``); secret ones
+    are never shown, written or pickled.
 
     >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
     ...            spatial_ndim=2, offset=(100, 0))
@@ -94,14 +128,16 @@ def create(
         shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend, resolution
     )
     name = _normalise_path(path, backend)
-    exists = memory_exists(name) if backend == "memory" else _is_on_disk(name)
+    _check_backend_reaches(name, backend)
+    opts = StoreOptions.of(storage_options)
+    exists = memory_exists(name) if backend == "memory" else _exists(name, opts)
     if exists:
         if not exist_ok:
             raise ConfigError(
                 f"a volume already exists at {name!r}; pass exist_ok=True to reuse it, "
                 f"or volume.remove({name!r}) first"
             )
-        return _open_same(name, meta, cache_bytes, backend)
+        return _open_same(name, meta, cache_bytes, backend, opts)
     storage: Storage
     try:
         if backend == "memory":
@@ -109,16 +145,18 @@ def create(
         elif backend == "tensorstore":
             storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
         else:
-            storage = create_zarr(name, meta, compressor, checksum, overwrite=False)
+            storage = create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts)
     except Exception:  # each backend says "exists" its own way: asked again below
-        if exist_ok and backend != "memory" and _is_on_disk(name):  # created meanwhile
-            return _open_same(name, meta, cache_bytes, backend)
+        if exist_ok and backend != "memory" and _exists(name, opts):  # created meanwhile
+            return _open_same(name, meta, cache_bytes, backend, opts)
         raise
     return Volume(storage, "r+", cache_bytes)
 
 
-def _open_same(name: str, meta: VolumeMeta, cache_bytes: int, backend: BackendName) -> Volume:
-    opened = open_volume(name, "r+", cache_bytes=cache_bytes, backend=backend)
+def _open_same(
+    name: str, meta: VolumeMeta, cache_bytes: int, backend: BackendName, opts: StoreOptions
+) -> Volume:
+    opened = open_volume(name, "r+", cache_bytes=cache_bytes, backend=backend, storage_options=opts)
     _check_same(opened, meta)
     return opened
 
@@ -231,8 +269,12 @@ def open_volume(
     *,
     cache_bytes: int = 0,
     backend: str | None = None,
+    storage_options: Any = None,
 ) -> Volume:
-    """Open an existing volume (``mode`` 'r' or 'r+'), see ``open``."""
+    """Open an existing volume (``mode`` 'r' or 'r+'), see ``open``.
+
+    ``storage_options`` reach a URL's object store, as for ``create``.
+    """
     if mode not in ("r", "r+"):
         raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
     if backend is not None and backend not in BACKENDS:
@@ -241,21 +283,42 @@ def open_volume(
     if backend == "memory" or (backend is None and memory_exists(text)):
         return Volume(open_memory(text), mode, cache_bytes)
     name = _normalise_path(text, "zarr")
-    if "://" not in name and not _is_on_disk(name):
+    _check_backend_reaches(name, backend)
+    opts = StoreOptions.of(storage_options)
+    if not _exists(name, opts):
         raise VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
-    chosen = backend or _creator_backend(name)
-    storage = open_tensorstore(name, mode) if chosen == "tensorstore" else open_zarr(name, mode)
+    chosen = backend or _creator_backend(name, opts)
+    if chosen == "tensorstore":
+        storage: Storage = open_tensorstore(name, mode)
+    else:
+        storage = open_zarr(name, mode, opts)
     return Volume(storage, mode, cache_bytes)
 
 
-def reopen(path: str, mode: str, cache_bytes: int, backend: str) -> Volume:
-    """Unpickling hook of ``Volume``: open the same volume again, where it is unpickled."""
-    return open_volume(path, mode, cache_bytes=cache_bytes, backend=backend)
+def reopen(
+    path: str,
+    mode: str,
+    cache_bytes: int,
+    backend: str,
+    options: StoreOptions | None = None,
+    dropped_secrets: tuple[str, ...] = (),
+) -> Volume:
+    """Unpickling hook of ``Volume``: open the same volume again, where it is unpickled.
 
-
-def _creator_backend(path: str) -> str:
-    """The backend recorded at creation, if it can be used here; zarr otherwise."""
+    ``options`` arrive with their public keys only; ``dropped_secrets`` names the
+    secret ones the sender had, so a receiver without credentials says what to set.
+    """
     if "://" in path:
+        _remote.check_credentials_shipped(path, dropped_secrets)
+    return open_volume(
+        path, mode, cache_bytes=cache_bytes, backend=backend, storage_options=options
+    )
+
+
+def _creator_backend(path: str, options: StoreOptions) -> str:
+    """The backend recorded at creation, if it can be used here; zarr otherwise."""
+    if is_object_url(path):
+        # TensorStore does not reach object stores here (_check_backend_reaches).
         return "zarr"
     with open(os.path.join(path, "zarr.json")) as f:
         attrs = json.load(f).get("attributes", {})
@@ -265,18 +328,24 @@ def _creator_backend(path: str) -> str:
     return "zarr"
 
 
-def remove(path: str | os.PathLike[str], *, missing_ok: bool = False) -> None:
-    """Delete a volume: a memory registry entry, or a local Zarr v3 array directory."""
+def remove(
+    path: str | os.PathLike[str], *, missing_ok: bool = False, storage_options: Any = None
+) -> None:
+    """Delete a volume: a memory registry entry, a local Zarr v3 array directory, or every
+    object under a URL that holds a Zarr array."""
     text = os.fspath(path)
     if remove_memory(text):
         return
     name = _normalise_path(text, "zarr")
-    if "://" in name:
-        raise ConfigError(f"remove() handles local and memory volumes only, not {name!r}")
-    if not _is_on_disk(name):
+    _check_backend_reaches(name, "zarr")
+    opts = StoreOptions.of(storage_options)
+    if not _exists(name, opts):
         if missing_ok:
             return
         raise VolumeNotFoundError(
             f"no volume at {name!r} (neither a memory volume nor a zarr.json)"
         )
-    shutil.rmtree(name)
+    if is_object_url(name):
+        _remote.remove_objects(name, opts)
+    else:
+        shutil.rmtree(name)

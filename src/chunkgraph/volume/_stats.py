@@ -12,6 +12,14 @@ that exist), so reading a whole volume gives amplification 1.0 exactly.
 ``bytes_read + bytes_from_cache`` is the same for a given read whether the
 cache is on or off.
 
+Object stores (volumes behind a URL) also count requests: GETs, PUTs and the
+rest (HEAD, LIST, DELETE), the conditional partial-chunk writes that found
+another writer first and were done again (``write_conflicts``), and the most
+requests in flight at once (``peak_requests_in_flight``, a high-water mark: a
+difference of snapshots keeps the later one's). They are counted by the store
+(``_object_zarr``), per stored array: handles made by ``with_cache`` share them.
+Volumes elsewhere leave them 0.
+
 State: ``_IOCounters`` holds plain ints under one lock (updates come from many
 reader/writer threads at once); ``snapshot()`` freezes them into ``IOStats``.
 """
@@ -42,12 +50,25 @@ class IOStats:
     cache_misses: int = 0
     bytes_written: int = 0  # bytes handed to the backend (the region written, after cropping)
     chunks_written: int = 0  # storage chunks touched by writes
+    requests_get: int = 0  # object-store GETs (whole or ranged)
+    requests_put: int = 0  # object-store PUTs
+    requests_other: int = 0  # object-store HEAD, LIST, DELETE
+    write_conflicts: int = 0  # conditional partial-chunk writes done again
+    peak_requests_in_flight: int = 0  # high-water mark, not a sum
 
     def __sub__(self, earlier: IOStats) -> IOStats:
         """The I/O done between snapshot ``earlier`` and this one."""
         return IOStats(
-            *(getattr(self, f) - getattr(earlier, f) for f in IOStats.__dataclass_fields__)
+            *(
+                getattr(self, f) if f in _MARKS else getattr(self, f) - getattr(earlier, f)
+                for f in IOStats.__dataclass_fields__
+            )
         )
+
+    @property
+    def requests(self) -> int:
+        """All object-store requests (0 for volumes elsewhere)."""
+        return self.requests_get + self.requests_put + self.requests_other
 
     def read_amplification(self, bytes_needed: int) -> float:
         """``bytes_read / bytes_needed``: how many bytes storage delivered per byte used."""
@@ -56,12 +77,24 @@ class IOStats:
         return self.bytes_read / bytes_needed
 
 
+# Fields that are high-water marks: subtracting snapshots keeps the later one.
+_MARKS = frozenset({"peak_requests_in_flight"})
+# Fields the object store counts (merged into Volume.stats), not _IOCounters.
+STORE_FIELDS = (
+    "requests_get",
+    "requests_put",
+    "requests_other",
+    "write_conflicts",
+    "peak_requests_in_flight",
+)
+
+
 class _IOCounters:
-    """Mutable, thread-safe counters behind ``Volume.stats``."""
+    """Mutable, thread-safe counters behind ``Volume.stats`` (all but ``STORE_FIELDS``)."""
 
     __slots__ = ("_lock", "_values")
 
-    _FIELDS = IOStats.__dataclass_fields__.keys()
+    _FIELDS = tuple(f for f in IOStats.__dataclass_fields__ if f not in STORE_FIELDS)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

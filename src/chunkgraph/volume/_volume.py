@@ -32,11 +32,14 @@ error names neither.
 Thread safety: concurrent reads, and concurrent writes to disjoint storage
 chunks, are safe (backends are, the cache and counters lock). Pickling an
 on-disk volume pickles its path, mode and cache size; it is reopened where
-it is unpickled.
+it is unpickled. A volume on an object store pickles its URL and its public
+storage options (the names of secret ones, never their values): the receiving
+process's environment supplies credentials (``_remote``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from operator import le, sub
@@ -49,6 +52,7 @@ from chunkgraph._util import named_os_error
 from chunkgraph.geometry import Box
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._location import Location
+from chunkgraph.volume._object_store import StoreOptions
 from chunkgraph.volume._stats import IOStats, _IOCounters
 
 if TYPE_CHECKING:
@@ -127,9 +131,15 @@ class Volume:
         return self._meta.backend
 
     @property
+    def storage_options(self) -> StoreOptions:
+        """The options the object store behind a URL was reached with (empty elsewhere)."""
+        options = getattr(self._storage, "options", None)
+        return options if isinstance(options, StoreOptions) else StoreOptions()
+
+    @property
     def location(self) -> Location:
         """Where the data lives and what that place can do (``volume._location``)."""
-        return Location.of(self._storage.path, self._meta.backend)
+        return Location.of(self._storage.path, self._meta.backend, self.storage_options.public())
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -170,10 +180,17 @@ class Volume:
 
     @property
     def stats(self) -> IOStats:
-        return self._counters.snapshot()
+        snapshot = self._counters.snapshot()
+        requests = getattr(self._storage, "requests", None)
+        if requests is None:
+            return snapshot
+        return dataclasses.replace(snapshot, **requests.snapshot())
 
     def reset_stats(self) -> None:
         self._counters.reset()
+        requests = getattr(self._storage, "requests", None)
+        if requests is not None:
+            requests.reset()
 
     def __repr__(self) -> str:
         return (
@@ -198,7 +215,10 @@ class Volume:
             )
         from chunkgraph.volume._registry import reopen
 
-        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend))
+        options = self.storage_options
+        # The secrets' names travel (to say what the receiver lacks), their values do not.
+        dropped = options.secret_names()
+        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend, options, dropped))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -276,6 +296,25 @@ class Volume:
 
     def write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
         """Store ``array`` (shape ``channel_shape + box.shape``) at ``box``, cropped to bounds."""
+        self._write(box, array, merging=False)
+
+    def merge_write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
+        """``write`` where ``box`` may cut storage chunks, even with ``aligned_writes=True``.
+
+        Only where ``location.conditional_writes``: each cut chunk is merged by a
+        conditional read-modify-write, so other writers of its other voxels (other
+        flows, processes, machines) keep theirs. Elsewhere a caller must hold such
+        chunks itself (``flow._edge_locks``) and write whole chunks.
+        """
+        if not self.location.conditional_writes:
+            raise ConfigError(
+                f"volume {self.path!r} ({self.location.kind}, backend {self.backend!r}) has no "
+                "conditional writes: write whole storage chunks (volume.chunk_aligned(box)) "
+                "and hold the chunks a write cuts while reading and writing them back"
+            )
+        self._write(box, array, merging=True)
+
+    def _write(self, box: Box, array: np.ndarray[Any, Any], merging: bool) -> None:
         if self._mode != "r+":
             raise ConfigError(
                 f"volume {self.path!r} is open read-only (mode={self._mode!r}); "
@@ -286,7 +325,7 @@ class Volume:
         inner = box.intersection(self._bounds)
         if inner.is_empty:
             return
-        if self.aligned_writes:
+        if self.aligned_writes and not merging:
             self._check_aligned(box, inner)
         if inner != box:
             data = data[self._channel_index + inner.slices(relative_to=box)]
@@ -333,11 +372,16 @@ class Volume:
             return
         grown, shrunk = self.chunk_aligned(inner, "outer"), self.chunk_aligned(inner, "inner")
         nearest = f"{grown} (grown)" + ("" if shrunk.is_empty else f" or {shrunk} (shrunk)")
+        shared = (
+            "with aligned_writes=False (partial-chunk writes here are conditional: any number "
+            "of writers may share a chunk)"
+            if self.location.conditional_writes
+            else "with aligned_writes=False if each partial chunk has a single writer"
+        )
         raise AlignmentError(
             f"write box {box} (cropped to bounds: {inner}) does not cover whole storage chunks of "
             f"volume {self.path!r}: chunk grid {self._spatial_chunks} at offset {self._offset}. "
-            f"Nearest aligned: {nearest}; or create the volume "
-            f"with aligned_writes=False if each partial chunk has a single writer"
+            f"Nearest aligned: {nearest}; or create the volume {shared}"
         )
 
     def chunk_aligned(self, box: Box, direction: Literal["outer", "inner"] = "outer") -> Box:

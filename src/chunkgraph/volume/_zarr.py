@@ -1,4 +1,4 @@
-"""The default backend: Zarr v3 through zarr-python 3 (a local directory store).
+"""The default backend: Zarr v3 through zarr-python 3 (a local directory or an object store).
 
 Layout on disk is plain Zarr v3 (``zarr.json`` + ``c/…`` chunk files), the
 same one the TensorStore backend reads and writes, so either backend opens a
@@ -6,9 +6,14 @@ volume made by the other. ``compressor="default"`` is zarr's own default
 codec chain (bytes + zstd); ``None`` stores raw bytes. ``checksum=True`` (the
 default of ``create``) appends ``crc32c`` to either chain (see ``_integrity``).
 
-Paths with a URL scheme (``s3://…``, ``gs://…``) are handed to zarr as they
-are and go through its fsspec store; only local directories are exercised by
-the test suite.
+URLs (``s3://…``, ``gs://…``) go through zarr's ``ObjectStore`` over the
+obstore store of ``_object_store`` (endpoint and credentials from the
+environment, ``storage_options`` on top), rooted at the URL: the array's keys
+are ``zarr.json`` and ``c/…`` under it, as on disk. Its requests are counted
+(``RequestCounter``), and a write covering some chunk only in part is a
+conditional read-modify-write, done again from the start when another writer
+changed one of its chunks meanwhile (``_object_zarr``): adjacent unaligned
+writes from any number of processes keep each other's voxels, with no lock.
 
 Regions are read and written in one zarr call each: zarr fetches and decodes
 the touched chunks concurrently and performs the read-modify-write of partial
@@ -29,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import random
+import time
 from typing import Any
 
 import numpy as np
@@ -39,9 +46,21 @@ from zarr.core import sync as zarr_sync
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import named_os_error
 from chunkgraph.volume._integrity import ChunkLayout, raise_corrupt_chunks
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
+from chunkgraph.volume._object_zarr import (
+    CONFLICTS,
+    ConditionalStore,
+    CountedStore,
+    RequestCounter,
+)
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 
 BACKEND = "zarr"
+
+# A partial-chunk write that keeps meeting other writers gives up after this many
+# tries, sleeping a random 0..(2 ** try) ms (at most MAX_BACKOFF_S) between them.
+MAX_CONFLICT_TRIES = 64
+MAX_BACKOFF_S = 0.5
 
 # How long exit waits for the tasks of zarr's loop to end once cancelled: a write
 # already handed to a thread finishes in its own time, and nothing awaits it.
@@ -51,10 +70,17 @@ SETTLE_TIMEOUT_S = 5.0
 class ZarrStorage:
     """A zarr-python ``Array`` seen through the ``Storage`` protocol."""
 
-    def __init__(self, path: str, array: Any, meta: VolumeMeta) -> None:
+    def __init__(
+        self, path: str, array: Any, meta: VolumeMeta, options: StoreOptions | None = None
+    ) -> None:
         self.path = path
         self.meta = meta
+        self.options = options or StoreOptions()
         self._array = array
+        store = array.store
+        self.requests: RequestCounter | None = (
+            store.counter if isinstance(store, CountedStore) else None
+        )
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
         try:
@@ -66,7 +92,10 @@ class ZarrStorage:
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
         try:
-            self._array[index] = data
+            if self.requests is not None and not self._whole_chunks(index):
+                self._write_conditionally(index, data)
+            else:
+                self._array[index] = data
         except Exception as error:
             # Only a partial-chunk write reads (to merge); a damaged chunk fails it here.
             if not _is_decode_error(error):
@@ -77,6 +106,38 @@ class ZarrStorage:
 
     def _read(self, index: Index) -> np.ndarray[Any, Any]:
         return np.asarray(self._array[index])
+
+    def _whole_chunks(self, index: Index) -> bool:
+        """Whether ``index`` covers every chunk it touches whole (zarr reads none of them)."""
+        for s, c, n in zip(index, self._array.chunks, self._array.shape, strict=True):
+            start, stop, _ = s.indices(n)
+            if start % c or (stop % c and stop != n):
+                return False
+        return True
+
+    def _write_conditionally(self, index: Index, data: np.ndarray[Any, Any]) -> None:
+        """The region written through a ``ConditionalStore``, again while another writer wins."""
+        from zarr.core.array import Array, AsyncArray
+        from zarr.storage import StorePath
+
+        plain = self._array
+        assert self.requests is not None
+        for attempt in range(MAX_CONFLICT_TRIES):
+            # A fresh view per try: it remembers the ETags of this try's reads only.
+            view = ConditionalStore(plain.store.store, self.requests)
+            config: Any = {"order": plain.order, "write_empty_chunks": True}
+            array = Array(AsyncArray(plain.metadata, StorePath(view), config))
+            try:
+                array[index] = data
+                return
+            except CONFLICTS:
+                self.requests.conflict()
+                time.sleep(random.uniform(0, min(MAX_BACKOFF_S, 0.001 * 2**attempt)))
+        raise OSError(
+            f"writing {index} of {self.path!r}: a chunk it shares with other writers changed "
+            f"before each of {MAX_CONFLICT_TRIES} conditional writes; too many writers share "
+            "these chunks at once: align the writes to the chunks, or write fewer at a time"
+        )
 
     def _layout(self) -> ChunkLayout:
         array = self._array
@@ -109,12 +170,25 @@ def _compressors(compressor: object, checksum: bool) -> Any:
     return [*zstd, Crc32cCodec()]
 
 
+def zarr_store(path: str, options: StoreOptions, read_only: bool = False) -> Any:
+    """What zarr is handed as ``store``: the directory, or a counted ``ObjectStore`` for a URL."""
+    if not is_object_url(path):
+        return path
+    return CountedStore(object_store(path, options), RequestCounter(), read_only=read_only)
+
+
 def create_zarr(
-    path: str, meta: VolumeMeta, compressor: object, checksum: bool, overwrite: bool
+    path: str,
+    meta: VolumeMeta,
+    compressor: object,
+    checksum: bool,
+    overwrite: bool,
+    options: StoreOptions | None = None,
 ) -> ZarrStorage:
+    opts = options or StoreOptions()
     try:
         array = zarr.create_array(
-            store=path,
+            store=zarr_store(path, opts),
             shape=meta.shape,
             chunks=meta.chunks,
             dtype=meta.dtype,
@@ -126,15 +200,17 @@ def create_zarr(
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
-    return ZarrStorage(path, array, meta)
+    return ZarrStorage(path, array, meta, opts)
 
 
-def open_zarr(path: str, mode: str) -> ZarrStorage:
-    array = zarr.open_array(store=path, mode=mode, zarr_format=3)
+def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> ZarrStorage:
+    opts = options or StoreOptions()
+    store = zarr_store(path, opts, read_only=mode == "r")
+    array = zarr.open_array(store=store, mode=mode, zarr_format=3)
     meta = meta_from_stored(
         array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
     )
-    return ZarrStorage(path, array, meta)
+    return ZarrStorage(path, array, meta, opts)
 
 
 def settle_zarr_loop(timeout: float = SETTLE_TIMEOUT_S) -> None:

@@ -1,0 +1,196 @@
+"""zarr's ``ObjectStore``, with its requests counted, and a conditional variant for partial chunks.
+
+Counting. Object-store requests cost tens of milliseconds each, so how many a
+flow makes per chunk it needs matters as much as the bytes. ``CountedStore``
+counts what zarr asks of the store: GETs (whole or ranged reads), PUTs, and the
+rest (HEAD, LIST, DELETE), and the most requests it had in flight at once
+(obstore runs them concurrently from zarr's event loop; a peak near zarr's
+``async.concurrency`` says the region reads are latency-bound, not CPU-bound).
+Counting is a lock and a few integer additions per request, nothing per byte.
+
+Conditional read-modify-write. A write that covers a chunk only in part makes
+zarr read the chunk, merge the region in and write it back. Two writers of
+adjacent regions of one chunk (two flows, two processes, two machines) would
+each write back what they read and one would lose the other's voxels. On an
+object store the chunk object itself settles it, with no lock to hold or to
+leak: ``ConditionalStore`` is bound to one region write; it remembers the ETag
+of every chunk it read (or that the chunk was absent) and writes each back only
+if it is still that object (``If-Match``), or only if it is still absent
+(``If-None-Match: *``). When another writer came first, the put fails with
+``PreconditionError`` / ``AlreadyExistsError`` and the caller does the whole
+region again on what is there now (``_zarr.ZarrStorage``).
+
+Chunks written whole are never read, so their puts stay unconditional: two
+writers of one whole chunk are a planning error the aligned-writes check
+already prevents. A merged chunk that came out all fill value is written
+(``write_empty_chunks``), not deleted: a delete cannot be made conditional.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from zarr.storage import ObjectStore
+
+from chunkgraph.volume._stats import STORE_FIELDS
+
+# What a conditional put raises when another writer changed (or created) the object first.
+CONFLICTS: tuple[type[BaseException], ...]
+try:
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    CONFLICTS = (PreconditionError, AlreadyExistsError)
+except ImportError:  # pragma: no cover - obstore is a dependency; kept importable without it
+    CONFLICTS = ()
+
+REQUEST_FIELDS = STORE_FIELDS
+
+
+class RequestCounter:
+    """Thread-safe request counts of one stored array (shared by its handles)."""
+
+    __slots__ = ("_in_flight", "_lock", "_values")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._values = dict.fromkeys(REQUEST_FIELDS, 0)
+
+    def start(self, kind: str) -> None:
+        with self._lock:
+            self._values[kind] += 1
+            self._in_flight += 1
+            if self._in_flight > self._values["peak_requests_in_flight"]:
+                self._values["peak_requests_in_flight"] = self._in_flight
+
+    def conflict(self) -> None:
+        """A conditional write found another writer's chunk: the region is written again."""
+        with self._lock:
+            self._values["write_conflicts"] += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._values = dict.fromkeys(REQUEST_FIELDS, 0)
+
+
+class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
+    """zarr's ``ObjectStore`` counting its requests in ``counter``."""
+
+    def __init__(self, store: Any, counter: RequestCounter, *, read_only: bool = False) -> None:
+        super().__init__(store, read_only=read_only)
+        self.counter = counter
+
+    def with_read_only(self, read_only: bool = False) -> CountedStore:
+        return type(self)(self.store, self.counter, read_only=read_only)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        # Never pickled by chunkgraph (a Volume pickles its URL); counts stay behind if it is.
+        state = super().__getstate__()
+        state["counter"] = None
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self.counter = RequestCounter()
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        self.counter.start("requests_get")
+        try:
+            return await super().get(key, prototype, byte_range)
+        finally:
+            self.counter.end()
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
+        ranges = list(key_ranges)
+        for _ in ranges:
+            self.counter.start("requests_get")
+        try:
+            return await super().get_partial_values(prototype, ranges)
+        finally:
+            for _ in ranges:
+                self.counter.end()
+
+    async def set(self, key: str, value: Any) -> None:
+        self.counter.start("requests_put")
+        try:
+            await super().set(key, value)
+        finally:
+            self.counter.end()
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        self.counter.start("requests_put")
+        try:
+            await super().set_if_not_exists(key, value)
+        finally:
+            self.counter.end()
+
+    async def exists(self, key: str) -> bool:
+        self.counter.start("requests_other")
+        try:
+            return bool(await super().exists(key))
+        finally:
+            self.counter.end()
+
+    async def delete(self, key: str) -> None:
+        self.counter.start("requests_other")
+        try:
+            await super().delete(key)
+        finally:
+            self.counter.end()
+
+
+class ConditionalStore(CountedStore):
+    """One region write's view of the store: puts of chunks it read are conditional (above)."""
+
+    def __init__(self, store: Any, counter: RequestCounter) -> None:
+        super().__init__(store, counter)
+        # key -> ETag of the object read, or None when there was none to read.
+        self._seen: dict[str, str | None] = {}
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if byte_range is not None:
+            return await super().get(key, prototype, byte_range)
+        import obstore
+
+        self.counter.start("requests_get")
+        try:
+            try:
+                response = await obstore.get_async(self.store, key)
+            except FileNotFoundError:
+                self._seen[key] = None
+                return None
+            data = await response.bytes_async()
+        finally:
+            self.counter.end()
+        tag = response.meta.get("e_tag")
+        if tag is None:
+            raise OSError(
+                f"the object store returned no ETag for {key!r}: partial-chunk writes there "
+                "cannot be made conditional; write whole chunks (aligned_writes=True)"
+            )
+        self._seen[key] = tag
+        return prototype.buffer.from_bytes(data)
+
+    async def set(self, key: str, value: Any) -> None:
+        if key not in self._seen:  # written whole, never read: nothing to compare with
+            await super().set(key, value)
+            return
+        import obstore
+
+        tag = self._seen[key]
+        mode: Any = "create" if tag is None else {"e_tag": tag}
+        self._check_writable()
+        self.counter.start("requests_put")
+        try:
+            await obstore.put_async(self.store, key, value.as_buffer_like(), mode=mode)
+        finally:
+            self.counter.end()
