@@ -181,35 +181,53 @@ def _interrupted(tmp: Path, name: str, root: str) -> tuple[volume.Volume, volume
 def test_a_flow_keeps_its_state_in_a_bucket_and_resumes_from_it(
     tmp_path: Path, server: S3Server, bucket: str
 ) -> None:
+    """intermediates= a URL: state and layers there (a resume elsewhere finds both)."""
     src, local = _volumes(tmp_path, "local.zarr")
     _apply(doubled_failing, src, local)
     root = f"s3://{bucket}/flows"
     src, dst, flow_id = _interrupted(tmp_path, "dst.zarr", root)
     state = FlowDir(root, flow_id)
-    layers = Path(state.read_info()["layers"])
-    assert layers == state.layers_dir and layers.is_dir()  # local scratch, recorded
+    assert state.read_info()["layers"] == f"{root}/{flow_id}/layers"
+    assert any("/layers/layer_" in k for k in server.keys(bucket, "flows/"))
 
     report = _apply(doubled_failing, src, dst, intermediates=root, resume=True)
     assert (report.top_tasks_skipped, report.tasks_per_level) == (8, (8,))
     assert np.array_equal(dst.read(dst.bounds), local.read(local.bounds))
     (flow,) = read_flows(root)
     assert flow.status is FlowStatus.FINISHED and not flow.has_temporaries
-    assert not layers.parent.exists()  # scratch removed with the flow
     assert server.keys(bucket, "flows/") == [f"flows/{flow_id}.done"]
     again = _apply(doubled_failing, src, dst, intermediates=root, resume=True)
     assert again.finished_before and again.tasks_per_level == (0,)
 
 
-def test_a_resume_that_finds_no_layers_redoes_the_top_level_work(
-    tmp_path: Path, bucket: str
+def test_layers_beside_a_bucket_dst_go_to_local_scratch_and_a_resume_without_them_redoes_them(
+    tmp_path: Path, server: S3Server, bucket: str
 ) -> None:
-    """Scratch wiped (or the resume runs on another machine): the done markers vouch for
+    """State beside dst in the bucket, layers on this machine's scratch (a local executor):
+    scratch wiped (or the resume runs on another machine), the done markers vouch for
     layers that are not there, so the top-level tasks run again instead of reducing fill."""
     src, local = _volumes(tmp_path, "local.zarr")
     _apply(doubled_failing, src, local)
-    root = f"s3://{bucket}/flows"
-    src, dst, flow_id = _interrupted(tmp_path, "dst.zarr", root)
-    shutil.rmtree(FlowDir(root, flow_id).layers_dir)
-    report = _apply(doubled_failing, src, dst, intermediates=root, resume=True)
+    url = f"s3://{bucket}/out.zarr"
+    dst = volume.create(url, SHAPE, (8, 8), "float32")
+    dry = _apply(doubled_failing, src, dst, dry_run=True)
+    assert "on local scratch" in dry.summary() and f"state in s3://{bucket}/.out.zarr" in (
+        dry.summary()
+    )
+    FAILING["row_two"] = True
+    try:
+        with pytest.raises(ExceptionGroup):
+            _apply(doubled_failing, src, dst)
+    finally:
+        FAILING["row_two"] = False
+    root = f"s3://{bucket}/.out.zarr.chunkgraph"
+    (flow,) = read_flows(root)
+    layers = FlowDir(root, flow.flow_id).layers_dir
+    assert isinstance(layers, Path) and layers.is_dir()
+    assert FlowDir(root, flow.flow_id).read_info()["layers"] == str(layers) == dry.layers
+    assert not any("layer_" in k for k in server.keys(bucket))  # no layer in the bucket
+    shutil.rmtree(layers)
+    report = _apply(doubled_failing, src, dst, resume=True)
     assert (report.top_tasks_skipped, report.tasks_per_level) == (0, (16,))
     assert np.array_equal(dst.read(dst.bounds), local.read(local.bounds))
+    assert not layers.parent.exists()

@@ -82,7 +82,7 @@ def layer_dtype(spec: FlowSpec) -> np.dtype:
 class LayerPlan:
     """The temporary layers of one flow: where they live and how they are chunked."""
 
-    root: Path
+    root: Path | str  # a folder, or a URL in an object store (``_flow_dir.layers_place``)
     parity_axes: tuple[int, ...]
     bounds: Box
     storage_chunk: tuple[int, ...]
@@ -107,6 +107,8 @@ class LayerPlan:
         return layer
 
     def path(self, layer: int) -> str:
+        if isinstance(self.root, str):
+            return f"{self.root.rstrip('/')}/layer_{layer}.zarr"
         return str(self.root / f"layer_{layer}.zarr")
 
     def paths(self) -> tuple[str, ...]:
@@ -114,7 +116,8 @@ class LayerPlan:
 
     def create(self) -> list[Volume]:
         """Create (or reopen, when resuming) every layer."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.root, Path):
+            self.root.mkdir(parents=True, exist_ok=True)
         return [
             volume.create(
                 self.path(k),
@@ -131,11 +134,23 @@ class LayerPlan:
         ]
 
     def remove(self) -> None:
-        if self.root.exists():
+        if isinstance(self.root, str):
+            from chunkgraph.flow._state_store import state_store
+
+            state_store(self.root).delete_tree("")
+        elif self.root.exists():
             shutil.rmtree(self.root)
 
+    def present(self) -> bool:
+        """Whether anything of the layers is stored (a folder, or objects under the URL)."""
+        if isinstance(self.root, str):
+            from chunkgraph.flow._state_store import state_store
 
-def plan_layers(spec: FlowSpec, dst: Volume, root: Path) -> LayerPlan:
+            return state_store(self.root).exists("")
+        return self.root.is_dir()
+
+
+def plan_layers(spec: FlowSpec, dst: Volume, root: Path | str) -> LayerPlan:
     """Choose parity axes, extent, storage grid and dtype of a flow's temporary layers."""
     top = spec.levels[0]
     dst_chunk = dst.spatial_chunks

@@ -149,6 +149,27 @@ def scratch_layers(root: str, flow_id: str) -> Path:
     return Path(tempfile.gettempdir()) / "chunkgraph-layers" / digest / flow_id / LAYERS_NAME
 
 
+def layers_place(
+    root: Path | str, flow_id: str, *, given: bool, remote_workers: bool
+) -> Path | str:
+    """Where a flow's top-level layers go (the lower levels stay in memory).
+
+    In the flow's folder when that is on a disk (as ever: workers that share no disk
+    are refused there, ``ChecksPaths``). State in an object store: beside it in the
+    store when ``intermediates`` named it (``given``) or the workers share no disk
+    with this process (``remote_workers``: a Dask cluster); otherwise on this
+    machine's scratch (``scratch_layers``), where writes cost no requests.
+
+    >>> layers_place("s3://b/.x.chunkgraph", "f00d", given=True, remote_workers=False)
+    's3://b/.x.chunkgraph/f00d/layers'
+    """
+    if not isinstance(root, str):
+        return root / flow_id / LAYERS_NAME
+    if given or remote_workers:
+        return f"{root}/{flow_id}/{LAYERS_NAME}"
+    return scratch_layers(root, flow_id)
+
+
 def state_root(intermediates: Path | str | None, dst: Volume) -> Path | str:
     """Where a flow keeps its state: ``intermediates`` as given (a folder or an
     object-store URL), else beside dst (on its disk, or in its object store), else the temp
@@ -188,6 +209,8 @@ class FlowDir:
 
     root: Path | str
     flow_id: str
+    # Where this run puts the layers (``layers_place``); None: the default for ``root``.
+    layers_at: Path | str | None = None
 
     @classmethod
     def of(cls, flow_dir: Path | str) -> FlowDir:
@@ -213,12 +236,11 @@ class FlowDir:
         return self.store.where(self.flow_id)
 
     @property
-    def layers_dir(self) -> Path:
-        """Where the checkerboard's layers go: in the flow's folder on a disk; on local
-        scratch for state in an object store (``scratch_layers``)."""
-        if isinstance(self.root, str):
-            return scratch_layers(self.root, self.flow_id)
-        return self.root / self.flow_id / LAYERS_NAME
+    def layers_dir(self) -> Path | str:
+        """Where the checkerboard's layers are (``layers_place``): a folder or a URL."""
+        if self.layers_at is not None:
+            return self.layers_at
+        return layers_place(self.root, self.flow_id, given=False, remote_workers=False)
 
     @property
     def lock_key(self) -> str:
@@ -306,8 +328,9 @@ class FlowDir:
         from chunkgraph.flow._markers import discard_flow, discard_flow_dir
 
         discard_flow(self.root, self.flow_id)
-        if isinstance(self.root, str):
-            discard_flow_dir(self.layers_dir.parent)
+        layers = self.layers_dir
+        if isinstance(self.root, str) and isinstance(layers, Path):
+            discard_flow_dir(layers.parent)  # scratch: <digest>/<flow id>/layers
 
     def note_beside(self, dst: Volume) -> None:
         """Tell ``chunkgraph status DST`` where this state is (a dst on a disk or in an
@@ -340,10 +363,14 @@ class FlowDir:
         """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of
         the flow's own layers (``_reduce.damaged_layer_error``)."""
         seen: list[BaseException] = [error]
-        layers = self.layers_dir.resolve()
+        where = self.layers_dir
+        layers = str(where.resolve() if isinstance(where, Path) else where).rstrip("/") + "/"
         while seen:
             e = seen.pop()
-            if isinstance(e, CorruptChunkError) and Path(e.volume).resolve().is_relative_to(layers):
+            volume = e.volume if isinstance(e, CorruptChunkError) else ""
+            if volume and not is_object_url(volume):
+                volume = str(Path(volume).resolve())
+            if volume and f"{volume}/".startswith(layers):
                 return True
             if isinstance(e, BaseExceptionGroup):
                 seen.extend(e.exceptions)

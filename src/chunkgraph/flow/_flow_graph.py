@@ -20,7 +20,6 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,14 +61,14 @@ if TYPE_CHECKING:
 LAYERS_KEY = "layers"
 
 
-def layers_lost(state: FlowDir, layers: Path) -> bool:
+def layers_lost(state: FlowDir, layers: LayerPlan) -> bool:
     """Whether the layers that ``state``'s done top-level markers vouch for are not at
     ``layers``: recorded elsewhere, or missing. State written before the record counts
     as in place when the folder is there."""
     if not state.markers().done_keys(TOP):
         return False
     recorded = state.read_info().get(LAYERS_KEY)
-    return (recorded is not None and recorded != str(layers)) or not layers.is_dir()
+    return (recorded is not None and recorded != str(layers.root)) or not layers.present()
 
 
 class FlowGraph:
@@ -147,7 +146,7 @@ class FlowGraph:
         if layers is not None:
             if fresh:
                 layers.remove()
-            elif layers_lost(state, layers.root):
+            elif layers_lost(state, layers):
                 # Done top-level tasks vouch for layers that are not here (state in an
                 # object store resumed on another machine, or scratch wiped): redo them
                 # rather than reduce fill values.
@@ -319,6 +318,7 @@ class FlowGraph:
             top_tasks_skipped=skipped_top,
             reductions_skipped=skipped_red,
             intermediates=self.state.location if self.deferred else None,
+            layers=str(self.layers.root) if self.layers is not None else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
             saturated_voxels=sum(t.saturated for t in tops) + sum(r.saturated for r in reds),
         )

@@ -49,7 +49,7 @@ from chunkgraph.flow._device import (
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
-from chunkgraph.flow._flow_dir import FlowDir, state_root
+from chunkgraph.flow._flow_dir import FlowDir, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow._markers import dst_stamp
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
@@ -150,7 +150,16 @@ class FlowRun:
             more = superchunks_in_flight(spec, self.cores, device=device)
             plan = _on_device(plan, more, top)
         flow_id = flow_id_of(self.fn, self.inputs, dst, spec)
-        state = FlowDir(state_root(options.intermediates, dst), flow_id)
+        from chunkgraph.execute import ChecksPaths
+
+        root = state_root(options.intermediates, dst)
+        layers = layers_place(
+            root,
+            flow_id,
+            given=options.intermediates is not None,
+            remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
+        )
+        state = FlowDir(root, flow_id, layers)
         state.check_writable(dst)
         if options.dry_run:
             return _dry_report(spec, self.inputs, dst, state, plan, self.t0)
@@ -437,6 +446,7 @@ def _dry_report(
         tasks_per_level=tuple(est.tasks_per_level),
         reductions=est.reductions,
         intermediates=state.location,
+        layers=None if spec.skip_intermediates else str(state.layers_dir),
         estimate=est,
         plan=plan,
     )

@@ -44,6 +44,7 @@ from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._flow_dir import FlowDir
+from chunkgraph.flow._flow_graph import LAYERS_KEY
 from chunkgraph.flow._flow_run import flow_executor, no_io_report
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, dst_stamp, grid_key
@@ -188,8 +189,12 @@ def _run(
     from chunkgraph.execute import run
     from chunkgraph.graph import Graph
 
-    # the folder holding layers/: the flow's own, or its local scratch (state in a store)
-    layers = geometry.layers(state.layers_dir.parent)
+    # where apply put them (flow.json), else where they go by default
+    recorded = state.read_info().get(LAYERS_KEY)
+    where: Path | str = state.layers_dir
+    if isinstance(recorded, str):
+        where = recorded if "://" in recorded else Path(recorded)
+    layers = geometry.layers(where)
     job = _ReduceJob(
         spec=spec,
         layers=layers,
