@@ -216,7 +216,9 @@ def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
         top_total=top_total,
         reductions_done=_count_markers(store, flow_id, REDUCE),
         reductions_total=red_total,
-        temporary_bytes=store.size(flow_id) if sizes and has_temps else (0 if sizes else None),
+        temporary_bytes=_temporary_bytes(store, root, flow_id, info)
+        if sizes and has_temps
+        else (0 if sizes else None),
         modified=_modified(store, flow_id),
         owner=owner,
         finished=None if record is None else str(record.get("finished", "")),
@@ -571,6 +573,14 @@ def _modified(store: StateStore, flow_id: str) -> float:
 def _read_json_file(path: Path) -> dict[str, Any] | None:
     """The JSON object in the file ``path`` (None when missing or not an object)."""
     return _read_json(DirStore(path.parent), path.name)
+
+
+def _temporary_bytes(store: StateStore, root: Root, flow_id: str, info: dict[str, Any]) -> int:
+    """Bytes under the flow's folder, plus its layers on this machine's scratch (state in
+    an object store whose run kept its layers locally, ``_flow_dir.layers_place``)."""
+    layers = info.get("layers")
+    scratch = isinstance(root, str) and isinstance(layers, str) and "://" not in layers
+    return store.size(flow_id) + (DirStore(Path(str(layers))).size("") if scratch else 0)
 
 
 def _read_json(store: StateStore, key: str) -> dict[str, Any] | None:
