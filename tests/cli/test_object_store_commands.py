@@ -102,3 +102,27 @@ def test_overwriting_an_output_in_a_bucket_is_refused_naming_the_field(
     Path(spec).write_text(text)
     assert cli.main(["run", "--quiet", spec]) == 2
     assert "output.exists" in capsys.readouterr().err
+
+
+def doubled(x: np.ndarray) -> np.ndarray:
+    return x * 2
+
+
+def test_a_deferred_flow_in_a_bucket_is_reduced_by_its_destination_url(
+    bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = np.arange(32 * 32, dtype="float32").reshape(32, 32)
+    src = volume.create(f"s3://{bucket}/src.zarr", (32, 32), (8, 8), "float32")
+    src.write(src.bounds, data)
+    dst = volume.create(f"s3://{bucket}/out.zarr", (32, 32), (8, 8), "float32")
+    report = volume.apply(doubled, src, dst, chunk_sizes=[(8, 8)], blend_pads=2,
+                          blend_modes="defer", executor="sync")  # fmt: skip
+    layers = Path(report.deferred_layers[0]).parent  # on this machine's scratch
+    assert layers.is_dir()
+    assert cli.main(["status", dst.path]) == 0
+    assert "deferred     top 16/16" in capsys.readouterr().out
+    assert cli.main(["reduce", dst.path, "--blend-mode", "linear"]) == 0
+    np.testing.assert_array_equal(volume.open(dst.path).read(dst.bounds), data * 2)
+    assert cli.main(["status", dst.path]) == 0
+    assert "finished" in capsys.readouterr().out
+    assert not layers.exists()
