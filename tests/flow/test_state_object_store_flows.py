@@ -195,3 +195,31 @@ def test_a_flow_killed_mid_run_resumes_from_its_state_in_the_bucket(
     volume.apply(affine, local_src, ref, chunk_sizes=[(8, 12)], blend_pads=2,
                  blend_modes="linear", executor="sync")  # fmt: skip
     assert out.tobytes() == ref.read(ref.bounds).tobytes()
+
+
+def test_state_beside_dst_reaches_the_store_with_dst_s_storage_options(
+    server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No endpoint nor credentials in the environment: only dst's storage_options say
+    where the bucket is, and the flow's state beside dst is kept there too."""
+    from chunkgraph.testing import TEST_ENV
+
+    bucket = _bucket(server)
+    for name in (*TEST_ENV, "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    reach = {
+        "endpoint": server.endpoint,
+        "region": TEST_ENV["AWS_REGION"],
+        "access_key_id": TEST_ENV["AWS_ACCESS_KEY_ID"],
+        "secret_access_key": TEST_ENV["AWS_SECRET_ACCESS_KEY"],
+    }
+    data = np.arange(32 * 32, dtype="float32").reshape(32, 32)
+    src = volume.create(f"s3://{bucket}/src.zarr", (32, 32), (8, 8), "float32",
+                        storage_options=reach)  # fmt: skip
+    src.write(src.bounds, data)
+    dst = volume.create(f"s3://{bucket}/dst.zarr", (32, 32), (8, 8), "float32",
+                        storage_options=reach)  # fmt: skip
+    volume.apply(affine, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",
+                 executor="threads", workers=2)  # fmt: skip
+    np.testing.assert_array_equal(dst.read(dst.bounds), data * 3.0 + 1.0)
+    assert [k for k in server.keys(bucket) if ".chunkgraph/" in k][0].endswith(".done")

@@ -43,6 +43,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,6 +89,8 @@ class LayerPlan:
     storage_chunk: tuple[int, ...]
     dtype: np.dtype
     channel_shape: tuple[int, ...]
+    # the object store's settings where root is a URL (dst's storage_options); None: env
+    storage_options: Any = None
 
     @property
     def n_layers(self) -> int:
@@ -129,6 +132,7 @@ class LayerPlan:
                 exist_ok=True,
                 aligned_writes=False,
                 spatial_ndim=self.bounds.ndim,
+                storage_options=self.storage_options,
             )
             for k in range(self.n_layers)
         ]
@@ -137,7 +141,7 @@ class LayerPlan:
         if isinstance(self.root, str):
             from chunkgraph.flow._state_store import state_store
 
-            state_store(self.root).delete_tree("")
+            state_store(self.root, self.storage_options).delete_tree("")
         elif self.root.exists():
             shutil.rmtree(self.root)
 
@@ -146,11 +150,13 @@ class LayerPlan:
         if isinstance(self.root, str):
             from chunkgraph.flow._state_store import state_store
 
-            return state_store(self.root).exists("")
+            return state_store(self.root, self.storage_options).exists("")
         return self.root.is_dir()
 
 
-def plan_layers(spec: FlowSpec, dst: Volume, root: Path | str) -> LayerPlan:
+def plan_layers(
+    spec: FlowSpec, dst: Volume, root: Path | str, storage_options: Any = None
+) -> LayerPlan:
     """Choose parity axes, extent, storage grid and dtype of a flow's temporary layers."""
     top = spec.levels[0]
     dst_chunk = dst.spatial_chunks
@@ -162,4 +168,5 @@ def plan_layers(spec: FlowSpec, dst: Volume, root: Path | str) -> LayerPlan:
         storage_chunk=storage,
         dtype=layer_dtype(spec),
         channel_shape=tuple(dst.channel_shape),
+        storage_options=storage_options,
     )

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
 from chunkgraph._util import named_os_error, write_problem
 from chunkgraph.flow._state_store import StateStore, state_store
-from chunkgraph.volume._object_store import is_object_url
+from chunkgraph.volume._object_store import StoreOptions, is_object_url
 
 if TYPE_CHECKING:
     from chunkgraph.flow._markers import CompletionRecord, MarkerStore
@@ -211,6 +211,9 @@ class FlowDir:
     flow_id: str
     # Where this run puts the layers (``layers_place``); None: the default for ``root``.
     layers_at: Path | str | None = None
+    # An object store's settings (dst's storage_options: its endpoint, say); None: the
+    # environment's. Secrets are never pickled (``StoreOptions``).
+    options: StoreOptions | None = None
 
     @classmethod
     def of(cls, flow_dir: Path | str) -> FlowDir:
@@ -223,7 +226,12 @@ class FlowDir:
 
     @property
     def store(self) -> StateStore:
-        return state_store(self.root)
+        return state_store(self.root, self.options)
+
+    @property
+    def own_store(self) -> StateStore:
+        """The store rooted at the flow's own folder (``flow.json``, markers)."""
+        return state_store(self.location, self.options)
 
     @property
     def remote(self) -> bool:
@@ -304,30 +312,30 @@ class FlowDir:
     def record(self) -> CompletionRecord:
         from chunkgraph.flow._markers import CompletionRecord
 
-        return CompletionRecord(self.root, self.flow_id)
+        return CompletionRecord(self.root, self.flow_id, self.options)
 
     def markers(self) -> MarkerStore:
         """The done markers (their folders made if missing)."""
         from chunkgraph.flow._markers import MarkerStore
 
-        return MarkerStore(self.location)
+        return MarkerStore(self.location, self.options)
 
     def read_info(self) -> dict[str, Any]:
         from chunkgraph.flow._state import read_flow_info
 
-        return read_flow_info(self.location)
+        return read_flow_info(self.own_store)
 
     def write_info(self, **fields: Any) -> None:
         from chunkgraph.flow._state import write_flow_info
 
-        write_flow_info(self.location, **fields)
+        write_flow_info(self.own_store, **fields)
 
     def discard(self) -> None:
         """Delete the flow's folder (``_markers.discard_flow``), and its layers where they
         live apart from it (local scratch)."""
         from chunkgraph.flow._markers import discard_flow, discard_flow_dir
 
-        discard_flow(self.root, self.flow_id)
+        discard_flow(self.root, self.flow_id, self.options)
         layers = self.layers_dir
         if isinstance(self.root, str) and isinstance(layers, Path):
             discard_flow_dir(layers.parent)  # scratch: <digest>/<flow id>/layers

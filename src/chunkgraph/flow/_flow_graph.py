@@ -30,7 +30,7 @@ from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._estimate import needed_input_bytes
 from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, grid_key
+from chunkgraph.flow._markers import REDUCE, TOP, grid_key
 from chunkgraph.flow._read_model import sweep_axis
 from chunkgraph.flow._reduce import (
     ReductionStats,
@@ -121,6 +121,7 @@ class FlowGraph:
             layers=layers,
             layer_vols=layer_vols,
             marker_root=state.location,
+            markers=self.markers,
             run_token=uuid.uuid4().hex,
             sweep_axis=sweep_axis(spec.top_grid),
             device=device,
@@ -141,7 +142,11 @@ class FlowGraph:
     ) -> FlowGraph:
         """The graph's owner with its temporary layers made (a ``fresh`` run's removed
         first: a resumed one keeps what its done markers vouch for)."""
-        layers = None if spec.skip_intermediates else plan_layers(spec, dst, state.layers_dir)
+        layers = (
+            None
+            if spec.skip_intermediates
+            else plan_layers(spec, dst, state.layers_dir, state.options)
+        )
         layer_vols: list[Volume] = []
         if layers is not None:
             if fresh:
@@ -329,7 +334,7 @@ def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> Reductio
     if job.layers is None:
         raise AssertionError("a reduction needs temporary layers; this flow writes directly")
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    MarkerStore(job.marker_root).mark_done(REDUCE, key)
+    job.markers.mark_done(REDUCE, key)
     return stats
 
 

@@ -63,6 +63,7 @@ from chunkgraph.flow._state import (
     warn_if_resume_mismatch,
     warn_if_stale,
 )
+from chunkgraph.flow._state_store import reach
 from chunkgraph.flow._top_task import superchunks_in_flight
 
 if TYPE_CHECKING:
@@ -159,7 +160,11 @@ class FlowRun:
             given=options.intermediates is not None,
             remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
         )
-        state = FlowDir(root, flow_id, layers)
+        # State in an object store reaches it as dst does (its endpoint, say).
+        reach_with = dst.storage_options if isinstance(root, str) else None
+        if isinstance(root, str):
+            reach(root, reach_with)
+        state = FlowDir(root, flow_id, layers, reach_with)
         state.check_writable(dst)
         if options.dry_run:
             return _dry_report(spec, self.inputs, dst, state, plan, self.t0)

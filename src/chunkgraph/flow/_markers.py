@@ -65,9 +65,9 @@ class MarkerStore:
     ({'0_1'}, set())
     """
 
-    def __init__(self, location: str | os.PathLike[str]) -> None:
+    def __init__(self, location: str | os.PathLike[str], options: Any = None) -> None:
         self.location = os.fspath(location)
-        self.store = state_store(self.location)
+        self.store = state_store(self.location, options)
         for kind in _KINDS:
             self.store.make_folder(self._dir(kind))
 
@@ -144,8 +144,8 @@ class CompletionRecord:
     is not finished) and written, atomically, once it has.
     """
 
-    def __init__(self, root: str | os.PathLike[str], flow_id: str) -> None:
-        self.store = state_store(root)
+    def __init__(self, root: str | os.PathLike[str], flow_id: str, options: Any = None) -> None:
+        self.store = state_store(root, options)
         self.key = f"{flow_id}{DONE_SUFFIX}"
 
     @property
@@ -179,12 +179,12 @@ class CompletionRecord:
         self.store.delete(self.key)
 
 
-def discard_flow(root: str | os.PathLike[str], flow_id: str) -> None:
+def discard_flow(root: str | os.PathLike[str], flow_id: str, options: Any = None) -> None:
     """Delete flow ``flow_id``'s folder under ``root`` so that no interruption leaves
     part of it looking valid: on a disk, ``discard_flow_dir``; in an object store, where
     nothing renames a prefix at once, the markers go first, then the rest (a kill in
     between leaves layers no marker vouches for, which a resume recomputes)."""
-    store = state_store(root)
+    store = state_store(root, options)
     if isinstance(store, DirStore):
         discard_flow_dir(store.path(flow_id))
         return

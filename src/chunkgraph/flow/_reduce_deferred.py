@@ -51,6 +51,7 @@ from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, dst_stamp, grid_k
 from chunkgraph.flow._options import RunOptions
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.flow._spec import FlowSpec, check_dst
+from chunkgraph.flow._state_store import reach
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -67,13 +68,14 @@ class _ReduceJob:
     layer_vols: tuple[Volume, ...]
     dst: Volume
     flow_dir: str
+    markers: MarkerStore
     run_token: str
 
 
 def run_deferred_reduction(job: _ReduceJob, key: str, box: Box) -> ReductionStats:
     """Graph task: one reduction box into dst, then its done marker."""
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    MarkerStore(job.flow_dir).mark_done(REDUCE, key)
+    job.markers.mark_done(REDUCE, key)
     return stats
 
 
@@ -111,6 +113,9 @@ def reduce_deferred(
     )  # fmt: skip
     state = FlowDir.of(_flow_dir_of(flow))
     check_dst(dst, {})
+    if isinstance(state.root, str):  # reached as dst is, as apply reached it
+        reach(state.root, dst.storage_options)
+        state = dataclasses.replace(state, options=dst.storage_options)
     chosen = flow_executor(options, {}, dst, run_deferred_reduction, options.workers)
     from chunkgraph.execute._executor import close_resolved
 
@@ -198,9 +203,10 @@ def _run(
     job = _ReduceJob(
         spec=spec,
         layers=layers,
-        layer_vols=tuple(volume.open(p) for p in layers.paths()),
+        layer_vols=tuple(volume.open(p, storage_options=state.options) for p in layers.paths()),
         dst=dst,
         flow_dir=state.location,
+        markers=markers,
         run_token=uuid.uuid4().hex,
     )
     boxes, grid = reduction_boxes(spec, dst)

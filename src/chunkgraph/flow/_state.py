@@ -271,7 +271,7 @@ def remove_flow(root: Root, flow_id: str, *, record: bool = False) -> None:
 
 
 def write_flow_info(
-    flow_dir: Root,
+    flow_dir: Root | StateStore,
     *,
     top_tasks: int,
     reductions: int,
@@ -293,12 +293,16 @@ def write_flow_info(
         "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
         **extra,
     }
-    state_store(flow_dir).write(_INFO, json.dumps(info).encode())
+    _store_of(flow_dir).write(_INFO, json.dumps(info).encode())
 
 
-def read_flow_info(flow_dir: Root) -> dict[str, Any]:
+def read_flow_info(flow_dir: Root | StateStore) -> dict[str, Any]:
     """``flow.json`` of a flow directory ({} when missing or unreadable)."""
-    return _read_json(state_store(flow_dir), _INFO) or {}
+    return _read_json(_store_of(flow_dir), _INFO) or {}
+
+
+def _store_of(where: Root | StateStore) -> StateStore:
+    return state_store(where) if isinstance(where, str | os.PathLike) else where
 
 
 def remove_root_if_empty(root: Root) -> bool:

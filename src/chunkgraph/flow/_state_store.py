@@ -64,11 +64,32 @@ class StateStore(Protocol):
 
 
 def state_store(root: str | os.PathLike[str], options: Any = None) -> StateStore:
-    """The store of ``root``: an object-store URL or a local folder."""
+    """The store of ``root``: an object-store URL or a local folder. Without ``options``
+    a URL is reached as ``reach`` last said for it (else from the environment)."""
     text = os.fspath(root)
     if is_object_url(text):
-        return ObjectStateStore(text.rstrip("/"), StoreOptions.of(options))
+        url = text.rstrip("/")
+        given = StoreOptions.of(options)
+        return ObjectStateStore(url, given if given else _reached(url))
     return DirStore(Path(text))
+
+
+# How this process reaches each state root in an object store: a flow's state beside
+# dst goes where dst's storage_options say (an endpoint, credentials), and the state
+# code that names only the URL (status, stale warnings, notes) must go there too.
+# Per process: secrets never leave it (workers get the public options by pickle).
+_REACH: dict[str, StoreOptions] = {}
+
+
+def reach(url: str, options: StoreOptions | None) -> None:
+    """Reach the state under ``url`` (and below it) with ``options`` from now on."""
+    if options:
+        _REACH[url.rstrip("/")] = options
+
+
+def _reached(url: str) -> StoreOptions:
+    found = [k for k in _REACH if url == k or url.startswith(f"{k}/")]
+    return _REACH[max(found, key=len)] if found else StoreOptions()
 
 
 def join(*parts: str) -> str:
