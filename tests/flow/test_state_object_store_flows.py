@@ -222,4 +222,4 @@ def test_state_beside_dst_reaches_the_store_with_dst_s_storage_options(
     volume.apply(affine, src, dst, chunk_sizes=[(8, 8)], blend_pads=2, blend_modes="linear",
                  executor="threads", workers=2)  # fmt: skip
     np.testing.assert_array_equal(dst.read(dst.bounds), data * 3.0 + 1.0)
-    assert [k for k in server.keys(bucket) if ".chunkgraph/" in k][0].endswith(".done")
+    assert next(k for k in server.keys(bucket) if ".chunkgraph/" in k).endswith(".done")
