@@ -123,10 +123,17 @@ def test_a_marker_is_refused_once_the_lease_is_lost(bucket: str) -> None:
         def check(self) -> None:
             raise FlowLockedError("lost", lock="x")
 
-    markers = FlowDir(f"s3://{bucket}/root", "f00d").markers()
-    with fenced(markers.location, Lost()), pytest.raises(FlowLockedError):
-        markers.mark_done(TOP, "0_0")
-    assert markers.done_keys(TOP) == set()
+    state = FlowDir(f"s3://{bucket}/root", "f00d")
+    markers = state.markers()
+    with fenced(markers.location, Lost()):
+        with pytest.raises(FlowLockedError):
+            markers.mark_done(TOP, "0_0")
+        with pytest.raises(FlowLockedError):
+            state.record.write(object())  # refused before the report is read
+        state.store.write("f00d/markers/top/9_9", b"")  # the next holder's
+        with pytest.raises(FlowLockedError):
+            state.discard()  # leaves the next holder's state alone
+    assert markers.done_keys(TOP) == {"9_9"} and state.record.read() is None
     markers.mark_done(TOP, "0_0")  # no run of this process holds it: nothing to check
 
 

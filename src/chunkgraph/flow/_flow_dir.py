@@ -333,8 +333,9 @@ class FlowDir:
     def discard(self) -> None:
         """Delete the flow's folder (``_markers.discard_flow``), and its layers where they
         live apart from it (local scratch)."""
-        from chunkgraph.flow._markers import discard_flow, discard_flow_dir
+        from chunkgraph.flow._markers import check_fence, discard_flow, discard_flow_dir
 
+        check_fence(self.location)  # a run that lost its lease deletes nothing of the next's
         discard_flow(self.root, self.flow_id, self.options)
         layers = self.layers_dir
         if isinstance(self.root, str) and isinstance(layers, Path):

@@ -79,9 +79,7 @@ class MarkerStore:
     def mark_done(self, kind: str, key: str) -> None:
         """Record that ``key`` finished; call only after its data is written. Refused
         (``FlowLockedError``) when this process's run of the flow lost its lock."""
-        fence = _FENCES.get(self.location)
-        if fence is not None:
-            fence.check()
+        check_fence(self.location)
         self.store.write(join(self._dir(kind), key), b"")
 
     def done_keys(self, kind: str) -> set[str]:
@@ -99,6 +97,14 @@ class MarkerStore:
 # lost (a lease): a marker written after the loss would vouch for work another run may
 # be redoing. Process executors' workers have none: the driver checks between tasks.
 _FENCES: dict[str, Fence] = {}
+
+
+def check_fence(location: str) -> None:
+    """``FlowLockedError`` when this process's run of the flow at ``location`` lost its
+    lock (nothing when it holds none that can be lost)."""
+    fence = _FENCES.get(location)
+    if fence is not None:
+        fence.check()
 
 
 @contextlib.contextmanager
@@ -163,6 +169,7 @@ class CompletionRecord:
     def write(self, report: Any, dst: str | None = None, **extra: Any) -> None:
         """Record ``report`` as the flow's completion (into ``dst``'s stamp); ``extra``:
         more fields (JSON), e.g. what a reduced deferred flow was reduced into."""
+        check_fence(self.store.where(self.key[: -len(DONE_SUFFIX)]))
         record = {
             "flow_id": report.flow_id,
             "dst": dst,
