@@ -1,7 +1,13 @@
-"""Real servers on loopback for tests and benchmarks: an S3 server (moto's server mode).
+"""Real servers on loopback for tests and benchmarks: an S3 server (moto's server mode),
+and a proxy in front of it that behaves like a distant, sometimes failing one.
 
 Not imported by the library. ``moto[server]`` is a test extra, not a runtime
 dependency; this module imports it on use.
+
+``latency_proxy`` forwards every request to the server after a fixed delay and
+answers a seeded random share of them with ``503 SlowDown`` instead (what S3
+says when it throttles), counting both: what a client's retries and
+concurrency must cope with, on loopback.
 
     with s3_server(buckets=("data",)) as server:
         # AWS_ENDPOINT_URL and test credentials are set for the body
@@ -11,10 +17,16 @@ dependency; this module imports it on use.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import os
+import random
+import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 # Credentials moto accepts; they are not secrets of anything.
@@ -83,3 +95,136 @@ def s3_server(buckets: tuple[str, ...] = (), *, set_env: bool = True) -> Iterato
             else:
                 os.environ[key] = value
         server.stop()
+
+
+# Headers that describe one hop, not the message: never forwarded either way.
+_HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
+)
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+@dataclass
+class Proxy:
+    """A running proxy: its endpoint and what it has seen (read them after the requests)."""
+
+    endpoint: str
+    upstream: str
+    latency: float
+    fail_fraction: float
+    requests: int = 0  # every request received, failed ones included
+    failed: int = 0  # answered 503 without reaching the server
+    by_method: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _random: random.Random = field(default_factory=random.Random, repr=False)
+
+    def _admit(self, method: str) -> bool:
+        """Count the request; whether it goes through (False: answer 503)."""
+        with self._lock:
+            self.requests += 1
+            self.by_method[method] = self.by_method.get(method, 0) + 1
+            fail = self._random.random() < self.fail_fraction
+            self.failed += fail
+            return not fail
+
+
+def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
+    target = urllib.parse.urlsplit(proxy.upstream)
+    upstream_host = target.hostname or "127.0.0.1"
+    local = threading.local()  # one upstream connection per proxy thread, kept alive
+
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: clients reuse their connections
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if proxy.latency:
+                time.sleep(proxy.latency)
+            if not proxy._admit(self.command):
+                self._answer(503, [("Content-Type", "application/xml")], _SLOW_DOWN)
+                return
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+            if body is not None:
+                headers["Content-Length"] = str(len(body))
+            for attempt in range(2):  # a kept-alive connection the server closed: once more
+                conn = getattr(local, "conn", None)
+                if conn is None:
+                    conn = local.conn = http.client.HTTPConnection(upstream_host, target.port)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    reply = conn.getresponse()
+                    data = reply.read()
+                    break
+                except (ConnectionError, http.client.HTTPException):
+                    conn.close()
+                    local.conn = None
+                    if attempt:
+                        raise
+            kept = [(k, v) for k, v in reply.getheaders() if k.lower() not in _HOP_HEADERS]
+            # A HEAD answer's length is the object's size, though no bytes follow.
+            size = reply.getheader("Content-Length") if self.command == "HEAD" else None
+            self._answer(reply.status, kept, data, size)
+
+        def _answer(
+            self, status: int, headers: list[tuple[str, str]], data: bytes, size: str | None = None
+        ) -> None:
+            self.send_response(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", size or str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    return Forward
+
+
+@contextlib.contextmanager
+def latency_proxy(
+    upstream: str,
+    *,
+    latency: float = 0.0,
+    fail_fraction: float = 0.0,
+    seed: int = 0,
+    set_env: bool = True,
+) -> Iterator[Proxy]:
+    """A threaded HTTP proxy on 127.0.0.1 in front of ``upstream`` (an ``S3Server.endpoint``).
+
+    Each request waits ``latency`` seconds, then a ``fail_fraction`` share of them
+    (drawn from ``random.Random(seed)``) is answered ``503 SlowDown``. With
+    ``set_env`` the body's ``AWS_ENDPOINT_URL`` is the proxy.
+
+        with s3_server(buckets=("data",)) as s3, latency_proxy(s3.endpoint, latency=0.02):
+            ...  # every request to s3://data/... takes 20 ms more
+    """
+    if not 0.0 <= fail_fraction < 1.0:
+        raise ValueError(f"fail_fraction must be in [0, 1), got {fail_fraction}")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    server.daemon_threads = True
+    port = server.server_address[1]
+    proxy = Proxy(f"http://127.0.0.1:{port}", upstream, latency, fail_fraction)
+    proxy._random.seed(seed)
+    server.RequestHandlerClass = _handler(proxy)
+    thread = threading.Thread(target=server.serve_forever, name="latency-proxy", daemon=True)
+    thread.start()
+    saved = os.environ.get("AWS_ENDPOINT_URL")
+    try:
+        if set_env:
+            os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+        yield proxy
+    finally:
+        if saved is None:
+            os.environ.pop("AWS_ENDPOINT_URL", None)
+        else:
+            os.environ["AWS_ENDPOINT_URL"] = saved
+        server.shutdown()
+        server.server_close()

@@ -8,13 +8,15 @@ import multiprocessing
 import pickle
 from collections.abc import Iterator
 
+import cloudpickle
 import numpy as np
 import pytest
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server, s3_server
+from chunkgraph.testing import S3Server, latency_proxy, s3_server
+from chunkgraph.volume._remote import CREDENTIAL_ENV, check_credentials_shipped
 
 _buckets = itertools.count()
 
@@ -117,3 +119,80 @@ def test_a_remote_volume_pickles_to_another_process(bucket: str) -> None:
     # environment that names the endpoint and credentials, as a worker would.
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.apply(_sum_in_child, (vol,)) == 3 * 256
+
+
+def test_a_volume_reached_through_a_proxy_failing_one_request_in_20_is_exact(
+    server: S3Server, bucket: str
+) -> None:
+    data = np.random.default_rng(1).integers(0, 60000, (48, 48, 48)).astype("uint16")
+    url = f"s3://{bucket}/flaky.zarr"
+    with latency_proxy(server.endpoint, fail_fraction=0.05, seed=7) as proxy:
+        vol = volume.create(url, data.shape, (16, 16, 16), "uint16", aligned_writes=False)
+        vol.write(vol.bounds, data)
+        vol.write(Box((5, 5, 5), (30, 30, 30)), data[5:30, 5:30, 5:30] + 1)  # cuts chunks
+        got = volume.open(url).read(Box((0, 0, 0), (48, 48, 48)))
+    expected = data.copy()
+    expected[5:30, 5:30, 5:30] += 1
+    np.testing.assert_array_equal(got, expected)
+    # obstore retried what the proxy failed; the proxy saw every try.
+    assert proxy.failed >= 3 and proxy.requests > vol.stats.requests
+    np.testing.assert_array_equal(volume.open(url).read(vol.bounds), expected)  # direct
+
+
+SECRET = "s3cr3t-value-that-must-never-show"
+KEY_ID = "AKIA-KEY-ID-THAT-MUST-NEVER-SHOW"
+
+
+def test_secret_storage_options_never_show_and_are_not_shipped(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    options = {"access_key_id": KEY_ID, "secret_access_key": SECRET, "region": "us-east-1"}
+    url = f"s3://{bucket}/secret.zarr"
+    vol = volume.create(url, (8, 8), (4, 4), "uint8", storage_options=options)
+    vol.write(vol.bounds, np.full((8, 8), 5, "uint8"))
+    again = volume.open(url, storage_options=options)
+    assert again.read(vol.bounds).sum() == 5 * 64
+    shown = [repr(vol), repr(vol.storage_options), repr(vol.location), vol.location.identity()]
+    shown += [str(vol.storage_options.public()), repr(vol.stats)]
+    errors: list[BaseException] = []
+    for attempt in (
+        lambda: volume.open(f"s3://{bucket}/missing.zarr", storage_options=options),
+        lambda: volume.create(url, (8, 8), (4, 4), "uint8", storage_options=options),
+        lambda: volume.open(url, storage_options={**options, "no_such_option": "x"}),
+    ):
+        with pytest.raises((ConfigError, VolumeNotFoundError)) as caught:
+            attempt()
+        errors.append(caught.value)
+    blobs = [pickle.dumps(vol), cloudpickle.dumps(vol), pickle.dumps(vol.storage_options)]
+    with pytest.raises(ConfigError) as unshipped:
+        pickle.loads(blobs[0])
+    errors.append(unshipped.value)
+    message = str(unshipped.value)
+    assert "not shipped" in message and "AWS_ACCESS_KEY_ID" in message
+    assert "secret_access_key" in message  # the name of what was left behind, not its value
+    for secret in (SECRET, KEY_ID):
+        for text in shown + [
+            f"{e} {e.__notes__ if hasattr(e, '__notes__') else ''}" for e in errors
+        ]:
+            assert secret not in text, text
+        for blob in blobs:
+            assert secret.encode() not in blob
+    # Where the environment has credentials, the pickled volume opens and reads.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
+    assert pickle.loads(blobs[0]).read(vol.bounds).sum() == 5 * 64
+
+
+def test_a_gs_volume_arriving_without_credentials_names_the_google_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in CREDENTIAL_ENV["gs"]:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="GOOGLE_APPLICATION_CREDENTIALS") as caught:
+        check_credentials_shipped("gs://bucket/a.zarr", ("service_account_key",))
+    assert "service_account_key" in str(caught.value) and caught.value.field == "storage_options"
+    check_credentials_shipped("gs://bucket/a.zarr", ())  # nothing was left behind
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/keys/worker.json")
+    check_credentials_shipped("gs://bucket/a.zarr", ("service_account_key",))

@@ -197,6 +197,9 @@ class FlowGraph:
             dst=self.dst_stamp,
             **extra,
         )
+        # Inputs' object-store GETs over the tasks (the probe's excluded): exact under
+        # threads, which share the driver's volumes; other executors count on copies.
+        gets_before, chunks_before = input_gets(self.inputs)
         try:
             results = (
                 run(
@@ -216,6 +219,11 @@ class FlowGraph:
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
         report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
+        if self.in_process:
+            gets, chunks = input_gets(self.inputs)
+            report = dataclasses.replace(
+                report, input_requests=gets - gets_before, input_chunks_read=chunks - chunks_before
+            )
         per_task = tuple(
             (graph.name(ref.id), *_bytes_of(stats))
             for ref, stats in zip(refs, results, strict=True)
@@ -347,3 +355,9 @@ def _bytes_of(stats: TopStats | ReductionStats) -> tuple[int, int]:
 
 def read_bytes(inputs: Mapping[str, Volume]) -> int:
     return sum(v.stats.bytes_read for v in inputs.values())
+
+
+def input_gets(inputs: Mapping[str, Volume]) -> tuple[int, int]:
+    """(object-store GETs, storage chunks read) of the inputs so far."""
+    stats = [v.stats for v in inputs.values()]
+    return sum(s.requests_get for s in stats), sum(s.chunks_read for s in stats)

@@ -49,6 +49,9 @@ class ApplyReport:
     downloads): what crossed between host and device, the probe's included.
     ``saturated_voxels``: voxels written at the limits of dst's dtype because ``fn``'s
     value there did not fit (a cast ``cast=`` allowed; ``_cast``), in this call.
+    ``input_requests`` / ``input_chunks_read``: object-store GETs the inputs made and
+    the storage chunks they read, while the tasks ran (threads only; 0 otherwise and
+    for inputs not on an object store): about 1 GET per chunk is the floor.
     """
 
     flow_id: str
@@ -88,6 +91,8 @@ class ApplyReport:
     # A dry run with device="gpu" on a machine without one: answered, but the run needs one.
     gpu_missing: bool = False
     saturated_voxels: int = 0
+    input_requests: int = 0
+    input_chunks_read: int = 0
 
     def summary(self, *, plan: bool = True) -> str:
         """A few human-readable lines. An automatic plan is one line after a run and, with
@@ -126,11 +131,18 @@ def _work_lines(r: ApplyReport) -> list[str]:
     if r.estimate is not None:
         return _estimate_lines(r.estimate, r.intermediates, r.layers)
     what = "" if r.tasks_per_level else " of layers"
-    return [
+    lines = [
         f"  read {format_bytes(r.bytes_read)}{what} (amplification "
         f"{r.read_amplification:.2f}), wrote {format_bytes(r.bytes_written)} "
         f"(+{format_bytes(r.temporary_bytes)} temporary) in {r.wall_seconds:.2f} s"
     ]
+    if r.input_requests and r.input_chunks_read:
+        per_chunk = r.input_requests / r.input_chunks_read
+        lines.append(
+            f"  object store: {r.input_requests} requests for {r.input_chunks_read} input "
+            f"chunks ({per_chunk:.2f} requests per input chunk)"
+        )
+    return lines
 
 
 def _estimate_lines(

@@ -15,8 +15,10 @@ one new output): the creation that fails because the volume now exists opens it.
 URLs (``s3://bucket/a.zarr``, ``gs://…``) work as local paths do, with the
 zarr backend over an object store (``_zarr``, ``_remote``); ``storage_options``
 add to what the environment says (``_object_store``). TensorStore is refused
-for URLs: chunkgraph's partial-chunk writes there rely on conditional writes
-that go through obstore (``Location.conditional_writes``).
+for URLs: partial-chunk writes there must be conditional (``_object_zarr``),
+and TensorStore's s3 driver says of itself that it does not give the atomicity
+its read-modify-writes need (a chunk merged into all fill value is deleted,
+unconditionally); the zarr backend writes the same layout.
 """
 
 from __future__ import annotations
