@@ -223,3 +223,39 @@ def test_state_beside_dst_reaches_the_store_with_dst_s_storage_options(
                  executor="threads", workers=2)  # fmt: skip
     np.testing.assert_array_equal(dst.read(dst.bounds), data * 3.0 + 1.0)
     assert next(k for k in server.keys(bucket) if ".chunkgraph/" in k).endswith(".done")
+
+
+def _double_unless_last(marker: Path, x: np.ndarray, box: Box) -> np.ndarray:
+    """x * 2; fails on the last top chunk while ``marker`` does not exist."""
+    if box.start == (24, 24) and not marker.exists():
+        raise ValueError("interrupted")
+    return x * 2
+
+
+def test_an_interrupted_in_place_flow_in_a_bucket_is_never_started_over(
+    server: S3Server, tmp_path: Path
+) -> None:
+    """The in-place mark is an object in dst's prefix: another flow, with its state
+    elsewhere, is refused; the resume finishes exactly and removes the mark."""
+    import functools
+
+    from chunkgraph import ConfigError
+
+    bucket = _bucket(server)
+    url = f"s3://{bucket}/a.zarr"
+    vol = volume.create(url, (32, 32), (8, 8), "float32")
+    before = np.arange(32 * 32, dtype="float32").reshape(32, 32)
+    vol.write(vol.bounds, before)
+    src, dst = volume.open(url), volume.open(url, mode="r+")
+    marker = tmp_path / "fixed"
+    fn = functools.partial(_double_unless_last, marker)
+    kw: dict[str, Any] = dict(chunk_sizes=[(8, 8)], executor="sync", retries=0, probe=False)
+    with pytest.raises(ExceptionGroup):
+        volume.apply(fn, src, dst, **kw)
+    assert "a.zarr/.chunkgraph-in-place.json" in server.keys(bucket, "a.zarr/.")[0]
+    marker.touch()
+    with pytest.raises(ConfigError, match=r"unfinished flow .*intermediates="):
+        volume.apply(fn, src, dst, intermediates=f"s3://{bucket}/elsewhere", **kw)
+    volume.apply(fn, src, dst, resume=True, **kw)
+    assert np.array_equal(dst.read(dst.bounds), before * 2)
+    assert server.keys(bucket, "a.zarr/.") == []

@@ -79,7 +79,7 @@ from chunkgraph.flow._flow_dir import (
     MARKERS_NAME,
     dst_of_state_root,
 )
-from chunkgraph.flow._markers import REDUCE, TOP, write_atomically
+from chunkgraph.flow._markers import REDUCE, TOP
 from chunkgraph.flow._state_store import DirStore, StateStore, join, state_store
 
 # A flow's state root: a folder, or an object-store URL (``_state_store``).
@@ -441,16 +441,22 @@ def in_place_conflict(
     return None
 
 
-def _mark_path(dst: Any) -> Path | None:
+def _mark_store(dst: Any) -> StateStore | None:
+    """Where ``dst`` keeps the in-place mark: its folder on a disk, its prefix in an
+    object store (reached with its storage_options); None for a memory volume."""
     where: Path | None = dst.location.local_dir
-    return where / IN_PLACE_MARK if where is not None else None
+    if where is not None:
+        return DirStore(where)
+    if "://" in str(dst.path):
+        return state_store(str(dst.path), dst.storage_options)
+    return None
 
 
 def in_place_mark(dst: Any) -> tuple[Root, str] | None:
     """``(intermediates root, flow id)`` of the in-place flow last started on ``dst`` that
-    has not finished (None: no mark, or dst is not on this disk)."""
-    path = _mark_path(dst)
-    found = _read_json_file(path) if path is not None else None
+    has not finished (None: no mark, or dst is a memory volume)."""
+    store = _mark_store(dst)
+    found = _read_json(store, IN_PLACE_MARK) if store is not None else None
     if not found:
         return None
     root, flow_id = found.get("intermediates"), found.get("flow_id")
@@ -461,11 +467,11 @@ def in_place_mark(dst: Any) -> tuple[Root, str] | None:
 
 def mark_in_place(dst: Any, root: Root, flow_id: str) -> None:
     """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
-    path = _mark_path(dst)
-    if path is not None:
+    store = _mark_store(dst)
+    if store is not None:
         where = root if isinstance(root, str) else str(Path(root).resolve())
         mark = {"intermediates": where, "flow_id": flow_id}
-        write_atomically(path, json.dumps(mark))
+        store.write(IN_PLACE_MARK, json.dumps(mark).encode())
 
 
 def lost_in_place_state(dst: Any) -> str | None:
@@ -473,26 +479,26 @@ def lost_in_place_state(dst: Any) -> str | None:
     state is gone (removed with ``clean``, say): why no flow may start on it now. dst may
     be partly rewritten, and nothing says which part."""
     mark = in_place_mark(dst)
-    if mark is None:
+    store = _mark_store(dst)
+    if mark is None or store is None:
         return None
     root, flow_id = mark
-    store = state_store(root)
-    if store.exists(flow_id) or store.exists(f"{flow_id}{_DONE}"):
+    state = state_store(root)
+    if state.exists(flow_id) or state.exists(f"{flow_id}{_DONE}"):
         return None  # its state says what happened (in_place_conflict), or it finished
     return (
         f"dst carries the mark of in-place flow {flow_id}, which did not finish, and its state "
         f"under {root} is gone (removed?): part of dst may hold fn's output, not the input. "
-        f"If dst holds the original data again (restored), delete {_mark_path(dst)} and run "
-        "again"
+        f"If dst holds the original data again (restored), delete {store.where(IN_PLACE_MARK)} "
+        "and run again"
     )
 
 
 def unmark_in_place(dst: Any) -> None:
     """The in-place flow finished: dst holds its result, nothing half-written."""
-    path = _mark_path(dst)
-    if path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    store = _mark_store(dst)
+    if store is not None:
+        store.delete(IN_PLACE_MARK)
 
 
 def warn_if_resume_mismatch(
@@ -572,11 +578,6 @@ def _modified(store: StateStore, flow_id: str) -> float:
         if isinstance(store, DirStore):
             keys += [join(flow_id, sub, n) for n in store.names(join(flow_id, sub))]
     return max((t for k in keys if (t := store.modified(k)) is not None), default=0.0)
-
-
-def _read_json_file(path: Path) -> dict[str, Any] | None:
-    """The JSON object in the file ``path`` (None when missing or not an object)."""
-    return _read_json(DirStore(path.parent), path.name)
 
 
 def _temporary_bytes(store: StateStore, root: Root, flow_id: str, info: dict[str, Any]) -> int:
