@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import itertools
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +13,6 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.testing import S3Server, s3_server
-
-_buckets = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +23,7 @@ def server() -> Iterator[S3Server]:
 
 @pytest.fixture
 def bucket(server: S3Server) -> str:
-    name = f"cli-{next(_buckets)}"
+    name = f"cli-{uuid.uuid4().hex[:12]}"  # moto keeps buckets per process, across servers
     server.create_bucket(name)
     return name
 

@@ -7,9 +7,9 @@ trip through a bucket as they do through a disk.
 
 from __future__ import annotations
 
-import itertools
 import pickle
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from chunkgraph.geometry import Box
 from chunkgraph.testing import S3Server, s3_server
 
 SHAPE = (32, 32)
-_buckets = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def server() -> Iterator[S3Server]:
 
 @pytest.fixture
 def bucket(server: S3Server) -> str:
-    name = f"state-{next(_buckets)}"
+    name = f"state-{uuid.uuid4().hex[:12]}"  # moto keeps buckets per process, across servers
     server.create_bucket(name)
     return name
 

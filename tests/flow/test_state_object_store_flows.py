@@ -7,13 +7,13 @@ once: the second is refused, naming the first.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,6 @@ from chunkgraph.testing import S3Server, s3_server
 
 SHAPE = (40, 36)
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
-_buckets = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def server() -> Iterator[S3Server]:
 
 
 def _bucket(server: S3Server) -> str:
-    name = f"flows-{next(_buckets)}"
+    name = f"flows-{uuid.uuid4().hex[:12]}"  # moto keeps buckets per process, across servers
     server.create_bucket(name)
     return name
 

@@ -7,7 +7,6 @@ server's clock (never before), a holder that lost its lease stops.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +26,6 @@ from chunkgraph.testing import S3Server, s3_server
 from chunkgraph.volume._object_store import object_store
 
 TTL = 2.0
-_buckets = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def server() -> Iterator[S3Server]:
 @pytest.fixture
 def root(server: S3Server) -> str:
     """A fresh bucket's URL per test, so tests share the server but no objects."""
-    name = f"lease-{next(_buckets)}"
+    name = f"lease-{uuid.uuid4().hex[:12]}"  # moto keeps buckets per process, across servers
     server.create_bucket(name)
     return f"s3://{name}/state"
 
