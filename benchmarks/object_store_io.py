@@ -73,6 +73,7 @@ def run_volume(path: str, data: np.ndarray, repeats: int) -> dict[str, Any]:
         "read_s": read,
         "gets_per_chunk": per_chunk,
         "peak_in_flight": stats.peak_requests_in_flight,
+        "peak_mib_in_flight": stats.peak_bytes_in_flight / MIB,
     }
 
 
@@ -87,7 +88,13 @@ def run_zarr_direct(url: str, data: np.ndarray, repeats: int) -> dict[str, Any]:
 
     write_s = best(write, repeats)
     read_s = best(lambda: array[...], repeats)
-    return {"write_s": write_s, "read_s": read_s, "gets_per_chunk": None, "peak_in_flight": None}
+    return {
+        "write_s": write_s,
+        "read_s": read_s,
+        "gets_per_chunk": None,
+        "peak_in_flight": None,
+        "peak_mib_in_flight": None,
+    }
 
 
 def main() -> None:
@@ -116,14 +123,17 @@ def main() -> None:
     lines = [
         f"{mib:.0f} MiB float32 in 64^3 chunks, uncompressed; best of {repeats}",
         "",
-        "| store | write MiB/s | read MiB/s | GETs per chunk read | peak requests in flight |",
-        "|---|---:|---:|---:|---:|",
+        "| store | write MiB/s | read MiB/s | GETs per chunk read | peak requests in flight "
+        "| peak MiB in flight |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in rows:
         per = "" if r["gets_per_chunk"] is None else f"{r['gets_per_chunk']:.2f}"
         peak = "" if r["peak_in_flight"] is None else str(r["peak_in_flight"])
+        held = "" if r["peak_mib_in_flight"] is None else f"{r['peak_mib_in_flight']:.0f}"
         lines.append(
-            f"| {name} | {mib / r['write_s']:.0f} | {mib / r['read_s']:.0f} | {per} | {peak} |"
+            f"| {name} | {mib / r['write_s']:.0f} | {mib / r['read_s']:.0f} | {per} | {peak} "
+            f"| {held} |"
         )
     text = "\n".join(lines)
     print(text)

@@ -13,6 +13,8 @@ from chunkgraph.geometry import Box
 from chunkgraph.testing import s3_server
 
 SHAPE = (32, 32)
+# Rows cut at 12 are the point here, not the reads they amplify.
+pytestmark = pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")
 
 
 @pytest.mark.parametrize("repeat", range(3))

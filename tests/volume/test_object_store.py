@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import pickle
+import time
 from collections.abc import Iterator
 
 import cloudpickle
@@ -196,3 +197,12 @@ def test_a_gs_volume_arriving_without_credentials_names_the_google_variable(
     check_credentials_shipped("gs://bucket/a.zarr", ())  # nothing was left behind
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/keys/worker.json")
     check_credentials_shipped("gs://bucket/a.zarr", ("service_account_key",))
+
+
+def test_the_proxy_delays_and_counts_every_request(server: S3Server, bucket: str) -> None:
+    volume.create(f"s3://{bucket}/slow.zarr", (4,), (2,), "uint8")
+    with latency_proxy(server.endpoint, latency=0.05) as proxy:
+        started = time.perf_counter()
+        volume.open(f"s3://{bucket}/slow.zarr")
+        took = time.perf_counter() - started
+    assert took >= 0.05 and proxy.by_method == {"GET": 1} and proxy.failed == 0

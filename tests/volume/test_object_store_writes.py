@@ -93,5 +93,9 @@ def test_requests_are_counted_per_volume_and_whole_chunk_writes_read_nothing(
     read = vol.stats - after_write
     assert (read.requests_get, read.requests_put, read.chunks_read) == (4, 0, 4)
     assert read.requests == 4
+    # Some of the four chunk objects were on their way at once, never more than all four.
+    assert 0 < read.peak_bytes_in_flight <= 4 * 32 * 32 + 4 * 64  # + codec headers
     vol.reset_stats()
     assert vol.stats.requests == 0
+    # Opening reads zarr.json and nothing else: once per process a pickled volume reaches.
+    assert volume.open(vol.path).stats.requests == 1

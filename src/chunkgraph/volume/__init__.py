@@ -1,4 +1,5 @@
-"""Chunked n-d volumes: Zarr v3 (default), TensorStore and in-memory storage.
+"""Chunked n-d volumes: Zarr v3 (default), TensorStore and in-memory storage, on a local
+disk or in an object store (``s3://``, ``gs://``, through the zarr backend).
 
     >>> import numpy as np
     >>> from chunkgraph import volume
@@ -12,7 +13,9 @@
 Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (coordinates, fill, alignment, cache, accounting), ``_registry.py``
 (create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
-errors naming a damaged chunk), ``_cache.py``, ``_stats.py``. The apply flow
+errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
+``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
+conditional zarr stores), ``_remote.py`` (a volume as a set of objects). The apply flow
 lives in ``chunkgraph.flow``; ``volume.apply`` and its types are re-exported
 from there on first use (the flow sits above the storage layer).
 """

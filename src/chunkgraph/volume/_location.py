@@ -4,10 +4,10 @@ Callers above the storage layer ask a ``Location``; they never test a path for
 ``"://"`` or a backend for ``"memory"`` (zarr-python's stores declare their
 capabilities the same way). Three places, and what each offers::
 
-    kind      path              local_dir   shared_by_processes   lockable   conditional_writes
-    memory    registered name   None        no (this process)     no         no: a process lock
-    disk      absolute dir      the dir     yes (this machine)    flock      no
-    remote    URL (s3://, gs://) None       yes (any machine)     no         yes (zarr backend)
+    kind     path               local_dir  shared by processes  lockable  conditional_writes
+    memory   registered name    None       no (this process)    no        no (a process lock)
+    disk     absolute dir       the dir    yes (this machine)   flock     no
+    remote   s3://, gs:// URL   None       yes (any machine)    no        yes (zarr backend)
 
 ``lockable`` means advisory file locks (``flock``) on the volume's directory
 order writers across the processes of this machine. ``conditional_writes``

@@ -5,8 +5,11 @@ flow makes per chunk it needs matters as much as the bytes. ``CountedStore``
 counts what zarr asks of the store: GETs (whole or ranged reads), PUTs, and the
 rest (HEAD, LIST, DELETE), and the most requests it had in flight at once
 (obstore runs them concurrently from zarr's event loop; a peak near zarr's
-``async.concurrency`` says the region reads are latency-bound, not CPU-bound).
-Counting is a lock and a few integer additions per request, nothing per byte.
+``async.concurrency`` says the region reads are latency-bound, not CPU-bound),
+and the most bytes being received at once by whole-object GETs (from the
+response's headers, which give the size, to its last byte: the memory the
+downloads themselves hold). Counting is a lock and a few integer additions per
+request, nothing per byte.
 
 Conditional read-modify-write. A write that covers a chunk only in part makes
 zarr read the chunk, merge the region in and write it back. Two writers of
@@ -50,11 +53,12 @@ REQUEST_FIELDS = STORE_FIELDS
 class RequestCounter:
     """Thread-safe request counts of one stored array (shared by its handles)."""
 
-    __slots__ = ("_in_flight", "_lock", "_values")
+    __slots__ = ("_bytes_in_flight", "_in_flight", "_lock", "_values")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._bytes_in_flight = 0
         self._values = dict.fromkeys(REQUEST_FIELDS, 0)
 
     def start(self, kind: str) -> None:
@@ -72,6 +76,17 @@ class RequestCounter:
     def end(self) -> None:
         with self._lock:
             self._in_flight -= 1
+
+    def receiving(self, nbytes: int) -> None:
+        """``nbytes`` of a response body are on their way (``received`` when they are in)."""
+        with self._lock:
+            self._bytes_in_flight += nbytes
+            if self._bytes_in_flight > self._values["peak_bytes_in_flight"]:
+                self._values["peak_bytes_in_flight"] = self._bytes_in_flight
+
+    def received(self, nbytes: int) -> None:
+        with self._lock:
+            self._bytes_in_flight -= nbytes
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -103,11 +118,34 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         self.counter = RequestCounter()
 
     async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if byte_range is not None:
+            self.counter.start("requests_get")
+            try:
+                return await super().get(key, prototype, byte_range)
+            finally:
+                self.counter.end()
+        found = await self._get_whole(key)
+        return None if found is None else prototype.buffer.from_bytes(found[0])
+
+    async def _get_whole(self, key: str) -> tuple[Any, str | None] | None:
+        """(bytes, ETag) of the object ``key``, or None when there is none."""
+        import obstore
+
         self.counter.start("requests_get")
         try:
-            return await super().get(key, prototype, byte_range)
+            try:
+                response = await obstore.get_async(self.store, key)
+            except FileNotFoundError:
+                return None
+            size = int(response.meta.get("size") or 0)
+            self.counter.receiving(size)
+            try:
+                data = await response.bytes_async()
+            finally:
+                self.counter.received(size)
         finally:
             self.counter.end()
+        return data, response.meta.get("e_tag")
 
     async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
         ranges = list(key_ranges)
@@ -151,27 +189,19 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
 class ConditionalStore(CountedStore):
     """One region write's view of the store: puts of chunks it read are conditional (above)."""
 
-    def __init__(self, store: Any, counter: RequestCounter) -> None:
-        super().__init__(store, counter)
+    def __init__(self, store: Any, counter: RequestCounter, *, read_only: bool = False) -> None:
+        super().__init__(store, counter, read_only=read_only)
         # key -> ETag of the object read, or None when there was none to read.
         self._seen: dict[str, str | None] = {}
 
     async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
         if byte_range is not None:
             return await super().get(key, prototype, byte_range)
-        import obstore
-
-        self.counter.start("requests_get")
-        try:
-            try:
-                response = await obstore.get_async(self.store, key)
-            except FileNotFoundError:
-                self._seen[key] = None
-                return None
-            data = await response.bytes_async()
-        finally:
-            self.counter.end()
-        tag = response.meta.get("e_tag")
+        found = await self._get_whole(key)
+        if found is None:
+            self._seen[key] = None
+            return None
+        data, tag = found
         if tag is None:
             raise OSError(
                 f"the object store returned no ETag for {key!r}: partial-chunk writes there "

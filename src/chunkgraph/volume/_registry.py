@@ -287,9 +287,17 @@ def open_volume(
     name = _normalise_path(text, "zarr")
     _check_backend_reaches(name, backend)
     opts = StoreOptions.of(storage_options)
-    if not _exists(name, opts):
-        raise VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
-    chosen = backend or _creator_backend(name, opts)
+    missing = VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
+    if is_object_url(name):
+        # One request (GET zarr.json), not a HEAD first: every process a pickled volume
+        # reaches opens it again.
+        try:
+            return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
+        except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
+            raise missing from err
+    if not _is_on_disk(name):
+        raise missing
+    chosen = backend or _creator_backend(name)
     if chosen == "tensorstore":
         storage: Storage = open_tensorstore(name, mode)
     else:
@@ -317,11 +325,10 @@ def reopen(
     )
 
 
-def _creator_backend(path: str, options: StoreOptions) -> str:
-    """The backend recorded at creation, if it can be used here; zarr otherwise."""
-    if is_object_url(path):
-        # TensorStore does not reach object stores here (_check_backend_reaches).
-        return "zarr"
+def _creator_backend(path: str) -> str:
+    """The backend recorded at creation in a local array, if it can be used here; zarr
+    otherwise. (Volumes on object stores are always opened with zarr: TensorStore does not
+    reach them, see _check_backend_reaches.)"""
     with open(os.path.join(path, "zarr.json")) as f:
         attrs = json.load(f).get("attributes", {})
     wanted = attrs.get(ATTRS_KEY, {}).get("backend", "zarr")

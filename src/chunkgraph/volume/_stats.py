@@ -15,8 +15,9 @@ cache is on or off.
 Object stores (volumes behind a URL) also count requests: GETs, PUTs and the
 rest (HEAD, LIST, DELETE), the conditional partial-chunk writes that found
 another writer first and were done again (``write_conflicts``), and the most
-requests in flight at once (``peak_requests_in_flight``, a high-water mark: a
-difference of snapshots keeps the later one's). They are counted by the store
+requests in flight at once (``peak_requests_in_flight``) and bytes being
+received at once (``peak_bytes_in_flight``): high-water marks, of which a
+difference of snapshots keeps the later one's. They are counted by the store
 (``_object_zarr``), per stored array: handles made by ``with_cache`` share them.
 Volumes elsewhere leave them 0.
 
@@ -55,6 +56,7 @@ class IOStats:
     requests_other: int = 0  # object-store HEAD, LIST, DELETE
     write_conflicts: int = 0  # conditional partial-chunk writes done again
     peak_requests_in_flight: int = 0  # high-water mark, not a sum
+    peak_bytes_in_flight: int = 0  # high-water mark of GET response bytes being received
 
     def __sub__(self, earlier: IOStats) -> IOStats:
         """The I/O done between snapshot ``earlier`` and this one."""
@@ -78,7 +80,7 @@ class IOStats:
 
 
 # Fields that are high-water marks: subtracting snapshots keeps the later one.
-_MARKS = frozenset({"peak_requests_in_flight"})
+_MARKS = frozenset({"peak_requests_in_flight", "peak_bytes_in_flight"})
 # Fields the object store counts (merged into Volume.stats), not _IOCounters.
 STORE_FIELDS = (
     "requests_get",
@@ -86,6 +88,7 @@ STORE_FIELDS = (
     "requests_other",
     "write_conflicts",
     "peak_requests_in_flight",
+    "peak_bytes_in_flight",
 )
 
 
