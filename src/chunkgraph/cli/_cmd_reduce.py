@@ -129,7 +129,11 @@ def handle(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         flow_id = deferred[0]
-    flow_dir = next((s.flow_dir for s in flows if s.flow_id == flow_id), root / flow_id)
+    from chunkgraph.flow._state_store import state_store
+
+    flow_dir = next(
+        (s.flow_dir for s in flows if s.flow_id == flow_id), state_store(root).where(flow_id)
+    )
     try:
         dst = volume.open(dst_path, mode="r+")
     except (FileNotFoundError, ValueError) as err:
@@ -171,7 +175,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _nothing_deferred(
-    dst: str, root: Path, flows: list[FlowState], blend_mode: str | None
+    dst: str, root: Path | str, flows: list[FlowState], blend_mode: str | None
 ) -> tuple[int, str]:
     """(exit code, message) when no FLOW_ID is given and no flow under ``root`` is deferred:
     the table in the module docstring, every flow found named with its state."""
@@ -219,7 +223,7 @@ def _reduced_with(state: FlowState) -> str | None:
     """The blend mode a finished deferred flow was reduced with (None: not a reduced one)."""
     from chunkgraph.flow._markers import CompletionRecord
 
-    record = CompletionRecord(state.flow_dir.parent, state.flow_id).read() or {}
+    record = CompletionRecord(state.root, state.flow_id).read() or {}
     reduced = record.get("reduced")
     mode = reduced.get("blend_mode") if isinstance(reduced, dict) else None
     return mode if isinstance(mode, str) else None

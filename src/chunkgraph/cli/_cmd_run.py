@@ -360,7 +360,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError
     from chunkgraph._util import write_problem
-    from chunkgraph.flow._flow_dir import default_root
+    from chunkgraph.flow._flow_dir import default_state_root
 
     plan = resolved.output
     checked = dataclasses.replace(run, dry_run=True)
@@ -369,9 +369,10 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
             resolved.fn, resolved.inputs, plan.existing, **resolved.flow_options,
             **checked.apply_kwargs(),
         )  # fmt: skip
-    where = Path(plan.path)
+    where = Path(plan.path.rpartition("/")[2] if "://" in plan.path else plan.path)
     # It will be made (after the check, so no stand-in shows this): it must be possible.
-    problem = write_problem(where.parent)
+    # (A bucket answers for itself at the first write.)
+    problem = None if "://" in plan.path else write_problem(where.parent)
     if problem:
         raise ConfigError(
             f"output {plan.path!r} cannot be created: {problem}. Is it on a read-only mount, "
@@ -379,7 +380,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
             field="output",  # the spec's own field: the whole output is to be made
         )
     if checked.intermediates is None:  # say where the real run will put them
-        checked = dataclasses.replace(checked, intermediates=default_root(where))
+        checked = dataclasses.replace(checked, intermediates=default_state_root(plan.path))
     with tempfile.TemporaryDirectory(prefix="chunkgraph-check-") as scratch:
         stand_in = volume.create(Path(scratch) / where.name, **plan.create_args)
         return flow.apply(

@@ -85,17 +85,18 @@ class FlowsOf:
     those it notes elsewhere), a directory's, or both (a spec's output and intermediates)."""
 
     dst: str | None
-    intermediates: Path | None
+    intermediates: Path | str | None
 
     @property
-    def root(self) -> Path:
-        """The directory a message names: the one given, else dst's default one."""
-        from chunkgraph.flow._flow_dir import default_root
+    def root(self) -> Path | str:
+        """The directory a message names: the one given, else dst's default one (a path,
+        or a URL in an object store)."""
+        from chunkgraph.flow._flow_dir import default_state_root
 
         if self.intermediates is not None:
             return self.intermediates
         assert self.dst is not None  # locate() gives one or the other
-        return default_root(self.dst)
+        return default_state_root(self.dst)
 
     def read(self, *, sizes: bool = True) -> list[FlowState]:
         from chunkgraph.flow._state import read_flows
@@ -113,6 +114,7 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
     from chunkgraph.flow._flow_dir import default_root
+    from chunkgraph.volume._object_store import is_object_url
 
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
         spec = _spec_places(command, dst)
@@ -120,6 +122,8 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
             return None
         dst, given = spec
         intermediates = intermediates or given
+    if intermediates and is_object_url(intermediates):
+        return FlowsOf(dst, intermediates.rstrip("/"))  # a prefix with nothing lists no flow
     if intermediates:
         if not Path(intermediates).is_dir():
             print(f"chunkgraph {command}: --intermediates {intermediates} does not exist (or is "
@@ -129,6 +133,8 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     if not dst:
         print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
         return None
+    if is_object_url(dst):
+        return FlowsOf(dst.rstrip("/"), None)  # asking the store is the check
     if not Path(dst).exists() and not default_root(dst).exists():
         print(
             f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
@@ -153,8 +159,12 @@ def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
         print(f"chunkgraph {command}: {path} has errors", file=sys.stderr)
         return None
     base = Path(path).resolve().parent
-    given = None if spec.intermediates is None else str(base / spec.intermediates)
-    return str((base / spec.output.path).resolve()), given
+
+    def beside_spec(where: str) -> str:
+        return where if "://" in where else str((base / where).resolve())
+
+    given = None if spec.intermediates is None else beside_spec(str(spec.intermediates))
+    return beside_spec(str(spec.output.path)), given
 
 
 def _prepare(args: argparse.Namespace) -> FlowsOf | None:
@@ -182,7 +192,7 @@ def run_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{len(flows)} flow(s) under {root}:")
     for s in flows:
-        elsewhere = f"  (state under {s.flow_dir.parent})" if s.flow_dir.parent != root else ""
+        elsewhere = f"  (state under {s.root})" if s.root != root else ""
         print("  " + describe(s, args.older_than, now) + elsewhere)
     if any(s.stale(args.older_than, now) for s in flows):
         print(f"remove the stale ones with: {_clean_hint(args)}")
@@ -249,7 +259,7 @@ def run_clean(args: argparse.Namespace) -> int:
             print(f"would remove {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
             continue
         try:
-            remove_flow(state.flow_dir.parent, fid, record=named)
+            remove_flow(state.root, fid, record=named)
         except FlowLockedError as err:
             print(f"chunkgraph clean: kept {fid}: {err}", file=sys.stderr)
             code = EXIT_FAILED
@@ -262,7 +272,7 @@ def run_clean(args: argparse.Namespace) -> int:
         print(f"nothing to remove under {root}")
     elif not args.dry_run:
         print(f"freed {format_bytes(freed)}")
-        for folder in dict.fromkeys([root, *(flows[fid].flow_dir.parent for fid, _ in chosen)]):
+        for folder in dict.fromkeys([root, *(flows[fid].root for fid, _ in chosen)]):
             remove_root_if_empty(folder)
     return code
 

@@ -494,7 +494,7 @@ def _run_options(spec: RunSpec, base: Path, problem: Problem) -> RunOptions | No
             timeout=spec.timeout,
             probe=spec.probe,
             lock_wait=spec.lock_wait,
-            intermediates=None if spec.intermediates is None else base / spec.intermediates,
+            intermediates=None if spec.intermediates is None else place(base, spec.intermediates),
             device=spec.device,
             gpu_fallback=spec.gpu_fallback,
         )
@@ -586,7 +586,7 @@ def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
                 f"{name!r} cannot be a keyword argument of fn; use an identifier other than 'box'",
             )
         try:
-            opened[name] = volume.open(str(base / path), cache_bytes=spec.cache_bytes)
+            opened[name] = volume.open(place(base, path), cache_bytes=spec.cache_bytes)
         except (ConfigError, FileNotFoundError) as err:
             problem(where, f"cannot open input volume: {err}")
     return opened
@@ -598,8 +598,16 @@ def _plan_output(
     from chunkgraph import volume
 
     out = spec.output
-    path = str((base / out.path).resolve())
+    path = place(base, out.path)
     plan = OutputPlan(path)
+    if "://" in path and out.exists == "overwrite":
+        # replacing sets the old volume aside by a rename, which a bucket has not
+        problem(
+            "output.exists",
+            f"overwrite is for outputs on a disk; remove {path!r} first (chunkgraph's "
+            "volume.remove) or set exists: use",
+        )
+        return plan
     if not_a_volume := _not_a_volume(path):
         problem("output.path", not_a_volume)
         return plan
@@ -675,8 +683,20 @@ def _plan_output(
     return plan
 
 
+def place(base: Path, path: str) -> str:
+    """A spec's path as the run uses it: relative to the spec's folder, resolved; an
+    object-store URL as given.
+
+    >>> place(Path("/data"), "s3://bucket/out.zarr"), place(Path("/data"), "out.zarr")
+    ('s3://bucket/out.zarr', '/data/out.zarr')
+    """
+    return path if "://" in path else str((base / path).resolve())
+
+
 def _not_a_volume(path: str) -> str | None:
     """Why ``path`` is something the output must not be made in (None: a volume or free)."""
+    if "://" in path:
+        return None  # a key prefix: volume.open says whether a volume is there
     where = Path(path)
     if where.exists() and not where.is_dir():
         return f"{path!r} is a file, not a volume directory; give a path for the output volume"

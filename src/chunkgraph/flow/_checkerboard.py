@@ -43,6 +43,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,12 +83,14 @@ def layer_dtype(spec: FlowSpec) -> np.dtype:
 class LayerPlan:
     """The temporary layers of one flow: where they live and how they are chunked."""
 
-    root: Path
+    root: Path | str  # a folder, or a URL in an object store (``_flow_dir.layers_place``)
     parity_axes: tuple[int, ...]
     bounds: Box
     storage_chunk: tuple[int, ...]
     dtype: np.dtype
     channel_shape: tuple[int, ...]
+    # the object store's settings where root is a URL (dst's storage_options); None: env
+    storage_options: Any = None
 
     @property
     def n_layers(self) -> int:
@@ -107,6 +110,8 @@ class LayerPlan:
         return layer
 
     def path(self, layer: int) -> str:
+        if isinstance(self.root, str):
+            return f"{self.root.rstrip('/')}/layer_{layer}.zarr"
         return str(self.root / f"layer_{layer}.zarr")
 
     def paths(self) -> tuple[str, ...]:
@@ -114,7 +119,8 @@ class LayerPlan:
 
     def create(self) -> list[Volume]:
         """Create (or reopen, when resuming) every layer."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.root, Path):
+            self.root.mkdir(parents=True, exist_ok=True)
         return [
             volume.create(
                 self.path(k),
@@ -126,16 +132,31 @@ class LayerPlan:
                 exist_ok=True,
                 aligned_writes=False,
                 spatial_ndim=self.bounds.ndim,
+                storage_options=self.storage_options,
             )
             for k in range(self.n_layers)
         ]
 
     def remove(self) -> None:
-        if self.root.exists():
+        if isinstance(self.root, str):
+            from chunkgraph.flow._state_store import state_store
+
+            state_store(self.root, self.storage_options).delete_tree("")
+        elif self.root.exists():
             shutil.rmtree(self.root)
 
+    def present(self) -> bool:
+        """Whether anything of the layers is stored (a folder, or objects under the URL)."""
+        if isinstance(self.root, str):
+            from chunkgraph.flow._state_store import state_store
 
-def plan_layers(spec: FlowSpec, dst: Volume, root: Path) -> LayerPlan:
+            return state_store(self.root, self.storage_options).exists("")
+        return self.root.is_dir()
+
+
+def plan_layers(
+    spec: FlowSpec, dst: Volume, root: Path | str, storage_options: Any = None
+) -> LayerPlan:
     """Choose parity axes, extent, storage grid and dtype of a flow's temporary layers."""
     top = spec.levels[0]
     dst_chunk = dst.spatial_chunks
@@ -147,4 +168,5 @@ def plan_layers(spec: FlowSpec, dst: Volume, root: Path) -> LayerPlan:
         storage_chunk=storage,
         dtype=layer_dtype(spec),
         channel_shape=tuple(dst.channel_shape),
+        storage_options=storage_options,
     )

@@ -31,7 +31,6 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
 from chunkgraph.flow._checkerboard import LayerPlan
-from chunkgraph.flow._flow_dir import LAYERS_NAME
 from chunkgraph.flow._spec import FlowSpec, LevelSpec
 from chunkgraph.geometry import Box
 
@@ -154,9 +153,10 @@ class DeferredGeometry:
             spatial_ndim=ndim,
         )
 
-    def layers(self, flow_dir: Path) -> LayerPlan:
+    def layers(self, root: Path | str) -> LayerPlan:
+        """The layers, stored under ``root`` (a folder or a URL: ``FlowDir.layers_dir``)."""
         return LayerPlan(
-            root=Path(flow_dir) / LAYERS_NAME,
+            root=root,
             parity_axes=self.layer_parity_axes,
             bounds=self.layer_bounds,
             storage_chunk=self.layer_storage_chunk,

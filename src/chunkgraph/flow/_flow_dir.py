@@ -17,6 +17,11 @@ without touching the flow::
     <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_state)
     <default root>/<flow id>.where    where a flow of dst keeps state elsewhere (_where)
 
+The root may be a folder or an object-store prefix (``s3://bucket/.out.zarr.chunkgraph``
+beside a dst in a bucket, or ``intermediates="s3://..."``): the same names, as keys
+(``_state_store``), the lock a lease object (``_lease``) instead of ``flock``. The
+layers of state in an object store go to local scratch (``scratch_layers``).
+
 State. A ``FlowDir`` is a value: ``root`` and ``flow_id``; it creates nothing
 until a method is called. ``held`` makes ``root`` (and removes it again when
 the call made it and left it empty) and holds the lock for as long as it is
@@ -45,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import socket
@@ -57,6 +63,8 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
 from chunkgraph._util import named_os_error, write_problem
+from chunkgraph.flow._state_store import StateStore, state_store
+from chunkgraph.volume._object_store import StoreOptions, is_object_url
 
 if TYPE_CHECKING:
     from chunkgraph.flow._markers import CompletionRecord, MarkerStore
@@ -102,12 +110,75 @@ def dst_of_default_root(root: Path) -> Path | None:
     return None
 
 
-def state_root(intermediates: Path | None, dst: Volume) -> Path:
-    """Where a flow keeps its state: ``intermediates`` as given, else beside an on-disk dst,
-    else the temp dir. Deterministic, so that a resumed run finds the previous one's.
+def default_state_root(dst_path: str | os.PathLike[str]) -> Path | str:
+    """``default_root`` of a dst on a disk or in an object store (a URL beside it).
+
+    >>> default_state_root("s3://bucket/data/smooth.zarr/")
+    's3://bucket/data/.smooth.zarr.chunkgraph'
+    """
+    text = os.fspath(dst_path)
+    if is_object_url(text):
+        parent, _, name = text.rstrip("/").rpartition("/")
+        return f"{parent}/{ROOT_PREFIX}{name}{ROOT_SUFFIX}"
+    return default_root(text)
+
+
+def dst_of_state_root(root: Path | str) -> Path | str | None:
+    """``dst_of_default_root`` for a root on a disk or in an object store.
+
+    >>> dst_of_state_root("s3://bucket/data/.smooth.zarr.chunkgraph")
+    's3://bucket/data/smooth.zarr'
+    """
+    if isinstance(root, str) and is_object_url(root):
+        parent, _, name = root.rstrip("/").rpartition("/")
+        found = dst_of_default_root(Path(name))
+        return f"{parent}/{found}" if found is not None else None
+    return dst_of_default_root(Path(root))
+
+
+def scratch_layers(root: str, flow_id: str) -> Path:
+    """Where the layers of a flow whose state is in the object store ``root`` live while
+    one machine runs it: local scratch, named by a digest of ``root`` so that a resume on
+    this machine finds them (``flow.json`` records it; a resume elsewhere finds none).
+
+    >>> scratch_layers("s3://b/.x.chunkgraph", "f00d").parts[-2:]
+    ('f00d', 'layers')
+    """
+    digest = hashlib.sha256(root.encode()).hexdigest()[:16]
+    # <flow id>/layers, as under a root on a disk: a damaged layer's path names its flow
+    return Path(tempfile.gettempdir()) / "chunkgraph-layers" / digest / flow_id / LAYERS_NAME
+
+
+def layers_place(
+    root: Path | str, flow_id: str, *, given: bool, remote_workers: bool
+) -> Path | str:
+    """Where a flow's top-level layers go (the lower levels stay in memory).
+
+    In the flow's folder when that is on a disk (as ever: workers that share no disk
+    are refused there, ``ChecksPaths``). State in an object store: beside it in the
+    store when ``intermediates`` named it (``given``) or the workers share no disk
+    with this process (``remote_workers``: a Dask cluster); otherwise on this
+    machine's scratch (``scratch_layers``), where writes cost no requests.
+
+    >>> layers_place("s3://b/.x.chunkgraph", "f00d", given=True, remote_workers=False)
+    's3://b/.x.chunkgraph/f00d/layers'
+    """
+    if not isinstance(root, str):
+        return root / flow_id / LAYERS_NAME
+    if given or remote_workers:
+        return f"{root}/{flow_id}/{LAYERS_NAME}"
+    return scratch_layers(root, flow_id)
+
+
+def state_root(intermediates: Path | str | None, dst: Volume) -> Path | str:
+    """Where a flow keeps its state: ``intermediates`` as given (a folder or an
+    object-store URL), else beside dst (on its disk, or in its object store), else the temp
+    dir. Deterministic, so that a resumed run finds the previous one's.
 
     ConfigError (``field="intermediates"``) when a file stands where a folder must be.
     """
+    if isinstance(intermediates, str):
+        return intermediates.rstrip("/")
     if intermediates is not None:
         # The nearest existing path decides: a file there (the path itself or a parent)
         # would fail only at mkdir, as a bare NotADirectoryError.
@@ -126,41 +197,65 @@ def state_root(intermediates: Path | None, dst: Volume) -> Path:
     where = dst.location.local_dir
     if where is not None:
         return default_root(where)
+    if is_object_url(dst.path):
+        return default_state_root(dst.path)
     return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
 
 
 @dataclass(frozen=True)
 class FlowDir:
-    """The state of flow ``flow_id`` under ``root`` (see the module's layout)."""
+    """The state of flow ``flow_id`` under ``root`` (see the module's layout): a folder,
+    or an object-store URL (``_state_store``; its lock is then a lease, ``_lease``)."""
 
-    root: Path
+    root: Path | str
     flow_id: str
+    # Where this run puts the layers (``layers_place``); None: the default for ``root``.
+    layers_at: Path | str | None = None
+    # An object store's settings (dst's storage_options: its endpoint, say); None: the
+    # environment's. Secrets are never pickled (``StoreOptions``).
+    options: StoreOptions | None = None
 
     @classmethod
-    def of(cls, flow_dir: Path) -> FlowDir:
+    def of(cls, flow_dir: Path | str) -> FlowDir:
         """The ``FlowDir`` of a flow directory ``<root>/<flow id>`` (a report's
         ``intermediates``)."""
-        return cls(flow_dir.parent, flow_dir.name)
+        if isinstance(flow_dir, str) and is_object_url(flow_dir):
+            root, _, flow_id = flow_dir.rstrip("/").rpartition("/")
+            return cls(root, flow_id)
+        return cls(Path(flow_dir).parent, Path(flow_dir).name)
 
     @property
-    def path(self) -> Path:
-        """The flow's own folder (layers, markers, ``flow.json``)."""
-        return self.root / self.flow_id
+    def store(self) -> StateStore:
+        return state_store(self.root, self.options)
 
     @property
-    def layers_dir(self) -> Path:
-        return self.path / LAYERS_NAME
+    def own_store(self) -> StateStore:
+        """The store rooted at the flow's own folder (``flow.json``, markers)."""
+        return state_store(self.location, self.options)
 
     @property
-    def lock_path(self) -> Path:
-        return self.root / f"{self.flow_id}{LOCK_SUFFIX}"
+    def remote(self) -> bool:
+        """Whether the state is in an object store rather than on a disk."""
+        return isinstance(self.root, str)
 
     @property
-    def record_path(self) -> Path:
-        return self.root / f"{self.flow_id}{DONE_SUFFIX}"
+    def location(self) -> str:
+        """The flow's own folder (markers, ``flow.json``): a path or a URL."""
+        return self.store.where(self.flow_id)
+
+    @property
+    def layers_dir(self) -> Path | str:
+        """Where the checkerboard's layers are (``layers_place``): a folder or a URL."""
+        if self.layers_at is not None:
+            return self.layers_at
+        return layers_place(self.root, self.flow_id, given=False, remote_workers=False)
+
+    @property
+    def lock_key(self) -> str:
+        return f"{self.flow_id}{LOCK_SUFFIX}"
 
     def exists(self) -> bool:
-        return self.path.exists()
+        return self.store.exists(self.flow_id)
 
     def check_writable(self, dst: Volume) -> None:
         """A ConfigError naming the path when the flow's state folder (or where it will be
@@ -168,6 +263,7 @@ class FlowDir:
 
         A run needs both: it locks the flow and records its progress under ``root``, and
         writes dst's chunks. Found later, this would be a bare ``OSError`` from a mkdir.
+        An object store answers for itself at the first write (its error names the key).
         """
         if dst.location.local_dir is not None:
             problem = write_problem(dst.path)
@@ -178,6 +274,8 @@ class FlowDir:
                     "write to a dst on a writable file system",
                     field="dst",
                 )
+        if isinstance(self.root, str):
+            return
         problem = write_problem(self.root)
         if problem:
             raise ConfigError(
@@ -192,11 +290,18 @@ class FlowDir:
     def held(self, wait: float) -> Iterator[None]:
         """Hold the flow's lock (``FlowLockedError`` after ``wait`` seconds), making
         ``root`` if needed; a root this made is removed again if left empty (a completion
-        record is worth keeping)."""
+        record is worth keeping). A lease that is lost meanwhile stops marker writes
+        (``_markers.fenced``)."""
+        from chunkgraph.flow._markers import fenced
+
+        if isinstance(self.root, str):
+            with self.store.lock(self.lock_key, wait) as fence, fenced(self.location, fence):
+                yield
+            return
         made_root = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            with flow_lock(self.lock_path, wait):
+            with flow_lock(self.root / self.lock_key, wait):
                 yield
         finally:
             if made_root:
@@ -207,33 +312,39 @@ class FlowDir:
     def record(self) -> CompletionRecord:
         from chunkgraph.flow._markers import CompletionRecord
 
-        return CompletionRecord(self.root, self.flow_id)
+        return CompletionRecord(self.root, self.flow_id, self.options)
 
     def markers(self) -> MarkerStore:
         """The done markers (their folders made if missing)."""
         from chunkgraph.flow._markers import MarkerStore
 
-        return MarkerStore(self.path)
+        return MarkerStore(self.location, self.options)
 
     def read_info(self) -> dict[str, Any]:
         from chunkgraph.flow._state import read_flow_info
 
-        return read_flow_info(self.path)
+        return read_flow_info(self.own_store)
 
     def write_info(self, **fields: Any) -> None:
         from chunkgraph.flow._state import write_flow_info
 
-        write_flow_info(self.path, **fields)
+        write_flow_info(self.own_store, **fields)
 
     def discard(self) -> None:
-        """Delete the flow's folder (atomically out of sight first; ``_markers``)."""
-        from chunkgraph.flow._markers import discard_flow_dir
+        """Delete the flow's folder (``_markers.discard_flow``), and its layers where they
+        live apart from it (local scratch)."""
+        from chunkgraph.flow._markers import check_fence, discard_flow, discard_flow_dir
 
-        discard_flow_dir(self.path)
+        check_fence(self.location)  # a run that lost its lease deletes nothing of the next's
+        discard_flow(self.root, self.flow_id, self.options)
+        layers = self.layers_dir
+        if isinstance(self.root, str) and isinstance(layers, Path):
+            discard_flow_dir(layers.parent)  # scratch: <digest>/<flow id>/layers
 
     def note_beside(self, dst: Volume) -> None:
-        """Tell ``chunkgraph status DST`` where this state is (an on-disk dst only)."""
-        if dst.location.local_dir is not None:
+        """Tell ``chunkgraph status DST`` where this state is (a dst on a disk or in an
+        object store)."""
+        if dst.location.local_dir is not None or is_object_url(dst.path):
             from chunkgraph.flow._where import note_state
 
             note_state(dst.path, self.root, self.flow_id)
@@ -261,10 +372,14 @@ class FlowDir:
         """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of
         the flow's own layers (``_reduce.damaged_layer_error``)."""
         seen: list[BaseException] = [error]
-        layers = self.layers_dir.resolve()
+        where = self.layers_dir
+        layers = str(where.resolve() if isinstance(where, Path) else where).rstrip("/") + "/"
         while seen:
             e = seen.pop()
-            if isinstance(e, CorruptChunkError) and Path(e.volume).resolve().is_relative_to(layers):
+            volume = e.volume if isinstance(e, CorruptChunkError) else ""
+            if volume and not is_object_url(volume):
+                volume = str(Path(volume).resolve())
+            if volume and f"{volume}/".startswith(layers):
                 return True
             if isinstance(e, BaseExceptionGroup):
                 seen.extend(e.exceptions)

@@ -20,7 +20,6 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._estimate import needed_input_bytes
 from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, grid_key
+from chunkgraph.flow._markers import REDUCE, TOP, grid_key
 from chunkgraph.flow._read_model import sweep_axis
 from chunkgraph.flow._reduce import (
     ReductionStats,
@@ -55,6 +54,21 @@ if TYPE_CHECKING:
     from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.planning import Plan
     from chunkgraph.volume import Volume
+
+
+# flow.json's record of where the layers are: a resume finds them there, or redoes the
+# top-level work (layers_lost).
+LAYERS_KEY = "layers"
+
+
+def layers_lost(state: FlowDir, layers: LayerPlan) -> bool:
+    """Whether the layers that ``state``'s done top-level markers vouch for are not at
+    ``layers``: recorded elsewhere, or missing. State written before the record counts
+    as in place when the folder is there."""
+    if not state.markers().done_keys(TOP):
+        return False
+    recorded = state.read_info().get(LAYERS_KEY)
+    return (recorded is not None and recorded != str(layers.root)) or not layers.present()
 
 
 class FlowGraph:
@@ -108,7 +122,8 @@ class FlowGraph:
             dst=dst,
             layers=layers,
             layer_vols=layer_vols,
-            marker_root=str(state.path),
+            marker_root=state.location,
+            markers=self.markers,
             run_token=uuid.uuid4().hex,
             sweep_axis=sweep_axis(spec.top_grid),
             device=device,
@@ -129,11 +144,20 @@ class FlowGraph:
     ) -> FlowGraph:
         """The graph's owner with its temporary layers made (a ``fresh`` run's removed
         first: a resumed one keeps what its done markers vouch for)."""
-        layers = None if spec.skip_intermediates else plan_layers(spec, dst, state.layers_dir)
+        layers = (
+            None
+            if spec.skip_intermediates
+            else plan_layers(spec, dst, state.layers_dir, state.options)
+        )
         layer_vols: list[Volume] = []
         if layers is not None:
             if fresh:
                 layers.remove()
+            elif layers_lost(state, layers):
+                # Done top-level tasks vouch for layers that are not here (state in an
+                # object store resumed on another machine, or scratch wiped): redo them
+                # rather than reduce fill values.
+                state.markers().clear((TOP,))
             layer_vols = layers.create()
         return cls(spec, fn, inputs, dst, state, layers, tuple(layer_vols), **options)
 
@@ -163,6 +187,8 @@ class FlowGraph:
         extra: dict[str, Any] = {}
         if self.fingerprint is not None:
             extra["fingerprint"] = self.fingerprint
+        if self.layers is not None:
+            extra[LAYERS_KEY] = str(self.layers.root)
         if self.deferred and self.layers is not None:
             geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
             extra[GEOMETRY_KEY] = geometry.as_json()
@@ -306,7 +332,8 @@ class FlowGraph:
             bbox=spec.bbox,
             top_tasks_skipped=skipped_top,
             reductions_skipped=skipped_red,
-            intermediates=str(self.state.path) if self.deferred else None,
+            intermediates=self.state.location if self.deferred else None,
+            layers=str(self.layers.root) if self.layers is not None else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
             saturated_voxels=sum(t.saturated for t in tops) + sum(r.saturated for r in reds),
         )
@@ -317,7 +344,7 @@ def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> Reductio
     if job.layers is None:
         raise AssertionError("a reduction needs temporary layers; this flow writes directly")
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    MarkerStore(Path(job.marker_root)).mark_done(REDUCE, key)
+    job.markers.mark_done(REDUCE, key)
     return stats
 
 

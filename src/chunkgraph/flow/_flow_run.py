@@ -49,7 +49,7 @@ from chunkgraph.flow._device import (
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
-from chunkgraph.flow._flow_dir import FlowDir, state_root
+from chunkgraph.flow._flow_dir import FlowDir, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow._markers import dst_stamp
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
@@ -63,6 +63,7 @@ from chunkgraph.flow._state import (
     warn_if_resume_mismatch,
     warn_if_stale,
 )
+from chunkgraph.flow._state_store import reach
 from chunkgraph.flow._top_task import superchunks_in_flight
 
 if TYPE_CHECKING:
@@ -150,7 +151,20 @@ class FlowRun:
             more = superchunks_in_flight(spec, self.cores, device=device)
             plan = _on_device(plan, more, top)
         flow_id = flow_id_of(self.fn, self.inputs, dst, spec)
-        state = FlowDir(state_root(options.intermediates, dst), flow_id)
+        from chunkgraph.execute import ChecksPaths
+
+        root = state_root(options.intermediates, dst)
+        layers = layers_place(
+            root,
+            flow_id,
+            given=options.intermediates is not None,
+            remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
+        )
+        # State in an object store reaches it as dst does (its endpoint, say).
+        reach_with = dst.storage_options if isinstance(root, str) else None
+        if isinstance(root, str):
+            reach(root, reach_with)
+        state = FlowDir(root, flow_id, layers, reach_with)
         state.check_writable(dst)
         if options.dry_run:
             return _dry_report(spec, self.inputs, dst, state, plan, self.t0)
@@ -371,7 +385,8 @@ def _check_out_of_process(
         }
         if dst is not None:  # dst=None flows keep nothing on disk
             root = state_root(options.intermediates, dst)
-            paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
+            if not isinstance(root, str):  # an object store serves every worker alike
+                paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
         chosen.check_paths(paths)
 
 
@@ -392,7 +407,8 @@ def _check_in_place_start(
     )
     mark = in_place_mark(dst)
     marked = mark[0] if mark is not None else None
-    if conflict is None and marked is not None and marked != root.resolve():
+    here = root if isinstance(root, str) else root.resolve()
+    if conflict is None and marked is not None and marked != here:
         # Its state lies elsewhere: no run from here can resume it, whatever its id.
         conflict = in_place_conflict(
             marked, "", fingerprint, stamp, resuming=False, input_name=input_name
@@ -434,7 +450,8 @@ def _dry_report(
         dry_run=True,
         tasks_per_level=tuple(est.tasks_per_level),
         reductions=est.reductions,
-        intermediates=str(state.path),
+        intermediates=state.location,
+        layers=None if spec.skip_intermediates else str(state.layers_dir),
         estimate=est,
         plan=plan,
     )

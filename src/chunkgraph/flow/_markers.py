@@ -16,9 +16,10 @@ and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
 (``_flow_dir.flow_lock``) and ``<flow_id>.done`` once a run has finished it
 (``CompletionRecord``; the markers and temporaries are gone by then).
 
-A marker is created by writing a uniquely named temporary file and renaming
-it into place (``os.replace`` is atomic on POSIX), so a reader sees either no
-marker or a complete one. Keys are grid indices joined by ``_``
+On a disk a marker is created by writing a uniquely named temporary file and
+renaming it into place (``os.replace`` is atomic on POSIX); in an object store a
+PUT is atomic by itself (``_state_store``). A reader sees either no marker or a
+complete one. Keys are grid indices joined by ``_``
 (``"3_0_12"``), which keeps a directory listing the only query needed: the
 driver lists each directory once instead of probing one path per task.
 """
@@ -31,11 +32,12 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chunkgraph._util import named_os_error
 from chunkgraph.flow._flow_dir import DONE_SUFFIX, MARKERS_NAME
+from chunkgraph.flow._state_store import DirStore, Fence, join, state_store
 from chunkgraph.volume import Volume
 
 TOP = "top"
@@ -53,57 +55,72 @@ def grid_key(index: tuple[int, ...]) -> str:
 
 
 class MarkerStore:
-    """Done markers under ``root`` (the flow's directory); safe from many threads.
+    """Done markers of the flow whose folder is ``location`` (a path, or a URL in an
+    object store: ``_state_store``); safe from many threads, picklable as its location.
 
     >>> import tempfile
-    >>> store = MarkerStore(Path(tempfile.mkdtemp()))
+    >>> store = MarkerStore(tempfile.mkdtemp())
     >>> store.mark_done(TOP, "0_1")
     >>> store.done_keys(TOP), store.done_keys(REDUCE)
     ({'0_1'}, set())
     """
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+    def __init__(self, location: str | os.PathLike[str], options: Any = None) -> None:
+        self.location = os.fspath(location)
+        self.store = state_store(self.location, options)
         for kind in _KINDS:
-            (self.root / MARKERS_NAME / kind).mkdir(parents=True, exist_ok=True)
+            self.store.make_folder(self._dir(kind))
 
-    def _dir(self, kind: str) -> Path:
+    def _dir(self, kind: str) -> str:
         if kind not in _KINDS:
             raise AssertionError(f"unknown marker kind {kind!r}; valid kinds are {_KINDS}")
-        return self.root / MARKERS_NAME / kind
+        return join(MARKERS_NAME, kind)
 
     def mark_done(self, kind: str, key: str) -> None:
-        """Record that ``key`` finished; call only after its data is written."""
-        folder = self._dir(kind)
-        tmp = folder / f".{key}.{uuid.uuid4().hex}.tmp"
-        tmp.write_bytes(b"")
-        os.replace(tmp, folder / key)
+        """Record that ``key`` finished; call only after its data is written. Refused
+        (``FlowLockedError``) when this process's run of the flow lost its lock."""
+        check_fence(self.location)
+        self.store.write(join(self._dir(kind), key), b"")
 
     def done_keys(self, kind: str) -> set[str]:
         """Keys of ``kind`` marked done (temporary files of interrupted marks ignored)."""
-        folder = self._dir(kind)
-        return {name for name in os.listdir(folder) if not name.startswith(".")}
+        return {name for name in self.store.names(self._dir(kind)) if not name.startswith(".")}
 
     def clear(self, kinds: tuple[str, ...] = _KINDS) -> None:
         """Forget every marker of ``kinds`` (all: a fresh, non-resumed run)."""
         for kind in kinds:
-            folder = self._dir(kind)
-            shutil.rmtree(folder)
-            folder.mkdir(parents=True)
+            self.store.delete_tree(self._dir(kind))
+            self.store.make_folder(self._dir(kind))
+
+
+# The lock fence of each flow (by its location) this process holds whose lock can be
+# lost (a lease): a marker written after the loss would vouch for work another run may
+# be redoing. Process executors' workers have none: the driver checks between tasks.
+_FENCES: dict[str, Fence] = {}
+
+
+def check_fence(location: str) -> None:
+    """``FlowLockedError`` when this process's run of the flow at ``location`` lost its
+    lock (nothing when it holds none that can be lost)."""
+    fence = _FENCES.get(location)
+    if fence is not None:
+        fence.check()
+
+
+@contextlib.contextmanager
+def fenced(location: str, fence: Fence) -> Iterator[None]:
+    """Check ``fence`` before each marker of the flow at ``location`` written meanwhile."""
+    _FENCES[location] = fence
+    try:
+        yield
+    finally:
+        _FENCES.pop(location, None)
 
 
 def write_atomically(path: Path, text: str) -> None:
     """``text`` into ``path`` through a temporary file renamed into place, so a reader sees
-    the old file or the new one, never part of one. A write that fails names ``path``
-    (a full disk's own error names no file)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(text)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise named_os_error(err, path, "writing the flow's state") from err
-    os.replace(tmp, path)
+    the old file or the new one, never part of one (``DirStore.write``)."""
+    DirStore(Path(path).parent).write(Path(path).name, text.encode())
 
 
 def dst_stamp(dst: Volume) -> str | None:
@@ -133,19 +150,26 @@ class CompletionRecord:
     is not finished) and written, atomically, once it has.
     """
 
-    def __init__(self, root: Path, flow_id: str) -> None:
-        self.path = Path(root) / f"{flow_id}{DONE_SUFFIX}"
+    def __init__(self, root: str | os.PathLike[str], flow_id: str, options: Any = None) -> None:
+        self.store = state_store(root, options)
+        self.key = f"{flow_id}{DONE_SUFFIX}"
+
+    @property
+    def where(self) -> str:
+        return self.store.where(self.key)
 
     def read(self) -> dict[str, Any] | None:
+        data = self.store.read(self.key)
         try:
-            record: dict[str, Any] = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
+            record = json.loads(data) if data is not None else None
+        except ValueError:
             return None
-        return record
+        return record if isinstance(record, dict) else None
 
     def write(self, report: Any, dst: str | None = None, **extra: Any) -> None:
         """Record ``report`` as the flow's completion (into ``dst``'s stamp); ``extra``:
         more fields (JSON), e.g. what a reduced deferred flow was reduced into."""
+        check_fence(self.store.where(self.key[: -len(DONE_SUFFIX)]))
         record = {
             "flow_id": report.flow_id,
             "dst": dst,
@@ -156,10 +180,23 @@ class CompletionRecord:
             "bytes_written": report.bytes_written,
             **extra,
         }
-        write_atomically(self.path, json.dumps(record))
+        self.store.write(self.key, json.dumps(record).encode())
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        self.store.delete(self.key)
+
+
+def discard_flow(root: str | os.PathLike[str], flow_id: str, options: Any = None) -> None:
+    """Delete flow ``flow_id``'s folder under ``root`` so that no interruption leaves
+    part of it looking valid: on a disk, ``discard_flow_dir``; in an object store, where
+    nothing renames a prefix at once, the markers go first, then the rest (a kill in
+    between leaves layers no marker vouches for, which a resume recomputes)."""
+    store = state_store(root, options)
+    if isinstance(store, DirStore):
+        discard_flow_dir(store.path(flow_id))
+        return
+    store.delete_tree(join(flow_id, MARKERS_NAME))
+    store.delete_tree(flow_id)
 
 
 def discard_flow_dir(flow_dir: Path) -> None:

@@ -93,7 +93,7 @@ class RunOptions:
     dry_run: bool = False
     subscribers: tuple[Subscriber, ...] = ()
     memory_limit: int | None = None
-    intermediates: Path | None = None
+    intermediates: Path | str | None = None
     device: DeviceChoice = DeviceChoice.CPU
 
     @classmethod
@@ -245,14 +245,24 @@ def _checked_memory_limit(memory_limit: object) -> int | None:
     return memory_limit
 
 
-def _checked_intermediates(intermediates: object) -> Path | None:
+def _checked_intermediates(intermediates: object) -> Path | str | None:
+    """A folder (a Path) or an object-store URL (kept as text: ``s3://bucket/state``)."""
     if intermediates is None:
         return None
     if not isinstance(intermediates, str | os.PathLike):
         raise ConfigError(
-            f"intermediates must be a directory path or None, got {intermediates!r}",
+            f"intermediates must be a directory path, an object-store URL "
+            f"(s3://bucket/path) or None, got {intermediates!r}",
             field="intermediates",
         )
+    if isinstance(intermediates, str) and "://" in intermediates:
+        from chunkgraph.volume._object_store import split_url
+
+        try:
+            split_url(intermediates)
+        except ConfigError as err:
+            raise ConfigError(str(err), field="intermediates") from None
+        return intermediates.rstrip("/")
     return Path(intermediates)
 
 

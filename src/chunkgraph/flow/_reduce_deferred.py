@@ -44,12 +44,14 @@ from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._flow_dir import FlowDir
+from chunkgraph.flow._flow_graph import LAYERS_KEY
 from chunkgraph.flow._flow_run import flow_executor, no_io_report
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, dst_stamp, grid_key
 from chunkgraph.flow._options import RunOptions
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.flow._spec import FlowSpec, check_dst
+from chunkgraph.flow._state_store import reach
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -66,13 +68,14 @@ class _ReduceJob:
     layer_vols: tuple[Volume, ...]
     dst: Volume
     flow_dir: str
+    markers: MarkerStore
     run_token: str
 
 
 def run_deferred_reduction(job: _ReduceJob, key: str, box: Box) -> ReductionStats:
     """Graph task: one reduction box into dst, then its done marker."""
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    MarkerStore(Path(job.flow_dir)).mark_done(REDUCE, key)
+    job.markers.mark_done(REDUCE, key)
     return stats
 
 
@@ -110,11 +113,14 @@ def reduce_deferred(
     )  # fmt: skip
     state = FlowDir.of(_flow_dir_of(flow))
     check_dst(dst, {})
+    if isinstance(state.root, str):  # reached as dst is, as apply reached it
+        reach(state.root, dst.storage_options)
+        state = dataclasses.replace(state, options=dst.storage_options)
     chosen = flow_executor(options, {}, dst, run_deferred_reduction, options.workers)
     from chunkgraph.execute._executor import close_resolved
 
     try:
-        if not state.root.is_dir():
+        if not state.store.exists(""):
             _geometry(state, {}, None)  # raises: nothing there
         with state.held(options.lock_wait):
             return _reduce(state, dst, blend_mode, chosen, options, t0)
@@ -188,14 +194,19 @@ def _run(
     from chunkgraph.execute import run
     from chunkgraph.graph import Graph
 
-    flow_dir = state.path
-    layers = geometry.layers(flow_dir)
+    # where apply put them (flow.json), else where they go by default
+    recorded = state.read_info().get(LAYERS_KEY)
+    where: Path | str = state.layers_dir
+    if isinstance(recorded, str):
+        where = recorded if "://" in recorded else Path(recorded)
+    layers = geometry.layers(where)
     job = _ReduceJob(
         spec=spec,
         layers=layers,
-        layer_vols=tuple(volume.open(p) for p in layers.paths()),
+        layer_vols=tuple(volume.open(p, storage_options=state.options) for p in layers.paths()),
         dst=dst,
-        flow_dir=str(flow_dir),
+        flow_dir=state.location,
+        markers=markers,
         run_token=uuid.uuid4().hex,
     )
     boxes, grid = reduction_boxes(spec, dst)
@@ -224,7 +235,7 @@ def _run(
         * geometry.layer_dtype.itemsize
     )
     return ApplyReport(
-        flow_id=flow_dir.name,
+        flow_id=state.flow_id,
         dry_run=False,
         tasks_per_level=(),
         reductions=len(refs),
@@ -235,7 +246,7 @@ def _run(
         wall_seconds=time.perf_counter() - t0,
         bbox=spec.bbox,
         reductions_skipped=len(boxes) - len(refs),
-        intermediates=str(flow_dir),
+        intermediates=state.location,
         task_bytes=tuple(
             (graph.name(ref.id), s.temporary_bytes_read, s.bytes_written)
             for ref, s in zip(refs, stats, strict=True)
@@ -251,7 +262,7 @@ def _geometry_bbox(info: dict[str, Any], finished: dict[str, Any]) -> Box:
     return Box(tuple(start), tuple(stop))
 
 
-def _flow_dir_of(flow: object) -> Path:
+def _flow_dir_of(flow: object) -> Path | str:
     if isinstance(flow, ApplyReport):
         if not flow.deferred_layers or flow.intermediates is None:
             raise ConfigError(
@@ -259,14 +270,20 @@ def _flow_dir_of(flow: object) -> Path:
                 "with blend_modes='defer' (and not a dry run) leaves a reduction for later",
                 field="flow",
             )
-        return Path(flow.intermediates)
+        return _as_root(flow.intermediates)
     if isinstance(flow, str | os.PathLike):
-        return Path(flow)
+        return _as_root(flow)
     raise ConfigError(
         f"flow must be a deferred apply's report or its flow directory "
         f"(<intermediates>/<flow id>), got {flow!r}",
         field="flow",
     )
+
+
+def _as_root(where: str | os.PathLike[str]) -> Path | str:
+    """A flow directory as given: an object-store URL stays text, a path is a Path."""
+    text = os.fspath(where)
+    return text.rstrip("/") if "://" in text else Path(text)
 
 
 def _geometry(
@@ -282,7 +299,7 @@ def _geometry(
             field="flow",
         )
     raise ConfigError(
-        f"{str(state.path)!r} holds no deferred flow (no flow.json with its geometry): give the "
+        f"{state.location!r} holds no deferred flow (no flow.json with its geometry): give the "
         "directory a flow applied with blend_modes='defer' left, <intermediates>/<flow id>, "
         "as its report's .intermediates names it",
         field="flow",

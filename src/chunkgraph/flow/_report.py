@@ -67,6 +67,9 @@ class ApplyReport:
     top_tasks_skipped: int = 0
     reductions_skipped: int = 0
     intermediates: str | None = None
+    # where the top-level layers are (would be): under intermediates, on local scratch,
+    # or in an object store (``_flow_dir.layers_place``); None where there are none
+    layers: str | None = None
     deferred_layers: tuple[str, ...] = ()
     estimate: FlowEstimate | None = None
     finished_before: str = ""
@@ -126,7 +129,7 @@ def _work_lines(r: ApplyReport) -> list[str]:
     if r.finished_before:
         return [f"  already finished at {r.finished_before}: nothing to do"]
     if r.estimate is not None:
-        return _estimate_lines(r.estimate, r.intermediates)
+        return _estimate_lines(r.estimate, r.intermediates, r.layers)
     what = "" if r.tasks_per_level else " of layers"
     lines = [
         f"  read {format_bytes(r.bytes_read)}{what} (amplification "
@@ -142,7 +145,9 @@ def _work_lines(r: ApplyReport) -> list[str]:
     return lines
 
 
-def _estimate_lines(e: FlowEstimate, intermediates: str | None) -> list[str]:
+def _estimate_lines(
+    e: FlowEstimate, intermediates: str | None, layers: str | None = None
+) -> list[str]:
     """A dry run's figures: reads (through the chunk cache when it saves any), writes, memory."""
     reads = format_bytes(e.bytes_to_read)
     if e.expected_bytes_to_read is not None and e.expected_bytes_to_read < e.bytes_to_read:
@@ -156,8 +161,20 @@ def _estimate_lines(e: FlowEstimate, intermediates: str | None) -> list[str]:
         f"{format_bytes(e.top_task_memory_bytes)}"
     ]
     if e.temporary_bytes:
-        lines.append(f"  temporaries under {intermediates}")
+        lines.append(_temporaries_line(e.temporary_bytes, intermediates, layers))
     return lines
+
+
+def _temporaries_line(size: int, intermediates: str | None, layers: str | None) -> str:
+    """Where the temporary layers go and where the state is, when those differ.
+
+    >>> _temporaries_line(2**30, "s3://b/.o.chunkgraph/f", "/tmp/chunkgraph-layers/9/f/layers")
+    '  temporaries: 1.0 GiB on local scratch /tmp/chunkgraph-layers/9/f/layers; state in s3://b/.o.chunkgraph/f'
+    """
+    if layers is None or intermediates is None or layers.startswith(f"{intermediates}/"):
+        return f"  temporaries under {intermediates}"
+    place = "in the object store at" if "://" in layers else "on local scratch"
+    return f"  temporaries: {format_bytes(size)} {place} {layers}; state in {intermediates}"
 
 
 def _device_lines(r: ApplyReport) -> list[str]:

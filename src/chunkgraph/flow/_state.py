@@ -13,6 +13,10 @@ Every ``apply`` keeps its state under an intermediates directory, by default
         <flow id>.done          the completion record (_markers.CompletionRecord)
         .<flow id>.deleted-*    tombstones of an interrupted deletion (discard_flow_dir)
 
+The root may be a key prefix in an object store (``s3://bucket/.smooth.zarr.chunkgraph``):
+every function here reads and writes through ``_state_store``, so the same names are
+objects there, and the lock is a lease (``_lease``): running while it is unexpired.
+
 States (``FlowStatus``), decided in this order:
 
 * ``RUNNING``: someone holds ``<flow id>.lock``. Tested with a non-blocking
@@ -73,10 +77,13 @@ from chunkgraph.flow._flow_dir import (
     LAYERS_NAME,
     LOCK_SUFFIX,
     MARKERS_NAME,
-    dst_of_default_root,
-    flow_lock,
+    dst_of_state_root,
 )
-from chunkgraph.flow._markers import REDUCE, TOP, discard_flow_dir, write_atomically
+from chunkgraph.flow._markers import REDUCE, TOP
+from chunkgraph.flow._state_store import DirStore, StateStore, join, state_store
+
+# A flow's state root: a folder, or an object-store URL (``_state_store``).
+Root = Path | str
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
 # flow its user is about to resume; longer keeps dead temporaries (often larger than
@@ -102,11 +109,12 @@ class FlowState:
     None; ``temporary_bytes``: disk use of the flow's directory (None when not
     measured); ``modified``: epoch seconds of the last modification;
     ``owner``: the lock file's pid, host and start time; ``finished``: the
-    completion record's time.
+    completion record's time; ``root``: the state root it lies under (``flow_dir`` is
+    ``<root>/<flow id>``, a path or a URL).
     """
 
     flow_id: str
-    flow_dir: Path
+    flow_dir: Path | str
     status: FlowStatus
     has_temporaries: bool
     top_done: int
@@ -117,6 +125,7 @@ class FlowState:
     modified: float
     owner: dict[str, Any] | None
     finished: str | None
+    root: Path | str
 
     def age_hours(self, now: float | None = None) -> float:
         return max(0.0, ((time.time() if now is None else now) - self.modified) / 3600)
@@ -152,35 +161,40 @@ class FlowState:
         }
 
 
-def flow_ids(root: Path) -> list[str]:
+def _root(root: Root) -> Root:
+    """A root as the state code keeps it: a URL stays text, anything else is a Path."""
+    return root if isinstance(root, str) and "://" in root else Path(root)
+
+
+def flow_ids(root: Root) -> list[str]:
     """Ids of the flows under ``root`` (a directory, a record or a lock), sorted."""
-    if not root.is_dir():
-        return []
+    store = state_store(root)
     ids = set()
-    for entry in os.scandir(root):
-        if entry.name.startswith("."):
-            continue  # tombstones, temporary files of atomic writes
-        if entry.is_dir(follow_symlinks=False):
-            ids.add(entry.name)
-        elif entry.name.endswith((_DONE, _LOCK)):
-            ids.add(entry.name.rsplit(".", 1)[0])
+    folders = set(store.folders())
+    for name in store.names():
+        if name.startswith("."):
+            continue  # tombstones, temporary files of atomic writes, the lease clock
+        if name in folders:
+            ids.add(name)
+        elif name.endswith((_DONE, _LOCK)):
+            ids.add(name.rsplit(".", 1)[0])
     return sorted(ids)
 
 
-def read_flows(root: Path, *, sizes: bool = True) -> list[FlowState]:
+def read_flows(root: Root, *, sizes: bool = True) -> list[FlowState]:
     """The state of every flow under ``root``; ``sizes=False`` skips walking the layers."""
-    return [read_flow(root, fid, sizes=sizes) for fid in flow_ids(Path(root))]
+    return [read_flow(root, fid, sizes=sizes) for fid in flow_ids(root)]
 
 
-def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
-    root = Path(root)
-    flow_dir = root / flow_id
-    running, owner = lock_holder(root / f"{flow_id}{_LOCK}")
-    record = _read_json(root / f"{flow_id}{_DONE}")
-    info = _read_json(flow_dir / _INFO) or {}
-    has_temps = flow_dir.is_dir()
+def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
+    root = _root(root)
+    store = state_store(root)
+    running, owner = store.lock_holder(f"{flow_id}{_LOCK}")
+    record = _read_json(store, f"{flow_id}{_DONE}")
+    info = _read_json(store, join(flow_id, _INFO)) or {}
+    has_temps = store.exists(flow_id)
     top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
-    top_done = _count_markers(flow_dir, TOP)
+    top_done = _count_markers(store, flow_id, TOP)
     if running:
         status = FlowStatus.RUNNING
     elif info.get("deferred") and top_total is not None and top_done >= top_total:
@@ -195,17 +209,20 @@ def read_flow(root: Path, flow_id: str, *, sizes: bool = True) -> FlowState:
         red_total = _int_or_none(record.get("reductions"))
     return FlowState(
         flow_id=flow_id,
-        flow_dir=flow_dir,
+        flow_dir=root / flow_id if isinstance(root, Path) else store.where(flow_id),
         status=status,
         has_temporaries=has_temps,
         top_done=top_done,
         top_total=top_total,
-        reductions_done=_count_markers(flow_dir, REDUCE),
+        reductions_done=_count_markers(store, flow_id, REDUCE),
         reductions_total=red_total,
-        temporary_bytes=_disk_usage(flow_dir) if sizes and has_temps else (0 if sizes else None),
-        modified=_modified(root, flow_id),
+        temporary_bytes=_temporary_bytes(store, root, flow_id, info)
+        if sizes and has_temps
+        else (0 if sizes else None),
+        modified=_modified(store, flow_id),
         owner=owner,
         finished=None if record is None else str(record.get("finished", "")),
+        root=root,
     )
 
 
@@ -238,21 +255,23 @@ def lock_holder(lock: Path) -> tuple[bool, dict[str, Any] | None]:
     return held, owner if isinstance(owner, dict) else None
 
 
-def remove_flow(root: Path, flow_id: str, *, record: bool = False) -> None:
+def remove_flow(root: Root, flow_id: str, *, record: bool = False) -> None:
     """Delete flow ``flow_id``'s temporaries (and, with ``record``, its completion record).
 
     Holds the flow's lock meanwhile; raises ``FlowLockedError`` (naming the holder) when
     a run holds it. Tombstones of earlier interrupted deletions go too.
     """
-    root = Path(root)
-    with flow_lock(root / f"{flow_id}{_LOCK}"):
-        discard_flow_dir(root / flow_id)
+    from chunkgraph.flow._flow_dir import FlowDir
+
+    state = FlowDir(_root(root), flow_id)
+    with state.store.lock(f"{flow_id}{_LOCK}", 0.0):
+        state.discard()
         if record:
-            (root / f"{flow_id}{_DONE}").unlink(missing_ok=True)
+            state.record.remove()
 
 
 def write_flow_info(
-    flow_dir: Path,
+    flow_dir: Root | StateStore,
     *,
     top_tasks: int,
     reductions: int,
@@ -265,7 +284,7 @@ def write_flow_info(
     For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
     ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
     ``extra``: more JSON fields (a deferred flow's geometry, ``_deferred``). Written
-    atomically (a temporary file renamed into place).
+    atomically (``StateStore.write``).
     """
     info = {
         "top_tasks": int(top_tasks),
@@ -274,30 +293,35 @@ def write_flow_info(
         "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
         **extra,
     }
-    write_atomically(Path(flow_dir) / _INFO, json.dumps(info))
+    _store_of(flow_dir).write(_INFO, json.dumps(info).encode())
 
 
-def read_flow_info(flow_dir: Path) -> dict[str, Any]:
+def read_flow_info(flow_dir: Root | StateStore) -> dict[str, Any]:
     """``flow.json`` of a flow directory ({} when missing or unreadable)."""
-    return _read_json(Path(flow_dir) / _INFO) or {}
+    return _read_json(_store_of(flow_dir), _INFO) or {}
 
 
-def remove_root_if_empty(root: Path) -> bool:
-    """Remove the intermediates directory when nothing is left in it; True if removed."""
+def _store_of(where: Root | StateStore) -> StateStore:
+    return state_store(where) if isinstance(where, str | os.PathLike) else where
+
+
+def remove_root_if_empty(root: Root) -> bool:
+    """Remove the intermediates directory when nothing is left in it; True if removed
+    (an object-store prefix with nothing under it is gone already)."""
+    if isinstance(root, str) and "://" in root:
+        return not state_store(root).names()
     with contextlib.suppress(OSError):
         Path(root).rmdir()
         return True
     return False
 
 
-def warn_if_stale(root: Path, current_flow_id: str) -> None:
+def warn_if_stale(root: Root, current_flow_id: str) -> None:
     """Warn (``UserWarning``) when stale flows lie beside the flow now starting.
 
     Called by ``apply`` as it starts a new (not resumed) flow; reads no layers.
     """
-    stale = [
-        s for s in read_flows(Path(root), sizes=False) if s.flow_id != current_flow_id and s.stale()
-    ]
+    stale = [s for s in read_flows(root, sizes=False) if s.flow_id != current_flow_id and s.stale()]
     if not stale:
         return
     described = ", ".join(
@@ -306,25 +330,25 @@ def warn_if_stale(root: Path, current_flow_id: str) -> None:
     warnings.warn(
         f"{len(stale)} stale flow(s) under {root} keep temporaries on disk: {described}. "
         f"A new flow ({current_flow_id}) starts beside them; to continue one instead, rerun it "
-        f"with resume=True. To list them: {status_command(Path(root))}; to delete them: "
-        f"{clean_command(Path(root))}",
+        f"with resume=True. To list them: {status_command(root)}; to delete them: "
+        f"{clean_command(root)}",
         UserWarning,
         stacklevel=_caller_level(),
     )
 
 
 def resume_mismatch(
-    root: Path, flow_id: str, fingerprint: dict[str, str], stamp: str | None
+    root: Root, flow_id: str, fingerprint: dict[str, str], stamp: str | None
 ) -> str | None:
     """What a resume of ``flow_id`` that found no state of its own should be told, when
     another flow under ``root`` wrote the same destination (None: no such flow)."""
     from chunkgraph.flow._fingerprint import PART_NAMES
 
     found = []
-    for state in read_flows(Path(root), sizes=False):
+    for state in read_flows(root, sizes=False):
         if state.flow_id == flow_id:
             continue
-        changed = _changed_parts(Path(root), state, fingerprint, stamp)
+        changed = _changed_parts(root, state, fingerprint, stamp)
         if changed is None:
             continue
         found.append((state.modified, state, [PART_NAMES[k] for k in changed]))
@@ -342,14 +366,12 @@ def resume_mismatch(
         earlier = f"flow {state.flow_id}, {state.status.value}, {state.progress()}"
     kept_note = (
         f" Its state is kept: to continue it, resume with the earlier parameters; to delete "
-        f"it: `{clean_command(Path(root), state.flow_id)}`."
+        f"it: `{clean_command(root, state.flow_id)}`."
         if state.has_temporaries
         else ""
     )
     others = (
-        f" ({len(found) - 1} more such flow(s): `{status_command(Path(root))}`)"
-        if len(found) > 1
-        else ""
+        f" ({len(found) - 1} more such flow(s): `{status_command(root)}`)" if len(found) > 1 else ""
     )
     return (
         f"resume asked for, but the state under {root} is of an earlier run of this "
@@ -359,14 +381,14 @@ def resume_mismatch(
 
 
 def _changed_parts(
-    root: Path, state: FlowState, fingerprint: dict[str, str], stamp: str | None
+    root: Root, state: FlowState, fingerprint: dict[str, str], stamp: str | None
 ) -> list[str] | None:
     """The parts (``PART_NAMES`` keys) in which ``state``'s flow differs from the flow of
     ``fingerprint``, when both wrote the same destination; None when ``state`` wrote
     another one ([] for state written before parts were recorded: same dst, something else)."""
     from chunkgraph.flow._fingerprint import PART_NAMES
 
-    record = _read_json(root / f"{state.flow_id}{_DONE}") or {}
+    record = _read_json(state_store(root), f"{state.flow_id}{_DONE}") or {}
     kept = read_flow_info(state.flow_dir) or record
     parts = kept.get("fingerprint")
     if isinstance(parts, dict):
@@ -379,7 +401,7 @@ def _changed_parts(
 
 
 def in_place_conflict(
-    root: Path,
+    root: Root,
     flow_id: str,
     fingerprint: dict[str, str],
     stamp: str | None,
@@ -391,7 +413,7 @@ def in_place_conflict(
     flow under ``root`` has already written part of dst (done tasks; a reduction writes dst
     only after its tasks are done), so dst no longer holds the original input. None: it
     may start. Its own state does not count when ``resuming`` (the resume finishes it)."""
-    for state in read_flows(Path(root), sizes=False):
+    for state in read_flows(root, sizes=False):
         # The caller holds flow_id's lock, so its own state reads as running.
         unfinished = state.status is FlowStatus.INTERRUPTED or (
             state.flow_id == flow_id and state.status is FlowStatus.RUNNING
@@ -407,42 +429,49 @@ def in_place_conflict(
                 "would apply fn again to what it wrote. Pass resume=True (chunkgraph run "
                 "--resume) to finish it"
             )
-        if _changed_parts(Path(root), state, fingerprint, stamp) is None:
+        if _changed_parts(root, state, fingerprint, stamp) is None:
             continue
         return (
             f"an unfinished flow ({state.flow_id}, {state.status.value}, {state.progress()}) "
             f"has written part of dst, which is this flow's input {input_name!r} too, so dst "
             "no longer holds the original data. Finish that flow (resume it with its own "
             "function and options), or restore dst and then delete its state: "
-            f"`{clean_command(Path(root), state.flow_id)}`"
+            f"`{clean_command(root, state.flow_id)}`"
         )
     return None
 
 
-def _mark_path(dst: Any) -> Path | None:
+def _mark_store(dst: Any) -> StateStore | None:
+    """Where ``dst`` keeps the in-place mark: its folder on a disk, its prefix in an
+    object store (reached with its storage_options); None for a memory volume."""
     where: Path | None = dst.location.local_dir
-    return where / IN_PLACE_MARK if where is not None else None
+    if where is not None:
+        return DirStore(where)
+    if "://" in str(dst.path):
+        return state_store(str(dst.path), dst.storage_options)
+    return None
 
 
-def in_place_mark(dst: Any) -> tuple[Path, str] | None:
+def in_place_mark(dst: Any) -> tuple[Root, str] | None:
     """``(intermediates root, flow id)`` of the in-place flow last started on ``dst`` that
-    has not finished (None: no mark, or dst is not on this disk)."""
-    path = _mark_path(dst)
-    found = _read_json(path) if path is not None and path.exists() else None
+    has not finished (None: no mark, or dst is a memory volume)."""
+    store = _mark_store(dst)
+    found = _read_json(store, IN_PLACE_MARK) if store is not None else None
     if not found:
         return None
     root, flow_id = found.get("intermediates"), found.get("flow_id")
     if not isinstance(root, str) or not isinstance(flow_id, str):
         return None
-    return Path(root), flow_id
+    return _root(root), flow_id
 
 
-def mark_in_place(dst: Any, root: Path, flow_id: str) -> None:
+def mark_in_place(dst: Any, root: Root, flow_id: str) -> None:
     """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
-    path = _mark_path(dst)
-    if path is not None:
-        mark = {"intermediates": str(Path(root).resolve()), "flow_id": flow_id}
-        write_atomically(path, json.dumps(mark))
+    store = _mark_store(dst)
+    if store is not None:
+        where = root if isinstance(root, str) else str(Path(root).resolve())
+        mark = {"intermediates": where, "flow_id": flow_id}
+        store.write(IN_PLACE_MARK, json.dumps(mark).encode())
 
 
 def lost_in_place_state(dst: Any) -> str | None:
@@ -450,29 +479,30 @@ def lost_in_place_state(dst: Any) -> str | None:
     state is gone (removed with ``clean``, say): why no flow may start on it now. dst may
     be partly rewritten, and nothing says which part."""
     mark = in_place_mark(dst)
-    if mark is None:
+    store = _mark_store(dst)
+    if mark is None or store is None:
         return None
     root, flow_id = mark
-    if (root / flow_id).exists() or (root / f"{flow_id}{_DONE}").exists():
+    state = state_store(root)
+    if state.exists(flow_id) or state.exists(f"{flow_id}{_DONE}"):
         return None  # its state says what happened (in_place_conflict), or it finished
     return (
         f"dst carries the mark of in-place flow {flow_id}, which did not finish, and its state "
         f"under {root} is gone (removed?): part of dst may hold fn's output, not the input. "
-        f"If dst holds the original data again (restored), delete {_mark_path(dst)} and run "
-        "again"
+        f"If dst holds the original data again (restored), delete {store.where(IN_PLACE_MARK)} "
+        "and run again"
     )
 
 
 def unmark_in_place(dst: Any) -> None:
     """The in-place flow finished: dst holds its result, nothing half-written."""
-    path = _mark_path(dst)
-    if path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    store = _mark_store(dst)
+    if store is not None:
+        store.delete(IN_PLACE_MARK)
 
 
 def warn_if_resume_mismatch(
-    root: Path, flow_id: str, fingerprint: dict[str, str], stamp: str | None
+    root: Root, flow_id: str, fingerprint: dict[str, str], stamp: str | None
 ) -> None:
     """Warn (``UserWarning``) with ``resume_mismatch``'s message, if there is one."""
     message = resume_mismatch(root, flow_id, fingerprint, stamp)
@@ -480,7 +510,7 @@ def warn_if_resume_mismatch(
         warnings.warn(message, UserWarning, stacklevel=_caller_level())
 
 
-def clean_command(root: Path, flow_id: str | None = None) -> str:
+def clean_command(root: Root, flow_id: str | None = None) -> str:
     """The command that removes the stale flows under ``root`` (or one flow, by id).
 
     >>> clean_command(Path("data/.smooth.zarr.chunkgraph"))
@@ -492,34 +522,35 @@ def clean_command(root: Path, flow_id: str | None = None) -> str:
     >>> clean_command(Path("/scratch/tmp"))
     'chunkgraph clean --intermediates /scratch/tmp --stale'
     """
-    dst = dst_of_default_root(root)
+    dst = dst_of_state_root(root)
     if dst is None:
         return f"chunkgraph clean --intermediates {root} {flow_id or '--stale'}"
     return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
 
 
-def status_command(root: Path) -> str:
+def status_command(root: Root) -> str:
     """The command that lists the flows under ``root``.
 
     >>> status_command(Path("data/.smooth.zarr.chunkgraph")), status_command(Path("/tmp/x"))
     ('chunkgraph status data/smooth.zarr', 'chunkgraph status --intermediates /tmp/x')
     """
-    dst = dst_of_default_root(root)
+    dst = dst_of_state_root(root)
     return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
 
 
-def kept_state_note(root: Path, flow_id: str, *, damaged: bool = False) -> str:
+def kept_state_note(root: Root, flow_id: str, *, damaged: bool = False) -> str:
     """What a failed or interrupted run says about the state it leaves for a resume;
     ``damaged``: it failed on a layer chunk that does not decode, which a resume would
     read again (only a run without resume recomputes it)."""
+    where = state_store(root).where(flow_id)
     if damaged:
         return (
-            f"flow {flow_id}'s temporary layers under {root / flow_id} are damaged: a resume "
+            f"flow {flow_id}'s temporary layers under {where} are damaged: a resume "
             f"would read them again; rerun without resume=True, or delete the flow with "
             f"`{clean_command(root, flow_id)}` and apply again"
         )
     return (
-        f"flow {flow_id} keeps its temporaries and done markers under {root / flow_id}: "
+        f"flow {flow_id} keeps its temporaries and done markers under {where}: "
         f"rerun with resume=True to continue it, list it with `{status_command(root)}`, or "
         f"delete it with `{clean_command(root, flow_id)}`"
     )
@@ -534,46 +565,34 @@ def _caller_level() -> int:
     return level
 
 
-def _count_markers(flow_dir: Path, kind: str) -> int:
-    try:
-        return sum(1 for n in os.listdir(flow_dir / MARKERS_NAME / kind) if not n.startswith("."))
-    except FileNotFoundError:
-        return 0
+def _count_markers(store: StateStore, flow_id: str, kind: str) -> int:
+    return sum(1 for n in store.names(join(flow_id, MARKERS_NAME, kind)) if not n.startswith("."))
 
 
-def _modified(root: Path, flow_id: str) -> float:
-    """Latest mtime of the flow's directory, its first two levels of folders, lock and record."""
-    flow_dir = root / flow_id
-    paths = [flow_dir, root / f"{flow_id}{_LOCK}", root / f"{flow_id}{_DONE}"]
+def _modified(store: StateStore, flow_id: str) -> float:
+    """Latest modification of the flow's directory, its first two levels of folders, lock
+    and record (in an object store: of every object under the flow's prefix)."""
+    keys = [flow_id, f"{flow_id}{_LOCK}", f"{flow_id}{_DONE}"]
     for sub in (MARKERS_NAME, LAYERS_NAME):
-        paths.append(flow_dir / sub)
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            paths += [flow_dir / sub / n for n in os.listdir(flow_dir / sub)]
-    latest = 0.0
-    for p in paths:
-        with contextlib.suppress(FileNotFoundError):
-            latest = max(latest, p.stat().st_mtime)
-    return latest
+        keys.append(join(flow_id, sub))
+        if isinstance(store, DirStore):
+            keys += [join(flow_id, sub, n) for n in store.names(join(flow_id, sub))]
+    return max((t for k in keys if (t := store.modified(k)) is not None), default=0.0)
 
 
-def _disk_usage(path: Path) -> int:
-    """Bytes allocated under ``path`` (like ``du``), not following links."""
-    total, stack = 0, [str(path)]
-    while stack:
-        with contextlib.suppress(FileNotFoundError), os.scandir(stack.pop()) as entries:
-            for e in entries:
-                with contextlib.suppress(FileNotFoundError):
-                    st = e.stat(follow_symlinks=False)
-                    total += getattr(st, "st_blocks", 0) * 512 or st.st_size
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-    return total
+def _temporary_bytes(store: StateStore, root: Root, flow_id: str, info: dict[str, Any]) -> int:
+    """Bytes under the flow's folder, plus its layers on this machine's scratch (state in
+    an object store whose run kept its layers locally, ``_flow_dir.layers_place``)."""
+    layers = info.get("layers")
+    scratch = isinstance(root, str) and isinstance(layers, str) and "://" not in layers
+    return store.size(flow_id) + (DirStore(Path(str(layers))).size("") if scratch else 0)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(store: StateStore, key: str) -> dict[str, Any] | None:
+    data = store.read(key)
     try:
-        value = json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError, ValueError):
+        value = json.loads(data) if data is not None else None
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 

@@ -52,7 +52,6 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,6 +98,7 @@ class TopJob:
     layers: LayerPlan | None
     layer_vols: tuple[Volume, ...]
     marker_root: str
+    markers: MarkerStore  # at marker_root, with the store's options (pickled to workers)
     sweep_axis: int = -1
     run_token: str = ""  # see _late_writes: no writes once the run has ended
     device: FlowDevice | None = None  # device="gpu": in-process executors only (_device)
@@ -136,7 +136,7 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     """Graph task: read the padded superchunk once, process all levels, write, mark done."""
     stats = _run_top_task(job, index, box)
     check_run_live(job.run_token)
-    MarkerStore(Path(job.marker_root)).mark_done(TOP, grid_key(index))
+    job.markers.mark_done(TOP, grid_key(index))
     return stats
 
 

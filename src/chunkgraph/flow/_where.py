@@ -27,34 +27,45 @@ import os
 from pathlib import Path
 
 from chunkgraph.flow._flow_dir import WHERE_SUFFIX as _NOTE
-from chunkgraph.flow._flow_dir import default_root
-from chunkgraph.flow._markers import write_atomically
-from chunkgraph.flow._state import FlowState, flow_ids, read_flow, read_flows
+from chunkgraph.flow._flow_dir import default_state_root
+from chunkgraph.flow._state import FlowState, Root, flow_ids, read_flow, read_flows
+from chunkgraph.flow._state_store import state_store
 
 
-def note_state(dst_path: str, root: Path, flow_id: str) -> None:
-    """Beside the on-disk dst at ``dst_path``, note that flow ``flow_id`` keeps its state
-    under ``root`` (nothing when that is the default directory)."""
-    default = default_root(dst_path)
-    if Path(root).resolve() == default.resolve():
+def _same_root(a: Root, b: Root) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return str(a).rstrip("/") == str(b).rstrip("/")
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def note_state(dst_path: str, root: Root, flow_id: str) -> None:
+    """Beside dst at ``dst_path`` (a path or a URL), note that flow ``flow_id`` keeps its
+    state under ``root`` (nothing when that is the default directory)."""
+    default = default_state_root(dst_path)
+    if _same_root(root, default):
         return
+    where = root if isinstance(root, str) else str(Path(root).resolve())
     # dst's parent not writable: no note, the state is still found by DIR (see above)
     with contextlib.suppress(OSError):
-        default.mkdir(exist_ok=True)
-        note = {"intermediates": str(Path(root).resolve())}
-        write_atomically(default / f"{flow_id}{_NOTE}", json.dumps(note))
+        note = {"intermediates": where}
+        state_store(default).write(f"{flow_id}{_NOTE}", json.dumps(note).encode())
 
 
-def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
     """``(intermediates, flow id)`` of each note beside dst whose flow still has state."""
-    default = default_root(dst_path)
-    found = []
-    for entry in sorted(default.glob(f"*{_NOTE}")) if default.is_dir() else []:
+    store = state_store(default_state_root(dst_path))
+    found: list[tuple[Root, str]] = []
+    for name in store.names():
+        if not name.endswith(_NOTE) or name.startswith("."):
+            continue
         try:
-            root = Path(json.loads(entry.read_text())["intermediates"])
-        except (OSError, ValueError, KeyError, TypeError):
+            text = json.loads(store.read(name) or b"")["intermediates"]
+        except (ValueError, KeyError, TypeError):
             continue  # half written by a run killed meanwhile, or not ours
-        flow_id = entry.name[: -len(_NOTE)]
+        if not isinstance(text, str):
+            continue
+        root: Root = text if "://" in text else Path(text)
+        flow_id = name[: -len(_NOTE)]
         if flow_id in flow_ids(root):
             found.append((root, flow_id))
     return found
@@ -62,11 +73,11 @@ def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Path, str]]:
 
 def forget_state(dst_path: str | os.PathLike[str], flow_id: str) -> None:
     """Remove the note of flow ``flow_id`` beside dst (its state was removed)."""
-    (default_root(dst_path) / f"{flow_id}{_NOTE}").unlink(missing_ok=True)
+    state_store(default_state_root(dst_path)).delete(f"{flow_id}{_NOTE}")
 
 
 def flows_of(dst_path: str | os.PathLike[str], *, sizes: bool = True) -> list[FlowState]:
     """Every flow of dst: those under its default directory, then those noted elsewhere."""
-    states = read_flows(default_root(dst_path), sizes=sizes)
+    states = read_flows(default_state_root(dst_path), sizes=sizes)
     states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(dst_path)]
     return states
