@@ -124,3 +124,26 @@ def test_a_deferred_flow_in_a_bucket_is_reduced_by_its_destination_url(
     assert cli.main(["status", dst.path]) == 0
     assert "finished" in capsys.readouterr().out
     assert not layers.exists()
+
+
+def test_a_spec_s_storage_options_reach_a_store_the_environment_does_not_name(
+    work: Path,
+    bucket: str,
+    server: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = _spec(work, bucket, storage_options=f"{{endpoint: '{server.endpoint}'}}")
+    (work / "marker.txt").touch()  # fail_once: nothing fails
+    # The environment names a closed port on loopback: only the spec's endpoint answers.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    text = Path(spec).read_text().replace("storage_options", "#")
+    (work / "no-options.yaml").write_text(text)
+    assert cli.main(["run", "--quiet", str(work / "no-options.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach 's3://{bucket}/raw.zarr' at endpoint http://127.0.0.1:9" in err
+    assert "Traceback" not in err
+    assert cli.main(["run", "--quiet", spec]) == 0
+    out = volume.open(f"s3://{bucket}/out.zarr", storage_options={"endpoint": server.endpoint})
+    raw = volume.open(str(work / "raw.zarr"))
+    np.testing.assert_array_equal(out.read(out.bounds), raw.read(raw.bounds))

@@ -140,6 +140,12 @@ class RunSpec(_Model):
     cache_bytes: Annotated[int, Field(ge=0)] = Field(
         0, description="chunk cache of each input, in bytes (serves halos to neighbours)"
     )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings of the object store the spec's s3:// or gs:// paths reach "
+        "(obstore's keys, e.g. endpoint, region), on top of the environment's; credentials "
+        "are best left to the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS)",
+    )
     output: OutputSpec
     function: str = Field(
         pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
@@ -586,7 +592,11 @@ def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
                 f"{name!r} cannot be a keyword argument of fn; use an identifier other than 'box'",
             )
         try:
-            opened[name] = volume.open(place(base, path), cache_bytes=spec.cache_bytes)
+            opened[name] = volume.open(
+                place(base, path),
+                cache_bytes=spec.cache_bytes,
+                storage_options=_options_for(place(base, path), spec),
+            )
         except (ConfigError, FileNotFoundError) as err:
             problem(where, f"cannot open input volume: {err}")
     return opened
@@ -612,8 +622,9 @@ def _plan_output(
         problem("output.path", not_a_volume)
         return plan
     existing = None
+    options = _options_for(path, spec)
     try:
-        existing = volume.open(path, "r+")
+        existing = volume.open(path, "r+", storage_options=options)
     except FileNotFoundError:
         pass
     except ConfigError as err:
@@ -638,6 +649,8 @@ def _plan_output(
         except TypeError as err:
             problem("output.dtype", f"{out.dtype!r} is not a numpy dtype: {err}")
     args: dict[str, Any] = {"dtype": out.dtype, "chunks": out.chunks, "fill_value": out.fill_value}
+    if options is not None:
+        args["storage_options"] = options
     if out.shape is not None:
         args["shape"] = tuple(out.shape)
         if first is not None and len(out.shape) > first.spatial_ndim:
@@ -681,6 +694,11 @@ def _plan_output(
         )
     plan.create_args = args
     return plan
+
+
+def _options_for(path: str, spec: RunSpec) -> dict[str, Any] | None:
+    """The spec's ``storage_options`` for a path on an object store; None for a local one."""
+    return dict(spec.storage_options) if "://" in path and spec.storage_options else None
 
 
 def place(base: Path, path: str) -> str:

@@ -24,8 +24,9 @@ supply the rest, as they do for the providers' tools.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,3 +165,28 @@ def _endpoint_from_env(scheme: str) -> str | None:
     if host and "://" not in host:
         host = f"http://{host}"
     return host
+
+
+@contextlib.contextmanager
+def reaching(url: str, options: StoreOptions) -> Iterator[None]:
+    """Turn a store that does not answer (a wrong endpoint, no such bucket, refused
+    credentials) into a ConfigError naming the URL and the endpoint tried, instead of the
+    client's retry log; a missing object stays ``FileNotFoundError``."""
+    from obstore.exceptions import BaseError, NotFoundError
+
+    try:
+        yield
+    except NotFoundError:
+        raise
+    except BaseError as err:
+        scheme = url.partition("://")[0]
+        endpoint = options.public().get("endpoint") or _endpoint_from_env(scheme)
+        where = f"endpoint {endpoint}" if endpoint else "the provider's default endpoint"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        env = "AWS_ENDPOINT_URL" if scheme == "s3" else "STORAGE_EMULATOR_HOST"
+        raise ConfigError(
+            f"cannot reach {url!r} at {where}: {first[:300]}. Check that the bucket exists "
+            f"and the credentials are right; a store other than the provider's own is named "
+            f"by {env} or storage_options={{'endpoint': ...}}",
+            field="path",
+        ) from None

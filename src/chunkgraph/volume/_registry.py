@@ -36,7 +36,7 @@ from chunkgraph._util import as_int_tuple
 from chunkgraph.volume import _remote
 from chunkgraph.volume._location import Location
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
-from chunkgraph.volume._object_store import StoreOptions, is_object_url
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, reaching
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
 from chunkgraph.volume._volume import Volume
@@ -62,7 +62,8 @@ def _is_on_disk(path: str) -> bool:
 def _exists(path: str, options: StoreOptions) -> bool:
     """Whether a Zarr array is stored at ``path`` (a directory or a URL)."""
     if is_object_url(path):
-        return _remote.exists(path, options)
+        with reaching(path, options):
+            return _remote.exists(path, options)
     return _is_on_disk(path)
 
 
@@ -292,7 +293,8 @@ def open_volume(
         # One request (GET zarr.json), not a HEAD first: every process a pickled volume
         # reaches opens it again.
         try:
-            return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
+            with reaching(name, opts):
+                return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
         except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
             raise missing from err
     if not _is_on_disk(name):
