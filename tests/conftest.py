@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import signal
+import uuid
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from chunkgraph.testing import S3Server, s3_server
 
 # A loaded machine can stretch an example past Hypothesis's 200 ms deadline, or its
 # data generation past the too_slow health check: speed is measured in benchmarks/,
@@ -18,3 +23,23 @@ settings.load_profile("chunkgraph")
 # caught signal is reset to its default on exec, for the processes the tests start.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# --- object stores -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[S3Server]:
+    """moto's S3 server on loopback, one for the session; AWS_ENDPOINT_URL and test
+    credentials are set while it runs (``chunkgraph.testing.s3_server``)."""
+    with s3_server() as running:
+        yield running
+
+
+@pytest.fixture
+def bucket(server: S3Server) -> str:
+    """A fresh bucket per test, so tests share the server but never see each other's
+    objects (moto keeps a process's buckets across its servers: names must be new)."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    server.create_bucket(name)
+    return name

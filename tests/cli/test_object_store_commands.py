@@ -4,28 +4,13 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from chunkgraph import cli, volume
-from chunkgraph.testing import S3Server, s3_server
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as found:
-        yield found
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> str:
-    name = f"cli-{uuid.uuid4().hex[:12]}"  # moto keeps buckets per process, across servers
-    server.create_bucket(name)
-    return name
+from chunkgraph.testing import S3Server
 
 
 def _spec(work: Path, bucket: str, **extra: str) -> str:

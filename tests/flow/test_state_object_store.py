@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import pickle
 import shutil
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +21,9 @@ from chunkgraph.flow._markers import REDUCE, TOP, CompletionRecord, fenced
 from chunkgraph.flow._state import FlowStatus, read_flows, remove_flow
 from chunkgraph.flow._state_store import DirStore, ObjectStateStore, StateStore, state_store
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server, s3_server
+from chunkgraph.testing import S3Server
 
 SHAPE = (32, 32)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as found:
-        yield found
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> str:
-    name = f"state-{uuid.uuid4().hex[:12]}"  # moto keeps buckets per process, across servers
-    server.create_bucket(name)
-    return name
 
 
 @pytest.fixture(params=["dir", "s3"])

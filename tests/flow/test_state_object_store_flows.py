@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,10 @@ from hypothesis import strategies as st
 from chunkgraph import volume
 from chunkgraph.flow._lease import TTL_ENV
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server, latency_proxy, s3_server
+from chunkgraph.testing import S3Server, latency_proxy
 
 SHAPE = (40, 36)
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as found:
-        yield found
 
 
 def _bucket(server: S3Server) -> str:

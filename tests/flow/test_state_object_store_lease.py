@@ -15,23 +15,16 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from chunkgraph import FlowLockedError
 from chunkgraph.flow._lease import CLOCK_SLACK, TTL_ENV, Lease, read_lease
-from chunkgraph.testing import S3Server, s3_server
+from chunkgraph.testing import S3Server
 from chunkgraph.volume._object_store import object_store
 
 TTL = 2.0
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as found:
-        yield found
 
 
 @pytest.fixture

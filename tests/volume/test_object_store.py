@@ -7,7 +7,6 @@ import itertools
 import multiprocessing
 import pickle
 import time
-from collections.abc import Iterator
 
 import cloudpickle
 import numpy as np
@@ -16,24 +15,10 @@ import pytest
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server, latency_proxy, s3_server
+from chunkgraph.testing import S3Server, latency_proxy
 from chunkgraph.volume._remote import CREDENTIAL_ENV, check_credentials_shipped
 
 _buckets = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as running:
-        yield running
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> str:
-    """A fresh bucket per test, so tests never see each other's objects."""
-    name = f"vols-{next(_buckets)}"
-    server.create_bucket(name)
-    return name
 
 
 def test_a_volume_on_s3_is_written_read_reopened_and_removed(server: S3Server, bucket: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,23 +13,9 @@ import pytest
 from chunkgraph import volume
 from chunkgraph._errors import AlignmentError, ConfigError
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server, s3_server
 
 _buckets = itertools.count()
 STRIPE = 4  # columns per writer; chunks are 32 wide, so 8 writers share each chunk
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as running:
-        yield running
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> str:
-    name = f"writes-{next(_buckets)}"
-    server.create_bucket(name)
-    return name
 
 
 def _stripe(vol: volume.Volume, i: int) -> None:
