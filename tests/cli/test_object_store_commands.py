@@ -132,3 +132,30 @@ def test_a_spec_s_storage_options_reach_a_store_the_environment_does_not_name(
     out = volume.open(f"s3://{bucket}/out.zarr", storage_options={"endpoint": server.endpoint})
     raw = volume.open(str(work / "raw.zarr"))
     np.testing.assert_array_equal(out.read(out.bounds), raw.read(raw.bounds))
+
+
+def test_a_run_that_fails_before_writing_takes_back_the_bucket_output_it_created(
+    work: Path, bucket: str, server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = Path(_spec(work, bucket))
+    # the probe (the first chunk) fails: nothing is written
+    spec.write_text(spec.read_text().replace("start: [16, 16, 16]", "start: [0, 0, 0]"))
+    assert cli.main(["run", "--quiet", str(spec)]) != 0
+    assert "this run had created was removed" in capsys.readouterr().err
+    assert not [k for k in server.keys(bucket) if k.startswith("out.zarr/")]
+    # an output that existed before the run stays, whatever happens
+    volume.create(f"s3://{bucket}/out.zarr", (32, 32, 32), (16, 16, 16), "float32")
+    assert cli.main(["run", "--quiet", str(spec)]) != 0
+    assert server.keys(bucket, "out.zarr/") == ["out.zarr/zarr.json"]
+
+
+def test_a_bucket_s_root_as_the_output_is_refused_naming_what_would_do(
+    work: Path, bucket: str, server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = Path(_spec(work, bucket))
+    spec.write_text(spec.read_text().replace(f"s3://{bucket}/out.zarr", f"s3://{bucket}"))
+    assert cli.main(["run", "--quiet", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert f"'s3://{bucket}' is a bucket's root" in err and "Traceback" not in err
+    assert cli.main(["status", f"s3://{bucket}"]) == 2
+    assert "bucket's root" in capsys.readouterr().err

@@ -266,6 +266,23 @@ def test_existing_output_of_another_dtype_is_refused_unless_overwritten(
     np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr") * 2)
 
 
+def test_an_existing_output_of_another_shape_is_refused_unless_used_as_it_is(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spec gives no shape: it would create the output with the input's (32^3). An
+    existing 16x32x32 output is not that one; running into it would compute half."""
+    volume.create(work / "out.zarr", (16, 32, 32), (16, 16, 16), "float32")
+    spec = write(work, spec_with(function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    assert code == 2
+    assert "output.shape: the existing output has shape [16, 32, 32], not the input's" in err
+    use = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16], exists: use}"
+    spec = write(work, spec_with(output=use, function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr")[:16] * 2)
+
+
 @pytest.mark.parametrize("exists", ["", ", exists: use", ", exists: overwrite"])
 def test_an_output_path_that_is_a_file_or_another_directory_is_refused(
     work: Path, capsys: pytest.CaptureFixture[str], exists: str

@@ -285,3 +285,25 @@ def test_an_interrupted_in_place_flow_in_a_bucket_is_never_started_over(
     volume.apply(fn, src, dst, resume=True, **kw)
     assert np.array_equal(dst.read(dst.bounds), before * 2)
     assert server.keys(bucket, "a.zarr/.") == []
+
+
+def test_a_resume_into_a_bucket_dst_deleted_and_created_again_starts_over(
+    bucket: str,
+) -> None:
+    """The new volume at the same URL has no work in it, though the flow id is the same:
+    the records of the old one must not make the resume skip anything."""
+    data = np.random.default_rng(9).standard_normal(SHAPE).astype("float32")
+    src = volume.create(f"s3://{bucket}/src.zarr", SHAPE, (8, 12), "float32")
+    src.write(src.bounds, data)
+    url = f"s3://{bucket}/dst.zarr"
+    options = dict(chunk_sizes=[(8, 12)], executor="threads", workers=2)
+    first = volume.create(url, SHAPE, (8, 12), "float32")
+    volume.apply(affine, src, first, **options)
+    volume.remove(url)
+    again = volume.create(url, SHAPE, (8, 12), "float32")
+    assert again.stamp() is not None and again.stamp() != first.stamp()
+    with pytest.warns(UserWarning, match="created anew"):
+        report = volume.apply(affine, src, again, resume=True, **options)
+    assert not report.finished_before and report.top_tasks_skipped == 0
+    out = volume.open(url).read(Box.from_shape(SHAPE))
+    np.testing.assert_array_equal(out, affine(data).astype("float32"))

@@ -191,3 +191,19 @@ def test_the_proxy_delays_and_counts_every_request(server: S3Server, bucket: str
         volume.open(f"s3://{bucket}/slow.zarr")
         took = time.perf_counter() - started
     assert took >= 0.05 and proxy.by_method == {"GET": 1} and proxy.failed == 0
+
+
+def test_a_missing_bucket_is_named_on_create_and_on_open(server: S3Server) -> None:
+    for make in (
+        lambda: volume.create("s3://no-such-bucket-here/a.zarr", (4,), (2,), "uint8"),
+        lambda: volume.open("s3://no-such-bucket-here/a.zarr"),
+    ):
+        with pytest.raises(ConfigError, match="bucket 'no-such-bucket-here' at http") as caught:
+            make()
+        assert caught.value.field == "path"
+
+
+def test_a_misspelled_secret_option_is_not_shown_in_the_error_about_it(server: S3Server) -> None:
+    with pytest.raises(ConfigError) as caught:
+        volume.open("s3://any-bucket/a.zarr", storage_options={"secret_acess_key": "HUNTER2XYZ"})
+    assert "secret_acess_key" in str(caught.value) and "HUNTER2XYZ" not in str(caught.value)

@@ -287,7 +287,7 @@ def _create_output(
         if plan.overwrite or not os.path.exists(os.path.join(plan.path, "zarr.json")):
             raise
     else:
-        return made, NewOutput.noted(plan.path, existed, replaced)
+        return made, NewOutput.noted(made, existed, replaced)
     try:
         return volume.create(plan.path, **plan.create_args, exist_ok=True), None
     except ConfigError as err:

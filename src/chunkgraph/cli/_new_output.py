@@ -4,17 +4,18 @@
 write leaves no new ``out.zarr`` behind: a later run (or a person) would take the
 empty array for a result. So the run notes what it created::
 
-    create_output ──> NewOutput(path, existed, stamp)      stamp: zarr.json's inode
-                                                            and modification time
+    create_output ──> NewOutput(path, existed, stamp)      stamp: Volume.stamp (zarr.json's
+                                                            inode and mtime on a disk; the
+                                                            creation token in a bucket)
     apply fails before its first write ──> NewOutput.take_back()
 
 ``take_back`` removes only what this run made, and only while it is as made:
 
 * an output found made by another run (two runs at once over one new output) is
   not this run's: ``create_output`` says so and nothing is taken back;
-* ``zarr.json`` must be this run's own (same stamp) and alone in the directory: a
-  chunk, an edge lock or anything else there means something has been written,
-  and the output stays;
+* ``zarr.json`` must be this run's own (same stamp) and alone in the directory (or
+  under the URL's prefix): a chunk, an edge lock or anything else there means
+  something has been written, and the output stays;
 * a directory that existed before (an empty one given as the output) stays; only
   ``zarr.json`` goes.
 
@@ -39,6 +40,12 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
+
+if TYPE_CHECKING:
+    from chunkgraph.volume import Volume
 
 METADATA = "zarr.json"
 
@@ -59,26 +66,24 @@ def set_aside(path: str | os.PathLike[str]) -> Path | None:
 
 @dataclass(frozen=True)
 class NewOutput:
-    """An output this run created at ``path``; ``existed``: its directory was there
-    before (empty); ``stamp``: ``(inode, mtime_ns)`` of the ``zarr.json`` it wrote;
+    """An output this run created at ``path`` (a directory or a URL); ``existed``: its
+    directory was there before (empty); ``stamp``: the created volume's ``Volume.stamp``;
     ``replaced``: where the volume it replaces was set aside (``set_aside``)."""
 
-    path: Path
+    path: str
     existed: bool
-    stamp: tuple[int, int]
+    stamp: str
     replaced: Path | None = None
+    storage_options: StoreOptions | None = None
 
     @classmethod
-    def noted(
-        cls, path: str | os.PathLike[str], existed: bool, replaced: Path | None = None
-    ) -> NewOutput | None:
-        """What was just created at ``path`` (None: no Zarr metadata file there to note,
-        a backend that keeps none on this disk)."""
-        try:
-            meta = os.stat(Path(path) / METADATA)
-        except OSError:
+    def noted(cls, made: Volume, existed: bool, replaced: Path | None = None) -> NewOutput | None:
+        """What was just created (None: nothing tells it from another volume later made at
+        the same place: no stamp)."""
+        stamp = made.stamp()
+        if stamp is None:
             return None
-        return cls(Path(path), existed, (meta.st_ino, meta.st_mtime_ns), replaced)
+        return cls(made.path, existed, stamp, replaced, made.storage_options)
 
     def settle(self) -> None:
         """The new output stays: delete the volume it replaced (if it was not put back)."""
@@ -87,18 +92,40 @@ class NewOutput:
 
     def take_back(self) -> bool:
         """Remove the output if it is still only what this run created; True if removed."""
-        meta = self.path / METADATA
+        if is_object_url(self.path):
+            return self._take_back_from_bucket()
+        where = Path(self.path)
         try:
-            now = os.stat(meta)
-            entries = os.listdir(self.path)
+            entries = os.listdir(where)
         except OSError:
             return False
-        if (now.st_ino, now.st_mtime_ns) != self.stamp or entries != [METADATA]:
+        if entries != [METADATA] or self._stamp_now() != self.stamp:
             return False
-        meta.unlink()
+        (where / METADATA).unlink()
         if not self.existed or self.replaced is not None:
             with contextlib.suppress(OSError):
-                self.path.rmdir()
+                where.rmdir()
         if self.replaced is not None:
-            os.rename(self.replaced, self.path)  # the user's volume, as it was
+            os.rename(self.replaced, where)  # the user's volume, as it was
+        return True
+
+    def _stamp_now(self) -> str | None:
+        from chunkgraph import volume
+
+        try:
+            return volume.open(self.path, storage_options=self.storage_options).stamp()
+        except Exception:  # gone, or no longer a volume: not ours to remove
+            return None
+
+    def _take_back_from_bucket(self) -> bool:
+        import obstore
+
+        store = object_store(self.path, self.storage_options)
+        try:
+            keys = [m["path"] for m in obstore.list(store).collect()]
+        except Exception:  # the store does not answer: leave it, as on a disk
+            return False
+        if keys != [METADATA] or self._stamp_now() != self.stamp:
+            return False
+        obstore.delete(store, METADATA)
         return True

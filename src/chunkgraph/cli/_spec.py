@@ -632,9 +632,13 @@ def _plan_output(
         return plan
     if existing is not None:
         if out.exists == "error":
-            problem("output.exists", f"{path!r} already exists; set exists: use or overwrite")
+            problem(
+                "output.exists",
+                f"{path!r} already exists; set exists: use"
+                + ("" if "://" in path else " or overwrite"),
+            )
         elif out.exists != "overwrite":
-            _check_matches(existing, out, problem)
+            _check_matches(existing, out, first, path, problem)
             plan.existing = existing
             return plan
         elif any(os.path.realpath(v.path) == os.path.realpath(path) for v in inputs.values()):
@@ -749,7 +753,16 @@ def _cover_the_input(args: dict[str, Any], first: Any, out: OutputSpec) -> None:
     args["shape"] = tuple(shape)
 
 
-def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
+def _check_matches(existing: Any, out: OutputSpec, first: Any, path: str, problem: Problem) -> None:
+    """Problems where the existing output is not the one the spec describes. Without
+    ``exists:`` that includes the shape the spec would create it with (the first input's,
+    when neither shape nor resolution is given); ``exists: use`` takes it as it is."""
+    # A bucket has no rename to set the old volume aside: overwrite is for a disk there.
+    instead = (
+        f"remove it first (chunkgraph's volume.remove({path!r}))"
+        if "://" in path
+        else "set exists: overwrite to replace it"
+    )
     asked = {
         "shape": out.shape,
         "offset": out.offset,
@@ -760,10 +773,18 @@ def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
         if want is not None and tuple(want) != tuple(getattr(existing, name)):
             problem(
                 f"output.{name}",
-                f"the existing output has {name} "
-                f"{list(getattr(existing, name))}, not {want}; set exists: overwrite to "
-                "replace it",
+                f"the existing output has {name} {list(getattr(existing, name))}, not {want}; "
+                f"{instead}",
             )
+    default_shape = out.shape is None and out.resolution is None and first is not None
+    if out.exists is None and default_shape and tuple(existing.shape) != tuple(first.shape):
+        problem(
+            "output.shape",
+            f"the existing output has shape {list(existing.shape)}, not the input's "
+            f"{list(first.shape)} that this spec would create it with; give output.shape "
+            f"(and a bbox) to write into part of it, set exists: use to take it as it is, "
+            f"or {instead}",
+        )
     try:
         dtype = None if out.dtype is None else np.dtype(out.dtype)
     except TypeError as err:
@@ -772,6 +793,5 @@ def _check_matches(existing: Any, out: OutputSpec, problem: Problem) -> None:
     if dtype is not None and dtype != existing.dtype:
         problem(
             "output.dtype",
-            f"the existing output has dtype {existing.dtype}, not "
-            f"{out.dtype}; set exists: overwrite to replace it",
+            f"the existing output has dtype {existing.dtype}, not {out.dtype}; {instead}",
         )

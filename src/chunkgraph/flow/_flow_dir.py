@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
 from chunkgraph._util import named_os_error, write_problem
 from chunkgraph.flow._state_store import StateStore, state_store
-from chunkgraph.volume._object_store import StoreOptions, is_object_url
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.flow._markers import CompletionRecord, MarkerStore
@@ -118,6 +118,14 @@ def default_state_root(dst_path: str | os.PathLike[str]) -> Path | str:
     """
     text = os.fspath(dst_path)
     if is_object_url(text):
+        scheme, bucket, prefix = split_url(text)
+        if not prefix:
+            raise ConfigError(
+                f"{text!r} is a bucket's root, and a flow keeps its state beside its dst "
+                f"by default: put the volume under a prefix ({scheme}://{bucket}/NAME.zarr), "
+                "or give intermediates= a URL elsewhere",
+                field="intermediates",
+            )
         parent, _, name = text.rstrip("/").rpartition("/")
         return f"{parent}/{ROOT_PREFIX}{name}{ROOT_SUFFIX}"
     return default_root(text)

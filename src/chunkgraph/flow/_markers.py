@@ -124,21 +124,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def dst_stamp(dst: Volume) -> str | None:
-    """Which storage ``dst`` is: the inode and modification time of its array metadata.
-
-    A destination deleted and created again at the same path (same shape, so the
-    same flow id) gets a new stamp, so a resumed run does not trust markers and
-    records of work whose output is gone. None where there is no local file to
-    stat (memory volumes, URLs): resume then trusts the markers as before.
-    """
-    where = dst.location.local_dir
-    if where is None:
-        return None
-    try:
-        meta = os.stat(where / "zarr.json")
-    except OSError:
-        return None
-    return f"{meta.st_ino}:{meta.st_mtime_ns}"
+    """Which storage ``dst`` is (``Volume.stamp``): a destination deleted and created again
+    at the same path or URL (same shape, so the same flow id) gets a new stamp, so a
+    resumed run does not trust markers and records of work whose output is gone. None
+    where it is not known (memory volumes): resume then trusts the markers as before."""
+    return dst.stamp()
 
 
 class CompletionRecord:

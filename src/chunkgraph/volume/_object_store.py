@@ -52,6 +52,21 @@ SECRET_KEYS = frozenset(
     }
 )
 
+# Words that make any other key secret too: a misspelled secret (``secret_acess_key``)
+# must not be printed in the error saying that obstore does not know it.
+_SECRET_WORDS = ("secret", "token", "password", "credential", "private")
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether the value of option ``name`` is kept out of sight.
+
+    >>> [is_secret_key(k) for k in ("region", "aws_secret_access_key", "secret_acess_key")]
+    [False, True, True]
+    """
+    name = name.lower()
+    return name in SECRET_KEYS or any(word in name for word in _SECRET_WORDS)
+
+
 # Client settings (as opposed to store config) obstore takes apart.
 _CLIENT_KEYS = frozenset({"allow_http", "timeout", "connect_timeout", "pool_max_idle_per_host"})
 
@@ -101,7 +116,7 @@ class StoreOptions:
         secret: list[tuple[str, Any]] = []
         for key, value in sorted(options.items()):
             name = str(key).lower()
-            (secret if name in SECRET_KEYS else public).append((name, value))
+            (secret if is_secret_key(name) else public).append((name, value))
         return cls(tuple(public), tuple((k, str(v)) for k, v in secret))
 
     def public(self) -> dict[str, Any]:
@@ -190,3 +205,27 @@ def reaching(url: str, options: StoreOptions) -> Iterator[None]:
             f"by {env} or storage_options={{'endpoint': ...}}",
             field="path",
         ) from None
+
+
+def no_bucket_error(url: str, options: StoreOptions) -> ConfigError | None:
+    """A ConfigError naming the bucket when ``url``'s bucket does not exist (None when it
+    does, or the store cannot say): asked only once an object was found missing, to tell
+    "no such volume" from "no such bucket"."""
+    import obstore
+    from obstore.exceptions import BaseError, NotFoundError
+
+    scheme, bucket, _ = split_url(url)
+    try:
+        next(iter(obstore.list(object_store(f"{scheme}://{bucket}", options), chunk_size=1)), None)
+    except BaseError as err:
+        # A listing answers 404 (S3: NoSuchBucket) only for the bucket itself.
+        if not isinstance(err, NotFoundError) and "404" not in str(err):
+            return None
+        endpoint = options.public().get("endpoint") or _endpoint_from_env(scheme)
+        where = f" at {endpoint}" if endpoint else ""
+        return ConfigError(
+            f"bucket {bucket!r}{where} does not exist (from {url!r}); create it first, or "
+            "check the bucket's name and the endpoint",
+            field="path",
+        )
+    return None

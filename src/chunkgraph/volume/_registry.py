@@ -36,7 +36,12 @@ from chunkgraph._util import as_int_tuple
 from chunkgraph.volume import _remote
 from chunkgraph.volume._location import Location
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
-from chunkgraph.volume._object_store import StoreOptions, is_object_url, reaching
+from chunkgraph.volume._object_store import (
+    StoreOptions,
+    is_object_url,
+    no_bucket_error,
+    reaching,
+)
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
 from chunkgraph.volume._volume import Volume
@@ -149,9 +154,11 @@ def create(
             storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
         else:
             storage = create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts)
-    except Exception:  # each backend says "exists" its own way: asked again below
+    except Exception as err:  # each backend says "exists" its own way: asked again below
         if exist_ok and backend != "memory" and _exists(name, opts):  # created meanwhile
             return _open_same(name, meta, cache_bytes, backend, opts)
+        if isinstance(err, OSError) and is_object_url(name):
+            raise no_bucket_error(name, opts) or err from None
         raise
     return Volume(storage, "r+", cache_bytes)
 
@@ -296,7 +303,7 @@ def open_volume(
             with reaching(name, opts):
                 return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
         except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
-            raise missing from err
+            raise no_bucket_error(name, opts) or missing from err
     if not _is_on_disk(name):
         raise missing
     chosen = backend or _creator_backend(name)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 from operator import le, sub
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -135,6 +136,23 @@ class Volume:
         """The options the object store behind a URL was reached with (empty elsewhere)."""
         options = getattr(self._storage, "options", None)
         return options if isinstance(options, StoreOptions) else StoreOptions()
+
+    def stamp(self) -> str | None:
+        """Which stored array this is, beyond its place: different once the volume was
+        deleted and created again at the same path or URL (a flow's records of work done
+        hold it, so a resume never trusts work whose output is gone). On a disk the inode
+        and modification time of ``zarr.json``; in a bucket the token chunkgraph wrote when
+        it created the array. None where neither is known (memory; a bucket array made by
+        another tool)."""
+        where = self.location.local_dir
+        if where is None:
+            stamp = getattr(self._storage, "stamp", None)
+            return stamp() if callable(stamp) else None
+        try:
+            meta = os.stat(where / "zarr.json")
+        except OSError:
+            return None
+        return f"{meta.st_ino}:{meta.st_mtime_ns}"
 
     @property
     def location(self) -> Location:

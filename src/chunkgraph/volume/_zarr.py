@@ -36,6 +36,7 @@ import atexit
 import contextlib
 import random
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,12 @@ class ZarrStorage:
         self.requests: RequestCounter | None = (
             store.counter if isinstance(store, CountedStore) else None
         )
+
+    def stamp(self) -> str | None:
+        """The token written when chunkgraph created this array in a bucket (None for one
+        on a disk, which ``Volume.stamp`` tells by its inode, or made by another tool)."""
+        token = self._array.attrs.get(CREATED_KEY)
+        return f"created:{token}" if isinstance(token, str) else None
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
         try:
@@ -195,12 +202,25 @@ def create_zarr(
             fill_value=meta.fill_value,
             compressors=_compressors(compressor, checksum),
             zarr_format=3,
-            attributes=meta.attrs(),
+            attributes=_created_attrs(path, meta),
             overwrite=overwrite,
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
     return ZarrStorage(path, array, meta, opts)
+
+
+# A token written once, when chunkgraph creates an array in a bucket: an object has no
+# inode, and zarr.json written again with the same content has the same ETag, so this is
+# what tells a volume deleted and created again at the same URL from the one before.
+CREATED_KEY = "chunkgraph_created"
+
+
+def _created_attrs(path: str, meta: VolumeMeta) -> dict[str, Any]:
+    attrs = meta.attrs()
+    if is_object_url(path):
+        attrs[CREATED_KEY] = uuid.uuid4().hex
+    return attrs
 
 
 def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> ZarrStorage:
