@@ -70,6 +70,10 @@ SETTLE_TIMEOUT_S = 5.0
 class ZarrStorage:
     """A zarr-python ``Array`` seen through the ``Storage`` protocol."""
 
+    # For a level of a multiscale image: (the image's root, the level's key), what
+    # ``open`` takes to reach the level again in another process.
+    reopen: tuple[str, int | str | None] | None = None
+
     def __init__(
         self, path: str, array: Any, meta: VolumeMeta, options: StoreOptions | None = None
     ) -> None:
@@ -184,8 +188,18 @@ def create_zarr(
     checksum: bool,
     overwrite: bool,
     options: StoreOptions | None = None,
+    zarr_format: int = 3,
+    dimension_names: tuple[str, ...] | None = None,
 ) -> ZarrStorage:
+    """A new array; Zarr v2 ones (``zarr_format=2``) have ``/`` between chunk indices, as
+    OME-Zarr 0.4 asks, and no checksum (v2 has room for one compressor, the last codec)."""
     opts = options or StoreOptions()
+    extra: dict[str, Any] = {}
+    if zarr_format == 2:
+        extra["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
+        checksum = False
+    elif dimension_names is not None:
+        extra["dimension_names"] = dimension_names
     try:
         array = zarr.create_array(
             store=zarr_store(path, opts),
@@ -194,21 +208,25 @@ def create_zarr(
             dtype=meta.dtype,
             fill_value=meta.fill_value,
             compressors=_compressors(compressor, checksum),
-            zarr_format=3,
+            zarr_format=zarr_format,  # type: ignore[arg-type]
             attributes=meta.attrs(),
             overwrite=overwrite,
+            **extra,
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
     return ZarrStorage(path, array, meta, opts)
 
 
-def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> ZarrStorage:
+def open_zarr(
+    path: str, mode: str, options: StoreOptions | None = None, zarr_format: int = 3
+) -> ZarrStorage:
     opts = options or StoreOptions()
     store = zarr_store(path, opts, read_only=mode == "r")
-    array = zarr.open_array(store=store, mode=mode, zarr_format=3)
+    array = zarr.open_array(store=store, mode=mode, zarr_format=zarr_format)  # type: ignore[arg-type]
+    backend = BACKEND if zarr_format == 3 else "zarr2"
     meta = meta_from_stored(
-        array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
+        array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), backend
     )
     return ZarrStorage(path, array, meta, opts)
 
