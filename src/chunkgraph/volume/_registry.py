@@ -135,8 +135,11 @@ def create(
     fmt, place = split_format(os.fspath(path))
     if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS:
         format_backend = FORMATS[fmt]
+        # Only Zarr v2 writes partial chunks safely (zarr-python, conditional on object
+        # stores); TensorStore's formats are written by whole chunks (``_ts_view``).
+        aligned = aligned_writes if format_backend == "zarr2" else True
         meta = _build_meta(
-            shape, chunks, dtype, fill_value, spatial_ndim, offset, True, format_backend,
+            shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned, format_backend,
             resolution,
         )  # fmt: skip
         options = {"encoding": encoding, "write_chunks": write_chunks}

@@ -16,6 +16,7 @@ says why in the error for an unaligned write.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,14 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
             "local paths here; copy the volume, or use Zarr (zarr://) on gs://",
             field="path",
         )
+    if options.secret_names():
+        raise ConfigError(
+            f"{place!r}: TensorStore (which serves precomputed and N5) takes credentials from "
+            f"the environment or ~/.aws files, not storage_options "
+            f"({', '.join(options.secret_names())}); set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY instead",
+            field="storage_options",
+        )
     settings = options.public()
     spec: dict[str, Any] = {
         "driver": "s3",
@@ -64,11 +73,13 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
     endpoint = settings.get("endpoint") or _endpoint_from_env("s3")
     if endpoint:
         spec["endpoint"] = str(endpoint)
-    import os
-
     region = settings.get("region") or os.environ.get("AWS_REGION")
     if region:
         spec["aws_region"] = str(region)
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        # Straight to the variables: the default chain first looks for ~/.aws files and
+        # logs an error line for each one missing.
+        spec["aws_credentials"] = {"type": "environment"}
     return spec
 
 
