@@ -88,3 +88,39 @@ def test_n5_and_zarr2_datasets_keep_their_placement(tmp_path: Path) -> None:
         again = pickle.loads(pickle.dumps(volume.open(url)))
         assert (again.offset, again.resolution) == ((1, 2), (2, 3))
         assert again.read(again.bounds).sum() == 600
+
+
+def test_zarr_prefix_reads_the_version_from_the_metadata(tmp_path: Path) -> None:
+    volume.create(f"zarr2://{tmp_path}/v2.zarr", (8, 8), (4, 4), "uint8", offset=(3, 3))
+    volume.create(tmp_path / "v3.zarr", (8, 8), (4, 4), "uint8")
+    assert volume.open(f"zarr://{tmp_path}/v2.zarr").backend == "zarr2"
+    assert volume.open(f"zarr://file://{tmp_path}/v3.zarr").backend == "zarr"
+    with pytest.raises(ConfigError, match="open it without scale") as err:
+        volume.open(f"{tmp_path}/v2.zarr", scale=1)
+    assert err.value.field == "scale"
+
+
+def test_a_level_translated_by_part_of_a_voxel_is_refused_naming_it(tmp_path: Path) -> None:
+    root = tmp_path / "half.zarr"
+    volume.create_multiscale(root, [((16, 16), (8, 8), (2, 2))], "uint8")
+    meta = json.loads((root / "zarr.json").read_text())
+    meta["attributes"]["ome"]["multiscales"][0]["datasets"][0]["coordinateTransformations"].append(
+        {"type": "translation", "translation": [1.0, 0.0]}
+    )
+    (root / "zarr.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"level 0 \('0'\).*0.5 voxels"):
+        volume.open(root)
+
+
+def test_remove_takes_a_whole_image_of_any_format(tmp_path: Path) -> None:
+    volume.create(f"precomputed://{tmp_path}/pc", (8, 8, 8), (8, 8, 8), "uint8")
+    volume.create_multiscale(tmp_path / "ome.zarr", [((8, 8), (8, 8), (1, 1))], "uint8")
+    volume.create(f"n5://{tmp_path}/a.n5", (8, 8), (8, 8), "uint8")
+    for url in (
+        f"precomputed://{tmp_path}/pc",
+        str(tmp_path / "ome.zarr"),
+        f"n5://{tmp_path}/a.n5",
+    ):
+        volume.remove(url)
+        with pytest.raises(FileNotFoundError):
+            volume.open(url)

@@ -438,22 +438,35 @@ def _creator_backend(path: str) -> str:
     return "zarr"
 
 
+# The file that says a volume of some format is at a place (what ``remove`` asks for).
+METADATA_FILES = ("zarr.json", ".zarray", ".zgroup", "info", "attributes.json")
+
+
+def _holds_volume(name: str, opts: StoreOptions) -> bool:
+    if is_object_url(name):
+        return _remote.exists(name, opts, METADATA_FILES)
+    return any(os.path.isfile(os.path.join(name, f)) for f in METADATA_FILES)
+
+
 def remove(
     path: str | os.PathLike[str], *, missing_ok: bool = False, storage_options: Any = None
 ) -> None:
-    """Delete a volume: a memory registry entry, a local Zarr v3 array directory, or every
-    object under a URL that holds a Zarr array."""
+    """Delete a volume: a memory registry entry, a local directory, or every object under a
+    URL, that holds a volume of any format (a Zarr array, an OME-Zarr image with all its
+    levels, a precomputed volume with all its scales, an N5 dataset)."""
     text = os.fspath(path)
     if remove_memory(text):
         return
-    name = _normalise_path(text, "zarr")
+    _, place = split_format(text)
+    name = _normalise_path(place, "zarr")
     _check_backend_reaches(name, "zarr")
     opts = StoreOptions.of(storage_options)
-    if not _exists(name, opts):
+    if not _holds_volume(name, opts):
         if missing_ok:
             return
         raise VolumeNotFoundError(
-            f"no volume at {name!r} (neither a memory volume nor a zarr.json)"
+            f"no volume at {name!r} (neither a memory volume nor the metadata of a format: "
+            f"{', '.join(METADATA_FILES)})"
         )
     if is_object_url(name):
         _remote.remove_objects(name, opts)
