@@ -124,3 +124,26 @@ def test_remove_takes_a_whole_image_of_any_format(tmp_path: Path) -> None:
         volume.remove(url)
         with pytest.raises(FileNotFoundError):
             volume.open(url)
+
+
+def test_exist_ok_reopens_a_sharded_scale_asked_for_again(tmp_path: Path) -> None:
+    url = f"precomputed://{tmp_path}/again"
+    first = volume.create(url, (128, 64, 16), (16, 16, 8), "uint8", write_chunks=(64, 64, 16))
+    second = volume.create(
+        url, (128, 64, 16), (16, 16, 8), "uint8", write_chunks=(64, 64, 16), exist_ok=True
+    )
+    assert second.path == first.path and second.chunks == (64, 64, 16)
+    with pytest.raises(ConfigError, match="already exists"):
+        volume.create(url, (128, 64, 16), (16, 16, 8), "uint8", write_chunks=(64, 64, 16))
+
+
+def test_a_jpeg_scale_keeps_a_smooth_image_within_its_loss(tmp_path: Path) -> None:
+    url = f"precomputed://{tmp_path}/photo"
+    v = volume.create(url, (64, 64, 4), (64, 64, 1), "uint8", encoding="jpeg")
+    x = np.arange(64, dtype="float64")
+    image = (100 + 50 * np.sin(x[:, None, None] / 10) * np.cos(x[None, :, None] / 12)).astype(
+        "uint8"
+    ) * np.ones((1, 1, 4), "uint8")
+    v.write(v.bounds, image)
+    back = volume.open(url).read(v.bounds).astype(int)
+    assert np.abs(back - image).max() <= 8

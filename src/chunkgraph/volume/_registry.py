@@ -23,6 +23,7 @@ unconditionally); the zarr backend writes the same layout.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -215,6 +216,10 @@ def _create_format(
             place, "r+", cache_bytes=cache_bytes, backend=backend, storage_options=opts,
             scale=scale,
         )  # fmt: skip
+        shard = format_options.get("write_chunks")
+        if shard is not None:  # a sharded scale's chunks are its shards (``_precomputed``)
+            spatial = tuple(min(w, n) for w, n in zip(shard, meta.shape[-3:], strict=False))
+            meta = dataclasses.replace(meta, chunks=meta.chunks[: meta.channel_ndim] + spatial)
         _check_same(opened, meta)
         return opened
     storage = create_format(place, backend, meta, compressor, checksum, opts, format_options)
