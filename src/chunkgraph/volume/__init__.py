@@ -1,5 +1,7 @@
 """Chunked n-d volumes: Zarr v3 (default), TensorStore and in-memory storage, on a local
-disk or in an object store (``s3://``, ``gs://``, through the zarr backend).
+disk or in an object store (``s3://``, ``gs://``, through the zarr backend); and the
+formats of the field by prefix (``precomputed://``, ``zarr2://``, ``n5://``, OME-Zarr
+images by level), with pyramids made by ``create_multiscale`` and ``add_level``.
 
     >>> import numpy as np
     >>> from chunkgraph import volume
@@ -15,7 +17,9 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
 errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
 ``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
-conditional zarr stores), ``_remote.py`` (a volume as a set of objects). The apply flow
+conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats: ``_formats.py`` (path
+prefixes), ``_format_open.py`` (which module opens a path), ``_precomputed.py``,
+``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers), ``_ome_zarr.py``, ``_pyramid.py``. The apply flow
 lives in ``chunkgraph.flow``; ``volume.apply`` and its types are re-exported
 from there on first use (the flow sits above the storage layer).
 """
