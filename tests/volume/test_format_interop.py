@@ -138,6 +138,30 @@ def test_chunkgraph_reads_compressed_segmentation_cloudvolume_writes(tmp_path: P
     np.testing.assert_array_equal(v.read(v.bounds), data)
 
 
+def test_chunkgraph_reads_a_sharded_scale_cloudvolume_writes_shard_by_shard(
+    tmp_path: Path,
+) -> None:
+    info = cloudvolume.CloudVolume.create_new_info(
+        num_channels=1, layer_type="segmentation", data_type="uint64", encoding="raw",
+        resolution=[4, 4, 40], voxel_offset=[0, 0, 0], chunk_size=[16, 16, 8],
+        volume_size=[64, 64, 16],
+    )  # fmt: skip
+    info["scales"][0]["sharding"] = {
+        "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 3, "hash": "identity",
+        "minishard_bits": 0, "shard_bits": 3, "minishard_index_encoding": "gzip",
+        "data_encoding": "gzip",
+    }  # fmt: skip
+    cv = cloudvolume.CloudVolume(f"file://{tmp_path}/cv", info=info, progress=False, compress=False)
+    cv.commit_info()
+    data = RNG.integers(0, 2**40, (64, 64, 16)).astype("uint64")
+    for x in (0, 32):  # CloudVolume writes one whole shard at a time
+        for y in (0, 32):
+            cv[x : x + 32, y : y + 32, :] = data[x : x + 32, y : y + 32]
+    v = volume.open(f"precomputed://{tmp_path}/cv")
+    assert (v.chunks, v.read_chunks) == ((32, 32, 16), (16, 16, 8))
+    np.testing.assert_array_equal(v.read(v.bounds), data)
+
+
 def test_precomputed_on_s3_both_ways(server: S3Server, tmp_path: Path) -> None:
     v = volume.create("precomputed://s3://interop/pc", (32, 32, 8), (16, 16, 8), "uint8",
                       resolution=(4, 4, 40), offset=(1, 2, 3))  # fmt: skip
@@ -240,7 +264,7 @@ def test_chunkgraph_reads_the_levels_of_a_pyramid_ome_zarr_models_writes(
     np.testing.assert_array_equal(first.read(first.bounds), levels[0])
 
 
-def test_an_ome_zarr_image_on_s3_validates(server: S3Server, tmp_path: Path) -> None:
+def test_ome_zarr_on_s3_both_ways(server: S3Server, tmp_path: Path) -> None:
     (level,) = volume.create_multiscale(
         "s3://interop/ome.zarr", [((16, 16), (8, 8), (2, 2))], "uint8"
     )
@@ -248,6 +272,25 @@ def test_an_ome_zarr_image_on_s3_validates(server: S3Server, tmp_path: Path) -> 
     local = _download(server, "ome.zarr", tmp_path / "down")
     ome_zarr_models.open_ome_zarr(zarr.open_group(local, mode="r"), version="0.5")
     assert zarr.open_array(local / "0", mode="r")[...].sum() == 3 * 256
+
+    from ome_zarr_models.v05.axes import Axis
+    from ome_zarr_models.v05.image import Image
+    from pydantic_zarr.v3 import ArraySpec
+
+    data = RNG.integers(0, 255, (12, 10)).astype("uint8")
+    image = Image.new(
+        array_specs=[ArraySpec.from_array(data, dimension_names=["y", "x"])],
+        paths=["0"],
+        axes=[Axis(name="y", type="space"), Axis(name="x", type="space")],
+        scales=[[3, 3]],
+        translations=[[30, 6]],
+    )
+    store = zarr.storage.LocalStore(tmp_path / "up.zarr")
+    image.to_zarr(store, "/")
+    zarr.open_array(store, path="0", mode="r+")[...] = data
+    back = volume.open(_upload(tmp_path / "up.zarr", "omeup.zarr"))
+    assert (back.offset, back.resolution) == ((10, 2), (3, 3))
+    np.testing.assert_array_equal(back.read(back.bounds), data)
 
 
 # -- N5 and Zarr v2, against TensorStore's drivers ----------------------------------------------
