@@ -147,3 +147,11 @@ def test_a_jpeg_scale_keeps_a_smooth_image_within_its_loss(tmp_path: Path) -> No
     v.write(v.bounds, image)
     back = volume.open(url).read(v.bounds).astype(int)
     assert np.abs(back - image).max() <= 8
+
+
+def test_tensorstore_formats_name_the_places_they_reach() -> None:
+    with pytest.raises(ConfigError, match=r"s3:// URLs and local paths") as err:
+        volume.open("n5://gs://bucket/a.n5")
+    assert err.value.field == "path"
+    with pytest.raises(ConfigError, match=r"not ftp://"):
+        volume.open("precomputed://ftp://host/img")
