@@ -155,3 +155,10 @@ def test_tensorstore_formats_name_the_places_they_reach() -> None:
     assert err.value.field == "path"
     with pytest.raises(ConfigError, match=r"not ftp://"):
         volume.open("precomputed://ftp://host/img")
+
+
+def test_a_bare_path_opens_precomputed_and_n5_by_their_metadata(tmp_path: Path) -> None:
+    volume.create(f"precomputed://{tmp_path}/pc", (8, 8, 8), (8, 8, 8), "uint8")
+    volume.create(f"n5://{tmp_path}/a.n5", (8, 8), (8, 8), "uint8")
+    assert volume.open(tmp_path / "pc", scale="1_1_1").backend == "precomputed"
+    assert volume.open(tmp_path / "a.n5").backend == "n5"

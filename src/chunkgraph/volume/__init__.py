@@ -17,9 +17,10 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
 errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
 ``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
-conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats: ``_formats.py`` (path
-prefixes), ``_format_open.py`` (which module opens a path), ``_precomputed.py``,
-``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers), ``_ome_zarr.py``, ``_pyramid.py``. The apply flow
+conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats: ``_formats.py``
+(path prefixes), ``_format_open.py`` (which module opens a path),
+``_precomputed.py``, ``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers),
+``_ome_zarr.py``, ``_pyramid.py``. The apply flow
 lives in ``chunkgraph.flow``; ``volume.apply`` and its types are re-exported
 from there on first use (the flow sits above the storage layer).
 """

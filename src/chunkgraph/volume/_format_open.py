@@ -2,13 +2,15 @@
 format's module for a path (``_formats`` parses the prefix).
 
 Without a prefix, what is at the path decides: an OME-Zarr multiscale group
-(v0.4 or v0.5) opens one of its levels, a Zarr v2 array opens as one, and a
-Zarr v3 array is left to the plain Zarr path of ``_registry`` (which also
+(v0.4 or v0.5) opens one of its levels, a Zarr v2 array opens as one, an
+``info`` file a precomputed volume, an N5 ``attributes.json`` an N5 dataset, and
+a Zarr v3 array is left to the plain Zarr path of ``_registry`` (which also
 serves volumes the TensorStore backend made).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import zarr
@@ -43,6 +45,10 @@ def open_format(
         _no_scale(place, scale, "an N5 dataset")
         return _n5.open_n5(place, mode, options)
     found = probe(place, options)
+    if found is None and backend is None:
+        sniffed = _sniff(place, options)
+        if sniffed is not None:
+            return open_format(place, mode, sniffed, scale, options)
     if found is None:
         if backend == "zarr2":
             raise VolumeNotFoundError(f"no Zarr v2 array or OME-Zarr image at {place!r}")
@@ -62,6 +68,22 @@ def open_format(
             f"{place!r} is a Zarr v3 array, not v2; open it as zarr3://, zarr:// or a bare path",
             field="path",
         )
+    return None
+
+
+def _sniff(place: str, options: StoreOptions) -> str | None:
+    """The TensorStore-served format whose metadata is at ``place`` (an ``info`` file: a
+    precomputed volume; an ``attributes.json`` with dimensions: an N5 dataset), or None."""
+    if "://" not in place:
+        if os.path.isfile(os.path.join(place, "info")):
+            return "precomputed"
+        return "n5" if os.path.isfile(os.path.join(place, "attributes.json")) else None
+    for backend, read in (("precomputed", _precomputed.read_info), ("n5", _n5.read_attributes)):
+        try:
+            read(place, options)
+        except (VolumeNotFoundError, ConfigError):
+            continue
+        return backend
     return None
 
 
