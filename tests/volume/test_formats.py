@@ -162,3 +162,14 @@ def test_a_bare_path_opens_precomputed_and_n5_by_their_metadata(tmp_path: Path) 
     volume.create(f"n5://{tmp_path}/a.n5", (8, 8), (8, 8), "uint8")
     assert volume.open(tmp_path / "pc", scale="1_1_1").backend == "precomputed"
     assert volume.open(tmp_path / "a.n5").backend == "n5"
+
+
+def test_a_sharded_zarr3_array_made_elsewhere_is_written_by_whole_shards(tmp_path: Path) -> None:
+    import zarr
+
+    zarr.create_array(tmp_path / "sh.zarr", shape=(64, 64), chunks=(8, 8), shards=(32, 32),
+                      dtype="uint8")  # fmt: skip
+    v = volume.open(tmp_path / "sh.zarr", "r+")
+    assert (v.chunks, v.read_chunks) == ((32, 32), (8, 8))
+    v.write(Box((0, 0), (32, 64)), np.ones((32, 64), "uint8"))
+    assert volume.open(tmp_path / "sh.zarr").read(v.bounds).sum() == 32 * 64

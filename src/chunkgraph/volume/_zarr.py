@@ -73,6 +73,8 @@ class ZarrStorage:
     # For a level of a multiscale image: (the image's root, the level's key), what
     # ``open`` takes to reach the level again in another process.
     reopen: tuple[str, int | str | None] | None = None
+    # Set for a sharded array: the spatial chunks inside a shard (``Volume.read_chunks``).
+    read_chunks: tuple[int, ...] | None = None
 
     def __init__(
         self, path: str, array: Any, meta: VolumeMeta, options: StoreOptions | None = None
@@ -113,7 +115,8 @@ class ZarrStorage:
 
     def _whole_chunks(self, index: Index) -> bool:
         """Whether ``index`` covers every chunk it touches whole (zarr reads none of them)."""
-        for s, c, n in zip(index, self._array.chunks, self._array.shape, strict=True):
+        grid = self._array.shards or self._array.chunks  # a shard is stored whole
+        for s, c, n in zip(index, grid, self._array.shape, strict=True):
             start, stop, _ = s.indices(n)
             if start % c or (stop % c and stop != n):
                 return False
@@ -225,10 +228,17 @@ def open_zarr(
     store = zarr_store(path, opts, read_only=mode == "r")
     array = zarr.open_array(store=store, mode=mode, zarr_format=zarr_format)  # type: ignore[arg-type]
     backend = BACKEND if zarr_format == 3 else "zarr2"
+    # A sharded array (made elsewhere) is written by whole shards: they are its chunks here,
+    # and the chunks inside them what a read decodes.
+    shards = array.shards if zarr_format == 3 else None
     meta = meta_from_stored(
-        array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), backend
-    )
-    return ZarrStorage(path, array, meta, opts)
+        array.shape, shards or array.chunks, array.dtype, array.fill_value,
+        array.attrs.asdict(), backend,
+    )  # fmt: skip
+    storage = ZarrStorage(path, array, meta, opts)
+    if shards is not None:
+        storage.read_chunks = tuple(array.chunks[meta.channel_ndim :])
+    return storage
 
 
 def settle_zarr_loop(timeout: float = SETTLE_TIMEOUT_S) -> None:
