@@ -53,3 +53,19 @@ def test_apply_writes_a_sharded_precomputed_scale_by_whole_shards(tmp_path: Path
     assert report is not None
     again = volume.open(f"precomputed://{tmp_path}/dst")
     np.testing.assert_array_equal(again.read(again.bounds), data * 2)
+
+
+def test_apply_from_precomputed_on_s3_into_a_sharded_scale_there(tmp_path: Path) -> None:
+    from chunkgraph.testing import s3_server
+
+    data = np.random.default_rng(5).integers(0, 1000, SHAPE).astype("uint16")
+    with s3_server(("flow-formats",)):
+        src = volume.create("precomputed://s3://flow-formats/src", SHAPE, (16, 16, 8), "uint16")
+        src.write(src.bounds, data)
+        dst = volume.create("precomputed://s3://flow-formats/dst", SHAPE, (16, 16, 8), "uint16",
+                            write_chunks=(32, 32, 16))  # fmt: skip
+        assert not dst.location.conditional_writes
+        volume.apply(lambda s: s + 1, src, dst, blend_pads=[(4, 4, 0)], probe=False,
+                     intermediates=tmp_path)  # fmt: skip
+        out = volume.open("precomputed://s3://flow-formats/dst")
+        np.testing.assert_array_equal(out.read(out.bounds), data + 1)
