@@ -173,3 +173,17 @@ def test_a_sharded_zarr3_array_made_elsewhere_is_written_by_whole_shards(tmp_pat
     assert (v.chunks, v.read_chunks) == ((32, 32), (8, 8))
     v.write(Box((0, 0), (32, 64)), np.ones((32, 64), "uint8"))
     assert volume.open(tmp_path / "sh.zarr").read(v.bounds).sum() == 32 * 64
+
+
+def test_reads_of_a_sharded_scale_are_cached_and_counted_by_the_chunk_inside(
+    tmp_path: Path,
+) -> None:
+    url = f"precomputed://{tmp_path}/counted"
+    v = volume.create(url, (128, 128, 16), (16, 16, 8), "uint8", write_chunks=(64, 64, 16))
+    v.write(v.bounds, np.ones((128, 128, 16), "uint8"))
+    for cache_bytes in (0, 1 << 20):
+        r = volume.open(url, cache_bytes=cache_bytes)
+        r.read(Box((16, 16, 0), (32, 32, 8)))
+        assert (r.stats.chunks_read, r.stats.bytes_read) == (1, 16 * 16 * 8)
+    v.write(Box((0, 0, 0), (64, 64, 16)), np.zeros((64, 64, 16), "uint8"))
+    assert v.stats.chunks_written == 1 + 4  # the whole volume's 4 shards, then one

@@ -88,6 +88,10 @@ class Volume:
         n_channel = meta.channel_ndim
         self._channel_shape: tuple[int, ...] = meta.shape[:n_channel]
         self._spatial_chunks: tuple[int, ...] = meta.chunks[n_channel:]
+        # What a read decodes: the chunk inside a shard in a sharded format. Reads are
+        # cached and counted by it; writes are checked and counted by the shard.
+        found = getattr(storage, "read_chunks", None)
+        self._read_chunks: tuple[int, ...] = self._spatial_chunks if found is None else found
         self._spatial_shape = meta.shape[n_channel:]
         self._bounds = Box(
             meta.offset, tuple(o + s for o, s in zip(meta.offset, self._spatial_shape, strict=True))
@@ -127,8 +131,7 @@ class Volume:
         """The spatial chunk a read decodes: ``spatial_chunks`` except in a sharded format,
         where ``spatial_chunks`` is the shard (what a write must cover whole) and this the
         chunk inside it (what the flow aligns its reads to)."""
-        found = getattr(self._storage, "read_chunks", None)
-        return self._spatial_chunks if found is None else tuple(found)
+        return self._read_chunks
 
     @property
     def level_of(self) -> tuple[str, int | str | None] | None:
@@ -356,7 +359,7 @@ class Volume:
             raise named_os_error(err, self.path, f"writing {inner} of the volume") from err
         if self._cache is not None:
             self._cache.invalidate(key for key, _ in self._chunks_of(inner))
-        n_chunks = math.prod(len(r) for r in self._grid_range(inner))
+        n_chunks = math.prod(len(r) for r in self._grid_range(inner, self._spatial_chunks))
         self._counters.add(bytes_written=data.nbytes, chunks_written=n_chunks)
 
     def _checked_array(self, box: Box, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -458,25 +461,24 @@ class Volume:
             return np.full(shape, self.fill_value, dtype=self.dtype)
         return np.empty(shape, dtype=self.dtype)
 
-    def _grid_range(self, box: Box) -> list[range]:
-        """Per spatial axis, the chunk-grid indices that ``box`` (inside bounds) touches."""
+    def _grid_range(self, box: Box, grid: tuple[int, ...]) -> list[range]:
+        """Per spatial axis, the indices on chunk grid ``grid`` that ``box`` (inside bounds)
+        touches."""
         return [
             range((a - o) // c, -((o - b) // c))
-            for a, b, o, c in zip(
-                box.start, box.stop, self._offset, self._spatial_chunks, strict=True
-            )
+            for a, b, o, c in zip(box.start, box.stop, self._offset, grid, strict=True)
         ]
 
     def _chunks_of(self, box: Box) -> list[tuple[tuple[int, ...], Box]]:
-        """``(grid index, chunk box clipped to bounds)`` for every storage chunk ``box`` touches."""
+        """``(grid index, chunk box clipped to bounds)`` for every read chunk ``box`` touches."""
         out = []
-        for key in itertools.product(*self._grid_range(box)):
+        for key in itertools.product(*self._grid_range(box, self._read_chunks)):
             start = tuple(
-                o + k * c for o, k, c in zip(self._offset, key, self._spatial_chunks, strict=True)
+                o + k * c for o, k, c in zip(self._offset, key, self._read_chunks, strict=True)
             )
             stop = tuple(
                 min(a + c, e)
-                for a, c, e in zip(start, self._spatial_chunks, self._bounds.stop, strict=True)
+                for a, c, e in zip(start, self._read_chunks, self._bounds.stop, strict=True)
             )
             out.append((key, Box.unchecked(start, stop)))
         return out
@@ -488,7 +490,7 @@ class Volume:
             inner.start,
             inner.stop,
             self._offset,
-            self._spatial_chunks,
+            self._read_chunks,
             self._bounds.stop,
             strict=True,
         ):
