@@ -19,6 +19,10 @@ for URLs: partial-chunk writes there must be conditional (``_object_zarr``),
 and TensorStore's s3 driver says of itself that it does not give the atomicity
 its read-modify-writes need (a chunk merged into all fill value is deleted,
 unconditionally); the zarr backend writes the same layout.
+
+Other formats (``_formats``: a prefix such as ``precomputed://`` before the place,
+or what is found at a bare path) are opened and created by ``_format_open``;
+TensorStore serves precomputed and N5 on s3 too, their writes held to whole chunks.
 """
 
 from __future__ import annotations
