@@ -947,3 +947,20 @@ def test_an_output_at_another_resolution_covers_the_input_s_physical_extent(
     assert out.shape == (32, 32, 8) and out.bounds.start == (4, 4, 0)
     pooled = data.reshape(32, 2, 32, 2, 8).mean(axis=(1, 3))
     np.testing.assert_allclose(out.read(out.bounds), pooled, rtol=1e-6)
+
+
+def test_an_input_in_another_format_is_named_by_its_prefix_beside_the_spec(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("tensorstore")
+    data = read(work / "raw.zarr")
+    n5 = volume.create(f"n5://{work}/raw.n5", data.shape, (16, 16, 16), "float32")
+    n5.write(n5.bounds, data)
+    spec = write(
+        work,
+        "input: n5://raw.n5\n" + OUTPUT + "function: spec_functions:scale\n"
+        "kwargs: {factor: 3.0, offset: 1.0}\nchunk_sizes: [16]\n",
+    )
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    np.testing.assert_allclose(read(work / "out.zarr"), data * 3.0 + 1.0, rtol=1e-6)

@@ -593,13 +593,29 @@ def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
             )
         try:
             opened[name] = volume.open(
-                place(base, path),
+                _input_path(base, path),
                 cache_bytes=spec.cache_bytes,
-                storage_options=_options_for(place(base, path), spec),
+                storage_options=_options_for(_input_path(base, path), spec),
             )
         except (ConfigError, FileNotFoundError) as err:
             problem(where, f"cannot open input volume: {err}")
     return opened
+
+
+def _input_path(base: Path, path: str) -> str:
+    """An input's path as written in a spec, with a relative local place taken from the
+    spec's directory: ``raw.zarr``, ``n5://raw.n5`` (the place after a format prefix);
+    URLs (``s3://…``, ``precomputed://s3://…``, ``file:///…``) and absolute paths as they are.
+
+    >>> _input_path(Path("/specs"), "n5://raw.n5"), _input_path(Path("/specs"), "s3://b/a.zarr")
+    ('n5:///specs/raw.n5', 's3://b/a.zarr')
+    """
+    head, sep, rest = path.partition("://")
+    if not sep:
+        return str(base / path)
+    if head in ("s3", "gs", "file") or "://" in rest or rest.startswith("/"):
+        return path
+    return f"{head}://{base / rest}"
 
 
 def _plan_output(

@@ -545,20 +545,27 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
     return memory_limit, "given"
 
 
-def layout_of(name: str, vol: Volume, scale: Scale | None = None) -> StorageLayout:
+def layout_of(
+    name: str, vol: Volume, scale: Scale | None = None, *, written: bool = False
+) -> StorageLayout:
     """What the planner needs to know of a volume, in dst voxels: an input at another
     resolution (``scale`` input voxels per dst voxel) has its bounds and storage chunks
     divided by the scale (chunks rounded to whole dst voxels: a model) and its bytes per
-    dst voxel multiplied by it (rounded up)."""
+    dst voxel multiplied by it (rounded up).
+
+    The chunks are those a read decodes (``read_chunks``) for an input and those a write
+    must cover whole for dst (``written``): they differ in a sharded format, whose
+    shards an input need not be read by."""
     item = int(np.dtype(vol.dtype).itemsize) * math.prod(vol.channel_shape)
     remote = vol.location.kind == "remote"
+    grid = tuple(vol.spatial_chunks if written else vol.read_chunks)
     if scale is None or all(s == 1 for s in scale):
-        return StorageLayout(name, vol.bounds, tuple(vol.spatial_chunks), item, remote)
+        return StorageLayout(name, vol.bounds, grid, item, remote)
     bounds = Box(
         tuple(math.floor(a / s) for a, s in zip(vol.bounds.start, scale, strict=True)),
         tuple(math.ceil(b / s) for b, s in zip(vol.bounds.stop, scale, strict=True)),
     )
-    chunks = tuple(max(1, round(c / s)) for c, s in zip(vol.spatial_chunks, scale, strict=True))
+    chunks = tuple(max(1, round(c / s)) for c, s in zip(grid, scale, strict=True))
     return StorageLayout(name, bounds, chunks, math.ceil(item * math.prod(scale)), remote)
 
 
@@ -628,7 +635,7 @@ def plan_automatic(
     plan = plan_sizes(
         region,
         [layout_of(n, v, scales[n]) for n, v in named.items()],
-        layout_of("dst", out),
+        layout_of("dst", out, written=True),
         crop=pads["crop_pads"],
         blend=pads["blend_pads"],
         cores=cores,
@@ -668,7 +675,7 @@ def plan_given(
     return read_plan(
         spec.bbox,
         [layout_of(n, v, spec.scale_of(n)) for n, v in named.items()],
-        layout_of("dst", dst),
+        layout_of("dst", dst, written=True),
         chunk_sizes=[lv.chunk for lv in spec.levels],
         crop_pads=[lv.crop for lv in spec.levels],
         blend_pads=[lv.blend for lv in spec.levels],

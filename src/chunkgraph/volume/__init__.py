@@ -1,5 +1,7 @@
 """Chunked n-d volumes: Zarr v3 (default), TensorStore and in-memory storage, on a local
-disk or in an object store (``s3://``, ``gs://``, through the zarr backend).
+disk or in an object store (``s3://``, ``gs://``, through the zarr backend); and the
+formats of the field by prefix (``precomputed://``, ``zarr2://``, ``n5://``, OME-Zarr
+images by level), with pyramids made by ``create_multiscale`` and ``add_level``.
 
     >>> import numpy as np
     >>> from chunkgraph import volume
@@ -15,7 +17,10 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
 errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
 ``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
-conditional zarr stores), ``_remote.py`` (a volume as a set of objects). The apply flow
+conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats: ``_formats.py``
+(path prefixes), ``_format_open.py`` (which module opens a path),
+``_precomputed.py``, ``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers),
+``_ome_zarr.py``, ``_pyramid.py``. The apply flow
 lives in ``chunkgraph.flow``; ``volume.apply`` and its types are re-exported
 from there on first use (the flow sits above the storage layer).
 """
@@ -25,6 +30,7 @@ from typing import Any
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._location import Location
+from chunkgraph.volume._pyramid import Level, add_level, create_multiscale
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
@@ -51,10 +57,13 @@ __all__ = [
     "FlowLockedError",
     "FlowOutputError",
     "IOStats",
+    "Level",
     "Location",
     "Volume",
+    "add_level",
     "apply",
     "create",
+    "create_multiscale",
     "open",
     "remove",
 ]

@@ -42,15 +42,18 @@ _SET_THESE = {
 }
 
 
-def exists(url: str, options: StoreOptions) -> bool:
-    """Whether a Zarr array's ``zarr.json`` is stored at ``url``."""
+def exists(url: str, options: StoreOptions, names: tuple[str, ...] = ("zarr.json",)) -> bool:
+    """Whether a Zarr array's ``zarr.json`` (or any of ``names``) is stored at ``url``."""
     import obstore
 
-    try:
-        obstore.head(object_store(url, options), "zarr.json")
-    except FileNotFoundError:
-        return False
-    return True
+    store = object_store(url, options)
+    for name in names:
+        try:
+            obstore.head(store, name)
+        except FileNotFoundError:
+            continue
+        return True
+    return False
 
 
 def remove_objects(url: str, options: StoreOptions) -> int:

@@ -89,6 +89,10 @@ class Volume:
         n_channel = meta.channel_ndim
         self._channel_shape: tuple[int, ...] = meta.shape[:n_channel]
         self._spatial_chunks: tuple[int, ...] = meta.chunks[n_channel:]
+        # What a read decodes: the chunk inside a shard in a sharded format. Reads are
+        # cached and counted by it; writes are checked and counted by the shard.
+        found = getattr(storage, "read_chunks", None)
+        self._read_chunks: tuple[int, ...] = self._spatial_chunks if found is None else found
         self._spatial_shape = meta.shape[n_channel:]
         self._bounds = Box(
             meta.offset, tuple(o + s for o, s in zip(meta.offset, self._spatial_shape, strict=True))
@@ -122,6 +126,23 @@ class Volume:
     def spatial_chunks(self) -> tuple[int, ...]:
         """Storage chunk shape over the spatial axes."""
         return self._spatial_chunks
+
+    @property
+    def read_chunks(self) -> tuple[int, ...]:
+        """The spatial chunk a read decodes: ``spatial_chunks`` except in a sharded format,
+        where ``spatial_chunks`` is the shard (what a write must cover whole) and this the
+        chunk inside it (what the flow aligns its reads to)."""
+        return self._read_chunks
+
+    @property
+    def level_of(self) -> tuple[str, int | str | None] | None:
+        """For a level of a multiscale volume (OME-Zarr, precomputed): the root of its image
+        and its scale key, as ``volume.open(root, scale=key)`` takes them; else None."""
+        found = getattr(self._storage, "reopen", None)
+        if found is None or self._meta.backend not in ("ome-zarr", "precomputed"):
+            return None
+        root, key = found
+        return str(root), key
 
     @property
     def path(self) -> str:
@@ -236,7 +257,10 @@ class Volume:
         options = self.storage_options
         # The secrets' names travel (to say what the receiver lacks), their values do not.
         dropped = options.secret_names()
-        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend, options, dropped))
+        # A level of a multiscale format is reached again through its image's root.
+        path, scale = getattr(self._storage, "reopen", None) or (self.path, None)
+        args = (path, self._mode, self._cache_bytes, self.backend, options, dropped, scale)
+        return (reopen, args)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -353,7 +377,7 @@ class Volume:
             raise named_os_error(err, self.path, f"writing {inner} of the volume") from err
         if self._cache is not None:
             self._cache.invalidate(key for key, _ in self._chunks_of(inner))
-        n_chunks = math.prod(len(r) for r in self._grid_range(inner))
+        n_chunks = math.prod(len(r) for r in self._grid_range(inner, self._spatial_chunks))
         self._counters.add(bytes_written=data.nbytes, chunks_written=n_chunks)
 
     def _checked_array(self, box: Box, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -391,15 +415,19 @@ class Volume:
         grown, shrunk = self.chunk_aligned(inner, "outer"), self.chunk_aligned(inner, "inner")
         nearest = f"{grown} (grown)" + ("" if shrunk.is_empty else f" or {shrunk} (shrunk)")
         shared = (
-            "with aligned_writes=False (partial-chunk writes here are conditional: any number "
-            "of writers may share a chunk)"
+            "; or create the volume with aligned_writes=False (partial-chunk writes here are "
+            "conditional: any number of writers may share a chunk)"
             if self.location.conditional_writes
-            else "with aligned_writes=False if each partial chunk has a single writer"
+            else "; or create the volume with aligned_writes=False if each partial chunk has a "
+            "single writer"
         )
+        note = getattr(self._storage, "alignment_note", None)
+        if note:  # a format whose chunks are only ever written whole
+            shared = f" ({note})"
         raise AlignmentError(
             f"write box {box} (cropped to bounds: {inner}) does not cover whole storage chunks of "
             f"volume {self.path!r}: chunk grid {self._spatial_chunks} at offset {self._offset}. "
-            f"Nearest aligned: {nearest}; or create the volume {shared}"
+            f"Nearest aligned: {nearest}{shared}"
         )
 
     def chunk_aligned(self, box: Box, direction: Literal["outer", "inner"] = "outer") -> Box:
@@ -451,25 +479,24 @@ class Volume:
             return np.full(shape, self.fill_value, dtype=self.dtype)
         return np.empty(shape, dtype=self.dtype)
 
-    def _grid_range(self, box: Box) -> list[range]:
-        """Per spatial axis, the chunk-grid indices that ``box`` (inside bounds) touches."""
+    def _grid_range(self, box: Box, grid: tuple[int, ...]) -> list[range]:
+        """Per spatial axis, the indices on chunk grid ``grid`` that ``box`` (inside bounds)
+        touches."""
         return [
             range((a - o) // c, -((o - b) // c))
-            for a, b, o, c in zip(
-                box.start, box.stop, self._offset, self._spatial_chunks, strict=True
-            )
+            for a, b, o, c in zip(box.start, box.stop, self._offset, grid, strict=True)
         ]
 
     def _chunks_of(self, box: Box) -> list[tuple[tuple[int, ...], Box]]:
-        """``(grid index, chunk box clipped to bounds)`` for every storage chunk ``box`` touches."""
+        """``(grid index, chunk box clipped to bounds)`` for every read chunk ``box`` touches."""
         out = []
-        for key in itertools.product(*self._grid_range(box)):
+        for key in itertools.product(*self._grid_range(box, self._read_chunks)):
             start = tuple(
-                o + k * c for o, k, c in zip(self._offset, key, self._spatial_chunks, strict=True)
+                o + k * c for o, k, c in zip(self._offset, key, self._read_chunks, strict=True)
             )
             stop = tuple(
                 min(a + c, e)
-                for a, c, e in zip(start, self._spatial_chunks, self._bounds.stop, strict=True)
+                for a, c, e in zip(start, self._read_chunks, self._bounds.stop, strict=True)
             )
             out.append((key, Box.unchecked(start, stop)))
         return out
@@ -481,7 +508,7 @@ class Volume:
             inner.start,
             inner.stop,
             self._offset,
-            self._spatial_chunks,
+            self._read_chunks,
             self._bounds.stop,
             strict=True,
         ):

@@ -71,6 +71,12 @@ SETTLE_TIMEOUT_S = 5.0
 class ZarrStorage:
     """A zarr-python ``Array`` seen through the ``Storage`` protocol."""
 
+    # For a level of a multiscale image: (the image's root, the level's key), what
+    # ``open`` takes to reach the level again in another process.
+    reopen: tuple[str, int | str | None] | None = None
+    # Set for a sharded array: the spatial chunks inside a shard (``Volume.read_chunks``).
+    read_chunks: tuple[int, ...] | None = None
+
     def __init__(
         self, path: str, array: Any, meta: VolumeMeta, options: StoreOptions | None = None
     ) -> None:
@@ -116,7 +122,8 @@ class ZarrStorage:
 
     def _whole_chunks(self, index: Index) -> bool:
         """Whether ``index`` covers every chunk it touches whole (zarr reads none of them)."""
-        for s, c, n in zip(index, self._array.chunks, self._array.shape, strict=True):
+        grid = self._array.shards or self._array.chunks  # a shard is stored whole
+        for s, c, n in zip(index, grid, self._array.shape, strict=True):
             start, stop, _ = s.indices(n)
             if start % c or (stop % c and stop != n):
                 return False
@@ -191,8 +198,18 @@ def create_zarr(
     checksum: bool,
     overwrite: bool,
     options: StoreOptions | None = None,
+    zarr_format: int = 3,
+    dimension_names: tuple[str, ...] | None = None,
 ) -> ZarrStorage:
+    """A new array; Zarr v2 ones (``zarr_format=2``) have ``/`` between chunk indices, as
+    OME-Zarr 0.4 asks, and no checksum (v2 has room for one compressor, the last codec)."""
     opts = options or StoreOptions()
+    extra: dict[str, Any] = {}
+    if zarr_format == 2:
+        extra["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
+        checksum = False
+    elif dimension_names is not None:
+        extra["dimension_names"] = dimension_names
     try:
         array = zarr.create_array(
             store=zarr_store(path, opts),
@@ -201,9 +218,10 @@ def create_zarr(
             dtype=meta.dtype,
             fill_value=meta.fill_value,
             compressors=_compressors(compressor, checksum),
-            zarr_format=3,
+            zarr_format=zarr_format,  # type: ignore[arg-type]
             attributes=_created_attrs(path, meta),
             overwrite=overwrite,
+            **extra,
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
@@ -223,14 +241,24 @@ def _created_attrs(path: str, meta: VolumeMeta) -> dict[str, Any]:
     return attrs
 
 
-def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> ZarrStorage:
+def open_zarr(
+    path: str, mode: str, options: StoreOptions | None = None, zarr_format: int = 3
+) -> ZarrStorage:
     opts = options or StoreOptions()
     store = zarr_store(path, opts, read_only=mode == "r")
-    array = zarr.open_array(store=store, mode=mode, zarr_format=3)
+    array = zarr.open_array(store=store, mode=mode, zarr_format=zarr_format)  # type: ignore[arg-type]
+    backend = BACKEND if zarr_format == 3 else "zarr2"
+    # A sharded array (made elsewhere) is written by whole shards: they are its chunks here,
+    # and the chunks inside them what a read decodes.
+    shards = array.shards if zarr_format == 3 else None
     meta = meta_from_stored(
-        array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
-    )
-    return ZarrStorage(path, array, meta, opts)
+        array.shape, shards or array.chunks, array.dtype, array.fill_value,
+        array.attrs.asdict(), backend,
+    )  # fmt: skip
+    storage = ZarrStorage(path, array, meta, opts)
+    if shards is not None:
+        storage.read_chunks = tuple(array.chunks[meta.channel_ndim :])
+    return storage
 
 
 def settle_zarr_loop(timeout: float = SETTLE_TIMEOUT_S) -> None:
