@@ -99,6 +99,7 @@ def create(
     spatial_ndim: int | None = None,
     resolution: Any = None,
     storage_options: Any = None,
+    shards: Any = None,
 ) -> Volume:
     """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
 
@@ -109,7 +110,10 @@ def create(
     the memory backend). ``resolution`` is the physical size of a voxel per spatial
     axis (e.g. ``(4, 4, 40)`` nm; default 1s), kept in the attributes on disk.
     ``storage_options`` reach a URL's object store (``_object_store``); secret ones
-    are never shown, written or pickled.
+    are never shown, written or pickled. ``shards`` (zarr backend; all axes, each a
+    multiple of ``chunks``) makes a sharded Zarr v3 array: ``chunks`` are then the inner
+    chunks, and the volume's ``chunks`` its shards, the unit its writes align to (a
+    shard is one object, rewritten whole by any write into it).
 
     >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
     ...            spatial_ndim=2, offset=(100, 0))
@@ -126,8 +130,17 @@ def create(
             f"checksum must be True (crc32c on every chunk, the default) or False, "
             f"got {checksum!r} of type {type(checksum).__name__}"
         )
+    inner = _check_shards(shards, chunks, backend)
     meta = _build_meta(
-        shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend, resolution
+        shape,
+        chunks if shards is None else shards,
+        dtype,
+        fill_value,
+        spatial_ndim,
+        offset,
+        aligned_writes,
+        backend,
+        resolution,
     )
     name = _normalise_path(path, backend)
     _check_backend_reaches(name, backend)
@@ -147,12 +160,38 @@ def create(
         elif backend == "tensorstore":
             storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
         else:
-            storage = create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts)
+            storage = create_zarr(
+                name, meta, compressor, checksum, overwrite=False, options=opts, inner=inner
+            )
     except Exception:  # each backend says "exists" its own way: asked again below
         if exist_ok and backend != "memory" and _exists(name, opts):  # created meanwhile
             return _open_same(name, meta, cache_bytes, backend, opts)
         raise
     return Volume(storage, "r+", cache_bytes)
+
+
+def _check_shards(shards: Any, chunks: Any, backend: str) -> tuple[int, ...] | None:
+    """The inner chunks of a sharded volume (None: unsharded), or a ConfigError."""
+    if shards is None:
+        return None
+    if backend != "zarr":
+        raise ConfigError(
+            f"shards are a Zarr v3 feature of the zarr backend, not of {backend!r}; "
+            "use backend='zarr', or leave shards out",
+            field="shards",
+        )
+    shards_t = as_int_tuple(shards, "shards")
+    chunks_t = as_int_tuple(chunks, "chunks")
+    if len(shards_t) != len(chunks_t) or any(
+        s < 1 or s % c for s, c in zip(shards_t, chunks_t, strict=False)
+    ):
+        raise ConfigError(
+            f"shards {shards_t} must give every axis of chunks {chunks_t} a positive "
+            "multiple of its chunk, e.g. shards="
+            f"{tuple(4 * c for c in chunks_t)}",
+            field="shards",
+        )
+    return chunks_t
 
 
 def _open_same(

@@ -109,7 +109,8 @@ class ZarrStorage:
 
     def _whole_chunks(self, index: Index) -> bool:
         """Whether ``index`` covers every chunk it touches whole (zarr reads none of them)."""
-        for s, c, n in zip(index, self._array.chunks, self._array.shape, strict=True):
+        grid = self._array.shards or self._array.chunks
+        for s, c, n in zip(index, grid, self._array.shape, strict=True):
             start, stop, _ = s.indices(n)
             if start % c or (stop % c and stop != n):
                 return False
@@ -184,13 +185,16 @@ def create_zarr(
     checksum: bool,
     overwrite: bool,
     options: StoreOptions | None = None,
+    inner: tuple[int, ...] | None = None,
 ) -> ZarrStorage:
+    """``inner``: a sharded array's inner chunks (``meta.chunks`` are then its shards)."""
     opts = options or StoreOptions()
     try:
         array = zarr.create_array(
             store=zarr_store(path, opts),
             shape=meta.shape,
-            chunks=meta.chunks,
+            chunks=meta.chunks if inner is None else inner,
+            shards=None if inner is None else meta.chunks,
             dtype=meta.dtype,
             fill_value=meta.fill_value,
             compressors=_compressors(compressor, checksum),
@@ -207,8 +211,10 @@ def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> Zarr
     opts = options or StoreOptions()
     store = zarr_store(path, opts, read_only=mode == "r")
     array = zarr.open_array(store=store, mode=mode, zarr_format=3)
+    # A sharded array's writes align to its shards: they are the volume's chunks.
+    grid = array.shards or array.chunks
     meta = meta_from_stored(
-        array.shape, array.chunks, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
+        array.shape, grid, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
     )
     return ZarrStorage(path, array, meta, opts)
 

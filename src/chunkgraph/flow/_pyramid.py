@@ -1,0 +1,283 @@
+"""``downsample``: pyramid levels of a volume, each an apply flow at a coarser resolution.
+
+Level ``k`` is a volume beside the source (``vol.zarr`` -> ``vol_s1.zarr``,
+``vol_s2.zarr``, ...) with resolution ``resolution * factor ** k``, offset
+``offset / factor ** k`` and shape ``ceil(shape / factor)`` of level ``k - 1``,
+written by ``apply`` with a fixed function (``_block_reduce``) whose input,
+level ``k - 1``, is ``factor`` times finer: the flow's resolution rule reads each
+output chunk's blocks whole, and everything a flow is (automatic sizes aligned to
+both levels' storage chunks, done markers, ``resume``, executors, progress,
+memory budget) comes with it. Level ``k`` reads level ``k - 1`` once, so the source
+is read once and each level above it once: ``1 / prod(factor)`` of the level below.
+
+Partial blocks at the far edge are reduced over the voxels present: the function
+gets its chunk's ``box`` and the source's bounds, and crops the fill that reads past
+the edge return before reducing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
+from chunkgraph.flow._report import ApplyReport
+from chunkgraph.geometry import Box
+from chunkgraph.volume import Volume
+
+if TYPE_CHECKING:
+    from chunkgraph.execute import Executor, ExecutorKind, Subscriber
+    from chunkgraph.volume._registry import BackendName
+
+
+@dataclasses.dataclass(frozen=True)
+class DownsampleReport:
+    """What one ``downsample`` call did: one ``ApplyReport`` per level, finest first.
+
+    ``paths[k]``: where level ``k + 1`` is; ``factor``: per spatial axis, per level.
+    """
+
+    paths: tuple[str, ...]
+    factor: tuple[int, ...]
+    method: str
+    levels: tuple[ApplyReport, ...]
+
+    @property
+    def dry_run(self) -> bool:
+        return any(r.dry_run for r in self.levels)
+
+    @property
+    def wall_seconds(self) -> float:
+        return sum(r.wall_seconds for r in self.levels)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(r.bytes_read for r in self.levels)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(r.bytes_written for r in self.levels)
+
+    def summary(self) -> str:
+        verb = "would write" if self.dry_run else "wrote"
+        lines = [
+            f"downsample ({self.method}, factor {'x'.join(map(str, self.factor))}): {verb} "
+            f"{len(self.paths)} level(s) in {self.wall_seconds:.2f} s"
+        ]
+        for k, (path, report) in enumerate(zip(self.paths, self.levels, strict=True), start=1):
+            tasks = report.tasks_per_level[0] if report.tasks_per_level else 0
+            done = report.top_tasks_skipped
+            skipped = f", {done} done before" if done else ""
+            lines.append(
+                f"  level {k}: {path}  {report.bbox.shape}  {tasks} task(s){skipped}, "
+                f"read {report.bytes_read / 2**20:.1f} MiB, wrote "
+                f"{report.bytes_written / 2**20:.1f} MiB"
+            )
+        return "\n".join(lines)
+
+
+def downsample_chunk(
+    data: np.ndarray[Any, Any],
+    box: Box,
+    *,
+    factor: tuple[int, ...],
+    method: str,
+    src_start: tuple[int, ...],
+    src_stop: tuple[int, ...],
+) -> np.ndarray:
+    """The level's voxels over ``box`` (level voxels) from ``data``, the level below over
+    ``box * factor``; voxels of ``data`` outside ``[src_start, src_stop)`` are fill read
+    past the edge and take no part."""
+    spatial = len(factor)
+    present = tuple(
+        slice(0, max(0, min(b1 * f, stop) - b0 * f))
+        for b0, b1, f, stop in zip(box.start, box.stop, factor, src_stop, strict=True)
+    )
+    # The box never starts below the source (the level's bounds are the source's / factor).
+    assert all(b * f >= s for b, f, s in zip(box.start, factor, src_start, strict=True))
+    index: tuple[Any, ...] = (Ellipsis, *present)
+    reduced = block_reduce(data[index], factor, method)
+    if reduced.shape[-spatial:] == box.shape:
+        return reduced
+    # A box past the level's edge (an expanded bbox): its writes are clipped there.
+    out = np.zeros(data.shape[:-spatial] + box.shape, data.dtype)
+    written: tuple[Any, ...] = (Ellipsis, *(slice(0, n) for n in reduced.shape[-spatial:]))
+    out[written] = reduced
+    return out
+
+
+def level_paths(src_path: str, levels: int, dst: str | None) -> list[str]:
+    """Where each level goes: ``dst`` with ``{level}`` in it, or ``<stem>_s<k><suffix>``
+    beside the source."""
+    if dst is not None:
+        if "{level}" not in dst:
+            raise ConfigError(
+                f"dst must contain '{{level}}' so that each level has its own path, got "
+                f"{dst!r}; e.g. dst='pyramid/s{{level}}.zarr'",
+                field="dst",
+            )
+        return [dst.format(level=k) for k in range(1, levels + 1)]
+    path = src_path.rstrip("/")
+    stem, suffix = os.path.splitext(path)
+    return [f"{stem}_s{k}{suffix}" for k in range(1, levels + 1)]
+
+
+def check_downsample(
+    src: Volume, factor: object, levels: object, method: object
+) -> tuple[int, ...]:
+    """The factor per spatial axis; a ``ConfigError`` naming the field for any bad argument."""
+    nd = src.spatial_ndim
+    if isinstance(factor, bool) or not isinstance(factor, int | Sequence):
+        raise ConfigError(
+            f"factor must be a positive int or one per spatial axis ({nd}), got {factor!r}",
+            field="factor",
+        )
+    raw = (factor,) * nd if isinstance(factor, int) else tuple(factor)
+    if len(raw) != nd or not all(
+        isinstance(f, int | np.integer) and not isinstance(f, bool) and f >= 1 for f in raw
+    ):
+        raise ConfigError(
+            f"factor must be {nd} positive integers (one per spatial axis of {src.path!r}), "
+            f"got {factor!r}; e.g. factor={(2,) * nd}",
+            field="factor",
+        )
+    factors = tuple(int(f) for f in raw)
+    if all(f == 1 for f in factors):
+        raise ConfigError(
+            f"factor {factors} leaves every axis as it is; give at least one axis a factor "
+            f"of 2 or more, e.g. {(2,) * nd}",
+            field="factor",
+        )
+    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
+        raise ConfigError(f"levels must be an int >= 1, got {levels!r}", field="levels")
+    if method not in METHODS:
+        raise ConfigError(
+            f"method {method!r} is not one of {', '.join(METHODS)}: mean for intensities, "
+            "mode for labels, stride to take every k-th voxel",
+            field="method",
+        )
+    if method == "mode" and not np.issubdtype(src.dtype, np.integer):
+        raise ConfigError(
+            f"method 'mode' is for integer labels, and {src.path!r} is {src.dtype}: the most "
+            "frequent float in a block is rarely meant; use mean, median, max, min or stride",
+            field="method",
+        )
+    return factors
+
+
+def downsample(
+    src: Volume | str | os.PathLike[str],
+    *,
+    factor: int | Sequence[int] = 2,
+    levels: int = 1,
+    method: str = "mean",
+    dst: str | None = None,
+    memory_limit: int | None = None,
+    executor: ExecutorKind | Executor | None = None,
+    workers: int | None = None,
+    resume: bool = False,
+    dry_run: bool = False,
+    progress: bool = False,
+    subscribers: Sequence[Subscriber] = (),
+) -> DownsampleReport:
+    """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
+
+    ``method``: mean (intensities), median, mode (integer labels), max, min or stride;
+    ``_block_reduce`` states each one's rounding and ties. ``dst``: a path with
+    ``{level}`` (default beside ``src``: ``vol_s1.zarr``, ...). Each level is an
+    ``apply`` flow, resumable with ``resume=True``.
+
+    >>> from chunkgraph import volume
+    >>> v = volume.create("ds-doc", (8, 6), (4, 4), "uint8", backend="memory")
+    >>> v.write(v.bounds, np.arange(48, dtype="uint8").reshape(8, 6))
+    >>> r = downsample(v, factor=2, levels=2, method="max", dst="ds-doc-{level}")
+    >>> volume.open("ds-doc-2", backend="memory").read(Box((0, 0), (2, 2))).tolist()
+    [[21, 23], [45, 47]]
+    >>> for p in ("ds-doc", *r.paths): volume.remove(p)
+    """
+    from chunkgraph import volume
+    from chunkgraph.flow._apply import apply
+
+    source = volume.open(src) if isinstance(src, str | os.PathLike) else src
+    factors = check_downsample(source, factor, levels, method)
+    paths = level_paths(source.path, levels, dst)
+    backend = cast("BackendName", "memory" if dry_run else source.backend)
+    if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
+        paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
+    else:
+        paths_made = paths
+    reports: list[ApplyReport] = []
+    below = source
+    try:
+        for path in paths_made:
+            level = _create_level(volume, below, path, factors, backend)
+            report = apply(
+                downsample_chunk,
+                below,
+                level,
+                fn_kwargs={
+                    "factor": factors,
+                    "method": method,
+                    "src_start": below.bounds.start,
+                    "src_stop": below.bounds.stop,
+                },
+                bbox=level.bounds,
+                expand_bbox=True,
+                memory_limit=memory_limit,
+                executor=executor,
+                workers=workers,
+                resume=resume,
+                dry_run=dry_run,
+                progress=progress,
+                subscribers=subscribers,
+                # A fixed, tested function: probing it would read one bottom chunk twice.
+                probe=False,
+                # Every block reduction returns the level's own dtype.
+                cast="safe",
+            )
+            reports.append(report)
+            below = level
+    finally:
+        if dry_run:
+            for path in paths_made:
+                if Path(path).name.startswith("dry-run-"):
+                    with contextlib.suppress(Exception):  # not made: nothing to remove
+                        volume.remove(path)
+    return DownsampleReport(tuple(paths), factors, method, tuple(reports))
+
+
+def _create_level(
+    volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName
+) -> Volume:
+    """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill."""
+    uneven = [i for i, (o, f) in enumerate(zip(below.offset, factor, strict=True)) if o % f]
+    if uneven:
+        raise ConfigError(
+            f"{below.path!r} starts at offset {below.offset}, which is no multiple of factor "
+            f"{factor} on axis {uneven[0]}: the level's voxels would not line up with the "
+            "blocks; use a factor dividing the offset",
+            field="factor",
+        )
+    shape = reduced_shape(below.shape[below.ndim - below.spatial_ndim :], factor)
+    chunks = tuple(min(c, n) for c, n in zip(below.spatial_chunks, shape, strict=True))
+    resolution = tuple(r * f for r, f in zip(below.resolution, factor, strict=True))
+    level: Volume = volume.create(
+        path,
+        below.channel_shape + shape,
+        below.channel_shape + chunks,
+        below.dtype,
+        fill_value=below.fill_value,
+        backend=backend,
+        offset=tuple(o // f for o, f in zip(below.offset, factor, strict=True)),
+        spatial_ndim=below.spatial_ndim,
+        resolution=resolution,
+        exist_ok=True,
+    )
+    return level
