@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._cast import DEFAULT_CAST
+from chunkgraph.flow._cast import DEFAULT_CAST, cast_allowed, cast_refusal, check_cast_rule
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -85,6 +85,7 @@ def transfer(
             "non-empty box within them",
             field="bbox",
         )
+    _check_dtype(source, dtype, cast)
     spatial_chunks = tuple(source.spatial_chunks if chunks is None else chunks)
     channels = source.channel_shape
     target = volume.create(
@@ -121,3 +122,16 @@ def transfer(
     finally:
         if dry_run:
             volume.remove(target.path)
+
+
+def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:
+    """The conversion ``cast`` refuses, as a ``ConfigError`` before dst is made."""
+    rule = check_cast_rule(cast)
+    if dtype is None:
+        return
+    try:
+        target = np.dtype(dtype)
+    except TypeError as err:
+        raise ConfigError(f"dtype {dtype!r} is not a numpy dtype: {err}", field="dtype") from err
+    if not cast_allowed(source.dtype, target, rule):
+        raise ConfigError(cast_refusal(source.dtype, target, rule), field="cast")

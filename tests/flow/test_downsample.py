@@ -1,0 +1,193 @@
+"""downsample: every level exact against a whole-array numpy reference, one pass over the
+source, resume after SIGKILL, and the errors a wrong argument gets."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunkgraph import ConfigError, downsample, volume
+from chunkgraph.cli._cmd_downsample import METHODS as CLI_METHODS
+from chunkgraph.flow._block_reduce import METHODS
+
+SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+
+
+def reference(a: np.ndarray, factor: tuple[int, ...], method: str) -> np.ndarray:
+    """One level, block by block in plain Python: the definition the flow must meet."""
+    out_shape = tuple(-(-n // f) for n, f in zip(a.shape, factor, strict=True))
+    out = np.zeros(out_shape, a.dtype)
+    for index in itertools.product(*(range(n) for n in out_shape)):
+        block = a[tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factor, strict=True))]
+        values = np.sort(block.ravel())
+        if method == "mean":
+            mean = values.astype(np.float64).mean()
+            out[index] = np.rint(mean) if a.dtype.kind in "iu" else mean
+        elif method == "median":
+            out[index] = values[(len(values) - 1) // 2]
+        elif method == "mode":
+            labels, counts = np.unique(values, return_counts=True)
+            out[index] = labels[np.argmax(counts)]  # unique sorts: the smallest of a tie
+        elif method == "max":
+            out[index] = values[-1]
+        elif method == "min":
+            out[index] = values[0]
+        else:
+            out[index] = block[(0,) * a.ndim]
+    return out
+
+
+def _source(root: Path, data: np.ndarray, chunks: tuple[int, ...], name: str = "src.zarr") -> Any:
+    src = volume.create(str(root / name), data.shape, chunks, data.dtype, checksum=False)
+    src.write(src.bounds, data)
+    return volume.open(str(root / name))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@settings(max_examples=4, deadline=None)
+@given(
+    shape=st.tuples(*(st.integers(5, 19),) * 3),
+    factor=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(2, 3)),
+    seed=st.integers(0, 2**16),
+)
+def test_every_level_matches_numpy(
+    tmp_path_factory: pytest.TempPathFactory,
+    method: str,
+    shape: tuple[int, int, int],
+    factor: tuple[int, int, int],
+    seed: int,
+) -> None:
+    root = tmp_path_factory.mktemp("ds")
+    # Few distinct values, so that modes and medians have ties to break.
+    data = np.random.default_rng(seed).integers(0, 4, shape).astype(np.uint16) * 1000
+    src = _source(root, data, (8, 8, 4))
+    report = downsample(src, factor=factor, levels=2, method=method, dst=str(root / "s{level}"))
+    expected = data
+    for path in report.paths:
+        expected = reference(expected, factor, method)
+        level = volume.open(path)
+        np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64"])
+def test_mode_on_labels_keeps_large_ids_and_breaks_ties_to_the_smallest(
+    tmp_path: Path, dtype: str
+) -> None:
+    big = np.iinfo(dtype).max - 5
+    data = np.random.default_rng(1).choice(np.array([3, big, big - 1], dtype), (18, 14, 7))
+    data[:2, :2, :2] = np.array([big, big, 7, 7, 9, 9, 1, 2], dtype).reshape(2, 2, 2)
+    src = _source(tmp_path, data, (8, 8, 8))
+    report = downsample(src, factor=2, levels=3, method="mode")
+    expected = data
+    for path in report.paths:
+        expected = reference(expected, (2, 2, 2), "mode")
+        level = volume.open(path)
+        assert level.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(level.read(level.bounds), expected)
+    first = volume.open(report.paths[0]).read(volume.open(report.paths[0]).bounds)
+    assert first[0, 0, 0] == 7  # 7 and 9 twice each, big twice: the smallest wins
+
+
+def test_levels_sit_beside_the_source_with_scaled_resolution_and_offset(tmp_path: Path) -> None:
+    src = volume.create(
+        str(tmp_path / "em.zarr"), (40, 40, 12), (16, 16, 4), "uint8",
+        offset=(8, 8, 4), resolution=(4, 4, 40),
+    )  # fmt: skip
+    report = downsample(src, factor=(2, 2, 1), levels=2)
+    assert report.paths == (str(tmp_path / "em_s1.zarr"), str(tmp_path / "em_s2.zarr"))
+    second = volume.open(report.paths[1])
+    assert second.resolution == (16, 16, 40)
+    assert second.offset == (2, 2, 4)
+    assert second.shape == (10, 10, 12)
+
+
+def test_one_pass_reads_each_source_chunk_once(tmp_path: Path) -> None:
+    data = np.random.default_rng(2).integers(0, 255, (128, 128, 64)).astype(np.uint8)
+    src = _source(tmp_path, data, (32, 32, 32))
+    src.reset_stats()
+    report = downsample(src, factor=2, levels=3, method="mean")
+    assert src.stats.chunks_read == (128 // 32) ** 2 * (64 // 32)
+    assert all(level.read_amplification <= 1.0 for level in report.levels)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "words"),
+    [
+        ({"factor": (2, 0, 2)}, "factor", "positive integers"),
+        ({"factor": (2, 2)}, "factor", "one per spatial axis"),
+        ({"factor": 1.5}, "factor", "positive int"),
+        ({"factor": 1}, "factor", "at least one axis"),
+        ({"levels": 0}, "levels", ">= 1"),
+        ({"method": "average"}, "method", "mean, median, mode, max, min, stride"),
+        ({"dst": "no-placeholder.zarr"}, "dst", "{level}"),
+    ],
+)
+def test_bad_arguments_name_the_field_and_what_is_valid(
+    tmp_path: Path, kwargs: dict[str, Any], field: str, words: str
+) -> None:
+    src = volume.create(str(tmp_path / "v.zarr"), (8, 8, 8), (4, 4, 4), "uint8")
+    with pytest.raises(ConfigError, match=words.replace("{", r"\{").replace("}", r"\}")) as info:
+        downsample(src, **kwargs)
+    assert info.value.field == field
+    assert not (tmp_path / "v_s1.zarr").exists()
+
+
+def test_mode_on_float_data_is_refused(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "f.zarr"), (8, 8), (4, 4), "float32")
+    with pytest.raises(ConfigError, match="integer labels") as info:
+        downsample(src, method="mode")
+    assert info.value.field == "method"
+
+
+def test_the_command_line_lists_the_same_methods() -> None:
+    assert CLI_METHODS == METHODS
+
+
+def _markers(root: Path) -> int:
+    return len([p for p in root.glob(".*.chunkgraph/*/markers/top/*") if p.name[0] != "."])
+
+
+def test_resume_after_sigkill_finishes_every_level_exactly(tmp_path: Path) -> None:
+    data = np.random.default_rng(4).integers(0, 255, (256, 256, 128)).astype(np.uint8)
+    _source(tmp_path, data, (32, 32, 32), "big.zarr")
+    command = [
+        sys.executable, "-m", "chunkgraph", "downsample", str(tmp_path / "big.zarr"),
+        "--levels", "2", "--method", "median", "--workers", "1", "--memory-limit", "24MiB",
+        "--quiet",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(SRC_DIR)}
+    killed = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while _markers(tmp_path) < 1 and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.005)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, "the run ended before the kill"
+    assert _markers(tmp_path) >= 1  # some work was done and marked
+
+    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "done before" in resumed.stdout
+    expected = data
+    for k in (1, 2):
+        expected = reference(expected, (2, 2, 2), "median") if k == 2 else _median2(expected)
+        level = volume.open(str(tmp_path / f"big_s{k}.zarr"))
+        np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+def _median2(a: np.ndarray) -> np.ndarray:
+    """The lower median of 2x2x2 blocks, vectorised (the plain reference is slow here)."""
+    x, y, z = (n // 2 for n in a.shape)
+    blocks = a.reshape(x, 2, y, 2, z, 2).transpose(0, 2, 4, 1, 3, 5).reshape(x, y, z, 8)
+    return np.sort(blocks, axis=-1)[..., 3]
