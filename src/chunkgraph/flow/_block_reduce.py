@@ -7,7 +7,8 @@ block is partial and is reduced over the voxels present (igneous and TensorStore
 
 The methods, exact for every dtype:
 
-* ``mean``: float64 sum / count, rounded to the nearest integer with ties to even
+* ``mean``: sum (integers in a wide integer type, floats in float64) / count in float64,
+  rounded to the nearest integer with ties to even
   (``numpy.rint``) for integer dtypes; floats keep the float64 mean, cast back.
 * ``median``: the lower median (the ``(n - 1) // 2``-th smallest of the ``n``
   voxels present), so it is always one of the block's own values.
@@ -48,8 +49,7 @@ def block_reduce(data: np.ndarray[Any, Any], factor: tuple[int, ...], method: st
         ufunc = np.maximum if method == "max" else np.minimum
         out = data
         for axis, f in enumerate(factor, start=n_channel):
-            if f > 1:
-                out = ufunc.reduceat(out, np.arange(0, out.shape[axis], f), axis=axis)
+            out = _combine_strided(out, axis, f, ufunc, out.dtype)
         return out
     if method == "mean":
         return _mean(data, factor, n_channel)
@@ -57,13 +57,14 @@ def block_reduce(data: np.ndarray[Any, Any], factor: tuple[int, ...], method: st
 
 
 def _mean(data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int) -> np.ndarray:
-    total = data.astype(np.float64)
+    total = data
     count = np.ones((1,) * data.ndim, np.float64)
+    accumulate = _sum_dtype(data.dtype, math.prod(factor))
     for axis, f in enumerate(factor, start=n_channel):
         if f == 1:
             continue
         starts = np.arange(0, data.shape[axis], f)
-        total = np.add.reduceat(total, starts, axis=axis)
+        total = _combine_strided(total, axis, f, np.add, accumulate)
         # Voxels per block along this axis: f, and fewer in a partial last block.
         sizes = np.minimum(starts + f, data.shape[axis]) - starts
         shape = [1] * data.ndim
@@ -75,6 +76,45 @@ def _mean(data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int) -
     return mean.astype(data.dtype)
 
 
+def _combine_strided(
+    data: np.ndarray, axis: int, f: int, ufunc: np.ufunc, dtype: np.dtype[Any]
+) -> np.ndarray:
+    """``data`` combined by ``ufunc`` over blocks of ``f`` along ``axis``, as ``f`` strided
+    slices combined element-wise: whole-array operations, several times faster than
+    ``ufunc.reduceat`` or a reshape's reduction over short axes. A partial last block
+    takes only the slices that reach it."""
+    if f == 1:
+        return data if data.dtype == dtype else data.astype(dtype)
+    n = data.shape[axis]
+
+    def strided(i: int) -> np.ndarray:
+        index: list[Any] = [slice(None)] * data.ndim
+        index[axis] = slice(i, None, f)
+        return data[tuple(index)]
+
+    out = strided(0).astype(dtype)  # a copy: the accumulator
+    for i in range(1, min(f, n)):
+        part = strided(i)
+        reach: list[Any] = [slice(None)] * data.ndim
+        reach[axis] = slice(0, part.shape[axis])
+        target = out[tuple(reach)]
+        ufunc(target, part, out=target, casting="unsafe")
+    return out
+
+
+def _sum_dtype(dtype: np.dtype[Any], block: int) -> np.dtype[Any]:
+    """Where a block's sum is exact: integers in an integer type wide enough for
+    ``block`` of them (summing in it is ~4x faster than in float64), floats in float64.
+    The sum then goes to float64 for the division: exact below 2**53."""
+    if dtype.kind == "u" and dtype.itemsize <= 2 and block < 2**16:
+        return np.dtype(np.uint32)
+    if dtype.kind == "u":
+        return np.dtype(np.uint64)
+    if dtype.kind in "ib":
+        return np.dtype(np.int64)
+    return np.dtype(np.float64)
+
+
 def _sorted_blocks_reduce(
     data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int, method: str
 ) -> np.ndarray:
@@ -83,33 +123,51 @@ def _sorted_blocks_reduce(
     out_shape = reduced_shape(spatial, factor)
     padded_shape = tuple(o * f for o, f in zip(out_shape, factor, strict=True))
     channels = data.shape[:n_channel]
-    # Voxels past the edge are marked absent; they sort after every present value.
-    present = np.zeros(padded_shape, bool)
-    present[tuple(slice(0, n) for n in spatial)] = True
-    values = np.zeros(channels + padded_shape, data.dtype)
-    inside: tuple[Any, ...] = (Ellipsis, *(slice(0, n) for n in spatial))
-    values[inside] = data
     k = math.prod(factor)
-    rows = _as_block_rows(values, out_shape, factor, n_channel)  # (..., blocks, k)
-    mask = np.broadcast_to(_as_block_rows(present, out_shape, factor, 0), rows.shape)
-    # Sort by (absent, value): absent voxels go to the end of each row.
-    order = np.lexsort((rows, ~mask), axis=-1)
-    rows = np.take_along_axis(rows, order, axis=-1)
-    mask = np.take_along_axis(mask, order, axis=-1)
-    n_present = mask.sum(axis=-1)
+    if padded_shape == spatial:  # every block whole: a plain sort
+        rows = np.sort(_as_block_rows(data, out_shape, factor, n_channel), axis=-1)
+        mask = np.ones(rows.shape, bool)
+        n_present = np.full(rows.shape[:-1], k)
+    else:
+        # Voxels past the edge are marked absent; they sort after every present value.
+        present = np.zeros(padded_shape, bool)
+        present[tuple(slice(0, n) for n in spatial)] = True
+        values = np.zeros(channels + padded_shape, data.dtype)
+        inside: tuple[Any, ...] = (Ellipsis, *(slice(0, n) for n in spatial))
+        values[inside] = data
+        rows = _as_block_rows(values, out_shape, factor, n_channel)  # (..., blocks, k)
+        mask = np.broadcast_to(_as_block_rows(present, out_shape, factor, 0), rows.shape)
+        # Sort by (absent, value): absent voxels go to the end of each row.
+        order = np.lexsort((rows, ~mask), axis=-1)
+        rows = np.take_along_axis(rows, order, axis=-1)
+        mask = np.take_along_axis(mask, order, axis=-1)
+        n_present = mask.sum(axis=-1)
     if method == "median":
         lower = ((n_present - 1) // 2)[..., None]
         picked = np.take_along_axis(rows, lower, axis=-1)[..., 0]
     else:
-        # Count of each position's value among the present ones (rows are sorted, so a
-        # run of equal values; k is small: one comparison pass per position).
-        counts = np.zeros(rows.shape, np.int32)
-        for j in range(k):
-            counts += (rows == rows[..., j : j + 1]) & mask[..., j : j + 1]
-        counts[~mask] = -1
-        # argmax takes the first largest count: the smallest of the tied values.
-        picked = np.take_along_axis(rows, counts.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+        picked = _mode_of_sorted(rows, mask)
     return picked.reshape(channels + out_shape)
+
+
+def _mode_of_sorted(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each row's most frequent present value, the smallest on a tie (rows sorted, absent
+    voxels last). Sorted rows hold equal values in runs: one pass over the positions
+    keeps each row's run length and its longest run so far, column by column (one
+    vector operation across all rows per position: ~8x faster than along short rows)."""
+    columns = np.moveaxis(rows, -1, 0)
+    present = np.moveaxis(mask, -1, 0)
+    best_value = columns[0].copy()
+    best_count = np.ones(columns.shape[1:], np.int32)
+    run = best_count.copy()
+    for j in range(1, columns.shape[0]):
+        same = (columns[j] == columns[j - 1]) & present[j]
+        run = np.where(same, run + 1, 1)
+        # Strictly longer only: the first run to reach a length keeps it (the smaller value).
+        better = present[j] & (run > best_count)
+        best_count = np.where(better, run, best_count)
+        best_value = np.where(better, columns[j], best_value)
+    return best_value
 
 
 def _as_block_rows(
