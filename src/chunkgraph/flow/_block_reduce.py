@@ -90,7 +90,8 @@ def _combine_strided(
     def strided(i: int) -> np.ndarray:
         index: list[Any] = [slice(None)] * data.ndim
         index[axis] = slice(i, None, f)
-        return data[tuple(index)]
+        part: np.ndarray = data[tuple(index)]
+        return part
 
     out = strided(0).astype(dtype)  # a copy: the accumulator
     for i in range(1, min(f, n)):
@@ -157,7 +158,7 @@ def _mode_of_sorted(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
     vector operation across all rows per position: ~8x faster than along short rows)."""
     columns = np.moveaxis(rows, -1, 0)
     present = np.moveaxis(mask, -1, 0)
-    best_value = columns[0].copy()
+    best_value: np.ndarray = columns[0].copy()
     best_count = np.ones(columns.shape[1:], np.int32)
     run = best_count.copy()
     for j in range(1, columns.shape[0]):
