@@ -25,6 +25,7 @@ from typing import Any
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._location import Location
+from chunkgraph.volume._pyramid import Level, add_level, create_multiscale
 from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
@@ -51,10 +52,13 @@ __all__ = [
     "FlowLockedError",
     "FlowOutputError",
     "IOStats",
+    "Level",
     "Location",
     "Volume",
+    "add_level",
     "apply",
     "create",
+    "create_multiscale",
     "open",
     "remove",
 ]

@@ -7,7 +7,7 @@ capabilities the same way). Three places, and what each offers::
     kind     path               local_dir  shared by processes  lockable  conditional_writes
     memory   registered name    None       no (this process)    no        no (a process lock)
     disk     absolute dir       the dir    yes (this machine)   flock     no
-    remote   s3://, gs:// URL   None       yes (any machine)    no        yes (zarr backend)
+    remote   s3://, gs:// URL   None       yes (any machine)    no        yes (zarr-python ones)
 
 ``lockable`` means advisory file locks (``flock``) on the volume's directory
 order writers across the processes of this machine. ``conditional_writes``
@@ -81,7 +81,7 @@ class Location:
     @property
     def conditional_writes(self) -> bool:
         """Whether a chunk can be written only if unchanged since it was read (see above)."""
-        return self.kind == "remote" and self.backend == "zarr"
+        return self.kind == "remote" and self.backend in ZARR_PYTHON_BACKENDS
 
     def identity(self) -> str:
         """What the place means, stable across spellings of it (for flow ids)."""
@@ -107,6 +107,10 @@ class Location:
         except OSError:  # one of them is gone: compare what is left, the resolved paths
             return os.path.realpath(self.path) == os.path.realpath(other.path)
 
+
+# The backends that write through zarr-python, whose object-store writes of partial
+# chunks are conditional (``_zarr``); TensorStore's (precomputed, N5) are not.
+ZARR_PYTHON_BACKENDS = frozenset({"zarr", "zarr2", "ome-zarr"})
 
 # Storage options (obstore's config keys, any spelling) that change which server holds the data.
 _WHERE_KEYS = frozenset(

@@ -34,9 +34,13 @@ import numpy as np
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph._util import as_int_tuple
 from chunkgraph.volume import _remote
+from chunkgraph.volume._format_open import create_format, open_format
+from chunkgraph.volume._format_open import exists as format_exists
+from chunkgraph.volume._formats import FORMATS, split_format
 from chunkgraph.volume._location import Location
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
 from chunkgraph.volume._object_store import StoreOptions, is_object_url
+from chunkgraph.volume._precomputed import scale_key
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
 from chunkgraph.volume._volume import Volume
@@ -44,6 +48,8 @@ from chunkgraph.volume._zarr import create_zarr, open_zarr
 
 BackendName = Literal["zarr", "tensorstore", "memory"]
 BACKENDS: tuple[str, ...] = ("zarr", "tensorstore", "memory")
+# Backends named by a format (a path prefix, or a multiscale image found at a path).
+FORMAT_BACKENDS: tuple[str, ...] = ("precomputed", "n5", "zarr2", "ome-zarr")
 
 
 def _normalise_path(path: str | os.PathLike[str], backend: str) -> str:
@@ -100,6 +106,8 @@ def create(
     resolution: Any = None,
     storage_options: Any = None,
     shards: Any = None,
+    encoding: str | None = None,
+    write_chunks: Any = None,
 ) -> Volume:
     """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
 
@@ -115,6 +123,11 @@ def create(
     chunks, and the volume's ``chunks`` its shards, the unit its writes align to (a
     shard is one object, rewritten whole by any write into it).
 
+    A format prefix makes another format (``_formats``): ``precomputed://`` adds a
+    scale (x, y, z; ``encoding`` "raw", "compressed_segmentation" or "jpeg";
+    ``write_chunks`` the shard's extent, for a sharded scale), ``n5://`` an N5
+    dataset, ``zarr2://`` a Zarr v2 array. Multiscale images: ``create_multiscale``.
+
     >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
     ...            spatial_ndim=2, offset=(100, 0))
     >>> v.channel_shape, v.bounds
@@ -123,6 +136,36 @@ def create(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is not one of {BACKENDS}")
+    fmt, place = split_format(os.fspath(path))
+    if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS and shards is not None:
+        raise ConfigError(
+            f"shards make a sharded Zarr v3 array; a {fmt}:// volume takes write_chunks "
+            "(precomputed) or none; leave shards out, or write Zarr v3",
+            field="shards",
+        )
+    if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS:
+        format_backend = FORMATS[fmt]
+        # Only Zarr v2 writes partial chunks safely (zarr-python, conditional on object
+        # stores); TensorStore's formats are written by whole chunks (``_ts_view``).
+        aligned = aligned_writes if format_backend == "zarr2" else True
+        meta = _build_meta(
+            shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned, format_backend,
+            resolution,
+        )  # fmt: skip
+        options = {"encoding": encoding, "write_chunks": write_chunks}
+        if format_backend == "precomputed":
+            options["encoding"] = encoding or "raw"
+        return _create_format(
+            _normalise_path(place, "zarr"), format_backend, meta, compressor, checksum,
+            StoreOptions.of(storage_options), options, exist_ok, cache_bytes,
+        )  # fmt: skip
+    if fmt is not None:
+        path = place
+    if encoding is not None or write_chunks is not None:
+        raise ConfigError(
+            "encoding and write_chunks apply to precomputed volumes (a precomputed:// path)",
+            field="encoding" if encoding is not None else "write_chunks",
+        )
     if cache_bytes < 0:
         raise ConfigError(f"cache_bytes must be >= 0 (0 turns the cache off), got {cache_bytes}")
     if not isinstance(checksum, bool):
@@ -194,6 +237,35 @@ def _check_shards(shards: Any, chunks: Any, backend: str) -> tuple[int, ...] | N
     return chunks_t
 
 
+def _create_format(
+    place: str,
+    backend: str,
+    meta: VolumeMeta,
+    compressor: object,
+    checksum: bool,
+    opts: StoreOptions,
+    format_options: dict[str, Any],
+    exist_ok: bool,
+    cache_bytes: int,
+) -> Volume:
+    key = format_options.get("key")
+    if format_exists(place, backend, meta, key, opts):
+        if not exist_ok:
+            raise ConfigError(
+                f"a {backend} volume already exists at {place!r}; pass exist_ok=True to reuse "
+                f"it, or remove it first"
+            )
+        scale = (key or scale_key(meta.resolution)) if backend == "precomputed" else None
+        opened = open_volume(
+            place, "r+", cache_bytes=cache_bytes, backend=backend, storage_options=opts,
+            scale=scale,
+        )  # fmt: skip
+        _check_same(opened, meta)
+        return opened
+    storage = create_format(place, backend, meta, compressor, checksum, opts, format_options)
+    return Volume(storage, "r+", cache_bytes)
+
+
 def _open_same(
     name: str, meta: VolumeMeta, cache_bytes: int, backend: BackendName, opts: StoreOptions
 ) -> Volume:
@@ -244,7 +316,14 @@ def _build_meta(
 # reads back as they were. Strings, objects, records, datetimes and raw bytes would
 # otherwise fail deep inside zarr or TensorStore (or be stored as something else);
 # TensorStore cannot write a complex fill value into Zarr v3 metadata.
-VOLUME_DTYPE_KINDS = {"zarr": "biufc", "memory": "biufc", "tensorstore": "biuf"}
+VOLUME_DTYPE_KINDS = {
+    "zarr": "biufc",
+    "memory": "biufc",
+    "tensorstore": "biuf",
+    "zarr2": "biufc",
+    "n5": "iuf",
+    "precomputed": "iuf",  # the exact list: _precomputed.DTYPES
+}
 _KIND_WORDS = {
     "b": "bool",
     "i": "int8..int64",
@@ -311,21 +390,32 @@ def open_volume(
     cache_bytes: int = 0,
     backend: str | None = None,
     storage_options: Any = None,
+    scale: int | str | None = None,
 ) -> Volume:
     """Open an existing volume (``mode`` 'r' or 'r+'), see ``open``.
 
-    ``storage_options`` reach a URL's object store, as for ``create``.
+    ``storage_options`` reach a URL's object store, as for ``create``. ``scale``
+    picks a level of a multiscale volume (an OME-Zarr image, a precomputed
+    volume) by index or key; 0 when not given.
     """
     if mode not in ("r", "r+"):
         raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
-    if backend is not None and backend not in BACKENDS:
-        raise ConfigError(f"backend {backend!r} is not one of {BACKENDS} (or None)")
+    if backend is not None and backend not in BACKENDS + FORMAT_BACKENDS:
+        raise ConfigError(
+            f"backend {backend!r} is not one of {BACKENDS + FORMAT_BACKENDS} (or None)"
+        )
     text = os.fspath(path)
     if backend == "memory" or (backend is None and memory_exists(text)):
         return Volume(open_memory(text), mode, cache_bytes)
-    name = _normalise_path(text, "zarr")
-    _check_backend_reaches(name, backend)
+    fmt, place = split_format(text)
+    chosen_format = FORMATS[fmt] if fmt else backend if backend in FORMAT_BACKENDS else None
+    name = _normalise_path(place, "zarr")
     opts = StoreOptions.of(storage_options)
+    if chosen_format is not None or scale is not None:
+        storage = open_format(name, mode, chosen_format, scale, opts)
+        if storage is not None:
+            return Volume(storage, mode, cache_bytes)
+    _check_backend_reaches(name, backend)
     missing = VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
     if is_object_url(name):
         # One request (GET zarr.json), not a HEAD first: every process a pickled volume
@@ -333,15 +423,31 @@ def open_volume(
         try:
             return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
         except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
-            raise missing from err
-    if not _is_on_disk(name):
-        raise missing
+            found = open_format(name, mode, None, scale, opts)
+            if found is None:
+                raise missing from err
+            return Volume(found, mode, cache_bytes)
+        except ValueError:  # a group (a multiscale image, say) where an array was expected
+            found = open_format(name, mode, None, scale, opts)
+            if found is None:
+                raise
+            return Volume(found, mode, cache_bytes)
+    if not _is_on_disk(name) or _is_group(name):
+        found = open_format(name, mode, None, scale, opts)
+        if found is None:
+            raise missing
+        return Volume(found, mode, cache_bytes)
     chosen = backend or _creator_backend(name)
     if chosen == "tensorstore":
-        storage: Storage = open_tensorstore(name, mode)
+        storage = open_tensorstore(name, mode)
     else:
         storage = open_zarr(name, mode, opts)
     return Volume(storage, mode, cache_bytes)
+
+
+def _is_group(path: str) -> bool:
+    with open(os.path.join(path, "zarr.json")) as f:
+        return bool(json.load(f).get("node_type") == "group")
 
 
 def reopen(
@@ -351,6 +457,7 @@ def reopen(
     backend: str,
     options: StoreOptions | None = None,
     dropped_secrets: tuple[str, ...] = (),
+    scale: int | str | None = None,
 ) -> Volume:
     """Unpickling hook of ``Volume``: open the same volume again, where it is unpickled.
 
@@ -360,7 +467,7 @@ def reopen(
     if "://" in path:
         _remote.check_credentials_shipped(path, dropped_secrets)
     return open_volume(
-        path, mode, cache_bytes=cache_bytes, backend=backend, storage_options=options
+        path, mode, cache_bytes=cache_bytes, backend=backend, storage_options=options, scale=scale
     )
 
 

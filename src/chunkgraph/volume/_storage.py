@@ -111,7 +111,8 @@ def meta_from_stored(
         shape=shape_t,
         chunks=as_int_tuple(chunks, "stored chunks"),
         dtype=np.dtype(dtype),
-        fill_value=np.dtype(dtype).type(fill_value),
+        # Zarr v2 allows no fill value ("null"): missing chunks then read as 0 here.
+        fill_value=np.dtype(dtype).type(0 if fill_value is None else fill_value),
         spatial_ndim=spatial_ndim,
         offset=as_int_tuple(offset, "stored offset"),
         aligned_writes=bool(ours.get("aligned_writes", False)),

@@ -123,6 +123,24 @@ class Volume:
         return self._spatial_chunks
 
     @property
+    def read_chunks(self) -> tuple[int, ...]:
+        """The spatial chunk a read decodes: ``spatial_chunks`` except in a sharded format,
+        where ``spatial_chunks`` is the shard (what a write must cover whole) and this the
+        chunk inside it (what the flow aligns its reads to)."""
+        found = getattr(self._storage, "read_chunks", None)
+        return self._spatial_chunks if found is None else tuple(found)
+
+    @property
+    def level_of(self) -> tuple[str, int | str | None] | None:
+        """For a level of a multiscale volume (OME-Zarr, precomputed): the root of its image
+        and its scale key, as ``volume.open(root, scale=key)`` takes them; else None."""
+        found = getattr(self._storage, "reopen", None)
+        if found is None or self._meta.backend not in ("ome-zarr", "precomputed"):
+            return None
+        root, key = found
+        return str(root), key
+
+    @property
     def path(self) -> str:
         return self._storage.path
 
@@ -218,7 +236,10 @@ class Volume:
         options = self.storage_options
         # The secrets' names travel (to say what the receiver lacks), their values do not.
         dropped = options.secret_names()
-        return (reopen, (self.path, self._mode, self._cache_bytes, self.backend, options, dropped))
+        # A level of a multiscale format is reached again through its image's root.
+        path, scale = getattr(self._storage, "reopen", None) or (self.path, None)
+        args = (path, self._mode, self._cache_bytes, self.backend, options, dropped, scale)
+        return (reopen, args)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -373,15 +394,19 @@ class Volume:
         grown, shrunk = self.chunk_aligned(inner, "outer"), self.chunk_aligned(inner, "inner")
         nearest = f"{grown} (grown)" + ("" if shrunk.is_empty else f" or {shrunk} (shrunk)")
         shared = (
-            "with aligned_writes=False (partial-chunk writes here are conditional: any number "
-            "of writers may share a chunk)"
+            "; or create the volume with aligned_writes=False (partial-chunk writes here are "
+            "conditional: any number of writers may share a chunk)"
             if self.location.conditional_writes
-            else "with aligned_writes=False if each partial chunk has a single writer"
+            else "; or create the volume with aligned_writes=False if each partial chunk has a "
+            "single writer"
         )
+        note = getattr(self._storage, "alignment_note", None)
+        if note:  # a format whose chunks are only ever written whole
+            shared = f" ({note})"
         raise AlignmentError(
             f"write box {box} (cropped to bounds: {inner}) does not cover whole storage chunks of "
             f"volume {self.path!r}: chunk grid {self._spatial_chunks} at offset {self._offset}. "
-            f"Nearest aligned: {nearest}; or create the volume {shared}"
+            f"Nearest aligned: {nearest}{shared}"
         )
 
     def chunk_aligned(self, box: Box, direction: Literal["outer", "inner"] = "outer") -> Box:

@@ -70,6 +70,10 @@ SETTLE_TIMEOUT_S = 5.0
 class ZarrStorage:
     """A zarr-python ``Array`` seen through the ``Storage`` protocol."""
 
+    # For a level of a multiscale image: (the image's root, the level's key), what
+    # ``open`` takes to reach the level again in another process.
+    reopen: tuple[str, int | str | None] | None = None
+
     def __init__(
         self, path: str, array: Any, meta: VolumeMeta, options: StoreOptions | None = None
     ) -> None:
@@ -185,10 +189,21 @@ def create_zarr(
     checksum: bool,
     overwrite: bool,
     options: StoreOptions | None = None,
+    zarr_format: int = 3,
+    dimension_names: tuple[str, ...] | None = None,
     inner: tuple[int, ...] | None = None,
 ) -> ZarrStorage:
-    """``inner``: a sharded array's inner chunks (``meta.chunks`` are then its shards)."""
+    """A new array; Zarr v2 ones (``zarr_format=2``) have ``/`` between chunk indices, as
+    OME-Zarr 0.4 asks, and no checksum (v2 has room for one compressor, the last codec).
+    ``inner``: a sharded Zarr v3 array's inner chunks (``meta.chunks`` are then its shards).
+    """
     opts = options or StoreOptions()
+    extra: dict[str, Any] = {}
+    if zarr_format == 2:
+        extra["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
+        checksum = False
+    elif dimension_names is not None:
+        extra["dimension_names"] = dimension_names
     try:
         array = zarr.create_array(
             store=zarr_store(path, opts),
@@ -198,23 +213,27 @@ def create_zarr(
             dtype=meta.dtype,
             fill_value=meta.fill_value,
             compressors=_compressors(compressor, checksum),
-            zarr_format=3,
+            zarr_format=zarr_format,  # type: ignore[arg-type]
             attributes=meta.attrs(),
             overwrite=overwrite,
+            **extra,
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
     return ZarrStorage(path, array, meta, opts)
 
 
-def open_zarr(path: str, mode: str, options: StoreOptions | None = None) -> ZarrStorage:
+def open_zarr(
+    path: str, mode: str, options: StoreOptions | None = None, zarr_format: int = 3
+) -> ZarrStorage:
     opts = options or StoreOptions()
     store = zarr_store(path, opts, read_only=mode == "r")
-    array = zarr.open_array(store=store, mode=mode, zarr_format=3)
+    array = zarr.open_array(store=store, mode=mode, zarr_format=zarr_format)  # type: ignore[arg-type]
+    backend = BACKEND if zarr_format == 3 else "zarr2"
     # A sharded array's writes align to its shards: they are the volume's chunks.
-    grid = array.shards or array.chunks
+    grid = getattr(array, "shards", None) or array.chunks
     meta = meta_from_stored(
-        array.shape, grid, array.dtype, array.fill_value, array.attrs.asdict(), BACKEND
+        array.shape, grid, array.dtype, array.fill_value, array.attrs.asdict(), backend
     )
     return ZarrStorage(path, array, meta, opts)
 

@@ -1,0 +1,67 @@
+"""Format prefixes of volume paths, spelled as Neuroglancer spells them.
+
+A path may start with a format: ``precomputed://``, ``zarr2://``, ``zarr3://``,
+``zarr://`` (the version read from the metadata), ``n5://``; then a place: a
+bare path, ``file://path`` or an object-store URL (``s3://bucket/key``). No
+format prefix means a Zarr array or an OME-Zarr multiscale group, its version
+read from the metadata found there::
+
+    precomputed://s3://bucket/img   ->  ("precomputed", "s3://bucket/img")
+    zarr2://file:///data/a.zarr     ->  ("zarr2", "/data/a.zarr")
+    /data/a.zarr                    ->  (None, "/data/a.zarr")
+
+The backend that serves each format is its own module: ``_precomputed`` and
+``_n5`` (TensorStore's drivers), ``_zarr`` (zarr-python, Zarr v2 and v3) and
+``_ome_zarr`` (multiscale groups over ``_zarr``).
+"""
+
+from __future__ import annotations
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.volume._object_store import SCHEMES
+
+# The format prefixes a path may carry, and the backend each one means.
+FORMATS: dict[str, str] = {
+    "precomputed": "precomputed",
+    "zarr2": "zarr2",
+    "zarr3": "zarr",
+    "zarr": "zarr",
+    "n5": "n5",
+}
+_PLACES = ("file", *SCHEMES)
+
+
+def split_format(path: str) -> tuple[str | None, str]:
+    """``(format prefix or None, the place)`` of a volume path; ``file://`` is dropped.
+
+    >>> split_format("precomputed://s3://bucket/img")
+    ('precomputed', 's3://bucket/img')
+    >>> split_format("zarr2://file:///data/a.zarr")
+    ('zarr2', '/data/a.zarr')
+    >>> split_format("/data/a.zarr")
+    (None, '/data/a.zarr')
+    """
+    head, sep, rest = path.partition("://")
+    if not sep:
+        return None, path
+    if head in FORMATS:
+        inner_head, inner_sep, inner_rest = rest.partition("://")
+        if inner_sep and inner_head not in _PLACES:
+            raise ConfigError(
+                f"{path!r}: a {head}:// volume lives at a local path, file://path or "
+                + ", ".join(f"{s}://BUCKET/path" for s in SCHEMES)
+                + f", not {inner_head}://",
+                field="path",
+            )
+        return head, inner_rest if inner_head == "file" else rest
+    if head == "file":
+        return None, rest
+    if head in SCHEMES:
+        return None, path
+    raise ConfigError(
+        f"{path!r} starts with {head}://, which chunkgraph does not read; valid prefixes: "
+        + ", ".join(f"{f}://" for f in FORMATS)
+        + " (a format), then a local path, file://path or "
+        + ", ".join(f"{s}://BUCKET/path" for s in SCHEMES),
+        field="path",
+    )

@@ -1,0 +1,250 @@
+"""Multiscale volumes (pyramids): create the levels of an OME-Zarr image or a precomputed
+volume together with the metadata other tools read, and add a coarser level to one.
+
+Two calls, for two moments of a downsampling run:
+
+* ``create_multiscale(path, levels, dtype)`` makes every level at once, from
+  ``Level(shape, chunks, resolution, offset)`` descriptions, and returns them open
+  for writing. ``path`` is a Zarr path (an OME-Zarr image: ``version="0.5"`` Zarr
+  v3, or ``"0.4"`` Zarr v2) or ``precomputed://…`` (a scale per level, keyed by
+  its resolution, e.g. ``"8_8_40"``).
+* ``add_level(base, factor)`` makes the level ``factor`` times coarser than an
+  open level ``base`` of such an image, and lists it in the image's metadata::
+
+      base: bounds [o, o + s), resolution r   ->   new: bounds [floor(o / f), ceil((o + s) / f)),
+                                                   resolution r * f, chunks of base (read chunks
+                                                   and shard extent for precomputed), same dtype
+
+  so that new voxel ``j`` covers base voxels ``[j * f, (j + 1) * f)``: a downsample
+  writes new level box ``B`` from base box ``B * f``.
+
+>>> import tempfile
+>>> from chunkgraph import volume
+>>> root = tempfile.mkdtemp() + "/img.zarr"
+>>> base, = volume.create_multiscale(root, [volume.Level((64, 64, 16), (32, 32, 8), (4, 4, 40))],
+...                                  "uint8")
+>>> half = volume.add_level(base, (2, 2, 1))
+>>> half.shape, half.resolution, volume.open(root, scale=1).resolution
+((32, 32, 16), (8, 8, 40), (8, 8, 40))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from chunkgraph._errors import ConfigError
+from chunkgraph._util import as_int_tuple
+from chunkgraph.volume import _ome_zarr, _precomputed
+from chunkgraph.volume._formats import split_format
+from chunkgraph.volume._object_store import StoreOptions
+from chunkgraph.volume._registry import _build_meta, _normalise_path, open_volume
+from chunkgraph.volume._storage import as_resolution
+from chunkgraph.volume._volume import Volume
+from chunkgraph.volume._zarr import create_zarr
+
+
+class Level(NamedTuple):
+    """One level of a pyramid: all axes' ``shape`` and ``chunks`` (channels first), the
+    spatial ``resolution`` and ``offset`` (in this level's voxels; default 0), and for a
+    sharded precomputed scale ``write_chunks`` (the shard's extent, x, y, z)."""
+
+    shape: Sequence[int]
+    chunks: Sequence[int]
+    resolution: Sequence[float]
+    offset: Sequence[int] | None = None
+    write_chunks: Sequence[int] | None = None
+
+
+def create_multiscale(
+    path: str | os.PathLike[str],
+    levels: Sequence[Level | tuple[Any, ...]],
+    dtype: Any,
+    *,
+    version: str = "0.5",
+    encoding: str = "raw",
+    fill_value: Any = 0,
+    compressor: object = "default",
+    checksum: bool = True,
+    unit: str | None = None,
+    name: str | None = None,
+    storage_options: Any = None,
+) -> list[Volume]:
+    """Create a multiscale volume's levels and metadata; return the levels open ``r+``.
+
+    ``levels`` go from finest to coarsest. OME-Zarr: the arrays are ``"0"``,
+    ``"1"``, … of the group, its ``multiscales`` lists them (``unit`` for the space
+    axes, e.g. ``"nanometer"``). Precomputed: ``encoding`` is every scale's; levels
+    have 3 spatial axes x, y, z and at most one channel axis.
+    """
+    if not levels:
+        raise ConfigError("levels is empty; give at least one Level", field="levels")
+    fmt, place = split_format(os.fspath(path))
+    opts = StoreOptions.of(storage_options)
+    specs = [Level(*lv) if not isinstance(lv, Level) else lv for lv in levels]
+    if fmt == "precomputed":
+        root = _normalise_path(place, "zarr")
+        return [_add_precomputed(root, lv, dtype, fill_value, encoding, opts) for lv in specs]
+    if fmt not in (None, "zarr", "zarr2", "zarr3"):
+        raise ConfigError(
+            f"{path!r}: multiscale volumes are OME-Zarr (a Zarr path) or precomputed:// ones",
+            field="path",
+        )
+    if version not in _ome_zarr.VERSIONS:
+        raise ConfigError(
+            f"OME-Zarr version {version!r} is not written here; valid: "
+            f"{', '.join(_ome_zarr.VERSIONS)} (0.4 is Zarr v2, 0.5 Zarr v3)",
+            field="version",
+        )
+    root = _normalise_path(place, "zarr")
+    zarr_format = _ome_zarr.VERSIONS[version]
+    if (fmt == "zarr2" and zarr_format != 2) or (fmt == "zarr3" and zarr_format != 3):
+        raise ConfigError(
+            f"{path!r} asks for {fmt} but OME-Zarr {version} is Zarr v{zarr_format}",
+            field="version",
+        )
+    first = specs[0]
+    ndim, spatial_ndim = len(first.shape), len(first.resolution)
+    axes = _ome_zarr.default_axes(ndim, spatial_ndim, unit)
+    placed = []
+    for index, lv in enumerate(specs):
+        meta = _level_meta(lv, dtype, fill_value, index)
+        level_path = _ome_zarr.join(root, str(index))
+        create_zarr(
+            level_path, meta, compressor, checksum, overwrite=False, options=opts,
+            zarr_format=zarr_format,
+            dimension_names=tuple(a["name"] for a in axes) if zarr_format == 3 else None,
+        )  # fmt: skip
+        placed.append((str(index), meta.resolution, meta.offset))
+    _ome_zarr.write_multiscale(root, version, axes, placed, opts, name)
+    return [
+        open_volume(root, "r+", backend="ome-zarr", storage_options=opts, scale=i)
+        for i in range(len(specs))
+    ]
+
+
+def _level_meta(lv: Level, dtype: Any, fill_value: Any, index: int) -> Any:
+    shape = as_int_tuple(lv.shape, f"levels[{index}].shape")
+    resolution = as_resolution(tuple(lv.resolution), len(lv.resolution))
+    return _build_meta(
+        shape, lv.chunks, dtype, fill_value, len(resolution), lv.offset, True, "zarr", resolution
+    )
+
+
+def _add_precomputed(
+    root: str, lv: Level, dtype: Any, fill_value: Any, encoding: str, opts: StoreOptions
+) -> Volume:
+    meta = _build_meta(
+        lv.shape, lv.chunks, dtype, fill_value, 3, lv.offset, True, "precomputed",
+        tuple(lv.resolution),
+    )  # fmt: skip
+    write = None if lv.write_chunks is None else as_int_tuple(lv.write_chunks, "write_chunks")
+    storage = _precomputed.create_precomputed(
+        root, meta, opts, encoding=encoding, write_chunks=write
+    )
+    return Volume(storage, "r+")
+
+
+def add_level(
+    base: Volume,
+    factor: Sequence[int] | int,
+    *,
+    chunks: Sequence[int] | None = None,
+    write_chunks: Sequence[int] | None = None,
+    exist_ok: bool = False,
+) -> Volume:
+    """Create the level ``factor`` times coarser than ``base`` (a level of an OME-Zarr
+    image or a precomputed volume, see the module docstring) and return it open ``r+``.
+
+    ``chunks`` (spatial) default to ``base``'s read chunks; ``write_chunks`` (a
+    sharded precomputed scale) to ``base``'s shard extent when ``base`` is sharded.
+    With ``exist_ok`` a level already there at that resolution is opened instead,
+    after checking its shape and offset are the ones this would create.
+    """
+    reach = base.level_of
+    if base.backend not in ("ome-zarr", "precomputed") or reach is None:
+        raise ConfigError(
+            f"add_level needs a level of an OME-Zarr image or of a precomputed volume "
+            f"(opened with volume.open(path, scale=...)); {base.path!r} is a {base.backend} "
+            "volume",
+            field="base",
+        )
+    root = reach[0]
+    n = base.spatial_ndim
+    f = (factor,) * n if isinstance(factor, int) else as_int_tuple(factor, "factor")
+    if len(f) != n or any(x < 1 for x in f):
+        raise ConfigError(
+            f"factor {factor!r} must be one integer >= 1 per spatial axis ({n})", field="factor"
+        )
+    start = tuple(o // x for o, x in zip(base.bounds.start, f, strict=True))
+    stop = tuple(-(-e // x) for e, x in zip(base.bounds.stop, f, strict=True))
+    shape = base.channel_shape + tuple(b - a for a, b in zip(start, stop, strict=True))
+    spatial_chunks = tuple(base.read_chunks) if chunks is None else as_int_tuple(chunks, "chunks")
+    resolution = tuple(r * x for r, x in zip(base.resolution, f, strict=True))
+    opts = base.storage_options
+    if base.backend == "precomputed":
+        sharded = tuple(base.spatial_chunks) != tuple(base.read_chunks)
+        shard = write_chunks if write_chunks is not None else (
+            base.spatial_chunks if sharded and chunks is None else None
+        )  # fmt: skip
+        lv = Level(shape, base.channel_shape + spatial_chunks, resolution, start, shard)
+        key = _precomputed.scale_key(as_resolution(resolution, n))
+        info = _precomputed.read_info(root, opts)
+        if any(s["key"] == key for s in info["scales"]):
+            return _existing(root, "precomputed", key, shape, start, exist_ok, opts)
+        encoding = info["scales"][_precomputed.scale_index(info, reach[1], root)]["encoding"]
+        return _add_precomputed(root, lv, base.dtype, 0, encoding, opts)
+    version, zarr_format, multiscale = _ome_zarr.read_multiscale(root, opts)
+    res_key = as_resolution(resolution, n)
+    for i in range(len(multiscale["datasets"])):
+        _, level_res, _ = _ome_zarr.level_placement(multiscale, i, base.ndim, root)
+        if as_resolution(level_res, n) == res_key:
+            return _existing(root, "ome-zarr", i, shape, start, exist_ok, opts)
+    index = len(multiscale["datasets"])
+    key = str(index)
+    while key in {d["path"] for d in multiscale["datasets"]}:
+        key = f"{key}_"
+    meta = _build_meta(
+        shape, base.channel_shape + spatial_chunks, base.dtype, base.fill_value, n, start, True,
+        "zarr", resolution,
+    )  # fmt: skip
+    create_zarr(
+        _ome_zarr.join(root, key), meta, "default", True, overwrite=False, options=opts,
+        zarr_format=zarr_format,
+        dimension_names=tuple(a["name"] for a in multiscale["axes"]) if zarr_format == 3 else None,
+    )  # fmt: skip
+    placed = [
+        (d["path"], *_ome_zarr.level_placement(multiscale, i, base.ndim, root)[1:])
+        for i, d in enumerate(multiscale["datasets"])
+    ]
+    placed.append((key, meta.resolution, meta.offset))
+    _ome_zarr.write_multiscale(
+        root, version, multiscale["axes"], placed, opts, multiscale.get("name")
+    )
+    return open_volume(root, "r+", backend="ome-zarr", storage_options=opts, scale=key)
+
+
+def _existing(
+    root: str,
+    backend: str,
+    scale: int | str,
+    shape: tuple[int, ...],
+    start: tuple[int, ...],
+    exist_ok: bool,
+    opts: StoreOptions,
+) -> Volume:
+    found = open_volume(root, "r+", backend=backend, storage_options=opts, scale=scale)
+    if not exist_ok:
+        raise ConfigError(
+            f"the {backend} volume {root!r} already has a level at that resolution "
+            f"(scale {scale!r}); pass exist_ok=True to reuse it",
+            field="factor",
+        )
+    if found.shape != shape or found.offset != start:
+        raise ConfigError(
+            f"level {scale!r} of {root!r} has shape {found.shape} and offset {found.offset}, "
+            f"but this base and factor make shape {shape} and offset {start}; remove it first",
+            field="factor",
+        )
+    return found

@@ -1,0 +1,113 @@
+"""A TensorStore array of a format zarr-python does not read (precomputed, N5), as ``Storage``.
+
+TensorStore reaches a local directory through its ``file`` key-value store and
+an ``s3://`` URL through its ``s3`` one, with the endpoint and region the
+environment names (``AWS_ENDPOINT_URL``, ``AWS_REGION``, as the providers'
+tools read them) unless ``storage_options`` say otherwise; credentials come
+from the environment or the usual files.
+
+Writes on these volumes are always chunk-aligned (``aligned_writes``): the
+formats encode whole chunks (jpeg, compressed_segmentation) or whole shards,
+and TensorStore's s3 store does not make a read-modify-write atomic, so a
+partial chunk written by two tasks could lose one of them. ``alignment_note``
+says why in the error for an unaligned write.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.volume._object_store import StoreOptions, _endpoint_from_env, split_url
+from chunkgraph.volume._storage import Index, VolumeMeta
+
+
+def tensorstore_module(fmt: str) -> Any:
+    try:
+        import tensorstore
+    except ImportError as err:
+        raise ConfigError(
+            f"{fmt} volumes are read and written through the tensorstore package "
+            "(pip install 'chunkgraph[tensorstore]')",
+            field="path",
+        ) from err
+    return tensorstore
+
+
+@functools.cache
+def shared_context() -> Any:
+    """One TensorStore context per process: all volumes share its I/O threads."""
+    return tensorstore_module("these").Context()
+
+
+def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> dict[str, Any]:
+    """TensorStore's key-value store spec for a local path or an ``s3://`` URL."""
+    suffix = "/" if directory else ""
+    if "://" not in place:
+        return {"driver": "file", "path": place.rstrip("/") + suffix}
+    scheme, bucket, prefix = split_url(place)
+    if scheme != "s3":
+        raise ConfigError(
+            f"{place!r}: TensorStore-served formats (precomputed, N5) reach s3:// URLs and "
+            "local paths here; copy the volume, or use Zarr (zarr://) on gs://",
+            field="path",
+        )
+    if options.secret_names():
+        raise ConfigError(
+            f"{place!r}: TensorStore (which serves precomputed and N5) takes credentials from "
+            f"the environment or ~/.aws files, not storage_options "
+            f"({', '.join(options.secret_names())}); set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY instead",
+            field="storage_options",
+        )
+    settings = options.public()
+    spec: dict[str, Any] = {
+        "driver": "s3",
+        "bucket": bucket,
+        "path": prefix + suffix if prefix else "",
+    }
+    endpoint = settings.get("endpoint") or _endpoint_from_env("s3")
+    if endpoint:
+        spec["endpoint"] = str(endpoint)
+    region = settings.get("region") or os.environ.get("AWS_REGION")
+    if region:
+        spec["aws_region"] = str(region)
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        # Straight to the variables: the default chain first looks for ~/.aws files and
+        # logs an error line for each one missing.
+        spec["aws_credentials"] = {"type": "environment"}
+    return spec
+
+
+class TensorStoreView:
+    """A TensorStore view in local index order (channels first, origin 0)."""
+
+    def __init__(
+        self,
+        path: str,
+        view: Any,
+        meta: VolumeMeta,
+        options: StoreOptions,
+        *,
+        read_chunks: tuple[int, ...],
+        alignment_note: str,
+        reopen: tuple[str, int | str | None],
+    ) -> None:
+        self.path = path
+        self.meta = meta
+        self.options = options
+        self.read_chunks = read_chunks
+        self.alignment_note = alignment_note
+        # (the path and scale ``open`` takes to reach this array again, in another process)
+        self.reopen = reopen
+        self._view = view
+
+    def read(self, index: Index) -> np.ndarray[Any, Any]:
+        return np.asarray(self._view[index].read().result())
+
+    def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
+        self._view[index].write(data).result()
