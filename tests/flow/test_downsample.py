@@ -191,3 +191,38 @@ def _median2(a: np.ndarray) -> np.ndarray:
     x, y, z = (n // 2 for n in a.shape)
     blocks = a.reshape(x, 2, y, 2, z, 2).transpose(0, 2, 4, 1, 3, 5).reshape(x, y, z, 8)
     return np.sort(blocks, axis=-1)[..., 3]
+
+
+@pytest.mark.parametrize("fmt", ["ome-zarr", "precomputed"])
+def test_a_multiscale_source_gets_its_new_levels_in_its_own_metadata(
+    tmp_path: Path, fmt: str
+) -> None:
+    data = np.random.default_rng(5).integers(0, 9, (40, 24, 10)).astype(np.uint32)
+    root = str(tmp_path / "img.zarr") if fmt == "ome-zarr" else f"precomputed://{tmp_path}/pc"
+    (base,) = volume.create_multiscale(
+        root, [volume.Level(data.shape, (16, 16, 8), (4, 4, 40))], "uint32"
+    )
+    base.write(base.bounds, data)
+    command = [
+        sys.executable, "-m", "chunkgraph", "downsample", root, "--scale", "0",
+        "--factor", "2,2,1", "--levels", "2", "--method", "mode", "--quiet",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(SRC_DIR)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    expected = data
+    for k in (1, 2):
+        expected = reference(expected, (2, 2, 1), "mode")
+        level = volume.open(root, scale=k)  # listed in the image's own metadata
+        assert level.resolution == (4 * 2**k, 4 * 2**k, 40)
+        np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+def test_format_other_than_the_sources_is_refused(tmp_path: Path) -> None:
+    src = volume.create(str(tmp_path / "v.zarr"), (8, 8, 8), (4, 4, 4), "uint8")
+    with pytest.raises(ConfigError, match="zarr3") as info:
+        downsample(src, format="precomputed")
+    assert info.value.field == "format"
+    with pytest.raises(ConfigError, match="zarr3, ome-zarr, precomputed") as info:
+        downsample(src, format="tiff")
+    assert info.value.field == "format"

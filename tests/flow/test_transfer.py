@@ -87,3 +87,17 @@ def test_bad_arguments_name_the_field(
     with pytest.raises(ConfigError) as info:
         transfer(src, tmp_path / "bad.zarr", **kwargs)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("prefix", ["precomputed://", "n5://", "zarr2://"])
+def test_transfer_into_another_format_and_back_is_exact(tmp_path: Path, prefix: str) -> None:
+    data = np.random.default_rng(3).integers(0, 2**16, (48, 40, 20)).astype(np.uint16)
+    src = _source(tmp_path, data, (16, 16, 8))
+    there = f"{prefix}{tmp_path}/there"
+    transfer(src, there, chunks=(32, 32, 10))
+    other = volume.open(there)
+    assert other.backend == prefix.removesuffix("://")
+    np.testing.assert_array_equal(other.read(other.bounds), data)
+    transfer(there, tmp_path / "back.zarr")
+    back = volume.open(str(tmp_path / "back.zarr"))
+    np.testing.assert_array_equal(back.read(back.bounds), data)

@@ -1,10 +1,13 @@
 """``chunkgraph downsample``: write pyramid levels of a volume.
 
-    chunkgraph downsample SRC [--factor 2,2,1] [--levels N] [--method METHOD] [--dst TEMPLATE]
+    chunkgraph downsample SRC [--factor 2,2,1] [--levels N] [--method METHOD]
+                          [--format zarr3|ome-zarr|precomputed] [--dst TEMPLATE]
                           [--executor KIND] [--workers N] [--resume] [--dry-run]
                           [--memory-limit BYTES] [--quiet | --log-json PATH]
 
 Each level is ``chunkgraph.downsample``'s: an apply flow reading the level below once.
+SRC may be a level of an OME-Zarr image or a precomputed volume (``precomputed://PATH``,
+``--scale`` picks which; default the finest): the new levels then go into that image.
 Exit codes: 0 written, 1 failed or locked, 2 bad options, 130 interrupted.
 """
 
@@ -45,6 +48,14 @@ def register(commands: Any) -> None:
         help=f"one of {', '.join(METHODS)} (default mean; mode for integer labels)",
     )
     parser.add_argument(
+        "--format",
+        choices=("zarr3", "ome-zarr", "precomputed"),
+        default=None,
+        help="where the levels go (default: the source's own: new levels in an OME-Zarr "
+        "image or precomputed volume, Zarr v3 volumes beside a plain one)",
+    )
+    parser.add_argument("--scale", default=None, help="the level of a multiscale SRC to start from")
+    parser.add_argument(
         "--dst",
         dest="template",
         default=None,
@@ -61,13 +72,20 @@ def handle(args: argparse.Namespace) -> int:
     factor: Any = 2 if args.factor is None else args.factor
     if isinstance(factor, tuple) and len(factor) == 1:
         factor = factor[0]
+    src: Any = args.dst
+    if args.scale is not None:
+        from chunkgraph import volume
+
+        scale: Any = int(args.scale) if args.scale.isdigit() else args.scale
+        src = volume.open(args.dst, scale=scale)
     call = functools.partial(
         flow.downsample,
-        args.dst,
+        src,
         factor=factor,
         levels=args.levels,
         method=args.method,
         dst=args.template,
+        format=args.format,
     )
     again = f"`chunkgraph downsample {args.dst} --resume` continues its work"
     return run_flow("downsample", args, call, again)

@@ -1,7 +1,10 @@
 """``downsample``: pyramid levels of a volume, each an apply flow at a coarser resolution.
 
-Level ``k`` is a volume beside the source (``vol.zarr`` -> ``vol_s1.zarr``,
-``vol_s2.zarr``, ...) with resolution ``resolution * factor ** k``, offset
+Where the levels go (``format``): a level of an OME-Zarr image or of a precomputed
+volume gets its new levels in that image (``volume.add_level``: listed in its
+``multiscales`` or its ``info``'s scales); a plain volume gets Zarr v3 volumes beside it
+(``format="zarr3"``). Level ``k`` (``vol.zarr`` -> ``vol_s1.zarr``, ``vol_s2.zarr``, ...)
+has resolution ``resolution * factor ** k``, offset
 ``offset / factor ** k`` and shape ``ceil(shape / factor)`` of level ``k - 1``,
 written by ``apply`` with a fixed function (``_block_reduce``) whose input,
 level ``k - 1``, is ``factor`` times finer: the flow's resolution rule reads each
@@ -179,6 +182,7 @@ def downsample(
     levels: int = 1,
     method: str = "mean",
     dst: str | None = None,
+    format: str | None = None,
     memory_limit: int | None = None,
     executor: ExecutorKind | Executor | None = None,
     workers: int | None = None,
@@ -190,8 +194,10 @@ def downsample(
     """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
 
     ``method``: mean (intensities), median, mode (integer labels), max, min or stride;
-    ``_block_reduce`` states each one's rounding and ties. ``dst``: a path with
-    ``{level}`` (default beside ``src``: ``vol_s1.zarr``, ...). Each level is an
+    ``_block_reduce`` states each one's rounding and ties. ``format``: ``"ome-zarr"`` or
+    ``"precomputed"`` (new levels in the source's image; the default for a level of
+    one), ``"zarr3"`` (volumes at ``dst``, a path with ``{level}``; default beside
+    ``src``: ``vol_s1.zarr``, ...; the default for a plain volume). Each level is an
     ``apply`` flow, resumable with ``resume=True``.
 
     >>> from chunkgraph import volume
@@ -207,17 +213,26 @@ def downsample(
 
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     factors = check_downsample(source, factor, levels, method)
-    paths = level_paths(source.path, levels, dst)
-    backend = cast("BackendName", "memory" if dry_run else source.backend)
+    into = output_format(source, format, dst)
+    paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
+    backend = cast("BackendName", "memory" if dry_run else _plain_backend(source))
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
     else:
-        paths_made = paths
+        paths_made = paths or [""] * levels
     reports: list[ApplyReport] = []
     below = source
     try:
-        for path in paths_made:
-            level = _create_level(volume, below, path, factors, backend)
+        for k, path in enumerate(paths_made, start=1):
+            if into == "zarr3" or dry_run:
+                level = _create_level(volume, below, path, factors, backend)
+            else:
+                _check_offset(below, factors)
+                level = volume.add_level(
+                    below, factors, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
+                )
+            if into != "zarr3":
+                paths.append(level.path if not dry_run else f"{source.path} (level +{k})")
             report = apply(
                 downsample_chunk,
                 below,
@@ -253,10 +268,57 @@ def downsample(
     return DownsampleReport(tuple(paths), factors, method, tuple(reports))
 
 
-def _create_level(
-    volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName
-) -> Volume:
-    """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill."""
+MULTISCALE = ("ome-zarr", "precomputed")
+OUTPUT_FORMATS = ("zarr3", *MULTISCALE)
+
+
+def output_format(source: Volume, format: object, dst: str | None) -> str:
+    """Where the levels go (see the module docstring), or a ``ConfigError``."""
+    own = source.backend if source.backend in MULTISCALE else "zarr3"
+    if format is None:
+        format = own if dst is None else "zarr3"
+    if format not in OUTPUT_FORMATS:
+        raise ConfigError(
+            f"format {format!r} is not one of {', '.join(OUTPUT_FORMATS)} (default: the "
+            "source's own: new levels in an OME-Zarr image or a precomputed volume, Zarr v3 "
+            "volumes beside a plain one)",
+            field="format",
+        )
+    if format in MULTISCALE and format != own:
+        raise ConfigError(
+            f"format {format!r} adds levels to the source's own {format} image, and "
+            f"{source.path!r} is a {source.backend} volume: copy it into one first "
+            "(volume.create_multiscale, then transfer), or use format='zarr3'",
+            field="format",
+        )
+    if format in MULTISCALE and dst is not None:
+        raise ConfigError(
+            f"dst names where Zarr v3 levels go; {format} levels go into the source's image, "
+            "so leave dst out (or use format='zarr3')",
+            field="dst",
+        )
+    return str(format)
+
+
+def _level_chunks(below: Volume) -> dict[str, Any]:
+    """A precomputed level's shard extent, passed on only when ``below`` is sharded: its
+    write chunks a multiple of its read chunks. A level smaller than its chunk has its
+    chunks clipped to its shape, which is no shard (and no multiple)."""
+    write, read = below.spatial_chunks, below.read_chunks
+    sharded = (
+        below.backend == "precomputed"
+        and write != read
+        and all(w % r == 0 for w, r in zip(write, read, strict=True))
+    )
+    return {"write_chunks": write} if sharded else {}
+
+
+def _plain_backend(source: Volume) -> str:
+    """The backend of Zarr v3 levels: the source's, or zarr for a source in another format."""
+    return source.backend if source.backend in ("zarr", "tensorstore") else "zarr"
+
+
+def _check_offset(below: Volume, factor: tuple[int, ...]) -> None:
     uneven = [i for i, (o, f) in enumerate(zip(below.offset, factor, strict=True)) if o % f]
     if uneven:
         raise ConfigError(
@@ -265,6 +327,13 @@ def _create_level(
             "blocks; use a factor dividing the offset",
             field="factor",
         )
+
+
+def _create_level(
+    volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName
+) -> Volume:
+    """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill."""
+    _check_offset(below, factor)
     shape = reduced_shape(below.shape[below.ndim - below.spatial_ndim :], factor)
     chunks = tuple(min(c, n) for c, n in zip(below.spatial_chunks, shape, strict=True))
     resolution = tuple(r * f for r, f in zip(below.resolution, factor, strict=True))

@@ -56,7 +56,8 @@ def transfer(
     """Copy ``src`` (within ``bbox``, global voxels; default all of it) into a new volume
     at ``dst`` with spatial ``chunks`` (default the source's), Zarr v3 ``shards`` (None:
     unsharded), ``dtype`` (default the source's, converted under ``cast``) and ``backend``
-    (default the source's).
+    (default the source's). ``dst`` may carry a format prefix (``precomputed://``,
+    ``n5://``, ``zarr2://``) and ``src`` be any volume ``volume.open`` reads.
 
     >>> from chunkgraph import volume
     >>> v = volume.create("tr-doc", (8, 8), (2, 2), "uint8", backend="memory")
@@ -94,7 +95,7 @@ def transfer(
         channels + tuple(min(c, n) for c, n in zip(spatial_chunks, region.shape, strict=False)),
         source.dtype if dtype is None else dtype,
         fill_value=source.fill_value,
-        backend=typing.cast("BackendName", "memory" if dry_run else (backend or source.backend)),
+        backend=typing.cast("BackendName", "memory" if dry_run else (backend or _plain(source))),
         offset=region.start,
         spatial_ndim=source.spatial_ndim,
         resolution=source.resolution,
@@ -122,6 +123,12 @@ def transfer(
     finally:
         if dry_run:
             volume.remove(target.path)
+
+
+def _plain(source: Volume) -> str:
+    """dst's backend by default: the source's, or zarr when the source is in another format
+    (a format prefix on dst, ``precomputed://``, ``n5://``, ``zarr2://``, chooses its own)."""
+    return source.backend if source.backend in ("zarr", "tensorstore") else "zarr"
 
 
 def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:
