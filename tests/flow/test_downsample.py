@@ -112,13 +112,33 @@ def test_levels_sit_beside_the_source_with_scaled_resolution_and_offset(tmp_path
     assert second.shape == (10, 10, 12)
 
 
-def test_one_pass_reads_each_source_chunk_once(tmp_path: Path) -> None:
-    data = np.random.default_rng(2).integers(0, 255, (128, 128, 64)).astype(np.uint8)
+def test_one_pass_writes_several_levels_reading_each_source_chunk_once(tmp_path: Path) -> None:
+    data = np.random.default_rng(2).integers(0, 255, (256, 256, 128)).astype(np.uint8)
     src = _source(tmp_path, data, (32, 32, 32))
     src.reset_stats()
-    report = downsample(src, factor=2, levels=3, method="mean")
-    assert src.stats.chunks_read == (128 // 32) ** 2 * (64 // 32)
-    assert all(level.read_amplification <= 1.0 for level in report.levels)
+    report = downsample(src, factor=2, levels=3, method="mean", workers=2)
+    assert src.stats.chunks_read == (256 // 32) ** 2 * (128 // 32)
+    # Levels 1 and 2 from one read of the source (top chunk 64^3 of level 1: 4 tasks for
+    # 2 workers); level 3 would need one 128^3 task, fewer than the workers.
+    assert report.levels_per_pass == (2, 1)
+    assert all(p.read_amplification <= 1.0 for p in report.passes)
+    expected = data
+    for path in report.paths:
+        expected = reference(expected, (2, 2, 2), "mean")
+        level = volume.open(path)
+        np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+def test_fused_levels_are_exact_at_edges_the_factor_does_not_divide(tmp_path: Path) -> None:
+    data = np.random.default_rng(6).integers(0, 3, (100, 90, 37)).astype(np.uint32)
+    src = _source(tmp_path, data, (8, 8, 8))
+    report = downsample(src, factor=(2, 2, 1), levels=3, method="mode", workers=1)
+    assert report.levels_per_pass[0] >= 2
+    expected = data
+    for path in report.paths:
+        expected = reference(expected, (2, 2, 1), "mode")
+        level = volume.open(path)
+        np.testing.assert_array_equal(level.read(level.bounds), expected)
 
 
 @pytest.mark.parametrize(

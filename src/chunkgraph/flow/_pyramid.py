@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import usable_cores
+from chunkgraph.flow._auto_sizes import resolve_memory_limit
 from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
@@ -42,48 +45,74 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class DownsampleReport:
-    """What one ``downsample`` call did: one ``ApplyReport`` per level, finest first.
+    """What one ``downsample`` call did: one ``ApplyReport`` per pass, finest first.
 
-    ``paths[k]``: where level ``k + 1`` is; ``factor``: per spatial axis, per level.
+    ``paths[k]``: where level ``k + 1`` is; ``factor``: per spatial axis, per level;
+    ``levels_per_pass[i]``: how many levels pass ``i`` wrote from one read of its input
+    (the first level as the flow's dst, the others from it in memory).
     """
 
     paths: tuple[str, ...]
     factor: tuple[int, ...]
     method: str
-    levels: tuple[ApplyReport, ...]
+    passes: tuple[ApplyReport, ...]
+    levels_per_pass: tuple[int, ...]
 
     @property
     def dry_run(self) -> bool:
-        return any(r.dry_run for r in self.levels)
+        return any(r.dry_run for r in self.passes)
 
     @property
     def wall_seconds(self) -> float:
-        return sum(r.wall_seconds for r in self.levels)
+        return sum(r.wall_seconds for r in self.passes)
 
     @property
     def bytes_read(self) -> int:
-        return sum(r.bytes_read for r in self.levels)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(r.bytes_written for r in self.levels)
+        return sum(r.bytes_read for r in self.passes)
 
     def summary(self) -> str:
         verb = "would write" if self.dry_run else "wrote"
         lines = [
             f"downsample ({self.method}, factor {'x'.join(map(str, self.factor))}): {verb} "
-            f"{len(self.paths)} level(s) in {self.wall_seconds:.2f} s"
+            f"{len(self.paths)} level(s) in {len(self.passes)} pass(es), "
+            f"{self.wall_seconds:.2f} s"
         ]
-        for k, (path, report) in enumerate(zip(self.paths, self.levels, strict=True), start=1):
+        first = 0
+        for report, count in zip(self.passes, self.levels_per_pass, strict=True):
             tasks = report.tasks_per_level[0] if report.tasks_per_level else 0
             done = report.top_tasks_skipped
             skipped = f", {done} done before" if done else ""
             lines.append(
-                f"  level {k}: {path}  {report.bbox.shape}  {tasks} task(s){skipped}, "
-                f"read {report.bytes_read / 2**20:.1f} MiB, wrote "
-                f"{report.bytes_written / 2**20:.1f} MiB"
+                f"  levels {first + 1}-{first + count}: {tasks} task(s){skipped}, read "
+                f"{report.bytes_read / 2**20:.1f} MiB (amplification "
+                f"{report.read_amplification:.2f})"
             )
+            lines.extend(f"    {path}" for path in self.paths[first : first + count])
+            first += count
         return "\n".join(lines)
+
+
+# Bytes a fused pass's task holds per byte of its read: the read itself, and the block
+# reductions' temporaries (an accumulator or sorted rows, and the levels above).
+FUSED_WORK_COPIES = 4
+
+# Each level below another pass's dst is written from memory by the task that made it;
+# fn opens those volumes once per process (the flow passes their places, not the
+# volumes: the flow id is made from fn's keywords and must not change between runs).
+_OPENED: dict[tuple[str, Any], Volume] = {}
+
+
+def _opened(where: tuple[str, Any]) -> Volume:
+    from chunkgraph import volume
+
+    found = _OPENED.get(where)
+    if found is None:
+        path, scale = where
+        found = volume.open(path, "r+", scale=scale) if scale is not None else (
+            volume.open(path, "r+")
+        )  # fmt: skip
+        _OPENED[where] = found
+    return found
 
 
 def downsample_chunk(
@@ -94,10 +123,13 @@ def downsample_chunk(
     method: str,
     src_start: tuple[int, ...],
     src_stop: tuple[int, ...],
+    above: tuple[tuple[str, Any], ...] = (),
 ) -> np.ndarray:
     """The level's voxels over ``box`` (level voxels) from ``data``, the level below over
     ``box * factor``; voxels of ``data`` outside ``[src_start, src_stop)`` are fill read
-    past the edge and take no part."""
+    past the edge and take no part. ``above``: the places of the levels above this one
+    that this pass writes too, each from the one below it, over ``box / factor ** j``
+    (the pass's top chunks cover their chunks whole: ``fused_pass``)."""
     spatial = len(factor)
     present = tuple(
         slice(0, max(0, min(b1 * f, stop) - b0 * f))
@@ -107,6 +139,16 @@ def downsample_chunk(
     assert all(b * f >= s for b, f, s in zip(box.start, factor, src_start, strict=True))
     index: tuple[Any, ...] = (Ellipsis, *present)
     reduced = block_reduce(data[index], factor, method)
+    level = reduced
+    start = box.start
+    for where in above:
+        # Only the voxels present go up: a partial block at the edge stays partial.
+        level = block_reduce(level, factor, method)
+        start = tuple(b // f for b, f in zip(start, factor, strict=True))
+        target = _opened(where)
+        stop = tuple(b + n for b, n in zip(start, level.shape[-spatial:], strict=True))
+        if all(a < b for a, b in zip(start, stop, strict=True)):
+            target.write(Box(start, stop), level)
     if reduced.shape[-spatial:] == box.shape:
         return reduced
     # A box past the level's edge (an expanded bbox): its writes are clipped there.
@@ -220,9 +262,11 @@ def downsample(
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
     else:
         paths_made = paths or [""] * levels
+    made: list[Volume] = []
     reports: list[ApplyReport] = []
-    below = source
+    counts: list[int] = []
     try:
+        below = source
         for k, path in enumerate(paths_made, start=1):
             if into == "zarr3" or dry_run:
                 level = _create_level(volume, below, path, factors, backend)
@@ -233,17 +277,27 @@ def downsample(
                 )
             if into != "zarr3":
                 paths.append(level.path if not dry_run else f"{source.path} (level +{k})")
+            made.append(level)
+            below = level
+        cores = workers or usable_cores()
+        limit, _ = resolve_memory_limit(memory_limit)
+        below, done = source, 0
+        while done < levels:
+            count, top = fused_pass(below, made[done:], factors, cores, limit)
+            first, above = made[done], made[done + 1 : done + count]
             report = apply(
                 downsample_chunk,
                 below,
-                level,
+                first,
                 fn_kwargs={
                     "factor": factors,
                     "method": method,
                     "src_start": below.bounds.start,
                     "src_stop": below.bounds.stop,
+                    "above": tuple(_place(v) for v in above),
                 },
-                bbox=level.bounds,
+                chunk_sizes="auto" if top is None else [top],
+                bbox=first.bounds,
                 expand_bbox=True,
                 memory_limit=memory_limit,
                 executor=executor,
@@ -258,14 +312,60 @@ def downsample(
                 cast="safe",
             )
             reports.append(report)
-            below = level
+            counts.append(count)
+            below, done = made[done + count - 1], done + count
     finally:
         if dry_run:
             for path in paths_made:
                 if Path(path).name.startswith("dry-run-"):
                     with contextlib.suppress(Exception):  # not made: nothing to remove
                         volume.remove(path)
-    return DownsampleReport(tuple(paths), factors, method, tuple(reports))
+    return DownsampleReport(tuple(paths), factors, method, tuple(reports), tuple(counts))
+
+
+def _place(level: Volume) -> tuple[str, Any]:
+    """Where fn reopens a level: a multiscale image's root and scale, or the path."""
+    reach = level.level_of
+    if reach is None:
+        return (level.path, None)
+    root = reach[0]
+    # A precomputed root is found by its prefix (an OME-Zarr one by its metadata).
+    if level.backend == "precomputed" and "://" not in root:
+        root = f"precomputed://{root}"
+    return (root, reach[1])
+
+
+def fused_pass(
+    below: Volume, levels: Sequence[Volume], factor: tuple[int, ...], cores: int, limit: int
+) -> tuple[int, tuple[int, ...] | None]:
+    """How many of ``levels`` one pass over ``below`` writes, and its top chunk (in the
+    first level's voxels; None: one level, sizes planned by the flow).
+
+    Writing ``m`` levels from one read needs a top chunk that covers each level's chunk
+    whole: per axis a multiple of level ``j``'s chunk times ``factor ** j`` (j = 0 ..
+    m - 1) and of ``below``'s chunk over the factor (reads aligned to its chunks). Worked:
+    64^3 chunks everywhere, factor 2: two levels need 128 (256^3 read), three 256 (512^3).
+    The most levels are fused whose top chunk keeps one task per core within the budget
+    (``FUSED_WORK_COPIES`` x the read each) and still makes a task per core."""
+    best: tuple[int, tuple[int, ...] | None] = (1, None)
+    first = levels[0]
+    extent = first.bounds.shape
+    itemsize = below.dtype.itemsize * math.prod(below.channel_shape)
+    grain = [c // f if c % f == 0 else c for c, f in zip(below.spatial_chunks, factor, strict=True)]
+    for m in range(2, len(levels) + 1):
+        top = []
+        for axis, n in enumerate(extent):
+            step = math.lcm(
+                grain[axis],
+                *(lv.spatial_chunks[axis] * factor[axis] ** j for j, lv in enumerate(levels[:m])),
+            )
+            top.append(min(step, -(-n // step) * step))
+        read = math.prod(t * f for t, f in zip(top, factor, strict=True)) * itemsize
+        tasks = math.prod(-(-n // t) for n, t in zip(extent, top, strict=True))
+        if cores * FUSED_WORK_COPIES * read > limit or tasks < cores:
+            break
+        best = (m, tuple(top))
+    return best
 
 
 MULTISCALE = ("ome-zarr", "precomputed")
