@@ -104,6 +104,7 @@ def ts_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
                 },
             },
             create=True,
+            delete_existing=True,
             context=context,
         ).result()
         dst.write(view).result()
