@@ -7,9 +7,9 @@ block is partial and is reduced over the voxels present (igneous and TensorStore
 
 The methods, exact for every dtype:
 
-* ``mean``: sum (integers in a wide integer type, floats in float64) / count in float64,
-  rounded to the nearest integer with ties to even
-  (``numpy.rint``) for integer dtypes; floats keep the float64 mean, cast back.
+* ``mean``: the block's sum (integers in a wide integer type, floats in float64) over
+  its count; integer dtypes round to the nearest integer, ties to even (as ``numpy.rint``
+  of the exact quotient, done in integers); floats divide in float64 and cast back.
 * ``median``: the lower median (the ``(n - 1) // 2``-th smallest of the ``n``
   voxels present), so it is always one of the block's own values.
 * ``mode``: the most frequent value; a tie goes to the smallest value. For labels.
@@ -58,22 +58,36 @@ def block_reduce(data: np.ndarray[Any, Any], factor: tuple[int, ...], method: st
 
 def _mean(data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int) -> np.ndarray:
     total = data
-    count = np.ones((1,) * data.ndim, np.float64)
+    count: Any = 1  # a number while every block is whole, an array once one is partial
     accumulate = _sum_dtype(data.dtype, math.prod(factor))
     for axis, f in enumerate(factor, start=n_channel):
         if f == 1:
             continue
         starts = np.arange(0, data.shape[axis], f)
         total = _combine_strided(total, axis, f, np.add, accumulate)
-        # Voxels per block along this axis: f, and fewer in a partial last block.
+        if data.shape[axis] % f == 0:
+            count = count * f
+            continue
+        # Voxels per block along this axis: f, and fewer in the partial last block.
         sizes = np.minimum(starts + f, data.shape[axis]) - starts
         shape = [1] * data.ndim
         shape[axis] = len(starts)
         count = count * sizes.reshape(shape)
-    mean = total / count
     if np.issubdtype(data.dtype, np.integer):
-        mean = np.rint(mean)
-    return mean.astype(data.dtype)
+        return _rounded_quotient(total, count).astype(data.dtype)
+    mean: np.ndarray = (total / count).astype(data.dtype)
+    return mean
+
+
+def _rounded_quotient(total: np.ndarray, count: Any) -> np.ndarray:
+    """``total / count`` rounded to the nearest integer, ties to even (``numpy.rint`` of the
+    float64 quotient), in integer arithmetic: the remainder decides, no float64 arrays."""
+    if total.dtype.kind == "u":  # uint64 beside int64 would make numpy go to float64
+        count = np.asarray(count).astype(total.dtype)
+    quotient: np.ndarray = total // count  # floor, so the remainder is in [0, count)
+    twice = (total - quotient * count) * 2
+    quotient += (twice > count) | ((twice == count) & (quotient % 2 == 1))
+    return quotient
 
 
 def _combine_strided(
