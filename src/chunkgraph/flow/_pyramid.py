@@ -99,18 +99,16 @@ FUSED_WORK_COPIES = 4
 # Each level below another pass's dst is written from memory by the task that made it;
 # fn opens those volumes once per process (the flow passes their places, not the
 # volumes: the flow id is made from fn's keywords and must not change between runs).
-_OPENED: dict[tuple[str, Any], Volume] = {}
+_OPENED: dict[tuple[str, Any, Any], Volume] = {}
 
 
-def _opened(where: tuple[str, Any]) -> Volume:
+def _opened(where: tuple[str, Any, Any]) -> Volume:
     from chunkgraph import volume
 
     found = _OPENED.get(where)
     if found is None:
-        path, scale = where
-        found = volume.open(path, "r+", scale=scale) if scale is not None else (
-            volume.open(path, "r+")
-        )  # fmt: skip
+        path, scale, backend = where
+        found = volume.open(path, "r+", scale=scale, backend=backend)
         _OPENED[where] = found
     return found
 
@@ -123,7 +121,7 @@ def downsample_chunk(
     method: str,
     src_start: tuple[int, ...],
     src_stop: tuple[int, ...],
-    above: tuple[tuple[str, Any], ...] = (),
+    above: tuple[tuple[str, Any, Any], ...] = (),
 ) -> np.ndarray:
     """The level's voxels over ``box`` (level voxels) from ``data``, the level below over
     ``box * factor``; voxels of ``data`` outside ``[src_start, src_stop)`` are fill read
@@ -323,16 +321,17 @@ def downsample(
     return DownsampleReport(tuple(paths), factors, method, tuple(reports), tuple(counts))
 
 
-def _place(level: Volume) -> tuple[str, Any]:
-    """Where fn reopens a level: a multiscale image's root and scale, or the path."""
+def _place(level: Volume) -> tuple[str, Any, Any]:
+    """Where fn reopens a level: a multiscale image's root and scale, or the path and
+    its backend."""
     reach = level.level_of
     if reach is None:
-        return (level.path, None)
+        return (level.path, None, level.backend)
     root = reach[0]
     # A precomputed root is found by its prefix (an OME-Zarr one by its metadata).
     if level.backend == "precomputed" and "://" not in root:
         root = f"precomputed://{root}"
-    return (root, reach[1])
+    return (root, reach[1], None)
 
 
 def fused_pass(
@@ -414,8 +413,9 @@ def _level_chunks(below: Volume) -> dict[str, Any]:
 
 
 def _plain_backend(source: Volume) -> str:
-    """The backend of Zarr v3 levels: the source's, or zarr for a source in another format."""
-    return source.backend if source.backend in ("zarr", "tensorstore") else "zarr"
+    """The backend of Zarr v3 levels: the source's (memory too), or zarr for a source in
+    another format."""
+    return source.backend if source.backend in ("zarr", "tensorstore", "memory") else "zarr"
 
 
 def _check_offset(below: Volume, factor: tuple[int, ...]) -> None:

@@ -128,7 +128,7 @@ def transfer(
 def _plain(source: Volume) -> str:
     """dst's backend by default: the source's, or zarr when the source is in another format
     (a format prefix on dst, ``precomputed://``, ``n5://``, ``zarr2://``, chooses its own)."""
-    return source.backend if source.backend in ("zarr", "tensorstore") else "zarr"
+    return source.backend if source.backend in ("zarr", "tensorstore", "memory") else "zarr"
 
 
 def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:
