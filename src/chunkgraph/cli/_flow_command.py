@@ -105,5 +105,5 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
     finally:
         close_output(subscribers, outcome)
     out = sys.stderr if args.log_json == "-" else sys.stdout
-    print(report.summary(), file=out)
+    print(report.summary(plan=not args.quiet), file=out)
     return EXIT_OK

@@ -70,7 +70,8 @@ class DownsampleReport:
     def bytes_read(self) -> int:
         return sum(r.bytes_read for r in self.passes)
 
-    def summary(self) -> str:
+    def summary(self, *, plan: bool = True) -> str:
+        """What was written, pass by pass; ``plan=True`` adds each pass's plan."""
         verb = "would write" if self.dry_run else "wrote"
         lines = [
             f"downsample ({self.method}, factor {'x'.join(map(str, self.factor))}): {verb} "
@@ -82,12 +83,15 @@ class DownsampleReport:
             tasks = report.tasks_per_level[0] if report.tasks_per_level else 0
             done = report.top_tasks_skipped
             skipped = f", {done} done before" if done else ""
+            which = f"level {first + 1}" if count == 1 else f"levels {first + 1}-{first + count}"
             lines.append(
-                f"  levels {first + 1}-{first + count}: {tasks} task(s){skipped}, read "
+                f"  {which}: {tasks} task(s){skipped}, read "
                 f"{report.bytes_read / 2**20:.1f} MiB (amplification "
                 f"{report.read_amplification:.2f})"
             )
             lines.extend(f"    {path}" for path in self.paths[first : first + count])
+            if plan and report.plan is not None:
+                lines.extend(f"    {line}" for line in report.plan.summary().splitlines()[:3])
             first += count
         return "\n".join(lines)
 
