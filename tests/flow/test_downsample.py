@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -248,3 +249,18 @@ def test_format_other_than_the_sources_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="zarr3, ome-zarr, precomputed") as info:
         downsample(src, format="tiff")
     assert info.value.field == "format"
+
+
+def test_levels_made_again_at_the_same_paths_are_written_afresh(tmp_path: Path) -> None:
+    for seed, shape in ((7, (64, 64, 32)), (8, (48, 40, 24))):
+        for old in tmp_path.glob("*"):
+            shutil.rmtree(old)
+        data = np.random.default_rng(seed).integers(0, 5, shape).astype(np.uint16)
+        src = _source(tmp_path, data, (8, 8, 8))
+        report = downsample(src, levels=3, method="max", workers=1)
+        assert report.levels_per_pass[0] >= 2  # the levels above the first come from fn
+        expected = data
+        for path in report.paths:
+            expected = reference(expected, (2, 2, 2), "max")
+            level = volume.open(path)
+            np.testing.assert_array_equal(level.read(level.bounds), expected)

@@ -100,20 +100,24 @@ class DownsampleReport:
 # reductions' temporaries (an accumulator or sorted rows, and the levels above).
 FUSED_WORK_COPIES = 4
 
-# Each level below another pass's dst is written from memory by the task that made it;
-# fn opens those volumes once per process (the flow passes their places, not the
-# volumes: the flow id is made from fn's keywords and must not change between runs).
-_OPENED: dict[tuple[str, Any, Any], Volume] = {}
+# Each level above a pass's dst is written from memory by the task that made it; fn
+# opens those volumes once per process (the flow passes their places, not the volumes:
+# the flow id is made from fn's keywords and must not change between runs). A place
+# names the level's shape and dtype too, so a volume made again at the same path with
+# other ones is opened afresh; memory volumes are looked up each time (a new one at the
+# same name is another array).
+_OPENED: dict[tuple[Any, ...], Volume] = {}
 
 
-def _opened(where: tuple[str, Any, Any]) -> Volume:
+def _opened(where: tuple[Any, ...]) -> Volume:
     from chunkgraph import volume
 
     found = _OPENED.get(where)
     if found is None:
-        path, scale, backend = where
+        path, scale, backend = where[:3]
         found = volume.open(path, "r+", scale=scale, backend=backend)
-        _OPENED[where] = found
+        if backend != "memory":
+            _OPENED[where] = found
     return found
 
 
@@ -125,7 +129,7 @@ def downsample_chunk(
     method: str,
     src_start: tuple[int, ...],
     src_stop: tuple[int, ...],
-    above: tuple[tuple[str, Any, Any], ...] = (),
+    above: tuple[tuple[Any, ...], ...] = (),
 ) -> np.ndarray:
     """The level's voxels over ``box`` (level voxels) from ``data``, the level below over
     ``box * factor``; voxels of ``data`` outside ``[src_start, src_stop)`` are fill read
@@ -325,17 +329,18 @@ def downsample(
     return DownsampleReport(tuple(paths), factors, method, tuple(reports), tuple(counts))
 
 
-def _place(level: Volume) -> tuple[str, Any, Any]:
+def _place(level: Volume) -> tuple[Any, ...]:
     """Where fn reopens a level: a multiscale image's root and scale, or the path and
-    its backend."""
+    its backend; then its shape and dtype (see ``_OPENED``)."""
     reach = level.level_of
+    what = (level.shape, level.dtype.str)
     if reach is None:
-        return (level.path, None, level.backend)
+        return (level.path, None, level.backend, *what)
     root = reach[0]
     # A precomputed root is found by its prefix (an OME-Zarr one by its metadata).
     if level.backend == "precomputed" and "://" not in root:
         root = f"precomputed://{root}"
-    return (root, reach[1], None)
+    return (root, reach[1], None, *what)
 
 
 def fused_pass(
