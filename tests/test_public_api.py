@@ -19,6 +19,7 @@ EXPECTED = {
     "plan", "Plan", "Context", "Link", "local_contexts",
     # volumes
     "Box", "Volume", "IOStats", "ApplyReport", "apply",
+    "downsample", "transfer",
     # loops
     "parallel_for", "parallel_map", "parallel_reduce", "parallel_sort",
     # subpackages and version

@@ -69,6 +69,8 @@ _LAZY = {
     "IOStats": "chunkgraph.volume",
     "ApplyReport": "chunkgraph.flow",
     "apply": "chunkgraph.flow",
+    "downsample": "chunkgraph.flow",
+    "transfer": "chunkgraph.flow",
     "parallel_for": "chunkgraph.parallel",
     "parallel_map": "chunkgraph.parallel",
     "parallel_reduce": "chunkgraph.parallel",
@@ -112,7 +114,7 @@ if TYPE_CHECKING:
         dask_scheduler,
         run,
     )
-    from chunkgraph.flow import ApplyReport, apply
+    from chunkgraph.flow import ApplyReport, apply, downsample, transfer
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
     from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
@@ -155,6 +157,7 @@ __all__ = [
     "apply",
     "dask_contexts",
     "dask_scheduler",
+    "downsample",
     "execute",
     "flow",
     "geometry",
@@ -170,5 +173,6 @@ __all__ = [
     "planning",
     "run",
     "task",
+    "transfer",
     "volume",
 ]

@@ -1,6 +1,7 @@
 """The ``chunkgraph`` command line: one subcommand per ``_cmd_*.py`` module.
 
-    chunkgraph demo | run | plan | bench | status | clean | report | spec-schema
+    chunkgraph demo | run | plan | bench | status | clean | reduce | report | spec-schema
+               | downsample | transfer
 
 Each command lives in its own module, which exposes ``register(commands)``:
 it adds its subparser and sets ``handler`` to a function ``(args) -> int``.

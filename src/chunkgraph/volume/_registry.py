@@ -116,6 +116,7 @@ def create(
     spatial_ndim: int | None = None,
     resolution: Any = None,
     storage_options: Any = None,
+    shards: Any = None,
     encoding: str | None = None,
     write_chunks: Any = None,
 ) -> Volume:
@@ -128,7 +129,10 @@ def create(
     the memory backend). ``resolution`` is the physical size of a voxel per spatial
     axis (e.g. ``(4, 4, 40)`` nm; default 1s), kept in the attributes on disk.
     ``storage_options`` reach a URL's object store (``_object_store``); secret ones
-    are never shown, written or pickled.
+    are never shown, written or pickled. ``shards`` (zarr backend; all axes, each a
+    multiple of ``chunks``) makes a sharded Zarr v3 array: ``chunks`` are then the inner
+    chunks, and the volume's ``chunks`` its shards, the unit its writes align to (a
+    shard is one object, rewritten whole by any write into it).
 
     A format prefix makes another format (``_formats``): ``precomputed://`` adds a
     scale (x, y, z; ``encoding`` "raw", "compressed_segmentation" or "jpeg";
@@ -144,6 +148,12 @@ def create(
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is not one of {BACKENDS}")
     fmt, place = split_format(os.fspath(path))
+    if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS and shards is not None:
+        raise ConfigError(
+            f"shards make a sharded Zarr v3 array; a {fmt}:// volume takes write_chunks "
+            "(precomputed) or none; leave shards out, or write Zarr v3",
+            field="shards",
+        )
     if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS:
         format_backend = FORMATS[fmt]
         # Only Zarr v2 writes partial chunks safely (zarr-python, conditional on object
@@ -174,8 +184,17 @@ def create(
             f"checksum must be True (crc32c on every chunk, the default) or False, "
             f"got {checksum!r} of type {type(checksum).__name__}"
         )
+    inner = _check_shards(shards, chunks, backend)
     meta = _build_meta(
-        shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned_writes, backend, resolution
+        shape,
+        chunks if shards is None else shards,
+        dtype,
+        fill_value,
+        spatial_ndim,
+        offset,
+        aligned_writes,
+        backend,
+        resolution,
     )
     name = _normalise_path(path, backend)
     _check_backend_reaches(name, backend)
@@ -195,7 +214,9 @@ def create(
         elif backend == "tensorstore":
             storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
         else:
-            storage = create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts)
+            storage = create_zarr(
+                name, meta, compressor, checksum, overwrite=False, options=opts, inner=inner
+            )
     except Exception as err:  # each backend says "exists" its own way: asked again below
         if exist_ok and backend != "memory" and _exists(name, opts):  # created meanwhile
             return _open_same(name, meta, cache_bytes, backend, opts)
@@ -203,6 +224,30 @@ def create(
             raise no_bucket_error(name, opts) or err from None
         raise
     return Volume(storage, "r+", cache_bytes)
+
+
+def _check_shards(shards: Any, chunks: Any, backend: str) -> tuple[int, ...] | None:
+    """The inner chunks of a sharded volume (None: unsharded), or a ConfigError."""
+    if shards is None:
+        return None
+    if backend != "zarr":
+        raise ConfigError(
+            f"shards are a Zarr v3 feature of the zarr backend, not of {backend!r}; "
+            "use backend='zarr', or leave shards out",
+            field="shards",
+        )
+    shards_t = as_int_tuple(shards, "shards")
+    chunks_t = as_int_tuple(chunks, "chunks")
+    if len(shards_t) != len(chunks_t) or any(
+        s < 1 or s % c for s, c in zip(shards_t, chunks_t, strict=False)
+    ):
+        raise ConfigError(
+            f"shards {shards_t} must give every axis of chunks {chunks_t} a positive "
+            "multiple of its chunk, e.g. shards="
+            f"{tuple(4 * c for c in chunks_t)}",
+            field="shards",
+        )
+    return chunks_t
 
 
 def _create_format(

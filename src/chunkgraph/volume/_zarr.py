@@ -200,9 +200,12 @@ def create_zarr(
     options: StoreOptions | None = None,
     zarr_format: int = 3,
     dimension_names: tuple[str, ...] | None = None,
+    inner: tuple[int, ...] | None = None,
 ) -> ZarrStorage:
     """A new array; Zarr v2 ones (``zarr_format=2``) have ``/`` between chunk indices, as
-    OME-Zarr 0.4 asks, and no checksum (v2 has room for one compressor, the last codec)."""
+    OME-Zarr 0.4 asks, and no checksum (v2 has room for one compressor, the last codec).
+    ``inner``: a sharded Zarr v3 array's inner chunks (``meta.chunks`` are then its shards).
+    """
     opts = options or StoreOptions()
     extra: dict[str, Any] = {}
     if zarr_format == 2:
@@ -214,7 +217,8 @@ def create_zarr(
         array = zarr.create_array(
             store=zarr_store(path, opts),
             shape=meta.shape,
-            chunks=meta.chunks,
+            chunks=meta.chunks if inner is None else inner,
+            shards=None if inner is None else meta.chunks,
             dtype=meta.dtype,
             fill_value=meta.fill_value,
             compressors=_compressors(compressor, checksum),
@@ -225,7 +229,10 @@ def create_zarr(
         )
     except OSError as err:  # a read-only or full disk: zarr's own error names no file
         raise named_os_error(err, path, "creating the volume") from err
-    return ZarrStorage(path, array, meta, opts)
+    storage = ZarrStorage(path, array, meta, opts)
+    if inner is not None:  # as open_zarr sees it: reads decode the chunks inside a shard
+        storage.read_chunks = tuple(inner[meta.channel_ndim :])
+    return storage
 
 
 # A token written once, when chunkgraph creates an array in a bucket: an object has no

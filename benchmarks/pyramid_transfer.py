@@ -1,0 +1,380 @@
+"""Benchmark: pyramids and rechunking, chunkgraph beside its peers in one run.
+
+Cases, each in its own subprocess (peak RSS is the process's own):
+
+1. mean pyramid, 3 levels of factor 2 over a uint8 volume (512 MiB: 1024 x 1024 x 512,
+   64^3 chunks; ``--quick``: 64 MiB): ``chunkgraph.downsample``; TensorStore's
+   ``downsample`` driver writing each level from the one below (as chunkgraph does);
+   igneous (``create_downsampling_tasks`` on a LocalTaskQueue of the machine's cores,
+   over a precomputed copy of the source made before the clock starts)
+2. mode pyramid, 3 levels, over a uint32 label volume (128 MiB: 512 x 512 x 128;
+   ``--quick``: 32 MiB): the same three
+3. rechunk the uint8 volume from 64^3 to 256 x 256 x 32 chunks: ``chunkgraph.transfer``;
+   rechunker (``rechunk(...).execute()``); dask ``from_zarr(...).rechunk(...).to_zarr``
+
+Each output is compared with a numpy reference computed from the whole array (mean:
+float64 mean rounded half to even; mode: the most frequent value, ties to the
+smallest), printed as the fraction of voxels equal. Every case gets the same memory
+budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rechunker's
+``max_mem``; the others have no such setting.
+
+    python benchmarks/pyramid_transfer.py [--quick] [--repeat 3] [--memory-limit BYTES]
+                                          [--workdir bench-out/pyramid_transfer]
+
+Wall time is the median of ``--repeat`` runs, peak RSS the largest.
+
+The peers are not test dependencies; install them for the run (pinned versions stay):
+``pip install -c constraints.txt rechunker igneous-pipeline`` (igneous-pipeline 4.37
+needs DracoPy<2, which the pinned DracoPy 2.2.0 rules out; rechunker 0.5.2 installs but
+needs zarr-python 2's ``zarr.hierarchy``). A peer that is not installed, or fails, is
+listed as not run, with why. The "ts backend" rows are chunkgraph reading and writing
+through its TensorStore backend instead of zarr-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MiB = 2**20
+FACTOR = (2, 2, 2)
+LEVELS = 3
+RECHUNK_TO = (256, 256, 32)
+
+
+# --- chunkgraph ----------------------------------------------------------------------
+
+
+def cg_downsample(
+    work: Path, name: str, method: str, memory: int, backend: str = "zarr"
+) -> list[Any]:
+    from chunkgraph import downsample, volume
+
+    out = str(work / f"cg-{method}-{backend}" / "s{level}.zarr")
+    report = downsample(
+        volume.open(str(work / name), backend=backend), factor=FACTOR, levels=LEVELS,
+        method=method, dst=out, memory_limit=memory,
+    )  # fmt: skip
+    return [("zarr3", p) for p in report.paths]
+
+
+def cg_transfer(work: Path, name: str, memory: int, backend: str = "zarr") -> list[Any]:
+    from chunkgraph import transfer, volume
+
+    dst = work / f"cg-rechunk-{backend}.zarr"
+    src = volume.open(str(work / name), backend=backend)
+    transfer(src, dst, chunks=RECHUNK_TO, memory_limit=memory)
+    return [("zarr3", str(dst))]
+
+
+# --- TensorStore ---------------------------------------------------------------------
+
+
+def ts_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
+    import tensorstore as ts
+
+    def spec(path: Path) -> dict[str, Any]:
+        return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+
+    context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+    below = ts.open(spec(work / name), context=context).result()
+    paths = []
+    for k in range(1, LEVELS + 1):
+        view = ts.downsample(below, list(FACTOR), method)
+        path = work / f"ts-{method}" / f"s{k}.zarr"
+        chunks = [min(64, n) for n in view.shape]
+        dst = ts.open(
+            {
+                **spec(path),
+                "metadata": {
+                    "shape": list(view.shape),
+                    "data_type": view.dtype.name,
+                    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+                    "codecs": [{"name": "bytes"}, {"name": "zstd"}],
+                },
+            },
+            create=True,
+            delete_existing=True,
+            context=context,
+        ).result()
+        dst.write(view).result()
+        below = ts.open(spec(path), context=context).result()
+        paths.append(("zarr3", str(path)))
+    return paths
+
+
+# --- igneous -------------------------------------------------------------------------
+
+
+def igneous_prepare(work: Path, name: str, layer: str) -> str:
+    """A precomputed copy of the source (not timed): igneous reads only precomputed."""
+    from cloudvolume import CloudVolume
+
+    from chunkgraph import volume
+
+    src = volume.open(str(work / name))
+    path = f"file://{work}/ig-{layer}"
+    info = CloudVolume.create_new_info(
+        num_channels=1, layer_type=layer, data_type=src.dtype.name, encoding="raw",
+        resolution=[1, 1, 1], voxel_offset=[0, 0, 0], chunk_size=[64, 64, 64],
+        volume_size=list(src.shape),
+    )  # fmt: skip
+    vol = CloudVolume(path, info=info, progress=False)
+    vol.commit_info()
+    vol[:, :, :] = src.read(src.bounds)
+    return path
+
+
+def ig_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
+    import igneous.task_creation as tc
+    from cloudvolume import CloudVolume
+    from taskqueue import LocalTaskQueue
+
+    path = (work / f"ig-{'segmentation' if method == 'mode' else 'image'}").as_uri()
+    done = 0
+    # igneous makes as many levels per pass as its memory target allows: passes from the
+    # highest level made, until all are there (what its users do).
+    while done < LEVELS:
+        tasks = tc.create_downsampling_tasks(
+            path, mip=done, num_mips=LEVELS - done, factor=FACTOR, compress=None,
+            memory_target=memory,
+        )  # fmt: skip
+        queue = LocalTaskQueue(parallel=os.cpu_count() or 1, progress=False)
+        queue.insert(tasks)
+        queue.execute(progress=False)
+        made = len(CloudVolume(path, progress=False).info["scales"]) - 1
+        if made <= done:
+            raise RuntimeError(f"igneous made no level past {done}")
+        done = made
+    return [("precomputed", f"{path}@{k}") for k in range(1, LEVELS + 1)]
+
+
+# --- rechunker and dask ------------------------------------------------------------
+
+
+def rechunker_transfer(work: Path, name: str, memory: int) -> list[Any]:
+    import zarr
+    from rechunker import rechunk
+
+    src = zarr.open_array(str(work / name), mode="r")
+    plan = rechunk(
+        src, RECHUNK_TO, max_mem=memory, target_store=str(work / "rechunker.zarr"),
+        temp_store=str(work / "rechunker-tmp.zarr"),
+    )  # fmt: skip
+    plan.execute()
+    return [("zarr3", str(work / "rechunker.zarr"))]
+
+
+def dask_transfer(work: Path, name: str, memory: int) -> list[Any]:
+    import dask
+    import dask.array as da
+
+    with dask.config.set(scheduler="threads"):
+        src = da.from_zarr(str(work / name))
+        src.rechunk(RECHUNK_TO).to_zarr(str(work / "dask.zarr"), overwrite=True)
+    return [("zarr3", str(work / "dask.zarr"))]
+
+
+CASES: dict[str, tuple[str, Any, tuple[Any, ...]]] = {
+    # name: (what, function, args after work)
+    "chunkgraph mean": ("mean", cg_downsample, ("u8.zarr", "mean")),
+    "chunkgraph mean, ts backend": ("mean", cg_downsample, ("u8.zarr", "mean", "tensorstore")),
+    "tensorstore mean": ("mean", ts_downsample, ("u8.zarr", "mean")),
+    "igneous mean": ("mean", ig_downsample, ("u8.zarr", "mean")),
+    "chunkgraph mode": ("mode", cg_downsample, ("labels.zarr", "mode")),
+    "chunkgraph mode, ts backend": ("mode", cg_downsample, ("labels.zarr", "mode", "tensorstore")),
+    "tensorstore mode": ("mode", ts_downsample, ("labels.zarr", "mode")),
+    "igneous mode": ("mode", ig_downsample, ("labels.zarr", "mode")),
+    "chunkgraph transfer": ("rechunk", cg_transfer, ("u8.zarr",)),
+    "chunkgraph transfer, ts backend": ("rechunk", cg_transfer, ("u8.zarr", "tensorstore")),
+    "rechunker": ("rechunk", rechunker_transfer, ("u8.zarr",)),
+    "dask rechunk+to_zarr": ("rechunk", dask_transfer, ("u8.zarr",)),
+}
+
+
+def run_case(name: str, work: Path, memory: int) -> None:
+    """In the case's own process: time it, print wall, peak RSS and the outputs as JSON."""
+    _, fn, args = CASES[name]
+    t0 = time.perf_counter()
+    # chunkgraph cases take the backend after the memory budget.
+    head, tail = (args[:-1], args[-1:]) if args[-1] == "tensorstore" else (args, ())
+    outputs = fn(work, *head, memory, *tail)
+    wall = time.perf_counter() - t0
+    peak = _peak_rss()
+    print(json.dumps({"wall": wall, "peak": peak, "outputs": outputs}))
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set (VmHWM), in bytes. Not ``ru_maxrss``: that one
+    keeps, across ``exec``, the size of the parent the case was forked from."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# --- references and checks -----------------------------------------------------------
+
+
+def _reduce(a: np.ndarray, method: str) -> np.ndarray:
+    x, y, z = (n // 2 for n in a.shape)
+    blocks = a.reshape(x, 2, y, 2, z, 2).transpose(0, 2, 4, 1, 3, 5).reshape(x, y, z, 8)
+    if method == "mean":
+        return np.rint(blocks.astype(np.float64).mean(axis=-1)).astype(a.dtype)
+    rows = np.sort(blocks, axis=-1)
+    counts = np.zeros(rows.shape, np.int32)
+    for j in range(8):
+        counts += rows == rows[..., j : j + 1]
+    return np.take_along_axis(rows, counts.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+
+
+def _read(kind: str, where: str) -> np.ndarray:
+    if kind == "zarr3":
+        import zarr
+
+        return np.asarray(zarr.open_array(where, mode="r")[...])
+    from cloudvolume import CloudVolume
+
+    path, mip = where.rsplit("@", 1)
+    return np.asarray(CloudVolume(path, mip=int(mip), progress=False)[:, :, :])[..., 0]
+
+
+def exactness(what: str, outputs: list[Any], source: np.ndarray) -> float:
+    """Fraction of voxels equal to the reference, over every level (or the copy)."""
+    if what == "rechunk":
+        got = _read(*outputs[0])
+        return float((got == source).mean()) if got.shape == source.shape else 0.0
+    equal = total = 0
+    expected = source
+    for kind, where in outputs:
+        expected = _reduce(expected, what)
+        got = _read(kind, where)
+        if got.shape == expected.shape:
+            equal += int((got == expected).sum())
+        total += expected.size
+    return equal / total
+
+
+def make_sources(work: Path, quick: bool) -> dict[str, np.ndarray]:
+    from chunkgraph import volume
+
+    image_shape = (512, 512, 256) if quick else (1024, 1024, 512)
+    label_shape = (256, 256, 128) if quick else (512, 512, 128)
+    rng = np.random.default_rng(0)
+    # Smooth intensities (a ramp plus noise: compressible, like an image) and labels in
+    # blobs of 4^3 with noise, so that modes are not ties everywhere.
+    image = (np.add.outer(np.arange(image_shape[0]) % 200, np.zeros(image_shape[1:], np.uint8))
+             + rng.integers(0, 50, image_shape, dtype=np.uint8)).astype(np.uint8)  # fmt: skip
+    coarse = rng.integers(1, 2**32 - 1, tuple(n // 4 for n in label_shape), dtype=np.uint32)
+    labels = coarse.repeat(4, 0).repeat(4, 1).repeat(4, 2)
+    noise = rng.random(label_shape) < 0.2
+    labels[noise] = rng.integers(1, 2**32 - 1, int(noise.sum()), dtype=np.uint32)
+    for name, data in (("u8.zarr", image), ("labels.zarr", labels)):
+        v = volume.create(str(work / name), data.shape, (64, 64, 64), data.dtype, checksum=False)
+        v.write(v.bounds, data)
+    return {"u8.zarr": image, "labels.zarr": labels}
+
+
+def available(name: str) -> str | None:
+    """Why a case cannot run (None: it can)."""
+    module = {"igneous": "igneous", "rechunker": "rechunker"}.get(name.split()[0])
+    if module is None:
+        return None
+    try:
+        __import__(module)
+    except ImportError as err:
+        if module == "igneous":
+            return (
+                "not installed: igneous-pipeline 4.37 needs DracoPy<2, and constraints.txt "
+                "pins DracoPy 2.2.0"
+            )
+        return f"not installed ({err.name})"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workdir", default="bench-out/pyramid_transfer")
+    parser.add_argument("--memory-limit", type=int, default=512 * MiB)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case: the median wall")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    work = Path(args.workdir).resolve()
+    if args.case:
+        run_case(args.case, work, args.memory_limit)
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    sources = make_sources(work, args.quick)
+    rows = []
+    for name, (what, _, case_args) in CASES.items():
+        why = available(name)
+        if why is None and name.startswith("igneous"):
+            try:
+                igneous_prepare(work, case_args[0], "segmentation" if what == "mode" else "image")
+            except Exception as err:  # a peer that fails is reported, not fatal
+                why = f"failed to prepare: {type(err).__name__}: {err}"
+        if why is not None:
+            rows.append((name, what, None, None, None, why))
+            continue
+        cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
+               "--memory-limit", str(args.memory_limit)]  # fmt: skip
+        runs = []
+        for _ in range(args.repeat):
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                break
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["?"])[-1]
+            rows.append((name, what, None, None, None, f"failed: {last[:120]}"))
+            continue
+        result = {
+            "wall": float(np.median([r["wall"] for r in runs])),
+            "peak": max(r["peak"] for r in runs),
+            "outputs": runs[-1]["outputs"],
+        }
+        try:
+            exact: float | None = exactness(what, result["outputs"], sources[case_args[0]])
+            note = ""
+        except Exception as err:  # an output that cannot be read back is reported
+            exact, note = None, f"output unreadable: {type(err).__name__}"
+        rows.append((name, what, result["wall"], result["peak"], exact, note))
+    print_table(rows, args)
+
+
+def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
+    print(
+        f"memory budget {args.memory_limit / MiB:.0f} MiB; {os.cpu_count()} cores; "
+        f"median of {args.repeat} runs"
+    )
+    print("| case | job | wall s | peak RSS MiB | equal to reference | vs best peer |")
+    print("|---|---|---:|---:|---:|---|")
+    best: dict[str, float] = {}
+    for name, what, wall, _, _, _ in rows:
+        if wall is not None and not name.startswith("chunkgraph"):
+            best[what] = min(best.get(what, float("inf")), wall)
+    for name, what, wall, peak, exact, note in rows:
+        if wall is None:
+            print(f"| {name} | {what} | - | - | - | not run: {note} |")
+            continue
+        ratio = ""
+        if name.startswith("chunkgraph") and what in best:
+            ratio = f"{wall / best[what]:.2f}x"
+        equal = "-" if exact is None else f"{exact:.4f}"
+        print(f"| {name} | {what} | {wall:.2f} | {peak / MiB:.0f} | {equal} | {ratio}{note} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""``chunkgraph downsample``: write pyramid levels of a volume.
+
+    chunkgraph downsample SRC [--factor 2,2,1] [--levels N] [--method METHOD]
+                          [--format zarr3|ome-zarr|precomputed] [--dst TEMPLATE]
+                          [--executor KIND] [--workers N] [--resume] [--dry-run]
+                          [--memory-limit BYTES] [--quiet | --log-json PATH]
+
+Each level is ``chunkgraph.downsample``'s: an apply flow reading the level below once.
+SRC may be a level of an OME-Zarr image or a precomputed volume (``precomputed://PATH``,
+``--scale`` picks which; default the finest): the new levels then go into that image.
+Exit codes: 0 written, 1 failed or locked, 2 bad options, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Any
+
+from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
+
+# chunkgraph.flow._block_reduce.METHODS, stated here so that --help does not import the
+# flow package; a test checks that they agree.
+METHODS = ("mean", "median", "mode", "max", "min", "stride")
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "downsample",
+        help="write pyramid levels of a volume (mean, mode for labels, ...)",
+        description="Write LEVELS pyramid levels of SRC, each FACTOR coarser than the last, "
+        "as volumes beside it (vol.zarr -> vol_s1.zarr, vol_s2.zarr, ...) with the "
+        "resolution times the factor.",
+        epilog="exit codes: 0 written; 1 failed or the flow is running elsewhere; 2 bad "
+        "options; 130 interrupted (--resume continues)",
+    )
+    parser.add_argument("dst", metavar="SRC", help="the source volume's path")
+    parser.add_argument(
+        "--factor",
+        type=int_tuple,
+        default=None,
+        help="per spatial axis, e.g. 2,2,1, or one number for all (default 2)",
+    )
+    parser.add_argument("--levels", type=int, default=1, help="how many levels (default 1)")
+    parser.add_argument(
+        "--method",
+        default="mean",
+        help=f"one of {', '.join(METHODS)} (default mean; mode for integer labels)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("zarr3", "ome-zarr", "precomputed"),
+        default=None,
+        help="where the levels go (default: the source's own: new levels in an OME-Zarr "
+        "image or precomputed volume, Zarr v3 volumes beside a plain one)",
+    )
+    parser.add_argument("--scale", default=None, help="the level of a multiscale SRC to start from")
+    parser.add_argument(
+        "--dst",
+        dest="template",
+        default=None,
+        metavar="TEMPLATE",
+        help="where the levels go, with {level} in it (default beside SRC: NAME_s1.zarr, ...)",
+    )
+    add_flow_options(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from chunkgraph import flow
+
+    factor: Any = 2 if args.factor is None else args.factor
+    if isinstance(factor, tuple) and len(factor) == 1:
+        factor = factor[0]
+    src: Any = args.dst
+    if args.scale is not None:
+        from chunkgraph import volume
+
+        scale: Any = int(args.scale) if args.scale.isdigit() else args.scale
+        src = volume.open(args.dst, scale=scale)
+    call = functools.partial(
+        flow.downsample,
+        src,
+        factor=factor,
+        levels=args.levels,
+        method=args.method,
+        dst=args.template,
+        format=args.format,
+    )
+    again = f"`chunkgraph downsample {args.dst} --resume` continues its work"
+    return run_flow("downsample", args, call, again)

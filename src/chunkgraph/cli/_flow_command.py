@@ -1,0 +1,109 @@
+"""What ``chunkgraph downsample`` and ``chunkgraph transfer`` share: their run options on
+the command line, and one way to run a flow and turn its outcome into an exit code.
+
+Both are apply flows with a fixed function, so they take the options ``chunkgraph run``
+takes for one (executor, workers, resume, dry run, memory limit, progress or JSON
+events) and end the same way: 0 done, 1 the work failed or the flow is locked, 2 bad
+options, 130 interrupted (``--resume`` continues).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from chunkgraph.cli._cmd_run import (
+    EXIT_INTERRUPTED,
+    executor_arg,
+    failure_summary,
+    locked_message,
+)
+from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from chunkgraph.cli._output import (
+    add_output_options,
+    check_output_options,
+    close_output,
+    event_output,
+)
+
+
+def add_flow_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        type=executor_arg,
+        default="threads",
+        metavar="{threads,adaptive,processes,sync,tcp://HOST:PORT}",
+        help="where the tasks run (default threads)",
+    )
+    parser.add_argument("--workers", type=int, default=None, help="executor size")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue an interrupted run where it stopped"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="plan and estimate; write nothing")
+    parser.add_argument(
+        "--memory-limit",
+        metavar="BYTES",
+        default=None,
+        help="memory budget, e.g. 2GiB (default: half of what is available)",
+    )
+    add_output_options(parser)
+
+
+def int_tuple(text: str) -> tuple[int, ...]:
+    """``"2,2,1"`` -> (2, 2, 1); argparse turns the ValueError into a usage error."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers, e.g. 2,2,1"
+        ) from None
+
+
+def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], again: str) -> int:
+    """Call ``call(**run options)`` and print its summary; the exit code of the outcome."""
+    from chunkgraph._errors import FlowLockedError
+    from chunkgraph.cli._cmd_plan import parse_bytes
+
+    if args.workers is not None and args.workers < 1:
+        print(
+            f"chunkgraph {command}: --workers must be at least 1, got {args.workers}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    check_output_options(args)  # a ConfigError: _main exits 2
+    memory = None if args.memory_limit is None else parse_bytes(args.memory_limit, "--memory-limit")
+    progress, subscribers = event_output(args)
+    outcome = "interrupted"
+    try:
+        report = call(
+            executor=args.executor,
+            workers=args.workers,
+            resume=args.resume,
+            dry_run=args.dry_run,
+            memory_limit=memory,
+            progress=progress,
+            subscribers=subscribers,
+        )
+        outcome = "finished"
+    except FlowLockedError as err:
+        outcome = "locked"
+        print(locked_message(command, err, args.dst, again), file=sys.stderr)
+        return EXIT_FAILED
+    except ExceptionGroup as group:
+        outcome = "failed"
+        print(failure_summary(group), file=sys.stderr)
+        print(
+            f"chunkgraph {command}: failed; fix the cause and run it again with --resume",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"\nchunkgraph {command}: interrupted; `--resume` continues", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        close_output(subscribers, outcome)
+    out = sys.stderr if args.log_json == "-" else sys.stdout
+    print(report.summary(plan=not args.quiet), file=out)
+    return EXIT_OK

@@ -1,0 +1,204 @@
+"""Block reductions: one pyramid level's voxels from the level below, in memory.
+
+Each output voxel reduces one block of ``factor`` input voxels per spatial axis.
+At the volume's far edge, where the shape is no multiple of the factor, the last
+block is partial and is reduced over the voxels present (igneous and TensorStore's
+``downsample`` driver do the same): the level's shape is ``ceil(shape / factor)``.
+
+The methods, exact for every dtype:
+
+* ``mean``: the block's sum (integers in a wide integer type, floats in float64) over
+  its count; integer dtypes round to the nearest integer, ties to even (as ``numpy.rint``
+  of the exact quotient, done in integers); floats divide in float64 and cast back.
+* ``median``: the lower median (the ``(n - 1) // 2``-th smallest of the ``n``
+  voxels present), so it is always one of the block's own values.
+* ``mode``: the most frequent value; a tie goes to the smallest value. For labels.
+* ``max``, ``min``: the block's largest or smallest value.
+* ``stride``: the block's first voxel (every k-th voxel of the level below).
+
+Channel axes (leading) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+METHODS = ("mean", "median", "mode", "max", "min", "stride")
+
+
+def reduced_shape(shape: tuple[int, ...], factor: tuple[int, ...]) -> tuple[int, ...]:
+    """A level's spatial shape: ``ceil(shape / factor)`` (partial edge blocks count)."""
+    return tuple(-(-n // f) for n, f in zip(shape, factor, strict=True))
+
+
+def block_reduce(data: np.ndarray[Any, Any], factor: tuple[int, ...], method: str) -> np.ndarray:
+    """``data`` (channels first, then ``len(factor)`` spatial axes) reduced block by block.
+
+    >>> block_reduce(np.array([[1, 2, 3], [5, 6, 7]]), (2, 2), "max")
+    array([[6, 7]])
+    """
+    n_channel = data.ndim - len(factor)
+    if method == "stride":
+        every: tuple[Any, ...] = (Ellipsis, *(slice(None, None, f) for f in factor))
+        strided: np.ndarray = data[every].copy()
+        return strided
+    if method in ("max", "min"):
+        ufunc = np.maximum if method == "max" else np.minimum
+        out = data
+        for axis, f in enumerate(factor, start=n_channel):
+            out = _combine_strided(out, axis, f, ufunc, out.dtype)
+        return out
+    if method == "mean":
+        return _mean(data, factor, n_channel)
+    return _sorted_blocks_reduce(data, factor, n_channel, method)
+
+
+def _mean(data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int) -> np.ndarray:
+    total = data
+    count: Any = 1  # a number while every block is whole, an array once one is partial
+    accumulate = _sum_dtype(data.dtype, math.prod(factor))
+    for axis, f in enumerate(factor, start=n_channel):
+        if f == 1:
+            continue
+        starts = np.arange(0, data.shape[axis], f)
+        total = _combine_strided(total, axis, f, np.add, accumulate)
+        if data.shape[axis] % f == 0:
+            count = count * f
+            continue
+        # Voxels per block along this axis: f, and fewer in the partial last block.
+        sizes = np.minimum(starts + f, data.shape[axis]) - starts
+        shape = [1] * data.ndim
+        shape[axis] = len(starts)
+        count = count * sizes.reshape(shape)
+    if np.issubdtype(data.dtype, np.integer):
+        return _rounded_quotient(total, count).astype(data.dtype)
+    mean: np.ndarray = (total / count).astype(data.dtype)
+    return mean
+
+
+def _rounded_quotient(total: np.ndarray, count: Any) -> np.ndarray:
+    """``total / count`` rounded to the nearest integer, ties to even (``numpy.rint`` of the
+    float64 quotient), in integer arithmetic: the remainder decides, no float64 arrays."""
+    if total.dtype.kind == "u":  # uint64 beside int64 would make numpy go to float64
+        count = np.asarray(count).astype(total.dtype)
+    quotient: np.ndarray = total // count  # floor, so the remainder is in [0, count)
+    twice = (total - quotient * count) * 2
+    quotient += (twice > count) | ((twice == count) & (quotient % 2 == 1))
+    return quotient
+
+
+def _combine_strided(
+    data: np.ndarray, axis: int, f: int, ufunc: np.ufunc, dtype: np.dtype[Any]
+) -> np.ndarray:
+    """``data`` combined by ``ufunc`` over blocks of ``f`` along ``axis``, as ``f`` strided
+    slices combined element-wise: whole-array operations, several times faster than
+    ``ufunc.reduceat`` or a reshape's reduction over short axes. A partial last block
+    takes only the slices that reach it."""
+    if f == 1:
+        return data if data.dtype == dtype else data.astype(dtype)
+    n = data.shape[axis]
+
+    def strided(i: int) -> np.ndarray:
+        index: list[Any] = [slice(None)] * data.ndim
+        index[axis] = slice(i, None, f)
+        part: np.ndarray = data[tuple(index)]
+        return part
+
+    out = strided(0).astype(dtype)  # a copy: the accumulator
+    for i in range(1, min(f, n)):
+        part = strided(i)
+        reach: list[Any] = [slice(None)] * data.ndim
+        reach[axis] = slice(0, part.shape[axis])
+        target = out[tuple(reach)]
+        ufunc(target, part, out=target, casting="unsafe")
+    return out
+
+
+def _sum_dtype(dtype: np.dtype[Any], block: int) -> np.dtype[Any]:
+    """Where a block's sum is exact: integers in an integer type wide enough for
+    ``block`` of them (summing in it is ~4x faster than in float64), floats in float64.
+    The sum then goes to float64 for the division: exact below 2**53."""
+    if dtype.kind == "u" and dtype.itemsize <= 2 and block < 2**16:
+        return np.dtype(np.uint32)
+    if dtype.kind == "u":
+        return np.dtype(np.uint64)
+    if dtype.kind in "ib":
+        return np.dtype(np.int64)
+    return np.dtype(np.float64)
+
+
+def _sorted_blocks_reduce(
+    data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int, method: str
+) -> np.ndarray:
+    """Median or mode: each block's voxels laid out in one row, sorted, absent ones last."""
+    spatial = data.shape[n_channel:]
+    out_shape = reduced_shape(spatial, factor)
+    padded_shape = tuple(o * f for o, f in zip(out_shape, factor, strict=True))
+    channels = data.shape[:n_channel]
+    k = math.prod(factor)
+    if padded_shape == spatial:  # every block whole: a plain sort
+        rows = np.sort(_as_block_rows(data, out_shape, factor, n_channel), axis=-1)
+        mask = np.ones(rows.shape, bool)
+        n_present = np.full(rows.shape[:-1], k)
+    else:
+        # Voxels past the edge are marked absent; they sort after every present value.
+        present = np.zeros(padded_shape, bool)
+        present[tuple(slice(0, n) for n in spatial)] = True
+        values = np.zeros(channels + padded_shape, data.dtype)
+        inside: tuple[Any, ...] = (Ellipsis, *(slice(0, n) for n in spatial))
+        values[inside] = data
+        rows = _as_block_rows(values, out_shape, factor, n_channel)  # (..., blocks, k)
+        mask = np.broadcast_to(_as_block_rows(present, out_shape, factor, 0), rows.shape)
+        # Sort by (absent, value): absent voxels go to the end of each row.
+        order = np.lexsort((rows, ~mask), axis=-1)
+        rows = np.take_along_axis(rows, order, axis=-1)
+        mask = np.take_along_axis(mask, order, axis=-1)
+        n_present = mask.sum(axis=-1)
+    if method == "median":
+        lower = ((n_present - 1) // 2)[..., None]
+        picked = np.take_along_axis(rows, lower, axis=-1)[..., 0]
+    else:
+        picked = _mode_of_sorted(rows, mask)
+    return picked.reshape(channels + out_shape)
+
+
+def _mode_of_sorted(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each row's most frequent present value, the smallest on a tie (rows sorted, absent
+    voxels last). Sorted rows hold equal values in runs: one pass over the positions
+    keeps each row's run length and its longest run so far, column by column (one
+    vector operation across all rows per position: ~8x faster than along short rows)."""
+    columns = np.moveaxis(rows, -1, 0)
+    present = np.moveaxis(mask, -1, 0)
+    best_value: np.ndarray = columns[0].copy()
+    best_count = np.ones(columns.shape[1:], np.int32)
+    run = best_count.copy()
+    for j in range(1, columns.shape[0]):
+        same = (columns[j] == columns[j - 1]) & present[j]
+        run = np.where(same, run + 1, 1)
+        # Strictly longer only: the first run to reach a length keeps it (the smaller value).
+        better = present[j] & (run > best_count)
+        best_count = np.where(better, run, best_count)
+        best_value = np.where(better, columns[j], best_value)
+    return best_value
+
+
+def _as_block_rows(
+    values: np.ndarray[Any, Any],
+    out_shape: tuple[int, ...],
+    factor: tuple[int, ...],
+    n_channel: int,
+) -> np.ndarray:
+    """(channels..., out voxels, voxels of each block) view of ``values``."""
+    channels = values.shape[:n_channel]
+    split: list[int] = []
+    for o, f in zip(out_shape, factor, strict=True):
+        split += [o, f]
+    blocks = values.reshape(channels + tuple(split))
+    nd = len(factor)
+    outer = [n_channel + 2 * i for i in range(nd)]
+    inner = [n_channel + 2 * i + 1 for i in range(nd)]
+    blocks = blocks.transpose(list(range(n_channel)) + outer + inner)
+    return blocks.reshape((*channels, math.prod(out_shape), math.prod(factor)))
