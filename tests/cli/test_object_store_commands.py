@@ -159,3 +159,12 @@ def test_a_bucket_s_root_as_the_output_is_refused_naming_what_would_do(
     assert f"'s3://{bucket}' is a bucket's root" in err and "Traceback" not in err
     assert cli.main(["status", f"s3://{bucket}"]) == 2
     assert "bucket's root" in capsys.readouterr().err
+
+
+def test_the_dry_run_of_a_new_bucket_output_says_where_the_run_will_put_its_layers(
+    work: Path, bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = Path(_spec(work, bucket, blend_pads="2"))
+    assert cli.main(["run", str(spec), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "on local scratch" in out and f"state in s3://{bucket}/.out.zarr.chunkgraph/" in out

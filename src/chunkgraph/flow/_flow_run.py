@@ -49,7 +49,7 @@ from chunkgraph.flow._device import (
 )
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
-from chunkgraph.flow._flow_dir import FlowDir, layers_place, state_root
+from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow._markers import dst_stamp
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
@@ -157,7 +157,9 @@ class FlowRun:
         layers = layers_place(
             root,
             flow_id,
-            given=options.intermediates is not None,
+            # A root named as the default one (.<dst>.chunkgraph, e.g. by the command line's
+            # dry run, whose stand-in dst is elsewhere) is the default: layers where its are.
+            given=options.intermediates is not None and dst_of_state_root(root) is None,
             remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
         )
         # State in an object store reaches it as dst does (its endpoint, say).
