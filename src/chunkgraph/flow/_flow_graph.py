@@ -31,7 +31,7 @@ from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._estimate import needed_input_bytes
 from chunkgraph.flow._late_writes import end_run
 from chunkgraph.flow._markers import REDUCE, TOP, grid_key
-from chunkgraph.flow._read_model import sweep_axis
+from chunkgraph.flow._read_model import io_pool_threads, sweep_axis
 from chunkgraph.flow._reduce import (
     ReductionStats,
     reduce_box,
@@ -127,7 +127,7 @@ class FlowGraph:
             run_token=uuid.uuid4().hex,
             sweep_axis=sweep_axis(spec.top_grid),
             device=device,
-            pool_workers=cores if own_pool else None,
+            pool_workers=io_pool_threads(cores) if self.io_waits else cores if own_pool else None,
         )
 
     @classmethod

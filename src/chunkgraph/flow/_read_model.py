@@ -32,8 +32,17 @@ from chunkgraph._util import format_bytes
 from chunkgraph.flow._device import DEVICE_TASKS_IN_FLIGHT, device_tasks_in_flight
 
 # Top-level tasks in flight beyond those the cores need, when requests wait on an object
-# store (``superchunks_in_flight``, step 0): one reads ahead while another computes.
+# store (``superchunks_in_flight``, step 2): one reads ahead while another computes.
 IO_TASKS_IN_FLIGHT = 1
+# Threads per core of the pool that runs the levels below the top, for the same flows:
+# a bottom chunk's reads and writes wait on requests, and another thread computes then.
+IO_THREADS_PER_CORE = 2
+
+
+def io_pool_threads(cores: int) -> int:
+    """The threads of a flow's local pool when its requests wait on an object store."""
+    return IO_THREADS_PER_CORE * max(1, cores)
+
 
 if TYPE_CHECKING:
     from chunkgraph.flow._auto_sizes import StorageLayout
@@ -259,7 +268,8 @@ def _memory(
     superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
     superchunk += bottom_region * accumulate_bytes if below_top else 0
     in_flight = superchunks_in_flight(cores, per_top, io_waits=io_waits)
-    bottoms = min(cores, per_top * in_flight) * bottom_region * FN_BUFFERS * buffer_bytes
+    threads = io_pool_threads(cores) if io_waits else cores  # bottom chunks at work at once
+    bottoms = min(threads, per_top * in_flight) * bottom_region * FN_BUFFERS * buffer_bytes
     return _Memory(superchunk, in_flight, bottoms)
 
 
