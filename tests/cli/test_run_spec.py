@@ -964,3 +964,15 @@ def test_an_input_in_another_format_is_named_by_its_prefix_beside_the_spec(
     code, _, err = run(capsys, spec)
     assert code == 0, err
     np.testing.assert_allclose(read(work / "out.zarr"), data * 3.0 + 1.0, rtol=1e-6)
+
+
+def test_the_json_log_holds_each_event_as_it_happens(tmp_path: Path) -> None:
+    """A watcher (or a post-mortem after kill -9) reads every event written so far."""
+    from chunkgraph.cli._output import JsonLines
+    from chunkgraph.execute import Event, EventKind
+
+    log = JsonLines(str(tmp_path / "log.jsonl"))
+    log(Event(EventKind.RUN_STARTED, time=1.0, total=3))
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()  # before close
+    assert [json.loads(line)["event"] for line in lines] == [EventKind.RUN_STARTED.value]
+    log.close("finished")

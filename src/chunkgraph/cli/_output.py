@@ -67,7 +67,13 @@ class JsonLines:
     def __init__(self, path: str) -> None:
         self._own = path != "-"
         try:
-            self._out: IO[str] = open(path, "w", encoding="utf-8") if self._own else sys.stdout  # noqa: SIM115
+            # Line-buffered: each event is in the file as it happens, for a watcher or a
+            # post-mortem after a kill -9 (a block-buffered file would hold the last ones).
+            self._out: IO[str] = (
+                open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
+                if self._own
+                else sys.stdout
+            )
         except OSError as err:
             raise ConfigError(
                 f"--log-json {path}: cannot write it ({err.strerror or err}); nothing was run"
@@ -106,6 +112,8 @@ class JsonLines:
                 io_grows=step.io_grows,
             )
         self._out.write(json.dumps(record) + "\n")
+        if not self._own:
+            self._out.flush()
 
     def close(self, outcome: str | None = None) -> None:
         """Close the file; ``outcome`` ("finished", "failed", "interrupted", ...) first goes
