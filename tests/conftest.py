@@ -43,3 +43,23 @@ def bucket(server: S3Server) -> str:
     name = f"t-{uuid.uuid4().hex[:16]}"
     server.create_bucket(name)
     return name
+
+
+# --- the documentation site --------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def flow_pictures() -> None:
+    """The apply flow's pictures, drawn as ``make docs`` draws them (into docs/images,
+    ignored by git): the pages link to them, and a fresh clone has none yet."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [sys.executable, str(root / "docs" / "scripts" / "draw_flow.py")],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )

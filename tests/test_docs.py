@@ -217,7 +217,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 @pytest.mark.parametrize("path", PAGES, ids=[name(p) for p in PAGES])
-def test_readme_links_resolve(path: Path) -> None:
+def test_readme_links_resolve(path: Path, flow_pictures: None) -> None:
     """Relative links point at files that exist (a moved module leaves none dangling)."""
     text = path.read_text(encoding="utf-8")
     missing = [

@@ -35,16 +35,9 @@ def chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def site(tmp_path_factory: pytest.TempPathFactory, flow_pictures: None) -> Path:
     out = tmp_path_factory.mktemp("site") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    subprocess.run(
-        [sys.executable, str(ROOT / "docs" / "scripts" / "draw_flow.py")],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        env=env,
-    )
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
         cwd=ROOT,
