@@ -976,3 +976,21 @@ def test_the_json_log_holds_each_event_as_it_happens(tmp_path: Path) -> None:
     lines = (tmp_path / "log.jsonl").read_text().splitlines()  # before close
     assert [json.loads(line)["event"] for line in lines] == [EventKind.RUN_STARTED.value]
     log.close("finished")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["downsample", "nope.zarr"],
+        ["downsample", "nope.zarr", "--scale", "1"],
+        ["transfer", "nope.zarr", "copy.zarr"],
+    ],
+)
+def test_a_missing_source_is_a_usage_error_naming_it(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "nope.zarr" in err and "Traceback" not in err
+    assert not (tmp_path / "copy.zarr").exists()

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from chunkgraph import ConfigError, downsample, volume
 from chunkgraph.cli._cmd_downsample import METHODS as CLI_METHODS
-from chunkgraph.flow._block_reduce import METHODS
+from chunkgraph.flow._block_reduce import METHODS, block_reduce
+from chunkgraph.geometry import Box
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
 
@@ -264,3 +265,25 @@ def test_levels_made_again_at_the_same_paths_are_written_afresh(tmp_path: Path) 
             expected = reference(expected, (2, 2, 2), "max")
             level = volume.open(path)
             np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+def test_a_mean_of_64_bit_integers_does_not_overflow() -> None:
+    """Sums of int64 or uint64 blocks overflow any numpy integer: they are exact anyway."""
+    for dtype, big in (("int64", 2**62), ("uint64", 2**63), ("int64", -(2**62))):
+        data = np.full((4, 4), big, dtype=dtype)
+        data[0, 0] -= 1  # block mean big - 1/4: rounds to big
+        assert block_reduce(data, (2, 2), "mean").tolist() == [[big, big], [big, big]]
+
+
+def test_labels_are_downsampled_by_mode_unless_told_otherwise() -> None:
+    """A mean of label ids makes ids that exist nowhere: 32- and 64-bit integers take mode."""
+    from chunkgraph import volume
+
+    labels = volume.create("ds-labels", (4, 4), (4, 4), "uint32", backend="memory")
+    labels.write(labels.bounds, np.array([[1, 1, 7, 7], [1, 9, 7, 7]] * 2, dtype="uint32"))
+    report = downsample(labels, factor=2, dst="ds-labels-{level}")
+    assert report.method == "mode"
+    out = volume.open("ds-labels-1", backend="memory").read(Box((0, 0), (2, 2)))
+    assert set(out.ravel().tolist()) <= {1, 7, 9}
+    for path in ("ds-labels", *report.paths):
+        volume.remove(path)

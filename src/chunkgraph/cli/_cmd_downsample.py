@@ -44,8 +44,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--levels", type=int, default=1, help="how many levels (default 1)")
     parser.add_argument(
         "--method",
-        default="mean",
-        help=f"one of {', '.join(METHODS)} (default mean; mode for integer labels)",
+        default=None,
+        help=f"one of {', '.join(METHODS)} (default: mode for 32- and 64-bit integers, "
+        "which hold labels; mean otherwise)",
     )
     parser.add_argument(
         "--format",

@@ -63,7 +63,7 @@ def int_tuple(text: str) -> tuple[int, ...]:
 
 def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], again: str) -> int:
     """Call ``call(**run options)`` and print its summary; the exit code of the outcome."""
-    from chunkgraph._errors import FlowLockedError
+    from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
     from chunkgraph.cli._cmd_plan import parse_bytes
 
     if args.workers is not None and args.workers < 1:
@@ -87,6 +87,10 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
             subscribers=subscribers,
         )
         outcome = "finished"
+    except VolumeNotFoundError as err:  # a source that is not there: the arguments are wrong
+        outcome = "failed"
+        print(f"chunkgraph {command}: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except FlowLockedError as err:
         outcome = "locked"
         print(locked_message(command, err, args.dst, again), file=sys.stderr)

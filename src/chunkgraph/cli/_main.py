@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chunkgraph import __version__
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, VolumeNotFoundError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning  # type: ignore[assignment]
     try:
         result: int = args.handler(args)
-    except ConfigError as error:  # bad options found past argparse: a usage error
+    except (ConfigError, VolumeNotFoundError) as error:  # bad options found past argparse
         print(f"chunkgraph {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `chunkgraph ... | head`: the reader left, nothing is wrong

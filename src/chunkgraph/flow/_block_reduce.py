@@ -123,10 +123,13 @@ def _sum_dtype(dtype: np.dtype[Any], block: int) -> np.dtype[Any]:
     The sum then goes to float64 for the division: exact below 2**53."""
     if dtype.kind == "u" and dtype.itemsize <= 2 and block < 2**16:
         return np.dtype(np.uint32)
-    if dtype.kind == "u":
-        return np.dtype(np.uint64)
-    if dtype.kind in "ib":
-        return np.dtype(np.int64)
+    if dtype.kind in "uib":
+        # 64-bit integers (labels, mostly) could overflow any numpy integer: Python ints,
+        # slow but exact, as the sum must be.
+        bits = dtype.itemsize * 8 - (dtype.kind == "i") + math.ceil(math.log2(max(block, 1)))
+        if bits > 63:
+            return np.dtype(object)
+        return np.dtype(np.uint64 if dtype.kind == "u" else np.int64)
     return np.dtype(np.float64)
 
 

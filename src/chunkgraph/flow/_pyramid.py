@@ -223,12 +223,24 @@ def check_downsample(
     return factors
 
 
+def default_method(dtype: Any) -> str:
+    """How a volume of ``dtype`` is downsampled unless told: 32- and 64-bit integers hold
+    labels in this field (a segmentation's ids), and a mean of ids makes ids that exist
+    nowhere, so mode; images (8- and 16-bit integers, floats) take the mean.
+
+    >>> [default_method(t) for t in ("uint8", "uint16", "float32", "uint32", "int64")]
+    ['mean', 'mean', 'mean', 'mode', 'mode']
+    """
+    kind = np.dtype(dtype)
+    return "mode" if kind.kind in "iu" and kind.itemsize >= 4 else "mean"
+
+
 def downsample(
     src: Volume | str | os.PathLike[str],
     *,
     factor: int | Sequence[int] = 2,
     levels: int = 1,
-    method: str = "mean",
+    method: str | None = None,
     dst: str | None = None,
     format: str | None = None,
     memory_limit: int | None = None,
@@ -242,7 +254,8 @@ def downsample(
     """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
 
     ``method``: mean (intensities), median, mode (integer labels), max, min or stride;
-    ``_block_reduce`` states each one's rounding and ties. ``format``: ``"ome-zarr"`` or
+    ``_block_reduce`` states each one's rounding and ties. None (the default):
+    ``default_method`` of the source's dtype, mode for labels and mean otherwise. ``format``: ``"ome-zarr"`` or
     ``"precomputed"`` (new levels in the source's image; the default for a level of
     one), ``"zarr3"`` (volumes at ``dst``, a path with ``{level}``; default beside
     ``src``: ``vol_s1.zarr``, ...; the default for a plain volume). Each level is an
@@ -260,6 +273,8 @@ def downsample(
     from chunkgraph.flow._apply import apply
 
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
+    if method is None:
+        method = default_method(source.dtype)
     factors = check_downsample(source, factor, levels, method)
     into = output_format(source, format, dst)
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
