@@ -256,10 +256,10 @@ def downsample(
     ``method``: mean (intensities), median, mode (integer labels), max, min or stride;
     ``_block_reduce`` states each one's rounding and ties. None (the default):
     ``default_method`` of the source's dtype, mode for labels and mean otherwise.
-    ``format``: ``"ome-zarr"`` or ``"precomputed"`` (new levels in the source's image; the default for a level of
-    one), ``"zarr3"`` (volumes at ``dst``, a path with ``{level}``; default beside
-    ``src``: ``vol_s1.zarr``, ...; the default for a plain volume). Each level is an
-    ``apply`` flow, resumable with ``resume=True``.
+    ``format``: ``"ome-zarr"`` or ``"precomputed"`` (new levels in the source's image;
+    the default for a level of one), ``"zarr3"`` (volumes at ``dst``, a path with
+    ``{level}``; default beside ``src``: ``vol_s1.zarr``, ...; the default for a plain
+    volume). Each level is an ``apply`` flow, resumable with ``resume=True``.
 
     >>> from chunkgraph import volume
     >>> v = volume.create("ds-doc", (8, 6), (4, 4), "uint8", backend="memory")
