@@ -11,15 +11,14 @@ cluster.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from tests.dask._cluster import START_DEADLINE_S, running_workers, wait_until, w
 
 import chunkgraph as cg
 from chunkgraph import cli, volume
-from chunkgraph.testing import S3Server, s3_server
+from chunkgraph.testing import S3Server
 
 distributed = pytest.importorskip("distributed")
 
@@ -41,18 +40,18 @@ pytestmark = pytest.mark.skipif(
 SHAPE, CHUNKS = (32, 48, 48), (16, 16, 16)
 
 
-_BUCKETS = iter(f"diskless-{uuid.uuid4().hex[:8]}-{i}" for i in itertools.count())
-_current: list[str] = []
+@dataclass(frozen=True)
+class Diskless:
+    """A scheduler here, the session's S3 server with this test's bucket, and
+    ``start_worker(name)``: a worker that cannot see this test's files (its process)."""
 
+    client: Any
+    server: S3Server
+    bucket: str
+    start_worker: Callable[[str], subprocess.Popen[bytes]]
 
-def _bucket() -> str:
-    """A new bucket name, then the same one until the next call (one per test)."""
-    _current[:] = [next(_BUCKETS)]
-    return _current[0]
-
-
-def _url(name: str) -> str:
-    return f"s3://{_current[0]}/{name}"
+    def url(self, name: str) -> str:
+        return f"s3://{self.bucket}/{name}"
 
 
 def _sees(path: str) -> bool:
@@ -60,14 +59,13 @@ def _sees(path: str) -> bool:
 
 
 @pytest.fixture
-def diskless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, S3Server, Any]]:
-    """``(client, s3 server, start_worker)``: a scheduler here and a bucket of this test's
-    own (moto keeps a process's buckets across its servers), whose name ``_bucket`` gives;
-    ``start_worker(name)`` starts a worker that cannot see this test's files and returns
-    its process."""
+def diskless(
+    tmp_path_factory: pytest.TempPathFactory, server: S3Server, bucket: str
+) -> Iterator[Diskless]:
+    """See ``Diskless``. The workers inherit this process's environment: the server's
+    endpoint and test credentials (``tests/conftest.py``)."""
     hidden = str(tmp_path_factory.getbasetemp())
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(s3_server((_bucket(),)))
         cluster = distributed.LocalCluster(
             n_workers=0, host="127.0.0.1", dashboard_address=":0", scheduler_port=0
         )
@@ -106,7 +104,7 @@ def diskless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, S3
                 proc.wait(timeout=30)
 
         stack.callback(stop_all)
-        yield client, server, start_worker
+        yield Diskless(client, server, bucket, start_worker)
 
 
 def _source(url: str) -> np.ndarray:
@@ -125,11 +123,12 @@ def _local_result(data: np.ndarray, fn: Any, tmp_path: Path, **kwargs: Any) -> n
 
 
 def test_an_s3_flow_runs_exactly_on_workers_that_cannot_see_the_clients_files(
-    diskless: tuple[Any, S3Server, Any], tmp_path: Path
+    diskless: Diskless, tmp_path: Path
 ) -> None:
     from scipy.ndimage import gaussian_filter
 
-    client, server, start_worker = diskless
+    client, server, start_worker = diskless.client, diskless.server, diskless.start_worker
+    url = diskless.url
     for name in ("w0", "w1"):
         start_worker(name)
     client.wait_for_workers(2, timeout=START_DEADLINE_S)
@@ -137,7 +136,7 @@ def test_an_s3_flow_runs_exactly_on_workers_that_cannot_see_the_clients_files(
     seen = client.run(_sees, str(tmp_path / "here.txt"))
     assert seen and not any(seen.values()), seen  # the workers really share no disk
 
-    data = _source(_url("raw.zarr"))
+    data = _source(url("raw.zarr"))
     settings: dict[str, Any] = {
         "chunk_sizes": [(16, 24, 24), (12, 16, 16)],
         "crop_pads": [0, 3],
@@ -145,36 +144,35 @@ def test_an_s3_flow_runs_exactly_on_workers_that_cannot_see_the_clients_files(
         "fn_kwargs": {"sigma": 1.0},
     }
     expected = _local_result(data, gaussian_filter, tmp_path, **settings)
-    dst = volume.create(_url("smooth.zarr"), SHAPE, CHUNKS, "float32")
+    dst = volume.create(url("smooth.zarr"), SHAPE, CHUNKS, "float32")
     report = cg.apply(
         gaussian_filter,
-        volume.open(_url("raw.zarr")),
+        volume.open(url("raw.zarr")),
         dst,
         executor=cg.DaskExecutor(client),
         **settings,
     )
-    np.testing.assert_array_equal(volume.open(_url("smooth.zarr")).read(dst.bounds), expected)
+    np.testing.assert_array_equal(volume.open(url("smooth.zarr")).read(dst.bounds), expected)
     # The top level's temporaries lived in the bucket, where the workers could reach them,
     # and are gone once the flow finished; nothing of the flow was written on the client.
-    assert report.layers is not None and report.layers.startswith(_url("")), report.layers
+    assert report.layers is not None and report.layers.startswith(url("")), report.layers
     assert report.temporary_bytes > 0  # there were top-level layers, and they were there
-    assert not [k for k in server.keys(_current[0]) if "/layers/" in k]
+    assert not [k for k in server.keys(diskless.bucket) if "/layers/" in k]
 
 
-def test_killing_a_worker_mid_flow_loses_nothing(
-    diskless: tuple[Any, S3Server, Any], tmp_path: Path
-) -> None:
+def test_killing_a_worker_mid_flow_loses_nothing(diskless: Diskless, tmp_path: Path) -> None:
     from tests.dask._tasks import slow_identity
 
-    client, server, start_worker = diskless
+    client, server, start_worker = diskless.client, diskless.server, diskless.start_worker
+    url = diskless.url
     victim = start_worker("w0")
     start_worker("w1")
     client.wait_for_workers(2, timeout=START_DEADLINE_S)
-    data = _source(_url("raw.zarr"))
-    dst = volume.create(_url("copy.zarr"), SHAPE, CHUNKS, "float32")
+    data = _source(url("raw.zarr"))
+    dst = volume.create(url("copy.zarr"), SHAPE, CHUNKS, "float32")
 
     def markers() -> list[str]:
-        return [k for k in server.keys(_current[0]) if "/markers/" in k]
+        return [k for k in server.keys(diskless.bucket) if "/markers/" in k]
 
     def some_done() -> bool:
         return bool(markers())
@@ -185,7 +183,7 @@ def test_killing_a_worker_mid_flow_loses_nothing(
         try:
             cg.apply(
                 slow_identity,
-                volume.open(_url("raw.zarr")),
+                volume.open(url("raw.zarr")),
                 dst,
                 chunk_sizes=[(16, 16, 16)],
                 executor=cg.DaskExecutor(client),
@@ -203,26 +201,26 @@ def test_killing_a_worker_mid_flow_loses_nothing(
     runner.join(timeout=110)
     assert not runner.is_alive(), "the flow did not finish on the surviving worker"
     assert not errors, errors
-    np.testing.assert_array_equal(volume.open(_url("copy.zarr")).read(dst.bounds), data)
+    np.testing.assert_array_equal(volume.open(url("copy.zarr")).read(dst.bounds), data)
     # 18 tasks of 0.3 s on two workers: most were still to run when one worker died.
     assert done_at_kill < 18
 
 
 def test_chunkgraph_run_with_a_spec_on_s3_and_a_cluster_address(
-    diskless: tuple[Any, S3Server, Any], tmp_path: Path
+    diskless: Diskless, tmp_path: Path
 ) -> None:
-    client, _server, start_worker = diskless
+    client, start_worker, url = diskless.client, diskless.start_worker, diskless.url
     start_worker("w0")
     client.wait_for_workers(1, timeout=START_DEADLINE_S)
-    data = _source(_url("raw.zarr"))
+    data = _source(url("raw.zarr"))
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "function: numpy:negative\n"
-        f"input: {_url('raw.zarr')}\n"
-        f"output: {{path: {_url('neg.zarr')}, dtype: float32, chunks: [16, 16, 16]}}\n"
+        f"input: {url('raw.zarr')}\n"
+        f"output: {{path: {url('neg.zarr')}, dtype: float32, chunks: [16, 16, 16]}}\n"
         "chunk_sizes: [[16, 48, 48]]\n"
     )
     scheduler = client.scheduler.address
     assert cli.main(["run", "--quiet", str(spec), "--executor", scheduler]) == 0
-    out = volume.open(_url("neg.zarr"))
+    out = volume.open(url("neg.zarr"))
     np.testing.assert_array_equal(out.read(out.bounds), -data)

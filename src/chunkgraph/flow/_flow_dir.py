@@ -369,7 +369,7 @@ class FlowDir:
 
     def written_for_other(self, stamp: str | None) -> bool:
         """True when the record or markers were written for a destination that has since
-        been deleted and created again (see ``_markers.dst_stamp``)."""
+        been deleted and created again (see ``Volume.stamp``)."""
         if stamp is None:
             return False
         finished = self.record.read()

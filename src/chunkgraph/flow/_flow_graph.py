@@ -96,7 +96,8 @@ class FlowGraph:
         ``top_memory``: bytes one top-level task holds (``top_task_memory``);
         ``cores``: the cores the flow plans for (``workers``, else the usable ones);
         ``own_pool``: the levels below the top run on a pool of ``cores`` threads rather
-        than the process-wide one (``workers`` was given); ``memory_limit``: bytes that
+        than the process-wide one (``workers`` was given; over an object store the pool
+        is always the flow's own, of ``io_pool_threads(cores)``); ``memory_limit``: bytes that
         the top-level tasks in flight together may not exceed (at least one runs);
         ``fingerprint``: ``flow_id_parts``, recorded in ``flow.json``."""
         self.spec = spec

@@ -51,7 +51,6 @@ from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
-from chunkgraph.flow._markers import dst_stamp
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
 from chunkgraph.flow._probe import probe_fn
 from chunkgraph.flow._spec import FlowSpec, same_storage
@@ -175,7 +174,7 @@ class FlowRun:
         in_place = next((n for n, v in self.inputs.items() if same_storage(v, dst)), None)
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         inputs = owned_inputs(self.inputs, plan) if plan is not None else self.inputs
-        stamp = dst_stamp(dst)
+        stamp = dst.stamp()  # a dst deleted and made again: other work than the records'
         with state.held(options.lock_wait):
             resume = self._resume_or_start_over(state, stamp)
             finished = state.record.read() if resume else None

@@ -38,7 +38,6 @@ from typing import Any
 
 from chunkgraph.flow._flow_dir import DONE_SUFFIX, MARKERS_NAME
 from chunkgraph.flow._state_store import DirStore, Fence, join, state_store
-from chunkgraph.volume import Volume
 
 TOP = "top"
 REDUCE = "reduce"
@@ -121,14 +120,6 @@ def write_atomically(path: Path, text: str) -> None:
     """``text`` into ``path`` through a temporary file renamed into place, so a reader sees
     the old file or the new one, never part of one (``DirStore.write``)."""
     DirStore(Path(path).parent).write(Path(path).name, text.encode())
-
-
-def dst_stamp(dst: Volume) -> str | None:
-    """Which storage ``dst`` is (``Volume.stamp``): a destination deleted and created again
-    at the same path or URL (same shape, so the same flow id) gets a new stamp, so a
-    resumed run does not trust markers and records of work whose output is gone. None
-    where it is not known (memory volumes): resume then trusts the markers as before."""
-    return dst.stamp()
 
 
 class CompletionRecord:

@@ -47,7 +47,7 @@ from chunkgraph.flow._flow_dir import FlowDir
 from chunkgraph.flow._flow_graph import LAYERS_KEY
 from chunkgraph.flow._flow_run import flow_executor, no_io_report
 from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, dst_stamp, grid_key
+from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, grid_key
 from chunkgraph.flow._options import RunOptions
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.flow._spec import FlowSpec, check_dst
@@ -138,7 +138,7 @@ def _reduce(
 ) -> ApplyReport:
     """Under the flow's lock: nothing when done into this target, else reduce, record,
     discard."""
-    target = {"dst": dst.path, "stamp": dst_stamp(dst), "blend_mode": blend_mode}
+    target = {"dst": dst.path, "stamp": dst.stamp(), "blend_mode": blend_mode}
     info = state.read_info()
     finished = state.record.read()
     # The record says what the flow was reduced into (its flow.json said it too
