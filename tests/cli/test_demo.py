@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from chunkgraph import cli
+from chunkgraph.cli._cmd_demo import _command
 from chunkgraph.cli._graph_demo import build_statistics_graph, run_graph_demo
 
 
@@ -50,3 +54,14 @@ def test_python_dash_m_runs_the_command_line() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and "chunkgraph" in done.stdout, done.stderr
+
+
+def test_the_demo_names_the_command_as_it_can_be_typed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make demo`` installs into .venv, not onto PATH: the report hint names the
+    installed script then, and the bare name once it is on PATH."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert Path(_command()).resolve() == (Path(sys.executable).parent / "chunkgraph").resolve()
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    assert _command() == "chunkgraph"

@@ -98,6 +98,26 @@ def test_the_probe_reads_one_bottom_chunk_and_the_report_counts_it(files: Any) -
     assert probed.bytes_read - plain.bytes_read == 8 * 64
 
 
+def test_a_flow_of_one_fn_call_is_its_own_probe(files: Any) -> None:
+    """One top task of one bottom chunk: a probe would compute and read the whole flow a
+    second time (read amplification 2.0 against the plan's 1.0); the one call is checked
+    as the probe checks it."""
+    src = files.source(files.random((16, 16, 16), "uint8"), (8, 8, 8))
+    dst = files.empty((16, 16, 16), (8, 8, 8), "uint8")
+    calls: list[tuple[int, ...]] = []
+
+    def record(src: np.ndarray) -> np.ndarray:
+        calls.append(src.shape)
+        return src
+
+    report = apply(record, src, dst, chunk_sizes=[(16, 16, 16)], executor="threads",
+                   intermediates=files.root / "t")  # fmt: skip
+    assert calls == [(16, 16, 16)]
+    assert report.read_amplification == 1.0
+    assert report.plan is not None and report.plan.read_amplification == 1.0
+    np.testing.assert_array_equal(dst.read(dst.bounds), src.read(src.bounds))
+
+
 def test_superchunk_is_read_once_not_per_subchunk(files: Any) -> None:
     """Eight bottom chunks per top task, but one read of the padded superchunk per task."""
     src = files.source(files.random((16, 16, 16), "uint8"), (16, 16, 16))

@@ -15,6 +15,7 @@ Exit 0 when both results check out, 1 when one does not.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,9 +89,23 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(
         f"volume flow finished in {seconds:.2f} s; data in {workdir}; report in {folder} "
-        f"(report.json, gantt.png, utilisation.png; `chunkgraph report {folder}`)"
+        f"(report.json, gantt.png, utilisation.png; `{_command()} report {folder}`)"
     )
     return 0 if summary.matches and error < DEMO_TOLERANCE else 1
+
+
+def _command() -> str:
+    """How to type ``chunkgraph`` here: the bare name when it is on PATH, else the
+    installed script's path (``make demo`` installs into ``.venv``, not onto PATH)."""
+    if shutil.which("chunkgraph"):
+        return "chunkgraph"
+    script = Path(sys.executable).parent / "chunkgraph"
+    if not script.exists():
+        return "chunkgraph"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
 
 
 def _peak_rss_mib() -> float:

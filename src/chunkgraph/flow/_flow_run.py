@@ -52,7 +52,7 @@ from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
-from chunkgraph.flow._probe import probe_fn
+from chunkgraph.flow._probe import fn_calls, probe_fn
 from chunkgraph.flow._spec import FlowSpec, same_storage
 from chunkgraph.flow._state import (
     in_place_conflict,
@@ -186,7 +186,7 @@ class FlowRun:
                 state.discard()  # what a run killed while cleaning up left
                 return _finished_report(spec, flow_id, finished, self.t0)
             before = read_bytes(inputs)
-            if options.probe:
+            if options.probe and fn_calls(spec) > 1:  # one call: it is its own probe
                 probe_fn(spec, self.run_fn, inputs, dst, device, options.timeout, _retries(options))
             flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint, top)
             report = self._execute(flow, state, executor, before)

@@ -7,13 +7,17 @@ inputs over the first bottom-level chunk of the bbox (exactly what that chunk's
 ``fn`` call will get), calls ``fn`` once, and checks its output with the same
 checks the flow applies to every chunk. It costs one bottom chunk's read and
 compute; ``apply(..., probe=False)`` skips it (for an ``fn`` with side effects,
-or one too expensive to run twice). An output dtype that ``apply``'s ``cast`` does
+or one too expensive to run twice). A flow that calls ``fn`` once in all has no
+probe (``fn_calls``): that one call is the probe, and a second would compute, and
+read, the whole flow twice. An output dtype that ``apply``'s ``cast`` does
 not allow for dst (``_cast``) is a ``ConfigError`` here: the arguments, not a task,
 are wrong.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -64,6 +68,29 @@ def first_bottom_chunk(spec: FlowSpec) -> Box:
         start = [s - c - b for s, c, b in zip(start, level.crop, level.blend, strict=True)]
     bottom = spec.levels[-1].chunk
     return Box(tuple(start), tuple(s + c for s, c in zip(start, bottom, strict=True)))
+
+
+def fn_calls(spec: FlowSpec) -> int:
+    """How many times the flow calls ``fn``: its top chunks times, at each level below,
+    the children that tile a parent's region (chunk padded by its crop and blend).
+
+    >>> from chunkgraph.flow._spec import LevelSpec
+    >>> from types import SimpleNamespace
+    >>> top = LevelSpec((32, 32), (0, 0), (4, 4), "linear")
+    >>> bottom = LevelSpec((8, 8), (2, 2), (0, 0), "linear")
+    >>> fn_calls(SimpleNamespace(bbox=Box((0, 0), (64, 64)), levels=(top, bottom)))
+    100
+    >>> fn_calls(SimpleNamespace(bbox=Box((0, 0), (64, 64)), levels=(bottom,)))
+    64
+    """
+    calls = _tiles(spec.bbox.shape, spec.levels[0].chunk)
+    for parent, child in itertools.pairwise(spec.levels):
+        calls *= _tiles(parent.region_shape, child.chunk)
+    return calls
+
+
+def _tiles(shape: tuple[int, ...], chunk: tuple[int, ...]) -> int:
+    return math.prod(-(-s // c) for s, c in zip(shape, chunk, strict=True))
 
 
 def probe_fn(
