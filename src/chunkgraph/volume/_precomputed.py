@@ -31,9 +31,9 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.volume._object_store import StoreOptions
+from chunkgraph.volume._precomputed_chunks import PrecomputedView, chunk_layout, stored_suffix
 from chunkgraph.volume._storage import VolumeMeta
 from chunkgraph.volume._ts_view import (
-    TensorStoreView,
     kvstore_spec,
     shared_context,
     tensorstore_module,
@@ -87,7 +87,7 @@ def scale_index(info: dict[str, Any], scale: int | str | None, root: str) -> int
 
 def open_precomputed(
     root: str, mode: str, scale: int | str | None, options: StoreOptions
-) -> TensorStoreView:
+) -> PrecomputedView:
     info = read_info(root, options)
     index = scale_index(info, scale, root)
     ts = tensorstore_module("precomputed")
@@ -96,13 +96,20 @@ def open_precomputed(
         "kvstore": kvstore_spec(root, options),
         "scale_index": index,
     }
+    chosen: dict[str, Any] = info["scales"][index]
+    suffix = stored_suffix(root, chosen, options)
     store = ts.open(spec, open=True, read=True, write=mode == "r+", context=shared_context())
-    return _as_view(root, store.result(), info["scales"][index], int(info["num_channels"]), options)
+    return _as_view(root, store.result(), chosen, int(info["num_channels"]), options, suffix)
 
 
 def _as_view(
-    root: str, store: Any, scale: dict[str, Any], channels: int, options: StoreOptions
-) -> TensorStoreView:
+    root: str,
+    store: Any,
+    scale: dict[str, Any],
+    channels: int,
+    options: StoreOptions,
+    suffix: str = "",
+) -> PrecomputedView:
     ts = tensorstore_module("precomputed")
     # TensorStore's axes are x, y, z, channel, from voxel_offset; a Volume's start at 0
     # with channels first (and none when there is one).
@@ -127,7 +134,7 @@ def _as_view(
         resolution=tuple(float(r) for r in scale["resolution"]),
     )
     path = root.rstrip("/") + "/" + scale["key"]
-    return TensorStoreView(
+    return PrecomputedView(
         path,
         view,
         meta,
@@ -135,6 +142,10 @@ def _as_view(
         read_chunks=read,
         alignment_note=_NOTE,
         reopen=(root, scale["key"]),
+        # (a damaged chunk is named by the stored object it is in: a chunk, or its shard)
+        layout=chunk_layout(root, scale, meta.shape, channel_shape + write, suffix),
+        suffix=suffix,
+        kvstore=store.kvstore,
     )
 
 
@@ -179,7 +190,7 @@ def create_precomputed(
     write_chunks: tuple[int, ...] | None = None,
     layer_type: str | None = None,
     key: str | None = None,
-) -> TensorStoreView:
+) -> PrecomputedView:
     """Add a scale to the precomputed volume at ``root`` (writing its ``info`` if new).
 
     ``meta`` is as ``create`` built it: spatial axes x, y, z last, channels first.
