@@ -38,12 +38,15 @@ never looks for: it would read that chunk as missing, all fill. So:
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import math
 import os
 import zlib
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -57,6 +60,7 @@ from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_
 from chunkgraph.volume._storage import Index
 from chunkgraph.volume._ts_view import TensorStoreView, tensorstore_module
 
+_T = TypeVar("_T")
 GZIP = ".gz"
 # The suffixes CloudVolume's local writer gives chunk files, by its ``compress`` name.
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".br": "br", ".zstd": "zstd", ".xz": "xz", ".bz2": "bzip2"}
@@ -218,14 +222,15 @@ class PrecomputedView(TensorStoreView):
             staged = self._kvstore.with_transaction(txn)
             keys = [self.layout.key(coords) for coords, _ in self.layout.cells(index)]
             encoded = [staged.read(key[: -len(GZIP)]) for key in keys]
-            pending = []
-            for key, future in zip(keys, encoded, strict=True):
-                found = future.result()
-                if found.state == "value":
-                    packed = gzip.compress(bytes(found.value), GZIP_LEVEL, mtime=0)
-                    pending.append(self._kvstore.write(key, packed))
-                else:  # all fill: TensorStore stores nothing, so neither may the .gz
-                    pending.append(self._kvstore.write(key, None))  # None: delete
+            found = [(key, future.result()) for key, future in zip(keys, encoded, strict=True)]
+            # A chunk left all fill is not stored by TensorStore, so neither may its .gz be.
+            filled = [self._kvstore.write(key, None) for key, f in found if f.state != "value"]
+            stored = [(key, bytes(f.value)) for key, f in found if f.state == "value"]
+            packed = _in_threads(_gzip, [raw for _, raw in stored])
+            pending = filled + [
+                self._kvstore.write(key, data)
+                for (key, _), data in zip(stored, packed, strict=True)
+            ]
             for future in pending:
                 future.result()
             # Only now: a crash before leaves the old plain file beside the new .gz, read first.
@@ -250,16 +255,45 @@ class PrecomputedView(TensorStoreView):
         in ``txn`` only (other reads never see them; the transaction is never committed)."""
         cells = [coords for coords, _ in self.layout.cells(index)]
         fetched = [self._kvstore.read(self.layout.key(coords)) for coords in cells]
+        found = [(coords, future.result()) for coords, future in zip(cells, fetched, strict=True)]
+        # No .gz: TensorStore reads the plain key, or finds the chunk missing.
+        stored = [(coords, bytes(f.value)) for coords, f in found if f.state == "value"]
+        plain = _in_threads(_gunzip, [packed for _, packed in stored])
+        broken = [
+            (coords, result)
+            for (coords, _), result in zip(stored, plain, strict=True)
+            if isinstance(result, Exception)
+        ]
+        if broken:
+            raise corrupt_chunk_error(self.layout, broken, "read") from broken[0][1]
         staged = self._kvstore.with_transaction(txn)
-        writes = []
-        for coords, future in zip(cells, fetched, strict=True):
-            found = future.result()
-            if found.state != "value":
-                continue  # no .gz: TensorStore reads the plain key, or finds the chunk missing
-            try:
-                plain = gzip.decompress(bytes(found.value))
-            except (OSError, EOFError, zlib.error) as err:
-                raise corrupt_chunk_error(self.layout, [(coords, err)], "read") from err
-            writes.append(staged.write(self.layout.key(coords)[: -len(GZIP)], plain))
+        writes = [
+            staged.write(self.layout.key(coords)[: -len(GZIP)], result)
+            for (coords, _), result in zip(stored, plain, strict=True)
+        ]
         for write in writes:
             write.result()
+
+
+def _gunzip(packed: bytes) -> bytes | Exception:
+    try:
+        return gzip.decompress(packed)
+    except (OSError, EOFError, zlib.error) as err:  # not gzip, truncated, bad CRC
+        return err
+
+
+def _gzip(raw: bytes) -> bytes:
+    return gzip.compress(raw, GZIP_LEVEL, mtime=0)
+
+
+def _in_threads(fn: Callable[[bytes], _T], items: list[bytes]) -> list[_T]:
+    """``fn`` over ``items``, on every core when there are several (zlib lets go of the GIL)."""
+    if len(items) < 2:
+        return [fn(item) for item in items]
+    return list(_codec_pool(os.getpid()).map(fn, items))
+
+
+@functools.cache
+def _codec_pool(pid: int) -> ThreadPoolExecutor:
+    # One per process (by pid: a forked child's copy of its parent's pool has no threads).
+    return ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix=f"chunkgraph-gzip-{pid}")
