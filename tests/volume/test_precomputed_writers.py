@@ -11,12 +11,16 @@ the whole shard file (``.shard.gz``, which CloudVolume itself does not read back
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
@@ -79,6 +83,12 @@ def _cloudvolume_writes(
     return data, np.asarray(back[:, :, :])[..., 0]
 
 
+def _client(server: S3Server) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=server.endpoint)  # credentials: the environment's
+
+
 def _scale_files(root: Path) -> list[str]:
     return sorted(os.listdir(root / "4_4_40"))
 
@@ -117,7 +127,7 @@ def test_cloudvolumes_gzip_objects_on_s3_read_exactly(
     monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
     data, _ = _cloudvolume_writes(f"motos3://{bucket}/cv", "raw", None)
     monkeypatch.delenv("AWS_SESSION_TOKEN")
-    head = server._client().head_object(Bucket=bucket, Key="cv/4_4_40/2-18_4-20_6-14")
+    head = _client(server).head_object(Bucket=bucket, Key="cv/4_4_40/2-18_4-20_6-14")
     assert head["ContentEncoding"] == "gzip"
     v = volume.open(f"precomputed://s3://{bucket}/cv")
     np.testing.assert_array_equal(v.read(v.bounds), data)
@@ -130,7 +140,7 @@ def test_gz_chunk_keys_in_a_bucket_read_exactly(
     end in ``.gz`` and the objects have no Content-Encoding."""
     root = tmp_path / "cv"
     data, _ = _cloudvolume_writes(f"file://{root}", "compressed_segmentation", None)
-    client = server._client()
+    client = _client(server)
     for path in root.rglob("*"):
         if path.is_file():
             client.upload_file(str(path), bucket, f"cv/{path.relative_to(root).as_posix()}")
@@ -236,3 +246,51 @@ def test_a_damaged_shard_is_named_by_its_file(tmp_path: Path, which: int, cut: s
     with pytest.raises(CorruptChunkError) as raised:
         v.read(v.bounds)
     assert raised.value.files == (str(damaged),)
+
+
+@contextlib.contextmanager
+def _listing_refused(server: S3Server) -> Iterator[str]:
+    """A loopback proxy to ``server`` that answers every listing ``403 AccessDenied``, as a
+    bucket that grants reads but not ListBucket does; its endpoint."""
+    from http.server import ThreadingHTTPServer
+
+    from chunkgraph.testing import Proxy, _handler
+
+    forward = _handler(Proxy("", server.endpoint, 0.0, 0.0))
+
+    class RefuseListing(forward):  # type: ignore[misc, valid-type]
+        def _forward(self) -> None:
+            query = parse_qs(urlsplit(self.path).query)
+            if self.command == "GET" and ("list-type" in query or "prefix" in query):
+                denied = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                self._answer(403, [("Content-Type", "application/xml")], denied)
+                return
+            super()._forward()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), RefuseListing)
+    proxy.daemon_threads = True
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def test_a_bucket_that_refuses_listing_still_opens_cloudvolumes_objects(
+    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look for ``.gz`` keys is a listing; without ListBucket the scale reads as its
+    plain keys and Content-Encoding objects, which is how CloudVolume writes to buckets."""
+    import cloudfiles.paths
+
+    cloudfiles.paths.add_alias("motos3", f"s3://{server.endpoint}/")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    data, _ = _cloudvolume_writes(f"motos3://{bucket}/cv", "raw", None)
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    with _listing_refused(server) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        v = volume.open(f"precomputed://s3://{bucket}/cv")
+        np.testing.assert_array_equal(v.read(v.bounds), data)

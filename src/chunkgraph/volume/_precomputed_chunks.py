@@ -113,10 +113,18 @@ def _first_names(root: str, key: str, options: StoreOptions) -> list[str]:
         except FileNotFoundError:  # a scale with no chunk written yet
             return []
     import obstore
+    from obstore.exceptions import BaseError, PermissionDeniedError
 
     with reaching(root, options):
         store = object_store(root.rstrip("/") + "/" + key, options)
-        batch = next(iter(obstore.list(store, chunk_size=SCAN)), [])
+        try:
+            batch = next(iter(obstore.list(store, chunk_size=SCAN)), [])
+        except BaseError as err:
+            # A bucket may grant reads but not ListBucket: no .gz key can be seen then, and
+            # the scale reads as CloudVolume writes to buckets (plain keys, Content-Encoding).
+            if isinstance(err, PermissionDeniedError) or "403 Forbidden" in str(err):
+                return []
+            raise
     return [str(item["path"]) for item in batch]
 
 
