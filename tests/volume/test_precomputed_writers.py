@@ -294,3 +294,29 @@ def test_a_bucket_that_refuses_listing_still_opens_cloudvolumes_objects(
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
         v = volume.open(f"precomputed://s3://{bucket}/cv")
         np.testing.assert_array_equal(v.read(v.bounds), data)
+
+
+READS = "it reads raw, compressed_segmentation, jpeg, png"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "dtype", "named", "valid"),
+    [
+        ("compresso", "uint64", "'compresso'", READS),
+        ("crackle", "uint64", "'crackle'", READS),
+        ("fpzip", "float32", "'fpzip'", READS),
+        ("raw", "float64", "data_type 'float64'", "it reads uint8, int8, uint16"),
+    ],
+)
+def test_encodings_and_dtypes_tensorstore_does_not_decode_are_refused_by_name(
+    tmp_path: Path, encoding: str, dtype: str, named: str, valid: str
+) -> None:
+    info = cloudvolume.CloudVolume.create_new_info(
+        num_channels=1, layer_type="segmentation", data_type=dtype, encoding=encoding,
+        resolution=[4, 4, 40], voxel_offset=[0, 0, 0], chunk_size=[16, 16, 8],
+        volume_size=[32, 32, 8],
+    )  # fmt: skip
+    cloudvolume.CloudVolume(f"file://{tmp_path}/cv", info=info, progress=False).commit_info()
+    with pytest.raises(ConfigError, match=named) as refused:
+        volume.open(f"precomputed://{tmp_path}/cv")
+    assert valid in str(refused.value)

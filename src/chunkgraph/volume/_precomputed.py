@@ -18,7 +18,9 @@ sharded scale is asking for ``write_chunks`` (a multiple of ``chunks``);
 TensorStore picks the sharding parameters that make each shard that box.
 
 Encodings: ``raw`` (any of the format's dtypes), ``compressed_segmentation``
-(uint32, uint64 labels), ``jpeg`` (uint8, 1 or 3 channels, lossy).
+(uint32, uint64 labels), ``jpeg`` (uint8, 1 or 3 channels, lossy); ``png`` is read
+too. Other encodings (CloudVolume's compresso, crackle, fpzip, ...) and gzip or
+damaged chunks: ``_precomputed_chunks``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from chunkgraph.volume._ts_view import (
 
 BACKEND = "precomputed"
 ENCODINGS = ("raw", "compressed_segmentation", "jpeg")
+# What TensorStore decodes: the encodings chunkgraph writes, and png.
+READ_ENCODINGS = (*ENCODINGS, "png")
 DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 _ENCODING_DTYPES = {"compressed_segmentation": ("uint32", "uint64"), "jpeg": ("uint8",)}
 _NOTE = (
@@ -97,9 +101,31 @@ def open_precomputed(
         "scale_index": index,
     }
     chosen: dict[str, Any] = info["scales"][index]
+    _check_readable(root, info, chosen)
     suffix = stored_suffix(root, chosen, options)
     store = ts.open(spec, open=True, read=True, write=mode == "r+", context=shared_context())
     return _as_view(root, store.result(), chosen, int(info["num_channels"]), options, suffix)
+
+
+def _check_readable(root: str, info: dict[str, Any], scale: dict[str, Any]) -> None:
+    """ConfigError for a scale TensorStore cannot decode (CloudVolume's other codecs, a
+    dtype outside the format), naming it, instead of TensorStore's parse error."""
+    encoding = scale.get("encoding")
+    if encoding not in READ_ENCODINGS:
+        raise ConfigError(
+            f"scale {scale.get('key')!r} of precomputed volume {root!r} is encoded as "
+            f"{encoding!r}, which chunkgraph does not read; it reads "
+            f"{', '.join(READ_ENCODINGS)}. Re-encode the scale to one of them (CloudVolume, "
+            "igneous), e.g. raw or compressed_segmentation for labels, raw or jpeg for images",
+            field="path",
+        )
+    dtype = info.get("data_type")
+    if dtype not in DTYPES:
+        raise ConfigError(
+            f"precomputed volume {root!r} has data_type {dtype!r}, which chunkgraph does not "
+            f"read; it reads {', '.join(DTYPES)}",
+            field="path",
+        )
 
 
 def _as_view(
