@@ -320,3 +320,23 @@ def test_encodings_and_dtypes_tensorstore_does_not_decode_are_refused_by_name(
     with pytest.raises(ConfigError, match=named) as refused:
         volume.open(f"precomputed://{tmp_path}/cv")
     assert valid in str(refused.value)
+
+
+def test_three_channel_jpeg_in_gzip_files_reads_as_written(tmp_path: Path) -> None:
+    """CloudVolume reads its own 3-channel jpeg back up to 94 levels off this smooth image
+    (cloud-volume 12.15); TensorStore's decoder, chunkgraph's, stays within jpeg's loss."""
+    info = cloudvolume.CloudVolume.create_new_info(
+        num_channels=3, layer_type="image", data_type="uint8", encoding="jpeg",
+        resolution=[4, 4, 40], voxel_offset=[0, 0, 0], chunk_size=[16, 16, 8],
+        volume_size=[32, 32, 8],
+    )  # fmt: skip
+    cv = cloudvolume.CloudVolume(f"file://{tmp_path}/cv", info=info, progress=False,
+                                 compress=True)  # fmt: skip
+    cv.commit_info()
+    x, y, z, c = np.meshgrid(*(np.arange(n) for n in (32, 32, 8, 3)), indexing="ij")
+    data = (x * 2 + y * 2 + z * 3 + c * 30).astype("uint8")
+    cv[:, :, :] = data
+    assert all(name.endswith(".gz") for name in _scale_files(tmp_path / "cv"))
+    v = volume.open(f"precomputed://{tmp_path}/cv")
+    got = v.read(v.bounds).astype(int)
+    assert np.abs(got - np.moveaxis(data, 3, 0)).max() <= 4
