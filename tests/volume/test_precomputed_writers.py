@@ -340,3 +340,17 @@ def test_three_channel_jpeg_in_gzip_files_reads_as_written(tmp_path: Path) -> No
     v = volume.open(f"precomputed://{tmp_path}/cv")
     got = v.read(v.bounds).astype(int)
     assert np.abs(got - np.moveaxis(data, 3, 0)).max() <= 4
+
+
+@pytest.mark.parametrize("which", ["0.shard", "3.shard"])
+def test_a_damaged_shard_tensorstore_wrote_is_named_by_its_file(tmp_path: Path, which: str) -> None:
+    v = volume.create(f"precomputed://{tmp_path}/ts", SHAPE, (16, 16, 8), "uint32",
+                      resolution=(4, 4, 40), write_chunks=(32, 32, 16))  # fmt: skip
+    v.write(v.bounds, RNG.integers(1, 2**31, SHAPE).astype("uint32"))
+    assert _scale_files(tmp_path / "ts") == ["0.shard", "1.shard", "2.shard", "3.shard"]
+    damaged = tmp_path / "ts" / "4_4_40" / which
+    damaged.write_bytes(damaged.read_bytes()[:-100])
+    for opened in (v, volume.open(f"precomputed://{tmp_path}/ts")):
+        with pytest.raises(CorruptChunkError) as raised:
+            opened.read(opened.bounds)
+        assert raised.value.files == (str(damaged),)

@@ -160,6 +160,7 @@ def _as_view(
         resolution=tuple(float(r) for r in scale["resolution"]),
     )
     path = root.rstrip("/") + "/" + scale["key"]
+    stored = store.spec(retain_context=False).to_json()["scale_metadata"]
     return PrecomputedView(
         path,
         view,
@@ -168,8 +169,9 @@ def _as_view(
         read_chunks=read,
         alignment_note=_NOTE,
         reopen=(root, scale["key"]),
-        # (a damaged chunk is named by the stored object it is in: a chunk, or its shard)
-        layout=chunk_layout(root, scale, meta.shape, channel_shape + write, suffix),
+        # A damaged chunk is named by the stored object it is in, a chunk or its shard, as
+        # TensorStore has them (a created scale's sharding is TensorStore's choice).
+        layout=chunk_layout(root, stored, meta.shape, channel_shape + write, suffix),
         suffix=suffix,
         kvstore=store.kvstore,
     )

@@ -135,8 +135,8 @@ def chunk_layout(
     grid: tuple[int, ...],
     suffix: str,
 ) -> ChunkLayout:
-    """Where the stored objects of ``scale`` are: ``grid`` is a chunk (a shard when sharded),
-    with the channel axis first when ``shape`` has one."""
+    """Where the stored objects of ``scale`` (TensorStore's ``scale_metadata``) are: ``grid``
+    is a chunk (a shard when sharded), with the channel axis first when ``shape`` has one."""
     offset = tuple(int(o) for o in scale.get("voxel_offset", (0, 0, 0)))
     sharding = scale.get("sharding")
     if sharding:
@@ -167,7 +167,7 @@ class _ShardName:
     def __init__(self, key: str, scale: dict[str, Any], size: tuple[int, ...]) -> None:
         self.key = key
         self.sharding = scale["sharding"]
-        self.chunk = tuple(int(c) for c in scale["chunk_sizes"][0])
+        self.chunk = tuple(int(c) for c in scale["chunk_size"])
         self.bits = tuple(
             max(0, math.ceil(math.log2(-(-n // c)))) for n, c in zip(size, self.chunk, strict=True)
         )
