@@ -19,7 +19,8 @@ errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
 ``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
 conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats: ``_formats.py``
 (path prefixes), ``_format_open.py`` (which module opens a path),
-``_precomputed.py``, ``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers),
+``_precomputed.py`` (with ``_precomputed_chunks.py``: other writers' chunk files,
+damaged chunks named), ``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers),
 ``_ome_zarr.py``, ``_pyramid.py``. The apply flow
 lives in ``chunkgraph.flow``; ``volume.apply`` and its types are re-exported
 from there on first use (the flow sits above the storage layer).

@@ -47,7 +47,8 @@ class ChunkLayout:
     """Where a backend's chunks live: enough to turn a grid index into a key, file and box.
 
     ``grid`` is the shape of one stored object (the shard shape for sharded arrays),
-    ``encoding`` the Zarr v3 ``chunk_key_encoding`` JSON.
+    ``encoding`` the Zarr v3 ``chunk_key_encoding`` JSON; ``key_of`` names the objects of
+    a format whose keys are not Zarr's (precomputed: from the chunk's box).
     """
 
     path: str
@@ -56,6 +57,7 @@ class ChunkLayout:
     encoding: Mapping[str, Any]
     offset: tuple[int, ...]
     fill_value: Any
+    key_of: Callable[[ChunkLayout, tuple[int, ...]], str] | None = None
 
     def key(self, coords: tuple[int, ...]) -> str:
         """The storage key of chunk ``coords``, e.g. ``c/0/1/2``.
@@ -63,6 +65,8 @@ class ChunkLayout:
         >>> ChunkLayout("v", (8, 8), (4, 4), {"name": "default"}, (0, 0), 0).key((1, 0))
         'c/1/0'
         """
+        if self.key_of is not None:
+            return self.key_of(self, coords)
         name = self.encoding.get("name", "default")
         config = self.encoding.get("configuration") or {}
         separator = str(config.get("separator", "." if name == "v2" else "/"))

@@ -18,7 +18,9 @@ sharded scale is asking for ``write_chunks`` (a multiple of ``chunks``);
 TensorStore picks the sharding parameters that make each shard that box.
 
 Encodings: ``raw`` (any of the format's dtypes), ``compressed_segmentation``
-(uint32, uint64 labels), ``jpeg`` (uint8, 1 or 3 channels, lossy).
+(uint32, uint64 labels), ``jpeg`` (uint8, 1 or 3 channels, lossy); ``png`` is read
+too. Other encodings (CloudVolume's compresso, crackle, fpzip, ...) and gzip or
+damaged chunks: ``_precomputed_chunks``.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.volume._object_store import StoreOptions
+from chunkgraph.volume._precomputed_chunks import PrecomputedView, chunk_layout, stored_suffix
 from chunkgraph.volume._storage import VolumeMeta
 from chunkgraph.volume._ts_view import (
-    TensorStoreView,
     kvstore_spec,
     shared_context,
     tensorstore_module,
@@ -41,6 +43,8 @@ from chunkgraph.volume._ts_view import (
 
 BACKEND = "precomputed"
 ENCODINGS = ("raw", "compressed_segmentation", "jpeg")
+# What TensorStore decodes: the encodings chunkgraph writes, and png.
+READ_ENCODINGS = (*ENCODINGS, "png")
 DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 _ENCODING_DTYPES = {"compressed_segmentation": ("uint32", "uint64"), "jpeg": ("uint8",)}
 _NOTE = (
@@ -87,7 +91,7 @@ def scale_index(info: dict[str, Any], scale: int | str | None, root: str) -> int
 
 def open_precomputed(
     root: str, mode: str, scale: int | str | None, options: StoreOptions
-) -> TensorStoreView:
+) -> PrecomputedView:
     info = read_info(root, options)
     index = scale_index(info, scale, root)
     ts = tensorstore_module("precomputed")
@@ -96,13 +100,42 @@ def open_precomputed(
         "kvstore": kvstore_spec(root, options),
         "scale_index": index,
     }
+    chosen: dict[str, Any] = info["scales"][index]
+    _check_readable(root, info, chosen)
+    suffix = stored_suffix(root, chosen, options)
     store = ts.open(spec, open=True, read=True, write=mode == "r+", context=shared_context())
-    return _as_view(root, store.result(), info["scales"][index], int(info["num_channels"]), options)
+    return _as_view(root, store.result(), chosen, int(info["num_channels"]), options, suffix)
+
+
+def _check_readable(root: str, info: dict[str, Any], scale: dict[str, Any]) -> None:
+    """ConfigError for a scale TensorStore cannot decode (CloudVolume's other codecs, a
+    dtype outside the format), naming it, instead of TensorStore's parse error."""
+    encoding = scale.get("encoding")
+    if encoding not in READ_ENCODINGS:
+        raise ConfigError(
+            f"scale {scale.get('key')!r} of precomputed volume {root!r} is encoded as "
+            f"{encoding!r}, which chunkgraph does not read; it reads "
+            f"{', '.join(READ_ENCODINGS)}. Re-encode the scale to one of them (CloudVolume, "
+            "igneous), e.g. raw or compressed_segmentation for labels, raw or jpeg for images",
+            field="path",
+        )
+    dtype = info.get("data_type")
+    if dtype not in DTYPES:
+        raise ConfigError(
+            f"precomputed volume {root!r} has data_type {dtype!r}, which chunkgraph does not "
+            f"read; it reads {', '.join(DTYPES)}",
+            field="path",
+        )
 
 
 def _as_view(
-    root: str, store: Any, scale: dict[str, Any], channels: int, options: StoreOptions
-) -> TensorStoreView:
+    root: str,
+    store: Any,
+    scale: dict[str, Any],
+    channels: int,
+    options: StoreOptions,
+    suffix: str = "",
+) -> PrecomputedView:
     ts = tensorstore_module("precomputed")
     # TensorStore's axes are x, y, z, channel, from voxel_offset; a Volume's start at 0
     # with channels first (and none when there is one).
@@ -127,7 +160,8 @@ def _as_view(
         resolution=tuple(float(r) for r in scale["resolution"]),
     )
     path = root.rstrip("/") + "/" + scale["key"]
-    return TensorStoreView(
+    stored = store.spec(retain_context=False).to_json()["scale_metadata"]
+    return PrecomputedView(
         path,
         view,
         meta,
@@ -135,6 +169,11 @@ def _as_view(
         read_chunks=read,
         alignment_note=_NOTE,
         reopen=(root, scale["key"]),
+        # A damaged chunk is named by the stored object it is in, a chunk or its shard, as
+        # TensorStore has them (a created scale's sharding is TensorStore's choice).
+        layout=chunk_layout(root, stored, meta.shape, channel_shape + write, suffix),
+        suffix=suffix,
+        kvstore=store.kvstore,
     )
 
 
@@ -179,7 +218,7 @@ def create_precomputed(
     write_chunks: tuple[int, ...] | None = None,
     layer_type: str | None = None,
     key: str | None = None,
-) -> TensorStoreView:
+) -> PrecomputedView:
     """Add a scale to the precomputed volume at ``root`` (writing its ``info`` if new).
 
     ``meta`` is as ``create`` built it: spatial axes x, y, z last, channels first.
