@@ -368,6 +368,9 @@ def fused_pass(
     whole: per axis a multiple of level ``j``'s chunk times ``factor ** j`` (j = 0 ..
     m - 1) and of ``below``'s chunk over the factor (reads aligned to its chunks). Worked:
     64^3 chunks everywhere, factor 2: two levels need 128 (256^3 read), three 256 (512^3).
+    A multiple past the level's extent is clipped to it (one task across that axis), so a
+    task never reads more than the level below: chunks clipped to small levels (70 over
+    250 voxels: 63 at level 2) have common multiples many times the volume (630).
     The most levels are fused whose top chunk keeps one task per core within the budget
     (``FUSED_WORK_COPIES`` x the read each) and still makes a task per core."""
     best: tuple[int, tuple[int, ...] | None] = (1, None)
@@ -382,7 +385,10 @@ def fused_pass(
                 grain[axis],
                 *(lv.spatial_chunks[axis] * factor[axis] ** j for j, lv in enumerate(levels[:m])),
             )
-            top.append(min(step, -(-n // step) * step))
+            # A step past the extent (an lcm of chunks clipped to small levels can be many
+            # times the volume) means one task across the axis, which covers every level's
+            # chunks whole whatever their alignment: the extent itself is enough.
+            top.append(min(step, n))
         read = math.prod(t * f for t, f in zip(top, factor, strict=True)) * itemsize
         tasks = math.prod(-(-n // t) for n, t in zip(extent, top, strict=True))
         if cores * FUSED_WORK_COPIES * read > limit or tasks < cores:
