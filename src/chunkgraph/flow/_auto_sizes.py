@@ -424,6 +424,11 @@ def _fit_memory(
         )
 
 
+# The end of the error when no plan fits: apply's other way out. Jobs that take no chunk
+# sizes (transfer, downsample) give their own instead (``job_memory_refusal``).
+SIZES_BY_HAND = " or chunk_sizes by hand"
+
+
 def _no_plan_fits(
     plan: Evaluation, top: list[int], bottom: list[int], memory_limit: int
 ) -> ConfigError:
@@ -434,9 +439,19 @@ def _no_plan_fits(
         f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
         f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
         f"{format_bytes(plan.superchunk)}, bottom buffers "
-        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
-        "chunk_sizes by hand"
+        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory}"
+        + SIZES_BY_HAND,
+        field="memory_limit",
     )
+
+
+def job_memory_refusal(err: ConfigError, advice: str) -> ConfigError:
+    """``err`` as a job that takes no chunk sizes says it: ``advice`` in place of
+    ``chunk_sizes``; any other error as it is."""
+    text = str(err)
+    if err.field != "memory_limit" or not text.endswith(SIZES_BY_HAND):
+        return err
+    return ConfigError(text.removesuffix(SIZES_BY_HAND) + advice, field="memory_limit")
 
 
 def _covers_dst_chunks(

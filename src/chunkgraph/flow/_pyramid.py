@@ -32,7 +32,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow._auto_sizes import resolve_memory_limit
+from chunkgraph.flow._auto_sizes import job_memory_refusal, resolve_memory_limit
 from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
@@ -69,6 +69,10 @@ class DownsampleReport:
     @property
     def bytes_read(self) -> int:
         return sum(r.bytes_read for r in self.passes)
+
+    @property
+    def saturated_voxels(self) -> int:
+        return sum(r.saturated_voxels for r in self.passes)
 
     def summary(self, *, plan: bool = True) -> str:
         """What was written, pass by pass; ``plan=True`` adds each pass's plan."""
@@ -277,6 +281,13 @@ def downsample(
         method = default_method(source.dtype)
     factors = check_downsample(source, factor, levels, method)
     into = output_format(source, format, dst)
+    if not dry_run:
+        # Every pass planned first over stand-ins in memory: what the memory limit or the
+        # sizes refuse is refused before a level is made or listed in an image's metadata.
+        downsample(
+            source, factor=factors, levels=levels, method=method, dst=dst, format=into,
+            memory_limit=memory_limit, executor=executor, workers=workers, dry_run=True,
+        )  # fmt: skip
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
     backend = cast("BackendName", "memory" if dry_run else _plain_backend(source))
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
@@ -306,7 +317,8 @@ def downsample(
         while done < levels:
             count, top = fused_pass(below, made[done:], factors, cores, limit)
             first, above = made[done], made[done + 1 : done + count]
-            report = apply(
+            report = _apply_refusing_in_own_words(
+                apply,
                 downsample_chunk,
                 below,
                 first,
@@ -342,6 +354,22 @@ def downsample(
                     with contextlib.suppress(Exception):  # not made: nothing to remove
                         volume.remove(path)
     return DownsampleReport(tuple(paths), factors, method, tuple(reports), tuple(counts))
+
+
+# What a downsample refused for its memory limit can change besides the limit.
+MEMORY_ADVICE = (
+    " (--memory-limit on the command line); each task holds whole chunks of the level it "
+    "writes and of the level below"
+)
+
+
+def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> ApplyReport:
+    """``apply``, whose refusal for the memory limit names downsample's options."""
+    try:
+        report: ApplyReport = apply(*args, **kwargs)
+    except ConfigError as err:
+        raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
+    return report
 
 
 def _place(level: Volume) -> tuple[Any, ...]:
