@@ -45,7 +45,8 @@ def test_a_transfer_refused_for_memory_exits_2_and_makes_no_dst(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = _source(tmp_path)
-    assert cli.main(["transfer", str(src), str(tmp_path / "dst.zarr"), "--memory-limit", "1000"]) == 2
+    argv = ["transfer", str(src), str(tmp_path / "dst.zarr"), "--memory-limit", "1000"]
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "--memory-limit" in err and "--chunks" in err and "chunk_sizes" not in err
     assert not (tmp_path / "dst.zarr").exists()

@@ -69,7 +69,7 @@ def test_every_pass_stays_within_the_budget_and_the_source(
         top = plan.chunk_sizes[0]
         # What one task reads of the level below: within its extent plus one chunk of the
         # first level written, on every axis.
-        for t, n, c, f in zip(top, first, chunk, factor, strict=True):
+        for t, n, c in zip(top, first, chunk, strict=True):
             assert t <= n + c, (top, first, chunk)
         if count > 1:
             read = math.prod(t * f for t, f in zip(top, factor, strict=True)) * 2

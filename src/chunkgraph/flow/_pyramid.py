@@ -294,23 +294,15 @@ def downsample(
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
     else:
         paths_made = paths or [""] * levels
-    made: list[Volume] = []
     reports: list[ApplyReport] = []
     counts: list[int] = []
     try:
-        below = source
-        for k, path in enumerate(paths_made, start=1):
-            if into == "zarr3" or dry_run:
-                level = _create_level(volume, below, path, factors, backend)
-            else:
-                _check_offset(below, factors)
-                level = volume.add_level(
-                    below, factors, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
-                )
-            if into != "zarr3":
-                paths.append(level.path if not dry_run else f"{source.path} (level +{k})")
-            made.append(level)
-            below = level
+        made = _make_levels(source, paths_made, factors, backend, into, dry_run)
+        if into != "zarr3":
+            paths.extend(
+                f"{source.path} (level +{k})" if dry_run else level.path
+                for k, level in enumerate(made, start=1)
+            )
         cores = workers or usable_cores()
         limit, _ = resolve_memory_limit(memory_limit)
         below, done = source, 0
@@ -370,6 +362,33 @@ def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> Apply
     except ConfigError as err:
         raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
     return report
+
+
+def _make_levels(
+    source: Volume,
+    paths: Sequence[str],
+    factor: tuple[int, ...],
+    backend: BackendName,
+    into: str,
+    dry_run: bool,
+) -> list[Volume]:
+    """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
+    stand-in of a dry run), or a level added to the source's image."""
+    from chunkgraph import volume
+
+    made: list[Volume] = []
+    below = source
+    for path in paths:
+        if into == "zarr3" or dry_run:
+            level = _create_level(volume, below, path, factor, backend)
+        else:
+            _check_offset(below, factor)
+            level = volume.add_level(
+                below, factor, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
+            )
+        made.append(level)
+        below = level
+    return made
 
 
 def _place(level: Volume) -> tuple[Any, ...]:
