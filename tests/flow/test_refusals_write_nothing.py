@@ -96,3 +96,19 @@ def test_a_refused_transfer_into_a_bucket_writes_nothing_there(
     with pytest.raises(ConfigError):
         transfer(src, f"s3://{bucket}/copy.zarr", memory_limit=TINY)
     assert _listing(server, bucket) == []
+
+
+def test_a_dst_the_copy_made_is_removed_when_the_flow_refuses_it(tmp_path: Path) -> None:
+    """The net under the plan made first: the copy itself, refused by the flow after it
+    made dst, removes that dst, and leaves one it did not make."""
+    from chunkgraph.flow._transfer import _Copy, _run
+
+    src = volume.create(str(tmp_path / "src.zarr"), (32, 32, 8), (16, 16, 8), "uint8")
+    dst = tmp_path / "dst.zarr"
+    copy = _Copy(src, dst, src.bounds, None, None, None, None, "safe", TINY, None, None)
+    with pytest.raises(ConfigError):
+        _run(copy, dry_run=False, made=True)
+    assert not dst.exists()
+    with pytest.raises(ConfigError):
+        _run(copy, dry_run=False, made=False)
+    assert volume.open(str(dst)).shape == (32, 32, 8)
