@@ -103,3 +103,18 @@ def test_a_fused_run_on_an_odd_shape_peaks_near_its_source(tmp_path: Path) -> No
     assert peak < 40 * data.nbytes, peak
     top = volume.open(str(tmp_path / "s2.zarr")).read(volume.open(str(tmp_path / "s2.zarr")).bounds)
     assert np.array_equal(top, data.reshape(10, 4, 10, 4, 10, 4).max(axis=(1, 3, 5)))
+
+
+def test_an_extent_the_chunks_do_not_divide_is_not_one_huge_pass() -> None:
+    """1000^3 in chunks of 128: level 1 is 500 voxels, which no multiple of 128 divides;
+    the plan grows past the edge to 512 rather than take all 500^3 in one task."""
+    src = volume.create("ds-odd", (1000, 1000, 1000), (128, 128, 128), "uint8", backend="memory")
+    try:
+        report = downsample(src, levels=1, dry_run=True, dst="ds-odd-{level}", workers=4)
+    finally:
+        volume.remove("ds-odd")
+    (passed,) = report.passes
+    assert passed.plan is not None
+    assert passed.tasks_per_level[0] >= 4
+    assert passed.plan.memory_bytes < 1000**3  # less than the source itself
+    assert all(t <= 512 for t in passed.plan.chunk_sizes[0])

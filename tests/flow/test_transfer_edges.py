@@ -62,3 +62,16 @@ def test_cast_messages_name_transfer_s_options(tmp_path: Path) -> None:
     with pytest.warns(SaturationWarning, match="the source's values") as caught:
         report = transfer(src, tmp_path / "narrow.zarr", dtype="uint8", cast="same_kind")
     assert len(caught) == 1 and report.saturated_voxels > 0
+
+
+def test_an_extent_the_chunks_do_not_divide_is_planned_in_chunks() -> None:
+    """1000^3 in chunks of 128 fits no size on the grain but the whole: refused for memory
+    before; grown past the edge to 1024, it is planned in regions of whole chunks."""
+    src = volume.create("tr-odd", (1000, 1000, 1000), (128, 128, 128), "uint8", backend="memory")
+    try:
+        report = transfer(src, "tr-odd-out", backend="memory", dry_run=True, workers=4)
+    finally:
+        volume.remove("tr-odd")
+    assert report.plan is not None and report.plan.expand_bbox
+    assert report.tasks_per_level[0] >= 4
+    assert all(t % 128 == 0 for t in report.plan.chunk_sizes[0])

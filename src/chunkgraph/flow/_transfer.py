@@ -36,11 +36,11 @@ from chunkgraph.flow._cast import (
     conversion_refusal,
     warn_if_saturated,
 )
-from chunkgraph.flow._flow_dir import default_state_root
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 from chunkgraph.volume._formats import split_format
+from chunkgraph.volume._object_store import is_object_url, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -241,15 +241,12 @@ def _check_dst(source: Volume, dst: str | os.PathLike[str], existing: Volume | N
             field="dst",
         )
     _, place = split_format(os.fspath(dst))
-    try:
-        default_state_root(place)
-    except ConfigError:
+    if is_object_url(place) and not split_url(place)[2]:
         raise ConfigError(
             f"dst {os.fspath(dst)!r} is a bucket's root, and transfer keeps its state beside "
-            "dst: put the volume under a prefix, e.g. "
-            f"{place.rstrip('/')}/NAME.zarr",
+            f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
             field="dst",
-        ) from None
+        )
 
 
 def _plain(source: Volume) -> str:
