@@ -217,7 +217,9 @@ def test_ome_zarr_models_validates_the_pyramids_chunkgraph_writes(
     assert [a.name for a in multiscale.axes] == ["c", "y", "x"]
     transforms = multiscale.datasets[1].coordinateTransformations
     assert list(transforms[0].scale) == [1, 1, 1]
-    assert list(transforms[1].translation) == [0, 2, 3]
+    # Pixel centres: level 1's first voxel (offset (2, 3), scale 1) is centred half its
+    # voxel minus half of level 0's (0.5) past its corner.
+    assert list(transforms[1].translation) == [0, 2.25, 3.25]
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])

@@ -108,7 +108,7 @@ def test_a_level_translated_by_part_of_a_voxel_is_refused_naming_it(tmp_path: Pa
         {"type": "translation", "translation": [1.0, 0.0]}
     )
     (root / "zarr.json").write_text(json.dumps(meta))
-    with pytest.raises(ConfigError, match=r"level 0 \('0'\).*0.5 voxels"):
+    with pytest.raises(ConfigError, match=r"level 0 \('0'\).*\(0.5, 0\) voxels"):
         volume.open(root)
 
 

@@ -76,6 +76,7 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
     memory = None if args.memory_limit is None else parse_bytes(args.memory_limit, "--memory-limit")
     progress, subscribers = event_output(args)
     outcome = "interrupted"
+    facts: dict[str, Any] = {}
     try:
         report = call(
             executor=args.executor,
@@ -87,6 +88,8 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
             subscribers=subscribers,
         )
         outcome = "finished"
+        # What the summary says of saturation, for a log read alone.
+        facts["saturated_voxels"] = report.saturated_voxels
     except VolumeNotFoundError as err:  # a source that is not there: the arguments are wrong
         outcome = "failed"
         print(f"chunkgraph {command}: {err}", file=sys.stderr)
@@ -107,7 +110,7 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
         print(f"\nchunkgraph {command}: interrupted; `--resume` continues", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        close_output(subscribers, outcome)
+        close_output(subscribers, outcome, facts)
     out = sys.stderr if args.log_json == "-" else sys.stdout
     print(report.summary(plan=not args.quiet), file=out)
     return EXIT_OK

@@ -115,11 +115,13 @@ class JsonLines:
         if not self._own:
             self._out.flush()
 
-    def close(self, outcome: str | None = None) -> None:
+    def close(self, outcome: str | None = None, facts: dict[str, Any] | None = None) -> None:
         """Close the file; ``outcome`` ("finished", "failed", "interrupted", ...) first goes
-        in as a last line, so that the log alone says how the run ended."""
+        in as a last line, with ``facts`` about the run, so that the log alone says how the
+        run ended."""
         if outcome is not None:
-            self._out.write(json.dumps({"event": "outcome", "outcome": outcome}) + "\n")
+            last = {"event": "outcome", "outcome": outcome, **(facts or {})}
+            self._out.write(json.dumps(last) + "\n")
         if self._own:
             self._out.close()
         else:
@@ -134,8 +136,13 @@ def event_output(args: argparse.Namespace) -> tuple[bool, list[Callable[[Event],
     return (not args.quiet and not args.log_json), subscribers
 
 
-def close_output(subscribers: list[Callable[[Event], None]], outcome: str | None = None) -> None:
-    """Close what ``event_output`` opened; a JSON log ends with the run's ``outcome``."""
+def close_output(
+    subscribers: list[Callable[[Event], None]],
+    outcome: str | None = None,
+    facts: dict[str, Any] | None = None,
+) -> None:
+    """Close what ``event_output`` opened; a JSON log ends with the run's ``outcome`` and
+    ``facts`` about it (e.g. ``saturated_voxels``)."""
     for subscriber in subscribers:
         if isinstance(subscriber, JsonLines):
-            subscriber.close(outcome)
+            subscriber.close(outcome, facts)

@@ -41,6 +41,12 @@ moving axis ``a`` it is reused after every task of the faster axes has run,
 so an LRU must hold all that those tasks fetched meanwhile. The cache is the
 largest of these needs that fits the budget; on axes whose need does not fit,
 each task's halo is read again, and the predicted amplification says so.
+
+Odd extents. Sizes divide the bbox and sit on the grain, so an extent the grain does not
+divide (1000 voxels in chunks of 128) would leave the whole bbox as the only size on its
+axis: one task holding all of it. Where the bbox ends at dst's edge, ``plan_automatic``
+grows it to whole grains (1024) when that adds less than one of dst's chunks, as
+``expand_bbox=True`` grows it: reads past the edge give fill values, writes are clipped.
 """
 
 from __future__ import annotations
@@ -424,6 +430,11 @@ def _fit_memory(
         )
 
 
+# The end of the error when no plan fits: apply's other way out. Jobs that take no chunk
+# sizes (transfer, downsample) give their own instead (``job_memory_refusal``).
+SIZES_BY_HAND = " or chunk_sizes by hand"
+
+
 def _no_plan_fits(
     plan: Evaluation, top: list[int], bottom: list[int], memory_limit: int
 ) -> ConfigError:
@@ -434,9 +445,19 @@ def _no_plan_fits(
         f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
         f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
         f"{format_bytes(plan.superchunk)}, bottom buffers "
-        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory} or "
-        "chunk_sizes by hand"
+        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory}"
+        + SIZES_BY_HAND,
+        field="memory_limit",
     )
+
+
+def job_memory_refusal(err: ConfigError, advice: str) -> ConfigError:
+    """``err`` as a job that takes no chunk sizes says it: ``advice`` in place of
+    ``chunk_sizes``; any other error as it is."""
+    text = str(err)
+    if err.field != "memory_limit" or not text.endswith(SIZES_BY_HAND):
+        return err
+    return ConfigError(text.removesuffix(SIZES_BY_HAND) + advice, field="memory_limit")
 
 
 def _covers_dst_chunks(
@@ -629,13 +650,16 @@ def plan_automatic(
     # one (63 dst voxels over an input twice as coarse) is rounded up past the bbox's stop,
     # as expand_bbox=True does: reads there give fill values, writes are clipped to dst.
     grown = tuple(-(-e // q) * q for e, q in zip(region.shape, step, strict=True))
+    layouts = [layout_of(n, v, scales[n]) for n, v in named.items()]
+    written = layout_of("dst", out, written=True)
+    grown = _grown_to_grain(region, grown, out.bounds, _grain(layouts, written, step), written)
     expand = grown != region.shape
     if expand:
         region = Box(region.start, tuple(a + e for a, e in zip(region.start, grown, strict=True)))
     plan = plan_sizes(
         region,
-        [layout_of(n, v, scales[n]) for n, v in named.items()],
-        layout_of("dst", out, written=True),
+        layouts,
+        written,
         crop=pads["crop_pads"],
         blend=pads["blend_pads"],
         cores=cores,
@@ -659,6 +683,34 @@ def plan_automatic(
     if skip_intermediates and not plan.direct_writes:
         return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
     return plan
+
+
+def _grown_to_grain(
+    region: Box, extent: tuple[int, ...], bounds: Box, grain: tuple[int, ...], dst: StorageLayout
+) -> tuple[int, ...]:
+    """``extent`` grown to whole storage grains on the axes where the bbox ends at dst's
+    edge, a grain fits in it more than once but does not divide it, and the growth is less
+    than one of dst's chunks.
+
+    Sizes divide the bbox and are multiples of the grain, so such an extent (1000 voxels in
+    chunks of 128) has the whole bbox as its only size: one task holding all of it. Grown
+    (to 1024), it has sizes on the grain; past dst's edge reads give fill values and writes
+    are clipped, so nothing outside the bbox is written. A bbox ending inside dst stays.
+
+    >>> dst = StorageLayout("dst", Box((0,), (1000,)), (128,), 1)
+    >>> _grown_to_grain(Box((0,), (1000,)), (1000,), Box((0,), (1000,)), (128,), dst)
+    (1024,)
+    >>> _grown_to_grain(Box((0,), (1000,)), (1000,), Box((0,), (2000,)), (128,), dst)
+    (1000,)
+    >>> _grown_to_grain(Box((0,), (100,)), (100,), Box((0,), (100,)), (128,), dst)
+    (100,)
+    """
+    out = []
+    for a, (e, g) in enumerate(zip(extent, grain, strict=True)):
+        more = -(-e // g) * g - e
+        at_edge = region.stop[a] >= bounds.stop[a]
+        out.append(e + more if at_edge and g < e and 0 < more < dst.chunks[a] else e)
+    return tuple(out)
 
 
 def plan_given(

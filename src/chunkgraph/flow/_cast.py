@@ -91,6 +91,35 @@ def cast_refusal(src: np.dtype[Any], dst: np.dtype[Any], rule: CastRule, where: 
     src, dst = np.dtype(src), np.dtype(dst)
     if cast_allowed(src, dst, rule):
         return ""
+    needed, happens, fix = _what_casting_does(src, dst)
+    default = " (the default)" if rule == DEFAULT_CAST else ""
+    return (
+        f"cast={rule!r}{default} refuses fn's output dtype {src}{where} for dst's dtype {dst}: "
+        f"{happens}. Return {dst} from fn ({fix}), give dst dtype "
+        f"{np.promote_types(src, dst)}, or pass cast={needed!r} (a spec file: `cast: {needed}`) "
+        "to write it anyway: apply then counts the voxels that saturate and warns with the count"
+    )
+
+
+def conversion_refusal(src: np.dtype[Any], dst: np.dtype[Any], rule: CastRule) -> str:
+    """``cast_refusal`` for stored data converted as it is copied (``transfer``): no fn,
+    and the ways out in the copy's own options; empty when it is allowed."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if cast_allowed(src, dst, rule):
+        return ""
+    needed, happens, _ = _what_casting_does(src, dst)
+    default = " (the default)" if rule == DEFAULT_CAST else ""
+    return (
+        f"cast={rule!r}{default} refuses converting the source's {src} into dtype {dst}: "
+        f"{happens}. Give dtype {np.promote_types(src, dst)} (--dtype), or cast={needed!r} "
+        f"(--cast {needed} on the command line) to convert it anyway: the voxels that "
+        "saturate are then counted and warned of"
+    )
+
+
+def _what_casting_does(src: np.dtype[Any], dst: np.dtype[Any]) -> tuple[str, str, str]:
+    """(the rule that allows ``src`` into ``dst``, what the cast does to values, the numpy
+    expression that does it on purpose)."""
     needed = "same_kind" if np.can_cast(src, dst, "same_kind") else "unsafe"
     low, high = value_range(dst)
     if dst.kind == "b":
@@ -111,13 +140,7 @@ def cast_refusal(src: np.dtype[Any], dst: np.dtype[Any], rule: CastRule, where: 
             f"{high} (saturated: distinct labels past the limit would merge)"
         )
         fix = f"out.astype({dst.name!r}) once its values fit"
-    default = " (the default)" if rule == DEFAULT_CAST else ""
-    return (
-        f"cast={rule!r}{default} refuses fn's output dtype {src}{where} for dst's dtype {dst}: "
-        f"{happens}. Return {dst} from fn ({fix}), give dst dtype "
-        f"{np.promote_types(src, dst)}, or pass cast={needed!r} (a spec file: `cast: {needed}`) "
-        "to write it anyway: apply then counts the voxels that saturate and warns with the count"
-    )
+    return needed, happens, fix
 
 
 def value_range(dtype: np.dtype[Any]) -> tuple[int | float, int | float]:
@@ -176,9 +199,11 @@ def count_saturated(array: Any, dtype: np.dtype[Any], xp: ModuleType = np) -> in
     return int(xp.count_nonzero(over))
 
 
-def warn_if_saturated(saturated: int, dst: Volume, rule: str | None = None) -> None:
+def warn_if_saturated(
+    saturated: int, dst: Volume, rule: str | None = None, *, values: str = "fn's values"
+) -> None:
     """The end of a run that wrote ``saturated`` voxels at the limits of dst's dtype
-    (``rule``: the cast rule that allowed it, when known)."""
+    (``rule``: the cast rule that allowed it, when known; ``values``: whose did not fit)."""
     if not saturated:
         return
     dtype = np.dtype(dst.dtype)
@@ -188,8 +213,8 @@ def warn_if_saturated(saturated: int, dst: Volume, rule: str | None = None) -> N
     written = "as +-inf, past" if dtype.kind == "f" else "at"
     warnings.warn(
         f"{saturated} voxel(s) of dst {dst.path!r} were written {written} the limits of its "
-        f"dtype {dtype} ([{low}, {high}]): fn's values there did not fit{allowed}. Give dst a "
-        f"wider dtype, or bring fn's values into {dtype}'s range",
+        f"dtype {dtype} ([{low}, {high}]): {values} there did not fit{allowed}. Give dst a "
+        f"wider dtype, or bring {values} into {dtype}'s range",
         SaturationWarning,
         stacklevel=3,
     )

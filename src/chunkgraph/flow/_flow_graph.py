@@ -107,6 +107,7 @@ class FlowGraph:
         self.fingerprint = fingerprint
         self.dst_stamp = stamp
         self.in_process = True  # set by run(): where the tasks read
+        self.pending_voxels = 0  # set by run(): the bbox's voxels its pending top tasks cover
         self.inputs = inputs
         self.dst = dst
         # Requests to an object store wait: one more top-level task in flight hides that.
@@ -269,6 +270,7 @@ class FlowGraph:
             if key in done:
                 continue
             box = Box(a, b)
+            self.pending_voxels += box.intersection(spec.bbox).size
             refs[tuple(index)] = graph.add(
                 run_top_task, self.job, tuple(index), box, name=f"apply-top{box}", cost=cost
             )
@@ -315,6 +317,9 @@ class FlowGraph:
         else:
             bytes_read = sum(t.bytes_read for t in tops)
         needed = needed_input_bytes(spec, self.inputs)
+        if skipped_top and spec.bbox.size:
+            # A resumed run reads for its pending top tasks only: amplification over those.
+            needed = needed * self.pending_voxels // spec.bbox.size
         if self.direct:
             written, temporary = sum(t.bytes_written for t in tops), 0
         else:

@@ -32,7 +32,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow._auto_sizes import resolve_memory_limit
+from chunkgraph.flow._auto_sizes import job_memory_refusal, resolve_memory_limit
 from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
@@ -69,6 +69,10 @@ class DownsampleReport:
     @property
     def bytes_read(self) -> int:
         return sum(r.bytes_read for r in self.passes)
+
+    @property
+    def saturated_voxels(self) -> int:
+        return sum(r.saturated_voxels for r in self.passes)
 
     def summary(self, *, plan: bool = True) -> str:
         """What was written, pass by pass; ``plan=True`` adds each pass's plan."""
@@ -277,36 +281,36 @@ def downsample(
         method = default_method(source.dtype)
     factors = check_downsample(source, factor, levels, method)
     into = output_format(source, format, dst)
+    if not dry_run:
+        # Every pass planned first over stand-ins in memory: what the memory limit or the
+        # sizes refuse is refused before a level is made or listed in an image's metadata.
+        downsample(
+            source, factor=factors, levels=levels, method=method, dst=dst, format=into,
+            memory_limit=memory_limit, executor=executor, workers=workers, dry_run=True,
+        )  # fmt: skip
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
     backend = cast("BackendName", "memory" if dry_run else _plain_backend(source))
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
     else:
         paths_made = paths or [""] * levels
-    made: list[Volume] = []
     reports: list[ApplyReport] = []
     counts: list[int] = []
     try:
-        below = source
-        for k, path in enumerate(paths_made, start=1):
-            if into == "zarr3" or dry_run:
-                level = _create_level(volume, below, path, factors, backend)
-            else:
-                _check_offset(below, factors)
-                level = volume.add_level(
-                    below, factors, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
-                )
-            if into != "zarr3":
-                paths.append(level.path if not dry_run else f"{source.path} (level +{k})")
-            made.append(level)
-            below = level
+        made = _make_levels(source, paths_made, factors, backend, into, dry_run)
+        if into != "zarr3":
+            paths.extend(
+                f"{source.path} (level +{k})" if dry_run else level.path
+                for k, level in enumerate(made, start=1)
+            )
         cores = workers or usable_cores()
         limit, _ = resolve_memory_limit(memory_limit)
         below, done = source, 0
         while done < levels:
             count, top = fused_pass(below, made[done:], factors, cores, limit)
             first, above = made[done], made[done + 1 : done + count]
-            report = apply(
+            report = _apply_refusing_in_own_words(
+                apply,
                 downsample_chunk,
                 below,
                 first,
@@ -344,6 +348,49 @@ def downsample(
     return DownsampleReport(tuple(paths), factors, method, tuple(reports), tuple(counts))
 
 
+# What a downsample refused for its memory limit can change besides the limit.
+MEMORY_ADVICE = (
+    " (--memory-limit on the command line); each task holds whole chunks of the level it "
+    "writes and of the level below"
+)
+
+
+def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> ApplyReport:
+    """``apply``, whose refusal for the memory limit names downsample's options."""
+    try:
+        report: ApplyReport = apply(*args, **kwargs)
+    except ConfigError as err:
+        raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
+    return report
+
+
+def _make_levels(
+    source: Volume,
+    paths: Sequence[str],
+    factor: tuple[int, ...],
+    backend: BackendName,
+    into: str,
+    dry_run: bool,
+) -> list[Volume]:
+    """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
+    stand-in of a dry run), or a level added to the source's image."""
+    from chunkgraph import volume
+
+    made: list[Volume] = []
+    below = source
+    for path in paths:
+        if into == "zarr3" or dry_run:
+            level = _create_level(volume, below, path, factor, backend)
+        else:
+            _check_offset(below, factor)
+            level = volume.add_level(
+                below, factor, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
+            )
+        made.append(level)
+        below = level
+    return made
+
+
 def _place(level: Volume) -> tuple[Any, ...]:
     """Where fn reopens a level: a multiscale image's root and scale, or the path and
     its backend; then its shape and dtype (see ``_OPENED``)."""
@@ -368,6 +415,9 @@ def fused_pass(
     whole: per axis a multiple of level ``j``'s chunk times ``factor ** j`` (j = 0 ..
     m - 1) and of ``below``'s chunk over the factor (reads aligned to its chunks). Worked:
     64^3 chunks everywhere, factor 2: two levels need 128 (256^3 read), three 256 (512^3).
+    A multiple past the level's extent is clipped to it (one task across that axis), so a
+    task never reads more than the level below: chunks clipped to small levels (70 over
+    250 voxels: 63 at level 2) have common multiples many times the volume (630).
     The most levels are fused whose top chunk keeps one task per core within the budget
     (``FUSED_WORK_COPIES`` x the read each) and still makes a task per core."""
     best: tuple[int, tuple[int, ...] | None] = (1, None)
@@ -382,7 +432,10 @@ def fused_pass(
                 grain[axis],
                 *(lv.spatial_chunks[axis] * factor[axis] ** j for j, lv in enumerate(levels[:m])),
             )
-            top.append(min(step, -(-n // step) * step))
+            # A step past the extent (an lcm of chunks clipped to small levels can be many
+            # times the volume) means one task across the axis, which covers every level's
+            # chunks whole whatever their alignment: the extent itself is enough.
+            top.append(min(step, n))
         read = math.prod(t * f for t, f in zip(top, factor, strict=True)) * itemsize
         tasks = math.prod(-(-n // t) for n, t in zip(extent, top, strict=True))
         if cores * FUSED_WORK_COPIES * read > limit or tasks < cores:

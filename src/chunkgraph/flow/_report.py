@@ -209,6 +209,6 @@ def _outcome_lines(r: ApplyReport) -> list[str]:
     if r.saturated_voxels:
         lines.append(
             f"  saturated: {r.saturated_voxels} voxels written at the limits of dst's "
-            "dtype (fn's values did not fit)"
+            "dtype (values that did not fit it)"
         )
     return lines

@@ -8,22 +8,39 @@ are its shards), so each source chunk is read about once, each dst chunk or shar
 written whole by one task, memory stays within ``memory_limit``, and a run
 interrupted anywhere resumes with ``resume=True``. A dtype change is the flow's
 ``cast`` (``_cast``): ``"safe"`` by default, ``"same_kind"`` or ``"unsafe"`` to narrow.
+
+A refused transfer writes nothing: dst that is the source itself, a bucket's root (the
+flow's state goes beside dst), a conversion the cast refuses and a plan the memory
+limit refuses (planned first over an in-memory stand-in of dst) are refused before dst
+is made, and a dst this call made is removed again if the flow refuses it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import typing
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
-from chunkgraph.flow._cast import DEFAULT_CAST, cast_allowed, cast_refusal, check_cast_rule
+from chunkgraph._errors import ConfigError, VolumeNotFoundError
+from chunkgraph.flow._auto_sizes import job_memory_refusal
+from chunkgraph.flow._cast import (
+    CAST_RULES,
+    DEFAULT_CAST,
+    SaturationWarning,
+    cast_allowed,
+    conversion_refusal,
+    warn_if_saturated,
+)
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
+from chunkgraph.volume._formats import split_format
+from chunkgraph.volume._object_store import is_object_url, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -69,7 +86,6 @@ def transfer(
     >>> volume.remove("tr-doc"); volume.remove("tr-doc-out")
     """
     from chunkgraph import volume
-    from chunkgraph.flow._apply import apply
 
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     region = source.bounds if bbox is None else bbox
@@ -87,42 +103,150 @@ def transfer(
             field="bbox",
         )
     _check_dtype(source, dtype, cast)
-    spatial_chunks = tuple(source.spatial_chunks if chunks is None else chunks)
+    there, existing = _existing(dst)
+    _check_dst(source, dst, existing)
+    copy = _Copy(
+        source, dst, region, chunks, shards, dtype, backend, cast, memory_limit, executor, workers
+    )
+    try:
+        if not dry_run:
+            # The plan first, over a stand-in of dst in memory: what the memory limit or
+            # the sizes refuse is refused before dst exists.
+            _run(copy, dry_run=True)
+        report = _run(
+            copy, dry_run=dry_run, resume=resume, progress=progress, subscribers=subscribers,
+            made=not there,
+        )  # fmt: skip
+    except ConfigError as err:
+        raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
+    return report
+
+
+# What a transfer refused for its memory limit can change besides the limit.
+MEMORY_ADVICE = (
+    " (--memory-limit on the command line); the least transfer plans for is a region "
+    "of whole source and dst chunks, so smaller dst chunks (chunks=, --chunks) need less"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Copy:
+    """What one transfer copies, where, and how (``transfer``'s arguments, checked)."""
+
+    source: Volume
+    dst: str | os.PathLike[str]
+    region: Box
+    chunks: Sequence[int] | None
+    shards: Sequence[int] | None
+    dtype: Any
+    backend: BackendName | None
+    cast: str
+    memory_limit: int | None
+    executor: ExecutorKind | Executor | None
+    workers: int | None
+
+
+def _run(
+    copy: _Copy,
+    *,
+    dry_run: bool,
+    resume: bool = False,
+    progress: bool = False,
+    subscribers: Sequence[Subscriber] = (),
+    made: bool = False,
+) -> ApplyReport:
+    """Make dst (a stand-in in memory for a dry run) and copy into it; a dst this call made
+    is removed again when the flow refuses it, and a stand-in always."""
+    from chunkgraph import volume
+    from chunkgraph.flow._apply import apply
+
+    source, region = copy.source, copy.region
+    spatial_chunks = tuple(source.spatial_chunks if copy.chunks is None else copy.chunks)
+    shards = None if copy.shards is None else tuple(copy.shards)
+    if dry_run and shards is not None:
+        # A sharded volume's chunks are its shards, what the plan aligns writes to.
+        spatial_chunks, shards = shards, None
     channels = source.channel_shape
+    backend = "memory" if dry_run else (copy.backend or _plain(source))
     target = volume.create(
-        dst,
+        f"transfer-plan-{os.getpid()}-{id(copy)}" if dry_run else copy.dst,
         channels + region.shape,
         channels + tuple(min(c, n) for c, n in zip(spatial_chunks, region.shape, strict=False)),
-        source.dtype if dtype is None else dtype,
+        source.dtype if copy.dtype is None else copy.dtype,
         fill_value=source.fill_value,
-        backend=typing.cast("BackendName", "memory" if dry_run else (backend or _plain(source))),
+        backend=typing.cast("BackendName", backend),
         offset=region.start,
         spatial_ndim=source.spatial_ndim,
         resolution=source.resolution,
-        shards=None if shards is None else channels + tuple(shards),
+        shards=None if shards is None else channels + shards,
         exist_ok=True,
     )
     try:
-        return apply(
-            copy_chunk,
-            source,
-            target,
-            bbox=region,
-            expand_bbox=True,
-            memory_limit=memory_limit,
-            executor=executor,
-            workers=workers,
-            resume=resume,
-            dry_run=dry_run,
-            progress=progress,
-            subscribers=subscribers,
-            # The identity needs no probe, and one would read a bottom chunk twice.
-            probe=False,
-            cast=cast,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SaturationWarning)
+            report = apply(
+                copy_chunk,
+                source,
+                target,
+                bbox=region,
+                expand_bbox=True,
+                memory_limit=copy.memory_limit,
+                executor=copy.executor,
+                workers=copy.workers,
+                resume=resume,
+                dry_run=dry_run,
+                progress=progress,
+                subscribers=subscribers,
+                # The identity needs no probe, and one would read a bottom chunk twice.
+                probe=False,
+                cast=copy.cast,
+            )
+    except ConfigError:
+        if made and not dry_run:  # nothing was written: the refusal came before the tasks
+            volume.remove(target.path, storage_options=target.storage_options)
+        raise
     finally:
         if dry_run:
             volume.remove(target.path)
+    for each in caught:  # saturation in transfer's words below; other warnings as they were
+        if not issubclass(each.category, SaturationWarning):
+            warnings.warn_explicit(each.message, each.category, each.filename, each.lineno)
+    warn_if_saturated(report.saturated_voxels, target, copy.cast, values="the source's values")
+    return report
+
+
+def _existing(dst: str | os.PathLike[str]) -> tuple[bool, Volume | None]:
+    """(whether something is at ``dst``, the volume there if it opens as one). What this
+    call makes where nothing was, it may remove again; something there that does not open
+    as a volume is left to ``volume.create`` to name, and none of it is ever removed."""
+    from chunkgraph import volume
+
+    try:
+        return True, volume.open(dst)
+    except VolumeNotFoundError:
+        return False, None
+    except (ConfigError, OSError):
+        return True, None
+
+
+def _check_dst(source: Volume, dst: str | os.PathLike[str], existing: Volume | None) -> None:
+    """dst is not the source (a copy onto itself rewrites every chunk in place for nothing)
+    nor a bucket's root (the flow's state goes beside dst, and there is no beside there)."""
+    if existing is not None and existing.location.same_as(source.location):
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} is the source {source.path!r} itself: a transfer "
+            "onto itself would rewrite every chunk in place and change nothing; give "
+            "another dst (to rechunk or convert in place, transfer to a new path, then "
+            "replace the source with it)",
+            field="dst",
+        )
+    _, place = split_format(os.fspath(dst))
+    if is_object_url(place) and not split_url(place)[2]:
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} is a bucket's root, and transfer keeps its state beside "
+            f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
+            field="dst",
+        )
 
 
 def _plain(source: Volume) -> str:
@@ -133,12 +257,19 @@ def _plain(source: Volume) -> str:
 
 def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:
     """The conversion ``cast`` refuses, as a ``ConfigError`` before dst is made."""
-    rule = check_cast_rule(cast)
+    if not isinstance(cast, str) or cast not in CAST_RULES:
+        raise ConfigError(
+            f"cast must be one of {', '.join(repr(r) for r in CAST_RULES)} (--cast on the "
+            f"command line), got {cast!r}: 'safe' (the default) converts only into dtypes "
+            "that hold every value of the source's, 'same_kind' also into narrower integers "
+            "or floats, 'unsafe' also floats into integers",
+            field="cast",
+        )
     if dtype is None:
         return
     try:
         target = np.dtype(dtype)
     except TypeError as err:
         raise ConfigError(f"dtype {dtype!r} is not a numpy dtype: {err}", field="dtype") from err
-    if not cast_allowed(source.dtype, target, rule):
-        raise ConfigError(cast_refusal(source.dtype, target, rule), field="cast")
+    if not cast_allowed(source.dtype, target, cast):  # type: ignore[arg-type]
+        raise ConfigError(conversion_refusal(source.dtype, target, cast), field="cast")  # type: ignore[arg-type]

@@ -7,6 +7,10 @@ message saying to use an on-disk backend).
 
 ``read`` returns a copy, never a view, so callers can mutate what they got
 without touching the stored data, exactly like the on-disk backends.
+
+The array is made on the first write: until then reads give the fill value, and a
+volume only planned over (a dry run's stand-in for a destination, which ``downsample``
+and ``transfer`` plan over before every run) holds no memory, however large.
 """
 
 from __future__ import annotations
@@ -28,13 +32,23 @@ class MemoryStorage:
     def __init__(self, path: str, meta: VolumeMeta) -> None:
         self.path = path
         self.meta = meta
-        self.data = np.full(meta.shape, meta.fill_value, dtype=meta.dtype)
+        self._data: np.ndarray[Any, Any] | None = None  # made by the first write
+        self._made = threading.Lock()
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
-        return self.data[index].copy()
+        data = self._data
+        if data is None:  # never written: the fill, as a view of one value, then copied
+            data = np.broadcast_to(
+                np.asarray(self.meta.fill_value, self.meta.dtype), self.meta.shape
+            )
+        return data[index].copy()
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
-        self.data[index] = data
+        if self._data is None:
+            with self._made:
+                if self._data is None:
+                    self._data = np.full(self.meta.shape, self.meta.fill_value, self.meta.dtype)
+        self._data[index] = data
 
 
 _REGISTRY: dict[str, MemoryStorage] = {}

@@ -9,13 +9,26 @@ level's metadata::
     axes                       the "space" ones (last, as OME-Zarr requires) are spatial;
                                the others (time, channel) are channel axes, read whole
     scale of the space axes    resolution
-    translation / scale        offset, in voxels of that level (an integer: chunkgraph's
-                               voxels lie on an integer grid; a level translated by a
-                               fraction of its voxel is refused, naming the level)
+    translation                offset, in voxels of that level, by the image's convention
+                               (below; an integer: chunkgraph's voxels lie on an integer
+                               grid, and a level that fits neither convention is refused,
+                               naming the level)
 
-A voxel ``i`` covers ``[translation + i * scale, translation + (i + 1) * scale)``:
-chunkgraph takes the translation as the corner of the first voxel, which is
-what makes level k's offset the level-0 offset divided by its factor.
+Two conventions place a level's voxels, and the field writes both. ``r0`` is level 0's
+scale, ``r`` the level's, ``o`` its offset in its own voxels::
+
+    pixel centre (the spec's examples, ngff-zarr, ome-zarr-py; written by default):
+        translation = (o + 1/2) * r - r0 / 2     the centre of the level's first voxel
+    corner (levels that share one translation or have none; chunkgraph before):
+        translation = o * r                      the corner of the level's first voxel
+
+Level 0 reads the same in both. A level ``f`` times coarser covers ``f`` finer voxels
+per voxel, so under the pixel-centre convention its translation moves by half its voxel
+minus half of level 0's (``r0 * (f - 1) / 2``), and under the corner one it stays: the
+two conventions' levels sit a quarter voxel of level 1 apart. An image's convention is read
+from its levels (``image_convention``: corner when every translation is a whole number
+of its level's voxels, else pixel centre when every level fits that); new levels of an
+image keep its convention, and a new image, or one of a single level, gets pixel centres.
 
 The levels chunkgraph writes also carry chunkgraph's own attributes (offset,
 resolution, spatial axes), so each level opens alone as a plain Zarr array too.
@@ -118,10 +131,15 @@ def _axes(multiscale: dict[str, Any], ndim: int) -> list[dict[str, Any]]:
     ]
 
 
-def level_placement(
+CENTRE, CORNER = "centre", "corner"
+DEFAULT_CONVENTION = CENTRE
+
+
+def _raw_placement(
     multiscale: dict[str, Any], index: int, ndim: int, root: str
-) -> tuple[int, tuple[float, ...], tuple[int, ...]]:
-    """``(spatial_ndim, resolution, offset)`` of level ``index`` from its metadata."""
+) -> tuple[int, tuple[float, ...], tuple[float, ...]]:
+    """``(spatial_ndim, scale, translation)`` of level ``index``'s space axes, composed
+    with the multiscale's own transformations."""
     axes = _axes(multiscale, ndim)
     space = [a.get("type") == "space" for a in axes]
     spatial_ndim = sum(space)
@@ -140,19 +158,63 @@ def level_placement(
     translation = [
         t * o + u for t, o, u in zip(translation, outer_scale, outer_translation, strict=True)
     ]
-    resolution = tuple(scale[ndim - spatial_ndim :])
-    offset = []
-    for axis, (t, s) in enumerate(zip(translation[ndim - spatial_ndim :], resolution, strict=True)):
-        voxels = t / s
-        if not math.isclose(voxels, round(voxels), abs_tol=1e-6):
-            raise ConfigError(
-                f"level {index} ({dataset['path']!r}) of OME-Zarr image {root!r} is translated by "
-                f"{t} on spatial axis {axis}, {voxels} voxels of size {s}; chunkgraph places "
-                "voxels on an integer grid, so it reads levels translated by whole voxels only",
-                field="scale",
-            )
-        offset.append(round(voxels))
-    return spatial_ndim, resolution, tuple(offset)
+    first = ndim - spatial_ndim
+    return spatial_ndim, tuple(scale[first:]), tuple(translation[first:])
+
+
+def _voxels(
+    translation: tuple[float, ...], scale: tuple[float, ...], base: tuple[float, ...], how: str
+) -> tuple[float, ...]:
+    """A level's offset in its voxels under convention ``how`` (``base``: level 0's scale)."""
+    if how == CORNER:
+        return tuple(t / r for t, r in zip(translation, scale, strict=True))
+    return tuple((t + b / 2) / r - 0.5 for t, r, b in zip(translation, scale, base, strict=True))
+
+
+def _whole(voxels: tuple[float, ...]) -> bool:
+    return all(math.isclose(v, round(v), abs_tol=1e-6) for v in voxels)
+
+
+def image_convention(multiscale: dict[str, Any], ndim: int, root: str) -> str | None:
+    """The convention every level of the image fits (corner first: both agree where
+    nothing is downsampled), or None when no one convention fits them all."""
+    placed = [
+        _raw_placement(multiscale, i, ndim, root)[1:] for i in range(len(multiscale["datasets"]))
+    ]
+    base = placed[0][0]
+    for how in (CORNER, CENTRE):
+        if all(_whole(_voxels(t, r, base, how)) for r, t in placed):
+            return how
+    return None
+
+
+def level_placement(
+    multiscale: dict[str, Any], index: int, ndim: int, root: str
+) -> tuple[int, tuple[float, ...], tuple[int, ...]]:
+    """``(spatial_ndim, resolution, offset)`` of level ``index`` from its metadata."""
+    spatial_ndim, resolution, translation = _raw_placement(multiscale, index, ndim, root)
+    base = _raw_placement(multiscale, 0, ndim, root)[1]
+    how = image_convention(multiscale, ndim, root)
+    # An image whose levels fit no one convention still opens the levels that fit one.
+    for each in (how,) if how else (CORNER, CENTRE):
+        voxels = _voxels(translation, resolution, base, each)
+        if _whole(voxels):
+            return spatial_ndim, resolution, tuple(round(v) for v in voxels)
+    dataset = multiscale["datasets"][index]
+    corner = _voxels(translation, resolution, base, CORNER)
+    centre = _voxels(translation, resolution, base, CENTRE)
+    raise ConfigError(
+        f"level {index} ({dataset['path']!r}) of OME-Zarr image {root!r} is translated by "
+        f"{list(translation)} at scale {list(resolution)}: {_shown(corner)} voxels from "
+        f"the origin taking translations as voxel corners, {_shown(centre)} taking them "
+        "as voxel centres (with level 0's); chunkgraph places voxels on an integer grid, "
+        "so it reads images whose levels are all whole voxels apart under one of the two",
+        field="scale",
+    )
+
+
+def _shown(voxels: tuple[float, ...]) -> str:
+    return "(" + ", ".join(f"{v:g}" for v in voxels) + ")"
 
 
 def open_level(root: str, mode: str, scale: int | str | None, options: StoreOptions) -> ZarrStorage:
@@ -211,19 +273,23 @@ def write_multiscale(
     datasets: list[tuple[str, tuple[float, ...], tuple[int, ...]]],
     options: StoreOptions,
     name: str | None = None,
+    convention: str = DEFAULT_CONVENTION,
 ) -> None:
     """Write (or rewrite) the group's ``multiscales``: one dataset per (path, resolution, offset).
 
     Non-spatial axes get scale 1 and translation 0; the translation of a level is
-    its offset times its resolution (the corner of its first voxel, see above).
+    placed by ``convention`` (pixel centres by default, see above).
     """
     ndim = len(axes)
     listed = []
+    base = datasets[0][1]
     for path, resolution, offset in datasets:
         n_channel = ndim - len(resolution)
         scale = [1.0] * n_channel + [float(r) for r in resolution]
+        half = 0.5 if convention == CENTRE else 0.0
         translation = [0.0] * n_channel + [
-            float(o * r) for o, r in zip(offset, resolution, strict=True)
+            float((o + half) * r - half * b)
+            for o, r, b in zip(offset, resolution, base, strict=True)
         ]
         transforms: list[dict[str, Any]] = [{"type": "scale", "scale": scale}]
         if any(translation):

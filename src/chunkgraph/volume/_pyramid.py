@@ -219,8 +219,11 @@ def add_level(
         for i, d in enumerate(multiscale["datasets"])
     ]
     placed.append((key, meta.resolution, meta.offset))
+    # The image's levels keep the convention they were written in (one level: either).
+    found = _ome_zarr.image_convention(multiscale, base.ndim, root)
+    keep = found if found is not None and len(placed) > 2 else _ome_zarr.DEFAULT_CONVENTION
     _ome_zarr.write_multiscale(
-        root, version, multiscale["axes"], placed, opts, multiscale.get("name")
+        root, version, multiscale["axes"], placed, opts, multiscale.get("name"), keep
     )
     return open_volume(root, "r+", backend="ome-zarr", storage_options=opts, scale=key)
 
