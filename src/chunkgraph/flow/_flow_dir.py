@@ -53,7 +53,6 @@ import fcntl
 import hashlib
 import json
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -63,10 +62,12 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
 from chunkgraph._util import named_os_error, write_problem
+from chunkgraph.flow._holder import describe, this_process
 from chunkgraph.flow._state_store import StateStore, state_store
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, split_url
 
 if TYPE_CHECKING:
+    from chunkgraph.flow._lease import Busy
     from chunkgraph.flow._markers import CompletionRecord, MarkerStore
     from chunkgraph.volume import Volume
 
@@ -401,8 +402,17 @@ _POLL_SECONDS = 0.1
 
 
 @contextlib.contextmanager
-def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
+def flow_lock(
+    path: Path,
+    wait: float = 0.0,
+    *,
+    about: dict[str, Any] | None = None,
+    busy: Busy | None = None,
+) -> Iterator[None]:
     """Hold the lock file ``path`` for the body; refuse (or wait ``wait`` seconds) if held.
+
+    ``about``: more fields for the owner record; ``busy``: the refusal (default: this
+    flow is already running).
 
     >>> import tempfile
     >>> lock = Path(tempfile.mkdtemp()) / "f.lock"
@@ -415,9 +425,9 @@ def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
     >>> lock.exists()
     False
     """
-    fd = _acquire(path, wait)
+    fd = _acquire(path, wait, busy)
     try:
-        _write_owner(fd, path)
+        _write_owner(fd, path, about)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -425,7 +435,7 @@ def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
         os.close(fd)  # releases the lock, after the unlink (see the module docstring)
 
 
-def _acquire(path: Path, wait: float) -> int:
+def _acquire(path: Path, wait: float, busy: Busy | None) -> int:
     deadline = time.monotonic() + wait
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -436,7 +446,7 @@ def _acquire(path: Path, wait: float) -> int:
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             if time.monotonic() >= deadline:
-                raise _busy_error(path, wait) from None
+                raise _busy_error(path, wait, busy) from None
             time.sleep(_POLL_SECONDS)
             continue
         if _same_file(fd, path):
@@ -453,8 +463,8 @@ def _same_file(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
-def _write_owner(fd: int, path: Path) -> None:
-    owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+def _write_owner(fd: int, path: Path, about: dict[str, Any] | None) -> None:
+    owner = {**(about or {}), **this_process()}
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(owner).encode(), 0)
@@ -462,15 +472,16 @@ def _write_owner(fd: int, path: Path) -> None:
         raise named_os_error(err, path, "writing the flow's lock") from err
 
 
-def _busy_error(path: Path, wait: float) -> FlowLockedError:
+def _busy_error(path: Path, wait: float, busy: Busy | None) -> FlowLockedError:
     try:
         owner = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         owner = {}
-    who = "another run"
-    if owner:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("since", 0)))
-        who = f"process {owner.get('pid')} on host {owner.get('host')!r} (since {since})"
+    if not isinstance(owner, dict):
+        owner = {}
+    if busy is not None:
+        return busy(owner, wait, None)
+    who = describe(owner) if owner else "another run"
     waited = f" after waiting {wait:g} s" if wait > 0 else ""
     return FlowLockedError(
         f"this flow is already running{waited}: {who} holds {path}. Two runs of one flow would "

@@ -47,6 +47,7 @@ from chunkgraph.flow._device import (
     FlowDevice,
     resolve_device,
 )
+from chunkgraph.flow._dst_lock import claimed
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
@@ -175,7 +176,12 @@ class FlowRun:
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         inputs = owned_inputs(self.inputs, plan) if plan is not None else self.inputs
         stamp = dst.stamp()  # a dst deleted and made again: other work than the records'
-        with state.held(options.lock_wait):
+        # One wait for both locks: this flow's own (same id), then dst's region (any flow).
+        deadline = time.monotonic() + options.lock_wait
+        with (
+            state.held(options.lock_wait),
+            claimed(dst, spec.bbox, _about(flow_id, self.fn), deadline - time.monotonic()),
+        ):
             resume = self._resume_or_start_over(state, stamp)
             finished = state.record.read() if resume else None
             if in_place is not None and finished is None:
@@ -304,6 +310,13 @@ class FlowRun:
         if device is None or self.options.workers is not None:
             return self.options.workers
         return max(usable_cores(), device.count * DEVICE_TASKS_IN_FLIGHT)
+
+
+def _about(flow_id: str, fn: Callable[..., Any]) -> dict[str, str]:
+    """What a claim on dst says of this flow: its id and its function's name."""
+    named = getattr(fn, "func", fn)  # a partial (fn_kwargs): the function it binds
+    name = getattr(named, "__qualname__", None) or type(named).__qualname__
+    return {"flow": flow_id, "fn": f"{getattr(named, '__module__', '?')}.{name}"}
 
 
 def _retries(options: RunOptions) -> int:
