@@ -81,6 +81,9 @@ WHERE_SUFFIX = ".where"
 # Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
 # state. A run with other intermediates finds the interrupted flow through it.
 IN_PLACE_MARK = ".chunkgraph-in-place.json"
+# The folder of the temp dir under which flows with state in an object store keep their
+# layers on this machine (scratch_layers); emptied folders go again (FlowDir.tidy_scratch).
+SCRATCH_NAME = "chunkgraph-layers"
 # The default root beside a file-backed dst: .<dst name>.chunkgraph
 ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 
@@ -155,7 +158,7 @@ def scratch_layers(root: str, flow_id: str) -> Path:
     """
     digest = hashlib.sha256(root.encode()).hexdigest()[:16]
     # <flow id>/layers, as under a root on a disk: a damaged layer's path names its flow
-    return Path(tempfile.gettempdir()) / "chunkgraph-layers" / digest / flow_id / LAYERS_NAME
+    return Path(tempfile.gettempdir()) / SCRATCH_NAME / digest / flow_id / LAYERS_NAME
 
 
 def layers_place(
@@ -305,7 +308,10 @@ class FlowDir:
 
         if isinstance(self.root, str):
             with self.store.lock(self.lock_key, wait) as fence, fenced(self.location, fence):
-                yield
+                try:
+                    yield
+                finally:
+                    self.tidy_scratch()  # under the lock: no run of this flow is making them
             return
         made_root = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -349,6 +355,26 @@ class FlowDir:
         layers = self.layers_dir
         if isinstance(self.root, str) and isinstance(layers, Path):
             discard_flow_dir(layers.parent)  # scratch: <digest>/<flow id>/layers
+            self.tidy_scratch()
+
+    def tidy_scratch(self) -> None:
+        """Remove the folders of this machine's scratch that held the flow's layers
+        (``scratch_layers``: ``chunkgraph-layers/<digest>/<flow id>/layers``), innermost
+        first, each only while empty: a finished flow leaves none behind, a failed one
+        only the layers a resume reads."""
+        layers = self.layers_dir
+        if not (isinstance(self.root, str) and isinstance(layers, Path)):
+            return
+        folders = [layers, *layers.parents[:3]]  # up to chunkgraph-layers itself
+        if folders[-1].name != SCRATCH_NAME:
+            return  # layers placed elsewhere: not this machine's scratch
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return  # not empty: in use (this flow's layers, or another flow's)
 
     def note_beside(self, dst: Volume) -> None:
         """Tell ``chunkgraph status DST`` where this state is (a dst on a disk or in an
