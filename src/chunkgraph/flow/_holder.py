@@ -86,12 +86,13 @@ def dead_here(record: dict[str, Any]) -> bool:
     return abs(started - float(recorded)) > _START_TOLERANCE  # the pid was given to another
 
 
-def describe(record: dict[str, Any]) -> str:
-    """``process 12 on host 'a' (since 2026-11-28 12:00:01)``, as a refusal names a holder."""
+def describe(record: dict[str, Any], more: str = "") -> str:
+    """``process 12 on host 'a' (since 2026-11-28 12:00:01)``, as a refusal names a holder;
+    ``more`` goes inside the parentheses."""
     since = record.get("since")
     when = (
         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
         if isinstance(since, int | float)
         else "?"
     )
-    return f"process {record.get('pid')} on host {record.get('host')!r} (since {when})"
+    return f"process {record.get('pid')} on host {record.get('host')!r} (since {when}{more})"

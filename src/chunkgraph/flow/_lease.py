@@ -129,9 +129,7 @@ class LeaseFound:
         return max(0.0, self.ttl + CLOCK_SLACK - self.age)
 
     def describe(self) -> str:
-        return (
-            f"{describe(self.owner)[:-1]}; renewed {self.age:.0f} s ago, ttl {self.ttl:g} s)"
-        )
+        return describe(self.owner, f"; renewed {self.age:.0f} s ago, ttl {self.ttl:g} s")
 
 
 def read_lease(store: Any, key: str) -> LeaseFound | None:

@@ -338,9 +338,7 @@ class ObjectStateStore:
     ) -> Iterator[Fence]:
         from chunkgraph.flow._lease import held_lease
 
-        with held_lease(
-            self.store, key, self.where(key), wait, about=about, busy=busy
-        ) as lease:
+        with held_lease(self.store, key, self.where(key), wait, about=about, busy=busy) as lease:
             yield lease
 
     def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]:
