@@ -191,3 +191,29 @@ def test_a_claim_from_another_host_is_refused_with_when_it_lapses(bucket: str) -
     assert "lapses in" in message and "--lock-wait" in message
     assert refused.value.lapses_in is not None and 25 < refused.value.lapses_in <= 31.5
     assert CALLS == []
+
+
+def test_a_downsample_pass_claims_each_level_it_writes(tmp_path: Path) -> None:
+    """One pass writes levels 1 and 2 (level 2 from fn, beside apply's dst): a flow
+    writing level 2 meanwhile refuses the pass, which writes nothing into level 2."""
+    from chunkgraph.flow._dst_lock import claimed
+    from chunkgraph.flow._pyramid import downsample
+
+    data = np.random.default_rng(2).integers(0, 255, (128, 128, 64)).astype(np.uint8)
+    src = volume.create(tmp_path / "src.zarr", data.shape, (16, 16, 16), "uint8")
+    src.write(src.bounds, data)
+    first = downsample(src, levels=2, method="max", dst=str(tmp_path / "a_{level}.zarr"))
+    assert first.levels_per_pass == (2,)  # fused: level 2 is written by fn, not by apply
+    level2 = volume.create(
+        tmp_path / "b_2.zarr", (32, 32, 16), (16, 16, 16), "uint8", resolution=(4, 4, 4)
+    )
+    with (
+        claimed(level2, Box((0, 0, 0), (8, 8, 8)), {"flow": "f00d", "fn": "paint"}, 0.0),
+        pytest.raises(FlowLockedError, match="flow f00d \\(fn paint\\)"),
+    ):
+        downsample(src, levels=2, method="max", dst=str(tmp_path / "b_{level}.zarr"))
+    assert not np.any(level2.read(level2.bounds))
+    downsample(src, levels=2, method="max", dst=str(tmp_path / "b_{level}.zarr"))
+    np.testing.assert_array_equal(
+        level2.read(level2.bounds), volume.open(tmp_path / "a_2.zarr").read(level2.bounds)
+    )

@@ -9,7 +9,7 @@ touches the world, in this order::
     device fit ──> flow id ──> FlowDir writable? ──(dry_run)──> estimate ──> report
         │
         v
-    lock ──> resume or start over ──> in-place rules ──(finished)──> report
+    lock ──> claim dst's region ──> resume or start over ──> in-place rules ──(finished)──> report
         │                 (dst re-created: start over; not resuming: clear markers,
         v                  layers removed and made anew)
     probe ──> open: record removed, .where note, in-place mark
@@ -18,7 +18,9 @@ touches the world, in this order::
     run the graph (_flow_graph) ──> record ──> unmark in place ──> discard ──> report
 
 The flow's state is ``FlowDir``'s (``_flow_dir``): this module asks it to
-lock, record and discard, and never spells a path of it. ``reduce_deferred``
+lock, record and discard, and never spells a path of it. The lock is per flow
+id; the claim (``_dst_lock``) keeps any other flow off the region of dst this
+one writes, for the whole run. ``reduce_deferred``
 shares the executor and the ``held`` → record → discard steps.
 
 State. A ``FlowRun`` holds what ``apply`` decided (spec, plan, options, the
