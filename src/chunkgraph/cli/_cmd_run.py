@@ -101,7 +101,7 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="wait up to SECONDS (inf: as long as it takes) while this flow runs elsewhere or "
         "another flow writes an overlapping region of the output, instead of refusing at once "
-        "(default: the spec's run.lock_wait, else 0)",
+        "(default: the spec's lock_wait, else 0)",
     )
     run.add_argument("--report", metavar="DIR", default=None, help="write a run report to DIR")
     run.add_argument(
