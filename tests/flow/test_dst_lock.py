@@ -217,3 +217,23 @@ def test_a_downsample_pass_claims_each_level_it_writes(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         level2.read(level2.bounds), volume.open(tmp_path / "a_2.zarr").read(level2.bounds)
     )
+
+
+def test_reduce_deferred_claims_the_region_it_writes(tmp_path: Path) -> None:
+    from chunkgraph.flow import reduce_deferred
+    from chunkgraph.flow._dst_lock import claimed
+
+    src, dst, data = _volumes(str(tmp_path))
+    GATE.set()
+    deferred = volume.apply(
+        scaled, src, dst, fn_kwargs={"factor": 2.0}, chunk_sizes=[(8, 16)], blend_pads=2,
+        blend_modes="defer",
+    )  # fmt: skip
+    with (
+        claimed(dst, Box((20, 0), (24, 8)), {"flow": "beef", "fn": "paint"}, 0.0),
+        pytest.raises(FlowLockedError, match=r"flow beef \(fn paint\).* writes \[20:24, 0:8\]"),
+    ):
+        reduce_deferred(deferred, dst)
+    assert not np.any(_read(dst))
+    reduce_deferred(deferred, dst)
+    np.testing.assert_array_equal(_read(dst), data * np.float32(2.0))
