@@ -160,19 +160,35 @@ class FlowOutputError(ChunkgraphError, ValueError):
 
 
 class FlowLockedError(ChunkgraphError, RuntimeError):
-    """Another run holds the flow's lock (the same flow started twice on one destination).
+    """Another run holds the flow's lock (the same flow started twice on one destination),
+    or another flow is writing an overlapping region of the destination.
 
-    ``lock``: the lock file; ``holder``: who holds it, as a person reads it ("process 12
-    on host 'a' (since ...)", or "another run" when its owner record is unreadable).
+    ``lock``: the lock file or lease; ``holder``: who holds it, as a person reads it
+    ("process 12 on host 'a' (since ...)", or "another run" when its owner record is
+    unreadable); ``destination``: the destination another flow is writing ("" when it is
+    this flow that is already running); ``lapses_in``: seconds until a lease its holder
+    stopped renewing lapses (None for a lock the kernel releases, ``flock``).
     """
 
-    def __init__(self, message: str, lock: str = "", holder: str = "another run") -> None:
+    def __init__(
+        self,
+        message: str,
+        lock: str = "",
+        holder: str = "another run",
+        destination: str = "",
+        lapses_in: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.lock = lock
         self.holder = holder
+        self.destination = destination
+        self.lapses_in = lapses_in
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (str(self), self.lock, self.holder))
+        return (
+            type(self),
+            (str(self), self.lock, self.holder, self.destination, self.lapses_in),
+        )
 
 
 class RunEndedError(ChunkgraphError, RuntimeError):

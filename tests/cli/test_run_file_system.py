@@ -161,17 +161,18 @@ def test_a_corrupt_chunk_met_by_the_probe_is_a_message_and_nothing_is_left(work:
 def test_a_disk_full_before_the_first_task_names_the_file_and_takes_the_output_back(
     work: Path, small_disk: Runner
 ) -> None:
-    """8 kB (two pages of tmpfs): the output's zarr.json and the flow's lock fill it, and
-    creating the first temporary layer fails, outside any task. Nothing was written to the
-    output, so the run takes back the one it created."""
+    """16 kB (four pages of tmpfs): the output's zarr.json, the flow's lock, its claim on the
+    output and the first temporary layer's zarr.json fill it, and writing the flow's
+    flow.json fails, outside any task. Nothing was written to the output, so the run takes
+    back the one it created."""
     (work / "small").mkdir()
     name = spec(work, "small/out.zarr")
-    done = small_disk(work / "small", "8k", ["run", "--quiet", name], work)
+    done = small_disk(work / "small", "16k", ["run", "--quiet", name], work)
     assert done.returncode == 1, done.stderr
     state = work / "small" / ".out.zarr.chunkgraph"
-    assert "chunkgraph run: OSError: [Errno 28] No space left on device (0 B free of 8.0 KiB " \
+    assert "chunkgraph run: OSError: [Errno 28] No space left on device (0 B free of 16.0 KiB " \
            "on the file system holding it" in done.stderr, done.stderr  # fmt: skip
-    assert f", creating the volume at: '{state}/" in done.stderr and "layer_0.zarr" in done.stderr
+    assert f", writing the flow's state at: '{state}/" in done.stderr and "flow.json" in done.stderr
     assert f"the output {work / 'small' / 'out.zarr'} this run had created was removed" \
            in done.stderr  # fmt: skip
     assert "Traceback" not in done.stderr

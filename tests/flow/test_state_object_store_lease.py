@@ -54,7 +54,8 @@ def test_a_second_run_is_refused_naming_the_holder(root: str) -> None:
             lease(root).acquire()
         assert f"process {os.getpid()}" in refused.value.holder
         assert refused.value.lock == f"{root}/f00d.lock"
-        assert "expires" in str(refused.value)
+        assert "lapses in" in str(refused.value) and "--lock-wait" in str(refused.value)
+        assert refused.value.lapses_in is not None and refused.value.lapses_in <= TTL + 1.5
     finally:
         first.release()
     again = lease(root)
@@ -167,10 +168,12 @@ def test_a_holder_whose_lease_was_taken_over_stops(root: str) -> None:
 
 _HOLDER = textwrap.dedent(
     """
-    import sys, time
+    import socket, sys, time
     from chunkgraph.flow._lease import Lease
     from chunkgraph.volume._object_store import object_store
-    root = sys.argv[1]
+    root, host = sys.argv[1], sys.argv[2]
+    if host != "here":
+        socket.gethostname = lambda: host  # its record names another host
     Lease(object_store(root), "f00d.lock", root + "/f00d.lock").acquire()
     print("held", flush=True)
     time.sleep(600)
@@ -178,35 +181,63 @@ _HOLDER = textwrap.dedent(
 )
 
 
-def test_a_killed_holder_blocks_until_its_lease_expires_then_a_run_starts(root: str) -> None:
-    env = {**os.environ, TTL_ENV: str(TTL)}
+def _killed_holder(root: str, host: str, ttl: float) -> int:
+    """The pid of a process that held the lease and was killed with SIGKILL (reaped)."""
+    env = {**os.environ, TTL_ENV: str(ttl)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, root], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _HOLDER, root, host], env=env, stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-        store = object_store(root)
-        found = read_lease(store, "f00d.lock")
+        found = read_lease(object_store(root), "f00d.lock")
         assert found is not None and found.owner["pid"] == proc.pid
+    finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        killed = time.monotonic()
-        with pytest.raises(FlowLockedError) as refused:
-            lease(root).acquire()  # dead, but its lease has not expired yet
-        assert f"process {proc.pid}" in refused.value.holder
-        nxt = lease(root)
-        nxt.acquire(wait=30)
-        waited = time.monotonic() - killed
-        try:
-            assert nxt.took_over is not None and nxt.took_over.owner["pid"] == proc.pid
-            # taken once expired by the server's clock, and not long after
-            assert waited < TTL + CLOCK_SLACK + 3
-        finally:
-            nxt.release()
+    return proc.pid
+
+
+def test_a_killed_holder_on_another_host_blocks_until_its_lease_lapses(root: str) -> None:
+    pid = _killed_holder(root, "another-host", TTL)
+    killed = time.monotonic()
+    with pytest.raises(FlowLockedError) as refused:
+        lease(root).acquire()  # dead, but from another host: nothing here can tell
+    assert f"process {pid} on host 'another-host'" in refused.value.holder
+    assert "lapses in" in str(refused.value) and "lock_wait" in str(refused.value)
+    nxt = lease(root)
+    nxt.acquire(wait=30)
+    waited = time.monotonic() - killed
+    try:
+        assert nxt.took_over is not None and nxt.took_over.owner["pid"] == pid
+        # taken once expired by the server's clock, and not long after
+        assert waited < TTL + CLOCK_SLACK + 3
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        nxt.release()
+
+
+def test_a_killed_holder_on_this_host_is_taken_over_at_once(root: str) -> None:
+    """A ttl of a minute: only seeing that the holder is dead lets the next run in."""
+    pid = _killed_holder(root, "here", 60.0)
+    store = object_store(root)
+    found = read_lease(store, "f00d.lock")
+    assert found is not None and not found.expired and found.free
+    nxt = lease(root, ttl=60.0)
+    nxt.acquire()  # no wait: refused if the dead holder still counted
+    try:
+        assert nxt.took_over is not None and nxt.took_over.owner["pid"] == pid
+    finally:
+        nxt.release()
+
+
+def test_a_live_pid_with_another_start_time_is_a_reused_pid() -> None:
+    from chunkgraph.flow._holder import dead_here, this_process
+
+    me = this_process()
+    assert not dead_here(me)  # this very process: alive
+    assert dead_here({**me, "pid_start": me["pid_start"] - 3600})  # the pid, given anew
+    assert not dead_here({**me, "host": "another-host", "pid_start": 0.0})  # not ours to judge
+    assert not dead_here({**me, "pid_ns": "pid:[1]", "pid_start": 0.0})  # another container
+    assert not dead_here({k: v for k, v in me.items() if k != "pid_start"})  # older record
 
 
 def test_a_bad_ttl_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

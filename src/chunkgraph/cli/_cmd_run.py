@@ -94,12 +94,32 @@ def register(commands: Any) -> None:
         help="continue an interrupted run (if the function, kwargs, inputs or sizes changed "
         "since, the flow starts over, and a warning says what changed)",
     )
+    run.add_argument(
+        "--lock-wait",
+        type=seconds_arg,
+        default=None,
+        metavar="SECONDS",
+        help="wait up to SECONDS (inf: as long as it takes) while this flow runs elsewhere or "
+        "another flow writes an overlapping region of the output, instead of refusing at once "
+        "(default: the spec's lock_wait, else 0)",
+    )
     run.add_argument("--report", metavar="DIR", default=None, help="write a run report to DIR")
     run.add_argument(
         "--dry-run", action="store_true", help="check the spec and say what a run would do"
     )
     add_output_options(run)
     run.set_defaults(handler=handle)
+
+
+def seconds_arg(text: str) -> float:
+    """A number of seconds >= 0 (``inf`` allowed); argparse reports the error."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (or inf)")
+    return seconds
 
 
 def executor_arg(text: str) -> str:
@@ -156,6 +176,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         resolved.run,
         executor=args.executor or resolved.run.executor or "threads",
         workers=args.workers or resolved.run.workers,
+        lock_wait=resolved.run.lock_wait if args.lock_wait is None else args.lock_wait,
     )
     plan = resolved.output
     try:
@@ -226,7 +247,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     except FlowLockedError as err:
         outcome = "locked"
         again = f"`chunkgraph run {args.spec} --resume` reuses its work"
-        print(locked_message("run", err, plan.path, again), file=sys.stderr)
+        print(locked_message("run", err, plan.path, again, lock_wait_flag=True), file=sys.stderr)
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"
@@ -305,16 +326,37 @@ def _taken_back(new: NewOutput | None) -> str:
     return ""
 
 
-def locked_message(command: str, err: FlowLockedError, dst: object, again: str) -> str:
+def locked_message(
+    command: str, err: FlowLockedError, dst: object, again: str, *, lock_wait_flag: bool = False
+) -> str:
     """A FlowLockedError said in command-line terms (its message is written for ``apply``
-    callers: ``resume=True``, ``lock_wait=``): who holds the flow, what to do now."""
+    callers: ``resume=True``, ``lock_wait=``): who holds the flow or writes its
+    destination, what to do now. ``lock_wait_flag``: the command takes ``--lock-wait``."""
     who = err.holder
-    held = f" holds its lock {err.lock}" if err.lock else " holds it"
+    if err.destination:
+        head = (
+            f"{err.destination} is being written by another flow: {who}, over a region that "
+            "overlaps this one's. Two flows writing one region would mix their results"
+        )
+        again = "run this command again"
+    else:
+        held = f" holds its lock {err.lock}" if err.lock else " holds it"
+        head = (
+            f"this flow is already running: {who}{held}. Two runs of one flow would "
+            "overwrite each other's temporaries"
+        )
+    lapse = (
+        f" If that process is gone (killed, or its host lost), its lease lapses in "
+        f"{err.lapses_in:.0f} s unless renewed (a holder on this host that is no longer alive "
+        "is taken over at once)."
+        if err.lapses_in is not None
+        else ""
+    )
+    wait = " rerun with --lock-wait SECONDS to wait for it," if lock_wait_flag else ""
     return (
-        f"chunkgraph {command}: this flow is already running: {who}{held}. Two runs of one "
-        f"flow would overwrite each other's temporaries, so this one did nothing. Wait for "
-        f"it to finish (`chunkgraph status {dst}` shows its progress), or stop that process; "
-        f"once it has stopped, {again}."
+        f"chunkgraph {command}: {head}, so this one did nothing.{lapse} Wait for it to finish "
+        f"(`chunkgraph status {dst}` shows its progress),{wait} or stop that process; once "
+        f"it has stopped, {again}."
     )
 
 

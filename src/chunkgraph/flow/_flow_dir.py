@@ -53,7 +53,6 @@ import fcntl
 import hashlib
 import json
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -63,10 +62,12 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
 from chunkgraph._util import named_os_error, write_problem
+from chunkgraph.flow._holder import describe, this_process
 from chunkgraph.flow._state_store import StateStore, state_store
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, split_url
 
 if TYPE_CHECKING:
+    from chunkgraph.flow._lease import Busy
     from chunkgraph.flow._markers import CompletionRecord, MarkerStore
     from chunkgraph.volume import Volume
 
@@ -80,6 +81,9 @@ WHERE_SUFFIX = ".where"
 # Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
 # state. A run with other intermediates finds the interrupted flow through it.
 IN_PLACE_MARK = ".chunkgraph-in-place.json"
+# The folder of the temp dir under which flows with state in an object store keep their
+# layers on this machine (scratch_layers); emptied folders go again (FlowDir.tidy_scratch).
+SCRATCH_NAME = "chunkgraph-layers"
 # The default root beside a file-backed dst: .<dst name>.chunkgraph
 ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 
@@ -154,7 +158,7 @@ def scratch_layers(root: str, flow_id: str) -> Path:
     """
     digest = hashlib.sha256(root.encode()).hexdigest()[:16]
     # <flow id>/layers, as under a root on a disk: a damaged layer's path names its flow
-    return Path(tempfile.gettempdir()) / "chunkgraph-layers" / digest / flow_id / LAYERS_NAME
+    return Path(tempfile.gettempdir()) / SCRATCH_NAME / digest / flow_id / LAYERS_NAME
 
 
 def layers_place(
@@ -304,7 +308,10 @@ class FlowDir:
 
         if isinstance(self.root, str):
             with self.store.lock(self.lock_key, wait) as fence, fenced(self.location, fence):
-                yield
+                try:
+                    yield
+                finally:
+                    self.tidy_scratch()  # under the lock: no run of this flow is making them
             return
         made_root = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -348,6 +355,26 @@ class FlowDir:
         layers = self.layers_dir
         if isinstance(self.root, str) and isinstance(layers, Path):
             discard_flow_dir(layers.parent)  # scratch: <digest>/<flow id>/layers
+            self.tidy_scratch()
+
+    def tidy_scratch(self) -> None:
+        """Remove the folders of this machine's scratch that held the flow's layers
+        (``scratch_layers``: ``chunkgraph-layers/<digest>/<flow id>/layers``), innermost
+        first, each only while empty: a finished flow leaves none behind, a failed one
+        only the layers a resume reads."""
+        layers = self.layers_dir
+        if not (isinstance(self.root, str) and isinstance(layers, Path)):
+            return
+        folders = [layers, *layers.parents[:3]]  # up to chunkgraph-layers itself
+        if folders[-1].name != SCRATCH_NAME:
+            return  # layers placed elsewhere: not this machine's scratch
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return  # not empty: in use (this flow's layers, or another flow's)
 
     def note_beside(self, dst: Volume) -> None:
         """Tell ``chunkgraph status DST`` where this state is (a dst on a disk or in an
@@ -401,8 +428,17 @@ _POLL_SECONDS = 0.1
 
 
 @contextlib.contextmanager
-def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
+def flow_lock(
+    path: Path,
+    wait: float = 0.0,
+    *,
+    about: dict[str, Any] | None = None,
+    busy: Busy | None = None,
+) -> Iterator[None]:
     """Hold the lock file ``path`` for the body; refuse (or wait ``wait`` seconds) if held.
+
+    ``about``: more fields for the owner record; ``busy``: the refusal (default: this
+    flow is already running).
 
     >>> import tempfile
     >>> lock = Path(tempfile.mkdtemp()) / "f.lock"
@@ -415,9 +451,9 @@ def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
     >>> lock.exists()
     False
     """
-    fd = _acquire(path, wait)
+    fd = _acquire(path, wait, busy)
     try:
-        _write_owner(fd, path)
+        _write_owner(fd, path, about)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -425,7 +461,7 @@ def flow_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
         os.close(fd)  # releases the lock, after the unlink (see the module docstring)
 
 
-def _acquire(path: Path, wait: float) -> int:
+def _acquire(path: Path, wait: float, busy: Busy | None) -> int:
     deadline = time.monotonic() + wait
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -436,7 +472,7 @@ def _acquire(path: Path, wait: float) -> int:
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             if time.monotonic() >= deadline:
-                raise _busy_error(path, wait) from None
+                raise _busy_error(path, wait, busy) from None
             time.sleep(_POLL_SECONDS)
             continue
         if _same_file(fd, path):
@@ -453,8 +489,8 @@ def _same_file(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
-def _write_owner(fd: int, path: Path) -> None:
-    owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+def _write_owner(fd: int, path: Path, about: dict[str, Any] | None) -> None:
+    owner = {**(about or {}), **this_process()}
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(owner).encode(), 0)
@@ -462,15 +498,16 @@ def _write_owner(fd: int, path: Path) -> None:
         raise named_os_error(err, path, "writing the flow's lock") from err
 
 
-def _busy_error(path: Path, wait: float) -> FlowLockedError:
+def _busy_error(path: Path, wait: float, busy: Busy | None) -> FlowLockedError:
     try:
         owner = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         owner = {}
-    who = "another run"
-    if owner:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("since", 0)))
-        who = f"process {owner.get('pid')} on host {owner.get('host')!r} (since {since})"
+    if not isinstance(owner, dict):
+        owner = {}
+    if busy is not None:
+        return busy(owner, wait, None)
+    who = describe(owner) if owner else "another run"
     waited = f" after waiting {wait:g} s" if wait > 0 else ""
     return FlowLockedError(
         f"this flow is already running{waited}: {who} holds {path}. Two runs of one flow would "

@@ -9,7 +9,7 @@ touches the world, in this order::
     device fit ──> flow id ──> FlowDir writable? ──(dry_run)──> estimate ──> report
         │
         v
-    lock ──> resume or start over ──> in-place rules ──(finished)──> report
+    lock ──> claim dst's region ──> resume or start over ──> in-place rules ──(finished)──> report
         │                 (dst re-created: start over; not resuming: clear markers,
         v                  layers removed and made anew)
     probe ──> open: record removed, .where note, in-place mark
@@ -18,7 +18,9 @@ touches the world, in this order::
     run the graph (_flow_graph) ──> record ──> unmark in place ──> discard ──> report
 
 The flow's state is ``FlowDir``'s (``_flow_dir``): this module asks it to
-lock, record and discard, and never spells a path of it. ``reduce_deferred``
+lock, record and discard, and never spells a path of it. The lock is per flow
+id; the claim (``_dst_lock``) keeps any other flow off the region of dst this
+one writes, for the whole run. ``reduce_deferred``
 shares the executor and the ``held`` → record → discard steps.
 
 State. A ``FlowRun`` holds what ``apply`` decided (spec, plan, options, the
@@ -47,6 +49,7 @@ from chunkgraph.flow._device import (
     FlowDevice,
     resolve_device,
 )
+from chunkgraph.flow._dst_lock import claimed
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
@@ -175,7 +178,12 @@ class FlowRun:
         # Reads go through the cache the plan sized (the caller's handles stay as they were).
         inputs = owned_inputs(self.inputs, plan) if plan is not None else self.inputs
         stamp = dst.stamp()  # a dst deleted and made again: other work than the records'
-        with state.held(options.lock_wait):
+        # One wait for both locks: this flow's own (same id), then dst's region (any flow).
+        deadline = time.monotonic() + options.lock_wait
+        with (
+            state.held(options.lock_wait),
+            claimed(dst, spec.bbox, _about(flow_id, self.fn), deadline - time.monotonic()),
+        ):
             resume = self._resume_or_start_over(state, stamp)
             finished = state.record.read() if resume else None
             if in_place is not None and finished is None:
@@ -304,6 +312,13 @@ class FlowRun:
         if device is None or self.options.workers is not None:
             return self.options.workers
         return max(usable_cores(), device.count * DEVICE_TASKS_IN_FLIGHT)
+
+
+def _about(flow_id: str, fn: Callable[..., Any]) -> dict[str, str]:
+    """What a claim on dst says of this flow: its id and its function's name."""
+    named = getattr(fn, "func", fn)  # a partial (fn_kwargs): the function it binds
+    name = getattr(named, "__qualname__", None) or type(named).__qualname__
+    return {"flow": flow_id, "fn": f"{getattr(named, '__module__', '?')}.{name}"}
 
 
 def _retries(options: RunOptions) -> int:

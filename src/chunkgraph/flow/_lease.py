@@ -8,19 +8,23 @@ background thread with writes conditional on the ETag it last wrote
 (``If-Match``). At the end the owner deletes it, after checking the ETag is
 still its own.
 
-A run that finds a lease reads it (body and ETag). The lease is expired when
+A run that finds a lease reads it (body and ETag). The lease is free when its
+holder is certainly dead (``_holder.dead_here``: on this host, and no process
+with its pid and start time lives: a ``kill -9`` followed at once by a resume
+on the same host waits for nothing), or when it has expired. It is expired when
 it was last written more than ``ttl + CLOCK_SLACK`` seconds ago by the
 *server's* clock: its ``last_modified`` against the ``last_modified`` of a tiny
 object this run writes under the root just then. Client clocks are never
 compared (hosts disagree by seconds or more); ``CLOCK_SLACK`` covers the
-one-second resolution of ``Last-Modified``. An expired lease is taken over with
+one-second resolution of ``Last-Modified``. A free lease is taken over with
 a write conditional on the ETag just read, so of two runs taking it over at
 once exactly one wins; the other sees a precondition failure and looks again.
 
 Guarantee.
 
 * A ``kill -9`` (or a lost host) cannot leave a lock forever: nothing renews
-  the lease, and ``ttl + CLOCK_SLACK`` seconds later the next run takes it.
+  the lease, and ``ttl + CLOCK_SLACK`` seconds later the next run takes it; a run
+  on the holder's own host takes it at once. A refusal says when the lease lapses.
 * Two live runs never both hold it. Creation and takeover are conditional
   writes, so at most one run wins each version of the object. A holder counts
   itself the holder only while its last successful renewal *started* less than
@@ -42,15 +46,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from chunkgraph._errors import FlowLockedError
+from chunkgraph.flow._holder import dead_here, describe, this_process
+
+# What a refused run is told: given the holder's record, the seconds it waited and the
+# seconds until the lock lapses unless renewed (None: a lock that never lapses, flock).
+Busy = Callable[[dict[str, Any], float, float | None], FlowLockedError]
 
 DEFAULT_TTL = 30.0
 TTL_ENV = "CHUNKGRAPH_LEASE_TTL"
@@ -110,17 +118,18 @@ class LeaseFound:
     def expired(self) -> bool:
         return self.age > self.ttl + CLOCK_SLACK
 
+    @property
+    def free(self) -> bool:
+        """Whether a run may take it over: expired, or its holder is dead on this host."""
+        return self.expired or dead_here(self.owner)
+
+    @property
+    def lapses_in(self) -> float:
+        """Seconds until it expires, unless its holder renews it first."""
+        return max(0.0, self.ttl + CLOCK_SLACK - self.age)
+
     def describe(self) -> str:
-        since = self.owner.get("since")
-        when = (
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-            if isinstance(since, int | float)
-            else "?"
-        )
-        return (
-            f"process {self.owner.get('pid')} on host {self.owner.get('host')!r} "
-            f"(since {when}; renewed {self.age:.0f} s ago, ttl {self.ttl:g} s)"
-        )
+        return describe(self.owner, f"; renewed {self.age:.0f} s ago, ttl {self.ttl:g} s")
 
 
 def read_lease(store: Any, key: str) -> LeaseFound | None:
@@ -152,11 +161,23 @@ def read_lease(store: Any, key: str) -> LeaseFound | None:
 class Lease:
     """A run's lease on ``key`` in ``store`` (an obstore store); see the module docstring.
 
-    ``where`` names the lease in messages (its URL).
+    ``where`` names the lease in messages (its URL); ``about``: more fields for its
+    record (what a refused run is told of the holder); ``busy``: the refusal (default:
+    this flow is already running).
     """
 
-    def __init__(self, store: Any, key: str, where: str, ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        key: str,
+        where: str,
+        ttl: float | None = None,
+        *,
+        about: dict[str, Any] | None = None,
+        busy: Busy | None = None,
+    ) -> None:
         self.store, self.key, self.where = store, key, where
+        self.about, self.busy = dict(about or {}), busy
         self.ttl = lease_ttl() if ttl is None else float(ttl)
         self._e_tag: str | None = None
         self._renewed_at = 0.0  # monotonic start of the last successful write
@@ -165,7 +186,7 @@ class Lease:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.took_over: LeaseFound | None = None
-        self._since = time.time()
+        self._holder = this_process()
         self._token = uuid.uuid4().hex  # tells this run's writes from another's in the body
 
     # -- acquiring -------------------------------------------------------------------
@@ -188,7 +209,7 @@ class Lease:
             found = read_lease(self.store, self.key)
             if found is None:
                 continue  # released meanwhile: create it
-            if found.expired and found.e_tag is not None:
+            if found.free and found.e_tag is not None:
                 started = time.monotonic()
                 try:
                     put = obstore.put(
@@ -207,13 +228,7 @@ class Lease:
             time.sleep(_POLL_SECONDS)
 
     def _body(self) -> bytes:
-        owner = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": self._since,
-            "ttl": self.ttl,
-            "token": self._token,
-        }
+        owner = {**self.about, **self._holder, "ttl": self.ttl, "token": self._token}
         return json.dumps(owner).encode()
 
     def _held(self, put: Any, started: float) -> None:
@@ -227,16 +242,18 @@ class Lease:
         self._thread.start()
 
     def _busy(self, found: LeaseFound, wait: float) -> FlowLockedError:
+        if self.busy is not None:
+            return self.busy(found.owner, wait, found.lapses_in)
         waited = f" after waiting {wait:g} s" if wait > 0 else ""
         who = found.describe()
         return FlowLockedError(
             f"this flow is already running{waited}: {who} holds the lease {self.where}. Two "
             "runs of one flow would overwrite each other's temporaries; wait for it to finish "
             "(then rerun with resume=True to reuse its work), pass lock_wait=<seconds> to "
-            f"wait, or stop that process. A lease its holder stops renewing (a killed run) "
-            f"expires {found.ttl + CLOCK_SLACK:g} s after its last renewal",
+            f"wait, or stop that process. {lapse_note(found.lapses_in)}",
             lock=self.where,
             holder=who,
+            lapses_in=found.lapses_in,
         )
 
     # -- holding ---------------------------------------------------------------------
@@ -316,10 +333,29 @@ class Lease:
                 obstore.delete(self.store, self.key)
 
 
+def lapse_note(seconds: float) -> str:
+    """What a refusal says of a lease that its holder may have stopped renewing."""
+    at = time.strftime("%H:%M:%S", time.localtime(time.time() + seconds))
+    return (
+        f"If that process is gone (killed, or its host lost), the lease lapses in "
+        f"{seconds:.0f} s (at {at}, unless renewed); lock_wait=<seconds> (`--lock-wait` on "
+        "the command line) waits for it. A holder on this host that is no longer alive is "
+        "taken over at once"
+    )
+
+
 @contextlib.contextmanager
-def held_lease(store: Any, key: str, where: str, wait: float = 0.0) -> Iterator[Lease]:
+def held_lease(
+    store: Any,
+    key: str,
+    where: str,
+    wait: float = 0.0,
+    *,
+    about: dict[str, Any] | None = None,
+    busy: Busy | None = None,
+) -> Iterator[Lease]:
     """Hold the lease ``key`` of ``store`` for the body (see ``Lease``)."""
-    lease = Lease(store, key, where)
+    lease = Lease(store, key, where, about=about, busy=busy)
     lease.acquire(wait)
     try:
         yield lease

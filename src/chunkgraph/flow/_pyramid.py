@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +34,7 @@ from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import job_memory_refusal, resolve_memory_limit
 from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
+from chunkgraph.flow._dst_lock import claimed
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -309,33 +310,34 @@ def downsample(
         while done < levels:
             count, top = fused_pass(below, made[done:], factors, cores, limit)
             first, above = made[done], made[done + 1 : done + count]
-            report = _apply_refusing_in_own_words(
-                apply,
-                downsample_chunk,
-                below,
-                first,
-                fn_kwargs={
-                    "factor": factors,
-                    "method": method,
-                    "src_start": below.bounds.start,
-                    "src_stop": below.bounds.stop,
-                    "above": tuple(_place(v) for v in above),
-                },
-                chunk_sizes="auto" if top is None else [top],
-                bbox=first.bounds,
-                expand_bbox=True,
-                memory_limit=memory_limit,
-                executor=executor,
-                workers=workers,
-                resume=resume,
-                dry_run=dry_run,
-                progress=progress,
-                subscribers=subscribers,
-                # A fixed, tested function: probing it would read one bottom chunk twice.
-                probe=False,
-                # Every block reduction returns the level's own dtype.
-                cast="safe",
-            )
+            with _claimed_levels(above, below, skip=dry_run):
+                report = _apply_refusing_in_own_words(
+                    apply,
+                    downsample_chunk,
+                    below,
+                    first,
+                    fn_kwargs={
+                        "factor": factors,
+                        "method": method,
+                        "src_start": below.bounds.start,
+                        "src_stop": below.bounds.stop,
+                        "above": tuple(_place(v) for v in above),
+                    },
+                    chunk_sizes="auto" if top is None else [top],
+                    bbox=first.bounds,
+                    expand_bbox=True,
+                    memory_limit=memory_limit,
+                    executor=executor,
+                    workers=workers,
+                    resume=resume,
+                    dry_run=dry_run,
+                    progress=progress,
+                    subscribers=subscribers,
+                    # A fixed, tested function: probing it would read one bottom chunk twice.
+                    probe=False,
+                    # Every block reduction returns the level's own dtype.
+                    cast="safe",
+                )
             reports.append(report)
             counts.append(count)
             below, done = made[done + count - 1], done + count
@@ -403,6 +405,17 @@ def _place(level: Volume) -> tuple[Any, ...]:
     if level.backend == "precomputed" and "://" not in root:
         root = f"precomputed://{root}"
     return (root, reach[1], None, *what)
+
+
+@contextlib.contextmanager
+def _claimed_levels(levels: Sequence[Volume], below: Volume, *, skip: bool) -> Iterator[None]:
+    """The levels a pass's fn writes besides apply's dst, claimed as apply claims its dst
+    (``_dst_lock``): no other flow writes them meanwhile. ``skip``: a dry run, no claims."""
+    about = {"flow": f"downsample of {below.path}", "fn": "downsample_chunk"}
+    with contextlib.ExitStack() as claims:
+        for level in () if skip else levels:
+            claims.enter_context(claimed(level, level.bounds, about, 0.0))
+        yield
 
 
 def fused_pass(

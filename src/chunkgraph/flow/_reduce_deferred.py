@@ -43,6 +43,7 @@ from chunkgraph.flow._apply import ApplyReport
 from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
+from chunkgraph.flow._dst_lock import claimed
 from chunkgraph.flow._flow_dir import FlowDir
 from chunkgraph.flow._flow_graph import LAYERS_KEY
 from chunkgraph.flow._flow_run import flow_executor, no_io_report
@@ -168,7 +169,11 @@ def _reduce(
     # The target first: a marker written from here on is a write into it.
     state.record.remove()
     state.write_info(**totals, reducing=target)
-    report = _run(spec, geometry, state, dst, markers, executor, options, t0)
+    # dst's region is this call's alone while it writes (_dst_lock), as in apply.
+    with claimed(
+        dst, spec.bbox, {"flow": state.flow_id, "fn": "reduce_deferred"}, options.lock_wait
+    ):
+        report = _run(spec, geometry, state, dst, markers, executor, options, t0)
     warn_if_saturated(report.saturated_voxels, dst)
     # Finished first (with its target, which a second call compares), then delete
     # the layers and markers, as apply does: a kill in between leaves a finished

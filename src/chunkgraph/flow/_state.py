@@ -15,7 +15,8 @@ Every ``apply`` keeps its state under an intermediates directory, by default
 
 The root may be a key prefix in an object store (``s3://bucket/.smooth.zarr.chunkgraph``):
 every function here reads and writes through ``_state_store``, so the same names are
-objects there, and the lock is a lease (``_lease``): running while it is unexpired.
+objects there, and the lock is a lease (``_lease``): running while it is unexpired and
+its holder is not known dead (a holder on this host whose process is gone, ``_holder``).
 
 States (``FlowStatus``), decided in this order:
 

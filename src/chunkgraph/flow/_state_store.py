@@ -28,10 +28,13 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chunkgraph._util import named_os_error
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
+
+if TYPE_CHECKING:
+    from chunkgraph.flow._lease import Busy
 
 
 class Fence(Protocol):
@@ -59,7 +62,14 @@ class StateStore(Protocol):
     def modified(self, key: str) -> float | None: ...
     def size(self, prefix: str) -> int: ...
     def make_folder(self, key: str) -> None: ...
-    def lock(self, key: str, wait: float) -> contextlib.AbstractContextManager[Fence]: ...
+    def lock(
+        self,
+        key: str,
+        wait: float,
+        *,
+        about: dict[str, Any] | None = None,
+        busy: Busy | None = None,
+    ) -> contextlib.AbstractContextManager[Fence]: ...
     def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]: ...
 
 
@@ -181,11 +191,18 @@ class DirStore:
         self.path(key).mkdir(parents=True, exist_ok=True)
 
     @contextlib.contextmanager
-    def lock(self, key: str, wait: float) -> Iterator[Fence]:
+    def lock(
+        self,
+        key: str,
+        wait: float,
+        *,
+        about: dict[str, Any] | None = None,
+        busy: Busy | None = None,
+    ) -> Iterator[Fence]:
         from chunkgraph.flow._flow_dir import flow_lock
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        with flow_lock(self.path(key), wait):
+        self.path(key).parent.mkdir(parents=True, exist_ok=True)
+        with flow_lock(self.path(key), wait, about=about, busy=busy):
             yield _NoFence()
 
     def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]:
@@ -311,16 +328,25 @@ class ObjectStateStore:
         """Nothing: a prefix exists once an object lies under it."""
 
     @contextlib.contextmanager
-    def lock(self, key: str, wait: float) -> Iterator[Fence]:
+    def lock(
+        self,
+        key: str,
+        wait: float,
+        *,
+        about: dict[str, Any] | None = None,
+        busy: Busy | None = None,
+    ) -> Iterator[Fence]:
         from chunkgraph.flow._lease import held_lease
 
-        with held_lease(self.store, key, self.where(key), wait) as lease:
+        with held_lease(self.store, key, self.where(key), wait, about=about, busy=busy) as lease:
             yield lease
 
     def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]:
+        """Held while unexpired and its holder is not known dead (``_holder.dead_here``);
+        the owner record gains ``lapses_in``: seconds until it expires unless renewed."""
         from chunkgraph.flow._lease import read_lease
 
         found = read_lease(self.store, key)
         if found is None:
             return False, None
-        return not found.expired, found.owner
+        return not found.free, {**found.owner, "lapses_in": round(found.lapses_in, 1)}
