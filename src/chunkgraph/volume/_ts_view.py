@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume._object_store import StoreOptions, _endpoint_from_env, split_url
+from chunkgraph.volume._object_store import StoreOptions, endpoint_of, split_url
 from chunkgraph.volume._storage import Index, VolumeMeta
+from chunkgraph.volume._store_client import tensorstore_bounds
+from chunkgraph.volume._store_keys import canonical
 
 
 def tensorstore_module(fmt: str) -> Any:
@@ -70,7 +72,7 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
         "bucket": bucket,
         "path": prefix + suffix if prefix else "",
     }
-    endpoint = settings.get("endpoint") or _endpoint_from_env("s3")
+    endpoint = endpoint_of("s3", options)
     if endpoint:
         spec["endpoint"] = str(endpoint)
     region = settings.get("region") or os.environ.get("AWS_REGION")
@@ -80,6 +82,8 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
         # Straight to the variables: the default chain first looks for ~/.aws files and
         # logs an error line for each one missing.
         spec["aws_credentials"] = {"type": "environment"}
+    # The same bounded retries (and a watchdog on silent tries) as obstore's stores.
+    spec["context"] = tensorstore_bounds({canonical(k): v for k, v in settings.items()})
     return spec
 
 
