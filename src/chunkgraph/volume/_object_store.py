@@ -12,9 +12,9 @@ the providers' own tools read them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 
 Secrets. ``StoreOptions`` keeps the values of secret keys (``_store_keys``: every
 option obstore takes, classified once) apart: they are never shown (``repr``),
-never written (``public()``) and never pickled. An unpickled ``StoreOptions`` (on a Dask worker, in a pool process)
-has the public keys only, and the worker's own environment or credential files
-supply the rest, as they do for the providers' tools.
+never written (``public()``) and never pickled. An unpickled ``StoreOptions``
+(on a Dask worker, in a pool process) has the public keys only, and the
+worker's own environment or credential files supply the rest, as they do for the providers' tools.
 
     >>> StoreOptions.of({"region": "eu-west-1", "secret_access_key": "hunter2"})
     StoreOptions(region='eu-west-1', secret_access_key=<secret>)
