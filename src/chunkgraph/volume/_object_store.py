@@ -181,11 +181,12 @@ def _checked_endpoint(value: str, source: str) -> str:
 def reaching(url: str, options: StoreOptions) -> Iterator[None]:
     """Turn a failed request (no answer, refused credentials, ...) into one line naming
     the URL and the endpoint tried (``store_failure``: a ``StoreError``, or a ConfigError
-    when there are no credentials at all); a missing object stays ``FileNotFoundError``."""
+    when there are no credentials at all); a missing object stays ``FileNotFoundError``.
+    Nothing changes for a local path."""
     try:
         yield
     except Exception as err:
-        if not is_store_failure(err):
+        if not is_store_failure(err) or not is_object_url(url):
             raise
         raise store_failure(err, url, endpoint_of(split_url(url)[0], options)) from None
 

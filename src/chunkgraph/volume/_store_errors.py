@@ -33,9 +33,9 @@ from chunkgraph._errors import ConfigError, StoreError
 METADATA_ADDRESS = "169.254.169.254"
 
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
-_STATUS = re.compile(r"status code: (\d{3})")
+_STATUS = re.compile(r"(?:status code|HTTP response code): (\d{3})")
 _REQUEST = re.compile(r"performing (?:list request: Error performing )?([A-Z]+) (\S+)")
-_TRIES = re.compile(r"after (\d+) retries")
+_TRIES = re.compile(r"after (\d+) retries|All (\d+) retry attempts")
 _WITHIN = re.compile(r" in ([0-9.]+)(m?s)")
 
 # What a 401/403 code means for the person holding the credentials.
@@ -59,11 +59,26 @@ _CREDENTIAL_HELP = {
     "gs": "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file; for a "
     "public bucket pass storage_options={'skip_signature': True}",
 }
+# How obstore (reqwest) and TensorStore (curl) say that nothing listens there.
+_REFUSED = (
+    "ConnectionRefused", "Connection refused", "dns error", "Couldn't connect", "Could not connect",
+    "Could not resolve host", "Couldn't resolve host",
+)  # fmt: skip
 _ENDPOINT_ENV = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST"}
 
 
+# TensorStore's statuses for a request its s3 driver gave up on (a decode error is
+# DATA_LOSS; a missing key is no error at all).
+_TENSORSTORE_FAILED = (
+    "ABORTED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "PERMISSION_DENIED", "UNAUTHENTICATED",
+)  # fmt: skip
+
+
 def is_store_failure(error: BaseException) -> bool:
-    """Whether ``error`` is obstore's (a failed request), not chunkgraph's or the data's."""
+    """Whether ``error`` is a failed request (obstore's, or TensorStore's), not
+    chunkgraph's or the data's."""
+    if isinstance(error, ValueError) and str(error).startswith(_TENSORSTORE_FAILED):
+        return True
     try:
         from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
     except ImportError:  # pragma: no cover - obstore is a dependency
@@ -96,12 +111,13 @@ def store_failure(error: BaseException, url: str, endpoint: str | None = None) -
         why = f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
     elif "Timeout" in text or "TimedOut" in text or "timed out" in text:
         why = (
-            f"the store did not answer {method} within {_took(text)}{_tries(text)}. If it is "
+            f"the store did not answer ({method}) within {_took(text)}{_tries(text)}. If it is "
             "only slow, raise CHUNKGRAPH_STORE_TIMEOUT (seconds per try) or "
             "storage_options={'timeout': ..., 'retry_timeout': ...}"
         )
-    elif "ConnectionRefused" in text or "Connection refused" in text or "dns error" in text:
-        what = "refused the connection" if "dns error" not in text else "is not a known host"
+    elif any(word in text for word in _REFUSED):
+        unknown = "dns error" in text or "resolve host" in text
+        what = "is not a known host" if unknown else "refused the connection"
         why = (
             f"the endpoint {what}{_tries(text)}: is the store running there? The endpoint "
             f"comes from {_ENDPOINT_ENV.get(scheme, 'AWS_ENDPOINT_URL')} or "
@@ -134,7 +150,10 @@ def _took(text: str) -> str:
 
 def _tries(text: str) -> str:
     found = _TRIES.search(text)
-    return f" (after {int(found.group(1)) + 1} tries)" if found else ""
+    if not found:
+        return ""
+    tries = int(found.group(1)) + 1 if found.group(1) else int(found.group(2))
+    return f" (after {tries} tries)"
 
 
 def _first_line(text: str) -> str:

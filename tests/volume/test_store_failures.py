@@ -1,0 +1,196 @@
+"""A store that fails: silent (accepts connections, never answers), refusing, without
+credentials, with wrong ones. Each fails within its bounds, in one line naming the URL
+and the endpoint, as a ``StoreError`` (or a ``ConfigError`` for what the user must set),
+never as a corrupt chunk."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from chunkgraph import volume
+from chunkgraph._errors import ConfigError, CorruptChunkError, StoreError
+from chunkgraph.geometry import Box
+from chunkgraph.testing import S3Server
+from chunkgraph.volume._object_store import object_store
+from chunkgraph.volume._store_client import TIMEOUT_ENV, client_settings, failure_bound
+
+
+@contextlib.contextmanager
+def silent_endpoint() -> Iterator[str]:
+    """An endpoint on loopback that accepts every connection and never answers a byte."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed: the test is over
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def test_the_defaults_fail_a_dead_store_within_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    store = object_store("s3://bucket/a.zarr", {"endpoint": "http://127.0.0.1:9"})
+    # What the store was actually built with, not only what chunkgraph meant to give it.
+    assert store.client_options["timeout"] == "20s"
+    assert store.client_options["connect_timeout"] == "5s"
+    assert store.retry_config["max_retries"] == 3
+    assert store.retry_config["retry_timeout"].total_seconds() == 30
+    assert failure_bound({}) == 50 < 60
+    # The setting users raise: the environment for every store, storage_options per volume.
+    monkeypatch.setenv(TIMEOUT_ENV, "120")
+    assert failure_bound({}) == 120 + 180
+    assert failure_bound({"timeout": "2s", "retry_timeout": "1s"}) == 3
+    with pytest.raises(ConfigError, match=r"retry_timeout='soon'.*'20s'"):
+        client_settings({"retry_timeout": "soon"})
+    monkeypatch.setenv(TIMEOUT_ENV, "never")
+    with pytest.raises(ConfigError, match=TIMEOUT_ENV):
+        failure_bound({})
+
+
+def test_a_silent_endpoint_fails_within_the_setting_naming_the_url_and_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(TIMEOUT_ENV, "0.4")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "any")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "any")
+    with silent_endpoint() as endpoint:
+        for attempt in (
+            lambda: volume.open("s3://bucket/a.zarr", storage_options={"endpoint": endpoint}),
+            lambda: volume.create(
+                "s3://bucket/a.zarr", (4,), (2,), "uint8", storage_options={"endpoint": endpoint}
+            ),
+        ):
+            started = time.monotonic()
+            with pytest.raises(StoreError) as caught:
+                attempt()
+            took = time.monotonic() - started
+            assert took < 5, took  # 0.4 s a try, tries within 0.6 s: about 1 s
+            message = str(caught.value)
+            assert "'s3://bucket/a.zarr" in message and endpoint in message
+            assert "did not answer" in message and TIMEOUT_ENV in message
+            assert "\n" not in message and "Debug" not in message
+            assert caught.value.endpoint == endpoint
+
+
+class Forwarder:
+    """A TCP forwarder on loopback to ``upstream`` that can freeze: from ``freeze()`` on,
+    it passes no byte either way and leaves every connection open (a store that hangs)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.rpartition("/")[2].split(":")
+        self.upstream = (host, int(port))
+        self.frozen = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client = self.listener.accept()[0]
+                server = socket.create_connection(self.upstream)
+                self.conns += [client, server]
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                if self.frozen.is_set():
+                    return  # swallowed: the other side waits forever
+                b.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def test_a_store_that_freezes_after_opening_fails_a_read_as_a_store_error(
+    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened and read while the store answers, then it hangs: the next read is a
+    StoreError naming the chunk's URL, never a CorruptChunkError (whose advice, delete
+    the file, would lose good data)."""
+    url = f"s3://{bucket}/a.zarr"
+    vol = volume.create(url, (8, 8), (4, 4), "uint8")
+    vol.write(vol.bounds, np.ones((8, 8), "uint8"))
+    monkeypatch.setenv(TIMEOUT_ENV, "0.4")
+    forwarder = Forwarder(server.endpoint)
+    try:
+        through = volume.open(url, storage_options={"endpoint": forwarder.endpoint})
+        assert through.read(Box((0, 0), (4, 4))).sum() == 16
+        forwarder.freeze()
+        started = time.monotonic()
+        with pytest.raises(StoreError) as caught:
+            through.read(Box((4, 4), (8, 8)))
+        assert time.monotonic() - started < 5
+    finally:
+        forwarder.close()
+    assert not isinstance(caught.value, CorruptChunkError)
+    message = str(caught.value)
+    assert f"{url}/c/1/1" in message and forwarder.endpoint in message
+    assert "did not answer" in message
+
+
+def test_a_refusing_endpoint_is_named_with_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    with pytest.raises(StoreError, match="refused the connection") as caught:
+        volume.open("s3://bucket/a.zarr")
+    assert "http://127.0.0.1:9" in str(caught.value) and "AWS_ENDPOINT_URL" in str(caught.value)
+
+
+_TENSORSTORE_SILENT = """
+import os, sys, time
+from chunkgraph import volume
+from chunkgraph._errors import StoreError
+started = time.monotonic()
+try:
+    volume.open("precomputed://s3://bucket/img", storage_options={"endpoint": sys.argv[1]})
+except Exception as err:
+    print(type(err).__name__, round(time.monotonic() - started, 1), str(err)[:300])
+"""
+
+
+def test_tensorstore_gives_up_on_a_silent_endpoint_within_its_bounds() -> None:
+    """TensorStore reads its curl watchdog from the environment once per process: a
+    process of its own, started with the setting."""
+    with silent_endpoint() as endpoint:
+        env = {**os.environ, TIMEOUT_ENV: "1"}
+        env.pop("TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS", None)
+        done = subprocess.run(
+            [sys.executable, "-c", _TENSORSTORE_SILENT, endpoint],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    kind, took, *_ = done.stdout.split() or ["(nothing)", "0"]
+    assert kind in ("StoreError", "ConfigError", "ValueError"), done.stdout + done.stderr
+    assert float(took) < 20, done.stdout
