@@ -1,5 +1,6 @@
 """Real servers on loopback for tests and benchmarks: an S3 server (moto's server mode),
-and a proxy in front of it that behaves like a distant, sometimes failing one.
+a proxy in front of it that behaves like a distant, sometimes failing one, and a
+silent endpoint (it accepts connections and never answers: a hung store).
 
 Not imported by the library. ``moto[server]`` is a test extra, not a runtime
 dependency; this module imports it on use.
@@ -190,6 +191,29 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
     return Forward
+
+
+@contextlib.contextmanager
+def silent_endpoint() -> Iterator[str]:
+    """An endpoint URL on loopback that accepts every connection and never answers a
+    byte: what a client meets at a hung store (a timeout, not a refusal)."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed: the body is over
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, name="silent-endpoint", daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,31 +20,9 @@ import pytest
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, CorruptChunkError, StoreError
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server
+from chunkgraph.testing import S3Server, silent_endpoint
 from chunkgraph.volume._object_store import object_store
 from chunkgraph.volume._store_client import TIMEOUT_ENV, client_settings, failure_bound
-
-
-@contextlib.contextmanager
-def silent_endpoint() -> Iterator[str]:
-    """An endpoint on loopback that accepts every connection and never answers a byte."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):  # the listener closed: the test is over
-            while True:
-                held.append(listener.accept()[0])
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        listener.close()
-        for conn in held:
-            conn.close()
 
 
 def test_the_defaults_fail_a_dead_store_within_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,3 +172,81 @@ def test_tensorstore_gives_up_on_a_silent_endpoint_within_its_bounds() -> None:
     kind, took, *_ = done.stdout.split() or ["(nothing)", "0"]
     assert kind in ("StoreError", "ConfigError", "ValueError"), done.stdout + done.stderr
     assert float(took) < 20, done.stdout
+
+
+def test_an_endpoint_without_its_scheme_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "127.0.0.1:9000")
+    for url in ("s3://bucket/a.zarr", "precomputed://s3://bucket/img"):
+        with pytest.raises(ConfigError, match=r"AWS_ENDPOINT_URL='127\.0\.0\.1:9000'") as caught:
+            volume.open(url)
+        assert "http://127.0.0.1:9000" in str(caught.value)  # what to write instead
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    with pytest.raises(ConfigError, match="storage_options 'endpoint_url'") as caught:
+        volume.open("s3://bucket/a.zarr", storage_options={"endpoint_url": "minio:9000"})
+    assert caught.value.field == "storage_options"
+
+
+@pytest.mark.parametrize(
+    "path", ["s3:/bucket/x.zarr", "gs:/bucket/x", "s3:bucket/x", "precomputed://s3:/b/i"]
+)
+def test_a_url_missing_a_slash_is_refused_not_written_to_a_local_folder(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for attempt in (
+        lambda: volume.create(path, (4,), (2,), "uint8"),
+        lambda: volume.open(path),
+    ):
+        with pytest.raises(ConfigError, match="neither a URL") as caught:
+            attempt()
+        assert "s3://BUCKET/path" in str(caught.value) and caught.value.field == "path"
+    assert list(tmp_path.iterdir()) == []  # no ./s3: folder
+    # A Windows drive and a colon further in are paths, as before.
+    assert volume.create("a:b.zarr", (4,), (2,), "uint8").path.endswith("a:b.zarr")
+
+
+def test_no_credentials_at_all_names_the_variables_to_set(
+    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    # No ~/.aws files to fall back on either, whatever this machine has.
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv(TIMEOUT_ENV, "1")
+    with pytest.raises(ConfigError) as caught:
+        volume.open(f"s3://{bucket}/a.zarr")
+    message = str(caught.value)
+    assert "no credentials" in message and "169.254.169.254" in message
+    assert "AWS_ACCESS_KEY_ID" in message and "AWS_SECRET_ACCESS_KEY" in message
+    assert "skip_signature" in message and "\n" not in message
+
+
+def test_wrong_credentials_show_the_store_s_error_code(
+    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto checks credentials once ``INITIAL_NO_AUTH_ACTION_COUNT`` requests were served
+    (infinite by default): 0 makes it check every one, against its own IAM users."""
+    import boto3
+    import moto.settings
+
+    volume.create(f"s3://{bucket}/a.zarr", (4,), (2,), "uint8")
+    iam = boto3.client("iam", endpoint_url=server.endpoint, region_name="us-east-1")
+    user = f"u-{bucket}"
+    iam.create_user(UserName=user)
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    for key_id, secret, code, says in (
+        ("AKIANOSUCHKEY0000000", "whatever", "InvalidAccessKeyId", "AWS_ACCESS_KEY_ID"),
+        (key["AccessKeyId"], "not-the-secret", "SignatureDoesNotMatch", "AWS_SECRET_ACCESS_KEY"),
+        (key["AccessKeyId"], key["SecretAccessKey"], "AccessDenied", "ask for access"),
+    ):
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+        with pytest.raises(StoreError) as caught:
+            volume.open(f"s3://{bucket}/a.zarr")
+        message = str(caught.value)
+        assert caught.value.code == code and f"403 {code}" in message and says in message
+        assert secret not in message and server.endpoint in message

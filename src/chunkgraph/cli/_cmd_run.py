@@ -230,6 +230,14 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"
+        lost = store_lost(group)
+        if lost is not None:  # one line: the details are in --log-json
+            print(f"chunkgraph run: the object store failed: {lost}", file=sys.stderr)
+            print(
+                "chunkgraph run: rerun with --resume once it answers: finished chunks are kept",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
         print(failure_summary(group), file=sys.stderr)
         advice = (
             "fn failed its probe call on the first chunk, before anything was written"
@@ -416,6 +424,19 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
         "wall_seconds": report.wall_seconds,
         "finished_before": report.finished_before,
     }
+
+
+def store_lost(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The first task's ``StoreError`` when every failed task failed on the object store
+    (it went away or stopped answering): one cause, said once, not once per task."""
+    from chunkgraph._errors import StoreError, TaskError
+    from chunkgraph.execute._failures import innermost
+
+    causes = [innermost(e.__cause__ or e)[0] if isinstance(e, TaskError) else e
+              for e in _leaves(group)]  # fmt: skip
+    if causes and all(isinstance(c, StoreError) for c in causes):
+        return causes[0]
+    return None
 
 
 def failure_summary(group: BaseExceptionGroup[Any]) -> str:

@@ -297,7 +297,7 @@ class Lease:
     def release(self) -> None:
         """Stop renewing and delete the lease, when it is still this run's."""
         import obstore
-        from obstore.exceptions import NotFoundError
+        from obstore.exceptions import BaseError
 
         self._stop.set()
         if self._thread is not None:
@@ -307,12 +307,14 @@ class Lease:
             ours, self._e_tag = self._e_tag, None
         if ours is None or self._lost is not None:
             return
+        # Gone already, or the store cannot be reached (NotFoundError is a BaseError): the
+        # lease then expires by itself, ttl + CLOCK_SLACK after its last renewal.
         try:
             now = obstore.head(self.store, self.key)
-        except (NotFoundError, FileNotFoundError):
+        except (BaseError, FileNotFoundError):
             return
         if now.get("e_tag") == ours:
-            with contextlib.suppress(NotFoundError, FileNotFoundError):
+            with contextlib.suppress(BaseError, FileNotFoundError):
                 obstore.delete(self.store, self.key)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,33 @@ def split_url(url: str) -> tuple[str, str, str]:
     if not bucket:
         raise ConfigError(f"{url!r} names no bucket; write {scheme}://BUCKET/path", field="path")
     return scheme, bucket, prefix.strip("/")
+
+
+# A word and a colon at the start of a path, not followed by "//": a URL with a slash
+# lost (``s3:/bucket/x``), which would otherwise be a local folder named ``s3:``. One
+# letter is a Windows drive (``C:/data``), not a scheme.
+_BROKEN_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
+def broken_url(path: str, known: tuple[str, ...]) -> str | None:
+    """Why ``path`` looks like a URL but is not one (None when it does not look like one):
+    ``scheme:/...`` with one slash, or a ``known`` scheme followed by ``:`` alone.
+
+    >>> broken_url("s3:/bucket/x", ("s3",))
+    "'s3:/bucket/x' starts with 's3:/', which is neither a URL (s3://...) nor a local path"
+    >>> broken_url("C:/data/a.zarr", ("s3",)), broken_url("a:b/c.zarr", ("s3",))
+    (None, None)
+    """
+    found = _BROKEN_URL.match(path)
+    if found is None:
+        return None
+    word, rest = found.group(1), path[found.end() :]
+    if not rest.startswith("/") and word.lower() not in known:
+        return None
+    return (
+        f"{path!r} starts with {path[: found.end() + rest.startswith('/')]!r}, which is "
+        f"neither a URL ({word}://...) nor a local path"
+    )
 
 
 def is_object_url(path: str) -> bool:

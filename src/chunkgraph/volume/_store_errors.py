@@ -64,6 +64,8 @@ _REFUSED = (
     "ConnectionRefused", "Connection refused", "dns error", "Couldn't connect", "Could not connect",
     "Could not resolve host", "Couldn't resolve host",
 )  # fmt: skip
+# A connection that was open and stopped working (the server went away mid-request).
+_BROKEN = ("error sending request", "connection closed", "Connection reset", "broken pipe")
 _ENDPOINT_ENV = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST"}
 
 
@@ -123,6 +125,8 @@ def store_failure(error: BaseException, url: str, endpoint: str | None = None) -
             f"comes from {_ENDPOINT_ENV.get(scheme, 'AWS_ENDPOINT_URL')} or "
             "storage_options={'endpoint': ...}"
         )
+    elif any(word in text for word in _BROKEN):
+        why = f"the store broke off the connection{_tries(text)}: is it still running there?"
     elif status:
         why = f"the store answered {status} {code}".rstrip() + _tries(text)
     else:
