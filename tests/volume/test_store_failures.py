@@ -64,7 +64,7 @@ def test_a_silent_endpoint_fails_within_the_setting_naming_the_url_and_endpoint(
             took = time.monotonic() - started
             assert took < 5, took  # 0.4 s a try, tries within 0.6 s: about 1 s
             message = str(caught.value)
-            assert "'s3://bucket/a.zarr" in message and endpoint in message
+            assert "'s3://bucket/a.zarr'" in message and endpoint in message
             assert "did not answer" in message and TIMEOUT_ENV in message
             assert "\n" not in message and "Debug" not in message
             assert caught.value.endpoint == endpoint
@@ -131,7 +131,8 @@ def test_a_store_that_freezes_after_opening_fails_a_read_as_a_store_error(
         forwarder.close()
     assert not isinstance(caught.value, CorruptChunkError)
     message = str(caught.value)
-    assert f"{url}/c/1/1" in message and forwarder.endpoint in message
+    assert f"{url!r} at endpoint {forwarder.endpoint} (object 'c/1/1')" in message
+    assert caught.value.url == f"{url}/c/1/1"
     assert "did not answer" in message
 
 

@@ -147,8 +147,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         except Exception as err:
             if not is_store_failure(err):
                 raise
-            where = f"{self.url.rstrip('/')}/{key}" if self.url else key
-            raise store_failure(err, where, self.endpoint) from None
+            raise store_failure(err, self.url, self.endpoint, key) from None
         finally:
             for _ in range(count):
                 self.counter.end()

@@ -90,14 +90,17 @@ def is_store_failure(error: BaseException) -> bool:
     return isinstance(error, BaseError) and not isinstance(error, expected)
 
 
-def store_failure(error: BaseException, url: str, endpoint: str | None = None) -> Any:
+def store_failure(
+    error: BaseException, url: str, endpoint: str | None = None, key: str = ""
+) -> Any:
     """The ``StoreError`` (or, for missing credentials, ``ConfigError``) saying what the
-    request for ``url`` met; raise it ``from None``: the dump stays out of the message."""
+    request for ``url`` (its object ``key``, when one was asked for) met; raise it
+    ``from None``: the dump stays out of the message."""
     text = str(error)
     scheme = url.partition("://")[0] or "s3"
     method, asked = _request(text)
     where = endpoint or _endpoint_of(asked) or "the provider's default endpoint"
-    head = f"cannot reach {url!r} at endpoint {where}"
+    head = f"cannot reach {url!r} at endpoint {where}" + (f" (object {key!r})" if key else "")
     if METADATA_ADDRESS in text or "credential" in text.lower().split("debug source")[0]:
         return ConfigError(
             f"{head}: no credentials were found (the client fell back to asking the "
@@ -131,7 +134,8 @@ def store_failure(error: BaseException, url: str, endpoint: str | None = None) -
         why = f"the store answered {status} {code}".rstrip() + _tries(text)
     else:
         why = _first_line(text)
-    return StoreError(f"{head}: {why}", url=url, endpoint=where, code=code)
+    full = f"{url.rstrip('/')}/{key}" if key else url
+    return StoreError(f"{head}: {why}", url=full, endpoint=where, code=code)
 
 
 def _request(text: str) -> tuple[str, str]:
