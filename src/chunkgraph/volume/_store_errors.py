@@ -52,6 +52,13 @@ _ACCESS_CODES = {
     "to the bucket, or use credentials that have it",
 }
 
+# A HEAD answer has no body, so no code: any of the reasons above.
+_NO_CODE = (
+    "the access key id is unknown there, the secret key does not match it, or the "
+    "credentials may not do this: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+    "(or storage_options) and the endpoint"
+)
+
 _CREDENTIAL_HELP = {
     "s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for "
     "temporary credentials), or AWS_PROFILE; for a public bucket pass "
@@ -112,7 +119,7 @@ def store_failure(
     code = code_match.group(1) if code_match else ""
     status = status_match.group(1) if status_match else ""
     if status in ("401", "403"):
-        meaning = _ACCESS_CODES.get(code, _ACCESS_CODES["AccessDenied"])
+        meaning = _ACCESS_CODES.get(code, _NO_CODE if not code else _ACCESS_CODES["AccessDenied"])
         why = f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
     elif "Timeout" in text or "TimedOut" in text or "timed out" in text:
         why = (
