@@ -149,20 +149,26 @@ def object_store(url: str, options: StoreOptions | Mapping[str, Any] | None = No
 
     opts = StoreOptions.of(options)
     scheme, bucket, prefix = split_url(url)
-    settings = {canonical(k): v for k, v in opts.everything().items()}
-    bounds = {k: settings.pop(k) for k in list(settings) if k in STORE_TIMEOUT_KEYS}
-    client = {k: settings.pop(k) for k in list(settings) if k in CLIENT_KEYS}
+    # Store config keeps the user's spelling (obstore knows them all); client and retry
+    # settings go apart under the names obstore's client_options and retry_config take.
+    settings = opts.everything()
+    bounds = {canonical(k): settings.pop(k) for k in list(settings)
+              if canonical(k) in STORE_TIMEOUT_KEYS}  # fmt: skip
+    client = {canonical(k): settings.pop(k) for k in list(settings) if canonical(k) in CLIENT_KEYS}
     client_bounds, retry = client_settings({**client, **bounds})
     client.update(client_bounds)
     endpoint = endpoint_of(scheme, opts)
     if endpoint and endpoint.startswith("http://"):
         client.setdefault("allow_http", True)
+    named = {canonical(k) for k in settings}
     if scheme == "s3" and endpoint:
-        settings.setdefault("endpoint", endpoint)
+        if "endpoint" not in named:
+            settings["endpoint"] = endpoint
         # moto, MinIO and most S3 work-alikes answer conditional writes on ETags.
-        settings.setdefault("conditional_put", "etag")
-    if scheme == "gs" and endpoint:
-        settings.setdefault("base_url", endpoint)
+        if "conditional_put" not in named:
+            settings["conditional_put"] = "etag"
+    if scheme == "gs" and endpoint and "base_url" not in named:
+        settings["base_url"] = endpoint
     root = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
     try:
         return from_url(  # type: ignore[call-overload]
