@@ -15,16 +15,18 @@ from pathlib import Path
 import pytest
 
 from chunkgraph import cli, volume
-from chunkgraph.testing import S3Server, s3_server, silent_endpoint
+from chunkgraph.testing import S3Server, freezing_proxy, s3_server, silent_endpoint
 from chunkgraph.volume._store_client import TIMEOUT_ENV
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def _wait_for_chunks(server: S3Server, proc: subprocess.Popen[str], seconds: float) -> None:
+def _wait_for_chunks(
+    server: S3Server, proc: subprocess.Popen[str], seconds: float, bucket: str = "lost-mid-run"
+) -> None:
     """Until the run has written an output chunk (it is under way: probed, state open)."""
     deadline = time.monotonic() + seconds
-    while not server.keys("lost-mid-run", "out.zarr/c/"):
+    while not server.keys(bucket, "out.zarr/c/"):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the run wrote no chunk"
         time.sleep(0.05)
@@ -72,13 +74,16 @@ def test_a_store_lost_mid_run_is_one_line_naming_the_url(work: Path) -> None:
     assert "--resume" in lines[1], err
 
 
-def _spec_to(work: Path, output: str) -> str:
+def _spec_to(work: Path, output: str, source: str = "", slow: bool = False) -> str:
+    """A spec from ``source`` (raw.zarr beside it by default) to ``output``; fn scales,
+    or with ``slow`` takes 0.2 s a chunk."""
+    function = "slow" if slow else "scale"
     (work / "spec.yaml").write_text(
-        f"input: {work / 'raw.zarr'}\n"
+        f"input: {source or work / 'raw.zarr'}\n"
         f"output: {{path: '{output}', dtype: float32, chunks: [16, 16, 16]}}\n"
-        "function: spec_functions:scale\n"
-        "chunk_sizes: [16]\n"
-        "run: {executor: sync}\n"
+        f"function: spec_functions:{function}\n"
+        + (f"kwargs: {{started: {work / 'started'}, seconds: 0.2}}\n" if slow else "")
+        + "chunk_sizes: [16]\nretries: 0\nrun: {executor: sync}\n"
     )
     return str(work / "spec.yaml")
 
@@ -128,3 +133,36 @@ def test_an_output_in_a_missing_bucket_says_so_not_that_it_does_not_open(
     err = capsys.readouterr().err
     assert "bucket 'no-such-bucket-x'" in err and "does not exist" in err
     assert "does not open" not in err
+
+
+def test_a_store_that_freezes_mid_run_fails_the_run_within_its_bounds(work: Path) -> None:
+    """The store stops answering (connections stay open, no byte comes back) while the
+    run writes: it fails within about its request bound (0.5 s a try, retries for
+    0.75 s: 1.25 s), plus the lease renewal it does not wait for, not minutes."""
+    with s3_server(("frozen-mid-run",)) as server, freezing_proxy(server.endpoint) as proxy:
+        raw = volume.open(str(work / "raw.zarr"))
+        src = volume.create("s3://frozen-mid-run/raw.zarr", raw.shape, raw.chunks, raw.dtype)
+        src.write(src.bounds, raw.read(raw.bounds))
+        spec = _spec_to(
+            work, "s3://frozen-mid-run/out.zarr", "s3://frozen-mid-run/raw.zarr", slow=True
+        )
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": proxy.endpoint,
+            "PYTHONPATH": os.pathsep.join([SRC, str(work)]),
+            TIMEOUT_ENV: "0.5",
+            "CHUNKGRAPH_LEASE_TTL": "1",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chunkgraph", "run", "--quiet", spec],
+            cwd=work, env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _wait_for_chunks(server, proc, 60, "frozen-mid-run")
+        proxy.freeze()
+        frozen = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - frozen
+    assert proc.returncode == 1, err
+    assert took < 10, took
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "did not answer" in lines[0] and proxy.endpoint in lines[0], err

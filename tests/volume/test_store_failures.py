@@ -5,12 +5,9 @@ never as a corrupt chunk."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +17,7 @@ import pytest
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, CorruptChunkError, StoreError
 from chunkgraph.geometry import Box
-from chunkgraph.testing import S3Server, silent_endpoint
+from chunkgraph.testing import S3Server, freezing_proxy, silent_endpoint
 from chunkgraph.volume._object_store import object_store
 from chunkgraph.volume._store_client import TIMEOUT_ENV, client_settings, failure_bound
 
@@ -70,44 +67,6 @@ def test_a_silent_endpoint_fails_within_the_setting_naming_the_url_and_endpoint(
             assert caught.value.endpoint == endpoint
 
 
-class Forwarder:
-    """A TCP forwarder on loopback to ``upstream`` that can freeze: from ``freeze()`` on,
-    it passes no byte either way and leaves every connection open (a store that hangs)."""
-
-    def __init__(self, upstream: str) -> None:
-        host, port = upstream.rpartition("/")[2].split(":")
-        self.upstream = (host, int(port))
-        self.frozen = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def freeze(self) -> None:
-        self.frozen.set()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client = self.listener.accept()[0]
-                server = socket.create_connection(self.upstream)
-                self.conns += [client, server]
-                for a, b in ((client, server), (server, client)):
-                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := a.recv(65536):
-                if self.frozen.is_set():
-                    return  # swallowed: the other side waits forever
-                b.sendall(data)
-
-    def close(self) -> None:
-        self.listener.close()
-        for conn in self.conns:
-            conn.close()
-
-
 def test_a_store_that_freezes_after_opening_fails_a_read_as_a_store_error(
     server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,8 +77,7 @@ def test_a_store_that_freezes_after_opening_fails_a_read_as_a_store_error(
     vol = volume.create(url, (8, 8), (4, 4), "uint8")
     vol.write(vol.bounds, np.ones((8, 8), "uint8"))
     monkeypatch.setenv(TIMEOUT_ENV, "0.4")
-    forwarder = Forwarder(server.endpoint)
-    try:
+    with freezing_proxy(server.endpoint) as forwarder:
         through = volume.open(url, storage_options={"endpoint": forwarder.endpoint})
         assert through.read(Box((0, 0), (4, 4))).sum() == 16
         forwarder.freeze()
@@ -127,8 +85,6 @@ def test_a_store_that_freezes_after_opening_fails_a_read_as_a_store_error(
         with pytest.raises(StoreError) as caught:
             through.read(Box((4, 4), (8, 8)))
         assert time.monotonic() - started < 5
-    finally:
-        forwarder.close()
     assert not isinstance(caught.value, CorruptChunkError)
     message = str(caught.value)
     assert f"{url!r} at endpoint {forwarder.endpoint} (object 'c/1/1')" in message
