@@ -230,9 +230,8 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"
-        lost = store_lost(group)
-        if lost is not None:  # one line: the details are in --log-json
-            print(f"chunkgraph run: the object store failed: {lost}", file=sys.stderr)
+        if store_lost(group) is not None:  # one line: the details are in --log-json
+            print(f"chunkgraph run: {failure_summary(group)}", file=sys.stderr)
             print(
                 "chunkgraph run: rerun with --resume once it answers: finished chunks are kept",
                 file=sys.stderr,
@@ -442,9 +441,14 @@ def store_lost(group: BaseExceptionGroup[Any]) -> BaseException | None:
 def failure_summary(group: BaseExceptionGroup[Any]) -> str:
     """One block per failed task: its name, the first line of the innermost cause (the
     error under any loop's group: the one that names the chunk or file), the chunk from
-    the notes, and whether it was not retried because no try could succeed."""
+    the notes, and whether it was not retried because no try could succeed. One line
+    when the object store failed them all (``store_lost``)."""
     from chunkgraph._errors import TaskError, is_permanent
     from chunkgraph.execute._failures import innermost
+
+    lost = store_lost(group)
+    if lost is not None:
+        return f"the object store failed: {lost}"
 
     failed = [e for e in _leaves(group) if isinstance(e, TaskError)]
     others = [e for e in _leaves(group) if not isinstance(e, TaskError)]

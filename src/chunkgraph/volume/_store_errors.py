@@ -25,7 +25,6 @@ to another writer (``_object_zarr``).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from chunkgraph._errors import ConfigError, StoreError
 
@@ -99,7 +98,7 @@ def is_store_failure(error: BaseException) -> bool:
 
 def store_failure(
     error: BaseException, url: str, endpoint: str | None = None, key: str = ""
-) -> Any:
+) -> StoreError | ConfigError:
     """The ``StoreError`` (or, for missing credentials, ``ConfigError``) saying what the
     request for ``url`` (its object ``key``, when one was asked for) met; raise it
     ``from None``: the dump stays out of the message."""
