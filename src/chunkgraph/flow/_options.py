@@ -255,9 +255,15 @@ def _checked_intermediates(intermediates: object) -> Path | str | None:
             f"(s3://bucket/path) or None, got {intermediates!r}",
             field="intermediates",
         )
-    if isinstance(intermediates, str) and "://" in intermediates:
-        from chunkgraph.volume._object_store import split_url
+    from chunkgraph.volume._object_store import SCHEMES, broken_url, split_url
 
+    problem = broken_url(os.fspath(intermediates), (*SCHEMES, "file"))
+    if problem:
+        raise ConfigError(
+            f"intermediates: {problem}; give a directory path or s3://BUCKET/path",
+            field="intermediates",
+        )
+    if isinstance(intermediates, str) and "://" in intermediates:
         try:
             split_url(intermediates)
         except ConfigError as err:

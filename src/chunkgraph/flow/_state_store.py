@@ -15,6 +15,9 @@ Keys are ``/``-separated and relative to the root (``"f00d/markers/top/0_1"``),
 so the layout is written once, in ``_flow_dir``, for both. ``where(key)`` names a
 key as a person types it (a path or a URL) for messages and commands.
 
+A request to an object store that fails (after the client's bounded retries) is
+a ``StoreError`` naming the key's URL and the endpoint (``_named_failures``).
+
 Both are cheap values that may be pickled into worker processes (a process
 executor's tasks write markers): an ``ObjectStateStore`` carries its URL and
 public ``StoreOptions`` and opens its client on first use.
@@ -23,15 +26,16 @@ public ``StoreOptions`` and opens its client on first use.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from chunkgraph._util import named_os_error
-from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store, reaching
 
 if TYPE_CHECKING:
     from chunkgraph.flow._lease import Busy
@@ -211,6 +215,21 @@ class DirStore:
         return lock_holder(self.path(key))
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _named_failures(method: _Method) -> _Method:
+    """``method(key, ...)`` with a failed request raised as a one-line ``StoreError``
+    naming ``key``'s URL, not as the client's error and its debug dump."""
+
+    @functools.wraps(method)
+    def named(self: ObjectStateStore, key: str = "", *args: Any, **kwargs: Any) -> Any:
+        with reaching(self.where(key), self.options):
+            return method(self, key, *args, **kwargs)
+
+    return cast(_Method, named)
+
+
 class ObjectStateStore:
     """State under the object-store prefix ``url`` (``s3://bucket/path``)."""
 
@@ -241,6 +260,7 @@ class ObjectStateStore:
     def where(self, key: str = "") -> str:
         return f"{self.url}/{key}" if key else self.url
 
+    @_named_failures
     def read(self, key: str) -> bytes | None:
         import obstore
         from obstore.exceptions import NotFoundError
@@ -250,11 +270,13 @@ class ObjectStateStore:
         except (NotFoundError, FileNotFoundError):
             return None
 
+    @_named_failures
     def write(self, key: str, data: bytes) -> None:
         import obstore
 
         obstore.put(self.store, key, data)
 
+    @_named_failures
     def delete(self, key: str) -> None:
         import obstore
         from obstore.exceptions import NotFoundError
@@ -270,6 +292,7 @@ class ObjectStateStore:
             found.extend(batch)
         return found
 
+    @_named_failures
     def delete_tree(self, prefix: str) -> None:
         import obstore
 
@@ -277,6 +300,7 @@ class ObjectStateStore:
         for start in range(0, len(paths), 1000):  # S3 deletes up to 1000 keys a request
             obstore.delete(self.store, paths[start : start + 1000])
 
+    @_named_failures
     def names(self, prefix: str = "") -> list[str]:
         import obstore
 
@@ -287,6 +311,7 @@ class ObjectStateStore:
         names |= {o["path"].rsplit("/", 1)[-1] for o in listed["objects"]}
         return sorted(names)
 
+    @_named_failures
     def folders(self, prefix: str = "") -> list[str]:
         """The names under ``prefix`` that have objects under them."""
         import obstore
@@ -296,6 +321,7 @@ class ObjectStateStore:
         )
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"])
 
+    @_named_failures
     def exists(self, key: str) -> bool:
         import obstore
         from obstore.exceptions import NotFoundError
@@ -309,6 +335,7 @@ class ObjectStateStore:
         under = obstore.list(self.store, prefix=f"{key}/" if key else None, chunk_size=1)
         return bool(next(iter(under), None))
 
+    @_named_failures
     def modified(self, key: str) -> float | None:
         """The object's last modification, or the latest of those under ``key/``."""
         import obstore
@@ -321,6 +348,7 @@ class ObjectStateStore:
         times = [float(m["last_modified"].timestamp()) for m in self._keys(key)]
         return max(times) if times else None
 
+    @_named_failures
     def size(self, prefix: str) -> int:
         return sum(int(m["size"]) for m in self._keys(prefix))
 
