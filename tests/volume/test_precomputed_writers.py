@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -354,3 +354,21 @@ def test_a_damaged_shard_tensorstore_wrote_is_named_by_its_file(tmp_path: Path, 
         with pytest.raises(CorruptChunkError) as raised:
             opened.read(opened.bounds)
         assert raised.value.files == (str(damaged),)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda b: b"", lambda b: b[:8], lambda b: b[:-300] + bytes(300)],
+    ids=["empty", "shorter-than-its-index", "tail-zeroed"],
+)
+def test_a_stored_shard_empty_short_or_zeroed_is_corrupt_not_missing(
+    tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    root = tmp_path / "cv"
+    _cloudvolume_writes(f"file://{root}", "raw", None, sharded=True)
+    damaged = root / "4_4_40" / "1.shard"
+    damaged.write_bytes(damage(damaged.read_bytes()))
+    v = volume.open(f"precomputed://{root}")
+    with pytest.raises(CorruptChunkError) as raised:
+        v.read(v.bounds)
+    assert raised.value.files == (str(damaged),)
