@@ -91,3 +91,17 @@ def test_the_json_log_of_a_saturating_transfer_counts_the_voxels(
     assert last["outcome"] == "finished"
     assert last["saturated_voxels"] == int((data > 255).sum()) > 0
     assert os.path.exists(tmp_path / "narrow.zarr")
+
+
+def test_a_downsample_refused_for_an_offset_names_the_level_not_a_stand_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "off.zarr"
+    volume.create(path, (64, 64, 64), (32, 32, 32), "uint8", offset=(2, 4, 4))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["downsample", str(path), "--levels", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "dry-run-" not in err
+    assert f"level 1 ({str(tmp_path / 'off_s1.zarr')!r}) starts at offset (1, 2, 2)" in err
+    assert "level 2" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
