@@ -69,3 +69,24 @@ def test_apply_from_precomputed_on_s3_into_a_sharded_scale_there(tmp_path: Path)
                      intermediates=tmp_path)  # fmt: skip
         out = volume.open("precomputed://s3://flow-formats/dst")
         np.testing.assert_array_equal(out.read(out.bounds), data + 1)
+
+
+def test_an_unaligned_bbox_into_a_store_without_conditional_writes_is_refused_up_front(
+    tmp_path: Path,
+) -> None:
+    from chunkgraph import ConfigError
+    from chunkgraph.geometry import Box
+    from chunkgraph.testing import s3_server
+
+    called: list[object] = []
+    with s3_server(("flow-edges",)):
+        src = volume.create(tmp_path / "src.zarr", SHAPE, (16, 16, 8), "uint16")
+        dst = volume.create("precomputed://s3://flow-edges/dst", SHAPE, (16, 16, 8), "uint16")
+        assert not dst.location.conditional_writes
+        with pytest.raises(ConfigError, match="without conditional writes") as refused:
+            volume.apply(lambda s: called.append(s) or s, src, dst, probe=False,
+                         bbox=Box((8, 8, 0), (40, 40, 16)), intermediates=tmp_path / "state")  # fmt: skip
+        assert refused.value.field == "bbox"
+        assert "Box(start=(0, 0, 0), stop=(48, 48, 16))" in str(refused.value)
+        assert "resume" not in str(refused.value)
+        assert not called and not (tmp_path / "state").exists()
