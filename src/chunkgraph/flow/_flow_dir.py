@@ -89,12 +89,16 @@ ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 
 
 def default_root(dst_dir: str | os.PathLike[str]) -> Path:
-    """Where a flow into the on-disk ``dst_dir`` keeps its state by default.
+    """Where a flow into the on-disk ``dst_dir`` keeps its state by default: beside it, or
+    for a precomputed scale's folder (beside the volume's ``info``), beside the volume, in
+    a subfolder named by the scale, so that no state is left inside the volume.
 
     >>> default_root("data/smooth.zarr/")
     PosixPath('data/.smooth.zarr.chunkgraph')
     """
     where = Path(dst_dir)
+    if (where.parent / "info").is_file():  # a precomputed volume's scale
+        return default_root(where.parent) / where.name
     return where.parent / f"{ROOT_PREFIX}{where.name}{ROOT_SUFFIX}"
 
 
@@ -104,6 +108,9 @@ def dst_of_default_root(root: Path) -> Path | None:
     >>> dst_of_default_root(Path("data/.smooth.zarr.chunkgraph"))
     PosixPath('data/smooth.zarr')
     """
+    volume = dst_of_default_root(root.parent) if root.parent != root else None
+    if volume is not None and (volume / "info").is_file():  # a precomputed scale's
+        return volume / root.name
     name = root.name
     if (
         name.startswith(ROOT_PREFIX)
