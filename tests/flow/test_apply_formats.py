@@ -84,8 +84,10 @@ def test_an_unaligned_bbox_into_a_store_without_conditional_writes_is_refused_up
         dst = volume.create("precomputed://s3://flow-edges/dst", SHAPE, (16, 16, 8), "uint16")
         assert not dst.location.conditional_writes
         with pytest.raises(ConfigError, match="without conditional writes") as refused:
-            volume.apply(lambda s: called.append(s) or s, src, dst, probe=False,
-                         bbox=Box((8, 8, 0), (40, 40, 16)), intermediates=tmp_path / "state")  # fmt: skip
+            volume.apply(
+                lambda s: called.append(s) or s, src, dst, probe=False,
+                bbox=Box((8, 8, 0), (40, 40, 16)), intermediates=tmp_path / "state",
+            )  # fmt: skip
         assert refused.value.field == "bbox"
         assert "Box(start=(0, 0, 0), stop=(48, 48, 16))" in str(refused.value)
         assert "resume" not in str(refused.value)
