@@ -372,3 +372,20 @@ def test_a_stored_shard_empty_short_or_zeroed_is_corrupt_not_missing(
     with pytest.raises(CorruptChunkError) as raised:
         v.read(v.bounds)
     assert raised.value.files == (str(damaged),)
+
+
+def test_an_empty_shard_object_on_s3_is_corrupt_not_missing() -> None:
+    import obstore
+
+    from chunkgraph.testing import s3_server
+    from chunkgraph.volume._object_store import object_store
+
+    with s3_server(("empty-shard",)):
+        v = volume.create("precomputed://s3://empty-shard/pc", SHAPE, (16, 16, 8), "uint16",
+                          resolution=(4, 4, 40), write_chunks=(32, 32, 16))  # fmt: skip
+        v.write(v.bounds, np.ones(SHAPE, "uint16"))
+        obstore.put(object_store("s3://empty-shard/pc", None), "4_4_40/1.shard", b"")
+        opened = volume.open("precomputed://s3://empty-shard/pc")
+        with pytest.raises(CorruptChunkError) as raised:
+            opened.read(opened.bounds)
+        assert raised.value.files == ("s3://empty-shard/pc/4_4_40/1.shard",)
