@@ -298,9 +298,7 @@ def downsample(
     reports: list[ApplyReport] = []
     counts: list[int] = []
     try:
-        # The levels' own names, for messages: a dry run's stand-ins have made-up paths.
-        names = paths or [f"{source.path} (level +{k})" for k in range(1, levels + 1)]
-        made = _make_levels(source, paths_made, names, factors, backend, into, dry_run)
+        made = _make_levels(source, paths_made, paths, factors, backend, into, dry_run)
         if into != "zarr3":
             paths.extend(
                 f"{source.path} (level +{k})" if dry_run else level.path
@@ -371,17 +369,19 @@ def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> Apply
 def _make_levels(
     source: Volume,
     paths: Sequence[str],
-    names: Sequence[str],
+    real: Sequence[str],
     factor: tuple[int, ...],
     backend: BackendName,
     into: str,
     dry_run: bool,
 ) -> list[Volume]:
     """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
-    stand-in of a dry run), or a level added to the source's image; ``names`` are the
-    levels' own, for messages."""
+    stand-in of a dry run), or a level added to the source's image; ``real``: the Zarr v3
+    levels' own paths (none for levels added to the image), named in messages where a dry
+    run's stand-ins have made-up ones."""
     from chunkgraph import volume
 
+    names = real or [f"{source.path} (level +{k})" for k in range(1, len(paths) + 1)]
     made: list[Volume] = []
     below = source
     for k, path in enumerate(paths):
