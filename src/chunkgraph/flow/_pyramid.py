@@ -381,7 +381,7 @@ def _make_levels(
     run's stand-ins have made-up ones."""
     from chunkgraph import volume
 
-    names = real or [f"{source.path} (level +{k})" for k in range(1, len(paths) + 1)]
+    names = [repr(p) for p in real] or [f"a new scale beside {source.path!r}"] * len(paths)
     made: list[Volume] = []
     below = source
     for k, path in enumerate(paths):
@@ -516,7 +516,7 @@ def _check_offset(below: Volume, factor: tuple[int, ...], k: int, name: str) -> 
     """Level ``k + 1`` can be made from ``below`` (level ``k``, called ``name``)."""
     uneven = [i for i, (o, f) in enumerate(zip(below.offset, factor, strict=True)) if o % f]
     if uneven:
-        what = name if k == 0 else f"level {k} ({name!r})"
+        what = name if k == 0 else f"level {k} ({name})"
         fewer = f", or fewer levels (at most {k})" if k else ""
         raise ConfigError(
             f"{what} starts at offset {below.offset}, which is no multiple of factor "
