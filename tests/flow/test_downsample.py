@@ -309,3 +309,11 @@ def test_a_finished_downsample_and_transfer_leave_no_state_inside_a_precomputed_
     assert default_root(tmp_path / "pc" / "8_8_80") == beside
     assert [p.suffix for p in beside.iterdir()] == [".done"]
     assert dst_of_default_root(beside) == tmp_path / "pc" / "8_8_80"
+
+
+def test_a_file_named_info_beside_a_zarr_dst_does_not_move_its_state(tmp_path: Path) -> None:
+    from chunkgraph.flow._flow_dir import default_root, dst_of_default_root
+
+    (tmp_path / "info").write_text("notes")
+    assert default_root(tmp_path / "out.zarr") == tmp_path / ".out.zarr.chunkgraph"
+    assert dst_of_default_root(tmp_path / ".out.zarr.chunkgraph") == tmp_path / "out.zarr"

@@ -97,9 +97,18 @@ def default_root(dst_dir: str | os.PathLike[str]) -> Path:
     PosixPath('data/.smooth.zarr.chunkgraph')
     """
     where = Path(dst_dir)
-    if (where.parent / "info").is_file():  # a precomputed volume's scale
+    if _is_precomputed_scale(where):
         return default_root(where.parent) / where.name
     return where.parent / f"{ROOT_PREFIX}{where.name}{ROOT_SUFFIX}"
+
+
+def _is_precomputed_scale(where: Path) -> bool:
+    """Whether ``where`` is a scale's folder that its volume's ``info`` lists."""
+    try:
+        info = json.loads((where.parent / "info").read_text())
+        return any(scale.get("key") == where.name for scale in info.get("scales", ()))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
 
 
 def dst_of_default_root(root: Path) -> Path | None:
@@ -109,7 +118,7 @@ def dst_of_default_root(root: Path) -> Path | None:
     PosixPath('data/smooth.zarr')
     """
     volume = dst_of_default_root(root.parent) if root.parent != root else None
-    if volume is not None and (volume / "info").is_file():  # a precomputed scale's
+    if volume is not None and _is_precomputed_scale(volume / root.name):
         return volume / root.name
     name = root.name
     if (
