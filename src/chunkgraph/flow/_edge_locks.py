@@ -25,7 +25,9 @@ Volumes on an object store cannot be locked across processes and need not be:
 their partial chunks are merged by conditional writes (an ETag match, retried
 on conflict; ``Location.conditional_writes``), and the reduction writes only
 the region inside the bbox (``Volume.merge_write``) without coming here. A
-store that offers neither is refused: adjacent flows would lose voxels.
+store that offers neither is refused when the flow's arguments are checked
+(``check_edges_mergeable``), before anything is written: adjacent flows would
+lose voxels.
 """
 
 from __future__ import annotations
@@ -91,14 +93,8 @@ def edge_chunks_locked(dst: Volume, chunk_ids: list[int]) -> Iterator[None]:
     if where.conditional_writes:
         yield  # the write itself is conditional (above)
         return
-    if where.kind == "remote":
-        raise ConfigError(
-            f"destination {dst.path!r} is on a store without conditional writes, so the "
-            f"{len(chunk_ids)} storage chunks a bbox edge cuts cannot be merged safely with "
-            "another flow's writes; use a bbox aligned to dst's chunks (dst.chunk_aligned(bbox)) "
-            "or a destination through the zarr backend",
-            field="bbox",
-        )
+    if where.kind == "remote":  # refused before the run (check_edges_mergeable): kept safe
+        raise _unmergeable(dst, f"the {len(chunk_ids)} storage chunks a bbox edge cuts", None)
     on_disk = where.lockable
     key = os.path.join(dst.path, LOCK_NAME) if on_disk else f"{dst.backend}:{dst.path}"
     with _process_lock(key):
@@ -115,6 +111,28 @@ def edge_chunks_locked(dst: Volume, chunk_ids: list[int]) -> Iterator[None]:
         finally:
             for chunk in taken:
                 fcntl.lockf(fd, fcntl.LOCK_UN, 1, chunk)
+
+
+def check_edges_mergeable(dst: Volume, bbox: Box) -> None:
+    """Refuse a ``bbox`` that cuts ``dst``'s storage chunks on a store that can neither
+    lock them across processes nor merge them by conditional writes."""
+    where = dst.location
+    if where.conditional_writes or where.kind != "remote":
+        return
+    inside = bbox.intersection(dst.bounds)  # an expanded bbox may pass dst's edge
+    aligned = dst.chunk_aligned(inside)
+    if aligned != inside:
+        raise _unmergeable(dst, "the storage chunks the bbox's edges cut", aligned)
+
+
+def _unmergeable(dst: Volume, what: str, aligned: Box | None) -> ConfigError:
+    snapped = f" ({aligned})" if aligned is not None else " (dst.chunk_aligned(bbox))"
+    return ConfigError(
+        f"destination {dst.path!r} is on a store without conditional writes, so {what} "
+        "cannot be merged safely with another flow's writes; use a bbox aligned to dst's "
+        f"storage chunks{snapped} or a destination through the zarr backend",
+        field="bbox",
+    )
 
 
 def _process_lock(key: str) -> threading.Lock:

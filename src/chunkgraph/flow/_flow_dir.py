@@ -89,13 +89,26 @@ ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 
 
 def default_root(dst_dir: str | os.PathLike[str]) -> Path:
-    """Where a flow into the on-disk ``dst_dir`` keeps its state by default.
+    """Where a flow into the on-disk ``dst_dir`` keeps its state by default: beside it, or
+    for a precomputed scale's folder (beside the volume's ``info``), beside the volume, in
+    a subfolder named by the scale, so that no state is left inside the volume.
 
     >>> default_root("data/smooth.zarr/")
     PosixPath('data/.smooth.zarr.chunkgraph')
     """
     where = Path(dst_dir)
+    if _is_precomputed_scale(where):
+        return default_root(where.parent) / where.name
     return where.parent / f"{ROOT_PREFIX}{where.name}{ROOT_SUFFIX}"
+
+
+def _is_precomputed_scale(where: Path) -> bool:
+    """Whether ``where`` is a scale's folder that its volume's ``info`` lists."""
+    try:
+        info = json.loads((where.parent / "info").read_text())
+        return any(scale.get("key") == where.name for scale in info.get("scales", ()))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
 
 
 def dst_of_default_root(root: Path) -> Path | None:
@@ -104,6 +117,9 @@ def dst_of_default_root(root: Path) -> Path | None:
     >>> dst_of_default_root(Path("data/.smooth.zarr.chunkgraph"))
     PosixPath('data/smooth.zarr')
     """
+    volume = dst_of_default_root(root.parent) if root.parent != root else None
+    if volume is not None and _is_precomputed_scale(volume / root.name):
+        return volume / root.name
     name = root.name
     if (
         name.startswith(ROOT_PREFIX)

@@ -298,7 +298,7 @@ def downsample(
     reports: list[ApplyReport] = []
     counts: list[int] = []
     try:
-        made = _make_levels(source, paths_made, factors, backend, into, dry_run)
+        made = _make_levels(source, paths_made, paths, factors, backend, into, dry_run)
         if into != "zarr3":
             paths.extend(
                 f"{source.path} (level +{k})" if dry_run else level.path
@@ -369,22 +369,26 @@ def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> Apply
 def _make_levels(
     source: Volume,
     paths: Sequence[str],
+    real: Sequence[str],
     factor: tuple[int, ...],
     backend: BackendName,
     into: str,
     dry_run: bool,
 ) -> list[Volume]:
     """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
-    stand-in of a dry run), or a level added to the source's image."""
+    stand-in of a dry run), or a level added to the source's image; ``real``: the Zarr v3
+    levels' own paths (none for levels added to the image), named in messages where a dry
+    run's stand-ins have made-up ones."""
     from chunkgraph import volume
 
+    names = [repr(p) for p in real] or [f"a new scale beside {source.path!r}"] * len(paths)
     made: list[Volume] = []
     below = source
-    for path in paths:
+    for k, path in enumerate(paths):
+        _check_offset(below, factor, k, repr(source.path) if k == 0 else names[k - 1])
         if into == "zarr3" or dry_run:
             level = _create_level(volume, below, path, factor, backend)
         else:
-            _check_offset(below, factor)
             level = volume.add_level(
                 below, factor, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
             )
@@ -508,13 +512,16 @@ def _plain_backend(source: Volume) -> str:
     return source.backend if source.backend in ("zarr", "tensorstore", "memory") else "zarr"
 
 
-def _check_offset(below: Volume, factor: tuple[int, ...]) -> None:
+def _check_offset(below: Volume, factor: tuple[int, ...], k: int, name: str) -> None:
+    """Level ``k + 1`` can be made from ``below`` (level ``k``, called ``name``)."""
     uneven = [i for i, (o, f) in enumerate(zip(below.offset, factor, strict=True)) if o % f]
     if uneven:
+        what = name if k == 0 else f"level {k} ({name})"
+        fewer = f", or fewer levels (at most {k})" if k else ""
         raise ConfigError(
-            f"{below.path!r} starts at offset {below.offset}, which is no multiple of factor "
-            f"{factor} on axis {uneven[0]}: the level's voxels would not line up with the "
-            "blocks; use a factor dividing the offset",
+            f"{what} starts at offset {below.offset}, which is no multiple of factor "
+            f"{factor} on axis {uneven[0]}: level {k + 1}'s voxels would not line up with "
+            f"the blocks; use a factor dividing the offset{fewer}",
             field="factor",
         )
 
@@ -523,7 +530,6 @@ def _create_level(
     volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName
 ) -> Volume:
     """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill."""
-    _check_offset(below, factor)
     shape = reduced_shape(below.shape[below.ndim - below.spatial_ndim :], factor)
     chunks = tuple(min(c, n) for c, n in zip(below.spatial_chunks, shape, strict=True))
     resolution = tuple(r * f for r, f in zip(below.resolution, factor, strict=True))

@@ -9,6 +9,9 @@ written whole by one task, memory stays within ``memory_limit``, and a run
 interrupted anywhere resumes with ``resume=True``. A dtype change is the flow's
 ``cast`` (``_cast``): ``"safe"`` by default, ``"same_kind"`` or ``"unsafe"`` to narrow.
 
+dst is a new volume: one already there is refused (it would be overwritten) unless the
+transfer is resumed, which continues an interrupted transfer into it.
+
 A refused transfer writes nothing: dst that is the source itself, a bucket's root (the
 flow's state goes beside dst), a conversion the cast refuses and a plan the memory
 limit refuses (planned first over an in-memory stand-in of dst) are refused before dst
@@ -104,7 +107,7 @@ def transfer(
         )
     _check_dtype(source, dtype, cast)
     there, existing = _existing(dst)
-    _check_dst(source, dst, existing)
+    _check_dst(source, dst, existing, resume)
     copy = _Copy(
         source, dst, region, chunks, shards, dtype, backend, cast, memory_limit, executor, workers
     )
@@ -229,15 +232,26 @@ def _existing(dst: str | os.PathLike[str]) -> tuple[bool, Volume | None]:
         return True, None
 
 
-def _check_dst(source: Volume, dst: str | os.PathLike[str], existing: Volume | None) -> None:
+def _check_dst(
+    source: Volume, dst: str | os.PathLike[str], existing: Volume | None, resume: bool
+) -> None:
     """dst is not the source (a copy onto itself rewrites every chunk in place for nothing)
-    nor a bucket's root (the flow's state goes beside dst, and there is no beside there)."""
+    nor a bucket's root (the flow's state goes beside dst, and there is no beside there),
+    and is new unless the transfer is resumed (it would overwrite another volume)."""
     if existing is not None and existing.location.same_as(source.location):
         raise ConfigError(
             f"dst {os.fspath(dst)!r} is the source {source.path!r} itself: a transfer "
             "onto itself would rewrite every chunk in place and change nothing; give "
             "another dst (to rechunk or convert in place, transfer to a new path, then "
             "replace the source with it)",
+            field="dst",
+        )
+    if existing is not None and not resume:
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} already exists (a {existing.dtype} volume of shape "
+            f"{existing.shape}), and transfer makes a new volume: give a new path, or "
+            "remove it first (volume.remove); to continue an interrupted transfer into "
+            "it, pass resume=True (--resume on the command line)",
             field="dst",
         )
     _, place = split_format(os.fspath(dst))
