@@ -340,7 +340,14 @@ def locked_message(
     callers: ``resume=True``, ``lock_wait=``): who holds the flow or writes its
     destination, what to do now. ``lock_wait_flag``: the command takes ``--lock-wait``."""
     who = err.holder
-    if err.destination:
+    if err.reads:
+        head = (
+            f"{err.destination}, which this flow reads, is being written by another flow: "
+            f"{who}, over a region that overlaps what this one reads. Reading it meanwhile "
+            "would read half-written chunks"
+        )
+        again = "run this command again"
+    elif err.destination:
         head = (
             f"{err.destination} is being written by another flow: {who}, over a region that "
             "overlaps this one's. Two flows writing one region would mix their results"
@@ -362,9 +369,22 @@ def locked_message(
     wait = " rerun with --lock-wait SECONDS to wait for it," if lock_wait_flag else ""
     return (
         f"chunkgraph {command}: {head}, so this one did nothing.{lapse} Wait for it to finish "
-        f"(`chunkgraph status {dst}` shows its progress),{wait} or stop that process; once "
-        f"it has stopped, {again}."
+        f"(`chunkgraph status {_status_of(err, dst)}` shows its progress),{wait} or stop that "
+        f"process; once it has stopped, {again}."
     )
+
+
+def _status_of(err: FlowLockedError, dst: object) -> object:
+    """What `chunkgraph status` is given to show the flow that holds ``err``'s lock: the
+    volume it writes (named by the error, or found from the lock's place beside it, as a
+    downsample's level is), else ``dst`` as the command was given it."""
+    from chunkgraph.flow._flow_dir import dst_of_state_root
+
+    if err.destination:
+        return err.destination
+    root = err.lock.rpartition("/")[0]
+    found = dst_of_state_root(root) if root else None
+    return dst if found is None else found
 
 
 def report_dir_problem(path: str) -> str | None:
