@@ -312,7 +312,9 @@ def _create_output(
     try:
         made = volume.create(plan.path, **plan.create_args)
     except Exception:
-        if plan.overwrite or not os.path.exists(os.path.join(plan.path, "zarr.json")):
+        # Made meanwhile by another run (a bucket says so its own ways: "already exists",
+        # zarr's ContainsArrayError): used as found, and that run's claim decides.
+        if plan.overwrite or not _volume_at(plan.path, plan.create_args):
             raise
     else:
         return made, NewOutput.noted(made, existed, replaced)
@@ -322,6 +324,17 @@ def _create_output(
         line = resolved.lines.line("output.path")
         found = f"created meanwhile by another process, but it does not match this spec: {err}"
         raise SpecError(resolved.file, [SpecProblem("output.path", line, found)]) from None
+
+
+def _volume_at(path: str, create_args: dict[str, Any]) -> bool:
+    """Whether a volume opens at ``path`` now (a folder or a URL)."""
+    from chunkgraph import volume
+
+    try:
+        volume.open(path, storage_options=create_args.get("storage_options"))
+    except Exception:  # not there, or not a volume: the creation's own error stands
+        return False
+    return True
 
 
 def _taken_back(new: NewOutput | None) -> str:
