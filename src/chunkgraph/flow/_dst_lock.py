@@ -219,13 +219,7 @@ def _live_writer(store: StateStore, box: Box) -> tuple[dict[str, Any], float | N
 def _being_written(
     vol: Volume, name: str, box: Box, owner: dict[str, Any], wait: float, lapses_in: float | None
 ) -> FlowLockedError:
-    flow = owner.get("flow", "?")
-    fn = f" (fn {owner['fn']})" if owner.get("fn") else ""
-    theirs = _region_of(owner, box.ndim)
-    where = region_text(theirs.start, theirs.stop) if theirs is not None else "all of it"
-    waited = f" after waiting {wait:g} s" if wait > 0 and math.isfinite(wait) else ""
-    who = f"flow {flow}{fn} in {describe(owner)}"
-    lapse = f" {lapse_note(lapses_in)}." if lapses_in is not None else ""
+    who, where, waited, lapse = _writer(owner, box.ndim, wait, lapses_in)
     return FlowLockedError(
         f"the input {name!r} ({vol.path}) is being written by another flow{waited}: {who} "
         f"writes {where}, which overlaps the region this flow reads "
@@ -256,13 +250,7 @@ def _tidy(store: StateStore) -> None:
 def _busy(
     dst: Volume, region: Box, owner: dict[str, Any], wait: float, lapses_in: float | None
 ) -> FlowLockedError:
-    flow = owner.get("flow", "?")
-    fn = f" (fn {owner['fn']})" if owner.get("fn") else ""
-    theirs = _region_of(owner, region.ndim)
-    where = region_text(theirs.start, theirs.stop) if theirs is not None else "all of it"
-    waited = f" after waiting {wait:g} s" if wait > 0 and math.isfinite(wait) else ""
-    who = f"flow {flow}{fn} in {describe(owner)}"
-    lapse = f" {lapse_note(lapses_in)}." if lapses_in is not None else ""
+    who, where, waited, lapse = _writer(owner, region.ndim, wait, lapses_in)
     return FlowLockedError(
         f"the destination {dst.path} is being written by another flow{waited}: {who} "
         f"writes {where}, which overlaps this flow's region "
@@ -275,6 +263,19 @@ def _busy(
         destination=str(dst.path),
         lapses_in=lapses_in,
     )
+
+
+def _writer(
+    owner: dict[str, Any], ndim: int, wait: float, lapses_in: float | None
+) -> tuple[str, str, str, str]:
+    """What a refusal says of the flow writing: who, the region it claims, how long this
+    one waited (or ""), and when its lease lapses (or "")."""
+    fn = f" (fn {owner['fn']})" if owner.get("fn") else ""
+    theirs = _region_of(owner, ndim)
+    where = region_text(theirs.start, theirs.stop) if theirs is not None else "all of it"
+    waited = f" after waiting {wait:g} s" if wait > 0 and math.isfinite(wait) else ""
+    lapse = f" {lapse_note(lapses_in)}." if lapses_in is not None else ""
+    return f"flow {owner.get('flow', '?')}{fn} in {describe(owner)}", where, waited, lapse
 
 
 def _guard_busy(store: StateStore, dst: Volume) -> Any:
