@@ -9,9 +9,12 @@ touches the world, in this order::
     device fit ──> flow id ──> FlowDir writable? ──(dry_run)──> estimate ──> report
         │
         v
-    lock ──> claim dst's region ──> resume or start over ──> in-place rules ──(finished)──> report
-        │                 (dst re-created: start over; not resuming: clear markers,
-        v                  layers removed and made anew)
+    lock ──> claim dst's region ──> no input being written by another flow (or lock_wait)
+        │
+        v
+    resume or start over ──> in-place rules ──(finished)──> report
+        │     (dst re-created: start over; not resuming: clear markers,
+        v      layers removed and made anew)
     probe ──> open: record removed, .where note, in-place mark
         │
         v
@@ -20,7 +23,8 @@ touches the world, in this order::
 The flow's state is ``FlowDir``'s (``_flow_dir``): this module asks it to
 lock, record and discard, and never spells a path of it. The lock is per flow
 id; the claim (``_dst_lock``) keeps any other flow off the region of dst this
-one writes, for the whole run. ``reduce_deferred``
+one writes, for the whole run, and a flow refuses to read an input another flow
+is writing (``refuse_if_written``). ``reduce_deferred``
 shares the executor and the ``held`` → record → discard steps.
 
 State. A ``FlowRun`` holds what ``apply`` decided (spec, plan, options, the
@@ -49,13 +53,14 @@ from chunkgraph.flow._device import (
     FlowDevice,
     resolve_device,
 )
-from chunkgraph.flow._dst_lock import claimed
+from chunkgraph.flow._dst_lock import claimed, refuse_if_written
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
 from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
 from chunkgraph.flow._probe import fn_calls, probe_fn
+from chunkgraph.flow._resolution import scaled
 from chunkgraph.flow._spec import FlowSpec, same_storage
 from chunkgraph.flow._state import (
     in_place_conflict,
@@ -169,6 +174,8 @@ class FlowRun:
             state.held(options.lock_wait),
             claimed(dst, spec.bbox, _about(flow_id, self.fn), deadline - time.monotonic()),
         ):
+            # After both locks: of two flows each reading what the other writes, one sees.
+            refuse_if_written(reads_of(spec, self.inputs, dst), deadline - time.monotonic())
             resume = self._resume_or_start_over(state, stamp)
             finished = state.record.read() if resume else None
             if in_place is not None and finished is None:
@@ -296,6 +303,7 @@ class FlowRun:
             return no_io_report(
                 flow_id, spec.bbox, self.t0, dry_run=True, tasks_per_level=per_level, reductions=0
             )
+        refuse_if_written(reads_of(spec, self.inputs, None), options.lock_wait)
         values, read = run_values(
             spec, self.run_fn, self.inputs, executor, options.progress, options.subscribers, edge
         )
@@ -323,6 +331,19 @@ def _about(flow_id: str, fn: Callable[..., Any]) -> dict[str, str]:
     named = getattr(fn, "func", fn)  # a partial (fn_kwargs): the function it binds
     name = getattr(named, "__qualname__", None) or type(named).__qualname__
     return {"flow": flow_id, "fn": f"{getattr(named, '__module__', '?')}.{name}"}
+
+
+def reads_of(
+    spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume | None
+) -> dict[str, tuple[Volume, Box]]:
+    """What the flow reads of each input: its bbox padded by the pads, at the input's
+    resolution; not an input that is dst itself (in place: this flow's own claim)."""
+    read = spec.bbox.padded(spec.context_pad)
+    return {
+        name: (vol, scaled(read, spec.scale_of(name)))
+        for name, vol in inputs.items()
+        if dst is None or not same_storage(vol, dst)
+    }
 
 
 def _retries(options: RunOptions) -> int:

@@ -34,7 +34,7 @@ from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import job_memory_refusal, resolve_memory_limit
 from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
-from chunkgraph.flow._dst_lock import claimed
+from chunkgraph.flow._dst_lock import claimed, refuse_if_written
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -255,6 +255,7 @@ def downsample(
     dry_run: bool = False,
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    lock_wait: float = 0.0,
 ) -> DownsampleReport:
     """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
 
@@ -264,7 +265,9 @@ def downsample(
     ``format``: ``"ome-zarr"`` or ``"precomputed"`` (new levels in the source's image;
     the default for a level of one), ``"zarr3"`` (volumes at ``dst``, a path with
     ``{level}``; default beside ``src``: ``vol_s1.zarr``, ...; the default for a plain
-    volume). Each level is an ``apply`` flow, resumable with ``resume=True``.
+    volume). Each level is an ``apply`` flow, resumable with ``resume=True``;
+    ``lock_wait``: seconds each waits for another flow writing what it reads or writes
+    (``_dst_lock``; 0: refused at once).
 
     >>> from chunkgraph import volume
     >>> v = volume.create("ds-doc", (8, 6), (4, 4), "uint8", backend="memory")
@@ -289,6 +292,9 @@ def downsample(
             source, factor=factors, levels=levels, method=method, dst=dst, format=into,
             memory_limit=memory_limit, executor=executor, workers=workers, dry_run=True,
         )  # fmt: skip
+        # A source another flow is writing is refused before a level is made or listed
+        # (each pass's apply checks again, under its locks).
+        refuse_if_written({"src": (source, source.bounds)}, lock_wait)
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
     backend = cast("BackendName", "memory" if dry_run else _plain_backend(source))
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
@@ -310,7 +316,7 @@ def downsample(
         while done < levels:
             count, top = fused_pass(below, made[done:], factors, cores, limit)
             first, above = made[done], made[done + 1 : done + count]
-            with _claimed_levels(above, below, skip=dry_run):
+            with _claimed_levels(above, below, lock_wait, skip=dry_run):
                 report = _apply_refusing_in_own_words(
                     apply,
                     downsample_chunk,
@@ -331,6 +337,7 @@ def downsample(
                     workers=workers,
                     resume=resume,
                     dry_run=dry_run,
+                    lock_wait=lock_wait,
                     progress=progress,
                     subscribers=subscribers,
                     # A fixed, tested function: probing it would read one bottom chunk twice.
@@ -412,13 +419,15 @@ def _place(level: Volume) -> tuple[Any, ...]:
 
 
 @contextlib.contextmanager
-def _claimed_levels(levels: Sequence[Volume], below: Volume, *, skip: bool) -> Iterator[None]:
+def _claimed_levels(
+    levels: Sequence[Volume], below: Volume, wait: float, *, skip: bool
+) -> Iterator[None]:
     """The levels a pass's fn writes besides apply's dst, claimed as apply claims its dst
     (``_dst_lock``): no other flow writes them meanwhile. ``skip``: a dry run, no claims."""
     about = {"flow": f"downsample of {below.path}", "fn": "downsample_chunk"}
     with contextlib.ExitStack() as claims:
         for level in () if skip else levels:
-            claims.enter_context(claimed(level, level.bounds, about, 0.0))
+            claims.enter_context(claimed(level, level.bounds, about, wait))
         yield
 
 

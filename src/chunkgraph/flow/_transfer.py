@@ -39,6 +39,7 @@ from chunkgraph.flow._cast import (
     conversion_refusal,
     warn_if_saturated,
 )
+from chunkgraph.flow._dst_lock import refuse_if_written
 from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -72,12 +73,15 @@ def transfer(
     dry_run: bool = False,
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    lock_wait: float = 0.0,
 ) -> ApplyReport:
     """Copy ``src`` (within ``bbox``, global voxels; default all of it) into a new volume
     at ``dst`` with spatial ``chunks`` (default the source's), Zarr v3 ``shards`` (None:
     unsharded), ``dtype`` (default the source's, converted under ``cast``) and ``backend``
     (default the source's). ``dst`` may carry a format prefix (``precomputed://``,
     ``n5://``, ``zarr2://``) and ``src`` be any volume ``volume.open`` reads.
+    ``lock_wait``: seconds to wait for another flow writing the source or dst
+    (``_dst_lock``; 0: refused at once).
 
     >>> from chunkgraph import volume
     >>> v = volume.create("tr-doc", (8, 8), (2, 2), "uint8", backend="memory")
@@ -116,9 +120,12 @@ def transfer(
             # The plan first, over a stand-in of dst in memory: what the memory limit or
             # the sizes refuse is refused before dst exists.
             _run(copy, dry_run=True)
+            # A source another flow is writing is refused before dst is made (apply
+            # checks again, under its locks).
+            refuse_if_written({"src": (source, region)}, lock_wait)
         report = _run(
             copy, dry_run=dry_run, resume=resume, progress=progress, subscribers=subscribers,
-            made=not there,
+            made=not there, lock_wait=lock_wait,
         )  # fmt: skip
     except ConfigError as err:
         raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
@@ -157,6 +164,7 @@ def _run(
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
     made: bool = False,
+    lock_wait: float = 0.0,
 ) -> ApplyReport:
     """Make dst (a stand-in in memory for a dry run) and copy into it; a dst this call made
     is removed again when the flow refuses it, and a stand-in always."""
@@ -198,6 +206,7 @@ def _run(
                 workers=copy.workers,
                 resume=resume,
                 dry_run=dry_run,
+                lock_wait=lock_wait,
                 progress=progress,
                 subscribers=subscribers,
                 # The identity needs no probe, and one would read a bottom chunk twice.
