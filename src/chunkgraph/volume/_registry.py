@@ -170,8 +170,7 @@ def create(
             _normalise_path(place, "zarr"), format_backend, meta, compressor, checksum,
             StoreOptions.of(storage_options), options, exist_ok, cache_bytes,
         )  # fmt: skip
-    if fmt is not None:
-        path = place
+    path = place  # the prefix said the format (zarr3://), or only that it is a path (file://)
     if encoding is not None or write_chunks is not None:
         raise ConfigError(
             "encoding and write_chunks apply to precomputed volumes (a precomputed:// path)",
