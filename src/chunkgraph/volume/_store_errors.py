@@ -36,6 +36,8 @@ _STATUS = re.compile(r"(?:status code|HTTP response code): (\d{3})")
 _REQUEST = re.compile(r"performing (?:list request: Error performing )?([A-Z]+) (\S+)")
 _TRIES = re.compile(r"after (\d+) retries|All (\d+) retry attempts")
 _WITHIN = re.compile(r" in ([0-9.]+)(m?s)")
+# curl's low-speed watchdog, as TensorStore reports it: the bound of one try.
+_WATCHDOG = re.compile(r"transferred the last (\d+) seconds")
 
 # What a 401/403 code means for the person holding the credentials.
 _ACCESS_CODES = {
@@ -122,7 +124,8 @@ def store_failure(
         why = f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
     elif "Timeout" in text or "TimedOut" in text or "timed out" in text:
         why = (
-            f"the store did not answer ({method}) within {_took(text)}{_tries(text)}. If it is "
+            f"the store did not answer{f' ({method})' if method else ''} within "
+            f"{_took(text)}{_tries(text)}. If it is "
             "only slow, raise CHUNKGRAPH_STORE_TIMEOUT (seconds per try) or "
             "storage_options={'timeout': ..., 'retry_timeout': ...}"
         )
@@ -146,7 +149,7 @@ def store_failure(
 
 def _request(text: str) -> tuple[str, str]:
     found = _REQUEST.search(text)
-    return (found.group(1), found.group(2)) if found else ("the request", "")
+    return (found.group(1), found.group(2)) if found else ("", "")
 
 
 def _endpoint_of(asked: str) -> str:
@@ -155,6 +158,9 @@ def _endpoint_of(asked: str) -> str:
 
 
 def _took(text: str) -> str:
+    watchdog = _WATCHDOG.search(text)
+    if watchdog:
+        return f"{watchdog.group(1)} s a try"
     found = _WITHIN.search(text)
     if not found:
         return "the timeouts"
@@ -166,7 +172,8 @@ def _tries(text: str) -> str:
     found = _TRIES.search(text)
     if not found:
         return ""
-    tries = int(found.group(1)) + 1 if found.group(1) else int(found.group(2))
+    # Both count the tries after the first (TensorStore's "All 4 retry attempts" made 5).
+    tries = int(found.group(1) or found.group(2)) + 1
     return f" (after {tries} tries)"
 
 
