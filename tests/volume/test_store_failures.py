@@ -250,3 +250,33 @@ def test_wrong_credentials_show_the_store_s_error_code(
         # create asks with HEAD, whose answer has no body and so no code: all reasons.
         with pytest.raises(StoreError, match=r"403 Forbidden.*AWS_SECRET_ACCESS_KEY"):
             volume.create(f"s3://{bucket}/b.zarr", (4,), (2,), "uint8")
+
+
+def test_precomputed_with_wrong_or_no_credentials_says_what_zarr_says(
+    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """TensorStore's own words (``PERMISSION_DENIED ... http_response_body=<?xml``) and
+    its credential chain's log lines on stderr become the one line Zarr's stores give."""
+    import moto.settings
+
+    url = f"precomputed://s3://{bucket}/img"
+    volume.create(url, (32, 32, 32), (16, 16, 16), "uint8")
+    capfd.readouterr()
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOSUCHKEY0000000")
+    with pytest.raises(StoreError) as caught:
+        volume.open(url)
+    message = str(caught.value)
+    assert caught.value.code == "InvalidAccessKeyId" and "403 InvalidAccessKeyId" in message
+    assert "AWS_ACCESS_KEY_ID" in message and server.endpoint in message
+    assert "http_response_body" not in message and "<?xml" not in message
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    with pytest.raises(ConfigError) as missing:
+        volume.open(url)
+    message = str(missing.value)
+    assert "no credentials" in message and "AWS_ACCESS_KEY_ID" in message
+    assert "skip_signature" in message and "PERMISSION_DENIED" not in message
+    assert capfd.readouterr().err == ""  # none of TensorStore's credential log lines
