@@ -75,6 +75,10 @@ GZIP_LEVEL = 6
 # past its end (OUT_OF_RANGE) or does not gunzip (DATA_LOSS). Reads stay inside the
 # volume, so OUT_OF_RANGE is never an index error here.
 _DECODE_STATUSES = ("FAILED_PRECONDITION", "DATA_LOSS", "OUT_OF_RANGE")
+# curl's own decode error (CURLE_BAD_CONTENT_ENCODING): an object served with
+# Content-Encoding gzip (br, zstd) whose body is not that. The bytes arrived whole and do
+# not decode, like a garbled chunk, so it is damage, not a failed request to retry.
+_BAD_CONTENT_ENCODING = "[curl_code='61']"
 
 
 def stored_suffix(root: str, scale: dict[str, Any], options: StoreOptions) -> str:
@@ -195,7 +199,10 @@ class _ShardName:
 
 
 def is_decode_error(error: BaseException) -> bool:
-    return isinstance(error, ValueError) and str(error).startswith(_DECODE_STATUSES)
+    if not isinstance(error, ValueError):
+        return False
+    text = str(error)
+    return text.startswith(_DECODE_STATUSES) or _BAD_CONTENT_ENCODING in text
 
 
 class PrecomputedView(TensorStoreView):
