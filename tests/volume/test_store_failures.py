@@ -162,7 +162,7 @@ def test_tensorstore_on_a_silent_endpoint_fails_within_the_bound_zarr_has(
             [sys.executable, "-c", _TENSORSTORE_DEFAULTS, endpoint],
             env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-    kind, took, message = (done.stdout.split(maxsplit=2) + ["", "0", ""])[:3]
+    kind, took, message = [*done.stdout.split(maxsplit=2), "", "0", ""][:3]
     assert kind == "StoreError", done.stdout + done.stderr
     monkeypatch.setenv(TIMEOUT_ENV, "2")
     assert float(took) < failure_bound({}) + 1, done.stdout  # 5 s; it took 12 s before
@@ -253,7 +253,10 @@ def test_wrong_credentials_show_the_store_s_error_code(
 
 
 def test_precomputed_with_wrong_or_no_credentials_says_what_zarr_says(
-    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    server: S3Server,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """TensorStore's own words (``PERMISSION_DENIED ... http_response_body=<?xml``) and
     its credential chain's log lines on stderr become the one line Zarr's stores give."""

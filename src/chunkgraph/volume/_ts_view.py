@@ -116,10 +116,9 @@ def _on_ec2() -> bool:
         ("/sys/class/dmi/id/sys_vendor", "Amazon EC2"),
         ("/sys/hypervisor/uuid", "ec2"),
     ):
-        with contextlib.suppress(OSError):
-            with open(path) as f:
-                if f.read().strip().startswith(mark):
-                    return True
+        with contextlib.suppress(OSError), open(path) as f:
+            if f.read().strip().startswith(mark):
+                return True
     return False
 
 
