@@ -30,8 +30,3 @@ def test_processes_with_secret_options_and_no_credentials_are_refused_up_front(
     assert "executor='processes'" in message and "secret_access_key" in message
     assert "AWS_ACCESS_KEY_ID" in message and refused.value.field == "executor"
     assert server.keys(bucket) == before  # no task ran, no state was written
-    # With the credentials in the environment the pool inherits, the same flow runs.
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
-    flow.apply(lambda x: x + 1, src, dst, chunk_sizes=[16], executor="processes", workers=2)
-    assert (dst.read(dst.bounds) == 2).all()
