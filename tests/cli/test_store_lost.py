@@ -209,3 +209,36 @@ def test_a_lease_the_frozen_store_does_not_renew_is_blamed_on_the_store(work: Pa
     assert "the flow's lease could not be renewed" in err and "stopped answering" in err, err
     assert proxy.endpoint in err and "s3://lease-frozen/" in err, err
     assert "another run" not in err and "resume=True" not in err and "--resume" in err, err
+
+
+def test_a_store_lost_while_tasks_write_chunks_is_one_line_with_its_url_whole(
+    work: Path,
+) -> None:
+    """Tasks in threads, with a reduction step, writing dst's chunks meet the refused store
+    (the flow's state is on disk here, so no marker write meets it first): still the one
+    line, the URL not mangled."""
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(s3_server(("lost-in-tasks",)))
+        raw = volume.open(str(work / "raw.zarr"))
+        src = volume.create("s3://lost-in-tasks/raw.zarr", raw.shape, raw.chunks, raw.dtype)
+        src.write(src.bounds, raw.read(raw.bounds))
+        spec = _spec_to(work, "s3://lost-in-tasks/out.zarr", "s3://lost-in-tasks/raw.zarr", True)
+        text = Path(spec).read_text().replace("retries: 0\nrun: {executor: sync}\n", "")
+        state = f"intermediates: {work / 'state'}\n"
+        Path(spec).write_text(text + state + "crop_pads: [4]\nretries: 1\nrun: {workers: 4}\n")
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([SRC, str(work)]),
+            TIMEOUT_ENV: "0.5",
+            "CHUNKGRAPH_LEASE_TTL": "2",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chunkgraph", "run", "--quiet", spec],
+            cwd=work, env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _wait_for_chunks(server, proc, 60, "lost-in-tasks")
+    _, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1, (proc.returncode, err)
+    assert len(lines) == 2 and "the object store failed" in lines[0], err
+    assert "s3://lost-in-tasks/" in lines[0] and "s3:/lost" not in err, err

@@ -389,3 +389,24 @@ def test_an_empty_shard_object_on_s3_is_corrupt_not_missing() -> None:
         with pytest.raises(CorruptChunkError) as raised:
             opened.read(opened.bounds)
         assert raised.value.files == ("s3://empty-shard/pc/4_4_40/1.shard",)
+
+
+def test_an_object_whose_body_is_not_its_content_encoding_is_a_corrupt_chunk(
+    server: S3Server, bucket: str
+) -> None:
+    """``Content-Encoding: gzip`` over bytes that are not gzip: they arrived and do not
+    decode (curl's error 61), so the read names the chunk, key and box and is not worth
+    another try, as a garbled chunk is; the other chunks still read."""
+    from chunkgraph._errors import is_permanent
+
+    v = volume.create(f"precomputed://s3://{bucket}/img", (32, 32, 32), (16, 16, 16), "uint8")
+    v.write(v.bounds, np.ones((32, 32, 32), "uint8"))
+    key = "img/1_1_1/0-16_16-32_0-16"
+    _client(server).put_object(Bucket=bucket, Key=key, Body=b"not gzip" * 8, ContentEncoding="gzip")
+    again = volume.open(f"precomputed://s3://{bucket}/img")
+    with pytest.raises(CorruptChunkError) as caught:
+        again.read(again.bounds)
+    message = str(caught.value)
+    assert "'1_1_1/0-16_16-32_0-16'" in message and "Box(start=(0, 16, 0)" in message
+    assert is_permanent(caught.value)
+    assert again.read(Box((16, 0, 0), (32, 32, 32))).sum() == 16 * 32 * 32

@@ -64,6 +64,7 @@ from chunkgraph._errors import ConfigError, CorruptChunkError, FlowLockedError
 from chunkgraph._util import named_os_error, write_problem
 from chunkgraph.flow._holder import describe, this_process
 from chunkgraph.flow._state_store import StateStore, state_store
+from chunkgraph.volume._formats import split_format
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, split_url
 
 if TYPE_CHECKING:
@@ -133,10 +134,17 @@ def dst_of_default_root(root: Path) -> Path | None:
 def default_state_root(dst_path: str | os.PathLike[str]) -> Path | str:
     """``default_root`` of a dst on a disk or in an object store (a URL beside it).
 
+    A format prefix names how the volume is stored, not where: the root goes beside
+    the place it names (``precomputed://s3://b/img`` keeps its state in ``s3://b/``).
+
     >>> default_state_root("s3://bucket/data/smooth.zarr/")
     's3://bucket/data/.smooth.zarr.chunkgraph'
+    >>> default_state_root("precomputed://s3://bucket/img")
+    's3://bucket/.img.chunkgraph'
+    >>> default_state_root("zarr2://file:///data/a.zarr")
+    PosixPath('/data/.a.zarr.chunkgraph')
     """
-    text = os.fspath(dst_path)
+    text = split_format(os.fspath(dst_path))[1]
     if is_object_url(text):
         scheme, bucket, prefix = split_url(text)
         if not prefix:

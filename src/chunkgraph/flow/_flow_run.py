@@ -385,6 +385,21 @@ def flow_executor(
     return chosen
 
 
+def _check_secrets_reach_pool(where: str, volumes: list[Volume]) -> None:
+    """A pool's processes get this process's environment but never the secret
+    ``storage_options`` (they are not pickled, ``_object_store``): a secret with no
+    environment variable here would fail every task there, so it is refused before the run."""
+    from chunkgraph.volume._remote import check_credentials_shipped
+
+    for v in volumes:
+        names = v.storage_options.secret_names()
+        if names and "://" in v.path:
+            try:
+                check_credentials_shipped(v.path, names)
+            except ConfigError as err:
+                raise ConfigError(f"{where}, {err}", field="executor") from None
+
+
 def _check_out_of_process(
     chosen: Executor,
     options: RunOptions,
@@ -405,6 +420,8 @@ def _check_out_of_process(
             "this process; store them with backend='zarr' or use executor='threads'",
             field="executor",
         )
+    if options.executor == "processes":
+        _check_secrets_reach_pool(where, [*inputs.values(), *([dst] if dst else [])])
     import cloudpickle  # type: ignore[import-untyped]
 
     try:

@@ -78,6 +78,10 @@ GZIP_LEVEL = 6
 _DECODE_STATUSES = ("FAILED_PRECONDITION", "DATA_LOSS", "OUT_OF_RANGE")
 # ... and a minishard index that does not gunzip, which TensorStore words without a status.
 _DECODE_WORDING = "Error decoding existing minishard index"
+# curl's own decode error (CURLE_BAD_CONTENT_ENCODING): an object served with
+# Content-Encoding gzip (br, zstd) whose body is not that. The bytes arrived whole and do
+# not decode, like a garbled chunk, so it is damage, not a failed request to retry.
+_BAD_CONTENT_ENCODING = "[curl_code='61']"
 
 
 def stored_suffix(root: str, scale: dict[str, Any], options: StoreOptions) -> str:
@@ -200,8 +204,11 @@ class _ShardName:
 
 
 def is_decode_error(error: BaseException) -> bool:
-    return isinstance(error, ValueError) and (
-        str(error).startswith(_DECODE_STATUSES) or _DECODE_WORDING in str(error)
+    if not isinstance(error, ValueError):
+        return False
+    text = str(error)
+    return (
+        text.startswith(_DECODE_STATUSES) or _DECODE_WORDING in text or _BAD_CONTENT_ENCODING in text
     )
 
 
