@@ -208,7 +208,9 @@ def is_decode_error(error: BaseException) -> bool:
         return False
     text = str(error)
     return (
-        text.startswith(_DECODE_STATUSES) or _DECODE_WORDING in text or _BAD_CONTENT_ENCODING in text
+        text.startswith(_DECODE_STATUSES)
+        or _DECODE_WORDING in text
+        or _BAD_CONTENT_ENCODING in text
     )
 
 
