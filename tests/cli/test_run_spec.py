@@ -610,7 +610,7 @@ def test_a_flow_already_running_is_said_in_command_line_terms(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The lock held (by this process): exit 1, its pid and host, status and --resume."""
-    from chunkgraph.flow._flow_dir import flow_lock
+    from chunkgraph.flow.state._lock import flow_lock
 
     spec = write(work, spec_with(function="function: spec_functions:scale"))
     code, out, err = run(capsys, spec)

@@ -23,7 +23,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import volume
-from chunkgraph.flow._lease import TTL_ENV
+from chunkgraph.flow.state._lease import TTL_ENV
 from chunkgraph.geometry import Box
 from chunkgraph.testing import S3Server, latency_proxy
 

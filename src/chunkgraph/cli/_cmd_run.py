@@ -402,7 +402,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError
     from chunkgraph._util import write_problem
-    from chunkgraph.flow._flow_dir import default_state_root
+    from chunkgraph.flow.state import default_state_root
 
     plan = resolved.output
     checked = dataclasses.replace(run, dry_run=True)

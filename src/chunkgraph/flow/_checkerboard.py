@@ -139,7 +139,7 @@ class LayerPlan:
 
     def remove(self) -> None:
         if isinstance(self.root, str):
-            from chunkgraph.flow._state_store import state_store
+            from chunkgraph.flow.state import state_store
 
             state_store(self.root, self.storage_options).delete_tree("")
         elif self.root.exists():
@@ -148,7 +148,7 @@ class LayerPlan:
     def present(self) -> bool:
         """Whether anything of the layers is stored (a folder, or objects under the URL)."""
         if isinstance(self.root, str):
-            from chunkgraph.flow._state_store import state_store
+            from chunkgraph.flow.state import state_store
 
             return state_store(self.root, self.storage_options).exists("")
         return self.root.is_dir()

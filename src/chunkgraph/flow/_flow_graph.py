@@ -30,7 +30,6 @@ from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._estimate import needed_input_bytes
 from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._markers import REDUCE, TOP, grid_key
 from chunkgraph.flow._read_model import io_pool_threads, sweep_axis
 from chunkgraph.flow._reduce import (
     ReductionStats,
@@ -46,11 +45,12 @@ from chunkgraph.flow._top_task import (
     run_top_task,
     superchunks_in_flight,
 )
+from chunkgraph.flow.state import REDUCE, TOP, grid_key
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, Subscriber
-    from chunkgraph.flow._flow_dir import FlowDir
+    from chunkgraph.flow.state import FlowDir
     from chunkgraph.graph import Graph, TaskRef
     from chunkgraph.planning import Plan
     from chunkgraph.volume import Volume

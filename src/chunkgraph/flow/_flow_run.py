@@ -49,24 +49,28 @@ from chunkgraph.flow._device import (
     FlowDevice,
     resolve_device,
 )
-from chunkgraph.flow._dst_lock import claimed
 from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
-from chunkgraph.flow._fingerprint import flow_id_of, flow_id_parts
-from chunkgraph.flow._flow_dir import FlowDir, dst_of_state_root, layers_place, state_root
 from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
 from chunkgraph.flow._probe import fn_calls, probe_fn
 from chunkgraph.flow._spec import FlowSpec, same_storage
-from chunkgraph.flow._state import (
+from chunkgraph.flow._top_task import superchunks_in_flight
+from chunkgraph.flow.state import (
+    FlowDir,
+    claimed,
+    dst_of_state_root,
+    flow_id_of,
+    flow_id_parts,
     in_place_conflict,
     in_place_mark,
     kept_state_note,
+    layers_place,
     lost_in_place_state,
+    reach,
+    state_root,
     warn_if_resume_mismatch,
     warn_if_stale,
 )
-from chunkgraph.flow._state_store import reach
-from chunkgraph.flow._top_task import superchunks_in_flight
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor

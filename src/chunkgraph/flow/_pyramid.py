@@ -34,8 +34,8 @@ from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow._auto_sizes import job_memory_refusal, resolve_memory_limit
 from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
-from chunkgraph.flow._dst_lock import claimed
 from chunkgraph.flow._report import ApplyReport
+from chunkgraph.flow.state import claimed
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 

@@ -181,7 +181,7 @@ def damaged_layer_error(error: CorruptChunkError, layer_path: str) -> CorruptChu
     ``chunkgraph clean DST FLOW_ID``, then applying again).
     """
     from chunkgraph.flow._deferred import GEOMETRY_KEY
-    from chunkgraph.flow._state import clean_command, read_flow_info
+    from chunkgraph.flow.state import clean_command, read_flow_info
 
     flow_dir = Path(layer_path).parent.parent  # <intermediates>/<flow id>/layers/layer_k.zarr
     root, flow_id = flow_dir.parent, flow_dir.name

@@ -43,16 +43,13 @@ from chunkgraph.flow._apply import ApplyReport
 from chunkgraph.flow._cast import warn_if_saturated
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
-from chunkgraph.flow._dst_lock import claimed
-from chunkgraph.flow._flow_dir import FlowDir
 from chunkgraph.flow._flow_graph import LAYERS_KEY
 from chunkgraph.flow._flow_run import flow_executor, no_io_report
 from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._markers import REDUCE, TOP, MarkerStore, grid_key
 from chunkgraph.flow._options import RunOptions
 from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.flow._spec import FlowSpec, check_dst
-from chunkgraph.flow._state_store import reach
+from chunkgraph.flow.state import REDUCE, TOP, FlowDir, MarkerStore, claimed, grid_key, reach
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:

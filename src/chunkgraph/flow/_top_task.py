@@ -59,7 +59,6 @@ import numpy as np
 from chunkgraph.flow._checkerboard import LayerPlan
 from chunkgraph.flow._device import FlowDevice
 from chunkgraph.flow._late_writes import check_run_live
-from chunkgraph.flow._markers import TOP, MarkerStore, grid_key
 from chunkgraph.flow._read_model import bottom_chunks_per_top
 from chunkgraph.flow._read_model import superchunks_in_flight as _superchunks_rule
 from chunkgraph.flow._resolution import scaled
@@ -73,6 +72,7 @@ from chunkgraph.flow._subchunk import (
     process_chunk,
     stream_chunk,
 )
+from chunkgraph.flow.state import TOP, MarkerStore, grid_key
 from chunkgraph.geometry import Box
 from chunkgraph.parallel import WorkStealingPool
 from chunkgraph.parallel._pool import local_pool

@@ -1,18 +1,19 @@
 """Where a flow's state lives: a folder on a disk or a key prefix in an object store.
 
-Policy. The flow's state (``_flow_dir``'s layout: lock, completion record,
+Policy. The flow's state (``_layout``'s names: lock, completion record,
 ``flow.json``, done markers, notes) is a handful of small named things under one
 root. ``StateStore`` is what the state code needs of that root, given twice:
 
 * ``DirStore``: a local (or NFS) folder. Writes go through a temporary file
-  renamed into place; the lock is ``_flow_dir.flow_lock`` (``flock``).
+  renamed into place; its lock is a ``flock`` (``_lock.flow_lock``).
 * ``ObjectStateStore``: a prefix in an object store (``s3://bucket/path``). A
-  PUT is atomic by itself (a reader sees the old object or the new one); the
+  PUT is atomic by itself (a reader sees the old object or the new one); its
   lock is a lease (``_lease``). Folders do not exist: a key prefix "exists" when
   an object lies under it.
 
 Keys are ``/``-separated and relative to the root (``"f00d/markers/top/0_1"``),
-so the layout is written once, in ``_flow_dir``, for both. ``where(key)`` names a
+so the layout is written once, in ``_layout``, for both. A store only reads and
+writes: ``_lock.hold`` takes the lock of either kind, above it. ``where(key)`` names a
 key as a person types it (a path or a URL) for messages and commands.
 
 Both are cheap values that may be pickled into worker processes (a process
@@ -23,31 +24,15 @@ public ``StoreOptions`` and opens its client on first use.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from chunkgraph._util import named_os_error
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
-
-if TYPE_CHECKING:
-    from chunkgraph.flow._lease import Busy
-
-
-class Fence(Protocol):
-    """What a holder of a flow's lock checks before writing state it guards."""
-
-    def check(self) -> None: ...
-
-
-class _NoFence:
-    """A ``flock`` cannot be lost while its file descriptor is open: nothing to check."""
-
-    def check(self) -> None:
-        return None
 
 
 class StateStore(Protocol):
@@ -62,15 +47,6 @@ class StateStore(Protocol):
     def modified(self, key: str) -> float | None: ...
     def size(self, prefix: str) -> int: ...
     def make_folder(self, key: str) -> None: ...
-    def lock(
-        self,
-        key: str,
-        wait: float,
-        *,
-        about: dict[str, Any] | None = None,
-        busy: Busy | None = None,
-    ) -> contextlib.AbstractContextManager[Fence]: ...
-    def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]: ...
 
 
 def state_store(root: str | os.PathLike[str], options: Any = None) -> StateStore:
@@ -100,6 +76,11 @@ def reach(url: str, options: StoreOptions | None) -> None:
 def _reached(url: str) -> StoreOptions:
     found = [k for k in _REACH if url == k or url.startswith(f"{k}/")]
     return _REACH[max(found, key=len)] if found else StoreOptions()
+
+
+def flow_location(root: str | os.PathLike[str], flow_id: str) -> str:
+    """The folder (a path or a URL) of flow ``flow_id``'s state under ``root``."""
+    return state_store(root).where(flow_id)
 
 
 def join(*parts: str) -> str:
@@ -189,26 +170,6 @@ class DirStore:
 
     def make_folder(self, key: str) -> None:
         self.path(key).mkdir(parents=True, exist_ok=True)
-
-    @contextlib.contextmanager
-    def lock(
-        self,
-        key: str,
-        wait: float,
-        *,
-        about: dict[str, Any] | None = None,
-        busy: Busy | None = None,
-    ) -> Iterator[Fence]:
-        from chunkgraph.flow._flow_dir import flow_lock
-
-        self.path(key).parent.mkdir(parents=True, exist_ok=True)
-        with flow_lock(self.path(key), wait, about=about, busy=busy):
-            yield _NoFence()
-
-    def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]:
-        from chunkgraph.flow._state import lock_holder
-
-        return lock_holder(self.path(key))
 
 
 class ObjectStateStore:
@@ -327,26 +288,12 @@ class ObjectStateStore:
     def make_folder(self, key: str) -> None:
         """Nothing: a prefix exists once an object lies under it."""
 
-    @contextlib.contextmanager
-    def lock(
-        self,
-        key: str,
-        wait: float,
-        *,
-        about: dict[str, Any] | None = None,
-        busy: Busy | None = None,
-    ) -> Iterator[Fence]:
-        from chunkgraph.flow._lease import held_lease
 
-        with held_lease(self.store, key, self.where(key), wait, about=about, busy=busy) as lease:
-            yield lease
-
-    def lock_holder(self, key: str) -> tuple[bool, dict[str, Any] | None]:
-        """Held while unexpired and its holder is not known dead (``_holder.dead_here``);
-        the owner record gains ``lapses_in``: seconds until it expires unless renewed."""
-        from chunkgraph.flow._lease import read_lease
-
-        found = read_lease(self.store, key)
-        if found is None:
-            return False, None
-        return not found.free, {**found.owner, "lapses_in": round(found.lapses_in, 1)}
+def read_json(store: StateStore, key: str) -> dict[str, Any] | None:
+    """The JSON object stored under ``key`` (None when missing, unreadable or no object)."""
+    data = store.read(key)
+    try:
+        value = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -24,7 +24,7 @@ not covered and remain the caller's to keep fixed.
 ``flow_id_parts`` digests the same texts part by part (the function, its
 bound keyword arguments, the inputs, the destination, the spec): a flow
 records them in its state, so that a resume that finds another flow's state
-for its destination can say which part changed (``_state.resume_mismatch``).
+for its destination can say which part changed (``_status.resume_mismatch``).
 """
 
 from __future__ import annotations
@@ -43,14 +43,13 @@ import numpy as np
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._spec import FlowSpec
     from chunkgraph.volume import Volume
 
 _FINGERPRINT_DEPTH = 4
 
 
 def flow_id_of(
-    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume | None, spec: FlowSpec
+    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume | None, spec: object
 ) -> str:
     """A stable 16-hex-digit id of one flow (same arguments, same id, across processes).
 
@@ -81,7 +80,7 @@ PART_NAMES = {
 
 
 def flow_id_parts(
-    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume | None, spec: FlowSpec
+    fn: Callable[..., Any], inputs: Mapping[str, Volume], dst: Volume | None, spec: object
 ) -> dict[str, str]:
     """A 12-hex-digit digest of each part ``flow_id_of`` hashes, keyed as ``PART_NAMES``.
 

@@ -1,7 +1,7 @@
 """Where a destination's flows keep their state, found from the destination alone.
 
 A flow's state lives under its intermediates directory: by default
-``.<dst name>.chunkgraph`` beside dst (``_flow_dir.default_root``), where
+``.<dst name>.chunkgraph`` beside dst (``_layout.default_root``), where
 ``chunkgraph status DST`` looks. A run given ``intermediates=DIR`` elsewhere (a
 spec's ``intermediates:``) leaves a note there instead, so that the same command
 finds it::
@@ -16,7 +16,8 @@ stays after the flow finishes (its completion record is under DIR, and status
 shows it finished), and ``chunkgraph clean DST FLOW_ID`` removes it with the flow.
 A note whose flow is gone from DIR is skipped. The note is a convenience: where
 dst's parent cannot be written, the run goes on without one (``status
---intermediates DIR`` and ``status SPEC.yaml`` still find the flow).
+--intermediates DIR`` and ``status SPEC.yaml`` still find the flow). Reading the
+notes back (``noted``, ``flows_of``) is ``_status``'s: it knows which flows exist.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ import json
 import os
 from pathlib import Path
 
-from chunkgraph.flow._flow_dir import WHERE_SUFFIX as _NOTE
-from chunkgraph.flow._flow_dir import default_state_root
-from chunkgraph.flow._state import FlowState, Root, flow_ids, read_flow, read_flows
-from chunkgraph.flow._state_store import state_store
+from chunkgraph.flow.state._layout import WHERE_SUFFIX as _NOTE
+from chunkgraph.flow.state._layout import Root, default_state_root
+from chunkgraph.flow.state._store import state_store
 
 
 def _same_root(a: Root, b: Root) -> bool:
@@ -51,33 +51,6 @@ def note_state(dst_path: str, root: Root, flow_id: str) -> None:
         state_store(default).write(f"{flow_id}{_NOTE}", json.dumps(note).encode())
 
 
-def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
-    """``(intermediates, flow id)`` of each note beside dst whose flow still has state."""
-    store = state_store(default_state_root(dst_path))
-    found: list[tuple[Root, str]] = []
-    for name in store.names():
-        if not name.endswith(_NOTE) or name.startswith("."):
-            continue
-        try:
-            text = json.loads(store.read(name) or b"")["intermediates"]
-        except (ValueError, KeyError, TypeError):
-            continue  # half written by a run killed meanwhile, or not ours
-        if not isinstance(text, str):
-            continue
-        root: Root = text if "://" in text else Path(text)
-        flow_id = name[: -len(_NOTE)]
-        if flow_id in flow_ids(root):
-            found.append((root, flow_id))
-    return found
-
-
 def forget_state(dst_path: str | os.PathLike[str], flow_id: str) -> None:
     """Remove the note of flow ``flow_id`` beside dst (its state was removed)."""
     state_store(default_state_root(dst_path)).delete(f"{flow_id}{_NOTE}")
-
-
-def flows_of(dst_path: str | os.PathLike[str], *, sizes: bool = True) -> list[FlowState]:
-    """Every flow of dst: those under its default directory, then those noted elsewhere."""
-    states = read_flows(default_state_root(dst_path), sizes=sizes)
-    states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(dst_path)]
-    return states

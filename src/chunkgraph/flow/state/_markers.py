@@ -13,12 +13,12 @@ State (all under ``<intermediates>/<flow_id>/``)::
     markers/reduce/<key>    reduction ``key`` wrote its dst chunks
 
 and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
-(``_flow_dir.flow_lock``) and ``<flow_id>.done`` once a run has finished it
+(``_lock.flow_lock``) and ``<flow_id>.done`` once a run has finished it
 (``CompletionRecord``; the markers and temporaries are gone by then).
 
 On a disk a marker is created by writing a uniquely named temporary file and
 renaming it into place (``os.replace`` is atomic on POSIX); in an object store a
-PUT is atomic by itself (``_state_store``). A reader sees either no marker or a
+PUT is atomic by itself (``_store``). A reader sees either no marker or a
 complete one. Keys are grid indices joined by ``_``
 (``"3_0_12"``), which keeps a directory listing the only query needed: the
 driver lists each directory once instead of probing one path per task.
@@ -36,8 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chunkgraph.flow._flow_dir import DONE_SUFFIX, MARKERS_NAME
-from chunkgraph.flow._state_store import DirStore, Fence, join, state_store
+from chunkgraph.flow.state._layout import DONE_SUFFIX, MARKERS_NAME
+from chunkgraph.flow.state._lock import Fence
+from chunkgraph.flow.state._store import DirStore, join, state_store
 
 TOP = "top"
 REDUCE = "reduce"
@@ -55,7 +56,7 @@ def grid_key(index: tuple[int, ...]) -> str:
 
 class MarkerStore:
     """Done markers of the flow whose folder is ``location`` (a path, or a URL in an
-    object store: ``_state_store``); safe from many threads, picklable as its location.
+    object store: ``_store``); safe from many threads, picklable as its location.
 
     >>> import tempfile
     >>> store = MarkerStore(tempfile.mkdtemp())

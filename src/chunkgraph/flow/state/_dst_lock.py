@@ -1,6 +1,6 @@
 """One flow at a time on each region of a destination: the destination's claims.
 
-Policy. A flow's own lock (``_flow_dir.flow_lock``, a lease in an object store)
+Policy. A flow's own lock (``_lock.flow_lock``, a lease in an object store)
 is per flow id: it keeps one flow from running twice, but two *different* flows
 (another ``sigma``, another ``fn``) into one dst would each write their chunks
 and both end "successfully" with a mix of the two results. So a run also
@@ -43,9 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import FlowLockedError
-from chunkgraph.flow._holder import describe
-from chunkgraph.flow._lease import CLOCK_SLACK, lapse_note, lease_ttl
-from chunkgraph.flow._state_store import DirStore, StateStore, join, state_store
+from chunkgraph.flow.state._holder import describe
+from chunkgraph.flow.state._lease import CLOCK_SLACK, lapse_note, lease_ttl
+from chunkgraph.flow.state._lock import hold, holder
+from chunkgraph.flow.state._store import DirStore, StateStore, join, state_store
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -138,11 +139,11 @@ def _try_claim(
     """Under the guard: sweep dead claims, then claim ``region`` unless a live claim
     overlaps it (True: claimed). ``last``: raise naming the holder instead of False."""
     guard_wait = lease_ttl() + CLOCK_SLACK + _GUARD_EXTRA_SECONDS
-    with store.lock(GUARD, guard_wait, busy=_guard_busy(store, dst)) as guard:
+    with hold(store, GUARD, guard_wait, busy=_guard_busy(store, dst)) as guard:
         conflict = _live_overlap(store, region)
         if conflict is None:
             key = join(CLAIMS, f"{uuid.uuid4().hex}.lock")
-            holding.enter_context(store.lock(key, 0.0, about=record))
+            holding.enter_context(hold(store, key, 0.0, about=record))
             guard.check()  # a guard lease held past its ttl: another run may have looked
             return True
     if not last:
@@ -159,12 +160,12 @@ def _live_overlap(store: StateStore, region: Box) -> tuple[dict[str, Any], float
         if name.startswith(".") or not name.endswith(".lock"):
             continue
         key = join(CLAIMS, name)
-        held, owner = store.lock_holder(key)
+        held, owner = holder(store, key)
         if not held:
             store.delete(key)  # its holder is gone (a run killed while holding it)
             continue
         if found is None and _overlaps(owner or {}, region):
-            lapses = (owner or {}).get("lapses_in")  # a lease's (ObjectStateStore.lock_holder)
+            lapses = (owner or {}).get("lapses_in")  # a lease's (_lock.holder)
             found = (owner or {}, float(lapses) if isinstance(lapses, int | float) else None)
     return found
 
@@ -176,7 +177,7 @@ def _tidy(store: StateStore) -> None:
         return
     with (
         contextlib.suppress(FlowLockedError, OSError),
-        store.lock(GUARD, 1.0),
+        hold(store, GUARD, 1.0),
     ):
         store.path(CLAIMS).rmdir()  # OSError when not empty: a claim of another run
 

@@ -1,20 +1,20 @@
-"""The flows beside a destination: what each is doing, and removing abandoned ones.
+"""The flows beside a destination: what each is doing, and which are abandoned.
 
 Every ``apply`` keeps its state under an intermediates directory, by default
-``.<dst name>.chunkgraph`` beside dst (``_flow_dir.default_root``; the layout is
-``_flow_dir``'s)::
+``.<dst name>.chunkgraph`` beside dst (``_layout.default_root``; the layout is
+``_layout``'s)::
 
     .smooth.zarr.chunkgraph/
         <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
         <flow id>/flow.json     optional totals: {"top_tasks": N, "reductions": M,
-                                "deferred": bool, ...} (write_flow_info; a deferred
+                                "deferred": bool, ...} (_info.write_flow_info; a deferred
                                 flow's geometry, _deferred)
         <flow id>.lock          while a run holds the flow (_lock; unlinked by its owner)
         <flow id>.done          the completion record (_markers.CompletionRecord)
         .<flow id>.deleted-*    tombstones of an interrupted deletion (discard_flow_dir)
 
 The root may be a key prefix in an object store (``s3://bucket/.smooth.zarr.chunkgraph``):
-every function here reads and writes through ``_state_store``, so the same names are
+every function here reads and writes through ``_store``, so the same names are
 objects there, and the lock is a lease (``_lease``): running while it is unexpired and
 its holder is not known dead (a holder on this host whose process is gone, ``_holder``).
 
@@ -22,7 +22,7 @@ States (``FlowStatus``), decided in this order:
 
 * ``RUNNING``: someone holds ``<flow id>.lock``. Tested with a non-blocking
   *shared* ``flock`` on the file opened read-only, released at once, never
-  creating the file: the same kernel lock ``_flow_dir.flow_lock`` takes, so a run on another
+  creating the file: the same kernel lock ``_lock.flow_lock`` takes, so a run on another
   host sharing an NFSv4 directory counts too. A run starting with
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
@@ -50,18 +50,12 @@ changed, so some parameter did. ``flow.json`` and the completion record keep
 differs; the warning says so and that the flow starts over, and leaves that
 state where it is (``chunkgraph clean`` removes it).
 
-Removing (``remove_flow``) takes the flow's own lock (``_flow_dir.flow_lock``,
-refusing at once if held), so no run can start on the directory while it is
-renamed to a tombstone and deleted (``discard_flow_dir``): an interruption
-never leaves markers whose layers are gone.
+Removing a flow is ``_clean``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import errno
-import fcntl
 import json
 import os
 import sys
@@ -71,27 +65,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chunkgraph.flow._flow_dir import (
+from chunkgraph.flow.state._fingerprint import PART_NAMES
+from chunkgraph.flow.state._info import read_flow_info
+from chunkgraph.flow.state._layout import (
     DONE_SUFFIX,
-    IN_PLACE_MARK,
     INFO_NAME,
     LAYERS_NAME,
     LOCK_SUFFIX,
     MARKERS_NAME,
-    dst_of_state_root,
+    WHERE_SUFFIX,
+    Root,
+    as_root,
+    clean_command,
+    default_state_root,
+    status_command,
 )
-from chunkgraph.flow._markers import REDUCE, TOP
-from chunkgraph.flow._state_store import DirStore, StateStore, join, state_store
-
-# A flow's state root: a folder, or an object-store URL (``_state_store``).
-Root = Path | str
+from chunkgraph.flow.state._lock import holder
+from chunkgraph.flow.state._markers import REDUCE, TOP
+from chunkgraph.flow.state._store import DirStore, StateStore, join, read_json, state_store
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
 # flow its user is about to resume; longer keeps dead temporaries (often larger than
 # dst) on disk. A day leaves time to notice a failure and resume it.
 STALE_AFTER_HOURS = 24.0
-
-_DONE, _LOCK, _INFO = DONE_SUFFIX, LOCK_SUFFIX, INFO_NAME
 
 
 class FlowStatus(enum.Enum):
@@ -127,6 +123,10 @@ class FlowState:
     owner: dict[str, Any] | None
     finished: str | None
     root: Path | str
+    # flow.json's ``deferred``: its layers are its result until it is reduced.
+    deferred: bool = False
+    # The blend mode the completion record says a deferred flow was reduced with.
+    reduced_with: str | None = None
 
     def age_hours(self, now: float | None = None) -> float:
         return max(0.0, ((time.time() if now is None else now) - self.modified) / 3600)
@@ -162,11 +162,6 @@ class FlowState:
         }
 
 
-def _root(root: Root) -> Root:
-    """A root as the state code keeps it: a URL stays text, anything else is a Path."""
-    return root if isinstance(root, str) and "://" in root else Path(root)
-
-
 def flow_ids(root: Root) -> list[str]:
     """Ids of the flows under ``root`` (a directory, a record or a lock), sorted."""
     store = state_store(root)
@@ -177,7 +172,7 @@ def flow_ids(root: Root) -> list[str]:
             continue  # tombstones, temporary files of atomic writes, the lease clock
         if name in folders:
             ids.add(name)
-        elif name.endswith((_DONE, _LOCK)):
+        elif name.endswith((DONE_SUFFIX, LOCK_SUFFIX)):
             ids.add(name.rsplit(".", 1)[0])
     return sorted(ids)
 
@@ -188,11 +183,11 @@ def read_flows(root: Root, *, sizes: bool = True) -> list[FlowState]:
 
 
 def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
-    root = _root(root)
+    root = as_root(root)
     store = state_store(root)
-    running, owner = store.lock_holder(f"{flow_id}{_LOCK}")
-    record = _read_json(store, f"{flow_id}{_DONE}")
-    info = _read_json(store, join(flow_id, _INFO)) or {}
+    running, owner = holder(store, f"{flow_id}{LOCK_SUFFIX}")
+    record = read_json(store, f"{flow_id}{DONE_SUFFIX}")
+    info = read_json(store, join(flow_id, INFO_NAME)) or {}
     has_temps = store.exists(flow_id)
     top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
     top_done = _count_markers(store, flow_id, TOP)
@@ -224,97 +219,9 @@ def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
         owner=owner,
         finished=None if record is None else str(record.get("finished", "")),
         root=root,
+        deferred=bool(info.get("deferred")),
+        reduced_with=_reduced_with(record),
     )
-
-
-def lock_holder(lock: Path) -> tuple[bool, dict[str, Any] | None]:
-    """Whether the lock file ``lock`` is held, and its owner as written there (or None).
-
-    Probes like ``_flow_dir._acquire`` but shared, read-only, never creating the file, and
-    releases at once: a held lock is never taken over.
-    """
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except FileNotFoundError:
-        return False, None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            held = True
-        else:
-            held = False
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        try:
-            owner = json.loads(os.pread(fd, 4096, 0).decode() or "null")
-        except ValueError:
-            owner = None
-    finally:
-        os.close(fd)
-    return held, owner if isinstance(owner, dict) else None
-
-
-def remove_flow(root: Root, flow_id: str, *, record: bool = False) -> None:
-    """Delete flow ``flow_id``'s temporaries (and, with ``record``, its completion record).
-
-    Holds the flow's lock meanwhile; raises ``FlowLockedError`` (naming the holder) when
-    a run holds it. Tombstones of earlier interrupted deletions go too.
-    """
-    from chunkgraph.flow._flow_dir import FlowDir
-
-    state = FlowDir(_root(root), flow_id)
-    with state.store.lock(f"{flow_id}{_LOCK}", 0.0):
-        state.discard()
-        if record:
-            state.record.remove()
-
-
-def write_flow_info(
-    flow_dir: Root | StateStore,
-    *,
-    top_tasks: int,
-    reductions: int,
-    deferred: bool,
-    dst: str | None = None,
-    **extra: Any,
-) -> None:
-    """Record a flow's totals (and whether its layers are its result) in ``flow.json``.
-
-    For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
-    ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
-    ``extra``: more JSON fields (a deferred flow's geometry, ``_deferred``). Written
-    atomically (``StateStore.write``).
-    """
-    info = {
-        "top_tasks": int(top_tasks),
-        "reductions": int(reductions),
-        "deferred": deferred,
-        "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
-        **extra,
-    }
-    _store_of(flow_dir).write(_INFO, json.dumps(info).encode())
-
-
-def read_flow_info(flow_dir: Root | StateStore) -> dict[str, Any]:
-    """``flow.json`` of a flow directory ({} when missing or unreadable)."""
-    return _read_json(_store_of(flow_dir), _INFO) or {}
-
-
-def _store_of(where: Root | StateStore) -> StateStore:
-    return state_store(where) if isinstance(where, str | os.PathLike) else where
-
-
-def remove_root_if_empty(root: Root) -> bool:
-    """Remove the intermediates directory when nothing is left in it; True if removed
-    (an object-store prefix with nothing under it is gone already)."""
-    if isinstance(root, str) and "://" in root:
-        return not state_store(root).names()
-    with contextlib.suppress(OSError):
-        Path(root).rmdir()
-        return True
-    return False
 
 
 def warn_if_stale(root: Root, current_flow_id: str) -> None:
@@ -343,8 +250,6 @@ def resume_mismatch(
 ) -> str | None:
     """What a resume of ``flow_id`` that found no state of its own should be told, when
     another flow under ``root`` wrote the same destination (None: no such flow)."""
-    from chunkgraph.flow._fingerprint import PART_NAMES
-
     found = []
     for state in read_flows(root, sizes=False):
         if state.flow_id == flow_id:
@@ -387,9 +292,7 @@ def _changed_parts(
     """The parts (``PART_NAMES`` keys) in which ``state``'s flow differs from the flow of
     ``fingerprint``, when both wrote the same destination; None when ``state`` wrote
     another one ([] for state written before parts were recorded: same dst, something else)."""
-    from chunkgraph.flow._fingerprint import PART_NAMES
-
-    record = _read_json(state_store(root), f"{state.flow_id}{_DONE}") or {}
+    record = read_json(state_store(root), f"{state.flow_id}{DONE_SUFFIX}") or {}
     kept = read_flow_info(state.flow_dir) or record
     parts = kept.get("fingerprint")
     if isinstance(parts, dict):
@@ -442,66 +345,6 @@ def in_place_conflict(
     return None
 
 
-def _mark_store(dst: Any) -> StateStore | None:
-    """Where ``dst`` keeps the in-place mark: its folder on a disk, its prefix in an
-    object store (reached with its storage_options); None for a memory volume."""
-    where: Path | None = dst.location.local_dir
-    if where is not None:
-        return DirStore(where)
-    if "://" in str(dst.path):
-        return state_store(str(dst.path), dst.storage_options)
-    return None
-
-
-def in_place_mark(dst: Any) -> tuple[Root, str] | None:
-    """``(intermediates root, flow id)`` of the in-place flow last started on ``dst`` that
-    has not finished (None: no mark, or dst is a memory volume)."""
-    store = _mark_store(dst)
-    found = _read_json(store, IN_PLACE_MARK) if store is not None else None
-    if not found:
-        return None
-    root, flow_id = found.get("intermediates"), found.get("flow_id")
-    if not isinstance(root, str) or not isinstance(flow_id, str):
-        return None
-    return _root(root), flow_id
-
-
-def mark_in_place(dst: Any, root: Root, flow_id: str) -> None:
-    """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
-    store = _mark_store(dst)
-    if store is not None:
-        where = root if isinstance(root, str) else str(Path(root).resolve())
-        mark = {"intermediates": where, "flow_id": flow_id}
-        store.write(IN_PLACE_MARK, json.dumps(mark).encode())
-
-
-def lost_in_place_state(dst: Any) -> str | None:
-    """When ``dst`` carries the mark of an in-place flow that did not finish and whose
-    state is gone (removed with ``clean``, say): why no flow may start on it now. dst may
-    be partly rewritten, and nothing says which part."""
-    mark = in_place_mark(dst)
-    store = _mark_store(dst)
-    if mark is None or store is None:
-        return None
-    root, flow_id = mark
-    state = state_store(root)
-    if state.exists(flow_id) or state.exists(f"{flow_id}{_DONE}"):
-        return None  # its state says what happened (in_place_conflict), or it finished
-    return (
-        f"dst carries the mark of in-place flow {flow_id}, which did not finish, and its state "
-        f"under {root} is gone (removed?): part of dst may hold fn's output, not the input. "
-        f"If dst holds the original data again (restored), delete {store.where(IN_PLACE_MARK)} "
-        "and run again"
-    )
-
-
-def unmark_in_place(dst: Any) -> None:
-    """The in-place flow finished: dst holds its result, nothing half-written."""
-    store = _mark_store(dst)
-    if store is not None:
-        store.delete(IN_PLACE_MARK)
-
-
 def warn_if_resume_mismatch(
     root: Root, flow_id: str, fingerprint: dict[str, str], stamp: str | None
 ) -> None:
@@ -509,34 +352,6 @@ def warn_if_resume_mismatch(
     message = resume_mismatch(root, flow_id, fingerprint, stamp)
     if message:
         warnings.warn(message, UserWarning, stacklevel=_caller_level())
-
-
-def clean_command(root: Root, flow_id: str | None = None) -> str:
-    """The command that removes the stale flows under ``root`` (or one flow, by id).
-
-    >>> clean_command(Path("data/.smooth.zarr.chunkgraph"))
-    'chunkgraph clean data/smooth.zarr --stale'
-    >>> clean_command(Path("data/.smooth.zarr.chunkgraph"), "f00d")
-    'chunkgraph clean data/smooth.zarr f00d'
-    >>> clean_command(Path("/scratch/tmp"), "f00d")
-    'chunkgraph clean --intermediates /scratch/tmp f00d'
-    >>> clean_command(Path("/scratch/tmp"))
-    'chunkgraph clean --intermediates /scratch/tmp --stale'
-    """
-    dst = dst_of_state_root(root)
-    if dst is None:
-        return f"chunkgraph clean --intermediates {root} {flow_id or '--stale'}"
-    return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
-
-
-def status_command(root: Root) -> str:
-    """The command that lists the flows under ``root``.
-
-    >>> status_command(Path("data/.smooth.zarr.chunkgraph")), status_command(Path("/tmp/x"))
-    ('chunkgraph status data/smooth.zarr', 'chunkgraph status --intermediates /tmp/x')
-    """
-    dst = dst_of_state_root(root)
-    return f"chunkgraph status {dst}" if dst else f"chunkgraph status --intermediates {root}"
 
 
 def kept_state_note(root: Root, flow_id: str, *, damaged: bool = False) -> str:
@@ -559,7 +374,7 @@ def kept_state_note(root: Root, flow_id: str, *, damaged: bool = False) -> str:
 
 def _caller_level() -> int:
     """The ``stacklevel`` naming the first frame outside this package (the user's call)."""
-    package = str(Path(__file__).resolve().parents[1])
+    package = str(Path(__file__).resolve().parents[2])
     frame, level = sys._getframe(1), 1
     while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
@@ -573,7 +388,7 @@ def _count_markers(store: StateStore, flow_id: str, kind: str) -> int:
 def _modified(store: StateStore, flow_id: str) -> float:
     """Latest modification of the flow's directory, its first two levels of folders, lock
     and record (in an object store: of every object under the flow's prefix)."""
-    keys = [flow_id, f"{flow_id}{_LOCK}", f"{flow_id}{_DONE}"]
+    keys = [flow_id, f"{flow_id}{LOCK_SUFFIX}", f"{flow_id}{DONE_SUFFIX}"]
     for sub in (MARKERS_NAME, LAYERS_NAME):
         keys.append(join(flow_id, sub))
         if isinstance(store, DirStore):
@@ -583,20 +398,56 @@ def _modified(store: StateStore, flow_id: str) -> float:
 
 def _temporary_bytes(store: StateStore, root: Root, flow_id: str, info: dict[str, Any]) -> int:
     """Bytes under the flow's folder, plus its layers on this machine's scratch (state in
-    an object store whose run kept its layers locally, ``_flow_dir.layers_place``)."""
+    an object store whose run kept its layers locally, ``_layout.layers_place``)."""
     layers = info.get("layers")
     scratch = isinstance(root, str) and isinstance(layers, str) and "://" not in layers
     return store.size(flow_id) + (DirStore(Path(str(layers))).size("") if scratch else 0)
 
 
-def _read_json(store: StateStore, key: str) -> dict[str, Any] | None:
-    data = store.read(key)
-    try:
-        value = json.loads(data) if data is not None else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def _reduced_with(record: dict[str, Any] | None) -> str | None:
+    reduced = (record or {}).get("reduced")
+    mode = reduced.get("blend_mode") if isinstance(reduced, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
+    """``(intermediates, flow id)`` of each note beside dst whose flow still has state."""
+    store = state_store(default_state_root(dst_path))
+    found: list[tuple[Root, str]] = []
+    for name in store.names():
+        if not name.endswith(WHERE_SUFFIX) or name.startswith("."):
+            continue
+        try:
+            text = json.loads(store.read(name) or b"")["intermediates"]
+        except (ValueError, KeyError, TypeError):
+            continue  # half written by a run killed meanwhile, or not ours
+        if not isinstance(text, str):
+            continue
+        root: Root = text if "://" in text else Path(text)
+        flow_id = name[: -len(WHERE_SUFFIX)]
+        if flow_id in flow_ids(root):
+            found.append((root, flow_id))
+    return found
+
+
+def flows_of(dst_path: str | os.PathLike[str], *, sizes: bool = True) -> list[FlowState]:
+    """Every flow of dst: those under its default directory, then those noted elsewhere."""
+    states = read_flows(default_state_root(dst_path), sizes=sizes)
+    states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(dst_path)]
+    return states
+
+
+def flows_for(
+    dst: str | os.PathLike[str] | None, intermediates: Root | None, *, sizes: bool = True
+) -> list[FlowState]:
+    """The flows a command about ``dst`` and/or ``intermediates`` shows: dst's
+    (``flows_of``), then those under ``intermediates`` not seen already."""
+    states = flows_of(dst, sizes=sizes) if dst else []
+    if intermediates is not None:
+        seen = {s.flow_dir for s in states}
+        states += [s for s in read_flows(intermediates, sizes=sizes) if s.flow_dir not in seen]
+    return states

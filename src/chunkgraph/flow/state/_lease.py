@@ -53,8 +53,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from chunkgraph._errors import FlowLockedError
-from chunkgraph.flow._holder import dead_here, describe, this_process
+from chunkgraph._errors import ConfigError, FlowLockedError
+from chunkgraph.flow.state._holder import dead_here, describe, this_process
 
 # What a refused run is told: given the holder's record, the seconds it waited and the
 # seconds until the lock lapses unless renewed (None: a lock that never lapses, flock).
@@ -81,8 +81,6 @@ def lease_ttl() -> float:
     except ValueError:
         ttl = -1.0
     if not ttl > 0:
-        from chunkgraph._errors import ConfigError
-
         raise ConfigError(
             f"{TTL_ENV}={text!r} is not a positive number of seconds; unset it for the "
             f"default ({DEFAULT_TTL:g} s) or give e.g. {TTL_ENV}=30",
