@@ -9,7 +9,7 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.cli._cmd_reduce import REDUCE_MODES
-from chunkgraph.flow._blend import ALL_MODES
+from chunkgraph.flow.plan._blend import ALL_MODES
 
 SHAPE = (32, 48)
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from chunkgraph import ConfigError, downsample, volume
 from chunkgraph.cli._cmd_downsample import METHODS as CLI_METHODS
-from chunkgraph.flow._block_reduce import METHODS, block_reduce
 from chunkgraph.geometry import Box
+from chunkgraph.jobs._block_reduce import METHODS, block_reduce
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
 

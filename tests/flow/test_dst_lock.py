@@ -196,8 +196,8 @@ def test_a_claim_from_another_host_is_refused_with_when_it_lapses(bucket: str) -
 def test_a_downsample_pass_claims_each_level_it_writes(tmp_path: Path) -> None:
     """One pass writes levels 1 and 2 (level 2 from fn, beside apply's dst): a flow
     writing level 2 meanwhile refuses the pass, which writes nothing into level 2."""
-    from chunkgraph.flow._pyramid import downsample
     from chunkgraph.flow.state._dst_lock import claimed
+    from chunkgraph.jobs._pyramid import downsample
 
     data = np.random.default_rng(2).integers(0, 255, (128, 128, 64)).astype(np.uint8)
     src = volume.create(tmp_path / "src.zarr", data.shape, (16, 16, 16), "uint8")

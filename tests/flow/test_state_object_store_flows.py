@@ -69,7 +69,7 @@ CASES = sorted(CASES_2D)
 
 
 # The unaligned bbox amplifies reads, on purpose; the warning saying so is not the point.
-@pytest.mark.filterwarnings("ignore::chunkgraph.flow._auto_sizes.ReadAmplificationWarning")
+@pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")
 @settings(max_examples=4)
 @example(case="unaligned bbox, two levels", seed=1)
 @given(case=st.sampled_from(CASES), seed=st.integers(0, 2**16))

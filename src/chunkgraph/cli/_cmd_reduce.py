@@ -53,7 +53,7 @@ from chunkgraph.cli._output import (
 if TYPE_CHECKING:
     from chunkgraph.flow.state import FlowState
 
-# chunkgraph.flow._blend's modes a deferred flow can be reduced with, stated here so
+# chunkgraph.flow.plan's blend modes a deferred flow can be reduced with, stated here so
 # that --help does not import the flow package; a test checks that they agree.
 REDUCE_MODES = ("linear", "quadratic", "bump", "max")
 
@@ -196,11 +196,7 @@ def _nothing_deferred(
             f"no deferred flow is ready for {dst}: {looked}{found}. Flow {running[0]} is "
             f"running; once it ends, run `chunkgraph reduce {dst}` again{listing}"
         )
-    unfinished = [
-        s.flow_id
-        for s in flows
-        if s.status is FlowStatus.INTERRUPTED and s.deferred
-    ]
+    unfinished = [s.flow_id for s in flows if s.status is FlowStatus.INTERRUPTED and s.deferred]
     if unfinished:
         return EXIT_USAGE, (
             f"no deferred flow is ready for {dst}: {looked}{found}. Flow {unfinished[0]} was "

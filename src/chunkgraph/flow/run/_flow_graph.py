@@ -24,21 +24,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph.flow._apply import ApplyReport
-from chunkgraph.flow._checkerboard import LayerPlan, plan_layers
-from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
-from chunkgraph.flow._device import FlowDevice
-from chunkgraph.flow._estimate import needed_input_bytes
-from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._read_model import io_pool_threads, sweep_axis
-from chunkgraph.flow._reduce import (
+from chunkgraph import planning
+from chunkgraph.execute import run
+from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
+from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
+from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
+from chunkgraph.flow.run._device import FlowDevice
+from chunkgraph.flow.run._late_writes import end_run
+from chunkgraph.flow.run._reduce import (
     ReductionStats,
     reduce_box,
     reduction_boxes,
     top_indices_meeting,
 )
-from chunkgraph.flow._spec import FlowSpec
-from chunkgraph.flow._top_task import (
+from chunkgraph.flow.run._report import ApplyReport
+from chunkgraph.flow.run._top_task import (
     TopJob,
     TopStats,
     forget_flow,
@@ -47,6 +47,7 @@ from chunkgraph.flow._top_task import (
 )
 from chunkgraph.flow.state import REDUCE, TOP, grid_key
 from chunkgraph.geometry import Box
+from chunkgraph.graph import Cost, Graph
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, Subscriber
@@ -172,9 +173,6 @@ class FlowGraph:
         subscribers: tuple[Subscriber, ...] = (),
     ) -> ApplyReport:
         """Record the totals in ``flow.json``, run the tasks not yet done, report."""
-        from chunkgraph.execute import run
-        from chunkgraph.graph import Graph
-
         self.in_process = executor.in_process
         graph = Graph()
         top_refs, skipped_top = self._add_top_tasks(graph)
@@ -238,9 +236,7 @@ class FlowGraph:
         """The plan of this flow's graph on this machine, with the flow's memory budget:
         ``superchunks_in_flight`` top-level tasks per CPU context for the cores the flow
         plans for (``workers`` when given), no more than ``memory_limit`` holds."""
-        from chunkgraph.planning import local_contexts, plan
-
-        contexts = local_contexts(gpus=False)
+        contexts = planning.local_contexts(gpus=False)
         top = self.top_memory
         budget: dict[str, float] = {}
         for ctx in contexts:
@@ -253,12 +249,11 @@ class FlowGraph:
             )  # fmt: skip
             if top > 0:
                 budget[ctx.name] = float(in_flight * top)
-        return plan(graph, contexts, memory=budget or None, targets=refs)
+        # planning.plan, looked up at the call: a test stands in for it
+        return planning.plan(graph, contexts, memory=budget or None, targets=refs)
 
     def _add_top_tasks(self, graph: Graph) -> tuple[dict[tuple[int, ...], TaskRef], int]:
         """One task per top-level chunk not yet marked done, in C order of the top grid."""
-        from chunkgraph.graph import Cost
-
         spec = self.spec
         starts, stops, grid = spec.bbox.split_arrays(spec.levels[0].chunk)
         done = self.markers.done_keys(TOP)

@@ -62,12 +62,14 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import divisors, format_bytes
-from chunkgraph.flow._read_model import Evaluation, bottom_chunks_per_top, evaluate
-from chunkgraph.flow._resolution import Scale, scale_of, step_of
+from chunkgraph.flow.plan._args import per_level
+from chunkgraph.flow.plan._read_model import Evaluation, bottom_chunks_per_top, evaluate
+from chunkgraph.flow.plan._resolution import Scale, scale_of, step_of
+from chunkgraph.flow.plan._spec import resolve_region, same_storage
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._spec import FlowSpec
+    from chunkgraph.flow.plan._spec import FlowSpec
     from chunkgraph.volume import Volume
 
 # The crop (and blend) margins' share of a bottom chunk, per axis: a bottom chunk is at
@@ -601,8 +603,6 @@ def direct_allowed(
 ) -> bool:
     """Whether direct writes are possible whatever the bottom chunk: no blend, the bbox on
     the dst grid (its stop on the grid or at dst's edge) and dst not one of the inputs."""
-    from chunkgraph.flow._spec import same_storage
-
     if any(blend) or any(same_storage(v, dst) for v in named.values()):
         return False
     bounds, chunks = dst.bounds, dst.spatial_chunks
@@ -628,9 +628,6 @@ def plan_automatic(
     skip_intermediates: bool | None,
 ) -> FlowPlan:
     """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling)."""
-    from chunkgraph.flow._args import per_level
-    from chunkgraph.flow._spec import resolve_region
-
     named, out, region = resolve_region(inputs, dst, bbox)
     ndim = region.ndim
     pads = {}

@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph.flow._resolution import scaled, step_of
-from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec
-from chunkgraph.flow._subchunk import input_view
+from chunkgraph.execute import run
+from chunkgraph.flow.plan import BOX_KEYWORD, FlowSpec, scaled, step_of
+from chunkgraph.flow.run._subchunk import input_view
 from chunkgraph.geometry import Box
+from chunkgraph.graph import Graph
+from chunkgraph.parallel import parallel_map
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, Subscriber
@@ -59,8 +61,6 @@ class ValuesJob:
 
 def collect_top(job: ValuesJob, box: Box) -> tuple[tuple[Box, Any], ...]:
     """Graph task: ``fn``'s value on every bottom chunk of one top chunk, in C order."""
-    from chunkgraph.parallel import parallel_map
-
     spec = job.spec
     bottom = spec.levels[-1]
     region = box.padded(bottom.crop)
@@ -113,7 +113,7 @@ def chunks_per_level(spec: FlowSpec, edge: Box | None) -> tuple[int, ...]:
     those wholly past ``edge`` left out.
 
     >>> from types import SimpleNamespace as N
-    >>> from chunkgraph.flow._spec import LevelSpec
+    >>> from chunkgraph.flow.plan import LevelSpec
     >>> lv = lambda c: LevelSpec((c, c), (0, 0), (0, 0), "linear")
     >>> spec = N(bbox=Box((0, 0), (128, 64)), levels=(lv(64), lv(16)))
     >>> chunks_per_level(spec, None), chunks_per_level(spec, Box((0, 0), (100, 60)))
@@ -137,9 +137,6 @@ def run_values(
 ) -> tuple[dict[Box, Any], int]:
     """Run every top task; ``({bottom box: value} in C order, bytes read)``. ``edge``:
     ``real_region``'s, what the bottom chunks are clipped to."""
-    from chunkgraph.execute import run
-    from chunkgraph.graph import Graph
-
     graph = Graph()
     job = ValuesJob(spec, fn, inputs, edge)
     starts, stops, _ = spec.bbox.split_arrays(spec.levels[0].chunk)

@@ -56,15 +56,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph.flow._checkerboard import LayerPlan
-from chunkgraph.flow._device import FlowDevice
-from chunkgraph.flow._late_writes import check_run_live
-from chunkgraph.flow._read_model import bottom_chunks_per_top
-from chunkgraph.flow._read_model import superchunks_in_flight as _superchunks_rule
-from chunkgraph.flow._resolution import scaled
-from chunkgraph.flow._shared_job import pickle_fields, shared_job
-from chunkgraph.flow._spec import FlowSpec
-from chunkgraph.flow._subchunk import (
+from chunkgraph.flow.plan import FlowSpec, bottom_chunks_per_top, scaled
+from chunkgraph.flow.plan import superchunks_in_flight as _superchunks_rule
+from chunkgraph.flow.run._checkerboard import LayerPlan
+from chunkgraph.flow.run._device import FlowDevice
+from chunkgraph.flow.run._late_writes import check_run_live
+from chunkgraph.flow.run._shared_job import pickle_fields, shared_job
+from chunkgraph.flow.run._subchunk import (
     LevelCounter,
     SubchunkContext,
     at,
@@ -74,7 +72,7 @@ from chunkgraph.flow._subchunk import (
 )
 from chunkgraph.flow.state import TOP, MarkerStore, grid_key
 from chunkgraph.geometry import Box
-from chunkgraph.parallel import WorkStealingPool
+from chunkgraph.parallel import WorkStealingPool, parallel_map
 from chunkgraph.parallel._pool import local_pool
 
 if TYPE_CHECKING:
@@ -267,8 +265,6 @@ def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
     chunk on the local pool): the cache still sees the slabs in order, which
     is all the sweep needs, and decoding uses every core.
     """
-    from chunkgraph.parallel import parallel_map
-
     out = np.empty(tuple(vol.channel_shape) + region.shape, dtype=vol.dtype)
     spatial = vol.spatial_chunks
     cuts = [_cuts(region, a, int(spatial[a]), int(vol.offset[a])) for a in range(region.ndim)]
@@ -327,7 +323,7 @@ def superchunks_in_flight(
     ``FlowPlan.superchunks_in_flight`` is the same figure without the memory and device
     steps (a test checks that they agree).
 
-    >>> from chunkgraph.flow._spec import LevelSpec
+    >>> from chunkgraph.flow.plan import LevelSpec
     >>> from types import SimpleNamespace
     >>> two = SimpleNamespace(levels=(LevelSpec((256, 64), (0, 0), (0, 0), "linear"),
     ...                               LevelSpec((64, 64), (8, 8), (0, 0), "linear")))

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chunkgraph._util import format_bytes
-from chunkgraph.flow._device import DEVICE_TASKS_IN_FLIGHT, device_tasks_in_flight
 
 # Top-level tasks in flight beyond those the cores need, when requests wait on an object
 # store (``superchunks_in_flight``, step 2): one reads ahead while another computes.
@@ -39,13 +38,35 @@ IO_TASKS_IN_FLIGHT = 1
 IO_THREADS_PER_CORE = 2
 
 
+# Top-level tasks that may hold their superchunk at once in a GPU flow. Its levels below
+# run in the task's own thread, so the CPU rule (enough tasks for their bottom chunks to
+# cover the cores) says nothing about the device; two let one task read, upload, download
+# and write while the other computes. More would overlap more I/O but hold more host and
+# device memory; a CPU flow's own count is kept when it is larger (the same host memory).
+DEVICE_TASKS_IN_FLIGHT = 2
+
+
+def device_tasks_in_flight(cpu_in_flight: int, devices: int = 1, per_device: int = 2) -> int:
+    """Top-level tasks in flight in a GPU flow on ``devices`` GPUs that each hold
+    ``per_device`` tasks' data at once, given the CPU flow's count (0: unbounded).
+
+    >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
+    (2, 4, 0)
+    >>> device_tasks_in_flight(4, devices=4), device_tasks_in_flight(4, 4, per_device=1)
+    (8, 4)
+    """
+    if cpu_in_flight == 0:
+        return 0
+    return max(cpu_in_flight, per_device * max(devices, 1))
+
+
 def io_pool_threads(cores: int) -> int:
     """The threads of a flow's local pool when its requests wait on an object store."""
     return IO_THREADS_PER_CORE * max(1, cores)
 
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._auto_sizes import StorageLayout
+    from chunkgraph.flow.plan._auto_sizes import StorageLayout
     from chunkgraph.geometry import Box
 
 # Head-room of the cache above the halo layers it must hold: concurrent reads of two

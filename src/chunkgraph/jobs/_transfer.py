@@ -19,32 +19,31 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import typing
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
-from chunkgraph.flow._auto_sizes import job_memory_refusal
-from chunkgraph.flow._cast import (
+from chunkgraph.flow import ApplyReport, apply
+from chunkgraph.flow.plan import (
     CAST_RULES,
     DEFAULT_CAST,
     SaturationWarning,
     cast_allowed,
     conversion_refusal,
+    job_memory_refusal,
     warn_if_saturated,
 )
-from chunkgraph.flow._report import ApplyReport
 from chunkgraph.geometry import Box
-from chunkgraph.volume import Volume
-from chunkgraph.volume._formats import split_format
-from chunkgraph.volume._object_store import is_object_url, split_url
+from chunkgraph.jobs._backend import plain_backend
+from chunkgraph.volume import Volume, is_object_url, split_format, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
-    from chunkgraph.volume._registry import BackendName
+    from chunkgraph.volume import BackendName
 
 
 def copy_chunk(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -85,8 +84,6 @@ def transfer(
     ((4, 8), 'uint16', True)
     >>> volume.remove("tr-doc"); volume.remove("tr-doc-out")
     """
-    from chunkgraph import volume
-
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     region = source.bounds if bbox is None else bbox
     if not isinstance(region, Box) or region.ndim != source.spatial_ndim:
@@ -157,9 +154,6 @@ def _run(
 ) -> ApplyReport:
     """Make dst (a stand-in in memory for a dry run) and copy into it; a dst this call made
     is removed again when the flow refuses it, and a stand-in always."""
-    from chunkgraph import volume
-    from chunkgraph.flow._apply import apply
-
     source, region = copy.source, copy.region
     spatial_chunks = tuple(source.spatial_chunks if copy.chunks is None else copy.chunks)
     shards = None if copy.shards is None else tuple(copy.shards)
@@ -167,14 +161,14 @@ def _run(
         # A sharded volume's chunks are its shards, what the plan aligns writes to.
         spatial_chunks, shards = shards, None
     channels = source.channel_shape
-    backend = "memory" if dry_run else (copy.backend or _plain(source))
+    backend: BackendName = "memory" if dry_run else (copy.backend or plain_backend(source))
     target = volume.create(
         f"transfer-plan-{os.getpid()}-{id(copy)}" if dry_run else copy.dst,
         channels + region.shape,
         channels + tuple(min(c, n) for c, n in zip(spatial_chunks, region.shape, strict=False)),
         source.dtype if copy.dtype is None else copy.dtype,
         fill_value=source.fill_value,
-        backend=typing.cast("BackendName", backend),
+        backend=backend,
         offset=region.start,
         spatial_ndim=source.spatial_ndim,
         resolution=source.resolution,
@@ -219,8 +213,6 @@ def _existing(dst: str | os.PathLike[str]) -> tuple[bool, Volume | None]:
     """(whether something is at ``dst``, the volume there if it opens as one). What this
     call makes where nothing was, it may remove again; something there that does not open
     as a volume is left to ``volume.create`` to name, and none of it is ever removed."""
-    from chunkgraph import volume
-
     try:
         return True, volume.open(dst)
     except VolumeNotFoundError:
@@ -247,12 +239,6 @@ def _check_dst(source: Volume, dst: str | os.PathLike[str], existing: Volume | N
             f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
             field="dst",
         )
-
-
-def _plain(source: Volume) -> str:
-    """dst's backend by default: the source's, or zarr when the source is in another format
-    (a format prefix on dst, ``precomputed://``, ``n5://``, ``zarr2://``, chooses its own)."""
-    return source.backend if source.backend in ("zarr", "tensorstore", "memory") else "zarr"
 
 
 def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:

@@ -38,19 +38,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunkgraph import volume
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._apply import ApplyReport
-from chunkgraph.flow._cast import warn_if_saturated
-from chunkgraph.flow._checkerboard import LayerPlan
-from chunkgraph.flow._deferred import GEOMETRY_KEY, DeferredGeometry
-from chunkgraph.flow._flow_graph import LAYERS_KEY
-from chunkgraph.flow._flow_run import flow_executor, no_io_report
-from chunkgraph.flow._late_writes import end_run
-from chunkgraph.flow._options import RunOptions
-from chunkgraph.flow._reduce import ReductionStats, reduce_box, reduction_boxes
-from chunkgraph.flow._spec import FlowSpec, check_dst
+from chunkgraph.execute import run
+from chunkgraph.execute._executor import close_resolved
+from chunkgraph.flow.plan import FlowSpec, RunOptions, check_dst, warn_if_saturated
+from chunkgraph.flow.run._checkerboard import LayerPlan
+from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
+from chunkgraph.flow.run._flow_graph import LAYERS_KEY
+from chunkgraph.flow.run._flow_run import flow_executor, no_io_report
+from chunkgraph.flow.run._late_writes import end_run
+from chunkgraph.flow.run._reduce import ReductionStats, reduce_box, reduction_boxes
+from chunkgraph.flow.run._report import ApplyReport
 from chunkgraph.flow.state import REDUCE, TOP, FlowDir, MarkerStore, claimed, grid_key, reach
 from chunkgraph.geometry import Box
+from chunkgraph.graph import Graph
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -115,7 +117,6 @@ def reduce_deferred(
         reach(state.root, dst.storage_options)
         state = dataclasses.replace(state, options=dst.storage_options)
     chosen = flow_executor(options, {}, dst, run_deferred_reduction, options.workers)
-    from chunkgraph.execute._executor import close_resolved
 
     try:
         if not state.store.exists(""):
@@ -192,10 +193,6 @@ def _run(
     t0: float,
 ) -> ApplyReport:
     """Build the graph of the reductions not yet marked, run it, report."""
-    from chunkgraph import volume
-    from chunkgraph.execute import run
-    from chunkgraph.graph import Graph
-
     # where apply put them (flow.json), else where they go by default
     recorded = state.read_info().get(LAYERS_KEY)
     where: Path | str = state.layers_dir

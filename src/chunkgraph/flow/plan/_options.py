@@ -32,6 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.execute import Executor, resolve_executor
+from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
+from chunkgraph.execute._limits import check_timeout
+from chunkgraph.flow.plan._auto_sizes import DEFAULT_MEMORY_SHARE
+from chunkgraph.volume._object_store import split_url
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Subscriber
@@ -120,9 +125,6 @@ class RunOptions:
         >>> RunOptions.of(retries=1, device="gpu").device
         <DeviceChoice.GPU: 'gpu'>
         """
-        from chunkgraph.execute._limits import check_timeout
-        from chunkgraph.flow._device import check_executor
-
         for name, flag in (
             ("resume", resume),
             ("probe", probe),
@@ -190,16 +192,11 @@ def _field(name: str) -> Iterator[None]:
 
 def _check_executor_kind(executor: object) -> None:
     """A kind, an address, a Client or an Executor; which one is ``resolve_executor``'s."""
-    from chunkgraph.execute import Executor
-
     if executor is None or isinstance(executor, str | Executor):
         return
-    from chunkgraph.execute._executor import is_dask_client
 
     if not is_dask_client(executor):
         with _field("executor"):
-            from chunkgraph.execute import resolve_executor
-
             resolve_executor(executor)  # type: ignore[arg-type]  # raises, naming what is one
 
 
@@ -235,8 +232,6 @@ def _checked_memory_limit(memory_limit: object) -> int | None:
     if memory_limit is None:
         return None
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
-        from chunkgraph.flow._auto_sizes import DEFAULT_MEMORY_SHARE
-
         raise ConfigError(
             f"memory_limit must be a positive number of bytes (e.g. 4 * 2**30) or None for "
             f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}",
@@ -256,8 +251,6 @@ def _checked_intermediates(intermediates: object) -> Path | str | None:
             field="intermediates",
         )
     if isinstance(intermediates, str) and "://" in intermediates:
-        from chunkgraph.volume._object_store import split_url
-
         try:
             split_url(intermediates)
         except ConfigError as err:
@@ -281,3 +274,26 @@ def _checked_subscribers(subscribers: object) -> tuple[Any, ...]:
             field="subscribers",
         )
     return given
+
+
+def check_executor(device: object, executor: object) -> None:
+    """ConfigError when ``device="gpu"`` would run in other processes (``processes``, a
+    Dask address or Client, an Executor that is not ``in_process``): the backend (and a
+    test's fake) is per process, and its device arrays cannot be shipped to a worker.
+    Checked before looking for a GPU here, which says nothing of a cluster's workers."""
+    if device != "gpu":
+        return
+    if isinstance(executor, str):
+        elsewhere = executor == "processes" or is_scheduler_address(executor)
+    elif executor is None:
+        elsewhere = False
+    else:
+        elsewhere = is_dask_client(executor) or getattr(executor, "in_process", True) is False
+    if not elsewhere:
+        return
+    given = executor
+    raise ConfigError(
+        f"device='gpu' runs in this process's threads, but executor={given!r} runs tasks in "
+        "other processes; use executor='threads' (the default) or 'sync', or device='cpu'",
+        field="device",
+    )

@@ -49,7 +49,8 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._util import divisors
-from chunkgraph.flow._spec import FlowSpec
+from chunkgraph.flow.plan import FlowSpec, layer_dtype
+from chunkgraph.flow.state import state_store
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -66,17 +67,6 @@ def nearest_divisor(n: int, target: int) -> int:
     """
     fit = [d for d in divisors(n) if 2 * d >= target] or [n]
     return min(fit, key=lambda d: (abs(d - target), -d))
-
-
-def layer_dtype(spec: FlowSpec) -> np.dtype:
-    """The dtype of the temporary layers (see the module docstring)."""
-    top = spec.levels[0]
-    dst = np.dtype(spec.dst_dtype)
-    if not any(top.blend) or top.blend_mode == "max":
-        return dst
-    if not spec.deferred and dst.kind == "f" and dst.itemsize >= 4:
-        return dst
-    return np.dtype(spec.accumulate_dtype)
 
 
 @dataclass(frozen=True)
@@ -139,8 +129,6 @@ class LayerPlan:
 
     def remove(self) -> None:
         if isinstance(self.root, str):
-            from chunkgraph.flow.state import state_store
-
             state_store(self.root, self.storage_options).delete_tree("")
         elif self.root.exists():
             shutil.rmtree(self.root)
@@ -148,8 +136,6 @@ class LayerPlan:
     def present(self) -> bool:
         """Whether anything of the layers is stored (a folder, or objects under the URL)."""
         if isinstance(self.root, str):
-            from chunkgraph.flow.state import state_store
-
             return state_store(self.root, self.storage_options).exists("")
         return self.root.is_dir()
 

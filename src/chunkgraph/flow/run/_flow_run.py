@@ -41,20 +41,28 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow._apply import ApplyReport
-from chunkgraph.flow._auto_sizes import FlowPlan, owned_inputs
-from chunkgraph.flow._cast import warn_if_saturated
-from chunkgraph.flow._device import (
+from chunkgraph.execute import ChecksPaths, resolve_executor
+from chunkgraph.execute._executor import close_resolved
+from chunkgraph.flow.plan import (
+    DEFAULT_RETRIES,
     DEVICE_TASKS_IN_FLIGHT,
-    FlowDevice,
-    resolve_device,
+    FlowPlan,
+    FlowSpec,
+    RunOptions,
+    estimate_flow,
+    needed_input_bytes,
+    owned_inputs,
+    same_storage,
+    top_task_memory,
+    warn_if_saturated,
+    with_cache,
 )
-from chunkgraph.flow._estimate import needed_input_bytes, top_task_memory
-from chunkgraph.flow._flow_graph import FlowGraph, read_bytes
-from chunkgraph.flow._options import DEFAULT_RETRIES, RunOptions
-from chunkgraph.flow._probe import fn_calls, probe_fn
-from chunkgraph.flow._spec import FlowSpec, same_storage
-from chunkgraph.flow._top_task import superchunks_in_flight
+from chunkgraph.flow.run._device import FlowDevice, resolve_device
+from chunkgraph.flow.run._flow_graph import FlowGraph, read_bytes
+from chunkgraph.flow.run._probe import fn_calls, probe_fn
+from chunkgraph.flow.run._report import ApplyReport
+from chunkgraph.flow.run._top_task import superchunks_in_flight
+from chunkgraph.flow.run._values import chunks_per_level, real_region, run_values
 from chunkgraph.flow.state import (
     FlowDir,
     claimed,
@@ -139,7 +147,6 @@ class FlowRun:
         executor = flow_executor(
             self.options, self.inputs, self.dst, self.fn, self._executor_size()
         )
-        from chunkgraph.execute._executor import close_resolved
 
         try:
             if self.dst is None:
@@ -147,6 +154,24 @@ class FlowRun:
             return self.device.reported(self._into_dst(self.dst, executor))
         finally:
             close_resolved(executor, self.options.executor)  # a Client opened for an address
+
+    def _flow_dir(self, flow_id: str, dst: Volume, executor: Executor) -> FlowDir:
+        """Where flow ``flow_id`` into ``dst`` keeps its state and its layers."""
+        intermediates = self.options.intermediates
+        root = state_root(intermediates, dst)
+        layers = layers_place(
+            root,
+            flow_id,
+            # A root named as the default one (.<dst>.chunkgraph, e.g. by the command line's
+            # dry run, whose stand-in dst is elsewhere) is the default: layers where its are.
+            given=intermediates is not None and dst_of_state_root(root) is None,
+            remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
+        )
+        # State in an object store reaches it as dst does (its endpoint, say).
+        reach_with = dst.storage_options if isinstance(root, str) else None
+        if isinstance(root, str):
+            reach(root, reach_with)
+        return FlowDir(root, flow_id, layers, reach_with)
 
     def _into_dst(self, dst: Volume, executor: Executor) -> ApplyReport:
         spec, options, device = self.spec, self.options, self.device.flow
@@ -157,22 +182,7 @@ class FlowRun:
             more = superchunks_in_flight(spec, self.cores, device=device)
             plan = _on_device(plan, more, top)
         flow_id = flow_id_of(self.fn, self.inputs, dst, spec)
-        from chunkgraph.execute import ChecksPaths
-
-        root = state_root(options.intermediates, dst)
-        layers = layers_place(
-            root,
-            flow_id,
-            # A root named as the default one (.<dst>.chunkgraph, e.g. by the command line's
-            # dry run, whose stand-in dst is elsewhere) is the default: layers where its are.
-            given=options.intermediates is not None and dst_of_state_root(root) is None,
-            remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
-        )
-        # State in an object store reaches it as dst does (its endpoint, say).
-        reach_with = dst.storage_options if isinstance(root, str) else None
-        if isinstance(root, str):
-            reach(root, reach_with)
-        state = FlowDir(root, flow_id, layers, reach_with)
+        state = self._flow_dir(flow_id, dst, executor)
         state.check_writable(dst)
         if options.dry_run:
             return _dry_report(spec, self.inputs, dst, state, plan, self.t0)
@@ -285,8 +295,6 @@ class FlowRun:
 
     def _collect(self, executor: Executor) -> ApplyReport:
         """``dst=None``: fn's value per bottom chunk (``_values``), nothing kept on disk."""
-        from chunkgraph.flow._values import chunks_per_level, real_region, run_values
-
         spec, options = self.spec, self.options
         # An expanded bbox may leave the volume: chunks are clipped to it (fn sees real voxels).
         edge = real_region(spec, self.inputs)
@@ -344,9 +352,6 @@ def flow_executor(
     (``DEFAULT_RETRIES`` when not given) and ``timeout``; an Executor carries its own
     settings, and one given beside it is refused (never dropped).
     """
-    from chunkgraph.execute import resolve_executor
-    from chunkgraph.execute._executor import close_resolved
-
     given = options.executor
     retries = options.retries
     if retries is None and (given is None or isinstance(given, str)):
@@ -373,8 +378,6 @@ def _check_out_of_process(
 ) -> None:
     """ConfigError when ``chosen`` (not in this process) cannot run this flow: memory
     volumes, an fn that does not pickle, paths its workers cannot see."""
-    from chunkgraph.execute import ChecksPaths
-
     where = f"executor={options.executor!r} runs tasks in other processes"
     local = [n for n, v in inputs.items() if v.location.in_process]
     local += ["dst"] if dst is not None and dst.location.in_process else []
@@ -459,8 +462,6 @@ def _dry_report(
     t0: float,
 ) -> ApplyReport:
     """A dry run's report: the estimate, its reads through the cache ``plan`` sizes too."""
-    from chunkgraph.flow._estimate import estimate_flow, with_cache
-
     est = estimate_flow(spec, named, dst)
     est = with_cache(est, plan) if plan is not None else est
     return no_io_report(

@@ -52,13 +52,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chunkgraph.flow._checkerboard import layer_dtype
-from chunkgraph.flow._resolution import Scale, scaled
-from chunkgraph.flow._spec import FlowSpec
+from chunkgraph.flow.plan._resolution import Scale, scaled
+from chunkgraph.flow.plan._spec import FlowSpec, layer_dtype
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._auto_sizes import FlowPlan
+    from chunkgraph.flow.plan._auto_sizes import FlowPlan
     from chunkgraph.volume import Volume
 
 

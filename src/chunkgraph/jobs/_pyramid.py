@@ -26,22 +26,23 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow._auto_sizes import job_memory_refusal, resolve_memory_limit
-from chunkgraph.flow._block_reduce import METHODS, block_reduce, reduced_shape
-from chunkgraph.flow._report import ApplyReport
-from chunkgraph.flow.state import claimed
+from chunkgraph.flow import ApplyReport, apply, claimed
+from chunkgraph.flow.plan import job_memory_refusal, resolve_memory_limit
 from chunkgraph.geometry import Box
+from chunkgraph.jobs._backend import plain_backend
+from chunkgraph.jobs._block_reduce import METHODS, block_reduce, reduced_shape
 from chunkgraph.volume import Volume
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
-    from chunkgraph.volume._registry import BackendName
+    from chunkgraph.volume import BackendName
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +116,6 @@ _OPENED: dict[tuple[Any, ...], Volume] = {}
 
 
 def _opened(where: tuple[Any, ...]) -> Volume:
-    from chunkgraph import volume
-
     found = _OPENED.get(where)
     if found is None:
         path, scale, backend = where[:3]
@@ -274,9 +273,6 @@ def downsample(
     [[21, 23], [45, 47]]
     >>> for p in ("ds-doc", *r.paths): volume.remove(p)
     """
-    from chunkgraph import volume
-    from chunkgraph.flow._apply import apply
-
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     if method is None:
         method = default_method(source.dtype)
@@ -290,7 +286,7 @@ def downsample(
             memory_limit=memory_limit, executor=executor, workers=workers, dry_run=True,
         )  # fmt: skip
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
-    backend = cast("BackendName", "memory" if dry_run else _plain_backend(source))
+    backend: BackendName = "memory" if dry_run else plain_backend(source)
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
     else:
@@ -376,8 +372,6 @@ def _make_levels(
 ) -> list[Volume]:
     """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
     stand-in of a dry run), or a level added to the source's image."""
-    from chunkgraph import volume
-
     made: list[Volume] = []
     below = source
     for path in paths:
@@ -500,12 +494,6 @@ def _level_chunks(below: Volume) -> dict[str, Any]:
         and all(w % r == 0 for w, r in zip(write, read, strict=True))
     )
     return {"write_chunks": write} if sharded else {}
-
-
-def _plain_backend(source: Volume) -> str:
-    """The backend of Zarr v3 levels: the source's (memory too), or zarr for a source in
-    another format."""
-    return source.backend if source.backend in ("zarr", "tensorstore", "memory") else "zarr"
 
 
 def _check_offset(below: Volume, factor: tuple[int, ...]) -> None:

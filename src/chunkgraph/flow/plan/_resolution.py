@@ -33,7 +33,7 @@ from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._spec import FlowSpec, LevelSpec
+    from chunkgraph.flow.plan._spec import FlowSpec, LevelSpec
     from chunkgraph.volume import Volume
 
 Scale = tuple[Fraction, ...]

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
-from chunkgraph.flow._checkerboard import LayerPlan
-from chunkgraph.flow._spec import FlowSpec, LevelSpec
+from chunkgraph.flow.plan import ALL_MODES, WEIGHTED_MODES, FlowSpec, LevelSpec
+from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:

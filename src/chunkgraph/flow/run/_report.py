@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._util import format_bytes
-from chunkgraph.flow._auto_sizes import FlowPlan
-from chunkgraph.flow._device import NO_GPU_HERE
+from chunkgraph.flow.plan import FlowPlan
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._estimate import FlowEstimate
+    from chunkgraph.flow.plan import FlowEstimate
+
+
+NO_GPU_HERE = "no GPU here: the run needs one (or gpu_fallback=True to run on the CPU)"
 
 
 @dataclass(frozen=True)

@@ -72,16 +72,16 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._args import located_per_axis, parse_chunk_sizes, per_level
-from chunkgraph.flow._blend import ALL_MODES, WEIGHTED_MODES
-from chunkgraph.flow._cast import DEFAULT_CAST, CastRule, check_cast_rule
-from chunkgraph.flow._divisibility import (
+from chunkgraph.flow.plan._args import located_per_axis, parse_chunk_sizes, per_level
+from chunkgraph.flow.plan._blend import ALL_MODES, WEIGHTED_MODES
+from chunkgraph.flow.plan._cast import DEFAULT_CAST, CastRule, check_cast_rule
+from chunkgraph.flow.plan._divisibility import (
     auto_divisible_chunks,
     check_divisibility,
     check_top_divides,
     expanded_bbox,
 )
-from chunkgraph.flow._resolution import Scale, check_integral, scale_of, scaled, step_of
+from chunkgraph.flow.plan._resolution import Scale, check_integral, scale_of, scaled, step_of
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -746,3 +746,15 @@ def _check_skip_intermediates(levels: Sequence[LevelSpec], bbox: Box, dst: Volum
                 field="skip_intermediates",
                 axis=axis,
             )
+
+
+def layer_dtype(spec: FlowSpec) -> np.dtype:
+    """The dtype of the checkerboard's temporary layers (run's ``_checkerboard``): dst's,
+    unless blending in it would lose precision."""
+    top = spec.levels[0]
+    dst = np.dtype(spec.dst_dtype)
+    if not any(top.blend) or top.blend_mode == "max":
+        return dst
+    if not spec.deferred and dst.kind == "f" and dst.itemsize >= 4:
+        return dst
+    return np.dtype(spec.accumulate_dtype)

@@ -59,30 +59,11 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import format_bytes
+from chunkgraph.flow.plan import DEVICE_TASKS_IN_FLIGHT
+from chunkgraph.gpu import active_backend
 
 if TYPE_CHECKING:
     from chunkgraph.gpu import DeviceBackend
-
-# Top-level tasks that may hold their superchunk at once in a GPU flow. Its levels below
-# run in the task's own thread, so the CPU rule (enough tasks for their bottom chunks to
-# cover the cores) says nothing about the device; two let one task read, upload, download
-# and write while the other computes. More would overlap more I/O but hold more host and
-# device memory; a CPU flow's own count is kept when it is larger (the same host memory).
-DEVICE_TASKS_IN_FLIGHT = 2
-
-
-def device_tasks_in_flight(cpu_in_flight: int, devices: int = 1, per_device: int = 2) -> int:
-    """Top-level tasks in flight in a GPU flow on ``devices`` GPUs that each hold
-    ``per_device`` tasks' data at once, given the CPU flow's count (0: unbounded).
-
-    >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
-    (2, 4, 0)
-    >>> device_tasks_in_flight(4, devices=4), device_tasks_in_flight(4, 4, per_device=1)
-    (8, 4)
-    """
-    if cpu_in_flight == 0:
-        return 0
-    return max(cpu_in_flight, per_device * max(devices, 1))
 
 
 class FlowDevice:
@@ -181,9 +162,6 @@ class FlowDevice:
         return xp.full_like(like, fill, dtype=dtype, shape=shape, order="C")
 
 
-NO_GPU_HERE = "no GPU here: the run needs one (or gpu_fallback=True to run on the CPU)"
-
-
 def resolve_device(
     device: str, gpu_fallback: bool, dry_run: bool = False
 ) -> tuple[FlowDevice | None, bool]:
@@ -200,7 +178,6 @@ def resolve_device(
     """
     if device == "cpu":
         return None, False
-    from chunkgraph.gpu import active_backend
 
     backend = active_backend()
     if backend is not None and backend.device_count() > 0:
@@ -214,30 +191,5 @@ def resolve_device(
         "(check CUDA_VISIBLE_DEVICES and nvidia-smi); install chunkgraph[gpu] on a machine "
         "with an NVIDIA GPU, pass gpu_fallback=True to run on the CPU when there is none, "
         "or use device='cpu'",
-        field="device",
-    )
-
-
-def check_executor(device: object, executor: object) -> None:
-    """ConfigError when ``device="gpu"`` would run in other processes (``processes``, a
-    Dask address or Client, an Executor that is not ``in_process``): the backend (and a
-    test's fake) is per process, and its device arrays cannot be shipped to a worker.
-    Checked before looking for a GPU here, which says nothing of a cluster's workers."""
-    if device != "gpu":
-        return
-    from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
-
-    if isinstance(executor, str):
-        elsewhere = executor == "processes" or is_scheduler_address(executor)
-    elif executor is None:
-        elsewhere = False
-    else:
-        elsewhere = is_dask_client(executor) or getattr(executor, "in_process", True) is False
-    if not elsewhere:
-        return
-    given = executor
-    raise ConfigError(
-        f"device='gpu' runs in this process's threads, but executor={given!r} runs tasks in "
-        "other processes; use executor='threads' (the default) or 'sync', or device='cpu'",
         field="device",
     )

@@ -53,13 +53,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from chunkgraph._errors import ChunkgraphError, FlowOutputError
-from chunkgraph.flow._blend import axis_weights
-from chunkgraph.flow._cast import can_saturate, cast_refusal, count_saturated
-from chunkgraph.flow._device import FlowDevice
-from chunkgraph.flow._late_writes import check_run_live
-from chunkgraph.flow._resolution import resolution_hint, scaled
-from chunkgraph.flow._spec import BOX_KEYWORD, FlowSpec, LevelSpec
+from chunkgraph.flow.plan import (
+    BOX_KEYWORD,
+    FlowSpec,
+    LevelSpec,
+    axis_weights,
+    can_saturate,
+    cast_refusal,
+    count_saturated,
+    layer_dtype,
+    resolution_hint,
+    scaled,
+)
+from chunkgraph.flow.run._device import FlowDevice
+from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.geometry import Box
+from chunkgraph.parallel import get_pool, parallel_map
+from chunkgraph.parallel._pool import local_pool
 
 if TYPE_CHECKING:
     from chunkgraph.volume import Volume
@@ -263,9 +273,6 @@ def for_each_child(run: Callable[[int], T], indices: list[int]) -> list[T]:
     group's message. The chunk and level are in the error's note (``call_fn``); the
     note added here counts the children that failed beside it.
     """
-    from chunkgraph.parallel import get_pool, parallel_map
-    from chunkgraph.parallel._pool import local_pool
-
     # The pool this level runs on (a flow's own, see _top_task.flow_pool) is the one the
     # levels nested in its children use too, whichever of its threads runs them.
     pool = get_pool()
@@ -305,7 +312,7 @@ def assembly_dtype(spec: FlowSpec, level: int) -> np.dtype:
     whole output would get later, so results do not change.
 
     >>> from types import SimpleNamespace as N
-    >>> from chunkgraph.flow._spec import LevelSpec
+    >>> from chunkgraph.flow.plan import LevelSpec
     >>> lv = lambda b: LevelSpec((8,), (0,), (b,), "linear")
     >>> spec = N(levels=(lv(0), lv(2), lv(0)), dst_dtype=np.dtype("u1"),
     ...          accumulate_dtype=np.dtype("f8"))
@@ -313,8 +320,6 @@ def assembly_dtype(spec: FlowSpec, level: int) -> np.dtype:
     ['uint8', 'float64']
     """
     if level == 0:
-        from chunkgraph.flow._checkerboard import layer_dtype
-
         return layer_dtype(spec)
     if any(spec.levels[level].blend):
         return np.dtype(spec.accumulate_dtype)

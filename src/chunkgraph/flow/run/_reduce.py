@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import CorruptChunkError
-from chunkgraph.flow._cast import can_saturate, count_saturated
-from chunkgraph.flow._checkerboard import LayerPlan
-from chunkgraph.flow._edge_locks import edge_chunks_locked, partial_chunks
-from chunkgraph.flow._late_writes import check_run_live
-from chunkgraph.flow._spec import FlowSpec
-from chunkgraph.flow._subchunk import (
+from chunkgraph.flow.plan import FlowSpec, can_saturate, count_saturated
+from chunkgraph.flow.run._checkerboard import LayerPlan
+from chunkgraph.flow.run._deferred import GEOMETRY_KEY
+from chunkgraph.flow.run._edge_locks import edge_chunks_locked, partial_chunks
+from chunkgraph.flow.run._late_writes import check_run_live
+from chunkgraph.flow.run._subchunk import (
     add_weighted,
     at,
     cast_to,
@@ -46,6 +46,7 @@ from chunkgraph.flow._subchunk import (
     weighted_sum_start,
     weights_over,
 )
+from chunkgraph.flow.state import clean_command, read_flow_info
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -180,9 +181,6 @@ def damaged_layer_error(error: CorruptChunkError, layer_path: str) -> CorruptChu
     layer is computing it again: the flow without ``resume`` (or removing the flow,
     ``chunkgraph clean DST FLOW_ID``, then applying again).
     """
-    from chunkgraph.flow._deferred import GEOMETRY_KEY
-    from chunkgraph.flow.state import clean_command, read_flow_info
-
     flow_dir = Path(layer_path).parent.parent  # <intermediates>/<flow id>/layers/layer_k.zarr
     root, flow_id = flow_dir.parent, flow_dir.name
     deferred = GEOMETRY_KEY in read_flow_info(flow_dir)

@@ -23,10 +23,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError, TaskError
-from chunkgraph.flow._device import FlowDevice
-from chunkgraph.flow._resolution import scaled
-from chunkgraph.flow._spec import FlowSpec
-from chunkgraph.flow._subchunk import call_fn
+from chunkgraph.flow.plan import FlowSpec, scaled
+from chunkgraph.flow.run._device import FlowDevice
+from chunkgraph.flow.run._subchunk import call_fn
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ def first_bottom_chunk(spec: FlowSpec) -> Box:
     crop and blend, so the first bottom chunk starts at the bbox corner minus
     those pads of every level above the bottom.
 
-    >>> from chunkgraph.flow._spec import LevelSpec
+    >>> from chunkgraph.flow.plan import LevelSpec
     >>> from types import SimpleNamespace
     >>> top = LevelSpec((32, 32), (0, 0), (4, 4), "linear")
     >>> bottom = LevelSpec((8, 8), (2, 2), (0, 0), "linear")
@@ -74,7 +73,7 @@ def fn_calls(spec: FlowSpec) -> int:
     """How many times the flow calls ``fn``: its top chunks times, at each level below,
     the children that tile a parent's region (chunk padded by its crop and blend).
 
-    >>> from chunkgraph.flow._spec import LevelSpec
+    >>> from chunkgraph.flow.plan import LevelSpec
     >>> from types import SimpleNamespace
     >>> top = LevelSpec((32, 32), (0, 0), (4, 4), "linear")
     >>> bottom = LevelSpec((8, 8), (2, 2), (0, 0), "linear")
