@@ -34,34 +34,18 @@ if TYPE_CHECKING:
     from chunkgraph.volume import Volume
 
 LOCK_SUFFIX = ".lock"
-
-
 DONE_SUFFIX = ".done"
-
-
 INFO_NAME = "flow.json"
-
-
 LAYERS_NAME = "layers"
-
-
 MARKERS_NAME = "markers"
-
-
 # Beside dst, in its default root: <flow id>.where names the root of state kept elsewhere.
 WHERE_SUFFIX = ".where"
-
-
 # Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its
 # state. A run with other intermediates finds the interrupted flow through it.
 IN_PLACE_MARK = ".chunkgraph-in-place.json"
-
-
 # The folder of the temp dir under which flows with state in an object store keep their
 # layers on this machine (scratch_layers); emptied folders go again (FlowDir.tidy_scratch).
 SCRATCH_NAME = "chunkgraph-layers"
-
-
 # The default root beside a file-backed dst: .<dst name>.chunkgraph
 ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 
