@@ -1,4 +1,4 @@
-"""A flow's state in an object store (``_state_store``), against a real S3 server (moto).
+"""A flow's state in an object store (``flow.state._store``), against a real S3 server (moto).
 
 The same state code runs over a folder and over a key prefix: the stores answer the
 same questions alike, and markers, records, ``flow.json``, status and removal round

@@ -73,7 +73,7 @@ def nearest_divisor(n: int, target: int) -> int:
 class LayerPlan:
     """The temporary layers of one flow: where they live and how they are chunked."""
 
-    root: Path | str  # a folder, or a URL in an object store (``_flow_dir.layers_place``)
+    root: Path | str  # a folder, or a URL in an object store (state's ``_layout.layers_place``)
     parity_axes: tuple[int, ...]
     bounds: Box
     storage_chunk: tuple[int, ...]

@@ -2,9 +2,9 @@
 
 A flow run with ``blend_modes="defer"`` ends with its top-level outputs in the
 checkerboard layers (``_checkerboard``), margin past the bbox included, and no
-reduction. ``reduce_deferred`` (``_reduce_deferred``) runs that reduction later,
+reduction. ``reduce_deferred`` (``_deferred_run``) runs that reduction later,
 possibly in another process, knowing nothing but the flow's directory. So
-``apply`` writes, beside the totals in ``flow.json`` (``_state.write_flow_info``),
+``apply`` writes, beside the totals in ``flow.json`` (state's ``_info.write_flow_info``),
 the geometry the reduction needs under the key ``"deferred_geometry"``::
 
     bbox, top chunk, top blend pad      which top task wrote which voxels, its weights

@@ -324,5 +324,5 @@ def _kept(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _kept_fingerprint(info: dict[str, Any]) -> dict[str, Any]:
-    """``flow.json``'s ``fingerprint`` (``_state.resume_mismatch`` reads it), if any."""
+    """``flow.json``'s ``fingerprint`` (state's ``_status.resume_mismatch`` reads it), if any."""
     return {"fingerprint": info["fingerprint"]} if "fingerprint" in info else {}

@@ -1,6 +1,6 @@
 """``ApplyReport``: what one ``apply`` (or ``reduce_deferred``) call did, and its summary.
 
-A frozen record filled at the end of a run (``_apply``, ``_reduce_deferred``) or by a
+A frozen record filled at the end of a run (``_apply``, ``_deferred_run``) or by a
 dry run from ``estimate_flow``; ``summary`` prints it as a few lines, each block from
 one small function below, in the order they appear::
 
@@ -70,7 +70,7 @@ class ApplyReport:
     reductions_skipped: int = 0
     intermediates: str | None = None
     # where the top-level layers are (would be): under intermediates, on local scratch,
-    # or in an object store (``_flow_dir.layers_place``); None where there are none
+    # or in an object store (state's ``_layout.layers_place``); None where there are none
     layers: str | None = None
     deferred_layers: tuple[str, ...] = ()
     estimate: FlowEstimate | None = None
