@@ -9,7 +9,7 @@ EXPECTED = {
     "ChunkgraphError", "ConfigError", "AlignmentError", "GraphError", "PlanError",
     "TaskError", "WorkerDiedError", "CorruptChunkError", "VolumeNotFoundError", "UsageError",
     "FlowOutputError", "FlowLockedError", "RunEndedError", "CallTimeoutError", "RemoteError",
-    "RemoteTraceback",
+    "RemoteTraceback", "StoreError",
     # task graphs
     "Graph", "TaskRef", "Cost", "Resources", "task", "run", "LocalExecutor", "Event", "EventKind",
     "dask_scheduler",

@@ -5,6 +5,7 @@
     │   └── AlignmentError                a write that does not cover whole storage chunks
     ├── VolumeNotFoundError(FileNotFoundError)  no volume at that path or name
     ├── CorruptChunkError(ValueError)     a stored chunk that cannot be decoded: key and file
+    ├── StoreError(OSError)               an object store failed a request after its retries
     ├── GraphError(ValueError)            a malformed graph: cycle, foreign ref, duplicate name
     ├── PlanError(RuntimeError)           a plan that cannot be made
     ├── UsageError(RuntimeError)          an object used in a state that does not allow it
@@ -145,6 +146,33 @@ def _corrupt_chunk_error(
     return CorruptChunkError(message, volume=volume, chunks=chunks, keys=keys, files=files)
 
 
+class StoreError(ChunkgraphError, OSError):
+    """An object store failed a request after the client's own retries: it did not
+    answer, refused the connection, or answered with an error (``code``: the store's
+    error code, e.g. ``AccessDenied``, ``InvalidAccessKeyId``; ``""`` when it gave none).
+
+    Not damage: the stored bytes never arrived, so nothing says they are wrong
+    (``CorruptChunkError`` is for bytes that arrived and do not decode). ``url`` is the
+    object or prefix asked for, ``endpoint`` the server tried.
+    """
+
+    def __init__(self, message: str, *, url: str = "", endpoint: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.url = url
+        self.endpoint = endpoint
+        self.code = code
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_store_error, (str(self), self.url, self.endpoint, self.code))
+
+
+def _store_error(message: str, url: str, endpoint: str, code: str) -> StoreError:
+    return StoreError(message, url=url, endpoint=endpoint, code=code)
+
+
 class VolumeNotFoundError(ChunkgraphError, FileNotFoundError):
     """No volume exists at the given path (or under the given memory name)."""
 
@@ -279,6 +307,7 @@ for _cls in (
     AlignmentError,
     VolumeNotFoundError,
     CorruptChunkError,
+    StoreError,
     GraphError,
     PlanError,
     UsageError,

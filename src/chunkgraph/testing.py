@@ -1,5 +1,7 @@
 """Real servers on loopback for tests and benchmarks: an S3 server (moto's server mode),
-and a proxy in front of it that behaves like a distant, sometimes failing one.
+a proxy in front of it that behaves like a distant, sometimes failing one, a
+silent endpoint (it accepts connections and never answers: a hung store), and a
+TCP forwarder that freezes on demand (a store that hangs in the middle of a run).
 
 Not imported by the library. ``moto[server]`` is a test extra, not a runtime
 dependency; this module imports it on use.
@@ -190,6 +192,81 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
     return Forward
+
+
+@contextlib.contextmanager
+def silent_endpoint() -> Iterator[str]:
+    """An endpoint URL on loopback that accepts every connection and never answers a
+    byte: what a client meets at a hung store (a timeout, not a refusal)."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed: the body is over
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, name="silent-endpoint", daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+class FreezingProxy:
+    """A TCP forwarder on loopback (``endpoint``) to ``upstream``; after ``freeze()`` it
+    passes no byte either way and keeps every connection open."""
+
+    def __init__(self, upstream: str) -> None:
+        import socket
+
+        host, _, port = urllib.parse.urlsplit(upstream).netloc.rpartition(":")
+        self._upstream = (host, int(port))
+        self._frozen = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="freezing-proxy", daemon=True).start()
+
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def _accept(self) -> None:
+        import socket
+
+        with contextlib.suppress(OSError):  # the listener closed
+            while True:
+                client = self._listener.accept()[0]
+                server = socket.create_connection(self._upstream)
+                self._conns += [client, server]
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: Any, sink: Any) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if self._frozen.is_set():
+                    return  # swallowed: the other side waits for ever
+                sink.sendall(data)
+
+    def close(self) -> None:
+        self._listener.close()
+        for conn in self._conns:
+            conn.close()
+
+
+@contextlib.contextmanager
+def freezing_proxy(upstream: str) -> Iterator[FreezingProxy]:
+    """A ``FreezingProxy`` to ``upstream`` for the body."""
+    proxy = FreezingProxy(upstream)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 @contextlib.contextmanager

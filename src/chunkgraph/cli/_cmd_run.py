@@ -249,6 +249,13 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"
+        if store_lost(group) is not None:  # one line: the details are in --log-json
+            print(f"chunkgraph run: {failure_summary(group)}", file=sys.stderr)
+            print(
+                "chunkgraph run: rerun with --resume once it answers: finished chunks are kept",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
         print(failure_summary(group), file=sys.stderr)
         advice = (
             "fn failed its probe call on the first chunk, before anything was written"
@@ -458,12 +465,30 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
     }
 
 
+def store_lost(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The first task's ``StoreError`` when every failed task failed on the object store
+    (it went away or stopped answering): one cause, said once, not once per task."""
+    from chunkgraph._errors import StoreError, TaskError
+    from chunkgraph.execute._failures import innermost
+
+    causes = [innermost(e.__cause__ or e)[0] if isinstance(e, TaskError) else e
+              for e in _leaves(group)]  # fmt: skip
+    if causes and all(isinstance(c, StoreError) for c in causes):
+        return causes[0]
+    return None
+
+
 def failure_summary(group: BaseExceptionGroup[Any]) -> str:
     """One block per failed task: its name, the first line of the innermost cause (the
     error under any loop's group: the one that names the chunk or file), the chunk from
-    the notes, and whether it was not retried because no try could succeed."""
+    the notes, and whether it was not retried because no try could succeed. One line
+    when the object store failed them all (``store_lost``)."""
     from chunkgraph._errors import TaskError, is_permanent
     from chunkgraph.execute._failures import innermost
+
+    lost = store_lost(group)
+    if lost is not None:
+        return f"the object store failed: {lost}"
 
     failed = [e for e in _leaves(group) if isinstance(e, TaskError)]
     others = [e for e in _leaves(group) if not isinstance(e, TaskError)]

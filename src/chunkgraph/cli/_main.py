@@ -10,7 +10,9 @@ Commands import what they need inside their handler: ``chunkgraph --help``
 stays fast, and a command never pays for another's imports.
 
 Exit codes, the same for every command: 0 success, 1 the work itself failed
-(task failures, a result that does not check out), 2 usage or spec errors.
+(task failures, a result that does not check out, an object store that failed),
+2 usage or spec errors. A store that fails is said in one line (``StoreError``:
+what was asked, where, why), never as the client's traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chunkgraph import __version__
-from chunkgraph._errors import ConfigError, VolumeNotFoundError
+from chunkgraph._errors import ConfigError, StoreError, VolumeNotFoundError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -65,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, VolumeNotFoundError) as error:  # bad options found past argparse
         print(f"chunkgraph {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except StoreError as error:
+        print(f"chunkgraph {args.command}: {error}", file=sys.stderr)
+        return EXIT_FAILED
     except BrokenPipeError:  # `chunkgraph ... | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return EXIT_OK

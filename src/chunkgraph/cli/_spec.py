@@ -47,7 +47,7 @@ from pydantic import (
     model_validator,
 )
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, StoreError
 from chunkgraph.execute import ExecutorKind
 from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule
 
@@ -595,7 +595,7 @@ def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
                 cache_bytes=spec.cache_bytes,
                 storage_options=_options_for(_input_path(base, path), spec),
             )
-        except (ConfigError, FileNotFoundError) as err:
+        except (ConfigError, FileNotFoundError, StoreError) as err:
             problem(where, f"cannot open input volume: {err}")
     return opened
 
@@ -610,7 +610,7 @@ def _input_path(base: Path, path: str) -> str:
     """
     head, sep, rest = path.partition("://")
     if not sep:
-        return str(base / path)
+        return path if _looks_like_url(path) else str(base / path)
     if head in ("s3", "gs", "file") or "://" in rest or rest.startswith("/"):
         return path
     return f"{head}://{base / rest}"
@@ -641,8 +641,14 @@ def _plan_output(
         existing = volume.open(path, "r+", storage_options=options)
     except FileNotFoundError:
         pass
-    except ConfigError as err:
-        problem("output.path", f"something is at {path!r} but it does not open: {err}")
+    except (ConfigError, StoreError) as err:
+        # A place that cannot be reached (no such bucket, access refused, no answer, a
+        # broken URL) says so itself; "does not open" is for what is there.
+        about_place = isinstance(err, StoreError) or err.field in ("path", "storage_options")
+        problem(
+            "output.path",
+            str(err) if about_place else f"something is at {path!r} but it does not open: {err}",
+        )
         return plan
     if existing is not None:
         if out.exists == "error":
@@ -726,7 +732,15 @@ def place(base: Path, path: str) -> str:
     >>> place(Path("/data"), "s3://bucket/out.zarr"), place(Path("/data"), "out.zarr")
     ('s3://bucket/out.zarr', '/data/out.zarr')
     """
-    return path if "://" in path else str((base / path).resolve())
+    if "://" in path or _looks_like_url(path):  # a broken URL: volume.open says why
+        return path
+    return str((base / path).resolve())
+
+
+def _looks_like_url(path: str) -> bool:
+    from chunkgraph.volume._object_store import SCHEMES, broken_url
+
+    return broken_url(path, (*SCHEMES, "file")) is not None
 
 
 def _not_a_volume(path: str) -> str | None:

@@ -18,7 +18,7 @@ The backend that serves each format is its own module: ``_precomputed`` and
 from __future__ import annotations
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume._object_store import SCHEMES
+from chunkgraph.volume._object_store import SCHEMES, broken_url
 
 # The format prefixes a path may carry, and the backend each one means.
 FORMATS: dict[str, str] = {
@@ -43,9 +43,12 @@ def split_format(path: str) -> tuple[str | None, str]:
     """
     head, sep, rest = path.partition("://")
     if not sep:
+        _check_not_broken(path)
         return None, path
     if head in FORMATS:
         inner_head, inner_sep, inner_rest = rest.partition("://")
+        if not inner_sep:
+            _check_not_broken(rest)
         if inner_sep and inner_head not in _PLACES:
             raise ConfigError(
                 f"{path!r}: a {head}:// volume lives at a local path, file://path or "
@@ -65,3 +68,16 @@ def split_format(path: str) -> tuple[str | None, str]:
         + ", ".join(f"{s}://BUCKET/path" for s in SCHEMES),
         field="path",
     )
+
+
+def _check_not_broken(place: str) -> None:
+    problem = broken_url(place, (*FORMATS, *_PLACES))
+    if problem:
+        raise ConfigError(
+            f"{problem}; valid forms: a local path, file://path, "
+            + ", ".join(f"{s}://BUCKET/path" for s in SCHEMES)
+            + ", each after an optional format prefix ("
+            + ", ".join(f"{f}://" for f in FORMATS)
+            + ")",
+            field="path",
+        )

@@ -10,11 +10,11 @@ the providers' own tools read them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``storage_options`` add or override anything else (obstore's config keys, e.g.
 ``{"endpoint": "http://127.0.0.1:9000", "region": "eu-west-1"}``).
 
-Secrets. ``StoreOptions`` keeps the values of secret keys (``SECRET_KEYS``)
-apart: they are never shown (``repr``), never written (``public()``) and never
-pickled. An unpickled ``StoreOptions`` (on a Dask worker, in a pool process)
-has the public keys only, and the worker's own environment or credential files
-supply the rest, as they do for the providers' tools.
+Secrets. ``StoreOptions`` keeps the values of secret keys (``_store_keys``: every
+option obstore takes, classified once) apart: they are never shown (``repr``),
+never written (``public()``) and never pickled. An unpickled ``StoreOptions``
+(on a Dask worker, in a pool process) has the public keys only, and the
+worker's own environment or credential files supply the rest, as they do for the providers' tools.
 
     >>> StoreOptions.of({"region": "eu-west-1", "secret_access_key": "hunter2"})
     StoreOptions(region='eu-west-1', secret_access_key=<secret>)
@@ -26,49 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.volume._store_client import client_settings
+from chunkgraph.volume._store_errors import is_store_failure, store_failure
+from chunkgraph.volume._store_keys import CLIENT_KEYS, STORE_TIMEOUT_KEYS, canonical, is_secret_key
 
 SCHEMES = ("s3", "gs")
-
-# Keys whose values are credentials, in any of the spellings obstore accepts.
-SECRET_KEYS = frozenset(
-    {
-        "access_key_id",
-        "aws_access_key_id",
-        "secret_access_key",
-        "aws_secret_access_key",
-        "session_token",
-        "aws_session_token",
-        "token",
-        "aws_token",
-        "service_account_key",
-        "google_service_account_key",
-        "application_credentials",
-        "google_application_credentials",
-    }
-)
-
-# Words that make any other key secret too: a misspelled secret (``secret_acess_key``)
-# must not be printed in the error saying that obstore does not know it.
-_SECRET_WORDS = ("secret", "token", "password", "credential", "private")
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether the value of option ``name`` is kept out of sight.
-
-    >>> [is_secret_key(k) for k in ("region", "aws_secret_access_key", "secret_acess_key")]
-    [False, True, True]
-    """
-    name = name.lower()
-    return name in SECRET_KEYS or any(word in name for word in _SECRET_WORDS)
-
-
-# Client settings (as opposed to store config) obstore takes apart.
-_CLIENT_KEYS = frozenset({"allow_http", "timeout", "connect_timeout", "pool_max_idle_per_host"})
 
 
 def split_url(url: str) -> tuple[str, str, str]:
@@ -86,6 +54,33 @@ def split_url(url: str) -> tuple[str, str, str]:
     if not bucket:
         raise ConfigError(f"{url!r} names no bucket; write {scheme}://BUCKET/path", field="path")
     return scheme, bucket, prefix.strip("/")
+
+
+# A word and a colon at the start of a path, not followed by "//": a URL with a slash
+# lost (``s3:/bucket/x``), which would otherwise be a local folder named ``s3:``. One
+# letter is a Windows drive (``C:/data``), not a scheme.
+_BROKEN_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
+def broken_url(path: str, known: tuple[str, ...]) -> str | None:
+    """Why ``path`` looks like a URL but is not one (None when it does not look like one):
+    ``scheme:/...`` with one slash, or a ``known`` scheme followed by ``:`` alone.
+
+    >>> broken_url("s3:/bucket/x", ("s3",))
+    "'s3:/bucket/x' starts with 's3:/', which is neither a URL (s3://...) nor a local path"
+    >>> broken_url("C:/data/a.zarr", ("s3",)), broken_url("a:b/c.zarr", ("s3",))
+    (None, None)
+    """
+    found = _BROKEN_URL.match(path)
+    if found is None:
+        return None
+    word, rest = found.group(1), path[found.end() :]
+    if not rest.startswith("/") and word.lower() not in known:
+        return None
+    return (
+        f"{path!r} starts with {path[: found.end() + rest.startswith('/')]!r}, which is "
+        f"neither a URL ({word}://...) nor a local path"
+    )
 
 
 def is_object_url(path: str) -> bool:
@@ -148,63 +143,86 @@ class StoreOptions:
 
 
 def object_store(url: str, options: StoreOptions | Mapping[str, Any] | None = None) -> Any:
-    """The obstore store rooted at ``url``'s key prefix (keys are relative to it)."""
+    """The obstore store rooted at ``url``'s key prefix (keys are relative to it), with
+    the request bounds of ``_store_client``."""
     from obstore.store import from_url
 
     opts = StoreOptions.of(options)
     scheme, bucket, prefix = split_url(url)
+    # Store config keeps the user's spelling (obstore knows them all); client and retry
+    # settings go apart under the names obstore's client_options and retry_config take.
     settings = opts.everything()
-    client = {k: settings.pop(k) for k in list(settings) if k in _CLIENT_KEYS}
-    endpoint = settings.get("endpoint") or _endpoint_from_env(scheme)
-    if endpoint and str(endpoint).startswith("http://"):
+    bounds = {canonical(k): settings.pop(k) for k in list(settings)
+              if canonical(k) in STORE_TIMEOUT_KEYS}  # fmt: skip
+    client = {canonical(k): settings.pop(k) for k in list(settings) if canonical(k) in CLIENT_KEYS}
+    client_bounds, retry = client_settings({**client, **bounds})
+    client.update(client_bounds)
+    endpoint = endpoint_of(scheme, opts)
+    if endpoint and endpoint.startswith("http://"):
         client.setdefault("allow_http", True)
+    named = {canonical(k) for k in settings}
     if scheme == "s3" and endpoint:
-        settings.setdefault("endpoint", endpoint)
+        if "endpoint" not in named:
+            settings["endpoint"] = endpoint
         # moto, MinIO and most S3 work-alikes answer conditional writes on ETags.
-        settings.setdefault("conditional_put", "etag")
-    if scheme == "gs" and endpoint:
-        settings.setdefault("base_url", endpoint)
+        if "conditional_put" not in named:
+            settings["conditional_put"] = "etag"
+    if scheme == "gs" and endpoint and "base_url" not in named:
+        settings["base_url"] = endpoint
     root = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
     try:
-        return from_url(root, config=settings or None, client_options=client or None)  # type: ignore[arg-type]
+        return from_url(  # type: ignore[call-overload]
+            root, config=settings or None, client_options=client, retry_config=retry
+        )
     except Exception as err:  # obstore names the bad key; say what kind of thing was wrong
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ConfigError(
-            f"cannot reach {url!r} with storage_options {opts!r}: {err}", field="storage_options"
-        ) from err
+            f"cannot reach {url!r} with storage_options {opts!r}: {first}",
+            field="storage_options",
+        ) from None
 
 
-def _endpoint_from_env(scheme: str) -> str | None:
+def endpoint_of(scheme: str, options: StoreOptions) -> str | None:
+    """The endpoint a store of ``scheme`` is reached at: ``storage_options`` (any spelling
+    of ``endpoint`` / ``base_url``), else the environment; None for the provider's own.
+    ConfigError naming where it came from when it is not an http(s) URL."""
+    for key, value in options.public().items():
+        if canonical(key) in ("endpoint", "base_url") and value:
+            return _checked_endpoint(str(value), f"storage_options {key!r}")
     if scheme == "s3":
-        return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+            if os.environ.get(name):
+                return _checked_endpoint(os.environ[name], name)
+        return None
     host = os.environ.get("STORAGE_EMULATOR_HOST")
-    if host and "://" not in host:
+    if host and "://" not in host:  # the emulator convention: host:port alone
         host = f"http://{host}"
-    return host
+    return _checked_endpoint(host, "STORAGE_EMULATOR_HOST") if host else None
+
+
+def _checked_endpoint(value: str, source: str) -> str:
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+        raise ConfigError(
+            f"{source}={value!r} is not an endpoint URL; write it with its scheme, e.g. "
+            f"http://{rest or value or '127.0.0.1:9000'} (or https://...)",
+            field="storage_options" if source.startswith("storage_options") else None,
+        )
+    return value
 
 
 @contextlib.contextmanager
 def reaching(url: str, options: StoreOptions) -> Iterator[None]:
-    """Turn a store that does not answer (a wrong endpoint, no such bucket, refused
-    credentials) into a ConfigError naming the URL and the endpoint tried, instead of the
-    client's retry log; a missing object stays ``FileNotFoundError``."""
-    from obstore.exceptions import BaseError, NotFoundError
-
+    """Turn a failed request (no answer, refused credentials, ...) into one line naming
+    the URL and the endpoint tried (``store_failure``: a ``StoreError``, or a ConfigError
+    when there are no credentials at all); a missing object stays ``FileNotFoundError``.
+    Nothing changes for a local path."""
     try:
         yield
-    except NotFoundError:
-        raise
-    except BaseError as err:
-        scheme = url.partition("://")[0]
-        endpoint = options.public().get("endpoint") or _endpoint_from_env(scheme)
-        where = f"endpoint {endpoint}" if endpoint else "the provider's default endpoint"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        env = "AWS_ENDPOINT_URL" if scheme == "s3" else "STORAGE_EMULATOR_HOST"
-        raise ConfigError(
-            f"cannot reach {url!r} at {where}: {first[:300]}. Check that the bucket exists "
-            f"and the credentials are right; a store other than the provider's own is named "
-            f"by {env} or storage_options={{'endpoint': ...}}",
-            field="path",
-        ) from None
+    except Exception as err:
+        if not is_store_failure(err) or not is_object_url(url):
+            raise
+        raise store_failure(err, url, endpoint_of(split_url(url)[0], options)) from None
 
 
 def no_bucket_error(url: str, options: StoreOptions) -> ConfigError | None:
@@ -221,7 +239,7 @@ def no_bucket_error(url: str, options: StoreOptions) -> ConfigError | None:
         # A listing answers 404 (S3: NoSuchBucket) only for the bucket itself.
         if not isinstance(err, NotFoundError) and "404" not in str(err):
             return None
-        endpoint = options.public().get("endpoint") or _endpoint_from_env(scheme)
+        endpoint = endpoint_of(scheme, options)
         where = f" at {endpoint}" if endpoint else ""
         return ConfigError(
             f"bucket {bucket!r}{where} does not exist (from {url!r}); create it first, or "

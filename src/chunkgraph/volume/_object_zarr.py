@@ -23,6 +23,11 @@ if it is still that object (``If-Match``), or only if it is still absent
 ``PreconditionError`` / ``AlreadyExistsError`` and the caller does the whole
 region again on what is there now (``_zarr.ZarrStorage``).
 
+Failed requests. A request obstore gave up on (after its bounded retries,
+``_store_client``) is raised as ``StoreError`` naming the object's URL and the
+endpoint (``_store_errors``), never as an error a decoder could be blamed for:
+no bytes arrived, so none are known to be bad.
+
 Chunks written whole are never read, so their puts stay unconditional: two
 writers of one whole chunk are a planning error the aligned-writes check
 already prevents. A merged chunk that came out all fill value is written
@@ -31,12 +36,15 @@ already prevents. A merged chunk that came out all fill value is written
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from zarr.storage import ObjectStore
 
 from chunkgraph.volume._stats import STORE_FIELDS
+from chunkgraph.volume._store_errors import is_store_failure, store_failure
 
 # What a conditional put raises when another writer changed (or created) the object first.
 CONFLICTS: tuple[type[BaseException], ...]
@@ -98,14 +106,26 @@ class RequestCounter:
 
 
 class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
-    """zarr's ``ObjectStore`` counting its requests in ``counter``."""
+    """zarr's ``ObjectStore`` counting its requests in ``counter``; ``url`` and ``endpoint``
+    name the store's root in the errors of failed requests."""
 
-    def __init__(self, store: Any, counter: RequestCounter, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        store: Any,
+        counter: RequestCounter,
+        *,
+        read_only: bool = False,
+        url: str = "",
+        endpoint: str | None = None,
+    ) -> None:
         super().__init__(store, read_only=read_only)
         self.counter = counter
+        self.url, self.endpoint = url, endpoint
 
     def with_read_only(self, read_only: bool = False) -> CountedStore:
-        return type(self)(self.store, self.counter, read_only=read_only)
+        return type(self)(
+            self.store, self.counter, read_only=read_only, url=self.url, endpoint=self.endpoint
+        )
 
     def __getstate__(self) -> dict[Any, Any]:
         # Never pickled by chunkgraph (a Volume pickles its URL); counts stay behind if it is.
@@ -117,13 +137,25 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         super().__setstate__(state)
         self.counter = RequestCounter()
 
+    @contextlib.contextmanager
+    def _request(self, kind: str, key: str, count: int = 1) -> Iterator[None]:
+        """Count ``count`` requests of ``kind`` in flight; a failed one as ``StoreError``."""
+        for _ in range(count):
+            self.counter.start(kind)
+        try:
+            yield
+        except Exception as err:
+            if not is_store_failure(err):
+                raise
+            raise store_failure(err, self.url, self.endpoint, key) from None
+        finally:
+            for _ in range(count):
+                self.counter.end()
+
     async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
         if byte_range is not None:
-            self.counter.start("requests_get")
-            try:
+            with self._request("requests_get", key):
                 return await super().get(key, prototype, byte_range)
-            finally:
-                self.counter.end()
         found = await self._get_whole(key)
         return None if found is None else prototype.buffer.from_bytes(found[0])
 
@@ -131,8 +163,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         """(bytes, ETag) of the object ``key``, or None when there is none."""
         import obstore
 
-        self.counter.start("requests_get")
-        try:
+        with self._request("requests_get", key):
             try:
                 response = await obstore.get_async(self.store, key)
             except FileNotFoundError:
@@ -143,54 +174,44 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
                 data = await response.bytes_async()
             finally:
                 self.counter.received(size)
-        finally:
-            self.counter.end()
         return data, response.meta.get("e_tag")
 
     async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
         ranges = list(key_ranges)
-        for _ in ranges:
-            self.counter.start("requests_get")
-        try:
+        first = ranges[0][0] if ranges else ""
+        with self._request("requests_get", first, len(ranges)):
             return await super().get_partial_values(prototype, ranges)
-        finally:
-            for _ in ranges:
-                self.counter.end()
 
     async def set(self, key: str, value: Any) -> None:
-        self.counter.start("requests_put")
-        try:
+        with self._request("requests_put", key):
             await super().set(key, value)
-        finally:
-            self.counter.end()
 
     async def set_if_not_exists(self, key: str, value: Any) -> None:
-        self.counter.start("requests_put")
-        try:
+        with self._request("requests_put", key):
             await super().set_if_not_exists(key, value)
-        finally:
-            self.counter.end()
 
     async def exists(self, key: str) -> bool:
-        self.counter.start("requests_other")
-        try:
+        with self._request("requests_other", key):
             return bool(await super().exists(key))
-        finally:
-            self.counter.end()
 
     async def delete(self, key: str) -> None:
-        self.counter.start("requests_other")
-        try:
+        with self._request("requests_other", key):
             await super().delete(key)
-        finally:
-            self.counter.end()
 
 
 class ConditionalStore(CountedStore):
     """One region write's view of the store: puts of chunks it read are conditional (above)."""
 
-    def __init__(self, store: Any, counter: RequestCounter, *, read_only: bool = False) -> None:
-        super().__init__(store, counter, read_only=read_only)
+    def __init__(
+        self,
+        store: Any,
+        counter: RequestCounter,
+        *,
+        read_only: bool = False,
+        url: str = "",
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(store, counter, read_only=read_only, url=url, endpoint=endpoint)
         # key -> ETag of the object read, or None when there was none to read.
         self._seen: dict[str, str | None] = {}
 
@@ -219,8 +240,5 @@ class ConditionalStore(CountedStore):
         tag = self._seen[key]
         mode: Any = "create" if tag is None else {"e_tag": tag}
         self._check_writable()
-        self.counter.start("requests_put")
-        try:
+        with self._request("requests_put", key):
             await obstore.put_async(self.store, key, value.as_buffer_like(), mode=mode)
-        finally:
-            self.counter.end()

@@ -429,7 +429,8 @@ def open_volume(
     name = _normalise_path(place, "zarr")
     opts = StoreOptions.of(storage_options)
     if chosen_format is not None or scale is not None:
-        storage = open_format(name, mode, chosen_format, scale, opts)
+        with reaching(name, opts):  # TensorStore's failed requests too
+            storage = open_format(name, mode, chosen_format, scale, opts)
         if storage is not None:
             return Volume(storage, mode, cache_bytes)
     _check_backend_reaches(name, backend)
@@ -437,9 +438,11 @@ def open_volume(
     if is_object_url(name):
         # One request (GET zarr.json), not a HEAD first: every process a pickled volume
         # reaches opens it again.
-        with reaching(name, opts):  # a store that does not answer: a ConfigError
+        with reaching(name, opts):  # a store that does not answer: a StoreError
             try:
                 return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
+            except ConfigError:  # no credentials, a bad option: not a group to look into
+                raise
             except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
                 found = open_format(name, mode, None, scale, opts)
                 if found is None:

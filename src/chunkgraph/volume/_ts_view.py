@@ -10,7 +10,8 @@ Writes on these volumes are always chunk-aligned (``aligned_writes``): the
 formats encode whole chunks (jpeg, compressed_segmentation) or whole shards,
 and TensorStore's s3 store does not make a read-modify-write atomic, so a
 partial chunk written by two tasks could lose one of them. ``alignment_note``
-says why in the error for an unaligned write.
+says why in the error for an unaligned write. A request TensorStore gave up on
+(after the retries ``_store_client`` bounds) is a ``StoreError`` naming the URL.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume._object_store import StoreOptions, _endpoint_from_env, split_url
+from chunkgraph.volume._object_store import StoreOptions, endpoint_of, reaching, split_url
 from chunkgraph.volume._storage import Index, VolumeMeta
+from chunkgraph.volume._store_client import tensorstore_bounds
+from chunkgraph.volume._store_keys import canonical
 
 
 def tensorstore_module(fmt: str) -> Any:
@@ -70,7 +73,7 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
         "bucket": bucket,
         "path": prefix + suffix if prefix else "",
     }
-    endpoint = settings.get("endpoint") or _endpoint_from_env("s3")
+    endpoint = endpoint_of("s3", options)
     if endpoint:
         spec["endpoint"] = str(endpoint)
     region = settings.get("region") or os.environ.get("AWS_REGION")
@@ -80,6 +83,8 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
         # Straight to the variables: the default chain first looks for ~/.aws files and
         # logs an error line for each one missing.
         spec["aws_credentials"] = {"type": "environment"}
+    # The same bounded retries (and a watchdog on silent tries) as obstore's stores.
+    spec["context"] = tensorstore_bounds({canonical(k): v for k, v in settings.items()})
     return spec
 
 
@@ -107,7 +112,9 @@ class TensorStoreView:
         self._view = view
 
     def read(self, index: Index) -> np.ndarray[Any, Any]:
-        return np.asarray(self._view[index].read().result())
+        with reaching(self.path, self.options):
+            return np.asarray(self._view[index].read().result())
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
-        self._view[index].write(data).result()
+        with reaching(self.path, self.options):
+            self._view[index].write(data).result()

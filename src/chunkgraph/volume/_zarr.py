@@ -47,7 +47,13 @@ from zarr.core import sync as zarr_sync
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import named_os_error
 from chunkgraph.volume._integrity import ChunkLayout, raise_corrupt_chunks
-from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
+from chunkgraph.volume._object_store import (
+    StoreOptions,
+    endpoint_of,
+    is_object_url,
+    object_store,
+    split_url,
+)
 from chunkgraph.volume._object_zarr import (
     CONFLICTS,
     ConditionalStore,
@@ -55,6 +61,7 @@ from chunkgraph.volume._object_zarr import (
     RequestCounter,
 )
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
+from chunkgraph.volume._store_errors import is_store_failure
 
 BACKEND = "zarr"
 
@@ -138,7 +145,10 @@ class ZarrStorage:
         assert self.requests is not None
         for attempt in range(MAX_CONFLICT_TRIES):
             # A fresh view per try: it remembers the ETags of this try's reads only.
-            view = ConditionalStore(plain.store.store, self.requests)
+            counted = plain.store
+            view = ConditionalStore(
+                counted.store, self.requests, url=counted.url, endpoint=counted.endpoint
+            )
             config: Any = {"order": plain.order, "write_empty_chunks": True}
             array = Array(AsyncArray(plain.metadata, StorePath(view), config))
             try:
@@ -167,9 +177,10 @@ class ZarrStorage:
 
 def _is_decode_error(error: BaseException) -> bool:
     # zarr's codecs fail with many types (ValueError from crc32c and short raw chunks,
-    # RuntimeError from zstd and blosc, zlib.error from gzip); an OSError is the store
-    # failing to deliver bytes, not bytes failing to decode.
-    return not isinstance(error, OSError)
+    # RuntimeError from zstd and blosc, zlib.error from gzip); an OSError (StoreError
+    # included) is the store failing to deliver bytes, not bytes failing to decode, and
+    # so is any failed request that reaches here untranslated.
+    return not isinstance(error, OSError) and not is_store_failure(error)
 
 
 def _compressors(compressor: object, checksum: bool) -> Any:
@@ -188,7 +199,9 @@ def zarr_store(path: str, options: StoreOptions, read_only: bool = False) -> Any
     """What zarr is handed as ``store``: the directory, or a counted ``ObjectStore`` for a URL."""
     if not is_object_url(path):
         return path
-    return CountedStore(object_store(path, options), RequestCounter(), read_only=read_only)
+    endpoint = endpoint_of(split_url(path)[0], options)
+    store = object_store(path, options)
+    return CountedStore(store, RequestCounter(), read_only=read_only, url=path, endpoint=endpoint)
 
 
 def create_zarr(

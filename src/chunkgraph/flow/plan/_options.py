@@ -36,7 +36,7 @@ from chunkgraph.execute import Executor, resolve_executor
 from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
 from chunkgraph.execute._limits import check_timeout
 from chunkgraph.flow.plan._auto_sizes import DEFAULT_MEMORY_SHARE
-from chunkgraph.volume._object_store import split_url
+from chunkgraph.volume._object_store import SCHEMES, broken_url, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Subscriber
@@ -248,6 +248,12 @@ def _checked_intermediates(intermediates: object) -> Path | str | None:
         raise ConfigError(
             f"intermediates must be a directory path, an object-store URL "
             f"(s3://bucket/path) or None, got {intermediates!r}",
+            field="intermediates",
+        )
+    problem = broken_url(os.fspath(intermediates), (*SCHEMES, "file"))
+    if problem:
+        raise ConfigError(
+            f"intermediates: {problem}; give a directory path or s3://BUCKET/path",
             field="intermediates",
         )
     if isinstance(intermediates, str) and "://" in intermediates:

@@ -66,6 +66,9 @@ TTL_ENV = "CHUNKGRAPH_LEASE_TTL"
 CLOCK_SLACK = 1.5
 # How often a run waiting for a held lease looks again.
 _POLL_SECONDS = 0.2
+# How long release waits for a renewal in flight. A store that answers takes
+# milliseconds; one that does not would hold the run's exit for its request bounds.
+RELEASE_WAIT = 2.0
 # Where a run writes the object whose Last-Modified tells it the server's time.
 CLOCK_PREFIX = ".clock/"
 
@@ -310,24 +313,32 @@ class Lease:
         )
 
     def release(self) -> None:
-        """Stop renewing and delete the lease, when it is still this run's."""
+        """Stop renewing and delete the lease, when it is still this run's and the store
+        answers; otherwise leave it to expire. Never raises for a failing store."""
         import obstore
-        from obstore.exceptions import NotFoundError
+        from obstore.exceptions import BaseError
 
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(RELEASE_WAIT)
+            if self._thread.is_alive():  # a renewal waits on a store that stopped answering
+                return
             self._thread = None
         with self._lock:
             ours, self._e_tag = self._e_tag, None
-        if ours is None or self._lost is not None:
+            # A renewal was due and did not succeed: the store is failing too.
+            failing = time.monotonic() - self._renewed_at > self.ttl / 3 + RELEASE_WAIT
+        # Asking a failing store again would hold the exit for as long as its request
+        # bounds; the lease expires by itself, ttl + CLOCK_SLACK after its last renewal.
+        if ours is None or self._lost is not None or failing:
             return
+        # Gone already, or the store cannot be reached (NotFoundError is a BaseError).
         try:
             now = obstore.head(self.store, self.key)
-        except (NotFoundError, FileNotFoundError):
+        except (BaseError, FileNotFoundError):
             return
         if now.get("e_tag") == ours:
-            with contextlib.suppress(NotFoundError, FileNotFoundError):
+            with contextlib.suppress(BaseError, FileNotFoundError):
                 obstore.delete(self.store, self.key)
 
 

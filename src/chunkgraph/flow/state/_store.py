@@ -16,6 +16,9 @@ so the layout is written once, in ``_layout``, for both. A store only reads and
 writes: ``_lock.hold`` takes the lock of either kind, above it. ``where(key)`` names a
 key as a person types it (a path or a URL) for messages and commands.
 
+A request to an object store that fails (after the client's bounded retries) is
+a ``StoreError`` naming the key's URL and the endpoint (``_named_failures``).
+
 Both are cheap values that may be pickled into worker processes (a process
 executor's tasks write markers): an ``ObjectStateStore`` carries its URL and
 public ``StoreOptions`` and opens its client on first use.
@@ -24,15 +27,17 @@ public ``StoreOptions`` and opens its client on first use.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from chunkgraph._util import named_os_error
-from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
+from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store, reaching
 
 
 class StateStore(Protocol):
@@ -172,6 +177,21 @@ class DirStore:
         self.path(key).mkdir(parents=True, exist_ok=True)
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _named_failures(method: _Method) -> _Method:
+    """``method(key, ...)`` with a failed request raised as a one-line ``StoreError``
+    naming ``key``'s URL, not as the client's error and its debug dump."""
+
+    @functools.wraps(method)
+    def named(self: ObjectStateStore, key: str = "", *args: Any, **kwargs: Any) -> Any:
+        with reaching(self.where(key), self.options):
+            return method(self, key, *args, **kwargs)
+
+    return cast(_Method, named)
+
+
 class ObjectStateStore:
     """State under the object-store prefix ``url`` (``s3://bucket/path``)."""
 
@@ -202,6 +222,7 @@ class ObjectStateStore:
     def where(self, key: str = "") -> str:
         return f"{self.url}/{key}" if key else self.url
 
+    @_named_failures
     def read(self, key: str) -> bytes | None:
         import obstore
         from obstore.exceptions import NotFoundError
@@ -211,11 +232,13 @@ class ObjectStateStore:
         except (NotFoundError, FileNotFoundError):
             return None
 
+    @_named_failures
     def write(self, key: str, data: bytes) -> None:
         import obstore
 
         obstore.put(self.store, key, data)
 
+    @_named_failures
     def delete(self, key: str) -> None:
         import obstore
         from obstore.exceptions import NotFoundError
@@ -231,6 +254,7 @@ class ObjectStateStore:
             found.extend(batch)
         return found
 
+    @_named_failures
     def delete_tree(self, prefix: str) -> None:
         import obstore
 
@@ -238,6 +262,7 @@ class ObjectStateStore:
         for start in range(0, len(paths), 1000):  # S3 deletes up to 1000 keys a request
             obstore.delete(self.store, paths[start : start + 1000])
 
+    @_named_failures
     def names(self, prefix: str = "") -> list[str]:
         import obstore
 
@@ -248,6 +273,7 @@ class ObjectStateStore:
         names |= {o["path"].rsplit("/", 1)[-1] for o in listed["objects"]}
         return sorted(names)
 
+    @_named_failures
     def folders(self, prefix: str = "") -> list[str]:
         """The names under ``prefix`` that have objects under them."""
         import obstore
@@ -257,6 +283,7 @@ class ObjectStateStore:
         )
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"])
 
+    @_named_failures
     def exists(self, key: str) -> bool:
         import obstore
         from obstore.exceptions import NotFoundError
@@ -270,6 +297,7 @@ class ObjectStateStore:
         under = obstore.list(self.store, prefix=f"{key}/" if key else None, chunk_size=1)
         return bool(next(iter(under), None))
 
+    @_named_failures
     def modified(self, key: str) -> float | None:
         """The object's last modification, or the latest of those under ``key/``."""
         import obstore
@@ -282,6 +310,7 @@ class ObjectStateStore:
         times = [float(m["last_modified"].timestamp()) for m in self._keys(key)]
         return max(times) if times else None
 
+    @_named_failures
     def size(self, prefix: str) -> int:
         return sum(int(m["size"]) for m in self._keys(prefix))
 

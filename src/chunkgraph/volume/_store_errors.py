@@ -1,0 +1,175 @@
+"""What a failed object-store request means, in one line: ``StoreError`` or ``ConfigError``.
+
+obstore's errors carry the request, the server's answer and a Rust debug dump
+of dozens of lines. ``store_failure`` reads them once and says which of these
+happened, with what to do::
+
+    what the client saw                      error          says
+    no credentials (it asked 169.254.169.254) ConfigError   the variables to set
+    403 with a code (InvalidAccessKeyId, ...) StoreError    the code, what it means
+    no answer within the bounds               StoreError    the bounds, how to raise them
+    connection refused, unknown host          StoreError    the endpoint, where it comes from
+    anything else after the retries           StoreError    the status and code, if any
+
+Not ``CorruptChunkError``: no bytes arrived, so none are known to be bad, and
+deleting the chunk would lose good data. A missing object is not a failure
+(``FileNotFoundError``, read as fill value), nor is a conditional write that lost
+to another writer (``_object_zarr``).
+
+    >>> text = "Error performing GET http://h:9/b/k in 2ms - Server returned non-2xx status "
+    >>> text += "code: 403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code></Error>"
+    >>> store_failure(RuntimeError(text), "s3://b/k").code
+    'SignatureDoesNotMatch'
+"""
+
+from __future__ import annotations
+
+import re
+
+from chunkgraph._errors import ConfigError, StoreError
+
+# Where the cloud SDKs ask for a VM's own credentials when none are configured.
+METADATA_ADDRESS = "169.254.169.254"
+
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_STATUS = re.compile(r"(?:status code|HTTP response code): (\d{3})")
+_REQUEST = re.compile(r"performing (?:list request: Error performing )?([A-Z]+) (\S+)")
+_TRIES = re.compile(r"after (\d+) retries|All (\d+) retry attempts")
+_WITHIN = re.compile(r" in ([0-9.]+)(m?s)")
+
+# What a 401/403 code means for the person holding the credentials.
+_ACCESS_CODES = {
+    "InvalidAccessKeyId": "the access key id is not known to this store: check "
+    "AWS_ACCESS_KEY_ID (or storage_options access_key_id) and that the endpoint is the "
+    "store the key belongs to",
+    "SignatureDoesNotMatch": "the secret key does not match the access key id: check "
+    "AWS_SECRET_ACCESS_KEY (or storage_options secret_access_key)",
+    "ExpiredToken": "the session token has expired: renew the temporary credentials "
+    "(AWS_SESSION_TOKEN)",
+    "InvalidToken": "the session token is not valid: check AWS_SESSION_TOKEN",
+    "AccessDenied": "the credentials are valid but may not do this here: ask for access "
+    "to the bucket, or use credentials that have it",
+}
+
+# A HEAD answer has no body, so no code: any of the reasons above.
+_NO_CODE = (
+    "the access key id is unknown there, the secret key does not match it, or the "
+    "credentials may not do this: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+    "(or storage_options) and the endpoint"
+)
+
+_CREDENTIAL_HELP = {
+    "s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for "
+    "temporary credentials), or AWS_PROFILE; for a public bucket pass "
+    "storage_options={'skip_signature': True}",
+    "gs": "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file; for a "
+    "public bucket pass storage_options={'skip_signature': True}",
+}
+# How obstore (reqwest) and TensorStore (curl) say that nothing listens there.
+_REFUSED = (
+    "ConnectionRefused", "Connection refused", "dns error", "Couldn't connect", "Could not connect",
+    "Could not resolve host", "Couldn't resolve host",
+)  # fmt: skip
+# A connection that was open and stopped working (the server went away mid-request).
+_BROKEN = ("error sending request", "connection closed", "Connection reset", "broken pipe")
+_ENDPOINT_ENV = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST"}
+
+
+# TensorStore's statuses for a request its s3 driver gave up on (a decode error is
+# DATA_LOSS; a missing key is no error at all).
+_TENSORSTORE_FAILED = (
+    "ABORTED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "PERMISSION_DENIED", "UNAUTHENTICATED",
+)  # fmt: skip
+
+
+def is_store_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a failed request (obstore's, or TensorStore's), not
+    chunkgraph's or the data's."""
+    if isinstance(error, ValueError) and str(error).startswith(_TENSORSTORE_FAILED):
+        return True
+    try:
+        from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
+    except ImportError:  # pragma: no cover - obstore is a dependency
+        return False
+    # A missing object, and a conditional write another writer won, are answers.
+    expected = (FileNotFoundError, AlreadyExistsError, PreconditionError)
+    return isinstance(error, BaseError) and not isinstance(error, expected)
+
+
+def store_failure(
+    error: BaseException, url: str, endpoint: str | None = None, key: str = ""
+) -> StoreError | ConfigError:
+    """The ``StoreError`` (or, for missing credentials, ``ConfigError``) saying what the
+    request for ``url`` (its object ``key``, when one was asked for) met; raise it
+    ``from None``: the dump stays out of the message."""
+    text = str(error)
+    scheme = url.partition("://")[0] or "s3"
+    method, asked = _request(text)
+    where = endpoint or _endpoint_of(asked) or "the provider's default endpoint"
+    head = f"cannot reach {url!r} at endpoint {where}" + (f" (object {key!r})" if key else "")
+    if METADATA_ADDRESS in text or "credential" in text.lower().split("debug source")[0]:
+        return ConfigError(
+            f"{head}: no credentials were found (the client fell back to asking the "
+            f"cloud instance-metadata address {METADATA_ADDRESS}, which answers only on a "
+            f"cloud VM); {_CREDENTIAL_HELP.get(scheme, _CREDENTIAL_HELP['s3'])}",
+            field="storage_options",
+        )
+    code_match, status_match = _CODE.search(text), _STATUS.search(text)
+    code = code_match.group(1) if code_match else ""
+    status = status_match.group(1) if status_match else ""
+    if status in ("401", "403"):
+        meaning = _ACCESS_CODES.get(code, _NO_CODE if not code else _ACCESS_CODES["AccessDenied"])
+        why = f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
+    elif "Timeout" in text or "TimedOut" in text or "timed out" in text:
+        why = (
+            f"the store did not answer ({method}) within {_took(text)}{_tries(text)}. If it is "
+            "only slow, raise CHUNKGRAPH_STORE_TIMEOUT (seconds per try) or "
+            "storage_options={'timeout': ..., 'retry_timeout': ...}"
+        )
+    elif any(word in text for word in _REFUSED):
+        unknown = "dns error" in text or "resolve host" in text
+        what = "is not a known host" if unknown else "refused the connection"
+        why = (
+            f"the endpoint {what}{_tries(text)}: is the store running there? The endpoint "
+            f"comes from {_ENDPOINT_ENV.get(scheme, 'AWS_ENDPOINT_URL')} or "
+            "storage_options={'endpoint': ...}"
+        )
+    elif any(word in text for word in _BROKEN):
+        why = f"the store broke off the connection{_tries(text)}: is it still running there?"
+    elif status:
+        why = f"the store answered {status} {code}".rstrip() + _tries(text)
+    else:
+        why = _first_line(text)
+    full = f"{url.rstrip('/')}/{key}" if key else url
+    return StoreError(f"{head}: {why}", url=full, endpoint=where, code=code)
+
+
+def _request(text: str) -> tuple[str, str]:
+    found = _REQUEST.search(text)
+    return (found.group(1), found.group(2)) if found else ("the request", "")
+
+
+def _endpoint_of(asked: str) -> str:
+    scheme, sep, rest = asked.partition("://")
+    return f"{scheme}://{rest.split('/')[0]}" if sep else ""
+
+
+def _took(text: str) -> str:
+    found = _WITHIN.search(text)
+    if not found:
+        return "the timeouts"
+    value = float(found.group(1)) / (1000 if found.group(2) == "ms" else 1)
+    return f"{value:.3g} s"
+
+
+def _tries(text: str) -> str:
+    found = _TRIES.search(text)
+    if not found:
+        return ""
+    tries = int(found.group(1)) + 1 if found.group(1) else int(found.group(2))
+    return f" (after {tries} tries)"
+
+
+def _first_line(text: str) -> str:
+    line = (text.strip().splitlines() or [""])[0].strip()
+    return line[:300] or "the request failed"
