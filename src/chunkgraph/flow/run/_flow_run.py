@@ -155,24 +155,6 @@ class FlowRun:
         finally:
             close_resolved(executor, self.options.executor)  # a Client opened for an address
 
-    def _flow_dir(self, flow_id: str, dst: Volume, executor: Executor) -> FlowDir:
-        """Where flow ``flow_id`` into ``dst`` keeps its state and its layers."""
-        intermediates = self.options.intermediates
-        root = state_root(intermediates, dst)
-        layers = layers_place(
-            root,
-            flow_id,
-            # A root named as the default one (.<dst>.chunkgraph, e.g. by the command line's
-            # dry run, whose stand-in dst is elsewhere) is the default: layers where its are.
-            given=intermediates is not None and dst_of_state_root(root) is None,
-            remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
-        )
-        # State in an object store reaches it as dst does (its endpoint, say).
-        reach_with = dst.storage_options if isinstance(root, str) else None
-        if isinstance(root, str):
-            reach(root, reach_with)
-        return FlowDir(root, flow_id, layers, reach_with)
-
     def _into_dst(self, dst: Volume, executor: Executor) -> ApplyReport:
         spec, options, device = self.spec, self.options, self.device.flow
         plan = self.plan
@@ -182,7 +164,7 @@ class FlowRun:
             more = superchunks_in_flight(spec, self.cores, device=device)
             plan = _on_device(plan, more, top)
         flow_id = flow_id_of(self.fn, self.inputs, dst, spec)
-        state = self._flow_dir(flow_id, dst, executor)
+        state = self._state(dst, flow_id, executor)
         state.check_writable(dst)
         if options.dry_run:
             return _dry_report(spec, self.inputs, dst, state, plan, self.t0)
@@ -222,6 +204,23 @@ class FlowRun:
                     state.unmark_in_place(dst)
                 state.discard()
             return report
+
+    def _state(self, dst: Volume, flow_id: str, executor: Executor) -> FlowDir:
+        """Where this flow's state and top-level layers live, reachable as dst is."""
+        root = state_root(self.options.intermediates, dst)
+        layers = layers_place(
+            root,
+            flow_id,
+            # A root named as the default one (.<dst>.chunkgraph, e.g. by the command line's
+            # dry run, whose stand-in dst is elsewhere) is the default: layers where its are.
+            given=self.options.intermediates is not None and dst_of_state_root(root) is None,
+            remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
+        )
+        # State in an object store reaches it as dst does (its endpoint, say).
+        reach_with = dst.storage_options if isinstance(root, str) else None
+        if isinstance(root, str):
+            reach(root, reach_with)
+        return FlowDir(root, flow_id, layers, reach_with)
 
     def _resume_or_start_over(self, state: FlowDir, stamp: str | None) -> bool:
         """Whether this run resumes: asked for, and its state is of this very dst (one
