@@ -195,7 +195,9 @@ class FlowLockedError(ChunkgraphError, RuntimeError):
     ("process 12 on host 'a' (since ...)", or "another run" when its owner record is
     unreadable); ``destination``: the destination another flow is writing ("" when it is
     this flow that is already running); ``lapses_in``: seconds until a lease its holder
-    stopped renewing lapses (None for a lock the kernel releases, ``flock``).
+    stopped renewing lapses (None for a lock the kernel releases, ``flock``); ``reads``:
+    the name of this flow's input that ``destination`` is, when the flow was refused for
+    reading what another flow writes ("" when it would write there).
     """
 
     def __init__(
@@ -205,17 +207,19 @@ class FlowLockedError(ChunkgraphError, RuntimeError):
         holder: str = "another run",
         destination: str = "",
         lapses_in: float | None = None,
+        reads: str = "",
     ) -> None:
         super().__init__(message)
         self.lock = lock
         self.holder = holder
         self.destination = destination
         self.lapses_in = lapses_in
+        self.reads = reads
 
     def __reduce__(self) -> tuple[object, ...]:
         return (
             type(self),
-            (str(self), self.lock, self.holder, self.destination, self.lapses_in),
+            (str(self), self.lock, self.holder, self.destination, self.lapses_in, self.reads),
         )
 
 

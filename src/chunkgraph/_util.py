@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, StoreError
 
 # errnos of a disk that holds no more: named_os_error says how much room is left there.
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -28,9 +28,16 @@ def named_os_error(err: OSError, path: str | os.PathLike[str], doing: str) -> OS
 
     >>> str(named_os_error(OSError(5, "Input/output error"), "/data/a.zarr", "writing it"))
     "[Errno 5] Input/output error, writing it at: '/data/a.zarr'"
+
+    A ``StoreError`` stays one (it names its URL and endpoint already): callers tell a
+    store that failed from a file that did, and it says only what was being done.
     """
+    if isinstance(err, StoreError):
+        return StoreError(f"{err}, {doing}", url=err.url, endpoint=err.endpoint, code=err.code)
     reason = err.strerror or str(err)
-    where = Path(err.filename if err.filename is not None else path)
+    # A URL is not a path: pathlib would fold its '//' (s3://b/x would read s3:/b/x).
+    named = os.fspath(err.filename if err.filename is not None else path)
+    where = Path(named)
     if err.errno in _FULL:
         room = where
         while not room.exists() and room != room.parent:
@@ -41,7 +48,7 @@ def named_os_error(err: OSError, path: str | os.PathLike[str], doing: str) -> OS
                 f" ({format_bytes(usage.free)} free of {format_bytes(usage.total)} on the file "
                 "system holding it: free some space there, or write elsewhere)"
             )
-    return OSError(err.errno, f"{reason}, {doing} at", str(where))
+    return OSError(err.errno, f"{reason}, {doing} at", named)
 
 
 def write_problem(path: str | os.PathLike[str]) -> str | None:

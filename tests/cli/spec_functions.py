@@ -57,3 +57,14 @@ def record_pid(x: np.ndarray[Any, Any], directory: str) -> Any:
 def pool2(x: np.ndarray[Any, Any]) -> Any:
     """A 2x2x1 mean: (2a, 2b, c) voxels -> (a, b, c), half the resolution in y and x."""
     return x.reshape(x.shape[0] // 2, 2, x.shape[1] // 2, 2, -1).mean(axis=(1, 3))
+
+
+def gate(x: np.ndarray[Any, Any], started: str, release: str) -> Any:
+    """Identity once ``release`` exists (a minute at most); touches ``started`` first."""
+    import time
+
+    Path(started).touch()
+    deadline = time.monotonic() + 60
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return x

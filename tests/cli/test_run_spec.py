@@ -292,7 +292,7 @@ def test_an_output_path_that_is_a_file_or_another_directory_is_refused(
     (work / "notes" / "keep.txt").write_text("keep me")
     said = {
         "raw.npy": "is a file, not a volume directory",
-        "notes": "is a directory that holds files but no Zarr volume (no zarr.json)",
+        "notes": "is a directory that holds files but no volume (no zarr.json, Zarr v2",
     }
     for name, message in said.items():
         output = f"output: {{path: {name}, dtype: float32, chunks: [16, 16, 16]{exists}}}"
@@ -308,6 +308,20 @@ def test_an_output_path_that_is_a_file_or_another_directory_is_refused(
     spec = write(work, spec_with(output=OUTPUT.strip().replace("out.zarr", "empty")))
     code, _, err = run(capsys, spec)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("prefix", ["precomputed://", "n5://"])
+def test_an_existing_volume_of_another_format_at_a_bare_output_path_is_written_into(
+    work: Path, capsys: pytest.CaptureFixture[str], prefix: str
+) -> None:
+    """A bare path opens as whatever format is there, as an input's does."""
+    volume.create(f"{prefix}{work / 'made'}", (32, 32, 32), (16, 16, 16), "float32")
+    output = "output: {path: made, dtype: float32, chunks: [16, 16, 16], exists: use}"
+    spec = write(work, spec_with(output=output, function="function: spec_functions:scale"))
+    code, _, err = run(capsys, spec)
+    assert code == 0, err
+    made = volume.open(f"{prefix}{work / 'made'}")
+    np.testing.assert_array_equal(made.read(made.bounds), read(work / "raw.zarr") * 2)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])

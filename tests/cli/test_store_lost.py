@@ -166,3 +166,79 @@ def test_a_store_that_freezes_mid_run_fails_the_run_within_its_bounds(work: Path
     assert took < 10, took
     lines = err.strip().splitlines()
     assert len(lines) == 2 and "did not answer" in lines[0] and proxy.endpoint in lines[0], err
+
+
+def test_a_lease_the_frozen_store_does_not_renew_is_blamed_on_the_store(work: Path) -> None:
+    """The store freezes while fn computes (a top task whose layer is on local scratch):
+    the lease goes unrenewed past its ttl, and the run stops before its next marker
+    saying that the store stopped answering, not that another run may hold the flow,
+    and in the command line's words (--resume, not resume=True)."""
+    started = work / "started"
+    with s3_server(("lease-frozen",)) as server, freezing_proxy(server.endpoint) as proxy:
+        raw = volume.open(str(work / "raw.zarr"))
+        src = volume.create("s3://lease-frozen/raw.zarr", raw.shape, raw.chunks, raw.dtype)
+        src.write(src.bounds, raw.read(raw.bounds))
+        (work / "spec.yaml").write_text(
+            "input: s3://lease-frozen/raw.zarr\n"
+            "output: {path: s3://lease-frozen/out.zarr, dtype: float32, chunks: [16, 16, 16]}\n"
+            "function: spec_functions:slow\n"
+            f"kwargs: {{started: {started}, seconds: 2.5}}\n"
+            "chunk_sizes: [16]\nblend_pads: [2]\nprobe: false\nretries: 0\n"
+            "run: {executor: sync}\n"
+        )
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": proxy.endpoint,
+            "PYTHONPATH": os.pathsep.join([SRC, str(work)]),
+            TIMEOUT_ENV: "5",  # longer than the lease's ttl: the lease is missed first
+            "CHUNKGRAPH_LEASE_TTL": "1",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chunkgraph", "run", "--quiet", str(work / "spec.yaml")],
+            cwd=work, env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not started.exists():  # the first task has read its input and computes
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "fn was never called"
+            time.sleep(0.02)
+        proxy.freeze()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert "the flow's lease could not be renewed" in err and "stopped answering" in err, err
+    assert proxy.endpoint in err and "s3://lease-frozen/" in err, err
+    assert "another run" not in err and "resume=True" not in err and "--resume" in err, err
+
+
+def test_a_store_lost_while_tasks_write_chunks_is_one_line_with_its_url_whole(
+    work: Path,
+) -> None:
+    """Tasks in threads, with a reduction step, writing dst's chunks meet the refused store
+    (the flow's state is on disk here, so no marker write meets it first): still the one
+    line, the URL not mangled."""
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(s3_server(("lost-in-tasks",)))
+        raw = volume.open(str(work / "raw.zarr"))
+        src = volume.create("s3://lost-in-tasks/raw.zarr", raw.shape, raw.chunks, raw.dtype)
+        src.write(src.bounds, raw.read(raw.bounds))
+        spec = _spec_to(work, "s3://lost-in-tasks/out.zarr", "s3://lost-in-tasks/raw.zarr", True)
+        text = Path(spec).read_text().replace("retries: 0\nrun: {executor: sync}\n", "")
+        state = f"intermediates: {work / 'state'}\n"
+        Path(spec).write_text(text + state + "crop_pads: [4]\nretries: 1\nrun: {workers: 4}\n")
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([SRC, str(work)]),
+            TIMEOUT_ENV: "0.5",
+            "CHUNKGRAPH_LEASE_TTL": "2",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chunkgraph", "run", "--quiet", spec],
+            cwd=work, env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _wait_for_chunks(server, proc, 60, "lost-in-tasks")
+    _, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1, (proc.returncode, err)
+    assert len(lines) == 2 and "the object store failed" in lines[0], err
+    assert "s3://lost-in-tasks/" in lines[0] and "s3:/lost" not in err, err

@@ -91,3 +91,34 @@ def test_the_json_log_of_a_saturating_transfer_counts_the_voxels(
     assert last["outcome"] == "finished"
     assert last["saturated_voxels"] == int((data > 255).sum()) > 0
     assert os.path.exists(tmp_path / "narrow.zarr")
+
+
+def test_a_downsample_refused_for_an_offset_names_the_level_not_a_stand_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "off.zarr"
+    volume.create(path, (64, 64, 64), (32, 32, 32), "uint8", offset=(2, 4, 4))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["downsample", str(path), "--levels", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "dry-run-" not in err
+    assert f"level 1 ({str(tmp_path / 'off_s1.zarr')!r}) starts at offset (1, 2, 2)" in err
+    assert "level 2" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_transfer_onto_an_existing_volume_is_refused_unless_resumed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _source(tmp_path)
+    dst = tmp_path / "dst.zarr"
+    theirs = volume.create(dst, (32, 32, 8), (16, 16, 8), "uint16")
+    theirs.write(theirs.bounds, np.full((32, 32, 8), 7, "uint16"))
+    before = _mtimes(tmp_path)
+    assert cli.main(["transfer", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--resume" in err
+    assert _mtimes(tmp_path) == before
+    assert cli.main(["transfer", str(src), str(dst), "--resume", "--quiet"]) == 0
+    np.testing.assert_array_equal(volume.open(dst).read(theirs.bounds),
+                                  volume.open(src).read(theirs.bounds))  # fmt: skip

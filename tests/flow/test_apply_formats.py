@@ -69,3 +69,44 @@ def test_apply_from_precomputed_on_s3_into_a_sharded_scale_there(tmp_path: Path)
                      intermediates=tmp_path)  # fmt: skip
         out = volume.open("precomputed://s3://flow-formats/dst")
         np.testing.assert_array_equal(out.read(out.bounds), data + 1)
+
+
+def test_an_unaligned_bbox_into_a_store_without_conditional_writes_is_refused_up_front(
+    tmp_path: Path,
+) -> None:
+    from chunkgraph import ConfigError
+    from chunkgraph.geometry import Box
+    from chunkgraph.testing import s3_server
+
+    called: list[object] = []
+    with s3_server(("flow-edges",)):
+        src = volume.create(tmp_path / "src.zarr", SHAPE, (16, 16, 8), "uint16")
+        dst = volume.create("precomputed://s3://flow-edges/dst", SHAPE, (16, 16, 8), "uint16")
+        assert not dst.location.conditional_writes
+        with pytest.raises(ConfigError, match="without conditional writes") as refused:
+            volume.apply(
+                lambda s: called.append(s) or s, src, dst, probe=False,
+                bbox=Box((8, 8, 0), (40, 40, 16)), intermediates=tmp_path / "state",
+            )  # fmt: skip
+        assert refused.value.field == "bbox"
+        assert "Box(start=(0, 0, 0), stop=(48, 48, 16))" in str(refused.value)
+        assert "resume" not in str(refused.value)
+        assert not called and not (tmp_path / "state").exists()
+
+
+def test_a_transfer_into_a_precomputed_volume_on_s3_past_its_chunk_grid_runs(
+    tmp_path: Path,
+) -> None:
+    """The flow's box is expanded past dst's edge (an extent no multiple of the chunks):
+    every storage chunk is still written whole, so nothing is refused."""
+    from chunkgraph import transfer
+    from chunkgraph.testing import s3_server
+
+    shape = (40, 36, 12)
+    src = volume.create(tmp_path / "src.zarr", shape, (16, 16, 8), "uint16")
+    src.write(src.bounds, np.arange(np.prod(shape), dtype="uint16").reshape(shape))
+    with s3_server(("flow-grid",)):
+        report = transfer(src, "precomputed://s3://flow-grid/pc")
+        assert not report.dst_bounds.contains(report.bbox)  # type: ignore[union-attr]
+        out = volume.open("precomputed://s3://flow-grid/pc")
+        np.testing.assert_array_equal(out.read(out.bounds), src.read(src.bounds))

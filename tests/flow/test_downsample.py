@@ -287,3 +287,33 @@ def test_labels_are_downsampled_by_mode_unless_told_otherwise() -> None:
     assert set(out.ravel().tolist()) <= {1, 7, 9}
     for path in ("ds-labels", *report.paths):
         volume.remove(path)
+
+
+def test_a_finished_downsample_and_transfer_leave_no_state_inside_a_precomputed_volume(
+    tmp_path: Path,
+) -> None:
+    """A precomputed scale's folder is inside the volume: its flows keep their state in a
+    folder beside the volume, one subfolder per scale."""
+    from chunkgraph import transfer
+    from chunkgraph.flow.state._layout import default_root, dst_of_default_root
+
+    src = volume.create(f"precomputed://{tmp_path}/pc", (32, 32, 16), (16, 16, 8), "uint8",
+                        resolution=(4, 4, 40))  # fmt: skip
+    src.write(src.bounds, np.ones((32, 32, 16), "uint8"))
+    downsample(src, levels=2)
+    plain = volume.create(tmp_path / "s.zarr", (32, 32, 16), (16, 16, 8), "uint8")
+    transfer(plain, f"precomputed://{tmp_path}/pc2")
+    for root in ("pc", "pc2"):
+        assert not [p.name for p in (tmp_path / root).iterdir() if p.name.startswith(".")]
+    beside = tmp_path / ".pc.chunkgraph" / "8_8_80"
+    assert default_root(tmp_path / "pc" / "8_8_80") == beside
+    assert [p.suffix for p in beside.iterdir()] == [".done"]
+    assert dst_of_default_root(beside) == tmp_path / "pc" / "8_8_80"
+
+
+def test_a_file_named_info_beside_a_zarr_dst_does_not_move_its_state(tmp_path: Path) -> None:
+    from chunkgraph.flow.state._layout import default_root, dst_of_default_root
+
+    (tmp_path / "info").write_text("notes")
+    assert default_root(tmp_path / "out.zarr") == tmp_path / ".out.zarr.chunkgraph"
+    assert dst_of_default_root(tmp_path / ".out.zarr.chunkgraph") == tmp_path / "out.zarr"

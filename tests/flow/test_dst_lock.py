@@ -237,3 +237,77 @@ def test_reduce_deferred_claims_the_region_it_writes(tmp_path: Path) -> None:
     assert not np.any(_read(dst))
     reduce_deferred(deferred, dst)
     np.testing.assert_array_equal(_read(dst), data * np.float32(2.0))
+
+
+def test_a_flow_reading_a_volume_another_flow_writes_is_refused_or_waits(where: str) -> None:
+    """A downsample of the dst a running flow writes: refused naming that flow, no level
+    made; with ``lock_wait`` it waits, and its level is made of the finished data."""
+    from chunkgraph import VolumeNotFoundError
+    from chunkgraph.flow import downsample
+
+    src, dst, data = _volumes(where)
+    first, out = _in_thread(src, dst, 2.0)
+    _wait_for(STARTED.is_set)
+    result: dict[str, Any] = {}
+    try:
+        with pytest.raises(FlowLockedError) as refused:
+            downsample(dst, method="max")
+        with pytest.raises(VolumeNotFoundError):
+            volume.open(f"{where}/dst_s1.zarr")  # refused before the level was made
+        with pytest.raises(FlowLockedError, match="is being written by another flow"):
+            volume.apply(scaled, dst, None, fn_kwargs={"factor": 3.0}, chunk_sizes=[(8, 16)])
+        waiting = threading.Thread(
+            target=lambda: result.update(report=downsample(dst, method="max", lock_wait=60))
+        )
+        waiting.start()
+    finally:
+        GATE.set()
+        first.join(60)
+    waiting.join(60)
+    assert "error" not in out, out.get("error")
+    error = refused.value
+    assert error.reads == "src" and error.destination == str(dst.path)
+    assert out["report"].flow_id in str(error) and "scaled" in str(error)
+    assert "half-written" in str(error) and "lock_wait" in str(error)
+    assert "report" in result
+    level = volume.open(f"{where}/dst_s1.zarr").read(Box((0, 0), (12, 16)))
+    expected = (data * np.float32(2.0)).reshape(12, 2, 16, 2).max(axis=(1, 3))
+    np.testing.assert_array_equal(level, expected)
+
+
+def test_an_input_read_around_a_claim_is_read_and_one_read_over_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The box read is the bbox padded by the pads: a claim just past the bbox refuses a
+    flow with a crop pad that reaches it, and not one without."""
+    from chunkgraph.flow.state._dst_lock import claimed
+
+    src, dst, data = _volumes(str(tmp_path))
+    GATE.set()
+    about = {"flow": "feed", "fn": "paint"}
+    with claimed(src, Box((16, 0), (24, 32)), about, 0.0):
+        _apply(src, dst, 1.0, bbox=Box((0, 0), (16, 32)))
+        with pytest.raises(FlowLockedError, match=r"writes \[16:24, 0:32\].* reads \[-2:18"):
+            volume.apply(
+                scaled, src, dst, fn_kwargs={"factor": 4.0}, chunk_sizes=[(8, 16)],
+                crop_pads=[(2, 0)], bbox=Box((0, 0), (16, 32)),
+            )  # fmt: skip
+    np.testing.assert_array_equal(_read(dst)[:16], data[:16])
+
+
+def test_a_downsample_of_a_precomputed_volume_being_written_adds_no_scale(
+    tmp_path: Path,
+) -> None:
+    from chunkgraph.flow import downsample
+    from chunkgraph.flow.state._dst_lock import claimed
+
+    path = f"precomputed://{tmp_path / 'pc'}"
+    pc = volume.create(path, (64, 64, 32), (32, 32, 16), "uint8", resolution=(4, 4, 40))
+    info = (tmp_path / "pc" / "info").read_text()
+    with (
+        claimed(pc, pc.bounds, {"flow": "cafe", "fn": "paint"}, 0.0),
+        pytest.raises(FlowLockedError, match="flow cafe \\(fn paint\\)"),
+    ):
+        downsample(volume.open(path), factor=(2, 2, 1))
+    assert (tmp_path / "pc" / "info").read_text() == info
+    assert len(downsample(volume.open(path), factor=(2, 2, 1)).paths) == 1

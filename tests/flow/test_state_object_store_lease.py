@@ -147,7 +147,7 @@ def test_a_holder_whose_lease_was_taken_over_stops(root: str) -> None:
     holder._thread.join()
     # ...so it stops counting itself the holder before anyone may take it over
     wait_until(lambda: not holder.valid())
-    with pytest.raises(FlowLockedError, match="could not renew"):
+    with pytest.raises(FlowLockedError, match="did not renew"):
         holder.check()
     taker = lease(root)
     taker.acquire(wait=30)

@@ -75,3 +75,19 @@ def test_an_extent_the_chunks_do_not_divide_is_planned_in_chunks() -> None:
     assert report.plan is not None and report.plan.expand_bbox
     assert report.tasks_per_level[0] >= 4
     assert all(t % 128 == 0 for t in report.plan.chunk_sizes[0])
+
+
+def test_a_whole_copy_past_the_chunk_grid_reports_amplification_1_and_dst_bytes(
+    tmp_path: Path,
+) -> None:
+    """A volume whose extent is no multiple of its chunks: the flow's box is expanded to
+    whole top chunks past dst's edge, but only the voxels inside are read and written."""
+    shape, offset = (100, 90, 37), (10, 20, 5)
+    src = volume.create(tmp_path / "odd.zarr", shape, (32, 32, 16), "uint8", offset=offset)
+    src.write(src.bounds, np.ones(shape, "uint8"))
+    report = transfer(src, tmp_path / "copy.zarr")
+    assert report.read_amplification == pytest.approx(1.0)
+    assert report.plan is not None and report.plan.read_amplification == pytest.approx(1.0)
+    assert report.bytes_written == np.prod(shape)
+    inside = "Box(start=(10, 20, 5), stop=(110, 110, 42))"
+    assert report.bbox.stop != (110, 110, 42) and f"dst's {inside} written" in report.summary()

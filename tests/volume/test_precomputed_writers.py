@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -354,3 +354,59 @@ def test_a_damaged_shard_tensorstore_wrote_is_named_by_its_file(tmp_path: Path, 
         with pytest.raises(CorruptChunkError) as raised:
             opened.read(opened.bounds)
         assert raised.value.files == (str(damaged),)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda b: b"", lambda b: b[:8], lambda b: b[:-300] + bytes(300)],
+    ids=["empty", "shorter-than-its-index", "tail-zeroed"],
+)
+def test_a_stored_shard_empty_short_or_zeroed_is_corrupt_not_missing(
+    tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    root = tmp_path / "cv"
+    _cloudvolume_writes(f"file://{root}", "raw", None, sharded=True)
+    damaged = root / "4_4_40" / "1.shard"
+    damaged.write_bytes(damage(damaged.read_bytes()))
+    v = volume.open(f"precomputed://{root}")
+    with pytest.raises(CorruptChunkError) as raised:
+        v.read(v.bounds)
+    assert raised.value.files == (str(damaged),)
+
+
+def test_an_empty_shard_object_on_s3_is_corrupt_not_missing() -> None:
+    import obstore
+
+    from chunkgraph.testing import s3_server
+    from chunkgraph.volume._object_store import object_store
+
+    with s3_server(("empty-shard",)):
+        v = volume.create("precomputed://s3://empty-shard/pc", SHAPE, (16, 16, 8), "uint16",
+                          resolution=(4, 4, 40), write_chunks=(32, 32, 16))  # fmt: skip
+        v.write(v.bounds, np.ones(SHAPE, "uint16"))
+        obstore.put(object_store("s3://empty-shard/pc", None), "4_4_40/1.shard", b"")
+        opened = volume.open("precomputed://s3://empty-shard/pc")
+        with pytest.raises(CorruptChunkError) as raised:
+            opened.read(opened.bounds)
+        assert raised.value.files == ("s3://empty-shard/pc/4_4_40/1.shard",)
+
+
+def test_an_object_whose_body_is_not_its_content_encoding_is_a_corrupt_chunk(
+    server: S3Server, bucket: str
+) -> None:
+    """``Content-Encoding: gzip`` over bytes that are not gzip: they arrived and do not
+    decode (curl's error 61), so the read names the chunk, key and box and is not worth
+    another try, as a garbled chunk is; the other chunks still read."""
+    from chunkgraph._errors import is_permanent
+
+    v = volume.create(f"precomputed://s3://{bucket}/img", (32, 32, 32), (16, 16, 16), "uint8")
+    v.write(v.bounds, np.ones((32, 32, 32), "uint8"))
+    key = "img/1_1_1/0-16_16-32_0-16"
+    _client(server).put_object(Bucket=bucket, Key=key, Body=b"not gzip" * 8, ContentEncoding="gzip")
+    again = volume.open(f"precomputed://s3://{bucket}/img")
+    with pytest.raises(CorruptChunkError) as caught:
+        again.read(again.bounds)
+    message = str(caught.value)
+    assert "'1_1_1/0-16_16-32_0-16'" in message and "Box(start=(0, 16, 0)" in message
+    assert is_permanent(caught.value)
+    assert again.read(Box((16, 0, 0), (32, 32, 32))).sum() == 16 * 32 * 32

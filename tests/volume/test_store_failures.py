@@ -133,6 +133,44 @@ def test_tensorstore_gives_up_on_a_silent_endpoint_within_its_bounds() -> None:
     assert float(took) < 10, done.stdout  # 2 tries of 1 s; it hung for minutes before
 
 
+_TENSORSTORE_DEFAULTS = """
+import sys, time
+from chunkgraph import volume
+started = time.monotonic()
+try:
+    volume.open("precomputed://s3://bucket/img", storage_options={"endpoint": sys.argv[1]})
+except Exception as err:
+    print(type(err).__name__, round(time.monotonic() - started, 1), str(err))
+"""
+
+
+def test_tensorstore_on_a_silent_endpoint_fails_within_the_bound_zarr_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No retry window in TensorStore, only a count: it gets the tries that fit in the
+    bound obstore's stores have (timeout + retry_timeout), with the default retries; and
+    its message says the bound of a try, not "(the request)"."""
+    from chunkgraph.volume._store_client import tensorstore_bounds
+
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    tries = tensorstore_bounds({})["s3_request_retries"]["max_retries"] + 1
+    assert tries * 20 <= failure_bound({}) < 60  # 2 tries of 20 s by default (was 5)
+    with silent_endpoint() as endpoint:
+        env = {**os.environ, TIMEOUT_ENV: "2"}
+        env.pop("TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS", None)
+        done = subprocess.run(
+            [sys.executable, "-c", _TENSORSTORE_DEFAULTS, endpoint],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    kind, took, message = [*done.stdout.split(maxsplit=2), "", "0", ""][:3]
+    assert kind == "StoreError", done.stdout + done.stderr
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    assert float(took) < failure_bound({}) + 1, done.stdout  # 5 s; it took 12 s before
+    assert f"'s3://bucket/img' at endpoint {endpoint}" in message
+    assert "did not answer within 2 s a try (after 2 tries)" in message, message
+    assert "(the request)" not in message and TIMEOUT_ENV in message
+
+
 def test_an_endpoint_without_its_scheme_is_refused_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -212,3 +250,36 @@ def test_wrong_credentials_show_the_store_s_error_code(
         # create asks with HEAD, whose answer has no body and so no code: all reasons.
         with pytest.raises(StoreError, match=r"403 Forbidden.*AWS_SECRET_ACCESS_KEY"):
             volume.create(f"s3://{bucket}/b.zarr", (4,), (2,), "uint8")
+
+
+def test_precomputed_with_wrong_or_no_credentials_says_what_zarr_says(
+    server: S3Server,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """TensorStore's own words (``PERMISSION_DENIED ... http_response_body=<?xml``) and
+    its credential chain's log lines on stderr become the one line Zarr's stores give."""
+    import moto.settings
+
+    url = f"precomputed://s3://{bucket}/img"
+    volume.create(url, (32, 32, 32), (16, 16, 16), "uint8")
+    capfd.readouterr()
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOSUCHKEY0000000")
+    with pytest.raises(StoreError) as caught:
+        volume.open(url)
+    message = str(caught.value)
+    assert caught.value.code == "InvalidAccessKeyId" and "403 InvalidAccessKeyId" in message
+    assert "AWS_ACCESS_KEY_ID" in message and server.endpoint in message
+    assert "http_response_body" not in message and "<?xml" not in message
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    with pytest.raises(ConfigError) as missing:
+        volume.open(url)
+    message = str(missing.value)
+    assert "no credentials" in message and "AWS_ACCESS_KEY_ID" in message
+    assert "skip_signature" in message and "PERMISSION_DENIED" not in message
+    assert capfd.readouterr().err == ""  # none of TensorStore's credential log lines

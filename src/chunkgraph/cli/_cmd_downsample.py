@@ -3,6 +3,7 @@
     chunkgraph downsample SRC [--factor 2,2,1] [--levels N] [--method METHOD]
                           [--format zarr3|ome-zarr|precomputed] [--dst TEMPLATE]
                           [--executor KIND] [--workers N] [--resume] [--dry-run]
+                          [--lock-wait SECONDS]
                           [--memory-limit BYTES] [--quiet | --log-json PATH]
 
 Each level is ``chunkgraph.downsample``'s: an apply flow reading the level below once.

@@ -310,7 +310,9 @@ def _create_output(
     try:
         made = volume.create(plan.path, **plan.create_args)
     except Exception:
-        if plan.overwrite or not os.path.exists(os.path.join(plan.path, "zarr.json")):
+        # Made meanwhile by another run (a bucket says so its own ways: "already exists",
+        # zarr's ContainsArrayError): used as found, and that run's claim decides.
+        if plan.overwrite or not _volume_at(plan.path, plan.create_args):
             raise
     else:
         return made, NewOutput.noted(made, existed, replaced)
@@ -320,6 +322,17 @@ def _create_output(
         line = resolved.lines.line("output.path")
         found = f"created meanwhile by another process, but it does not match this spec: {err}"
         raise SpecError(resolved.file, [SpecProblem("output.path", line, found)]) from None
+
+
+def _volume_at(path: str, create_args: dict[str, Any]) -> bool:
+    """Whether a volume opens at ``path`` now (a folder or a URL)."""
+    from chunkgraph import volume
+
+    try:
+        volume.open(path, storage_options=create_args.get("storage_options"))
+    except Exception:  # not there, or not a volume: the creation's own error stands
+        return False
+    return True
 
 
 def _taken_back(new: NewOutput | None) -> str:
@@ -338,7 +351,14 @@ def locked_message(
     callers: ``resume=True``, ``lock_wait=``): who holds the flow or writes its
     destination, what to do now. ``lock_wait_flag``: the command takes ``--lock-wait``."""
     who = err.holder
-    if err.destination:
+    if err.reads:
+        head = (
+            f"{err.destination}, which this flow reads, is being written by another flow: "
+            f"{who}, over a region that overlaps what this one reads. Reading it meanwhile "
+            "would read half-written chunks"
+        )
+        again = "run this command again"
+    elif err.destination:
         head = (
             f"{err.destination} is being written by another flow: {who}, over a region that "
             "overlaps this one's. Two flows writing one region would mix their results"
@@ -360,9 +380,22 @@ def locked_message(
     wait = " rerun with --lock-wait SECONDS to wait for it," if lock_wait_flag else ""
     return (
         f"chunkgraph {command}: {head}, so this one did nothing.{lapse} Wait for it to finish "
-        f"(`chunkgraph status {dst}` shows its progress),{wait} or stop that process; once "
-        f"it has stopped, {again}."
+        f"(`chunkgraph status {_status_of(err, dst)}` shows its progress),{wait} or stop that "
+        f"process; once it has stopped, {again}."
     )
+
+
+def _status_of(err: FlowLockedError, dst: object) -> object:
+    """What `chunkgraph status` is given to show the flow that holds ``err``'s lock: the
+    volume it writes (named by the error, or found from the lock's place beside it, as a
+    downsample's level is), else ``dst`` as the command was given it."""
+    from chunkgraph.flow.state import dst_of_state_root
+
+    if err.destination:
+        return err.destination
+    root = err.lock.rpartition("/")[0]
+    found = dst_of_state_root(root) if root else None
+    return dst if found is None else found
 
 
 def report_dir_problem(path: str) -> str | None:
@@ -408,6 +441,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     from chunkgraph._errors import ConfigError
     from chunkgraph._util import write_problem
     from chunkgraph.flow.state import default_state_root
+    from chunkgraph.volume import split_format
 
     plan = resolved.output
     checked = dataclasses.replace(run, dry_run=True)
@@ -416,10 +450,11 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
             resolved.fn, resolved.inputs, plan.existing, **resolved.flow_options,
             **checked.apply_kwargs(),
         )  # fmt: skip
-    where = Path(plan.path.rpartition("/")[2] if "://" in plan.path else plan.path)
+    place = split_format(plan.path)[1]  # where it will be, without its format prefix
+    where = Path(place.rpartition("/")[2] if "://" in place else place)
     # It will be made (after the check, so no stand-in shows this): it must be possible.
     # (A bucket answers for itself at the first write.)
-    problem = None if "://" in plan.path else write_problem(where.parent)
+    problem = None if "://" in place else write_problem(where.parent)
     if problem:
         raise ConfigError(
             f"output {plan.path!r} cannot be created: {problem}. Is it on a read-only mount, "

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chunkgraph._errors import ConfigError
 from chunkgraph._util import format_bytes
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -108,7 +109,8 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
     from chunkgraph.flow.state import default_root
-    from chunkgraph.volume._object_store import is_object_url
+    from chunkgraph.volume import split_format
+    from chunkgraph.volume._object_store import SCHEMES, broken_url, is_object_url
 
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
         spec = _spec_places(command, dst)
@@ -116,6 +118,11 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
             return None
         dst, given = spec
         intermediates = intermediates or given
+    # The same checks as run's: a URL with a slash lost (s3:/b/x) is refused, not a folder.
+    place = split_format(dst)[1] if dst is not None else None
+    problem = broken_url(intermediates or "", (*SCHEMES, "file"))
+    if problem:
+        raise ConfigError(f"--intermediates: {problem}; give a directory or s3://BUCKET/path")
     if intermediates and is_object_url(intermediates):
         return FlowsOf(dst, intermediates.rstrip("/"))  # a prefix with nothing lists no flow
     if intermediates:
@@ -127,12 +134,13 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     if not dst:
         print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
         return None
-    if is_object_url(dst):
+    assert place is not None
+    if is_object_url(place):
         return FlowsOf(dst.rstrip("/"), None)  # asking the store is the check
-    if not Path(dst).exists() and not default_root(dst).exists():
+    if not Path(place).exists() and not default_root(place).exists():
         print(
             f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
-            f"flows directory beside it ({default_root(dst)}): check the path; a "
+            f"flows directory beside it ({default_root(place)}): check the path; a "
             "flow applied with intermediates=DIR is found with --intermediates DIR, or "
             "from its spec file (`chunkgraph status SPEC.yaml`)",
             file=sys.stderr,

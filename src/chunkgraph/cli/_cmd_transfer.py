@@ -4,6 +4,7 @@
                         [--dtype uint16] [--cast safe|same_kind|unsafe]
                         [--bbox X0,Y0,Z0:X1,Y1,Z1] [--backend zarr|tensorstore]
                         [--executor KIND] [--workers N] [--resume] [--dry-run]
+                        [--lock-wait SECONDS]
                         [--memory-limit BYTES] [--quiet | --log-json PATH]
 
 ``chunkgraph.transfer``: an apply flow with the identity function, top-level regions

@@ -2,8 +2,8 @@
 the command line, and one way to run a flow and turn its outcome into an exit code.
 
 Both are apply flows with a fixed function, so they take the options ``chunkgraph run``
-takes for one (executor, workers, resume, dry run, memory limit, progress or JSON
-events) and end the same way: 0 done, 1 the work failed or the flow is locked, 2 bad
+takes for one (executor, workers, resume, dry run, lock wait, memory limit, progress or
+JSON events) and end the same way: 0 done, 1 the work failed or the flow is locked, 2 bad
 options, 130 interrupted (``--resume`` continues).
 """
 
@@ -19,6 +19,7 @@ from chunkgraph.cli._cmd_run import (
     executor_arg,
     failure_summary,
     locked_message,
+    seconds_arg,
 )
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from chunkgraph.cli._output import (
@@ -42,6 +43,14 @@ def add_flow_options(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true", help="continue an interrupted run where it stopped"
     )
     parser.add_argument("--dry-run", action="store_true", help="plan and estimate; write nothing")
+    parser.add_argument(
+        "--lock-wait",
+        type=seconds_arg,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS (inf: as long as it takes) while this flow runs elsewhere or "
+        "another flow writes what it reads or writes, instead of refusing at once (default 0)",
+    )
     parser.add_argument(
         "--memory-limit",
         metavar="BYTES",
@@ -83,6 +92,7 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
             workers=args.workers,
             resume=args.resume,
             dry_run=args.dry_run,
+            lock_wait=args.lock_wait,
             memory_limit=memory,
             progress=progress,
             subscribers=subscribers,
@@ -96,7 +106,7 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
         return EXIT_USAGE
     except FlowLockedError as err:
         outcome = "locked"
-        print(locked_message(command, err, args.dst, again), file=sys.stderr)
+        print(locked_message(command, err, args.dst, again, lock_wait_flag=True), file=sys.stderr)
         return EXIT_FAILED
     except ExceptionGroup as group:
         outcome = "failed"

@@ -750,12 +750,29 @@ def _not_a_volume(path: str) -> str | None:
     where = Path(path)
     if where.exists() and not where.is_dir():
         return f"{path!r} is a file, not a volume directory; give a path for the output volume"
-    if where.is_dir() and not (where / "zarr.json").exists() and any(where.iterdir()):
+    if where.is_dir() and any(where.iterdir()) and not _holds_a_volume(path):
         return (
-            f"{path!r} is a directory that holds files but no Zarr volume (no zarr.json); "
-            "it is neither written into nor deleted (whatever `exists` says): give another path"
+            f"{path!r} is a directory that holds files but no volume (no zarr.json, Zarr v2 "
+            "or OME-Zarr metadata, precomputed info or N5 attributes.json); it is neither "
+            "written into nor deleted (whatever `exists` says): give another path"
         )
     return None
+
+
+def _holds_a_volume(path: str) -> bool:
+    """Whether a bare path holds a volume of any format ``volume.open`` finds there (one
+    that is there but does not open is reported by the output's own open)."""
+    from chunkgraph import volume
+
+    if (Path(path) / "zarr.json").exists():
+        return True
+    try:
+        volume.open(path)
+    except FileNotFoundError:
+        return False
+    except (ConfigError, StoreError):
+        return True
+    return True
 
 
 def _cover_the_input(args: dict[str, Any], first: Any, out: OutputSpec) -> None:

@@ -24,7 +24,7 @@ from chunkgraph._errors import (
 from chunkgraph.flow._apply import apply, check_device
 from chunkgraph.flow.plan import FlowEstimate, FlowPlan, ReadAmplificationWarning, SaturationWarning
 from chunkgraph.flow.run import ApplyReport, ProbeFailure, reduce_deferred
-from chunkgraph.flow.state import claimed
+from chunkgraph.flow.state import claimed, refuse_if_written
 
 # The jobs built on the flow, reachable as ``chunkgraph.flow.<name>`` for user code
 # written against that spelling; imported lazily, since the jobs sit above the flow.
@@ -55,5 +55,6 @@ __all__ = [
     "claimed",
     "downsample",
     "reduce_deferred",
+    "refuse_if_written",
     "transfer",
 ]

@@ -33,7 +33,7 @@ import numpy as np
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow import ApplyReport, apply, claimed
+from chunkgraph.flow import ApplyReport, apply, claimed, refuse_if_written
 from chunkgraph.flow.plan import job_memory_refusal, resolve_memory_limit
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._backend import plain_backend
@@ -254,6 +254,7 @@ def downsample(
     dry_run: bool = False,
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    lock_wait: float = 0.0,
 ) -> DownsampleReport:
     """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
 
@@ -263,7 +264,9 @@ def downsample(
     ``format``: ``"ome-zarr"`` or ``"precomputed"`` (new levels in the source's image;
     the default for a level of one), ``"zarr3"`` (volumes at ``dst``, a path with
     ``{level}``; default beside ``src``: ``vol_s1.zarr``, ...; the default for a plain
-    volume). Each level is an ``apply`` flow, resumable with ``resume=True``.
+    volume). Each level is an ``apply`` flow, resumable with ``resume=True``;
+    ``lock_wait``: seconds each waits for another flow writing what it reads or writes
+    (``_dst_lock``; 0: refused at once).
 
     >>> from chunkgraph import volume
     >>> v = volume.create("ds-doc", (8, 6), (4, 4), "uint8", backend="memory")
@@ -285,6 +288,9 @@ def downsample(
             source, factor=factors, levels=levels, method=method, dst=dst, format=into,
             memory_limit=memory_limit, executor=executor, workers=workers, dry_run=True,
         )  # fmt: skip
+        # A source another flow is writing is refused before a level is made or listed
+        # (each pass's apply checks again, under its locks).
+        refuse_if_written({"src": (source, source.bounds)}, lock_wait)
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
     backend: BackendName = "memory" if dry_run else plain_backend(source)
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
@@ -294,7 +300,7 @@ def downsample(
     reports: list[ApplyReport] = []
     counts: list[int] = []
     try:
-        made = _make_levels(source, paths_made, factors, backend, into, dry_run)
+        made = _make_levels(source, paths_made, paths, factors, backend, into, dry_run)
         if into != "zarr3":
             paths.extend(
                 f"{source.path} (level +{k})" if dry_run else level.path
@@ -306,7 +312,7 @@ def downsample(
         while done < levels:
             count, top = fused_pass(below, made[done:], factors, cores, limit)
             first, above = made[done], made[done + 1 : done + count]
-            with _claimed_levels(above, below, skip=dry_run):
+            with _claimed_levels(above, below, lock_wait, skip=dry_run):
                 report = _apply_refusing_in_own_words(
                     apply,
                     downsample_chunk,
@@ -327,6 +333,7 @@ def downsample(
                     workers=workers,
                     resume=resume,
                     dry_run=dry_run,
+                    lock_wait=lock_wait,
                     progress=progress,
                     subscribers=subscribers,
                     # A fixed, tested function: probing it would read one bottom chunk twice.
@@ -365,20 +372,24 @@ def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> Apply
 def _make_levels(
     source: Volume,
     paths: Sequence[str],
+    real: Sequence[str],
     factor: tuple[int, ...],
     backend: BackendName,
     into: str,
     dry_run: bool,
 ) -> list[Volume]:
     """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
-    stand-in of a dry run), or a level added to the source's image."""
+    stand-in of a dry run), or a level added to the source's image; ``real``: the Zarr v3
+    levels' own paths (none for levels added to the image), named in messages where a dry
+    run's stand-ins have made-up ones."""
+    names = [repr(p) for p in real] or [f"a new scale beside {source.path!r}"] * len(paths)
     made: list[Volume] = []
     below = source
-    for path in paths:
+    for k, path in enumerate(paths):
+        _check_offset(below, factor, k, repr(source.path) if k == 0 else names[k - 1])
         if into == "zarr3" or dry_run:
             level = _create_level(volume, below, path, factor, backend)
         else:
-            _check_offset(below, factor)
             level = volume.add_level(
                 below, factor, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
             )
@@ -402,13 +413,15 @@ def _place(level: Volume) -> tuple[Any, ...]:
 
 
 @contextlib.contextmanager
-def _claimed_levels(levels: Sequence[Volume], below: Volume, *, skip: bool) -> Iterator[None]:
+def _claimed_levels(
+    levels: Sequence[Volume], below: Volume, wait: float, *, skip: bool
+) -> Iterator[None]:
     """The levels a pass's fn writes besides apply's dst, claimed as apply claims its dst
     (``_dst_lock``): no other flow writes them meanwhile. ``skip``: a dry run, no claims."""
     about = {"flow": f"downsample of {below.path}", "fn": "downsample_chunk"}
     with contextlib.ExitStack() as claims:
         for level in () if skip else levels:
-            claims.enter_context(claimed(level, level.bounds, about, 0.0))
+            claims.enter_context(claimed(level, level.bounds, about, wait))
         yield
 
 
@@ -496,13 +509,16 @@ def _level_chunks(below: Volume) -> dict[str, Any]:
     return {"write_chunks": write} if sharded else {}
 
 
-def _check_offset(below: Volume, factor: tuple[int, ...]) -> None:
+def _check_offset(below: Volume, factor: tuple[int, ...], k: int, name: str) -> None:
+    """Level ``k + 1`` can be made from ``below`` (level ``k``, called ``name``)."""
     uneven = [i for i, (o, f) in enumerate(zip(below.offset, factor, strict=True)) if o % f]
     if uneven:
+        what = name if k == 0 else f"level {k} ({name})"
+        fewer = f", or fewer levels (at most {k})" if k else ""
         raise ConfigError(
-            f"{below.path!r} starts at offset {below.offset}, which is no multiple of factor "
-            f"{factor} on axis {uneven[0]}: the level's voxels would not line up with the "
-            "blocks; use a factor dividing the offset",
+            f"{what} starts at offset {below.offset}, which is no multiple of factor "
+            f"{factor} on axis {uneven[0]}: level {k + 1}'s voxels would not line up with "
+            f"the blocks; use a factor dividing the offset{fewer}",
             field="factor",
         )
 
@@ -511,7 +527,6 @@ def _create_level(
     volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName
 ) -> Volume:
     """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill."""
-    _check_offset(below, factor)
     shape = reduced_shape(below.shape[below.ndim - below.spatial_ndim :], factor)
     chunks = tuple(min(c, n) for c, n in zip(below.spatial_chunks, shape, strict=True))
     resolution = tuple(r * f for r, f in zip(below.resolution, factor, strict=True))

@@ -9,6 +9,9 @@ written whole by one task, memory stays within ``memory_limit``, and a run
 interrupted anywhere resumes with ``resume=True``. A dtype change is the flow's
 ``cast`` (``_cast``): ``"safe"`` by default, ``"same_kind"`` or ``"unsafe"`` to narrow.
 
+dst is a new volume: one already there is refused (it would be overwritten) unless the
+transfer is resumed, which continues an interrupted transfer into it.
+
 A refused transfer writes nothing: dst that is the source itself, a bucket's root (the
 flow's state goes beside dst), a conversion the cast refuses and a plan the memory
 limit refuses (planned first over an in-memory stand-in of dst) are refused before dst
@@ -27,7 +30,7 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
-from chunkgraph.flow import ApplyReport, apply
+from chunkgraph.flow import ApplyReport, apply, refuse_if_written
 from chunkgraph.flow.plan import (
     CAST_RULES,
     DEFAULT_CAST,
@@ -68,12 +71,15 @@ def transfer(
     dry_run: bool = False,
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    lock_wait: float = 0.0,
 ) -> ApplyReport:
     """Copy ``src`` (within ``bbox``, global voxels; default all of it) into a new volume
     at ``dst`` with spatial ``chunks`` (default the source's), Zarr v3 ``shards`` (None:
     unsharded), ``dtype`` (default the source's, converted under ``cast``) and ``backend``
     (default the source's). ``dst`` may carry a format prefix (``precomputed://``,
     ``n5://``, ``zarr2://``) and ``src`` be any volume ``volume.open`` reads.
+    ``lock_wait``: seconds to wait for another flow writing the source or dst
+    (``_dst_lock``; 0: refused at once).
 
     >>> from chunkgraph import volume
     >>> v = volume.create("tr-doc", (8, 8), (2, 2), "uint8", backend="memory")
@@ -101,7 +107,7 @@ def transfer(
         )
     _check_dtype(source, dtype, cast)
     there, existing = _existing(dst)
-    _check_dst(source, dst, existing)
+    _check_dst(source, dst, existing, resume)
     copy = _Copy(
         source, dst, region, chunks, shards, dtype, backend, cast, memory_limit, executor, workers
     )
@@ -110,9 +116,12 @@ def transfer(
             # The plan first, over a stand-in of dst in memory: what the memory limit or
             # the sizes refuse is refused before dst exists.
             _run(copy, dry_run=True)
+            # A source another flow is writing is refused before dst is made (apply
+            # checks again, under its locks).
+            refuse_if_written({"src": (source, region)}, lock_wait)
         report = _run(
             copy, dry_run=dry_run, resume=resume, progress=progress, subscribers=subscribers,
-            made=not there,
+            made=not there, lock_wait=lock_wait,
         )  # fmt: skip
     except ConfigError as err:
         raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
@@ -151,6 +160,7 @@ def _run(
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
     made: bool = False,
+    lock_wait: float = 0.0,
 ) -> ApplyReport:
     """Make dst (a stand-in in memory for a dry run) and copy into it; a dst this call made
     is removed again when the flow refuses it, and a stand-in always."""
@@ -189,6 +199,7 @@ def _run(
                 workers=copy.workers,
                 resume=resume,
                 dry_run=dry_run,
+                lock_wait=lock_wait,
                 progress=progress,
                 subscribers=subscribers,
                 # The identity needs no probe, and one would read a bottom chunk twice.
@@ -221,15 +232,26 @@ def _existing(dst: str | os.PathLike[str]) -> tuple[bool, Volume | None]:
         return True, None
 
 
-def _check_dst(source: Volume, dst: str | os.PathLike[str], existing: Volume | None) -> None:
+def _check_dst(
+    source: Volume, dst: str | os.PathLike[str], existing: Volume | None, resume: bool
+) -> None:
     """dst is not the source (a copy onto itself rewrites every chunk in place for nothing)
-    nor a bucket's root (the flow's state goes beside dst, and there is no beside there)."""
+    nor a bucket's root (the flow's state goes beside dst, and there is no beside there),
+    and is new unless the transfer is resumed (it would overwrite another volume)."""
     if existing is not None and existing.location.same_as(source.location):
         raise ConfigError(
             f"dst {os.fspath(dst)!r} is the source {source.path!r} itself: a transfer "
             "onto itself would rewrite every chunk in place and change nothing; give "
             "another dst (to rechunk or convert in place, transfer to a new path, then "
             "replace the source with it)",
+            field="dst",
+        )
+    if existing is not None and not resume:
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} already exists (a {existing.dtype} volume of shape "
+            f"{existing.shape}), and transfer makes a new volume: give a new path, or "
+            "remove it first (volume.remove); to continue an interrupted transfer into "
+            "it, pass resume=True (--resume on the command line)",
             field="dst",
         )
     _, place = split_format(os.fspath(dst))

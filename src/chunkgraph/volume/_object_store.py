@@ -83,6 +83,22 @@ def broken_url(path: str, known: tuple[str, ...]) -> str | None:
     )
 
 
+def normal_url(url: str) -> str:
+    """One spelling of an object URL: no trailing or doubled slashes in its key prefix
+    (a store names its objects by key, so ``s3://b//a.zarr/`` is ``s3://b/a.zarr``), so
+    that comparing two URLs compares the data they name. Anything else is returned as is.
+
+    >>> normal_url("s3://bucket//data/a.zarr/")
+    's3://bucket/data/a.zarr'
+    """
+    if not is_object_url(url):
+        return url
+    scheme, _, rest = url.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    keys = "/".join(part for part in prefix.split("/") if part)
+    return f"{scheme}://{bucket}/{keys}" if keys else f"{scheme}://{bucket}"
+
+
 def is_object_url(path: str) -> bool:
     """Whether ``path`` names an object in a store this module reaches."""
     return path.partition("://")[0] in SCHEMES and "://" in path

@@ -33,7 +33,8 @@ never looks for: it would read that chunk as missing, all fill. So:
   (CloudVolume does not read them back either).
 * Missing is not unreadable: a chunk that is stored but does not gunzip or
   decode raises ``CorruptChunkError`` naming its key, file and box; only an
-  absent one reads as fill.
+  absent one reads as fill. A stored shard file too short for its index (an
+  empty one included), which TensorStore reads as all fill, is corrupt too.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ GZIP_LEVEL = 6
 # past its end (OUT_OF_RANGE) or does not gunzip (DATA_LOSS). Reads stay inside the
 # volume, so OUT_OF_RANGE is never an index error here.
 _DECODE_STATUSES = ("FAILED_PRECONDITION", "DATA_LOSS", "OUT_OF_RANGE")
+# ... and a minishard index that does not gunzip, which TensorStore words without a status.
+_DECODE_WORDING = "Error decoding existing minishard index"
+# curl's own decode error (CURLE_BAD_CONTENT_ENCODING): an object served with
+# Content-Encoding gzip (br, zstd) whose body is not that. The bytes arrived whole and do
+# not decode, like a garbled chunk, so it is damage, not a failed request to retry.
+_BAD_CONTENT_ENCODING = "[curl_code='61']"
 
 
 def stored_suffix(root: str, scale: dict[str, Any], options: StoreOptions) -> str:
@@ -171,6 +178,8 @@ class _ShardName:
         self.bits = tuple(
             max(0, math.ceil(math.log2(-(-n // c)))) for n, c in zip(size, self.chunk, strict=True)
         )
+        # A shard file starts with its index: 16 bytes for each of its minishards.
+        self.index_bytes = 16 << int(self.sharding["minishard_bits"])
 
     def __call__(self, layout: ChunkLayout, coords: tuple[int, ...]) -> str:
         spec = self.sharding
@@ -195,7 +204,14 @@ class _ShardName:
 
 
 def is_decode_error(error: BaseException) -> bool:
-    return isinstance(error, ValueError) and str(error).startswith(_DECODE_STATUSES)
+    if not isinstance(error, ValueError):
+        return False
+    text = str(error)
+    return (
+        text.startswith(_DECODE_STATUSES)
+        or _DECODE_WORDING in text
+        or _BAD_CONTENT_ENCODING in text
+    )
 
 
 class PrecomputedView(TensorStoreView):
@@ -252,11 +268,43 @@ class PrecomputedView(TensorStoreView):
             return np.asarray(view[cell].read().result())
 
         try:
-            return read(index)
+            data = read(index)
         except ValueError as error:
             if not is_decode_error(error):
                 raise
             raise_corrupt_chunks(self.layout, index, read, is_decode_error, error, "read")
+        if isinstance(self.layout.key_of, _ShardName):
+            self._check_short_shards(index, data)
+        return data
+
+    def _check_short_shards(self, index: Index, data: np.ndarray[Any, Any]) -> None:
+        """TensorStore reads a stored shard file too short to hold its index (an empty one
+        included) as all fill: one ranged read of the index of each shard that read as all
+        fill tells that from a shard that is absent or really holds fill."""
+        assert isinstance(self.layout.key_of, _ShardName)
+        size = self.layout.key_of.index_bytes
+        shards = []
+        for coords, cell in self.layout.cells(index):
+            part = tuple(
+                slice(max(c.start, i.start) - i.start, min(c.stop, i.stop) - i.start)
+                for c, i in zip(cell, _starts(index, self.layout.shape), strict=True)
+            )
+            if not np.any(data[part] != self.layout.fill_value):
+                shards.append(coords)
+        heads = [
+            (coords, self._kvstore.read(self.layout.key(coords), byte_range=slice(0, size)))
+            for coords in shards
+        ]
+        short: list[tuple[tuple[int, ...], BaseException]] = []
+        for coords, future in heads:
+            try:
+                future.result()
+            except ValueError as error:
+                if not str(error).startswith("OUT_OF_RANGE"):
+                    raise
+                short.append((coords, ValueError(f"shorter than its {size}-byte shard index")))
+        if short:
+            raise corrupt_chunk_error(self.layout, short, "read")
 
     def _stage(self, txn: Any, index: Index) -> None:
         """Put the gunzipped bytes of each ``.gz`` chunk ``index`` touches under its plain key,
@@ -281,6 +329,10 @@ class PrecomputedView(TensorStoreView):
         ]
         for write in writes:
             write.result()
+
+
+def _starts(index: Index, shape: tuple[int, ...]) -> list[slice]:
+    return [slice(*s.indices(n)[:2]) for s, n in zip(index, shape, strict=True)]
 
 
 def _gunzip(packed: bytes) -> bytes | Exception:

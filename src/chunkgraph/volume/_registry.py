@@ -48,6 +48,7 @@ from chunkgraph.volume._object_store import (
     StoreOptions,
     is_object_url,
     no_bucket_error,
+    normal_url,
     reaching,
 )
 from chunkgraph.volume._precomputed import scale_key
@@ -65,7 +66,7 @@ FORMAT_BACKENDS: tuple[str, ...] = ("precomputed", "n5", "zarr2", "ome-zarr")
 def _normalise_path(path: str | os.PathLike[str], backend: str) -> str:
     text = os.fspath(path)
     if Location.of(text, backend).local_dir is None:
-        return text
+        return normal_url(text)  # one spelling, so that identity compares the data
     # Absolute, so a volume pickled to a worker with another working directory still resolves.
     return os.path.abspath(text)
 
@@ -170,8 +171,7 @@ def create(
             _normalise_path(place, "zarr"), format_backend, meta, compressor, checksum,
             StoreOptions.of(storage_options), options, exist_ok, cache_bytes,
         )  # fmt: skip
-    if fmt is not None:
-        path = place
+    path = place  # the prefix said the format (zarr3://), or only that it is a path (file://)
     if encoding is not None or write_chunks is not None:
         raise ConfigError(
             "encoding and write_chunks apply to precomputed volumes (a precomputed:// path)",

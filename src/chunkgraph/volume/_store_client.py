@@ -25,8 +25,11 @@ store of the process, and the window follows it; each of the four is also a
 which wins. Values are seconds, or text with a unit: ``"500ms"``, ``"20s"``,
 ``"2min"``.
 
-TensorStore (precomputed, N5 on ``s3://``) gets the same retry count from its
-context, and curl's low-speed watchdog at ``timeout`` (``tensorstore_bounds``).
+TensorStore (precomputed, N5 on ``s3://``) has no retry window, only a count, and
+curl's low-speed watchdog at ``timeout`` bounds each try (``tensorstore_bounds``):
+it gets as many tries as fit in the same bound, ``timeout + retry_timeout`` (two
+of 20 s by default, so a silent store fails it within about 45 s too), never more
+than ``max_retries`` allows.
 
     >>> client, retry = client_settings({})
     >>> client["timeout"].total_seconds(), client["connect_timeout"].total_seconds()
@@ -139,12 +142,17 @@ def tensorstore_bounds(options: Mapping[str, Any]) -> dict[str, Any]:
     curl's low-speed watchdog (a try that moves under 1 byte/s for ``timeout`` fails) in
     this process's environment unless it is set, since TensorStore reads it from there."""
     client, retry = client_settings(options)
-    watchdog = max(1, round(client["timeout"].total_seconds()))
+    timeout = client["timeout"].total_seconds()
+    watchdog = max(1, round(timeout))
     os.environ.setdefault("TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS", str(watchdog))
     os.environ.setdefault("TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES", "1")
+    # The tries that fit in obstore's bound, each a whole watchdog (curl checks once a
+    # second, so a try of a silent store lasts a little over it).
+    fit = int(failure_bound(options) // max(timeout, watchdog))
+    tries = max(1, min(retry["max_retries"] + 1, fit))
     return {
         "s3_request_retries": {
-            "max_retries": retry["max_retries"] + 1,  # TensorStore counts the first try
+            "max_retries": tries - 1,  # TensorStore's count is of tries after the first
             "initial_delay": f"{INIT_BACKOFF_S:g}s",
             "max_delay": f"{MAX_BACKOFF_S:g}s",
         }

@@ -24,6 +24,7 @@ to another writer (``_object_zarr``).
 
 from __future__ import annotations
 
+import os
 import re
 
 from chunkgraph._errors import ConfigError, StoreError
@@ -32,10 +33,12 @@ from chunkgraph._errors import ConfigError, StoreError
 METADATA_ADDRESS = "169.254.169.254"
 
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
-_STATUS = re.compile(r"(?:status code|HTTP response code): (\d{3})")
+_STATUS = re.compile(r"(?:status code|HTTP response code): (\d{3})|http_response_code='(\d{3})'")
 _REQUEST = re.compile(r"performing (?:list request: Error performing )?([A-Z]+) (\S+)")
 _TRIES = re.compile(r"after (\d+) retries|All (\d+) retry attempts")
 _WITHIN = re.compile(r" in ([0-9.]+)(m?s)")
+# curl's low-speed watchdog, as TensorStore reports it: the bound of one try.
+_WATCHDOG = re.compile(r"transferred the last (\d+) seconds")
 
 # What a 401/403 code means for the person holding the credentials.
 _ACCESS_CODES = {
@@ -82,10 +85,37 @@ _TENSORSTORE_FAILED = (
 )  # fmt: skip
 
 
+# TensorStore's words when its credential provider found nothing (``_ts_view``).
+_TENSORSTORE_NO_CREDENTIALS = "INTERNAL: Failed to get credentials"
+
+
+# What makes an AWS client's default chain find credentials besides the key variables.
+_AWS_CHAIN_ENV = (
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def aws_credentials_configured() -> bool:
+    """Whether this process names AWS credentials: the key variables, a profile, web
+    identity, a container's, or a credentials or config file (where the SDKs look)."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") or any(map(os.environ.get, _AWS_CHAIN_ENV)):
+        return True
+    files = (
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE", os.path.expanduser("~/.aws/credentials")),
+        os.environ.get("AWS_CONFIG_FILE", os.path.expanduser("~/.aws/config")),
+    )
+    return any(map(os.path.isfile, files))
+
+
 def is_store_failure(error: BaseException) -> bool:
     """Whether ``error`` is a failed request (obstore's, or TensorStore's), not
     chunkgraph's or the data's."""
-    if isinstance(error, ValueError) and str(error).startswith(_TENSORSTORE_FAILED):
+    if isinstance(error, ValueError) and str(error).startswith(
+        (*_TENSORSTORE_FAILED, _TENSORSTORE_NO_CREDENTIALS)
+    ):
         return True
     try:
         from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
@@ -107,22 +137,35 @@ def store_failure(
     method, asked = _request(text)
     where = endpoint or _endpoint_of(asked) or "the provider's default endpoint"
     head = f"cannot reach {url!r} at endpoint {where}" + (f" (object {key!r})" if key else "")
+    help_ = _CREDENTIAL_HELP.get(scheme, _CREDENTIAL_HELP["s3"])
     if METADATA_ADDRESS in text or "credential" in text.lower().split("debug source")[0]:
         return ConfigError(
             f"{head}: no credentials were found (the client fell back to asking the "
             f"cloud instance-metadata address {METADATA_ADDRESS}, which answers only on a "
-            f"cloud VM); {_CREDENTIAL_HELP.get(scheme, _CREDENTIAL_HELP['s3'])}",
+            f"cloud VM); {help_}",
             field="storage_options",
         )
     code_match, status_match = _CODE.search(text), _STATUS.search(text)
     code = code_match.group(1) if code_match else ""
-    status = status_match.group(1) if status_match else ""
+    status = (status_match.group(1) or status_match.group(2)) if status_match else ""
+    if (
+        status in ("401", "403")
+        and text.startswith("PERMISSION_DENIED")  # TensorStore, asking anonymously
+        and scheme == "s3"
+        and not aws_credentials_configured()
+    ):
+        return ConfigError(
+            f"{head}: no credentials were found (none in the environment or ~/.aws files), "
+            f"and the store refused the unsigned request ({status}); {help_}",
+            field="storage_options",
+        )
     if status in ("401", "403"):
         meaning = _ACCESS_CODES.get(code, _NO_CODE if not code else _ACCESS_CODES["AccessDenied"])
         why = f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
     elif "Timeout" in text or "TimedOut" in text or "timed out" in text:
         why = (
-            f"the store did not answer ({method}) within {_took(text)}{_tries(text)}. If it is "
+            f"the store did not answer{f' ({method})' if method else ''} within "
+            f"{_took(text)}{_tries(text)}. If it is "
             "only slow, raise CHUNKGRAPH_STORE_TIMEOUT (seconds per try) or "
             "storage_options={'timeout': ..., 'retry_timeout': ...}"
         )
@@ -146,7 +189,7 @@ def store_failure(
 
 def _request(text: str) -> tuple[str, str]:
     found = _REQUEST.search(text)
-    return (found.group(1), found.group(2)) if found else ("the request", "")
+    return (found.group(1), found.group(2)) if found else ("", "")
 
 
 def _endpoint_of(asked: str) -> str:
@@ -155,6 +198,9 @@ def _endpoint_of(asked: str) -> str:
 
 
 def _took(text: str) -> str:
+    watchdog = _WATCHDOG.search(text)
+    if watchdog:
+        return f"{watchdog.group(1)} s a try"
     found = _WITHIN.search(text)
     if not found:
         return "the timeouts"
@@ -166,7 +212,8 @@ def _tries(text: str) -> str:
     found = _TRIES.search(text)
     if not found:
         return ""
-    tries = int(found.group(1)) + 1 if found.group(1) else int(found.group(2))
+    # Both count the tries after the first (TensorStore's "All 4 retry attempts" made 5).
+    tries = int(found.group(1) or found.group(2)) + 1
     return f" (after {tries} tries)"
 
 

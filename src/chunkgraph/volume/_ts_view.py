@@ -16,6 +16,7 @@ says why in the error for an unaligned write. A request TensorStore gave up on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -26,6 +27,7 @@ from chunkgraph._errors import ConfigError
 from chunkgraph.volume._object_store import StoreOptions, endpoint_of, reaching, split_url
 from chunkgraph.volume._storage import Index, VolumeMeta
 from chunkgraph.volume._store_client import tensorstore_bounds
+from chunkgraph.volume._store_errors import aws_credentials_configured
 from chunkgraph.volume._store_keys import canonical
 
 
@@ -79,13 +81,45 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
     region = settings.get("region") or os.environ.get("AWS_REGION")
     if region:
         spec["aws_region"] = str(region)
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        # Straight to the variables: the default chain first looks for ~/.aws files and
-        # logs an error line for each one missing.
-        spec["aws_credentials"] = {"type": "environment"}
+    spec["aws_credentials"] = {"type": _credential_source(settings)}
     # The same bounded retries (and a watchdog on silent tries) as obstore's stores.
     spec["context"] = tensorstore_bounds({canonical(k): v for k, v in settings.items()})
     return spec
+
+
+def _credential_source(settings: dict[str, Any]) -> str:
+    """Which of TensorStore's AWS credential providers to use: the one the environment
+    offers, named, since its default chain logs an error line on stderr for each place it
+    finds nothing (about ten, with no credentials at all) and then asks anonymously.
+
+    ``skip_signature`` (a public bucket, as for Zarr's stores): anonymous. The
+    variables: those. A profile, its files, web identity or a container's: the chain,
+    which reads them. None of these on an EC2 instance: its metadata service (the
+    instance's role). None anywhere else: anonymous, and a refusal is then told as
+    missing credentials (``store_failure``), naming the variables to set.
+    """
+    skip = {canonical(k): v for k, v in settings.items()}.get("skip_signature")
+    if skip is True or str(skip).lower() == "true":
+        return "anonymous"
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        return "environment"
+    if aws_credentials_configured():
+        return "default"
+    return "imds" if _on_ec2() else "anonymous"
+
+
+def _on_ec2() -> bool:
+    """Whether this machine is an EC2 instance, as AWS documents telling it: the DMI
+    vendor (Nitro) or the Xen hypervisor's uuid."""
+    for path, mark in (
+        ("/sys/class/dmi/id/board_vendor", "Amazon EC2"),
+        ("/sys/class/dmi/id/sys_vendor", "Amazon EC2"),
+        ("/sys/hypervisor/uuid", "ec2"),
+    ):
+        with contextlib.suppress(OSError), open(path) as f:
+            if f.read().strip().startswith(mark):
+                return True
+    return False
 
 
 class TensorStoreView:

@@ -2,7 +2,7 @@
 
 Policy. Pure rules over a flow's arguments and its volumes' metadata: no I/O of
 chunks, no threads, no state. ``_spec`` validates a flow into a ``FlowSpec`` (with
-``_args``, ``_divisibility``, ``_resolution``, ``_blend``'s modes and ``_cast``'s
+``_args``, ``_divisibility``, ``_resolution``, ``_mergeable``, ``_blend``'s modes and ``_cast``'s
 rules); ``_auto_sizes`` chooses sizes that were not given (with ``_read_model``'s
 read costs); ``_estimate`` counts what a run will cost; ``_options`` checks the
 run's options (``RunOptions``); ``_fn_kwargs`` binds and checks fn's arguments.
@@ -44,6 +44,7 @@ from chunkgraph.flow.plan._estimate import (
     with_cache,
 )
 from chunkgraph.flow.plan._fn_kwargs import with_fn_kwargs
+from chunkgraph.flow.plan._mergeable import check_edges_mergeable, unmergeable
 from chunkgraph.flow.plan._options import DEFAULT_RETRIES, RunOptions, check_optional_bool
 from chunkgraph.flow.plan._read_model import (
     DEVICE_TASKS_IN_FLIGHT,
@@ -92,6 +93,7 @@ __all__ = [
     "cast_allowed",
     "cast_refusal",
     "check_dst",
+    "check_edges_mergeable",
     "check_optional_bool",
     "conversion_refusal",
     "count_saturated",
@@ -113,6 +115,7 @@ __all__ = [
     "superchunks_in_flight",
     "sweep_axis",
     "top_task_memory",
+    "unmergeable",
     "validate_flow",
     "wants_auto_sizes",
     "warn_if_saturated",

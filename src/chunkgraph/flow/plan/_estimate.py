@@ -35,7 +35,8 @@ crop + blend pads, ``b`` top blend pad; all per axis):
 * reductions: the bbox snapped outward to dst chunks (clipped to dst bounds),
   tiled by the reduction chunk; none with ``skip_intermediates`` or ``defer``.
 * dst bytes: that snapped region (whole dst chunks, edge ones clipped).
-* read amplification: bytes to read over the input bytes inside the bbox.
+* read amplification: bytes to read over the input bytes inside the bbox (and the
+  inputs' bounds).
 * top-task memory: every input over ``chunk.padded(P)`` plus one buffer per level
   over that level's ``region_shape`` in the accumulation dtype (depth first:
   one child per level alive at a time; each extra thread working below the
@@ -209,10 +210,11 @@ def top_task_memory(spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume) -
 
 
 def needed_input_bytes(spec: FlowSpec, inputs: Mapping[str, Volume]) -> int:
-    """Bytes of the inputs inside the bbox, each at its own resolution: what a read
-    amplification of 1 reads."""
+    """Bytes of the inputs inside the bbox and their bounds, each at its own resolution:
+    what a read amplification of 1 reads (a bbox expanded past an input's edge reads
+    nothing there, so that part is no work the reads could be measured against)."""
     return sum(
-        scaled(spec.bbox, spec.scale_of(name)).size * _voxel_bytes(vol)
+        scaled(spec.bbox, spec.scale_of(name)).intersection(vol.bounds).size * _voxel_bytes(vol)
         for name, vol in inputs.items()
     )
 

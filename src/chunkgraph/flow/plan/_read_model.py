@@ -346,8 +346,9 @@ def _amplification(
     reused: set[int],
 ) -> float:
     """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``) over the
-    input bytes inside the bbox; 0.0 without inputs."""
-    total = sum(v.voxel_bytes for v in inputs) * bbox.size
+    input bytes inside the bbox and each input's bounds (a bbox expanded past them reads
+    nothing there); 0.0 without inputs."""
+    total = sum(v.voxel_bytes * bbox.intersection(v.bounds).size for v in inputs)
     fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
     return fetched / total if total else 0.0
 

@@ -35,6 +35,7 @@ Checks, in order (each a ``ConfigError`` naming its culprit)::
     the bbox meets at least one input's bounds (else fn would see fill values only)
     dtypes (an input dst cannot hold, under cast="safe"); cast one of _cast.CAST_RULES;
     reduction chunk positive (rounded down to dst chunks); skip_intermediates allowed
+    a bbox cutting dst's storage chunks only where they can be merged (_mergeable)
 
 Dtypes. Kinds may differ between inputs and dst (a float map thresholded
 into labels, an image into a bool mask); float results are rounded when cast
@@ -81,6 +82,7 @@ from chunkgraph.flow.plan._divisibility import (
     check_top_divides,
     expanded_bbox,
 )
+from chunkgraph.flow.plan._mergeable import check_edges_mergeable
 from chunkgraph.flow.plan._resolution import Scale, check_integral, scale_of, scaled, step_of
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
@@ -313,6 +315,8 @@ def validate_flow(
         reduction = reduction_chunk(max_reduction_chunk_size, out.spatial_chunks, levels[0].chunk)
     if skip_intermediates and not collect:
         _check_skip_intermediates(levels, region, out)
+    if not collect:
+        check_edges_mergeable(out, region)
     return FlowSpec(
         levels=levels,
         bbox=region,

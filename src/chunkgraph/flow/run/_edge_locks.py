@@ -25,7 +25,9 @@ Volumes on an object store cannot be locked across processes and need not be:
 their partial chunks are merged by conditional writes (an ETag match, retried
 on conflict; ``Location.conditional_writes``), and the reduction writes only
 the region inside the bbox (``Volume.merge_write``) without coming here. A
-store that offers neither is refused: adjacent flows would lose voxels.
+store that offers neither is refused when the flow's arguments are checked
+(``check_edges_mergeable``, in the plan), before anything is written: adjacent
+flows would lose voxels.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph.flow.plan import unmergeable
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -91,14 +93,8 @@ def edge_chunks_locked(dst: Volume, chunk_ids: list[int]) -> Iterator[None]:
     if where.conditional_writes:
         yield  # the write itself is conditional (above)
         return
-    if where.kind == "remote":
-        raise ConfigError(
-            f"destination {dst.path!r} is on a store without conditional writes, so the "
-            f"{len(chunk_ids)} storage chunks a bbox edge cuts cannot be merged safely with "
-            "another flow's writes; use a bbox aligned to dst's chunks (dst.chunk_aligned(bbox)) "
-            "or a destination through the zarr backend",
-            field="bbox",
-        )
+    if where.kind == "remote":  # refused before the run (check_edges_mergeable): kept safe
+        raise unmergeable(dst, f"the {len(chunk_ids)} storage chunks a bbox edge cuts", None)
     on_disk = where.lockable
     key = os.path.join(dst.path, LOCK_NAME) if on_disk else f"{dst.backend}:{dst.path}"
     with _process_lock(key):

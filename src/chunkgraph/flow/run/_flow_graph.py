@@ -331,6 +331,7 @@ class FlowGraph:
             read_amplification=bytes_read / needed if needed else 0.0,
             wall_seconds=time.perf_counter() - t0,
             bbox=spec.bbox,
+            dst_bounds=self.dst.bounds,
             top_tasks_skipped=skipped_top,
             reductions_skipped=skipped_red,
             intermediates=self.state.location if self.deferred else None,

@@ -9,9 +9,12 @@ touches the world, in this order::
     device fit ──> flow id ──> FlowDir writable? ──(dry_run)──> estimate ──> report
         │
         v
-    lock ──> claim dst's region ──> resume or start over ──> in-place rules ──(finished)──> report
-        │                 (dst re-created: start over; not resuming: clear markers,
-        v                  layers removed and made anew)
+    lock ──> claim dst's region ──> no input being written by another flow (or lock_wait)
+        │
+        v
+    resume or start over ──> in-place rules ──(finished)──> report
+        │     (dst re-created: start over; not resuming: clear markers,
+        v      layers removed and made anew)
     probe ──> open: record removed, .where note, in-place mark
         │
         v
@@ -20,7 +23,8 @@ touches the world, in this order::
 The flow's state is ``FlowDir``'s (``_flow_dir``): this module asks it to
 lock, record and discard, and never spells a path of it. The lock is per flow
 id; the claim (``_dst_lock``) keeps any other flow off the region of dst this
-one writes, for the whole run. ``reduce_deferred``
+one writes, for the whole run, and a flow refuses to read an input another flow
+is writing (``refuse_if_written``). ``reduce_deferred``
 shares the executor and the ``held`` → record → discard steps.
 
 State. A ``FlowRun`` holds what ``apply`` decided (spec, plan, options, the
@@ -53,6 +57,7 @@ from chunkgraph.flow.plan import (
     needed_input_bytes,
     owned_inputs,
     same_storage,
+    scaled,
     top_task_memory,
     warn_if_saturated,
     with_cache,
@@ -75,10 +80,12 @@ from chunkgraph.flow.state import (
     layers_place,
     lost_in_place_state,
     reach,
+    refuse_if_written,
     state_root,
     warn_if_resume_mismatch,
     warn_if_stale,
 )
+from chunkgraph.volume._remote import check_credentials_shipped
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor
@@ -180,6 +187,8 @@ class FlowRun:
             state.held(options.lock_wait),
             claimed(dst, spec.bbox, _about(flow_id, self.fn), deadline - time.monotonic()),
         ):
+            # After both locks: of two flows each reading what the other writes, one sees.
+            refuse_if_written(reads_of(spec, self.inputs, dst), deadline - time.monotonic())
             resume = self._resume_or_start_over(state, stamp)
             finished = state.record.read() if resume else None
             if in_place is not None and finished is None:
@@ -303,6 +312,7 @@ class FlowRun:
             return no_io_report(
                 flow_id, spec.bbox, self.t0, dry_run=True, tasks_per_level=per_level, reductions=0
             )
+        refuse_if_written(reads_of(spec, self.inputs, None), options.lock_wait)
         values, read = run_values(
             spec, self.run_fn, self.inputs, executor, options.progress, options.subscribers, edge
         )
@@ -330,6 +340,19 @@ def _about(flow_id: str, fn: Callable[..., Any]) -> dict[str, str]:
     named = getattr(fn, "func", fn)  # a partial (fn_kwargs): the function it binds
     name = getattr(named, "__qualname__", None) or type(named).__qualname__
     return {"flow": flow_id, "fn": f"{getattr(named, '__module__', '?')}.{name}"}
+
+
+def reads_of(
+    spec: FlowSpec, inputs: Mapping[str, Volume], dst: Volume | None
+) -> dict[str, tuple[Volume, Box]]:
+    """What the flow reads of each input: its bbox padded by the pads, at the input's
+    resolution; not an input that is dst itself (in place: this flow's own claim)."""
+    read = spec.bbox.padded(spec.context_pad)
+    return {
+        name: (vol, scaled(read, spec.scale_of(name)))
+        for name, vol in inputs.items()
+        if dst is None or not same_storage(vol, dst)
+    }
 
 
 def _retries(options: RunOptions) -> int:
@@ -368,6 +391,19 @@ def flow_executor(
     return chosen
 
 
+def _check_secrets_reach_pool(where: str, volumes: list[Volume]) -> None:
+    """A pool's processes get this process's environment but never the secret
+    ``storage_options`` (they are not pickled, ``_object_store``): a secret with no
+    environment variable here would fail every task there, so it is refused before the run."""
+    for v in volumes:
+        names = v.storage_options.secret_names()
+        if names and "://" in v.path:
+            try:
+                check_credentials_shipped(v.path, names)
+            except ConfigError as err:
+                raise ConfigError(f"{where}, {err}", field="executor") from None
+
+
 def _check_out_of_process(
     chosen: Executor,
     options: RunOptions,
@@ -386,6 +422,8 @@ def _check_out_of_process(
             "this process; store them with backend='zarr' or use executor='threads'",
             field="executor",
         )
+    if options.executor == "processes":
+        _check_secrets_reach_pool(where, [*inputs.values(), *([dst] if dst else [])])
     import cloudpickle  # type: ignore[import-untyped]
 
     try:

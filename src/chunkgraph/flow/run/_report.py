@@ -95,13 +95,17 @@ class ApplyReport:
     saturated_voxels: int = 0
     input_requests: int = 0
     input_chunks_read: int = 0
+    # dst's bounds, when the bbox was expanded past them: the summary says which voxels
+    # were written (only those inside)
+    dst_bounds: Box | None = None
 
     def summary(self, *, plan: bool = True) -> str:
         """A few human-readable lines. An automatic plan is one line after a run and, with
         its reasons, several after a dry run (which is for looking at it); ``plan=False``
         leaves it out (the command line's ``--quiet``)."""
         lines = [
-            f"flow {self.flow_id} over {self.bbox}{' (dry run)' if self.dry_run else ''}",
+            f"flow {self.flow_id} over {self.bbox}{_inside_dst(self)}"
+            f"{' (dry run)' if self.dry_run else ''}",
             _tasks_line(self),
             *_work_lines(self),
             *_device_lines(self),
@@ -116,6 +120,13 @@ class ApplyReport:
 
 
 # --- the summary's lines, in the order it prints them --------------------------------------
+
+
+def _inside_dst(r: ApplyReport) -> str:
+    """For a bbox expanded past dst's edge (to whole top chunks): the part written."""
+    if r.dst_bounds is None or r.dst_bounds.contains(r.bbox):
+        return ""
+    return f" (whole top chunks; dst's {r.bbox.intersection(r.dst_bounds)} written)"
 
 
 def _tasks_line(r: ApplyReport) -> str:

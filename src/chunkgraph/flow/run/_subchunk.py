@@ -246,7 +246,8 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
         out = ctx.to_host(cast)
         check_run_live(ctx.run_token)
         dst.write(chunk, out)
-        return int(out.nbytes)
+        # Only the part inside dst is written (dst.write crops it).
+        return int(out.nbytes) * chunk.intersection(dst.bounds).size // max(chunk.size, 1)
     starts, stops, _ = chunk.split_arrays(ctx.spec.levels[level + 1].chunk)
 
     def run_child(i: int) -> int:

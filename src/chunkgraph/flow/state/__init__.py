@@ -20,7 +20,7 @@ Nothing here imports the flow's planning or running (``chunkgraph.flow.plan``,
 from __future__ import annotations
 
 from chunkgraph.flow.state._clean import clean_flow, remove_roots_if_empty, stale_flows
-from chunkgraph.flow.state._dst_lock import claimed
+from chunkgraph.flow.state._dst_lock import claimed, refuse_if_written
 from chunkgraph.flow.state._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow.state._flow_dir import FlowDir
 from chunkgraph.flow.state._info import in_place_mark, lost_in_place_state, read_flow_info
@@ -72,6 +72,7 @@ __all__ = [
     "lost_in_place_state",
     "reach",
     "read_flow_info",
+    "refuse_if_written",
     "remove_roots_if_empty",
     "stale_flows",
     "state_root",

@@ -30,6 +30,18 @@ claims' folder too when empty (under the guard), so a finished run leaves
 nothing in dst. A killed run leaves its claim file or object, which is taken for
 what it is by the next run (above). A memory dst lives in one process and is not
 claimed.
+
+Readers. A flow reading a volume that another flow is writing would read half-written
+chunks and end "successfully" (a downsample of a run's output while it runs: zeros).
+So a flow also looks at the claims of each volume it reads, over the box it reads
+there (its bbox padded by the pads, at that input's resolution): a live claim that
+overlaps it refuses the flow naming the writer (``FlowLockedError`` with ``reads``:
+the input's name), or with ``lock_wait`` it looks again until the deadline
+(``refuse_if_written``). One listing per input, after the flow's own lock and claim
+are held: of two flows each reading what the other writes, the later to look sees
+the other's claim. A reader leaves no claim (inputs may be read-only), so a writer
+that starts after a reader began is not refused; an input that is dst itself (in
+place) is this flow's own to read.
 """
 
 from __future__ import annotations
@@ -38,11 +50,11 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chunkgraph._errors import FlowLockedError
+from chunkgraph._errors import FlowLockedError, StoreError
 from chunkgraph.flow.state._holder import describe
 from chunkgraph.flow.state._lease import CLOCK_SLACK, lapse_note, lease_ttl
 from chunkgraph.flow.state._lock import hold, holder
@@ -170,6 +182,60 @@ def _live_overlap(store: StateStore, region: Box) -> tuple[dict[str, Any], float
     return found
 
 
+def refuse_if_written(reads: Mapping[str, tuple[Volume, Box]], wait: float) -> None:
+    """``FlowLockedError`` naming the writer when a live claim of another flow overlaps the
+    box this flow reads of an input (``reads``: name -> (volume, box in its voxels)); with
+    ``wait`` seconds, look again until none does or the time is up (module docstring)."""
+    deadline = time.monotonic() + wait
+    for name, (vol, box) in reads.items():
+        store = _store(vol)
+        if store is None or box.is_empty:
+            continue
+        while (conflict := _live_writer(store, box)) is not None:
+            if time.monotonic() >= deadline:
+                owner, lapses_in = conflict
+                raise _being_written(vol, name, box, owner, wait, lapses_in)
+            time.sleep(_POLL_SECONDS)
+
+
+def _live_writer(store: StateStore, box: Box) -> tuple[dict[str, Any], float | None] | None:
+    """The record of a live claim overlapping ``box`` (and when its lease lapses); read
+    only: a dead claim is the next writer's to remove (under the guard)."""
+    try:
+        names = store.names(CLAIMS)
+    except StoreError as err:
+        if err.code == "AccessDenied":
+            return None  # a volume this flow may read but not list: no claim can be seen
+        raise
+    for name in names:
+        if name.startswith(".") or not name.endswith(".lock"):
+            continue
+        held, owner = holder(store, join(CLAIMS, name))
+        if held and _overlaps(owner or {}, box):
+            lapses = (owner or {}).get("lapses_in")
+            return owner or {}, float(lapses) if isinstance(lapses, int | float) else None
+    return None
+
+
+def _being_written(
+    vol: Volume, name: str, box: Box, owner: dict[str, Any], wait: float, lapses_in: float | None
+) -> FlowLockedError:
+    who, where, waited, lapse = _writer(owner, box.ndim, wait, lapses_in)
+    return FlowLockedError(
+        f"the input {name!r} ({vol.path}) is being written by another flow{waited}: {who} "
+        f"writes {where}, which overlaps the region this flow reads "
+        f"{region_text(box.start, box.stop)}. Reading it meanwhile would read half-written "
+        "chunks, so this flow did nothing: wait for that flow to finish, pass "
+        "lock_wait=<seconds> (`--lock-wait SECONDS` on the command line) to wait for it, "
+        f"or stop that process.{lapse}",
+        lock=f"{vol.path}/{CLAIMS}",
+        holder=who,
+        destination=str(vol.path),
+        lapses_in=lapses_in,
+        reads=name,
+    )
+
+
 def _tidy(store: StateStore) -> None:
     """On a disk, the claims' folder goes when no claim is left in it (under the guard, so
     that no run is adding one meanwhile); an object store has no folders."""
@@ -185,13 +251,7 @@ def _tidy(store: StateStore) -> None:
 def _busy(
     dst: Volume, region: Box, owner: dict[str, Any], wait: float, lapses_in: float | None
 ) -> FlowLockedError:
-    flow = owner.get("flow", "?")
-    fn = f" (fn {owner['fn']})" if owner.get("fn") else ""
-    theirs = _region_of(owner, region.ndim)
-    where = region_text(theirs.start, theirs.stop) if theirs is not None else "all of it"
-    waited = f" after waiting {wait:g} s" if wait > 0 and math.isfinite(wait) else ""
-    who = f"flow {flow}{fn} in {describe(owner)}"
-    lapse = f" {lapse_note(lapses_in)}." if lapses_in is not None else ""
+    who, where, waited, lapse = _writer(owner, region.ndim, wait, lapses_in)
     return FlowLockedError(
         f"the destination {dst.path} is being written by another flow{waited}: {who} "
         f"writes {where}, which overlaps this flow's region "
@@ -204,6 +264,19 @@ def _busy(
         destination=str(dst.path),
         lapses_in=lapses_in,
     )
+
+
+def _writer(
+    owner: dict[str, Any], ndim: int, wait: float, lapses_in: float | None
+) -> tuple[str, str, str, str]:
+    """What a refusal says of the flow writing: who, the region it claims, how long this
+    one waited (or ""), and when its lease lapses (or "")."""
+    fn = f" (fn {owner['fn']})" if owner.get("fn") else ""
+    theirs = _region_of(owner, ndim)
+    where = region_text(theirs.start, theirs.stop) if theirs is not None else "all of it"
+    waited = f" after waiting {wait:g} s" if wait > 0 and math.isfinite(wait) else ""
+    lapse = f" {lapse_note(lapses_in)}." if lapses_in is not None else ""
+    return f"flow {owner.get('flow', '?')}{fn} in {describe(owner)}", where, waited, lapse
 
 
 def _guard_busy(store: StateStore, dst: Volume) -> Any:

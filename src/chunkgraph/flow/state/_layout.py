@@ -3,7 +3,8 @@
 Policy. The layout is spelled here and nowhere else; every other state module
 names a part through these constants and functions::
 
-    <root>/                       intermediates (default: .<dst name>.chunkgraph beside dst)
+    <root>/                       intermediates (default: .<dst name>.chunkgraph beside dst;
+                                  a precomputed scale's: .<volume>.chunkgraph/<scale>)
       <flow id>.lock              held while a run holds the flow (_lock)
       <flow id>.done              completion record (_markers.CompletionRecord)
       <flow id>/flow.json         totals, dst stamp, fingerprint (_info)
@@ -15,19 +16,23 @@ names a part through these constants and functions::
 The root may be a folder or an object-store prefix (``s3://bucket/.out.zarr.chunkgraph``
 beside a dst in a bucket, or ``intermediates="s3://..."``): the same names, as keys
 (``_store``). The layers of state in an object store go to local scratch
-(``scratch_layers``). Nothing here reads or writes: these are names, and the commands
-that name a root for a person (``status_command``, ``clean_command``).
+(``scratch_layers``). Nothing here writes: these are names, and the commands that name
+a root for a person (``status_command``, ``clean_command``); the one read is a volume's
+``info``, which tells a precomputed scale's folder (its state goes beside the volume, so
+that a finished flow leaves nothing inside it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.volume._formats import split_format
 from chunkgraph.volume._object_store import is_object_url, split_url
 
 if TYPE_CHECKING:
@@ -51,13 +56,26 @@ ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
 
 
 def default_root(dst_dir: str | os.PathLike[str]) -> Path:
-    """Where a flow into the on-disk ``dst_dir`` keeps its state by default.
+    """Where a flow into the on-disk ``dst_dir`` keeps its state by default: beside it, or
+    for a precomputed scale's folder (beside the volume's ``info``), beside the volume, in
+    a subfolder named by the scale, so that no state is left inside the volume.
 
     >>> default_root("data/smooth.zarr/")
     PosixPath('data/.smooth.zarr.chunkgraph')
     """
     where = Path(dst_dir)
+    if _is_precomputed_scale(where):
+        return default_root(where.parent) / where.name
     return where.parent / f"{ROOT_PREFIX}{where.name}{ROOT_SUFFIX}"
+
+
+def _is_precomputed_scale(where: Path) -> bool:
+    """Whether ``where`` is a scale's folder that its volume's ``info`` lists."""
+    try:
+        info = json.loads((where.parent / "info").read_text())
+        return any(scale.get("key") == where.name for scale in info.get("scales", ()))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
 
 
 def dst_of_default_root(root: Path) -> Path | None:
@@ -66,6 +84,9 @@ def dst_of_default_root(root: Path) -> Path | None:
     >>> dst_of_default_root(Path("data/.smooth.zarr.chunkgraph"))
     PosixPath('data/smooth.zarr')
     """
+    volume = dst_of_default_root(root.parent) if root.parent != root else None
+    if volume is not None and _is_precomputed_scale(volume / root.name):
+        return volume / root.name
     name = root.name
     if (
         name.startswith(ROOT_PREFIX)
@@ -79,10 +100,17 @@ def dst_of_default_root(root: Path) -> Path | None:
 def default_state_root(dst_path: str | os.PathLike[str]) -> Path | str:
     """``default_root`` of a dst on a disk or in an object store (a URL beside it).
 
+    A format prefix names how the volume is stored, not where: the root goes beside
+    the place it names (``precomputed://s3://b/img`` keeps its state in ``s3://b/``).
+
     >>> default_state_root("s3://bucket/data/smooth.zarr/")
     's3://bucket/data/.smooth.zarr.chunkgraph'
+    >>> default_state_root("precomputed://s3://bucket/img")
+    's3://bucket/.img.chunkgraph'
+    >>> default_state_root("zarr2://file:///data/a.zarr")
+    PosixPath('/data/.a.zarr.chunkgraph')
     """
-    text = os.fspath(dst_path)
+    text = split_format(os.fspath(dst_path))[1]
     if is_object_url(text):
         scheme, bucket, prefix = split_url(text)
         if not prefix:

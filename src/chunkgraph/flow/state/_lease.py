@@ -34,7 +34,10 @@ Guarantee.
   take the lease over (clock *rates* agree; only clock *readings* differ). A
   holder whose renewals fail (network, a takeover) stops being valid within
   ``ttl`` and the run stops before writing further markers (``check``, called
-  before each marker write: a flag and a clock read, no request).
+  before each marker write: a flag and a clock read, no request). ``check`` says
+  which: ``FlowLockedError`` when another run took the lease over, ``StoreError``
+  (naming the lease's URL and the endpoint) when the store failed or stopped
+  answering the renewals: no other run is to blame for that.
 
 ``ttl`` defaults to ``DEFAULT_TTL`` seconds; ``CHUNKGRAPH_LEASE_TTL`` overrides it
 (tests use 2 s). A shorter ttl finds a dead holder's flow sooner and costs one
@@ -53,8 +56,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from chunkgraph._errors import ConfigError, FlowLockedError
+from chunkgraph._errors import ConfigError, FlowLockedError, StoreError
 from chunkgraph.flow.state._holder import dead_here, describe, this_process
+from chunkgraph.volume._store_errors import is_store_failure, store_failure
 
 # What a refused run is told: given the holder's record, the seconds it waited and the
 # seconds until the lock lapses unless renewed (None: a lock that never lapses, flock).
@@ -183,6 +187,8 @@ class Lease:
         self._e_tag: str | None = None
         self._renewed_at = 0.0  # monotonic start of the last successful write
         self._lost: str | None = None
+        self._failed: BaseException | None = None  # the last renewal's error, if it failed
+        self._asking = False  # a renewal waits for the store's answer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -265,6 +271,7 @@ class Lease:
 
         while not self._stop.wait(self.ttl / 3):
             started = time.monotonic()
+            self._asking = True
             try:
                 put = obstore.put(
                     self.store,
@@ -279,12 +286,17 @@ class Lease:
                         "run had not renewed it for longer than its ttl)"
                     )
                 return
-            except Exception:  # a network hiccup: the next tick tries again
+            except Exception as err:  # a network hiccup: the next tick tries again
+                with self._lock:
+                    self._failed = err
                 continue
+            finally:
+                self._asking = False
             with self._lock:
                 if self._stop.is_set():
                     return
                 self._e_tag, self._renewed_at = put["e_tag"], started
+                self._failed = None
 
     def valid(self) -> bool:
         """Whether this run may still act as the holder (see the guarantee)."""
@@ -296,20 +308,40 @@ class Lease:
             )
 
     def check(self) -> None:
-        """Raise ``FlowLockedError`` when this run no longer holds the lease: call before
-        writing anything the lease guards (a done marker)."""
+        """Raise when this run no longer holds the lease: call before writing anything the
+        lease guards (a done marker). ``FlowLockedError`` when another run took it over,
+        ``StoreError`` when the store did not let this run renew it."""
         if self.valid():
             return
         with self._lock:
-            why = self._lost or (
-                f"this run could not renew the flow's lease {self.where} for {self.ttl:g} s "
-                "(object store unreachable?), so another run may take it over"
-            )
+            lost, failed, asking = self._lost, self._failed, self._asking
+        if lost is None and (failed is not None or asking):
+            raise self._store_stopped(failed)
+        why = lost or (
+            f"this run did not renew the flow's lease {self.where} for {self.ttl:g} s (was "
+            "it paused?), so another run may take it over"
+        )
         raise FlowLockedError(
-            f"{why}; stopping before writing more state. Rerun with resume=True once the "
-            "other run is done: done work is kept",
+            f"{why}; stopping before writing more state. Resume it (resume=True; `--resume` "
+            "on the command line) once the other run is done: done work is kept",
             lock=self.where,
             holder="another run",
+        )
+
+    def _store_stopped(self, failed: BaseException | None) -> StoreError:
+        """The lease could not be renewed for its ttl: the store's fault, said as such."""
+        endpoint = getattr(self.store, "config", {}).get("endpoint")
+        if failed is not None and is_store_failure(failed):
+            why = str(store_failure(failed, self.where, endpoint))  # what the last one met
+        else:  # the renewal is still waiting for an answer
+            where = endpoint or "the provider's default endpoint"
+            why = f"{self.where} at endpoint {where}: a renewal got no answer"
+        return StoreError(
+            f"the flow's lease could not be renewed for {self.ttl:g} s: the store stopped "
+            f"answering ({why}); this run stops before writing more state, and the work "
+            "done so far is kept for a resumed run",
+            url=self.where,
+            endpoint=endpoint or "",
         )
 
     def release(self) -> None:

@@ -13,10 +13,10 @@ alternating the two in every repeat and keeping each one's best time:
 Two access patterns: ``whole`` (one read of the volume) and ``chunks`` (one read per
 64^3 chunk, 64 reads). Every read is checked against the written array (exact).
 
-    .venv/bin/python benchmarks/precomputed_writers.py            # 5 repeats
-    .venv/bin/python benchmarks/precomputed_writers.py --repeat 2
+    .venv/bin/python benchmarks/precomputed_read.py            # 5 repeats
+    .venv/bin/python benchmarks/precomputed_read.py --repeat 2
 
-Results are printed and written to ``bench-out/precomputed_writers.{md,json}``.
+Results are printed and written to ``bench-out/precomputed_read.{md,json}``.
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(exist_ok=True)
-    (out / "precomputed_writers.md").write_text(text + "\n")
-    (out / "precomputed_writers.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "precomputed_read.md").write_text(text + "\n")
+    (out / "precomputed_read.json").write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 
