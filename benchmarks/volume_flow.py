@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from chunkgraph import volume
-from chunkgraph.flow._auto_sizes import WARN_AMPLIFICATION
+from chunkgraph.flow.plan._auto_sizes import WARN_AMPLIFICATION
 from chunkgraph.geometry import Box
 from chunkgraph.parallel import usable_cores
 

@@ -12,7 +12,10 @@ from typing import Any
 
 from radon.complexity import cc_visit
 
-FLOW = Path(__file__).resolve().parents[1] / "src" / "chunkgraph" / "flow"
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "chunkgraph"
+FLOW = PACKAGE / "flow"
+# The flow with its subpackages (plan, state, run), and the jobs built on it.
+CHECKED = (FLOW, PACKAGE / "jobs")
 MAX_FLOW_COMPLEXITY = 20
 MAX_APPLY_COMPLEXITY = 10
 MAX_APPLY_LINES = 80
@@ -27,10 +30,22 @@ def _blocks(path: Path) -> list[Any]:
     return found
 
 
+def _modules() -> list[Path]:
+    return sorted(path for root in CHECKED for path in root.rglob("*.py"))
+
+
+def test_every_module_of_the_flow_and_the_jobs_is_measured() -> None:
+    """The limit reaches into the subpackages: a module moved into one stays measured."""
+    names = {path.relative_to(PACKAGE).as_posix() for path in _modules()}
+    for module in ("flow/_apply.py", "flow/run/_flow_run.py", "flow/state/_status.py",
+                   "flow/plan/_spec.py", "jobs/_pyramid.py"):  # fmt: skip
+        assert module in names, module
+
+
 def test_no_function_of_the_flow_is_above_the_complexity_limit() -> None:
     over = [
-        f"{path.name}:{b.lineno} {b.name} ({b.complexity})"
-        for path in sorted(FLOW.glob("*.py"))
+        f"{path.relative_to(PACKAGE)}:{b.lineno} {b.name} ({b.complexity})"
+        for path in _modules()
         for b in _blocks(path)
         if b.complexity > MAX_FLOW_COMPLEXITY
     ]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
@@ -36,3 +38,28 @@ def test_an_import_of_a_higher_layer_breaks_the_contract(tmp_path: Path) -> None
     done = lint_imports(tmp_path)
     assert done.returncode != 0
     assert "chunkgraph.geometry is not allowed to import chunkgraph.flow" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "refusal"),
+    [
+        # the state's one direction: its names never import what reads them
+        ("flow/state/_layout.py", "chunkgraph.flow.state._status", "is not allowed to import"),
+        # the plan is pure: it never reaches the engine
+        ("flow/plan/_spec.py", "chunkgraph.flow.run", "is not allowed to import"),
+        # a job uses the flow's public names only
+        ("jobs/_transfer.py", "chunkgraph.flow.state", "is not allowed to import"),
+        # a room's modules are reached through its face
+        ("cli/_cmd_status.py", "chunkgraph.flow.state._status", "chunkgraph.flow.state._status"),
+    ],
+)
+def test_an_import_across_the_flow_rooms_breaks_a_contract(
+    tmp_path: Path, module: str, imported: str, refusal: str
+) -> None:
+    """The flow's contracts can fail: each seeded import is reported."""
+    shutil.copytree(ROOT / "src" / "chunkgraph", tmp_path / "chunkgraph")
+    path = tmp_path / "chunkgraph" / module
+    path.write_text(path.read_text() + f"\nimport {imported}  # noqa\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0
+    assert "BROKEN" in done.stdout and refusal in done.stdout, done.stdout

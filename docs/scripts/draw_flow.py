@@ -23,10 +23,10 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
 from chunkgraph import volume
-from chunkgraph.flow._blend import axis_ramp
-from chunkgraph.flow._checkerboard import plan_layers
-from chunkgraph.flow._reduce import reduction_boxes, top_chunk_box, top_indices_meeting
-from chunkgraph.flow._spec import FlowSpec, validate_flow
+from chunkgraph.flow.plan._blend import axis_ramp
+from chunkgraph.flow.plan._spec import FlowSpec, validate_flow
+from chunkgraph.flow.run._checkerboard import plan_layers
+from chunkgraph.flow.run._reduce import reduction_boxes, top_chunk_box, top_indices_meeting
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 

@@ -70,8 +70,8 @@ _LAZY = {
     "IOStats": "chunkgraph.volume",
     "ApplyReport": "chunkgraph.flow",
     "apply": "chunkgraph.flow",
-    "downsample": "chunkgraph.flow",
-    "transfer": "chunkgraph.flow",
+    "downsample": "chunkgraph.jobs",
+    "transfer": "chunkgraph.jobs",
     "parallel_for": "chunkgraph.parallel",
     "parallel_map": "chunkgraph.parallel",
     "parallel_reduce": "chunkgraph.parallel",
@@ -115,9 +115,10 @@ if TYPE_CHECKING:
         dask_scheduler,
         run,
     )
-    from chunkgraph.flow import ApplyReport, apply, downsample, transfer
+    from chunkgraph.flow import ApplyReport, apply
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
+    from chunkgraph.jobs import downsample, transfer
     from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
     from chunkgraph.planning import Context, Link, Plan, local_contexts, plan
     from chunkgraph.volume import IOStats, Volume

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from chunkgraph import cli, volume
-from chunkgraph.flow._dst_lock import claimed
-from chunkgraph.flow._flow_dir import flow_lock
+from chunkgraph.flow.state._dst_lock import claimed
+from chunkgraph.flow.state._lock import flow_lock
 from chunkgraph.geometry import Box
 
 

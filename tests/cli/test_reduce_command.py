@@ -9,7 +9,7 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.cli._cmd_reduce import REDUCE_MODES
-from chunkgraph.flow._blend import ALL_MODES
+from chunkgraph.flow.plan._blend import ALL_MODES
 
 SHAPE = (32, 48)
 
@@ -118,8 +118,9 @@ def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
 ) -> None:
     import os
 
-    from chunkgraph.flow._flow_dir import default_root, flow_lock
-    from chunkgraph.flow._state import read_flows
+    from chunkgraph.flow.state._layout import default_root
+    from chunkgraph.flow.state._lock import flow_lock
+    from chunkgraph.flow.state._status import read_flows
 
     dst, _ = _deferred(tmp_path)
     root = default_root(str(dst))
@@ -163,8 +164,8 @@ def test_an_interrupted_deferred_apply_is_named_and_not_taken_for_done(
 ) -> None:
     import shutil
 
-    from chunkgraph.flow._flow_dir import default_root
-    from chunkgraph.flow._state import read_flows
+    from chunkgraph.flow.state._layout import default_root
+    from chunkgraph.flow.state._status import read_flows
 
     dst, _ = _deferred(tmp_path)
     root = default_root(str(dst))

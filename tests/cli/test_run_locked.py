@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from chunkgraph import cli, volume
-from chunkgraph.flow._dst_lock import claimed
+from chunkgraph.flow.state._dst_lock import claimed
 from chunkgraph.geometry import Box
 
 SPEC = (

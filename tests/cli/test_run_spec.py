@@ -26,7 +26,7 @@ from scipy.ndimage import gaussian_filter
 
 from chunkgraph import cli, flow, volume
 from chunkgraph.cli._spec import BoxSpec, OutputSpec, RunDefaults, RunSpec, parse_spec
-from chunkgraph.flow._options import DEFAULT_RETRIES
+from chunkgraph.flow.plan._options import DEFAULT_RETRIES
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "docs" / "spec-example.yaml"
@@ -624,7 +624,7 @@ def test_a_flow_already_running_is_said_in_command_line_terms(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The lock held (by this process): exit 1, its pid and host, status and --resume."""
-    from chunkgraph.flow._flow_dir import flow_lock
+    from chunkgraph.flow.state._lock import flow_lock
 
     spec = write(work, spec_with(function="function: spec_functions:scale"))
     code, out, err = run(capsys, spec)
@@ -692,7 +692,7 @@ def test_read_amplification_is_warned_of_once(
 ) -> None:
     """apply's cache reads this flow's storage chunks once (1.00x), which draws no warning;
     with the threshold under that, the check and the run would both warn: once is said."""
-    from chunkgraph.flow import _auto_sizes
+    from chunkgraph.flow.plan import _auto_sizes
 
     monkeypatch.setattr(_auto_sizes, "WARN_AMPLIFICATION", 0.5)
     spec = write(

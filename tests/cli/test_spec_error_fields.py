@@ -15,7 +15,7 @@ import pytest
 from chunkgraph import cli
 from chunkgraph._errors import ConfigError
 from chunkgraph.cli._spec import OutputPlan, ResolvedSpec, parse_spec
-from chunkgraph.flow._options import RunOptions
+from chunkgraph.flow.plan._options import RunOptions
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = "output: {path: out.zarr, dtype: float32, chunks: [16, 16, 16]}\n"

@@ -21,13 +21,11 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.cli._cmd_status import DEFAULT_STALE_HOURS
-from chunkgraph.flow._flow_dir import default_root, flow_lock
-from chunkgraph.flow._state import (
-    STALE_AFTER_HOURS,
-    FlowStatus,
-    read_flows,
-    write_flow_info,
-)
+from chunkgraph.flow.state import STALE_AFTER_HOURS, FlowStatus
+from chunkgraph.flow.state._info import write_flow_info
+from chunkgraph.flow.state._layout import default_root
+from chunkgraph.flow.state._lock import flow_lock
+from chunkgraph.flow.state._status import read_flows
 from chunkgraph.geometry import Box
 
 SHAPE = (32, 32)

@@ -130,7 +130,7 @@ def test_resume_finds_the_work_of_a_run_that_created_dst(tmp_path: Path) -> None
 
 
 def test_flow_id_depends_on_meaning_not_on_how_objects_print(tmp_path: Path) -> None:
-    from chunkgraph.flow._fingerprint import flow_id_of
+    from chunkgraph.flow.state._fingerprint import flow_id_of
 
     src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
     made = volume.create(str(tmp_path / "d.zarr"), (16, 16), (8, 8), "float32")
@@ -160,7 +160,7 @@ def test_flow_id_sees_the_state_of_callable_objects_and_bound_methods() -> None:
     """Same code, other state: another flow, so resume never mixes their outputs."""
     from types import SimpleNamespace
 
-    from chunkgraph.flow._fingerprint import flow_id_of
+    from chunkgraph.flow.state._fingerprint import flow_id_of
     from chunkgraph.volume import Location
 
     dst = SimpleNamespace(backend="zarr", path="out", shape=(4,), chunks=(2,), dtype="u1",
@@ -187,7 +187,7 @@ def test_memory_volumes_make_flow_ids_private_to_their_process() -> None:
 
     script = (
         "from types import SimpleNamespace as N\n"
-        "from chunkgraph.flow._fingerprint import flow_id_of\n"
+        "from chunkgraph.flow.state._fingerprint import flow_id_of\n"
         "from chunkgraph.volume import Location\n"
         "d = N(backend='memory', path='out', shape=(4,), chunks=(2,), dtype='u1', offset=(0,),\n"
         "      resolution=(1,), location=Location.of('out', 'memory'))\n"
@@ -287,8 +287,8 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     import pytest
 
     from chunkgraph import flow
-    from chunkgraph.flow._flow_dir import default_root
-    from chunkgraph.flow._state import read_flows
+    from chunkgraph.flow.state._layout import default_root
+    from chunkgraph.flow.state._status import read_flows
 
     src = volume.create(str(tmp_path / "s.zarr"), (16, 16), (8, 8), "float32")
     src.write(src.bounds, np.ones((16, 16), "float32"))
@@ -407,7 +407,7 @@ def test_the_flow_id_covers_the_module_of_partials_callables_and_classes(
             kind: volume.apply(fn, src, dst, chunk_sizes=[8], dry_run=True).flow_id
             for kind, fn in fns.items()
         }
-        from chunkgraph.flow._fingerprint import flow_id_of
+        from chunkgraph.flow.state._fingerprint import flow_id_of
 
         found["class"] = flow_id_of(ops.Scaler, {}, dst, "spec")  # a class called as fn
         return found
@@ -441,7 +441,7 @@ def _closing_over_a_module(sigma: float) -> Any:
 
 def test_an_fn_closing_over_a_module_has_a_stable_id_and_runs() -> None:
     """A module in fn's closure is named, not walked (walking scipy's crashed the id)."""
-    from chunkgraph.flow._fingerprint import flow_id_of
+    from chunkgraph.flow.state._fingerprint import flow_id_of
 
     dst = volume.create("closure-dst", (8,), (4,), "float32", backend="memory")
     try:

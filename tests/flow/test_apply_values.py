@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from chunkgraph._errors import ConfigError, TaskError
-from chunkgraph.flow._subchunk import FlowOutputError
+from chunkgraph.flow.run._subchunk import FlowOutputError
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 

@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 
 from chunkgraph import ConfigError, volume
 from chunkgraph.flow import ReadAmplificationWarning
-from chunkgraph.flow._auto_sizes import (
-    MAX_CROP_SHARE,
-    StorageLayout,
-    plan_sizes,
-    read_plan,
-)
-from chunkgraph.flow._divisibility import check_divisibility, check_top_divides
+from chunkgraph.flow.plan._auto_sizes import MAX_CROP_SHARE, StorageLayout, plan_sizes, read_plan
+from chunkgraph.flow.plan._divisibility import check_divisibility, check_top_divides
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._blend import (
+from chunkgraph.flow.plan._blend import (
     ALL_MODES,
     WEIGHTED_MODES,
     axis_ramp,

@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkgraph.flow._checkerboard import layer_dtype, nearest_divisor, plan_layers
-from chunkgraph.flow._reduce import top_chunk_box, top_indices_meeting
-from chunkgraph.flow._spec import FlowSpec, LevelSpec
+from chunkgraph.flow.plan._spec import FlowSpec, LevelSpec, layer_dtype
+from chunkgraph.flow.run._checkerboard import nearest_divisor, plan_layers
+from chunkgraph.flow.run._reduce import top_chunk_box, top_indices_meeting
 from chunkgraph.geometry import Box
 
 

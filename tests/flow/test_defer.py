@@ -12,11 +12,11 @@ import pytest
 
 from chunkgraph import ConfigError, CorruptChunkError, TaskError
 from chunkgraph import volume as volumes
-from chunkgraph.flow import _reduce_deferred as reduce_module
 from chunkgraph.flow import apply, reduce_deferred
-from chunkgraph.flow._flow_dir import FlowDir
-from chunkgraph.flow._markers import REDUCE, MarkerStore
-from chunkgraph.flow._state import FlowStatus, read_flow, read_flows
+from chunkgraph.flow.run import _deferred_run as reduce_module
+from chunkgraph.flow.state._flow_dir import FlowDir
+from chunkgraph.flow.state._markers import REDUCE, MarkerStore
+from chunkgraph.flow.state._status import FlowStatus, read_flow, read_flows
 from chunkgraph.geometry import Box
 
 pytestmark = pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from chunkgraph import ConfigError, downsample, volume
 from chunkgraph.cli._cmd_downsample import METHODS as CLI_METHODS
-from chunkgraph.flow._block_reduce import METHODS, block_reduce
 from chunkgraph.geometry import Box
+from chunkgraph.jobs._block_reduce import METHODS, block_reduce
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
 
@@ -295,7 +295,7 @@ def test_a_finished_downsample_and_transfer_leave_no_state_inside_a_precomputed_
     """A precomputed scale's folder is inside the volume: its flows keep their state in a
     folder beside the volume, one subfolder per scale."""
     from chunkgraph import transfer
-    from chunkgraph.flow._flow_dir import default_root, dst_of_default_root
+    from chunkgraph.flow.state._layout import default_root, dst_of_default_root
 
     src = volume.create(f"precomputed://{tmp_path}/pc", (32, 32, 16), (16, 16, 8), "uint8",
                         resolution=(4, 4, 40))  # fmt: skip
@@ -312,7 +312,7 @@ def test_a_finished_downsample_and_transfer_leave_no_state_inside_a_precomputed_
 
 
 def test_a_file_named_info_beside_a_zarr_dst_does_not_move_its_state(tmp_path: Path) -> None:
-    from chunkgraph.flow._flow_dir import default_root, dst_of_default_root
+    from chunkgraph.flow.state._layout import default_root, dst_of_default_root
 
     (tmp_path / "info").write_text("notes")
     assert default_root(tmp_path / "out.zarr") == tmp_path / ".out.zarr.chunkgraph"

@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import downsample, volume
-from chunkgraph.flow._pyramid import FUSED_WORK_COPIES
+from chunkgraph.jobs._pyramid import FUSED_WORK_COPIES
 
 
 @settings(max_examples=40, deadline=None)

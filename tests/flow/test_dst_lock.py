@@ -196,8 +196,8 @@ def test_a_claim_from_another_host_is_refused_with_when_it_lapses(bucket: str) -
 def test_a_downsample_pass_claims_each_level_it_writes(tmp_path: Path) -> None:
     """One pass writes levels 1 and 2 (level 2 from fn, beside apply's dst): a flow
     writing level 2 meanwhile refuses the pass, which writes nothing into level 2."""
-    from chunkgraph.flow._dst_lock import claimed
-    from chunkgraph.flow._pyramid import downsample
+    from chunkgraph.flow.state._dst_lock import claimed
+    from chunkgraph.jobs._pyramid import downsample
 
     data = np.random.default_rng(2).integers(0, 255, (128, 128, 64)).astype(np.uint8)
     src = volume.create(tmp_path / "src.zarr", data.shape, (16, 16, 16), "uint8")
@@ -221,7 +221,7 @@ def test_a_downsample_pass_claims_each_level_it_writes(tmp_path: Path) -> None:
 
 def test_reduce_deferred_claims_the_region_it_writes(tmp_path: Path) -> None:
     from chunkgraph.flow import reduce_deferred
-    from chunkgraph.flow._dst_lock import claimed
+    from chunkgraph.flow.state._dst_lock import claimed
 
     src, dst, data = _volumes(str(tmp_path))
     GATE.set()
@@ -280,7 +280,7 @@ def test_an_input_read_around_a_claim_is_read_and_one_read_over_it_is_refused(
 ) -> None:
     """The box read is the bbox padded by the pads: a claim just past the bbox refuses a
     flow with a crop pad that reaches it, and not one without."""
-    from chunkgraph.flow._dst_lock import claimed
+    from chunkgraph.flow.state._dst_lock import claimed
 
     src, dst, data = _volumes(str(tmp_path))
     GATE.set()
@@ -299,7 +299,7 @@ def test_a_downsample_of_a_precomputed_volume_being_written_adds_no_scale(
     tmp_path: Path,
 ) -> None:
     from chunkgraph.flow import downsample
-    from chunkgraph.flow._dst_lock import claimed
+    from chunkgraph.flow.state._dst_lock import claimed
 
     path = f"precomputed://{tmp_path / 'pc'}"
     pc = volume.create(path, (64, 64, 32), (32, 32, 16), "uint8", resolution=(4, 4, 40))

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from chunkgraph import ConfigError, volume
 from chunkgraph.flow._apply import apply
-from chunkgraph.flow._estimate import estimate_flow, written_region
-from chunkgraph.flow._spec import FlowSpec, normalize_inputs, validate_flow
+from chunkgraph.flow.plan._estimate import estimate_flow, written_region
+from chunkgraph.flow.plan._spec import FlowSpec, normalize_inputs, validate_flow
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 

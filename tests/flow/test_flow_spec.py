@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
-from chunkgraph.flow._divisibility import auto_divisible_chunks, check_divisibility
-from chunkgraph.flow._fn_kwargs import with_fn_kwargs
-from chunkgraph.flow._spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
+from chunkgraph.flow.plan._divisibility import auto_divisible_chunks, check_divisibility
+from chunkgraph.flow.plan._fn_kwargs import with_fn_kwargs
+from chunkgraph.flow.plan._spec import FlowSpec, LevelSpec, normalize_inputs, validate_flow
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from chunkgraph.flow._estimate import estimate_flow
-from chunkgraph.flow._spec import validate_flow
+from chunkgraph.flow.plan._estimate import estimate_flow
+from chunkgraph.flow.plan._spec import validate_flow
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from chunkgraph import cli, volume
-from chunkgraph.flow._lease import TTL_ENV
+from chunkgraph.flow.state._lease import TTL_ENV
 from chunkgraph.geometry import Box
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"

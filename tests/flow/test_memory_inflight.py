@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import volume
-from chunkgraph.flow import _apply, _top_task, apply
-from chunkgraph.flow._estimate import top_task_memory
-from chunkgraph.flow._spec import validate_flow
-from chunkgraph.flow._top_task import superchunks_in_flight
+from chunkgraph.flow import _apply, apply
+from chunkgraph.flow.plan._estimate import top_task_memory
+from chunkgraph.flow.plan._spec import validate_flow
+from chunkgraph.flow.run import _top_task
+from chunkgraph.flow.run._top_task import superchunks_in_flight
 from chunkgraph.geometry import Box
 
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkgraph.flow import _subchunk, apply
-from chunkgraph.flow._subchunk import add_weighted
+from chunkgraph.flow import apply
+from chunkgraph.flow.run import _subchunk
+from chunkgraph.flow.run._subchunk import add_weighted
 from chunkgraph.geometry import Box
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import ConfigError
-from chunkgraph.flow._spec import validate_flow
+from chunkgraph.flow.plan._spec import validate_flow
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 
@@ -258,7 +258,7 @@ def test_top_chunk_error_names_every_axis_with_sizes_that_work(files: Any) -> No
 def test_divisibility_suggestions_all_validate(
     chunks: tuple[int, int, int], crop: tuple[int, int], blend: tuple[int, int, int]
 ) -> None:
-    from chunkgraph.flow._divisibility import check_divisibility
+    from chunkgraph.flow.plan._divisibility import check_divisibility
 
     sizes = [(c,) for c in chunks]
     crops, blends = [(crop[0],), (crop[1],), (0,)], [(b,) for b in blend]

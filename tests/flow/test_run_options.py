@@ -13,7 +13,7 @@ import pytest
 from chunkgraph import ConfigError, cli, volume
 from chunkgraph.execute import LocalExecutor
 from chunkgraph.flow import apply, reduce_deferred
-from chunkgraph.flow._options import DeviceChoice, RunOptions
+from chunkgraph.flow.plan._options import DeviceChoice, RunOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chunkgraph.flow._shared_job import KEPT_RUNS, pickle_fields, shared_job
+from chunkgraph.flow.run._shared_job import KEPT_RUNS, pickle_fields, shared_job
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A flow's state in an object store (``_state_store``), against a real S3 server (moto).
+"""A flow's state in an object store (``flow.state._store``), against a real S3 server (moto).
 
 The same state code runs over a folder and over a key prefix: the stores answer the
 same questions alike, and markers, records, ``flow.json``, status and removal round
@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from chunkgraph import FlowLockedError, volume
-from chunkgraph.flow._flow_dir import FlowDir
-from chunkgraph.flow._markers import REDUCE, TOP, CompletionRecord, fenced
-from chunkgraph.flow._state import FlowStatus, read_flows, remove_flow
-from chunkgraph.flow._state_store import DirStore, ObjectStateStore, StateStore, state_store
+from chunkgraph.flow.state._clean import remove_flow
+from chunkgraph.flow.state._flow_dir import FlowDir
+from chunkgraph.flow.state._markers import REDUCE, TOP, CompletionRecord, fenced
+from chunkgraph.flow.state._status import FlowStatus, read_flows
+from chunkgraph.flow.state._store import DirStore, ObjectStateStore, StateStore, state_store
 from chunkgraph.geometry import Box
 from chunkgraph.testing import S3Server
 

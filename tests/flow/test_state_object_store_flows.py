@@ -23,7 +23,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chunkgraph import volume
-from chunkgraph.flow._lease import TTL_ENV
+from chunkgraph.flow.state._lease import TTL_ENV
 from chunkgraph.geometry import Box
 from chunkgraph.testing import S3Server, latency_proxy
 
@@ -69,7 +69,7 @@ CASES = sorted(CASES_2D)
 
 
 # The unaligned bbox amplifies reads, on purpose; the warning saying so is not the point.
-@pytest.mark.filterwarnings("ignore::chunkgraph.flow._auto_sizes.ReadAmplificationWarning")
+@pytest.mark.filterwarnings("ignore::chunkgraph.flow.ReadAmplificationWarning")
 @settings(max_examples=4)
 @example(case="unaligned bbox, two levels", seed=1)
 @given(case=st.sampled_from(CASES), seed=st.integers(0, 2**16))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from chunkgraph import FlowLockedError
-from chunkgraph.flow._lease import CLOCK_SLACK, TTL_ENV, Lease, read_lease
+from chunkgraph.flow.state._lease import CLOCK_SLACK, TTL_ENV, Lease, read_lease
 from chunkgraph.testing import S3Server
 from chunkgraph.volume._object_store import object_store
 
@@ -169,7 +169,7 @@ def test_a_holder_whose_lease_was_taken_over_stops(root: str) -> None:
 _HOLDER = textwrap.dedent(
     """
     import socket, sys, time
-    from chunkgraph.flow._lease import Lease
+    from chunkgraph.flow.state._lease import Lease
     from chunkgraph.volume._object_store import object_store
     root, host = sys.argv[1], sys.argv[2]
     if host != "here":
@@ -230,7 +230,7 @@ def test_a_killed_holder_on_this_host_is_taken_over_at_once(root: str) -> None:
 
 
 def test_a_live_pid_with_another_start_time_is_a_reused_pid() -> None:
-    from chunkgraph.flow._holder import dead_here, this_process
+    from chunkgraph.flow.state._holder import dead_here, this_process
 
     me = this_process()
     assert not dead_here(me)  # this very process: alive
@@ -242,7 +242,7 @@ def test_a_live_pid_with_another_start_time_is_a_reused_pid() -> None:
 
 def test_a_bad_ttl_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from chunkgraph import ConfigError
-    from chunkgraph.flow._lease import lease_ttl
+    from chunkgraph.flow.state._lease import lease_ttl
 
     monkeypatch.setenv(TTL_ENV, "-3")
     with pytest.raises(ConfigError, match="positive") as bad:

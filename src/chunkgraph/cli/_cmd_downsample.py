@@ -20,8 +20,8 @@ from typing import Any
 
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
 
-# chunkgraph.flow._block_reduce.METHODS, stated here so that --help does not import the
-# flow package; a test checks that they agree.
+# chunkgraph.jobs.METHODS, stated here so that --help does not import the
+# jobs and the flow; a test checks that they agree.
 METHODS = ("mean", "median", "mode", "max", "min", "stride")
 
 
@@ -69,7 +69,7 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph import flow
+    from chunkgraph import jobs
 
     factor: Any = 2 if args.factor is None else args.factor
     if isinstance(factor, tuple) and len(factor) == 1:
@@ -81,7 +81,7 @@ def handle(args: argparse.Namespace) -> int:
         scale: Any = int(args.scale) if args.scale.isdigit() else args.scale
         src = volume.open(args.dst, scale=scale)
     call = functools.partial(
-        flow.downsample,
+        jobs.downsample,
         src,
         factor=factor,
         levels=args.levels,

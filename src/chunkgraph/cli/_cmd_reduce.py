@@ -51,9 +51,9 @@ from chunkgraph.cli._output import (
 )
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._state import FlowState
+    from chunkgraph.flow.state import FlowState
 
-# chunkgraph.flow._blend's modes a deferred flow can be reduced with, stated here so
+# chunkgraph.flow.plan's blend modes a deferred flow can be reduced with, stated here so
 # that --help does not import the flow package; a test checks that they agree.
 REDUCE_MODES = ("linear", "quadratic", "bump", "max")
 
@@ -100,7 +100,7 @@ def handle(args: argparse.Namespace) -> int:
     from chunkgraph import flow, volume
     from chunkgraph._errors import FlowLockedError
     from chunkgraph.cli._cmd_status import locate
-    from chunkgraph.flow._state import FlowStatus
+    from chunkgraph.flow.state import FlowStatus
 
     if args.workers is not None and args.workers < 1:
         print(
@@ -129,10 +129,10 @@ def handle(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         flow_id = deferred[0]
-    from chunkgraph.flow._state_store import state_store
+    from chunkgraph.flow.state import flow_location
 
     flow_dir = next(
-        (s.flow_dir for s in flows if s.flow_id == flow_id), state_store(root).where(flow_id)
+        (s.flow_dir for s in flows if s.flow_id == flow_id), flow_location(root, flow_id)
     )
     try:
         dst = volume.open(dst_path, mode="r+")
@@ -179,7 +179,7 @@ def _nothing_deferred(
 ) -> tuple[int, str]:
     """(exit code, message) when no FLOW_ID is given and no flow under ``root`` is deferred:
     the table in the module docstring, every flow found named with its state."""
-    from chunkgraph.flow._state import FlowStatus, read_flow_info, status_command
+    from chunkgraph.flow.state import FlowStatus, status_command
 
     looked = f"looked for deferred flows under {root}"
     if not flows:
@@ -196,11 +196,7 @@ def _nothing_deferred(
             f"no deferred flow is ready for {dst}: {looked}{found}. Flow {running[0]} is "
             f"running; once it ends, run `chunkgraph reduce {dst}` again{listing}"
         )
-    unfinished = [
-        s.flow_id
-        for s in flows
-        if s.status is FlowStatus.INTERRUPTED and read_flow_info(s.flow_dir).get("deferred")
-    ]
+    unfinished = [s.flow_id for s in flows if s.status is FlowStatus.INTERRUPTED and s.deferred]
     if unfinished:
         return EXIT_USAGE, (
             f"no deferred flow is ready for {dst}: {looked}{found}. Flow {unfinished[0]} was "
@@ -208,7 +204,7 @@ def _nothing_deferred(
             "were done: resume that apply (`chunkgraph run SPEC --resume`), then reduce it"
             f"{listing}"
         )
-    modes = {_reduced_with(s) for s in flows if s.status is FlowStatus.FINISHED} - {None}
+    modes = {s.reduced_with for s in flows if s.status is FlowStatus.FINISHED} - {None}
     if modes and blend_mode is not None and blend_mode not in modes:
         return EXIT_USAGE, (
             f"{dst} was reduced with {' and '.join(sorted(m for m in modes if m))}, not "
@@ -219,22 +215,12 @@ def _nothing_deferred(
     return EXIT_OK, f"nothing left to reduce for {dst}: {looked}{found}"
 
 
-def _reduced_with(state: FlowState) -> str | None:
-    """The blend mode a finished deferred flow was reduced with (None: not a reduced one)."""
-    from chunkgraph.flow._markers import CompletionRecord
-
-    record = CompletionRecord(state.root, state.flow_id).read() or {}
-    reduced = record.get("reduced")
-    mode = reduced.get("blend_mode") if isinstance(reduced, dict) else None
-    return mode if isinstance(mode, str) else None
-
-
 def _described(state: FlowState) -> str:
     """``"f00d (finished 2026-01-02 03:04:05, reduced with linear)"``, one flow in a list."""
-    from chunkgraph.flow._state import FlowStatus
+    from chunkgraph.flow.state import FlowStatus
 
     if state.status is FlowStatus.FINISHED:
-        mode = _reduced_with(state)
+        mode = state.reduced_with
         how = f", reduced with {mode}" if mode else ""
         return f"{state.flow_id} (finished {state.finished}{how})"
     return f"{state.flow_id} ({state.status.value}, {state.progress()})"

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from chunkgraph._errors import FlowLockedError
     from chunkgraph.cli._spec import ResolvedSpec
     from chunkgraph.flow import ApplyReport
-    from chunkgraph.flow._options import RunOptions
+    from chunkgraph.flow.plan import RunOptions
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -167,9 +167,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     from chunkgraph._errors import ChunkgraphError, ConfigError, FlowLockedError
     from chunkgraph.cli._spec import SpecError
     from chunkgraph.execute._failures import describe_innermost
-    from chunkgraph.flow import ReadAmplificationWarning
-    from chunkgraph.flow._device import resolve_device
-    from chunkgraph.flow._probe import ProbeFailure
+    from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, check_device
 
     # The command line's executor and workers over the spec's (both checked already).
     run = dataclasses.replace(
@@ -185,7 +183,7 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
                 warnings.simplefilter("ignore", ReadAmplificationWarning)
             check = _check_flow(resolved, run)
         if check.gpu_missing and not args.dry_run:
-            resolve_device("gpu", False)  # the run's own refusal, before the output is made
+            check_device("gpu")  # the run's own refusal, before the output is made
     except ConfigError as err:
         print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
@@ -391,7 +389,7 @@ def _status_of(err: FlowLockedError, dst: object) -> object:
     """What `chunkgraph status` is given to show the flow that holds ``err``'s lock: the
     volume it writes (named by the error, or found from the lock's place beside it, as a
     downsample's level is), else ``dst`` as the command was given it."""
-    from chunkgraph.flow._flow_dir import dst_of_state_root
+    from chunkgraph.flow.state import dst_of_state_root
 
     if err.destination:
         return err.destination
@@ -442,8 +440,8 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     from chunkgraph import flow, volume
     from chunkgraph._errors import ConfigError
     from chunkgraph._util import write_problem
-    from chunkgraph.flow._flow_dir import default_state_root
-    from chunkgraph.volume._formats import split_format
+    from chunkgraph.flow.state import default_state_root
+    from chunkgraph.volume import split_format
 
     plan = resolved.output
     checked = dataclasses.replace(run, dry_run=True)

@@ -6,14 +6,14 @@
 ``DST`` is the destination volume's path; its flows live in ``.<name>.chunkgraph``
 beside it, or in the directory given with ``--intermediates`` (then ``DST`` may be
 left out); a run given another directory notes it beside dst, so ``DST`` alone finds
-those flows too (``flow._where``). ``DST`` may also be the spec file of a ``chunkgraph
+those flows too (``flow.state._where``). ``DST`` may also be the spec file of a ``chunkgraph
 run`` (``SPEC.yaml``): its output and its ``intermediates:``. A ``DST`` that does not
 exist, with no flows directory beside it, is a usage error (exit 2), as is an
 ``--intermediates`` directory that does not exist.
 
 ``status`` prints one line per flow: id, state (running, finished,
 interrupted, deferred), done markers, disk used by temporaries, age, and
-``stale`` where ``clean --stale`` would remove it (``chunkgraph.flow._state``
+``stale`` where ``clean --stale`` would remove it (``chunkgraph.flow.state``
 defines the states). ``clean --stale`` removes the temporaries of flows that
 are not running and either finished (leftovers) or unmodified for
 ``--older-than`` hours (default 24); ``--all`` drops the age condition;
@@ -39,9 +39,9 @@ from chunkgraph._util import format_bytes
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._state import FlowState
+    from chunkgraph.flow.state import FlowState
 
-# chunkgraph.flow._state.STALE_AFTER_HOURS, stated here so that --help does not import
+# chunkgraph.flow.state.STALE_AFTER_HOURS, stated here so that --help does not import
 # the flow package (a third of a second); a test checks that the two agree.
 DEFAULT_STALE_HOURS = 24.0
 
@@ -92,7 +92,7 @@ class FlowsOf:
     def root(self) -> Path | str:
         """The directory a message names: the one given, else dst's default one (a path,
         or a URL in an object store)."""
-        from chunkgraph.flow._flow_dir import default_state_root
+        from chunkgraph.flow.state import default_state_root
 
         if self.intermediates is not None:
             return self.intermediates
@@ -100,22 +100,16 @@ class FlowsOf:
         return default_state_root(self.dst)
 
     def read(self, *, sizes: bool = True) -> list[FlowState]:
-        from chunkgraph.flow._state import read_flows
-        from chunkgraph.flow._where import flows_of
+        from chunkgraph.flow.state import flows_for
 
-        states = flows_of(self.dst, sizes=sizes) if self.dst else []
-        if self.intermediates is not None:
-            seen = {s.flow_dir for s in states}
-            states += [s for s in read_flows(self.intermediates, sizes=sizes)
-                       if s.flow_dir not in seen]  # fmt: skip
-        return states
+        return flows_for(self.dst, self.intermediates, sizes=sizes)
 
 
 def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf | None:
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
-    from chunkgraph.flow._flow_dir import default_root
-    from chunkgraph.volume._formats import split_format
+    from chunkgraph.flow.state import default_root
+    from chunkgraph.volume import split_format
     from chunkgraph.volume._object_store import SCHEMES, broken_url, is_object_url
 
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
@@ -209,7 +203,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def describe(state: Any, older_than: float, now: float) -> str:
     """One line about a ``FlowState``."""
-    from chunkgraph.flow._state import FlowStatus
+    from chunkgraph.flow.state import FlowStatus
 
     parts = [f"{state.flow_id:<16}", f"{state.status.value:<11}"]
     if state.status is FlowStatus.FINISHED:
@@ -228,8 +222,7 @@ def describe(state: Any, older_than: float, now: float) -> str:
 
 def run_clean(args: argparse.Namespace) -> int:
     from chunkgraph._errors import FlowLockedError
-    from chunkgraph.flow._state import FlowStatus, remove_flow, remove_root_if_empty
-    from chunkgraph.flow._where import forget_state
+    from chunkgraph.flow.state import FlowStatus, clean_flow, remove_roots_if_empty, stale_flows
 
     if args.intermediates and args.dst and not Path(args.dst).exists():
         # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
@@ -255,8 +248,8 @@ def run_clean(args: argparse.Namespace) -> int:
     now = time.time()
     chosen = [(fid, True) for fid in args.flow_ids]
     if args.stale or args.all:
-        chosen += [(s.flow_id, False) for s in flows.values()
-                   if s.flow_id not in args.flow_ids and s.stale(older, now)]  # fmt: skip
+        stale = stale_flows(flows.values(), older, now)
+        chosen += [(s.flow_id, False) for s in stale if s.flow_id not in args.flow_ids]
     code, freed = EXIT_OK, 0
     for fid, named in chosen:
         state = flows[fid]
@@ -267,21 +260,18 @@ def run_clean(args: argparse.Namespace) -> int:
             print(f"would remove {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
             continue
         try:
-            remove_flow(state.root, fid, record=named)
+            clean_flow(state, named=named, dst=where.dst)
         except FlowLockedError as err:
             print(f"chunkgraph clean: kept {fid}: {err}", file=sys.stderr)
             code = EXIT_FAILED
             continue
-        if named and where.dst:
-            forget_state(where.dst, fid)  # its note beside dst, when it was kept elsewhere
         freed += state.temporary_bytes or 0
         print(f"removed {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
     if not chosen:
         print(f"nothing to remove under {root}")
     elif not args.dry_run:
         print(f"freed {format_bytes(freed)}")
-        for folder in dict.fromkeys([root, *(flows[fid].root for fid, _ in chosen)]):
-            remove_root_if_empty(folder)
+        remove_roots_if_empty([root, *(flows[fid].root for fid, _ in chosen)])
     return code
 
 

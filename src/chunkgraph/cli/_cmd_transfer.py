@@ -72,10 +72,10 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph import flow
+    from chunkgraph import jobs
 
     call = functools.partial(
-        flow.transfer,
+        jobs.transfer,
         args.src,
         args.dst,
         chunks=args.chunks,

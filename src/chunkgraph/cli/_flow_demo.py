@@ -31,7 +31,7 @@ from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Subscriber
-    from chunkgraph.flow._apply import ApplyReport
+    from chunkgraph.flow import ApplyReport
 
 DEMO_SHAPE = (256, 512, 512)  # 256 MiB of float32
 DEMO_CHUNKS = (64, 64, 64)
@@ -89,7 +89,7 @@ def run_demo(
     ``shape`` must be (256, 512, n × 64): the top chunk spans y and z.
     """
     from chunkgraph import volume
-    from chunkgraph.flow._apply import apply
+    from chunkgraph.flow import apply
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

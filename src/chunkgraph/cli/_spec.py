@@ -49,12 +49,10 @@ from pydantic import (
 
 from chunkgraph._errors import ConfigError, StoreError
 from chunkgraph.execute import ExecutorKind
-from chunkgraph.flow._cast import DEFAULT_CAST, CastRule
-from chunkgraph.flow._options import DEFAULT_RETRIES
-from chunkgraph.flow._spec import BlendMode
+from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule
 
 if TYPE_CHECKING:
-    from chunkgraph.flow._options import RunOptions
+    from chunkgraph.flow.plan import RunOptions
 
 Sizes = int | list[int]
 Pads = Annotated[
@@ -490,7 +488,7 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
 def _run_options(spec: RunSpec, base: Path, problem: Problem) -> RunOptions | None:
     """The spec's run options as apply checks them (the command line may override the
     executor and the workers, and adds resume, progress and subscribers)."""
-    from chunkgraph.flow._options import RunOptions
+    from chunkgraph.flow.plan import RunOptions
 
     try:
         return RunOptions.of(

@@ -49,33 +49,30 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow._auto_sizes import (
+from chunkgraph.flow.plan import (
+    DEFAULT_CAST,
     FlowPlan,
+    FlowSpec,
     ReadAmplificationWarning,
+    RunOptions,
     amplification_warning,
+    bbox_in_voxels,
+    check_optional_bool,
+    normalize_inputs,
     plan_automatic,
     plan_given,
-    resolve_memory_limit,
-)
-from chunkgraph.flow._cast import DEFAULT_CAST
-from chunkgraph.flow._fn_kwargs import with_fn_kwargs
-from chunkgraph.flow._fn_limits import limit_calls
-from chunkgraph.flow._options import RunOptions, check_optional_bool
-from chunkgraph.flow._report import ApplyReport as ApplyReport  # re-exported (see __init__)
-from chunkgraph.flow._resolution import bbox_in_voxels
-from chunkgraph.flow._spec import (
-    FlowSpec,
-    normalize_inputs,
     reduction_chunk,
+    resolve_memory_limit,
     validate_flow,
     wants_auto_sizes,
+    with_fn_kwargs,
 )
+from chunkgraph.flow.run import ApplyReport, DeviceUse, FlowRun, limit_calls, resolve_device
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
-    from chunkgraph.flow._flow_run import DeviceUse
 
 
 def apply(
@@ -123,8 +120,6 @@ def apply(
     written when the configuration is invalid, ``FlowLockedError`` when the flow is
     running elsewhere, ``ExceptionGroup`` of ``TaskError`` when ``fn`` fails.
     """
-    from chunkgraph.flow._flow_run import DeviceUse, FlowRun
-
     t0 = time.perf_counter()
     options = RunOptions.of(
         executor=executor, workers=workers, retries=retries, timeout=timeout, resume=resume,
@@ -257,3 +252,10 @@ def _given_plan(
     if message:
         warnings.warn(message, ReadAmplificationWarning, stacklevel=4)
     return plan
+
+
+def check_device(device: str) -> None:
+    """``ConfigError`` (``field="device"``) when ``device`` (``"gpu"``) is not found here,
+    as ``apply(device=...)`` refuses it: for a caller that must know before it makes
+    anything (``chunkgraph run`` creates its output after this)."""
+    resolve_device(device, False)

@@ -30,9 +30,11 @@ from typing import Any
 
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._formats import split_format
 from chunkgraph.volume._location import Location
+from chunkgraph.volume._object_store import is_object_url, split_url
 from chunkgraph.volume._pyramid import Level, add_level, create_multiscale
-from chunkgraph.volume._registry import create, remove
+from chunkgraph.volume._registry import BackendName, create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
 from chunkgraph.volume._volume import Volume
@@ -52,6 +54,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ApplyReport",
+    "BackendName",
     "ChunkCache",
     "CorruptChunkError",
     "FlowEstimate",
@@ -65,6 +68,9 @@ __all__ = [
     "apply",
     "create",
     "create_multiscale",
+    "is_object_url",
     "open",
     "remove",
+    "split_format",
+    "split_url",
 ]

@@ -1,0 +1,783 @@
+"""Automatic planning of a flow: levels, chunk sizes and the input cache, from the data's layout.
+
+``plan_sizes`` is pure: it sees numbers only (the bbox, every input's bounds,
+storage chunks and voxel bytes, dst's, the bottom pads, cores, a memory
+budget) and returns a ``FlowPlan``. ``read_plan`` applies the same read model
+to sizes a user gave, so that ``apply`` can size its own cache for them and
+warn when they will amplify reads. Neither reads data.
+
+Goals, in order, and how each is met (``P`` = crop + blend per axis, ``s``
+an input's storage chunk, ``E`` the bbox extent)::
+
+    every storage chunk read ~once  top chunks aligned to every input's and dst's
+                                    storage chunks (the "grain", their lcm); tasks
+                                    follow each other along one "sweep" axis, and a
+                                    cache that apply owns keeps the halo layers two
+                                    neighbours share (2 * ceil(P / s) storage chunks)
+    little redundant compute        bottom chunk >= 2P / MAX_CROP_SHARE per axis:
+                                    the crop margin is <= 1/8 of it (2 * 8 / 128)
+    bounded memory                  cache + superchunks in flight + bottom chunks
+                                    being computed <= memory_limit, else the
+                                    cross-section is cut into bands (reads grow)
+    the divisibility rule           bottom | top on every axis, pads only at the bottom
+
+Shape of the plan. The top chunk spans the whole bbox on every axis but the
+sweep axis (the longest: its cross-section, and so the cache and the
+superchunk, is the smallest), and is one bottom chunk thick along it. So the
+top grid moves along one axis only, tasks run as one sweep, and each top task
+shares halo storage chunks with its successor alone. An LRU cache that holds
+one task's whole read keeps them, whatever order that read's parallel pieces
+(and the probe's read before the first task) arrived in; two halo layers would
+suffice only if the shared layers were always the last fetched. Worked:
+256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
+so the levels are (256, 512, 128) over (128, 128, 128), a task reads 4 layers of
+chunks along the sweep, the cache 4 * 64 x 256 x 512 * 4 B = 128 MiB
+(+ MAX_CACHE_SLACK, see _read_model), and every storage chunk is read once.
+
+Reuse model (also for user-given sizes). The top grid runs in C order; the
+sweep is its fastest-moving axis. A halo chunk shared along the sweep is
+reused one task later (needs the two halo layers above); along a slower
+moving axis ``a`` it is reused after every task of the faster axes has run,
+so an LRU must hold all that those tasks fetched meanwhile. The cache is the
+largest of these needs that fits the budget; on axes whose need does not fit,
+each task's halo is read again, and the predicted amplification says so.
+
+Odd extents. Sizes divide the bbox and sit on the grain, so an extent the grain does not
+divide (1000 voxels in chunks of 128) would leave the whole bbox as the only size on its
+axis: one task holding all of it. Where the bbox ends at dst's edge, ``plan_automatic``
+grows it to whole grains (1024) when that adds less than one of dst's chunks, as
+``expand_bbox=True`` grows it: reads past the edge give fill values, writes are clipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph._util import divisors, format_bytes
+from chunkgraph.flow.plan._args import per_level
+from chunkgraph.flow.plan._read_model import Evaluation, bottom_chunks_per_top, evaluate
+from chunkgraph.flow.plan._resolution import Scale, scale_of, step_of
+from chunkgraph.flow.plan._spec import resolve_region, same_storage
+from chunkgraph.geometry import Box
+
+if TYPE_CHECKING:
+    from chunkgraph.flow.plan._spec import FlowSpec
+    from chunkgraph.volume import Volume
+
+# The crop (and blend) margins' share of a bottom chunk, per axis: a bottom chunk is at
+# least 2 * pad / MAX_CROP_SHARE. 1/8 keeps redundant compute <= 1.125^3 = 1.42x in 3-d
+# while a 128^3 float32 bottom chunk (8 MiB) still fits a core's share of memory; 1/16
+# would take 256^3 (64 MiB per core, three buffers each) for 1.19x.
+MAX_CROP_SHARE = 1 / 8
+
+
+class ReadAmplificationWarning(UserWarning):
+    """Given flow sizes will read storage chunks several times (the message has the figures)."""
+
+
+ReadAmplificationWarning.__module__ = "chunkgraph.flow"
+
+
+@dataclass(frozen=True)
+class StorageLayout:
+    """One volume as the planner sees it: spatial bounds, storage chunks, bytes per voxel,
+    and whether each of its requests waits on an object store (tens of milliseconds)."""
+
+    name: str
+    bounds: Box
+    chunks: tuple[int, ...]
+    voxel_bytes: int  # all channels
+    remote: bool = False
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """The chosen (or given) sizes of a flow, the cache ``apply`` owns, and why.
+
+    ``chunk_sizes``, ``crop_pads`` and ``blend_pads`` are per level, top first, in the
+    spelling ``apply`` takes, so ``apply(..., **plan.arguments())`` reruns it as given.
+    ``read_amplification`` is predicted with ``cache_bytes``;
+    ``amplification_without_cache`` is what the same sizes read with no cache.
+    """
+
+    automatic: bool
+    chunk_sizes: tuple[tuple[int, ...], ...]
+    crop_pads: tuple[tuple[int, ...], ...]
+    blend_pads: tuple[tuple[int, ...], ...]
+    direct_writes: bool
+    sweep_axis: int
+    cache_bytes: int  # the cache apply owns, over all inputs (0: none, or the user's own)
+    cache_per_input: tuple[tuple[str, int], ...]
+    read_amplification: float
+    amplification_without_cache: float
+    memory_limit: int
+    memory_limit_source: str
+    memory_bytes: int  # predicted peak: cache + superchunks in flight + bottom buffers
+    superchunks_in_flight: int
+    reasons: tuple[str, ...] = field(default=())
+    # The bbox grows past its stop to whole top chunks (apply's expand_bbox=True): an
+    # extent that is no multiple of what an input at another resolution needs.
+    expand_bbox: bool = False
+
+    def arguments(self) -> dict[str, object]:
+        """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
+        plan grew the bbox) as ``apply`` takes them."""
+        args: dict[str, object] = {
+            "chunk_sizes": list(self.chunk_sizes),
+            "crop_pads": list(self.crop_pads),
+            "blend_pads": list(self.blend_pads),
+            "skip_intermediates": self.direct_writes,
+        }
+        if self.expand_bbox:
+            args["expand_bbox"] = True
+        return args
+
+    def summary(self) -> str:
+        """A few human-readable lines: the sizes, the cache, the memory, the reasons."""
+        how = "automatic" if self.automatic else "given"
+        levels = " over ".join("x".join(map(str, c)) for c in self.chunk_sizes)
+        lines = [
+            f"plan ({how}): {len(self.chunk_sizes)} level(s) {levels}, crop "
+            f"{list(self.crop_pads)}, blend {list(self.blend_pads)}, "
+            f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
+            f"sweep along axis {self.sweep_axis}",
+            f"  cache {format_bytes(self.cache_bytes)} owned by apply; predicted read "
+            f"amplification {self.read_amplification:.2f} "
+            f"({self.amplification_without_cache:.2f} without a cache)",
+            f"  memory {format_bytes(self.memory_bytes)} predicted of "
+            f"{format_bytes(self.memory_limit)} ({self.memory_limit_source}); "
+            f"{self.superchunks_in_flight} superchunk(s) in flight",
+        ]
+        lines += [f"  - {reason}" for reason in self.reasons]
+        return "\n".join(lines)
+
+    def headline(self) -> str:
+        """The plan in one line (``summary`` adds the memory budget and the reasons)."""
+        how = "automatic" if self.automatic else "given"
+        levels = " over ".join("x".join(map(str, c)) for c in self.chunk_sizes)
+        cache = f"cache {format_bytes(self.cache_bytes)}" if self.cache_bytes else "no cache"
+        cache += " owned by apply"
+        return (
+            f"plan ({how}): {levels}, "
+            f"{'direct writes' if self.direct_writes else 'temporary layers'}, {cache}, "
+            f"predicted read amplification {self.read_amplification:.2f}"
+        )
+
+
+# --- the planner --------------------------------------------------------------------------
+
+
+def plan_sizes(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    dst: StorageLayout,
+    *,
+    crop: tuple[int, ...],
+    blend: tuple[int, ...],
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str = "given",
+    accumulate_bytes: int = 8,
+    direct_allowed: bool = False,
+    step: tuple[int, ...] | None = None,
+) -> FlowPlan:
+    """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
+
+    ``step``: per axis, what chunk sizes must be multiples of so that inputs at another
+    resolution are read over whole voxels (``_resolution.step_of``; default 1s).
+
+    ``accumulate_bytes``: bytes per dst voxel of the accumulation dtype (all channels).
+    ``direct_allowed``: the caller found nothing that forbids writing bottom outputs
+    straight to dst (no blend, bbox on the dst grid, dst not an input); the plan then
+    writes directly if its bottom chunks cover whole dst chunks. Raises ``ConfigError``
+    when even the smallest plan does not fit ``memory_limit``.
+
+    Steps: the grain and the axis to sweep along; the first sizes (bottom chunk, top
+    chunk across the sweep); bands cut across the sweep until memory fits; direct writes.
+
+    >>> vol = StorageLayout("src", Box((0, 0, 0), (256, 512, 512)), (64, 64, 64), 4)
+    >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
+    ...                   memory_limit=2**30, direct_allowed=True)
+    >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
+    (((256, 512, 128), (128, 128, 128)), 2, 160, 1.0)
+    """
+    pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
+    step = step or (1,) * bbox.ndim
+    grain = _grain(inputs, dst, step)
+    sweep = _longest_axis(bbox.shape)
+    top, bottom, reasons = _first_sizes(bbox.shape, pad, dst, step, grain, sweep)
+
+    def sizes_evaluated(top: list[int], bottom: list[int]) -> Evaluation:
+        return evaluate(
+            bbox, inputs, dst, tuple(top), tuple(bottom), crop, blend, cores, memory_limit,
+            accumulate_bytes,
+        )  # fmt: skip
+
+    plan = _fit_memory(
+        sizes_evaluated, top, bottom, bbox.shape, pad, grain, sweep, memory_limit, reasons
+    )
+    direct = direct_allowed and _covers_dst_chunks(bottom, dst.chunks, bbox.shape)
+    if direct:
+        reasons.append(
+            "direct writes: nothing blends and bottom chunks cover whole dst chunks, so no "
+            "temporary layers and no reduction pass"
+        )
+    reasons.append(plan.cache_reason)
+    levels: tuple[tuple[int, ...], ...] = (tuple(top), tuple(bottom))
+    if levels[0] == levels[1]:
+        levels = (levels[0],)
+    zero = (0,) * bbox.ndim
+    return _flow_plan(
+        plan,
+        automatic=True,
+        chunk_sizes=levels,
+        crop_pads=(*([zero] * (len(levels) - 1)), crop),
+        blend_pads=(*([zero] * (len(levels) - 1)), blend),
+        direct_writes=direct,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        reasons=reasons,
+    )
+
+
+def read_plan(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    dst: StorageLayout,
+    *,
+    chunk_sizes: Sequence[tuple[int, ...]],
+    crop_pads: Sequence[tuple[int, ...]],
+    blend_pads: Sequence[tuple[int, ...]],
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str = "given",
+    accumulate_bytes: int = 8,
+    direct_writes: bool = False,
+    cached: bool = False,
+) -> FlowPlan:
+    """The read model of sizes a user gave: the cache apply would own, amplification, memory.
+
+    ``cached``: the user's inputs carry their own cache; apply then adds none and the
+    prediction assumes theirs serves the same reuse.
+    """
+    top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
+    # Below the top, the levels' pads all come out of the top task's one read.
+    crop, blend = _pads_below_top(crop_pads), _pads_below_top(blend_pads)
+    top_pad = tuple(c + b for c, b in zip(crop_pads[0], blend_pads[0], strict=True))
+    plan = evaluate(
+        bbox,
+        inputs,
+        dst,
+        top,
+        bottom,
+        crop,
+        blend,
+        cores,
+        memory_limit,
+        accumulate_bytes,
+        top_pad=top_pad,
+        levels=len(chunk_sizes),
+        owned=not cached,
+        per_top=bottom_chunks_per_top(chunk_sizes, crop_pads, blend_pads),
+    )
+    if cached:  # the user's cache serves the reuse: apply owns none
+        plan = dataclasses.replace(plan, cache=0, cache_per_input=())
+    misaligned = _misaligned(bbox, top, inputs)
+    return _flow_plan(
+        plan,
+        automatic=False,
+        chunk_sizes=tuple(tuple(c) for c in chunk_sizes),
+        crop_pads=tuple(tuple(c) for c in crop_pads),
+        blend_pads=tuple(tuple(b) for b in blend_pads),
+        direct_writes=direct_writes,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        reasons=[plan.cache_reason, *([misaligned] if misaligned else [])],
+    )
+
+
+def _flow_plan(
+    plan: Evaluation,
+    *,
+    automatic: bool,
+    chunk_sizes: tuple[tuple[int, ...], ...],
+    crop_pads: tuple[tuple[int, ...], ...],
+    blend_pads: tuple[tuple[int, ...], ...],
+    direct_writes: bool,
+    memory_limit: int,
+    memory_limit_source: str,
+    reasons: list[str],
+) -> FlowPlan:
+    """The ``FlowPlan`` of sizes and their evaluation (the cache, reads and memory)."""
+    return FlowPlan(
+        automatic=automatic,
+        chunk_sizes=chunk_sizes,
+        crop_pads=crop_pads,
+        blend_pads=blend_pads,
+        direct_writes=direct_writes,
+        sweep_axis=plan.sweep,
+        cache_bytes=plan.cache,
+        cache_per_input=plan.cache_per_input,
+        read_amplification=plan.amplification,
+        amplification_without_cache=plan.amplification_uncached,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        memory_bytes=plan.memory,
+        superchunks_in_flight=plan.in_flight,
+        reasons=tuple(reasons),
+    )
+
+
+# --- sizes --------------------------------------------------------------------------------
+
+
+def _grain(
+    inputs: Sequence[StorageLayout], dst: StorageLayout, step: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Per axis, the lcm of every input's and dst's storage chunk and the resolution step."""
+    return tuple(
+        math.lcm(dst.chunks[a], step[a], *(v.chunks[a] for v in inputs)) for a in range(len(step))
+    )
+
+
+def _longest_axis(extent: tuple[int, ...]) -> int:
+    """The axis to sweep along: the longest (the last of equals), so that the cross-section,
+    and with it the cache and the superchunk, is the smallest.
+
+    >>> _longest_axis((256, 512, 512)), _longest_axis((512, 256, 128))
+    (2, 0)
+    """
+    return max(range(len(extent)), key=lambda a: (extent[a], a))
+
+
+def _first_sizes(
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    dst: StorageLayout,
+    step: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+) -> tuple[list[int], list[int], list[str]]:
+    """The bottom chunk, and the top chunk: the whole bbox across ``sweep``, one bottom chunk
+    thick along it; with the reasons."""
+    ndim = len(extent)
+    bottom = [
+        _bottom_size(
+            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
+        )
+        for a in range(ndim)
+    ]
+    top = list(extent)
+    top[sweep] = bottom[sweep]
+    reasons = [
+        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
+        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
+        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
+        f"{_redundancy(tuple(bottom), pad):.2f}x)",
+        f"top chunk {tuple(top)}: the whole bbox (one top task)"
+        if tuple(top) == tuple(extent)
+        else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
+        f"the smallest cross-section) and one bottom chunk thick along it, a multiple of the "
+        f"storage grain {grain[sweep]}: tasks sweep along axis {sweep} and each shares halo "
+        "chunks with its successor only",
+    ]
+    return top, bottom, reasons
+
+
+def _fit_memory(
+    evaluate: Callable[[list[int], list[int]], Evaluation],
+    top: list[int],
+    bottom: list[int],
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+    memory_limit: int,
+    reasons: list[str],
+) -> Evaluation:
+    """Cut the widest axis across the sweep into bands (``top`` and ``bottom`` mutate; the
+    reasons grow) until the plan fits ``memory_limit`` with the sweep's halo in the cache,
+    or fits and nothing more can be cut; ``ConfigError`` when nothing fits."""
+    while True:
+        plan = evaluate(top, bottom)
+        fits = plan.memory <= memory_limit
+        if fits and plan.sweep_reused:
+            return plan
+        axis = _axis_to_cut(top, bottom, grain, sweep)
+        if axis is None and fits:
+            return plan  # halos along the sweep are read again: the amplification says how much
+        if axis is None:
+            raise _no_plan_fits(plan, top, bottom, memory_limit)
+        top[axis] = _next_band(top[axis], extent[axis], grain[axis], bottom[axis])
+        if bottom[axis] > top[axis]:
+            bottom[axis] = top[axis]
+            reasons.append(
+                f"bottom chunk cut to {top[axis]} on axis {axis} with the band: the crop "
+                f"margin is then {2 * pad[axis] / top[axis]:.2f} of it"
+            )
+        cross = tuple(extent[a] if a != sweep else top[a] for a in range(len(extent)))
+        reasons.append(
+            f"axis {axis} cut into bands of {top[axis]}: with the cross-section "
+            f"{cross} the superchunk "
+            f"and the sweep's cache need more than memory_limit {format_bytes(memory_limit)}; each "
+            "band re-reads its halo"
+        )
+
+
+# The end of the error when no plan fits: apply's other way out. Jobs that take no chunk
+# sizes (transfer, downsample) give their own instead (``job_memory_refusal``).
+SIZES_BY_HAND = " or chunk_sizes by hand"
+
+
+def _no_plan_fits(
+    plan: Evaluation, top: list[int], bottom: list[int], memory_limit: int
+) -> ConfigError:
+    """The error when even the smallest plan needs more than ``memory_limit``, with its parts."""
+    return ConfigError(
+        f"no automatic plan fits memory_limit={memory_limit} bytes "
+        f"({format_bytes(memory_limit)}): the smallest, top chunk {tuple(top)} over "
+        f"{tuple(bottom)}, needs {format_bytes(plan.memory)} "
+        f"(cache {format_bytes(plan.cache)}, {plan.in_flight} superchunk(s) of "
+        f"{format_bytes(plan.superchunk)}, bottom buffers "
+        f"{format_bytes(plan.bottoms)}); give a memory_limit of at least {plan.memory}"
+        + SIZES_BY_HAND,
+        field="memory_limit",
+    )
+
+
+def job_memory_refusal(err: ConfigError, advice: str) -> ConfigError:
+    """``err`` as a job that takes no chunk sizes says it: ``advice`` in place of
+    ``chunk_sizes``; any other error as it is."""
+    text = str(err)
+    if err.field != "memory_limit" or not text.endswith(SIZES_BY_HAND):
+        return err
+    return ConfigError(text.removesuffix(SIZES_BY_HAND) + advice, field="memory_limit")
+
+
+def _covers_dst_chunks(
+    bottom: list[int], dst_chunks: tuple[int, ...], extent: tuple[int, ...]
+) -> bool:
+    """Whether every bottom chunk covers whole dst chunks (or the whole bbox on an axis)."""
+    return all(b % d == 0 or b == e for b, d, e in zip(bottom, dst_chunks, extent, strict=True))
+
+
+def _pads_below_top(pads: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Per axis, the sum of the pads of every level below the top.
+
+    >>> _pads_below_top([(8, 8), (2, 0), (1, 1)])
+    (3, 1)
+    """
+    return tuple(sum(p[a] for p in pads[1:]) for a in range(len(pads[0])))
+
+
+def _bottom_size(extent: int, pad: int, dst_chunk: int, grain: int) -> int:
+    """The smallest divisor of ``extent`` that is a multiple of ``dst_chunk`` and ``grain``
+    with the margins ``2 * pad`` at most ``MAX_CROP_SHARE`` of it; ``extent`` when none is.
+
+    >>> _bottom_size(512, 8, 64, 1), _bottom_size(512, 8, 64, 64), _bottom_size(96, 8, 64, 1)
+    (128, 128, 96)
+    >>> _bottom_size(512, 0, 64, 1), _bottom_size(300, 8, 64, 1)
+    (64, 300)
+    """
+    step = math.lcm(dst_chunk, grain)
+    least = max(1, math.ceil(2 * pad / MAX_CROP_SHARE))
+    fits = [d for d in divisors(extent) if d % step == 0 and d >= least]
+    return fits[0] if fits else extent
+
+
+def _next_band(size: int, extent: int, grain: int, bottom: int) -> int:
+    """The next smaller band width below ``size``: a divisor of ``extent`` on the grain."""
+    step = math.lcm(grain, 1)
+    smaller = [d for d in divisors(extent) if d < size and d % step == 0]
+    fitting = [d for d in smaller if d % bottom == 0] or smaller
+    return fitting[-1]
+
+
+def _axis_to_cut(
+    top: list[int], bottom: list[int], grain: tuple[int, ...], sweep: int
+) -> int | None:
+    """The widest axis across the sweep that can still be cut into smaller bands.
+
+    Axes before the sweep axis first: the top grid runs in C order, so bands on them
+    keep the sweep the fastest-moving axis, whose reuse the smallest cache serves.
+    """
+    candidates = [
+        a
+        for a in range(len(top))
+        if a != sweep and any(d < top[a] and d % grain[a] == 0 for d in divisors(top[a]))
+    ]
+    return max(candidates, key=lambda a: (a < sweep, top[a], -a)) if candidates else None
+
+
+def _redundancy(bottom: tuple[int, ...], pad: tuple[int, ...]) -> float:
+    """Voxels fn computes per voxel it keeps: ``prod((B + 2P) / B)``."""
+    return math.prod((b + 2 * p) / b for b, p in zip(bottom, pad, strict=True))
+
+
+def _misaligned(bbox: Box, top: tuple[int, ...], inputs: Sequence[StorageLayout]) -> str:
+    """A reason line when top chunks split storage chunks of an input, else ``""``."""
+    for vol in inputs:
+        for a, (t, s) in enumerate(zip(top, vol.chunks, strict=True)):
+            phase = (bbox.start[a] - vol.bounds.start[a]) % s
+            if t < bbox.shape[a] and (t % s or phase):
+                return (
+                    f"top chunk {top} splits input {vol.name!r}'s storage chunks {vol.chunks} "
+                    f"on axis {a} ({t} % {s} = {t % s}, bbox start off the grid by {phase}): "
+                    "neighbouring tasks decode the chunks they share twice"
+                )
+    return ""
+
+
+# --- from apply's arguments ---------------------------------------------------------------
+
+# The share of the memory available when a flow starts that it may plan for by default:
+# the rest stays for the caller's own arrays and the page cache that storage reads use.
+DEFAULT_MEMORY_SHARE = 0.5
+
+# Predicted read amplification above which sizes a user gave draw a warning.
+WARN_AMPLIFICATION = 1.1
+
+
+def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
+    """The flow's memory budget in bytes and where it came from (for the plan's summary)."""
+    if memory_limit is None:
+        try:
+            import psutil
+
+            available = int(psutil.virtual_memory().available)
+        except (ImportError, OSError):  # no psutil or no /proc: what sysconf says
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return (
+            int(available * DEFAULT_MEMORY_SHARE),
+            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available",
+        )
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
+        raise ConfigError(
+            f"memory_limit must be a positive number of bytes (e.g. 4 * 2**30) or None for "
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}",
+            field="memory_limit",
+        )
+    return memory_limit, "given"
+
+
+def layout_of(
+    name: str, vol: Volume, scale: Scale | None = None, *, written: bool = False
+) -> StorageLayout:
+    """What the planner needs to know of a volume, in dst voxels: an input at another
+    resolution (``scale`` input voxels per dst voxel) has its bounds and storage chunks
+    divided by the scale (chunks rounded to whole dst voxels: a model) and its bytes per
+    dst voxel multiplied by it (rounded up).
+
+    The chunks are those a read decodes (``read_chunks``) for an input and those a write
+    must cover whole for dst (``written``): they differ in a sharded format, whose
+    shards an input need not be read by."""
+    item = int(np.dtype(vol.dtype).itemsize) * math.prod(vol.channel_shape)
+    remote = vol.location.kind == "remote"
+    grid = tuple(vol.spatial_chunks if written else vol.read_chunks)
+    if scale is None or all(s == 1 for s in scale):
+        return StorageLayout(name, vol.bounds, grid, item, remote)
+    bounds = Box(
+        tuple(math.floor(a / s) for a, s in zip(vol.bounds.start, scale, strict=True)),
+        tuple(math.ceil(b / s) for b, s in zip(vol.bounds.stop, scale, strict=True)),
+    )
+    chunks = tuple(max(1, round(c / s)) for c, s in zip(grid, scale, strict=True))
+    return StorageLayout(name, bounds, chunks, math.ceil(item * math.prod(scale)), remote)
+
+
+def accumulate_bytes_of(dst: Volume) -> int:
+    """Bytes per dst voxel in the accumulation dtype (float64 up to 32-bit data, see _spec)."""
+    item = np.dtype(dst.dtype).itemsize
+    return (8 if item <= 4 else item) * math.prod(dst.channel_shape)
+
+
+def direct_allowed(
+    bbox: Box, named: Mapping[str, Volume], dst: Volume, blend: tuple[int, ...]
+) -> bool:
+    """Whether direct writes are possible whatever the bottom chunk: no blend, the bbox on
+    the dst grid (its stop on the grid or at dst's edge) and dst not one of the inputs."""
+    if any(blend) or any(same_storage(v, dst) for v in named.values()):
+        return False
+    bounds, chunks = dst.bounds, dst.spatial_chunks
+    for a in range(bbox.ndim):
+        origin = bounds.start[a]
+        if (bbox.start[a] - origin) % chunks[a]:
+            return False
+        if (bbox.stop[a] - origin) % chunks[a] and bbox.stop[a] != bounds.stop[a]:
+            return False
+    return True
+
+
+def plan_automatic(
+    inputs: object,
+    dst: object,
+    *,
+    crop_pads: object,
+    blend_pads: object,
+    bbox: object,
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str,
+    skip_intermediates: bool | None,
+) -> FlowPlan:
+    """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling)."""
+    named, out, region = resolve_region(inputs, dst, bbox)
+    ndim = region.ndim
+    pads = {}
+    for name, value in (("crop_pads", crop_pads), ("blend_pads", blend_pads)):
+        if isinstance(value, list) and len(value) != 1:
+            raise ConfigError(
+                f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
+                f"the flow chooses the levels and {name} is the bottom level's pad: give one "
+                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes",
+                field=name,
+            )
+        pads[name] = per_level(name, value, 1, ndim)[0]
+    allowed = direct_allowed(region, named, out, pads["blend_pads"])
+    scales = {n: scale_of(v, out) for n, v in named.items()}
+    step = step_of(list(scales.values()), ndim)
+    # Every size must be a multiple of the step (whole input voxels): an extent that is not
+    # one (63 dst voxels over an input twice as coarse) is rounded up past the bbox's stop,
+    # as expand_bbox=True does: reads there give fill values, writes are clipped to dst.
+    grown = tuple(-(-e // q) * q for e, q in zip(region.shape, step, strict=True))
+    layouts = [layout_of(n, v, scales[n]) for n, v in named.items()]
+    written = layout_of("dst", out, written=True)
+    grown = _grown_to_grain(region, grown, out.bounds, _grain(layouts, written, step), written)
+    expand = grown != region.shape
+    if expand:
+        region = Box(region.start, tuple(a + e for a, e in zip(region.start, grown, strict=True)))
+    plan = plan_sizes(
+        region,
+        layouts,
+        written,
+        crop=pads["crop_pads"],
+        blend=pads["blend_pads"],
+        cores=cores,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        accumulate_bytes=accumulate_bytes_of(out),
+        direct_allowed=allowed and skip_intermediates is not False,
+        step=step,
+    )
+    if expand:
+        plan = dataclasses.replace(
+            plan,
+            expand_bbox=True,
+            reasons=(
+                f"bbox grown past its stop to {region} (expand_bbox=True): every size must be "
+                f"a multiple of {step} per axis so that inputs at another resolution are read "
+                "over whole voxels; reads past dst give fill values, writes are clipped",
+                *plan.reasons,
+            ),
+        )
+    if skip_intermediates and not plan.direct_writes:
+        return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
+    return plan
+
+
+def _grown_to_grain(
+    region: Box, extent: tuple[int, ...], bounds: Box, grain: tuple[int, ...], dst: StorageLayout
+) -> tuple[int, ...]:
+    """``extent`` grown to whole storage grains on the axes where the bbox ends at dst's
+    edge, a grain fits in it more than once but does not divide it, and the growth is less
+    than one of dst's chunks.
+
+    Sizes divide the bbox and are multiples of the grain, so such an extent (1000 voxels in
+    chunks of 128) has the whole bbox as its only size: one task holding all of it. Grown
+    (to 1024), it has sizes on the grain; past dst's edge reads give fill values and writes
+    are clipped, so nothing outside the bbox is written. A bbox ending inside dst stays.
+
+    >>> dst = StorageLayout("dst", Box((0,), (1000,)), (128,), 1)
+    >>> _grown_to_grain(Box((0,), (1000,)), (1000,), Box((0,), (1000,)), (128,), dst)
+    (1024,)
+    >>> _grown_to_grain(Box((0,), (1000,)), (1000,), Box((0,), (2000,)), (128,), dst)
+    (1000,)
+    >>> _grown_to_grain(Box((0,), (100,)), (100,), Box((0,), (100,)), (128,), dst)
+    (100,)
+    """
+    out = []
+    for a, (e, g) in enumerate(zip(extent, grain, strict=True)):
+        more = -(-e // g) * g - e
+        at_edge = region.stop[a] >= bounds.stop[a]
+        out.append(e + more if at_edge and g < e and 0 < more < dst.chunks[a] else e)
+    return tuple(out)
+
+
+def plan_given(
+    spec: FlowSpec,
+    named: Mapping[str, Volume],
+    dst: Volume,
+    *,
+    cores: int,
+    memory_limit: int,
+    memory_limit_source: str,
+) -> FlowPlan:
+    """The read model of the sizes a user gave (``read_plan``) for a validated flow."""
+    cached = any(v.cache_bytes for v in named.values())
+    return read_plan(
+        spec.bbox,
+        [layout_of(n, v, spec.scale_of(n)) for n, v in named.items()],
+        layout_of("dst", dst, written=True),
+        chunk_sizes=[lv.chunk for lv in spec.levels],
+        crop_pads=[lv.crop for lv in spec.levels],
+        blend_pads=[lv.blend for lv in spec.levels],
+        cores=cores,
+        memory_limit=memory_limit,
+        memory_limit_source=memory_limit_source,
+        accumulate_bytes=accumulate_bytes_of(dst),
+        direct_writes=spec.skip_intermediates,
+        cached=cached,
+    )
+
+
+def amplification_warning(plan: FlowPlan, named: Mapping[str, Volume]) -> str:
+    """The warning for given sizes that will amplify reads, with the figures; else ``""``.
+
+    Only the amplification expected for this run counts, after the cache apply owns: a
+    halo that cache absorbs costs nothing, and a warning ending "so it expects 1.00x"
+    would only be noise.
+    """
+    if plan.read_amplification <= WARN_AMPLIFICATION:
+        return ""
+    cached = any(v.cache_bytes for v in named.values())
+    halo = not cached and plan.amplification_without_cache > WARN_AMPLIFICATION
+    split = [r for r in plan.reasons if "splits input" in r]
+    if not halo and not split:
+        return ""
+    parts = []
+    if split:
+        parts.append(split[0])
+    if halo:
+        parts.append(
+            f"a halo read without a chunk cache: each top task reads its neighbours' storage "
+            f"chunks again, {plan.amplification_without_cache:.2f}x the input"
+        )
+    parts.append(
+        f"even through the cache of {format_bytes(plan.cache_bytes)} that apply keeps for this "
+        f"run, it expects {plan.read_amplification:.2f}x"
+        if plan.cache_bytes
+        else f"expected read amplification {plan.read_amplification:.2f}x"
+    )
+    return (
+        "chunk sizes "
+        + " over ".join("x".join(map(str, c)) for c in plan.chunk_sizes)
+        + " will amplify reads: "
+        + "; ".join(parts)
+        + ". chunk_sizes='auto' (or omitting chunk_sizes) aligns top chunks to the storage "
+        "chunks and sizes the cache so that each is read about once"
+    )
+
+
+def owned_inputs(named: Mapping[str, Volume], plan: FlowPlan) -> dict[str, Volume]:
+    """The inputs to read through: with the plan's cache when the caller gave none."""
+    if not plan.cache_bytes or any(v.cache_bytes for v in named.values()):
+        return dict(named)
+    sizes = dict(plan.cache_per_input)
+    return {n: v.with_cache(sizes[n]) if sizes.get(n) else v for n, v in named.items()}

@@ -1,0 +1,305 @@
+"""``RunOptions``: how one flow runs, as one value, checked once.
+
+Policy. ``apply``, ``apply(dst=None)``, ``reduce_deferred`` and ``chunkgraph
+run`` take the same run options (executor, workers, retries, timeout, resume,
+lock_wait, probe, progress, dry_run, subscribers, memory_limit, intermediates,
+device). ``RunOptions.of`` is the one place that checks them: every path builds
+one before it plans or touches anything, so a bad value is refused the same
+way wherever it is given, by a ``ConfigError`` whose ``field`` is the
+parameter's name. Nothing after it re-checks them.
+
+State. A frozen dataclass. ``retries`` is ``None`` when not given: an executor
+kind then retries ``DEFAULT_RETRIES`` times, and an ``Executor`` keeps its own
+setting; an explicit value beside an ``Executor`` is refused there
+(``execute.resolve_executor``), never dropped. Whether an option was given is
+``None`` versus a value, never a comparison with its default. ``device`` and
+``gpu_fallback`` are one explicit state, ``DeviceChoice``::
+
+    device="cpu"                      -> CPU
+    device="gpu"                      -> GPU          (none here: ConfigError)
+    device="gpu", gpu_fallback=True   -> GPU_OR_CPU   (none here: the CPU, reported)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.execute import Executor, resolve_executor
+from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
+from chunkgraph.execute._limits import check_timeout
+from chunkgraph.flow.plan._auto_sizes import DEFAULT_MEMORY_SHARE
+from chunkgraph.volume._object_store import SCHEMES, broken_url, split_url
+
+if TYPE_CHECKING:
+    from chunkgraph.execute import Subscriber
+
+# Flow tasks are idempotent: a try lost to a dead worker or a transient I/O error
+# simply runs again.
+DEFAULT_RETRIES = 2
+
+
+class DeviceChoice(enum.Enum):
+    """Where the levels below the top compute, as asked (``_device`` finds the GPU)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    GPU_OR_CPU = "gpu_or_cpu"
+
+    @property
+    def device(self) -> str:
+        """``apply``'s ``device=``: ``"cpu"`` or ``"gpu"``."""
+        return "cpu" if self is DeviceChoice.CPU else "gpu"
+
+    @property
+    def gpu_fallback(self) -> bool:
+        return self is DeviceChoice.GPU_OR_CPU
+
+    @classmethod
+    def of(cls, device: object, gpu_fallback: object) -> DeviceChoice:
+        """The state of ``device=`` and ``gpu_fallback=`` (a fallback without a GPU asked
+        for changes nothing).
+
+        >>> DeviceChoice.of("gpu", True), DeviceChoice.of("cpu", True)
+        (<DeviceChoice.GPU_OR_CPU: 'gpu_or_cpu'>, <DeviceChoice.CPU: 'cpu'>)
+        """
+        if device not in ("cpu", "gpu") or not isinstance(device, str):
+            raise ConfigError(
+                f"device must be one of 'cpu', 'gpu', got {device!r}: 'cpu' runs fn on numpy "
+                "arrays, 'gpu' on device arrays (CuPy)",
+                field="device",
+            )
+        _check_bool("gpu_fallback", gpu_fallback)
+        if device == "cpu":
+            return cls.CPU
+        return cls.GPU_OR_CPU if gpu_fallback else cls.GPU
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run options of one flow call, checked (build with ``RunOptions.of``)."""
+
+    # a kind, a Dask scheduler address, a distributed.Client or an Executor; None: threads
+    executor: Any = None
+    workers: int | None = None
+    retries: int | None = None
+    timeout: float | None = None
+    resume: bool = False
+    lock_wait: float = 0.0
+    probe: bool = True
+    progress: bool = False
+    dry_run: bool = False
+    subscribers: tuple[Subscriber, ...] = ()
+    memory_limit: int | None = None
+    intermediates: Path | str | None = None
+    device: DeviceChoice = DeviceChoice.CPU
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        executor: object = None,
+        workers: object = None,
+        retries: object = None,
+        timeout: object = None,
+        resume: object = False,
+        lock_wait: object = 0.0,
+        probe: object = True,
+        progress: object = False,
+        dry_run: object = False,
+        subscribers: Sequence[Subscriber] = (),
+        memory_limit: object = None,
+        intermediates: object = None,
+        device: object = "cpu",
+        gpu_fallback: object = False,
+    ) -> RunOptions:
+        """The options as ``apply`` takes them, each checked: ConfigError with ``field``.
+
+        >>> RunOptions.of(retries=1, device="gpu").device
+        <DeviceChoice.GPU: 'gpu'>
+        """
+        for name, flag in (
+            ("resume", resume),
+            ("probe", probe),
+            ("progress", progress),
+            ("dry_run", dry_run),
+        ):
+            _check_bool(name, flag)
+        choice = DeviceChoice.of(device, gpu_fallback)
+        _check_executor_kind(executor)
+        with _field("device"):
+            check_executor(choice.device, executor)
+        with _field("timeout"):
+            seconds = check_timeout(timeout)
+        return cls(
+            executor=executor,
+            workers=_checked_workers(workers),
+            retries=_checked_retries(retries),
+            timeout=seconds,
+            resume=bool(resume),
+            lock_wait=_checked_lock_wait(lock_wait),
+            probe=bool(probe),
+            progress=bool(progress),
+            dry_run=bool(dry_run),
+            subscribers=_checked_subscribers(subscribers),
+            memory_limit=_checked_memory_limit(memory_limit),
+            intermediates=_checked_intermediates(intermediates),
+            device=choice,
+        )
+
+    def apply_kwargs(self) -> dict[str, Any]:
+        """The options as ``apply``'s keyword arguments (what a caller holding them passes).
+
+        >>> RunOptions.of(device="gpu", gpu_fallback=True).apply_kwargs()["gpu_fallback"]
+        True
+        """
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return given | {"device": self.device.device, "gpu_fallback": self.device.gpu_fallback}
+
+
+def check_optional_bool(name: str, value: object) -> None:
+    """``value`` must be None (decided by the flow) or a real bool."""
+    if value is not None:
+        _check_bool(name, value)
+
+
+def _check_bool(name: str, value: object) -> None:
+    """A real bool: ``"no"`` or ``0.5`` would silently read as True."""
+    import numpy as np
+
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__})", field=name
+        )
+
+
+@contextlib.contextmanager
+def _field(name: str) -> Iterator[None]:
+    """Gives a ConfigError raised inside it the ``field`` it is about, when it has none."""
+    try:
+        yield
+    except ConfigError as error:
+        error.field = error.field or name
+        raise
+
+
+def _check_executor_kind(executor: object) -> None:
+    """A kind, an address, a Client or an Executor; which one is ``resolve_executor``'s."""
+    if executor is None or isinstance(executor, str | Executor):
+        return
+
+    if not is_dask_client(executor):
+        with _field("executor"):
+            resolve_executor(executor)  # type: ignore[arg-type]  # raises, naming what is one
+
+
+def _checked_workers(workers: object) -> int | None:
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(
+            f"workers must be a positive int or None (all cores), got {workers!r}", field="workers"
+        )
+    return workers
+
+
+def _checked_retries(retries: object) -> int | None:
+    if retries is None:
+        return None
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"retries must be an int >= 0, got {retries!r}", field="retries")
+    return retries
+
+
+def _checked_lock_wait(lock_wait: object) -> float:
+    if isinstance(lock_wait, bool) or not isinstance(lock_wait, int | float) or not lock_wait >= 0:
+        raise ConfigError(
+            f"lock_wait must be a number of seconds >= 0 (0 refuses a busy flow at once, "
+            f"math.inf waits for it), got {lock_wait!r}",
+            field="lock_wait",
+        )
+    return float(lock_wait)
+
+
+def _checked_memory_limit(memory_limit: object) -> int | None:
+    if memory_limit is None:
+        return None
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
+        raise ConfigError(
+            f"memory_limit must be a positive number of bytes (e.g. 4 * 2**30) or None for "
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}",
+            field="memory_limit",
+        )
+    return memory_limit
+
+
+def _checked_intermediates(intermediates: object) -> Path | str | None:
+    """A folder (a Path) or an object-store URL (kept as text: ``s3://bucket/state``)."""
+    if intermediates is None:
+        return None
+    if not isinstance(intermediates, str | os.PathLike):
+        raise ConfigError(
+            f"intermediates must be a directory path, an object-store URL "
+            f"(s3://bucket/path) or None, got {intermediates!r}",
+            field="intermediates",
+        )
+    problem = broken_url(os.fspath(intermediates), (*SCHEMES, "file"))
+    if problem:
+        raise ConfigError(
+            f"intermediates: {problem}; give a directory path or s3://BUCKET/path",
+            field="intermediates",
+        )
+    if isinstance(intermediates, str) and "://" in intermediates:
+        try:
+            split_url(intermediates)
+        except ConfigError as err:
+            raise ConfigError(str(err), field="intermediates") from None
+        return intermediates.rstrip("/")
+    return Path(intermediates)
+
+
+def _checked_subscribers(subscribers: object) -> tuple[Any, ...]:
+    if isinstance(subscribers, str | bytes) or not isinstance(subscribers, Iterable):
+        raise ConfigError(
+            f"subscribers must be a sequence of callables (each receives every event), got "
+            f"{subscribers!r}",
+            field="subscribers",
+        )
+    given = tuple(subscribers)
+    bad = [s for s in given if not callable(s)]
+    if bad:
+        raise ConfigError(
+            f"subscribers must be callables (each receives every event), got {bad[0]!r}",
+            field="subscribers",
+        )
+    return given
+
+
+def check_executor(device: object, executor: object) -> None:
+    """ConfigError when ``device="gpu"`` would run in other processes (``processes``, a
+    Dask address or Client, an Executor that is not ``in_process``): the backend (and a
+    test's fake) is per process, and its device arrays cannot be shipped to a worker.
+    Checked before looking for a GPU here, which says nothing of a cluster's workers."""
+    if device != "gpu":
+        return
+    if isinstance(executor, str):
+        elsewhere = executor == "processes" or is_scheduler_address(executor)
+    elif executor is None:
+        elsewhere = False
+    else:
+        elsewhere = is_dask_client(executor) or getattr(executor, "in_process", True) is False
+    if not elsewhere:
+        return
+    given = executor
+    raise ConfigError(
+        f"device='gpu' runs in this process's threads, but executor={given!r} runs tasks in "
+        "other processes; use executor='threads' (the default) or 'sync', or device='cpu'",
+        field="device",
+    )

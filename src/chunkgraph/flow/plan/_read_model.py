@@ -1,0 +1,476 @@
+"""The read and memory model of a flow's sizes, and the rules the run shares with it.
+
+Pure arithmetic over ``StorageLayout``s (numbers: bounds, storage chunks, bytes per
+voxel): ``evaluate`` answers, for top chunks over bottom chunks, what a run holds and
+reads. ``_auto_sizes`` calls it for every size it tries and for sizes a user gave::
+
+    top, bottom, pads, cores ──> _memory        superchunks in flight x superchunk + bottoms
+                                      │ room = memory_limit - that
+                                      v
+    top grid (C order)      ──> _reuse_needs    per moving axis, fastest first: the cache
+                                      │         its reuse needs (_reuse_need)
+                                      v
+                                _fit_cache      the needs that fit the room, in that order
+                                      v
+                                _amplification  bytes fetched (union of snapped reads where
+                                                reused, their sum where not) / bytes inside
+
+Two rules are stated here once and used by the run too: ``superchunks_in_flight`` (the
+top-level tasks that may hold their superchunk at once; ``_top_task``) and
+``sweep_axis`` (the axis tasks follow each other along; the top task's slab reads).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chunkgraph._util import format_bytes
+
+# Top-level tasks in flight beyond those the cores need, when requests wait on an object
+# store (``superchunks_in_flight``, step 2): one reads ahead while another computes.
+IO_TASKS_IN_FLIGHT = 1
+# Threads per core of the pool that runs the levels below the top, for the same flows:
+# a bottom chunk's reads and writes wait on requests, and another thread computes then.
+IO_THREADS_PER_CORE = 2
+
+
+# Top-level tasks that may hold their superchunk at once in a GPU flow. Its levels below
+# run in the task's own thread, so the CPU rule (enough tasks for their bottom chunks to
+# cover the cores) says nothing about the device; two let one task read, upload, download
+# and write while the other computes. More would overlap more I/O but hold more host and
+# device memory; a CPU flow's own count is kept when it is larger (the same host memory).
+DEVICE_TASKS_IN_FLIGHT = 2
+
+
+def device_tasks_in_flight(cpu_in_flight: int, devices: int = 1, per_device: int = 2) -> int:
+    """Top-level tasks in flight in a GPU flow on ``devices`` GPUs that each hold
+    ``per_device`` tasks' data at once, given the CPU flow's count (0: unbounded).
+
+    >>> device_tasks_in_flight(1), device_tasks_in_flight(4), device_tasks_in_flight(0)
+    (2, 4, 0)
+    >>> device_tasks_in_flight(4, devices=4), device_tasks_in_flight(4, 4, per_device=1)
+    (8, 4)
+    """
+    if cpu_in_flight == 0:
+        return 0
+    return max(cpu_in_flight, per_device * max(devices, 1))
+
+
+def io_pool_threads(cores: int) -> int:
+    """The threads of a flow's local pool when its requests wait on an object store."""
+    return IO_THREADS_PER_CORE * max(1, cores)
+
+
+if TYPE_CHECKING:
+    from chunkgraph.flow.plan._auto_sizes import StorageLayout
+    from chunkgraph.geometry import Box
+
+# Head-room of the cache above the halo layers it must hold: concurrent reads of two
+# superchunks in flight and the edge chunks of a slab put a few extra chunks in it.
+MAX_CACHE_SLACK = 1.25
+
+# Buffers per bottom chunk being computed, in units of its padded region: the input view
+# is free (a slice of the superchunk), fn's output and one temporary of fn are not.
+FN_BUFFERS = 2
+
+
+# --- shared rules: the sweep and the superchunks in flight --------------------------------
+
+
+def sweep_axis(grid: tuple[int, ...]) -> int:
+    """The axis along which top-level tasks follow each other: the fastest-varying axis of
+    the top grid (tasks run in its C order) with more than one task; the last axis when
+    there is only one task. The planner's reuse model and the top task's slab reads
+    (``TopJob.sweep_axis``) both use it.
+
+    >>> sweep_axis((4, 8, 1)), sweep_axis((1, 1, 1)), sweep_axis((2, 1, 3))
+    (1, 2, 2)
+    """
+    moving = [a for a, n in enumerate(grid) if n > 1]
+    return moving[-1] if moving else len(grid) - 1
+
+
+def superchunks_in_flight(
+    cores: int,
+    bottom_chunks: int,
+    *,
+    fit: int | None = None,
+    devices: int | None = None,
+    per_device: int = DEVICE_TASKS_IN_FLIGHT,
+    io_waits: bool = False,
+) -> int:
+    """How many top-level tasks of one process may hold their superchunk at once.
+
+    The rule, in four steps:
+
+    1. **Cores.** A top-level task runs the levels below on the local pool, so one task
+       with at least ``cores`` bottom chunks keeps every core busy by itself; a second
+       in flight would only add a second superchunk (a flow's largest buffer) and compete
+       for the same cores. So: the fewest tasks whose bottom chunks cover the cores,
+       ``ceil(cores / bottom_chunks)``, at least 1. A one-level flow's task is its own
+       bottom chunk (``bottom_chunks = 1``): one task per core.
+    2. **Latency** (``io_waits``: an input or dst on an object store, where each request
+       waits tens of milliseconds): a task's read and its write leave the cores idle, and
+       the local pool cannot hide that. One more task in flight reads the next superchunk
+       (or writes its output) while one computes, so requests are in flight whatever the
+       number of CPU workers; the memory step still bounds it.
+    3. **Memory** (the run, given ``fit`` = how many superchunks the memory budget holds):
+       no more than that, and at least one. The planner passes none: it cuts the top
+       chunk into bands instead, until its superchunks fit.
+    4. **Devices** (a GPU flow, ``devices`` GPUs of ``per_device`` tasks each; see
+       ``_device``): the levels below run in the task's thread on its GPU, so at least
+       ``per_device`` tasks per GPU, or the count above if it is larger.
+
+    Worked: 8 cores, top tasks of 4 x 4 bottom chunks: 1; of 4 bottom chunks: 2 (9 cores:
+    3); one level: 8, or 3 when memory holds 3 superchunks; one GPU lifts 1 to 2.
+
+    >>> superchunks_in_flight(8, 16), superchunks_in_flight(8, 4), superchunks_in_flight(9, 4)
+    (1, 2, 3)
+    >>> one_level = 1
+    >>> [superchunks_in_flight(8, one_level, fit=f) for f in (None, 3, 0)]
+    [8, 3, 1]
+    >>> superchunks_in_flight(8, 16, devices=1), superchunks_in_flight(8, 1, devices=2)
+    (2, 8)
+    >>> on_s3 = dict(io_waits=True)
+    >>> superchunks_in_flight(8, 16, **on_s3), superchunks_in_flight(8, 16, fit=1, **on_s3)
+    (2, 1)
+    """
+    in_flight = max(1, -(-cores // max(1, bottom_chunks)))
+    if io_waits:
+        in_flight += IO_TASKS_IN_FLIGHT
+    if fit is not None:
+        in_flight = min(in_flight, max(1, fit))
+    if devices is not None:
+        in_flight = device_tasks_in_flight(in_flight, devices, per_device)
+    return in_flight
+
+
+def bottom_chunks_per_top(
+    chunk_sizes: Sequence[tuple[int, ...]],
+    crop_pads: Sequence[tuple[int, ...]],
+    blend_pads: Sequence[tuple[int, ...]],
+) -> int:
+    """Bottom chunks in one top-level task: the product over the levels below the top of
+    how many of their chunks tile the parent's region ``C + 2c + 2b`` (1 for one level).
+
+    >>> bottom_chunks_per_top([(256, 64), (64, 64)], [(0, 0), (8, 8)], [(0, 0), (0, 0)])
+    4
+    >>> bottom_chunks_per_top([(256, 256), (68, 68)], [(8, 8), (2, 2)], [(0, 0), (0, 0)])
+    16
+    """
+    count = 1
+    for i in range(1, len(chunk_sizes)):
+        region = (
+            c + 2 * p + 2 * b
+            for c, p, b in zip(chunk_sizes[i - 1], crop_pads[i - 1], blend_pads[i - 1], strict=True)
+        )
+        count *= math.prod(r // c for r, c in zip(region, chunk_sizes[i], strict=True))
+    return count
+
+
+# --- the read and memory model -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    sweep: int
+    cache: int
+    cache_per_input: tuple[tuple[str, int], ...]
+    cache_reason: str
+    amplification: float
+    amplification_uncached: float
+    superchunk: int
+    in_flight: int
+    bottoms: int
+    sweep_reused: bool  # the halo shared along the sweep comes from the cache (or no halo)
+
+    @property
+    def memory(self) -> int:
+        return self.cache + self.in_flight * self.superchunk + self.bottoms
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """What a plan holds besides the cache: ``in_flight`` superchunks (each the padded read
+    of every input, plus one accumulation buffer below the top) and the bottom buffers."""
+
+    superchunk: int
+    in_flight: int
+    bottoms: int
+
+    @property
+    def held(self) -> int:
+        return self.in_flight * self.superchunk + self.bottoms
+
+
+# Per moving axis, fastest first: (axis, cache bytes over all inputs, per input).
+_Needs = list[tuple[int, int, list[int]]]
+
+
+def evaluate(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    dst: StorageLayout,
+    top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    crop: tuple[int, ...],
+    blend: tuple[int, ...],
+    cores: int,
+    memory_limit: int,
+    accumulate_bytes: int,
+    *,
+    top_pad: tuple[int, ...] | None = None,
+    levels: int = 2,
+    owned: bool = True,
+    per_top: int | None = None,
+) -> Evaluation:
+    """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``.
+
+    Steps: the memory held outside the cache (``_memory``); what the cache needs for the
+    reuse along each moving axis (``_reuse_needs``); the needs that fit the room left
+    (``_fit_cache``); bytes fetched with and without that cache (``_amplification``).
+    """
+    low = tuple(c + b for c, b in zip(crop, blend, strict=True))
+    context = tuple(p + q for p, q in zip(low, top_pad or (0,) * bbox.ndim, strict=True))
+    grid = tuple(-(-e // t) for e, t in zip(bbox.shape, top, strict=True))
+    moving = [a for a in range(bbox.ndim) if grid[a] > 1]
+    if per_top is None:  # bottom chunks per top chunk, pads only at the bottom
+        per_top = math.prod(t // b for t, b in zip(top, bottom, strict=True))
+    held = _memory(
+        top, bottom, low, context, sum(v.voxel_bytes for v in inputs), cores, per_top,
+        levels > 1, max(accumulate_bytes, dst.voxel_bytes), accumulate_bytes,
+        io_waits=any(v.remote for v in (*inputs, dst)),
+    )  # fmt: skip
+    room = max(0, memory_limit - held.held)
+    needs = _reuse_needs(bbox, inputs, top, context, grid, moving, held.in_flight)
+    reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), owned and any(context))
+    sweep = sweep_axis(grid)
+    return Evaluation(
+        sweep=sweep,
+        cache=cache,
+        cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
+        cache_reason=_cache_reason(needs, reused, cache, room, context, owned, moving),
+        amplification=_amplification(bbox, inputs, top, context, reused),
+        amplification_uncached=_amplification(bbox, inputs, top, context, set()),
+        superchunk=held.superchunk,
+        in_flight=held.in_flight,
+        bottoms=held.bottoms,
+        sweep_reused=not any(context) or not moving or sweep in reused,
+    )
+
+
+def _memory(
+    top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+    in_bytes: int,
+    cores: int,
+    per_top: int,
+    below_top: bool,
+    buffer_bytes: int,
+    accumulate_bytes: int,
+    *,
+    io_waits: bool = False,
+) -> _Memory:
+    """Superchunks in flight (``superchunks_in_flight``) and the bottom chunks computing:
+    ``in_bytes`` per voxel over the top chunk padded by ``context``, plus one accumulation
+    buffer over a bottom region when there are levels ``below_top``; ``FN_BUFFERS`` of
+    ``buffer_bytes`` per voxel over the padded bottom region per core at work.
+
+    >>> _memory((64,), (16,), (2,), (2,), 4, 2, 4, True, 8, 8)
+    _Memory(superchunk=432, in_flight=1, bottoms=640)
+    """
+    bottom_region = math.prod(b + 2 * p for b, p in zip(bottom, low, strict=True))
+    superchunk = math.prod(t + 2 * p for t, p in zip(top, context, strict=True)) * in_bytes
+    superchunk += bottom_region * accumulate_bytes if below_top else 0
+    in_flight = superchunks_in_flight(cores, per_top, io_waits=io_waits)
+    threads = io_pool_threads(cores) if io_waits else cores  # bottom chunks at work at once
+    bottoms = min(threads, per_top * in_flight) * bottom_region * FN_BUFFERS * buffer_bytes
+    return _Memory(superchunk, in_flight, bottoms)
+
+
+def _reuse_needs(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    top: tuple[int, ...],
+    context: tuple[int, ...],
+    grid: tuple[int, ...],
+    moving: list[int],
+    in_flight: int,
+) -> _Needs:
+    """Per moving axis, fastest first: the cache bytes its reuse needs (``_reuse_need``)."""
+    needs: _Needs = []
+    for rank, a in enumerate(reversed(moving)):
+        per_input = [
+            _reuse_need(bbox, v, top, context, grid, moving, a, rank == 0, in_flight)
+            for v in inputs
+        ]
+        needs.append((a, sum(per_input), per_input))
+    return needs
+
+
+def _fit_cache(
+    needs: _Needs, room: int, n_inputs: int, wanted: bool
+) -> tuple[set[int], int, list[int]]:
+    """The axes whose reuse the cache serves, fastest first while their need fits ``room``,
+    with the cache (total, per input); none unless ``wanted`` (apply owns it, and there is
+    a halo).
+
+    >>> _fit_cache([(2, 10, [10]), (1, 50, [50])], 20, 1, True)
+    ({2}, 10, [10])
+    >>> _fit_cache([(2, 10, [10])], 20, 1, False)
+    (set(), 0, [0])
+    """
+    reused: set[int] = set()
+    cache, per_input = 0, [0] * n_inputs
+    if not wanted:
+        return reused, cache, per_input
+    for a, need, split in needs:
+        if need > room:
+            break
+        reused.add(a)
+        cache, per_input = need, split
+    return reused, cache, per_input
+
+
+def _amplification(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    top: tuple[int, ...],
+    context: tuple[int, ...],
+    reused: set[int],
+) -> float:
+    """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``) over the
+    input bytes inside the bbox and each input's bounds (a bbox expanded past them reads
+    nothing there); 0.0 without inputs."""
+    total = sum(v.voxel_bytes * bbox.intersection(v.bounds).size for v in inputs)
+    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
+    return fetched / total if total else 0.0
+
+
+def _cache_reason(
+    needs: _Needs,
+    reused: set[int],
+    cache: int,
+    room: int,
+    context: tuple[int, ...],
+    owned: bool,
+    moving: list[int],
+) -> str:
+    """Why the cache is what it is: none needed or none owned, or which reuse it keeps."""
+    if not any(context):
+        return "no halo: tasks read disjoint regions, so no cache"
+    if not owned:
+        return "the inputs carry their own cache, so apply adds none"
+    if not moving:
+        return "one top task: nothing is read twice, so no cache"
+    kept = [a for a, _, _ in needs if a in reused]
+    missed = [(a, n) for a, n, _ in needs if a not in reused]
+    reason = (
+        f"cache {format_bytes(cache)}: keeps the halo chunks neighbours share along "
+        f"{'axes ' + str(kept) if kept else 'no axis'}"
+    )
+    if missed:
+        reason += (
+            "; along "
+            + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
+            + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
+            "read again"
+        )
+    return reason
+
+
+def _read_spans(
+    bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], axis: int
+) -> list[tuple[int, int]]:
+    """Per top task along ``axis``: its read, clipped to the input, snapped to storage."""
+    origin, size = vol.bounds.start[axis], vol.chunks[axis]
+    lo_bound, hi_bound = vol.bounds.start[axis], vol.bounds.stop[axis]
+    spans = []
+    for start in range(bbox.start[axis], bbox.stop[axis], top[axis]):
+        lo = max(start - pad[axis], lo_bound)
+        hi = min(start + top[axis] + pad[axis], hi_bound)
+        if hi <= lo:
+            spans.append((lo, lo))
+            continue
+        snapped_lo = origin + (lo - origin) // size * size
+        snapped_hi = min(origin - (origin - hi) // size * size, hi_bound)
+        spans.append((snapped_lo, snapped_hi))
+    return spans
+
+
+def _fetched(
+    bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], reused: set[int]
+) -> int:
+    """Bytes fetched from ``vol``: per axis, the union of the tasks' reads where the cache
+    serves the reuse along it, else their sum (each task reads its halo again)."""
+    total = vol.voxel_bytes
+    for a in range(bbox.ndim):
+        spans = _read_spans(bbox, vol, top, pad, a)
+        if a in reused:
+            total *= _union_length(spans)
+        else:
+            total *= sum(hi - lo for lo, hi in spans)
+    return total
+
+
+def _union_length(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of sorted, overlapping-or-touching spans."""
+    length, reach = 0, None
+    for lo, hi in spans:
+        if reach is None or lo >= reach:
+            length += hi - lo
+        elif hi > reach:
+            length += hi - reach
+        reach = hi if reach is None else max(reach, hi)
+    return length
+
+
+def _reuse_need(
+    bbox: Box,
+    vol: StorageLayout,
+    top: tuple[int, ...],
+    pad: tuple[int, ...],
+    grid: tuple[int, ...],
+    moving: list[int],
+    axis: int,
+    fastest: bool,
+    in_flight: int = 1,
+) -> int:
+    """Cache bytes of ``vol`` for the halo chunks shared along ``axis`` to be reused,
+    with ``MAX_CACHE_SLACK``, at most all the chunks the flow reads from ``vol``.
+
+    Along the fastest-moving axis they are among the last chunks a task read: the
+    layers two successive reads share (their overlap). But a task fetches its chunks
+    in parallel pieces, in no fixed order, so the shared layers need not be the last
+    the LRU saw: the cache holds the task's whole read, and reuse does not depend on
+    which thread finished first. Along a
+    slower axis, everything the tasks of the faster axes fetched meanwhile. With
+    ``in_flight`` tasks reading in any order, what the other ones fetch comes on top.
+    """
+    widest = [
+        max((hi - lo for lo, hi in _read_spans(bbox, vol, top, pad, a)), default=0)
+        for a in range(bbox.ndim)
+    ]
+    if fastest:
+        spans = _read_spans(bbox, vol, top, pad, axis)
+        shared = max((max(0, a[1] - b[0]) for a, b in itertools.pairwise(spans)), default=0)
+        others = math.prod(w for a, w in enumerate(widest) if a != axis)
+        fresh_slab = min(top[axis], widest[axis])
+        read = widest[axis] if shared else 0  # nothing shared: nothing to keep
+        need = (read + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
+    else:
+        faster = [a for a in moving if a > axis]
+        window = math.prod(grid[a] for a in faster)
+        # Per task along the fastest axis only its new slab is fetched (the rest is reused).
+        fastest_axis = moving[-1]
+        fresh = list(widest)
+        fresh[fastest_axis] = min(top[fastest_axis], widest[fastest_axis])
+        need = (window + in_flight) * math.prod(fresh) * vol.voxel_bytes
+    whole = math.prod(_union_length(_read_spans(bbox, vol, top, pad, a)) for a in range(bbox.ndim))
+    return min(int(need * MAX_CACHE_SLACK), whole * vol.voxel_bytes)

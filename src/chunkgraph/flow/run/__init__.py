@@ -1,0 +1,34 @@
+"""The flow's engine: a validated flow run into a destination, its tasks and its report.
+
+Policy. ``FlowRun`` is one ``apply`` from its options to its report: it locks the
+flow's state (``chunkgraph.flow.state``), probes fn, builds the ``FlowGraph`` of
+top-level tasks (``_top_task``, whose levels below run in-process: ``_subchunk``,
+blending and the checkerboard's layers, ``_checkerboard``), reductions
+(``_reduce``, with ``_edge_locks``) and deferred geometry (``_deferred``), runs it
+on an executor and writes the ``ApplyReport`` (``_report``). ``reduce_deferred``
+(``_deferred_run``) finishes a deferred flow later. ``_device`` is where the levels
+below compute, ``_fn_limits`` and ``_values`` bound fn's calls and collect a
+values-only flow's output, ``_late_writes`` stops writes after a run ends.
+
+The run imports the plan's and the state's faces; the faces above
+(``chunkgraph.flow``) import these names.
+"""
+
+from __future__ import annotations
+
+from chunkgraph.flow.run._deferred_run import reduce_deferred
+from chunkgraph.flow.run._device import resolve_device
+from chunkgraph.flow.run._flow_run import DeviceUse, FlowRun
+from chunkgraph.flow.run._fn_limits import limit_calls
+from chunkgraph.flow.run._probe import ProbeFailure
+from chunkgraph.flow.run._report import ApplyReport
+
+__all__ = [
+    "ApplyReport",
+    "DeviceUse",
+    "FlowRun",
+    "ProbeFailure",
+    "limit_calls",
+    "reduce_deferred",
+    "resolve_device",
+]

@@ -1,0 +1,115 @@
+"""What a flow records about itself: ``flow.json``, and the mark of an in-place flow.
+
+Policy. ``flow.json`` (``write_flow_info``) holds a flow's totals, whether its layers
+are its result (``deferred``), the dst stamp and the fingerprint, so that ``status``
+shows progress and a resume knows what it resumes. An in-place flow (dst is also its
+input) marks dst (``IN_PLACE_MARK``) before its first task and unmarks it when it
+finishes: a run with other intermediates finds the interrupted flow through the mark,
+and one that finds a mark whose state is gone refuses (``lost_in_place_state``).
+Both are written atomically (``StateStore.write``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from chunkgraph.flow.state._layout import DONE_SUFFIX, IN_PLACE_MARK, INFO_NAME, Root, as_root
+from chunkgraph.flow.state._store import DirStore, StateStore, read_json, state_store
+
+
+def write_flow_info(
+    flow_dir: Root | StateStore,
+    *,
+    top_tasks: int,
+    reductions: int,
+    deferred: bool,
+    dst: str | None = None,
+    **extra: Any,
+) -> None:
+    """Record a flow's totals (and whether its layers are its result) in ``flow.json``.
+
+    For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
+    ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
+    ``extra``: more JSON fields (a deferred flow's geometry, ``_deferred``). Written
+    atomically (``StateStore.write``).
+    """
+    info = {
+        "top_tasks": int(top_tasks),
+        "reductions": int(reductions),
+        "deferred": deferred,
+        "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
+        **extra,
+    }
+    _store_of(flow_dir).write(INFO_NAME, json.dumps(info).encode())
+
+
+def read_flow_info(flow_dir: Root | StateStore) -> dict[str, Any]:
+    """``flow.json`` of a flow directory ({} when missing or unreadable)."""
+    return read_json(_store_of(flow_dir), INFO_NAME) or {}
+
+
+def _store_of(where: Root | StateStore) -> StateStore:
+    return state_store(where) if isinstance(where, str | os.PathLike) else where
+
+
+def _mark_store(dst: Any) -> StateStore | None:
+    """Where ``dst`` keeps the in-place mark: its folder on a disk, its prefix in an
+    object store (reached with its storage_options); None for a memory volume."""
+    where: Path | None = dst.location.local_dir
+    if where is not None:
+        return DirStore(where)
+    if "://" in str(dst.path):
+        return state_store(str(dst.path), dst.storage_options)
+    return None
+
+
+def in_place_mark(dst: Any) -> tuple[Root, str] | None:
+    """``(intermediates root, flow id)`` of the in-place flow last started on ``dst`` that
+    has not finished (None: no mark, or dst is a memory volume)."""
+    store = _mark_store(dst)
+    found = read_json(store, IN_PLACE_MARK) if store is not None else None
+    if not found:
+        return None
+    root, flow_id = found.get("intermediates"), found.get("flow_id")
+    if not isinstance(root, str) or not isinstance(flow_id, str):
+        return None
+    return as_root(root), flow_id
+
+
+def mark_in_place(dst: Any, root: Root, flow_id: str) -> None:
+    """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
+    store = _mark_store(dst)
+    if store is not None:
+        where = root if isinstance(root, str) else str(Path(root).resolve())
+        mark = {"intermediates": where, "flow_id": flow_id}
+        store.write(IN_PLACE_MARK, json.dumps(mark).encode())
+
+
+def lost_in_place_state(dst: Any) -> str | None:
+    """When ``dst`` carries the mark of an in-place flow that did not finish and whose
+    state is gone (removed with ``clean``, say): why no flow may start on it now. dst may
+    be partly rewritten, and nothing says which part."""
+    mark = in_place_mark(dst)
+    store = _mark_store(dst)
+    if mark is None or store is None:
+        return None
+    root, flow_id = mark
+    state = state_store(root)
+    if state.exists(flow_id) or state.exists(f"{flow_id}{DONE_SUFFIX}"):
+        return None  # its state says what happened (in_place_conflict), or it finished
+    return (
+        f"dst carries the mark of in-place flow {flow_id}, which did not finish, and its state "
+        f"under {root} is gone (removed?): part of dst may hold fn's output, not the input. "
+        f"If dst holds the original data again (restored), delete {store.where(IN_PLACE_MARK)} "
+        "and run again"
+    )
+
+
+def unmark_in_place(dst: Any) -> None:
+    """The in-place flow finished: dst holds its result, nothing half-written."""
+    store = _mark_store(dst)
+    if store is not None:
+        store.delete(IN_PLACE_MARK)

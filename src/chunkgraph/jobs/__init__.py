@@ -1,0 +1,19 @@
+"""Jobs built on the apply flow: ``downsample`` (pyramid levels) and ``transfer`` (copy,
+rechunk, convert), each an ``apply`` with a fixed function.
+
+Policy. A job uses only public names: ``chunkgraph.flow``'s (``apply``, the report,
+the claim on a region of dst), ``chunkgraph.flow.plan``'s (the cast rules, the memory
+budget) and ``chunkgraph.volume``'s; never the flow's engine or its state (the
+import-linter contracts in pyproject.toml check it). ``_block_reduce`` holds the
+reductions downsample applies, ``_backend`` the backend of the volumes a job makes.
+``chunkgraph.downsample`` and ``chunkgraph.transfer`` are these functions (and
+``chunkgraph.flow.downsample`` / ``.transfer``, looked up here on first use).
+"""
+
+from __future__ import annotations
+
+from chunkgraph.jobs._block_reduce import METHODS
+from chunkgraph.jobs._pyramid import DownsampleReport, downsample
+from chunkgraph.jobs._transfer import transfer
+
+__all__ = ["METHODS", "DownsampleReport", "downsample", "transfer"]

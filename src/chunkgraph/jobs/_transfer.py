@@ -1,0 +1,283 @@
+"""``transfer``: copy, rechunk or convert a volume, as an apply flow with an identity function.
+
+The destination is made with the chunks (and shards) asked for, the source's
+resolution and the bbox's start as its offset, so global coordinates carry over.
+The flow's automatic sizes then align the top-level regions to both the source's
+storage chunks and dst's (shards, when dst is sharded: a sharded volume's chunks
+are its shards), so each source chunk is read about once, each dst chunk or shard
+written whole by one task, memory stays within ``memory_limit``, and a run
+interrupted anywhere resumes with ``resume=True``. A dtype change is the flow's
+``cast`` (``_cast``): ``"safe"`` by default, ``"same_kind"`` or ``"unsafe"`` to narrow.
+
+dst is a new volume: one already there is refused (it would be overwritten) unless the
+transfer is resumed, which continues an interrupted transfer into it.
+
+A refused transfer writes nothing: dst that is the source itself, a bucket's root (the
+flow's state goes beside dst), a conversion the cast refuses and a plan the memory
+limit refuses (planned first over an in-memory stand-in of dst) are refused before dst
+is made, and a dst this call made is removed again if the flow refuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkgraph import volume
+from chunkgraph._errors import ConfigError, VolumeNotFoundError
+from chunkgraph.flow import ApplyReport, apply, refuse_if_written
+from chunkgraph.flow.plan import (
+    CAST_RULES,
+    DEFAULT_CAST,
+    SaturationWarning,
+    cast_allowed,
+    conversion_refusal,
+    job_memory_refusal,
+    warn_if_saturated,
+)
+from chunkgraph.geometry import Box
+from chunkgraph.jobs._backend import plain_backend
+from chunkgraph.volume import Volume, is_object_url, split_format, split_url
+
+if TYPE_CHECKING:
+    from chunkgraph.execute import Executor, ExecutorKind, Subscriber
+    from chunkgraph.volume import BackendName
+
+
+def copy_chunk(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The identity: transfer's function (the flow casts and writes)."""
+    return data
+
+
+def transfer(
+    src: Volume | str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    chunks: Sequence[int] | None = None,
+    shards: Sequence[int] | None = None,
+    dtype: Any = None,
+    bbox: Box | None = None,
+    backend: BackendName | None = None,
+    cast: str = DEFAULT_CAST,
+    memory_limit: int | None = None,
+    executor: ExecutorKind | Executor | None = None,
+    workers: int | None = None,
+    resume: bool = False,
+    dry_run: bool = False,
+    progress: bool = False,
+    subscribers: Sequence[Subscriber] = (),
+    lock_wait: float = 0.0,
+) -> ApplyReport:
+    """Copy ``src`` (within ``bbox``, global voxels; default all of it) into a new volume
+    at ``dst`` with spatial ``chunks`` (default the source's), Zarr v3 ``shards`` (None:
+    unsharded), ``dtype`` (default the source's, converted under ``cast``) and ``backend``
+    (default the source's). ``dst`` may carry a format prefix (``precomputed://``,
+    ``n5://``, ``zarr2://``) and ``src`` be any volume ``volume.open`` reads.
+    ``lock_wait``: seconds to wait for another flow writing the source or dst
+    (``_dst_lock``; 0: refused at once).
+
+    >>> from chunkgraph import volume
+    >>> v = volume.create("tr-doc", (8, 8), (2, 2), "uint8", backend="memory")
+    >>> v.write(v.bounds, np.arange(64, dtype="uint8").reshape(8, 8))
+    >>> r = transfer(v, "tr-doc-out", chunks=(4, 8), dtype="uint16", backend="memory")
+    >>> out = volume.open("tr-doc-out", backend="memory")
+    >>> out.chunks, out.dtype.name, bool((out.read(out.bounds) == v.read(v.bounds)).all())
+    ((4, 8), 'uint16', True)
+    >>> volume.remove("tr-doc"); volume.remove("tr-doc-out")
+    """
+    source = volume.open(src) if isinstance(src, str | os.PathLike) else src
+    region = source.bounds if bbox is None else bbox
+    if not isinstance(region, Box) or region.ndim != source.spatial_ndim:
+        raise ConfigError(
+            f"bbox must be a Box over the {source.spatial_ndim} spatial axes of "
+            f"{source.path!r}, got {bbox!r}",
+            field="bbox",
+        )
+    inside = region.intersection(source.bounds)
+    if inside != region or region.is_empty:
+        raise ConfigError(
+            f"bbox {region} is not inside {source.path!r}'s bounds {source.bounds}; give a "
+            "non-empty box within them",
+            field="bbox",
+        )
+    _check_dtype(source, dtype, cast)
+    there, existing = _existing(dst)
+    _check_dst(source, dst, existing, resume)
+    copy = _Copy(
+        source, dst, region, chunks, shards, dtype, backend, cast, memory_limit, executor, workers
+    )
+    try:
+        if not dry_run:
+            # The plan first, over a stand-in of dst in memory: what the memory limit or
+            # the sizes refuse is refused before dst exists.
+            _run(copy, dry_run=True)
+            # A source another flow is writing is refused before dst is made (apply
+            # checks again, under its locks).
+            refuse_if_written({"src": (source, region)}, lock_wait)
+        report = _run(
+            copy, dry_run=dry_run, resume=resume, progress=progress, subscribers=subscribers,
+            made=not there, lock_wait=lock_wait,
+        )  # fmt: skip
+    except ConfigError as err:
+        raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
+    return report
+
+
+# What a transfer refused for its memory limit can change besides the limit.
+MEMORY_ADVICE = (
+    " (--memory-limit on the command line); the least transfer plans for is a region "
+    "of whole source and dst chunks, so smaller dst chunks (chunks=, --chunks) need less"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Copy:
+    """What one transfer copies, where, and how (``transfer``'s arguments, checked)."""
+
+    source: Volume
+    dst: str | os.PathLike[str]
+    region: Box
+    chunks: Sequence[int] | None
+    shards: Sequence[int] | None
+    dtype: Any
+    backend: BackendName | None
+    cast: str
+    memory_limit: int | None
+    executor: ExecutorKind | Executor | None
+    workers: int | None
+
+
+def _run(
+    copy: _Copy,
+    *,
+    dry_run: bool,
+    resume: bool = False,
+    progress: bool = False,
+    subscribers: Sequence[Subscriber] = (),
+    made: bool = False,
+    lock_wait: float = 0.0,
+) -> ApplyReport:
+    """Make dst (a stand-in in memory for a dry run) and copy into it; a dst this call made
+    is removed again when the flow refuses it, and a stand-in always."""
+    source, region = copy.source, copy.region
+    spatial_chunks = tuple(source.spatial_chunks if copy.chunks is None else copy.chunks)
+    shards = None if copy.shards is None else tuple(copy.shards)
+    if dry_run and shards is not None:
+        # A sharded volume's chunks are its shards, what the plan aligns writes to.
+        spatial_chunks, shards = shards, None
+    channels = source.channel_shape
+    backend: BackendName = "memory" if dry_run else (copy.backend or plain_backend(source))
+    target = volume.create(
+        f"transfer-plan-{os.getpid()}-{id(copy)}" if dry_run else copy.dst,
+        channels + region.shape,
+        channels + tuple(min(c, n) for c, n in zip(spatial_chunks, region.shape, strict=False)),
+        source.dtype if copy.dtype is None else copy.dtype,
+        fill_value=source.fill_value,
+        backend=backend,
+        offset=region.start,
+        spatial_ndim=source.spatial_ndim,
+        resolution=source.resolution,
+        shards=None if shards is None else channels + shards,
+        exist_ok=True,
+    )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SaturationWarning)
+            report = apply(
+                copy_chunk,
+                source,
+                target,
+                bbox=region,
+                expand_bbox=True,
+                memory_limit=copy.memory_limit,
+                executor=copy.executor,
+                workers=copy.workers,
+                resume=resume,
+                dry_run=dry_run,
+                lock_wait=lock_wait,
+                progress=progress,
+                subscribers=subscribers,
+                # The identity needs no probe, and one would read a bottom chunk twice.
+                probe=False,
+                cast=copy.cast,
+            )
+    except ConfigError:
+        if made and not dry_run:  # nothing was written: the refusal came before the tasks
+            volume.remove(target.path, storage_options=target.storage_options)
+        raise
+    finally:
+        if dry_run:
+            volume.remove(target.path)
+    for each in caught:  # saturation in transfer's words below; other warnings as they were
+        if not issubclass(each.category, SaturationWarning):
+            warnings.warn_explicit(each.message, each.category, each.filename, each.lineno)
+    warn_if_saturated(report.saturated_voxels, target, copy.cast, values="the source's values")
+    return report
+
+
+def _existing(dst: str | os.PathLike[str]) -> tuple[bool, Volume | None]:
+    """(whether something is at ``dst``, the volume there if it opens as one). What this
+    call makes where nothing was, it may remove again; something there that does not open
+    as a volume is left to ``volume.create`` to name, and none of it is ever removed."""
+    try:
+        return True, volume.open(dst)
+    except VolumeNotFoundError:
+        return False, None
+    except (ConfigError, OSError):
+        return True, None
+
+
+def _check_dst(
+    source: Volume, dst: str | os.PathLike[str], existing: Volume | None, resume: bool
+) -> None:
+    """dst is not the source (a copy onto itself rewrites every chunk in place for nothing)
+    nor a bucket's root (the flow's state goes beside dst, and there is no beside there),
+    and is new unless the transfer is resumed (it would overwrite another volume)."""
+    if existing is not None and existing.location.same_as(source.location):
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} is the source {source.path!r} itself: a transfer "
+            "onto itself would rewrite every chunk in place and change nothing; give "
+            "another dst (to rechunk or convert in place, transfer to a new path, then "
+            "replace the source with it)",
+            field="dst",
+        )
+    if existing is not None and not resume:
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} already exists (a {existing.dtype} volume of shape "
+            f"{existing.shape}), and transfer makes a new volume: give a new path, or "
+            "remove it first (volume.remove); to continue an interrupted transfer into "
+            "it, pass resume=True (--resume on the command line)",
+            field="dst",
+        )
+    _, place = split_format(os.fspath(dst))
+    if is_object_url(place) and not split_url(place)[2]:
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} is a bucket's root, and transfer keeps its state beside "
+            f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
+            field="dst",
+        )
+
+
+def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:
+    """The conversion ``cast`` refuses, as a ``ConfigError`` before dst is made."""
+    if not isinstance(cast, str) or cast not in CAST_RULES:
+        raise ConfigError(
+            f"cast must be one of {', '.join(repr(r) for r in CAST_RULES)} (--cast on the "
+            f"command line), got {cast!r}: 'safe' (the default) converts only into dtypes "
+            "that hold every value of the source's, 'same_kind' also into narrower integers "
+            "or floats, 'unsafe' also floats into integers",
+            field="cast",
+        )
+    if dtype is None:
+        return
+    try:
+        target = np.dtype(dtype)
+    except TypeError as err:
+        raise ConfigError(f"dtype {dtype!r} is not a numpy dtype: {err}", field="dtype") from err
+    if not cast_allowed(source.dtype, target, cast):  # type: ignore[arg-type]
+        raise ConfigError(conversion_refusal(source.dtype, target, cast), field="cast")  # type: ignore[arg-type]
