@@ -304,3 +304,38 @@ def test_a_negative_or_unreadable_age_is_a_usage_error(
         cli.main(["clean", str(tmp_path), "--stale", "--older-than", hours])
     assert ended.value.code == 2
     assert "--older-than" in capsys.readouterr().err
+
+
+def test_status_and_clean_of_a_precomputed_volume_see_the_flows_of_its_scales(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flow writes one scale and keeps its state in the volume's default directory under
+    the scale's name (``.pc.chunkgraph/8_8_40/<flow id>``): `status` and `clean` of the
+    volume's root must list that flow, never the scale's folder as if it were one (clean
+    then removed a running flow's state)."""
+    dst = volume.create(f"precomputed://{tmp_path}/pc", (32, 32, 8), (8, 8, 8), "float32",
+                        resolution=(8, 8, 40))  # fmt: skip
+    src = volume.create(tmp_path / "src.zarr", dst.shape, (8, 8, 8), "float32",
+                        resolution=(8, 8, 40))  # fmt: skip
+    src.write(src.bounds, np.ones(dst.shape, "float32"))
+
+    def fails_late(x: np.ndarray, box: Box) -> np.ndarray:
+        if box.start[0] >= 16:
+            raise ValueError("late failure")
+        return x
+
+    with pytest.raises(ExceptionGroup):
+        volume.apply(fails_late, src, dst, chunk_sizes=[(8, 8, 8)], crop_pads=[(2, 2, 0)],
+                     executor="sync", retries=0)  # fmt: skip
+    scale_root = default_root(tmp_path / "pc" / "8_8_40")
+    ((flow_id, _),) = [(s.flow_id, s) for s in read_flows(scale_root)]
+    url = f"precomputed://{tmp_path}/pc"
+    with flow_lock(scale_root / f"{flow_id}.lock"):
+        assert cli.main(["status", url]) == 0
+        out = capsys.readouterr().out
+        assert flow_id[:8] in out and "running" in out and "8_8_40 " not in out, out
+        assert cli.main(["clean", url, "--stale", "--all", "--older-than", "0"]) == 0
+        assert (scale_root / flow_id).is_dir()  # a running flow's state is kept
+    assert cli.main(["clean", url, "--all"]) == 0
+    assert not (scale_root / flow_id).exists()
+    assert (tmp_path / "pc" / "info").is_file()

@@ -71,11 +71,16 @@ def default_root(dst_dir: str | os.PathLike[str]) -> Path:
 
 def _is_precomputed_scale(where: Path) -> bool:
     """Whether ``where`` is a scale's folder that its volume's ``info`` lists."""
+    return where.name in precomputed_scale_keys(where.parent)
+
+
+def precomputed_scale_keys(volume_dir: Path) -> list[str]:
+    """The scale keys the precomputed ``info`` in ``volume_dir`` lists; [] for no volume."""
     try:
-        info = json.loads((where.parent / "info").read_text())
-        return any(scale.get("key") == where.name for scale in info.get("scales", ()))
-    except (OSError, ValueError, AttributeError, TypeError):
-        return False
+        info = json.loads((volume_dir / "info").read_text())
+        return [str(scale["key"]) for scale in info.get("scales", ())]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return []
 
 
 def dst_of_default_root(root: Path) -> Path | None:

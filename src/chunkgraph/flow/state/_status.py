@@ -78,11 +78,13 @@ from chunkgraph.flow.state._layout import (
     as_root,
     clean_command,
     default_state_root,
+    precomputed_scale_keys,
     status_command,
 )
 from chunkgraph.flow.state._lock import holder
 from chunkgraph.flow.state._markers import REDUCE, TOP
 from chunkgraph.flow.state._store import DirStore, StateStore, join, read_json, state_store
+from chunkgraph.volume import is_object_url, split_format
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
 # flow its user is about to resume; longer keeps dead temporaries (often larger than
@@ -436,9 +438,23 @@ def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
 
 def flows_of(dst_path: str | os.PathLike[str], *, sizes: bool = True) -> list[FlowState]:
     """Every flow of dst: those under its default directory, then those noted elsewhere."""
-    states = read_flows(default_state_root(dst_path), sizes=sizes)
-    states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(dst_path)]
+    states: list[FlowState] = []
+    for place in _written_places(dst_path):
+        states += read_flows(default_state_root(place), sizes=sizes)
+        states += [read_flow(root, flow_id, sizes=sizes) for root, flow_id in noted(place)]
     return states
+
+
+def _written_places(dst_path: str | os.PathLike[str]) -> list[str | os.PathLike[str]]:
+    """The places flows into ``dst_path`` write: itself, or for the root of a precomputed
+    volume on a disk each of its scales' folders (a flow writes one scale, and keeps its
+    state under that scale's name, ``_layout.default_root``: the root's own default
+    directory holds scales, not flows)."""
+    text = split_format(os.fspath(dst_path))[1]
+    if is_object_url(text):
+        return [dst_path]
+    keys = precomputed_scale_keys(Path(text))
+    return [Path(text) / key for key in keys] if keys else [dst_path]
 
 
 def flows_for(
