@@ -441,7 +441,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     from chunkgraph._errors import ConfigError
     from chunkgraph._util import write_problem
     from chunkgraph.flow.state import default_state_root
-    from chunkgraph.volume import split_format
+    from chunkgraph.volume import is_url, split_format
 
     plan = resolved.output
     checked = dataclasses.replace(run, dry_run=True)
@@ -451,10 +451,10 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
             **checked.apply_kwargs(),
         )  # fmt: skip
     place = split_format(plan.path)[1]  # where it will be, without its format prefix
-    where = Path(place.rpartition("/")[2] if "://" in place else place)
+    where = Path(place.rpartition("/")[2] if is_url(place) else place)
     # It will be made (after the check, so no stand-in shows this): it must be possible.
     # (A bucket answers for itself at the first write.)
-    problem = None if "://" in place else write_problem(where.parent)
+    problem = None if is_url(place) else write_problem(where.parent)
     if problem:
         raise ConfigError(
             f"output {plan.path!r} cannot be created: {problem}. Is it on a read-only mount, "

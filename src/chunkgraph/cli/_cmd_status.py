@@ -153,6 +153,7 @@ def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
     """A spec file's output path and intermediates directory (each relative to the spec's
     directory), or None after saying what is wrong with it. Nothing is imported or opened."""
     from chunkgraph.cli._spec import SpecError, parse_spec
+    from chunkgraph.volume import is_url
 
     try:
         spec, _ = parse_spec(Path(path).read_text(), path)
@@ -163,7 +164,7 @@ def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
     base = Path(path).resolve().parent
 
     def beside_spec(where: str) -> str:
-        return where if "://" in where else str((base / where).resolve())
+        return where if is_url(where) else str((base / where).resolve())
 
     given = None if spec.intermediates is None else beside_spec(str(spec.intermediates))
     return beside_spec(str(spec.output.path)), given

@@ -50,6 +50,7 @@ from pydantic import (
 from chunkgraph._errors import ConfigError, StoreError
 from chunkgraph.execute import ExecutorKind
 from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule
+from chunkgraph.volume import is_url, relative_place
 
 if TYPE_CHECKING:
     from chunkgraph.flow.plan import RunOptions
@@ -591,29 +592,13 @@ def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
             )
         try:
             opened[name] = volume.open(
-                _input_path(base, path),
+                relative_place(base, path),
                 cache_bytes=spec.cache_bytes,
-                storage_options=_options_for(_input_path(base, path), spec),
+                storage_options=_options_for(relative_place(base, path), spec),
             )
         except (ConfigError, FileNotFoundError, StoreError) as err:
             problem(where, f"cannot open input volume: {err}")
     return opened
-
-
-def _input_path(base: Path, path: str) -> str:
-    """An input's path as written in a spec, with a relative local place taken from the
-    spec's directory: ``raw.zarr``, ``n5://raw.n5`` (the place after a format prefix);
-    URLs (``s3://…``, ``precomputed://s3://…``, ``file:///…``) and absolute paths as they are.
-
-    >>> _input_path(Path("/specs"), "n5://raw.n5"), _input_path(Path("/specs"), "s3://b/a.zarr")
-    ('n5:///specs/raw.n5', 's3://b/a.zarr')
-    """
-    head, sep, rest = path.partition("://")
-    if not sep:
-        return path if _looks_like_url(path) else str(base / path)
-    if head in ("s3", "gs", "file") or "://" in rest or rest.startswith("/"):
-        return path
-    return f"{head}://{base / rest}"
 
 
 def _plan_output(
@@ -624,7 +609,7 @@ def _plan_output(
     out = spec.output
     path = place(base, out.path)
     plan = OutputPlan(path)
-    if "://" in path and out.exists == "overwrite":
+    if is_url(path) and out.exists == "overwrite":
         # replacing sets the old volume aside by a rename, which a bucket has not
         problem(
             "output.exists",
@@ -655,7 +640,7 @@ def _plan_output(
             problem(
                 "output.exists",
                 f"{path!r} already exists; set exists: use"
-                + ("" if "://" in path else " or overwrite"),
+                + ("" if is_url(path) else " or overwrite"),
             )
         elif out.exists != "overwrite":
             _check_matches(existing, out, first, path, problem)
@@ -722,7 +707,7 @@ def _plan_output(
 
 def _options_for(path: str, spec: RunSpec) -> dict[str, Any] | None:
     """The spec's ``storage_options`` for a path on an object store; None for a local one."""
-    return dict(spec.storage_options) if "://" in path and spec.storage_options else None
+    return dict(spec.storage_options) if is_url(path) and spec.storage_options else None
 
 
 def place(base: Path, path: str) -> str:
@@ -732,7 +717,7 @@ def place(base: Path, path: str) -> str:
     >>> place(Path("/data"), "s3://bucket/out.zarr"), place(Path("/data"), "out.zarr")
     ('s3://bucket/out.zarr', '/data/out.zarr')
     """
-    if "://" in path or _looks_like_url(path):  # a broken URL: volume.open says why
+    if is_url(path) or _looks_like_url(path):  # a broken URL: volume.open says why
         return path
     return str((base / path).resolve())
 
@@ -745,7 +730,7 @@ def _looks_like_url(path: str) -> bool:
 
 def _not_a_volume(path: str) -> str | None:
     """Why ``path`` is something the output must not be made in (None: a volume or free)."""
-    if "://" in path:
+    if is_url(path):
         return None  # a key prefix: volume.open says whether a volume is there
     where = Path(path)
     if where.exists() and not where.is_dir():
@@ -805,7 +790,7 @@ def _check_matches(existing: Any, out: OutputSpec, first: Any, path: str, proble
     # A bucket has no rename to set the old volume aside: overwrite is for a disk there.
     instead = (
         f"remove it first (chunkgraph's volume.remove({path!r}))"
-        if "://" in path
+        if is_url(path)
         else "set exists: overwrite to replace it"
     )
     asked = {

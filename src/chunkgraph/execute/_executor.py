@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.execute._events import Subscriber
@@ -167,7 +168,10 @@ def is_scheduler_address(executor: object) -> bool:
     >>> is_scheduler_address("tcp://10.0.0.1:8786"), is_scheduler_address("threads")
     (True, False)
     """
-    return isinstance(executor, str) and "://" in executor
+    if not isinstance(executor, str):
+        return False
+    address = urlsplit(executor)
+    return bool(address.scheme and address.netloc)
 
 
 def is_dask_client(obj: object) -> bool:

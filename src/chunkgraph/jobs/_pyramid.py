@@ -36,9 +36,8 @@ from chunkgraph._util import usable_cores
 from chunkgraph.flow import ApplyReport, apply, claimed, refuse_if_written
 from chunkgraph.flow.plan import job_memory_refusal, resolve_memory_limit
 from chunkgraph.geometry import Box
-from chunkgraph.jobs._backend import plain_backend
 from chunkgraph.jobs._block_reduce import METHODS, block_reduce, reduced_shape
-from chunkgraph.volume import Volume
+from chunkgraph.volume import Volume, path_to_open, plain_zarr_backend, shards_by_write_chunks
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -120,7 +119,7 @@ def _opened(where: tuple[Any, ...]) -> Volume:
     if found is None:
         path, scale, backend = where[:3]
         found = volume.open(path, "r+", scale=scale, backend=backend)
-        if backend != "memory":
+        if not found.location.in_process:
             _OPENED[where] = found
     return found
 
@@ -292,7 +291,7 @@ def downsample(
         # (each pass's apply checks again, under its locks).
         refuse_if_written({"src": (source, source.bounds)}, lock_wait)
     paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
-    backend: BackendName = "memory" if dry_run else plain_backend(source)
+    backend: BackendName = "memory" if dry_run else plain_zarr_backend(source.backend)
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
     else:
@@ -406,10 +405,7 @@ def _place(level: Volume) -> tuple[Any, ...]:
     if reach is None:
         return (level.path, None, level.backend, *what)
     root = reach[0]
-    # A precomputed root is found by its prefix (an OME-Zarr one by its metadata).
-    if level.backend == "precomputed" and "://" not in root:
-        root = f"precomputed://{root}"
-    return (root, reach[1], None, *what)
+    return (path_to_open(root, level.backend), reach[1], None, *what)
 
 
 @contextlib.contextmanager
@@ -502,7 +498,7 @@ def _level_chunks(below: Volume) -> dict[str, Any]:
     chunks clipped to its shape, which is no shard (and no multiple)."""
     write, read = below.spatial_chunks, below.read_chunks
     sharded = (
-        below.backend == "precomputed"
+        shards_by_write_chunks(below.backend)
         and write != read
         and all(w % r == 0 for w, r in zip(write, read, strict=True))
     )

@@ -41,8 +41,7 @@ from chunkgraph.flow.plan import (
     warn_if_saturated,
 )
 from chunkgraph.geometry import Box
-from chunkgraph.jobs._backend import plain_backend
-from chunkgraph.volume import Volume, is_object_url, split_format, split_url
+from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -171,7 +170,9 @@ def _run(
         # A sharded volume's chunks are its shards, what the plan aligns writes to.
         spatial_chunks, shards = shards, None
     channels = source.channel_shape
-    backend: BackendName = "memory" if dry_run else (copy.backend or plain_backend(source))
+    backend: BackendName = (
+        "memory" if dry_run else (copy.backend or plain_zarr_backend(source.backend))
+    )
     target = volume.create(
         f"transfer-plan-{os.getpid()}-{id(copy)}" if dry_run else copy.dst,
         channels + region.shape,

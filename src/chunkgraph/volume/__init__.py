@@ -30,11 +30,16 @@ from typing import Any
 
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._cache import ChunkCache
-from chunkgraph.volume._formats import split_format
-from chunkgraph.volume._location import Location
+from chunkgraph.volume._formats import (
+    path_to_open,
+    relative_place,
+    shards_by_write_chunks,
+    split_format,
+)
+from chunkgraph.volume._location import Location, is_url, place_of
 from chunkgraph.volume._object_store import is_object_url, split_url
 from chunkgraph.volume._pyramid import Level, add_level, create_multiscale
-from chunkgraph.volume._registry import BackendName, create, remove
+from chunkgraph.volume._registry import BackendName, create, plain_zarr_backend, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
 from chunkgraph.volume._volume import Volume
@@ -69,8 +74,14 @@ __all__ = [
     "create",
     "create_multiscale",
     "is_object_url",
+    "is_url",
     "open",
+    "path_to_open",
+    "place_of",
+    "plain_zarr_backend",
+    "relative_place",
     "remove",
+    "shards_by_write_chunks",
     "split_format",
     "split_url",
 ]

@@ -17,6 +17,8 @@ The backend that serves each format is its own module: ``_precomputed`` and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from chunkgraph._errors import ConfigError
 from chunkgraph.volume._object_store import SCHEMES, broken_url
 
@@ -29,6 +31,27 @@ FORMATS: dict[str, str] = {
     "n5": "n5",
 }
 _PLACES = ("file", *SCHEMES)
+# Backends whose volumes ``open`` finds at a local path only by their prefix.
+_FOUND_BY_PREFIX = frozenset({"precomputed"})
+# Backends whose ``create(write_chunks=...)`` makes shards of that extent.
+_SHARDS_BY_WRITE_CHUNKS = frozenset({"precomputed"})
+
+
+def path_to_open(place: str, backend: str) -> str:
+    """The path ``open`` finds a volume of ``backend`` at ``place`` by: a local precomputed
+    root needs its prefix (other formats are found by their metadata).
+
+    >>> path_to_open("/data/img", "precomputed"), path_to_open("/data/a.zarr", "zarr")
+    ('precomputed:///data/img', '/data/a.zarr')
+    """
+    if backend in _FOUND_BY_PREFIX and "://" not in place:
+        return f"{backend}://{place}"
+    return place
+
+
+def shards_by_write_chunks(backend: str) -> bool:
+    """Whether a new volume of ``backend`` takes ``write_chunks`` as its shards' extent."""
+    return backend in _SHARDS_BY_WRITE_CHUNKS
 
 
 def split_format(path: str) -> tuple[str | None, str]:
@@ -81,3 +104,19 @@ def _check_not_broken(place: str) -> None:
             + ")",
             field="path",
         )
+
+
+def relative_place(base: Path, path: str) -> str:
+    """A path as written in a spec file, with a relative local place taken from the
+    spec's directory: ``raw.zarr``, ``n5://raw.n5`` (the place after a format prefix);
+    URLs (``s3://…``, ``precomputed://s3://…``, ``file:///…``) and absolute paths as they are.
+
+    >>> relative_place(Path("/specs"), "n5://raw.n5"), relative_place(Path("/specs"), "s3://b/a.zarr")
+    ('n5:///specs/raw.n5', 's3://b/a.zarr')
+    """
+    head, sep, rest = path.partition("://")
+    if not sep:
+        return path if broken_url(path, _PLACES) else str(base / path)
+    if head in _PLACES or "://" in rest or rest.startswith("/"):
+        return path
+    return f"{head}://{base / rest}"

@@ -34,6 +34,26 @@ from typing import Any, Literal
 LocationKind = Literal["memory", "disk", "remote"]
 
 
+def is_url(text: str | os.PathLike[str]) -> bool:
+    """Whether ``text`` is written as a URL (``scheme://...``: an object store, ``file://``
+    or a format prefix such as ``precomputed://``), not a local path: the one test of a
+    spelling that code above the storage layer asks for.
+
+    >>> is_url("s3://b/a.zarr"), is_url("precomputed:///data/img"), is_url("data/a.zarr")
+    (True, True, False)
+    """
+    return "://" in os.fspath(text)
+
+
+def place_of(text: str | os.PathLike[str]) -> Path | str:
+    """A place as the flow's state keeps it: a URL stays text, a local path is a Path.
+
+    >>> place_of("s3://b/.a.chunkgraph"), place_of("data/.a.chunkgraph")
+    ('s3://b/.a.chunkgraph', PosixPath('data/.a.chunkgraph'))
+    """
+    return os.fspath(text) if is_url(text) else Path(text)
+
+
 @dataclass(frozen=True)
 class Location:
     """The place of one stored array.
@@ -58,7 +78,7 @@ class Location:
         """
         if backend == "memory":
             return Location("memory", path, backend)
-        if "://" not in path:
+        if not is_url(path):
             return Location("disk", path, backend)
         where = tuple(sorted((k, v) for k, v in (public_options or {}).items() if k in _WHERE_KEYS))
         return Location("remote", path, backend, where)

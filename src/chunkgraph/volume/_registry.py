@@ -58,6 +58,20 @@ from chunkgraph.volume._volume import Volume
 from chunkgraph.volume._zarr import create_zarr, open_zarr
 
 BackendName = Literal["zarr", "tensorstore", "memory"]
+_PLAIN_BACKENDS: tuple[BackendName, ...] = ("zarr", "tensorstore", "memory")
+
+
+def plain_zarr_backend(backend: str) -> BackendName:
+    """The backend of a new plain Zarr v3 volume made from one served by ``backend``: the
+    same where it writes Zarr v3 (``zarr``, ``tensorstore``, ``memory``), else ``zarr`` (a
+    format prefix on the new path chooses its own).
+
+    >>> plain_zarr_backend("tensorstore"), plain_zarr_backend("precomputed")
+    ('tensorstore', 'zarr')
+    """
+    return next((b for b in _PLAIN_BACKENDS if b == backend), "zarr")
+
+
 BACKENDS: tuple[str, ...] = ("zarr", "tensorstore", "memory")
 # Backends named by a format (a path prefix, or a multiscale image found at a path).
 FORMAT_BACKENDS: tuple[str, ...] = ("precomputed", "n5", "zarr2", "ome-zarr")

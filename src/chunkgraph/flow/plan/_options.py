@@ -36,6 +36,7 @@ from chunkgraph.execute import Executor, resolve_executor
 from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
 from chunkgraph.execute._limits import check_timeout
 from chunkgraph.flow.plan._auto_sizes import DEFAULT_MEMORY_SHARE
+from chunkgraph.volume import is_url
 from chunkgraph.volume._object_store import SCHEMES, broken_url, split_url
 
 if TYPE_CHECKING:
@@ -256,7 +257,7 @@ def _checked_intermediates(intermediates: object) -> Path | str | None:
             f"intermediates: {problem}; give a directory path or s3://BUCKET/path",
             field="intermediates",
         )
-    if isinstance(intermediates, str) and "://" in intermediates:
+    if isinstance(intermediates, str) and is_url(intermediates):
         try:
             split_url(intermediates)
         except ConfigError as err:

@@ -53,6 +53,7 @@ from chunkgraph.flow.run._report import ApplyReport
 from chunkgraph.flow.state import REDUCE, TOP, FlowDir, MarkerStore, claimed, grid_key, reach
 from chunkgraph.geometry import Box
 from chunkgraph.graph import Graph
+from chunkgraph.volume import place_of
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -197,7 +198,7 @@ def _run(
     recorded = state.read_info().get(LAYERS_KEY)
     where: Path | str = state.layers_dir
     if isinstance(recorded, str):
-        where = recorded if "://" in recorded else Path(recorded)
+        where = place_of(recorded)
     layers = geometry.layers(where)
     job = _ReduceJob(
         spec=spec,
@@ -281,8 +282,8 @@ def _flow_dir_of(flow: object) -> Path | str:
 
 def _as_root(where: str | os.PathLike[str]) -> Path | str:
     """A flow directory as given: an object-store URL stays text, a path is a Path."""
-    text = os.fspath(where)
-    return text.rstrip("/") if "://" in text else Path(text)
+    place = place_of(where)
+    return place.rstrip("/") if isinstance(place, str) else place
 
 
 def _geometry(

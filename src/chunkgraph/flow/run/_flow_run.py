@@ -397,7 +397,7 @@ def _check_secrets_reach_pool(where: str, volumes: list[Volume]) -> None:
     environment variable here would fail every task there, so it is refused before the run."""
     for v in volumes:
         names = v.storage_options.secret_names()
-        if names and "://" in v.path:
+        if names and v.location.kind == "remote":
             try:
                 check_credentials_shipped(v.path, names)
             except ConfigError as err:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from chunkgraph._util import format_bytes
 from chunkgraph.flow.plan import FlowPlan
 from chunkgraph.geometry import Box
+from chunkgraph.volume import is_url
 
 if TYPE_CHECKING:
     from chunkgraph.flow.plan import FlowEstimate
@@ -186,7 +187,7 @@ def _temporaries_line(size: int, intermediates: str | None, layers: str | None) 
     """
     if layers is None or intermediates is None or layers.startswith(f"{intermediates}/"):
         return f"  temporaries under {intermediates}"
-    place = "in the object store at" if "://" in layers else "on local scratch"
+    place = "in the object store at" if is_url(layers) else "on local scratch"
     return f"  temporaries: {format_bytes(size)} {place} {layers}; state in {intermediates}"
 
 

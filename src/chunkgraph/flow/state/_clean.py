@@ -22,6 +22,7 @@ from chunkgraph.flow.state._lock import hold
 from chunkgraph.flow.state._status import FlowState
 from chunkgraph.flow.state._store import state_store
 from chunkgraph.flow.state._where import forget_state
+from chunkgraph.volume import is_url
 
 
 def stale_flows(flows: Iterable[FlowState], older_than_hours: float, now: float) -> list[FlowState]:
@@ -60,7 +61,7 @@ def remove_flow(root: Root, flow_id: str, *, record: bool = False) -> None:
 def remove_root_if_empty(root: Root) -> bool:
     """Remove the intermediates directory when nothing is left in it; True if removed
     (an object-store prefix with nothing under it is gone already)."""
-    if isinstance(root, str) and "://" in root:
+    if isinstance(root, str) and is_url(root):
         return not state_store(root).names()
     with contextlib.suppress(OSError):
         Path(root).rmdir()

@@ -61,7 +61,7 @@ def _mark_store(dst: Any) -> StateStore | None:
     where: Path | None = dst.location.local_dir
     if where is not None:
         return DirStore(where)
-    if "://" in str(dst.path):
+    if dst.location.kind == "remote":
         return state_store(str(dst.path), dst.storage_options)
     return None
 

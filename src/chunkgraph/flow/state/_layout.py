@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.volume._formats import split_format
+from chunkgraph.volume._location import place_of
 from chunkgraph.volume._object_store import is_object_url, split_url
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ Root = Path | str
 
 def as_root(root: Root) -> Root:
     """A root as the state code keeps it: a URL stays text, anything else is a Path."""
-    return root if isinstance(root, str) and "://" in root else Path(root)
+    return place_of(root)
 
 
 def clean_command(root: Root, flow_id: str | None = None) -> str:

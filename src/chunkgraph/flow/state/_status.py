@@ -84,7 +84,7 @@ from chunkgraph.flow.state._layout import (
 from chunkgraph.flow.state._lock import holder
 from chunkgraph.flow.state._markers import REDUCE, TOP
 from chunkgraph.flow.state._store import DirStore, StateStore, join, read_json, state_store
-from chunkgraph.volume import is_object_url, split_format
+from chunkgraph.volume import is_object_url, is_url, place_of, split_format
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
 # flow its user is about to resume; longer keeps dead temporaries (often larger than
@@ -402,7 +402,7 @@ def _temporary_bytes(store: StateStore, root: Root, flow_id: str, info: dict[str
     """Bytes under the flow's folder, plus its layers on this machine's scratch (state in
     an object store whose run kept its layers locally, ``_layout.layers_place``)."""
     layers = info.get("layers")
-    scratch = isinstance(root, str) and isinstance(layers, str) and "://" not in layers
+    scratch = isinstance(root, str) and isinstance(layers, str) and not is_url(layers)
     return store.size(flow_id) + (DirStore(Path(str(layers))).size("") if scratch else 0)
 
 
@@ -429,7 +429,7 @@ def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
             continue  # half written by a run killed meanwhile, or not ours
         if not isinstance(text, str):
             continue
-        root: Root = text if "://" in text else Path(text)
+        root: Root = place_of(text)
         flow_id = name[: -len(WHERE_SUFFIX)]
         if flow_id in flow_ids(root):
             found.append((root, flow_id))

@@ -1,0 +1,79 @@
+"""A rule of the house: code above the storage layer never tests a path's spelling for a
+URL scheme, nor a volume's backend by name; it asks ``chunkgraph.volume`` (``is_url``,
+``place_of``, ``Volume.location``, ``path_to_open``, ``shards_by_write_chunks``,
+``plain_zarr_backend``). Tests of spellings spread and disagree (a format prefix is a
+URL to one and a local path to another); one answer in ``volume/`` cannot."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "chunkgraph"
+# The backends' names, as a comparison outside volume/ would spell them.
+BACKENDS = {"zarr", "zarr2", "tensorstore", "memory", "precomputed", "n5", "ome-zarr"}
+
+
+def _texts(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings or parts of f-strings: text for
+    people (which may show a URL), not a test."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            found.update(id(part) for part in node.values)
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.add(id(value))
+    return found
+
+
+def _names_backend(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "backend") or (
+        isinstance(node, ast.Name) and node.id == "backend"
+    )
+
+
+def _constants(node: ast.expr) -> set[object]:
+    if isinstance(node, ast.Constant):
+        return {node.value}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return {e.value for e in node.elts if isinstance(e, ast.Constant)}
+    return set()
+
+
+def offences(source: str, name: str) -> list[str]:
+    tree = ast.parse(source)
+    docs = _texts(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "://" and id(node) not in docs:
+            found.append(f'{name}:{node.lineno} tests for "://"')
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_backend(s) for s in sides) and any(
+                _constants(s) & BACKENDS for s in sides
+            ):
+                found.append(f"{name}:{node.lineno} compares a backend with its name")
+    return found
+
+
+def test_no_url_scheme_or_backend_name_test_outside_the_storage_layer() -> None:
+    found = [
+        hit
+        for path in sorted(SRC.rglob("*.py"))
+        if "volume" not in path.relative_to(SRC).parts[:1]
+        for hit in offences(path.read_text(), str(path.relative_to(SRC)))
+    ]
+    assert not found, "ask chunkgraph.volume instead:\n" + "\n".join(found)
+
+
+def test_the_rule_sees_each_kind_of_test() -> None:
+    bad = 'if "://" in path:\n    pass\nif vol.backend == "precomputed":\n    pass\n'
+    assert len(offences(bad, "x.py")) == 2
+    fine = (
+        'def f(path, b):\n    """s3://bucket/a.zarr"""\n    print(f"{b}://x")\n'
+        "    return is_url(path)\n"
+    )
+    assert offences(fine, "x.py") == []
