@@ -52,6 +52,19 @@ def test_no_function_of_the_flow_is_above_the_complexity_limit() -> None:
     assert not over, f"above complexity {MAX_FLOW_COMPLEXITY}: {over}"
 
 
+def test_chunkgraph_run_and_its_spec_are_within_the_complexity_limit() -> None:
+    """``chunkgraph run`` (check, make the output, apply, say the outcome) and loading its
+    spec (the output's plan) read as named steps, as the flow does."""
+    cli = PACKAGE / "cli"
+    over = [
+        f"{path.relative_to(PACKAGE)}:{b.lineno} {b.name} ({b.complexity})"
+        for path in (cli / "_cmd_run.py", cli / "_spec.py")
+        for b in _blocks(path)
+        if b.complexity > MAX_FLOW_COMPLEXITY
+    ]
+    assert not over, f"above complexity {MAX_FLOW_COMPLEXITY}: {over}"
+
+
 def test_apply_is_a_short_pipeline() -> None:
     module = FLOW / "_apply.py"
     (apply,) = [b for b in _blocks(module) if b.name == "apply"]

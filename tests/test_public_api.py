@@ -18,7 +18,7 @@ EXPECTED = {
     # planning
     "plan", "Plan", "Context", "Link", "local_contexts",
     # volumes
-    "Box", "Volume", "IOStats", "ApplyReport", "apply",
+    "Box", "Volume", "IOStats", "ApplyReport", "apply", "RunOptions",
     "downsample", "transfer",
     # loops
     "parallel_for", "parallel_map", "parallel_reduce", "parallel_sort",

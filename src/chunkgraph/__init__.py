@@ -70,6 +70,7 @@ _LAZY = {
     "IOStats": "chunkgraph.volume",
     "ApplyReport": "chunkgraph.flow",
     "apply": "chunkgraph.flow",
+    "RunOptions": "chunkgraph.flow",
     "downsample": "chunkgraph.jobs",
     "transfer": "chunkgraph.jobs",
     "parallel_for": "chunkgraph.parallel",
@@ -115,7 +116,7 @@ if TYPE_CHECKING:
         dask_scheduler,
         run,
     )
-    from chunkgraph.flow import ApplyReport, apply
+    from chunkgraph.flow import ApplyReport, RunOptions, apply
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
     from chunkgraph.jobs import downsample, transfer
@@ -149,6 +150,7 @@ __all__ = [
     "RemoteTraceback",
     "Resources",
     "RunEndedError",
+    "RunOptions",
     "StoreError",
     "TaskError",
     "TaskRef",

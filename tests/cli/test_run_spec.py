@@ -863,7 +863,8 @@ def test_a_cast_that_saturates_is_refused_unless_the_spec_allows_it(
 def test_a_spec_s_defaults_are_apply_s() -> None:
     """A field left out of a spec means what the parameter left out of apply means."""
     params = inspect.signature(flow.apply).parameters
-    shared = [n for n in RunSpec.model_fields if n in params and n != "inputs"]
+    # The spec's `run:` holds its executor and workers; apply's `run=`, a RunOptions.
+    shared = [n for n in RunSpec.model_fields if n in params and n not in ("inputs", "run")]
     assert {"retries", "blend_modes", "cast", "crop_pads", "chunk_sizes"} <= set(shared)
     # apply's None for retries is "not given", which RunOptions reads as DEFAULT_RETRIES
     # (a given value beside an Executor object is refused; a default one is not).

@@ -101,14 +101,16 @@ def test_a_refused_transfer_into_a_bucket_writes_nothing_there(
 def test_a_dst_the_copy_made_is_removed_when_the_flow_refuses_it(tmp_path: Path) -> None:
     """The net under the plan made first: the copy itself, refused by the flow after it
     made dst, removes that dst, and leaves one it did not make."""
+    from chunkgraph.flow import RunOptions
     from chunkgraph.jobs._transfer import _Copy, _run
 
     src = volume.create(str(tmp_path / "src.zarr"), (32, 32, 8), (16, 16, 8), "uint8")
     dst = tmp_path / "dst.zarr"
-    copy = _Copy(src, dst, src.bounds, None, None, None, None, "safe", TINY, None, None)
+    copy = _Copy(src, dst, src.bounds, None, None, None, None, "safe")
+    run = RunOptions(memory_limit=TINY, probe=False)
     with pytest.raises(ConfigError):
-        _run(copy, dry_run=False, made=True)
+        _run(copy, run, made=True)
     assert not dst.exists()
     with pytest.raises(ConfigError):
-        _run(copy, dry_run=False, made=False)
+        _run(copy, run, made=False)
     assert volume.open(str(dst)).shape == (32, 32, 8)

@@ -100,6 +100,7 @@ def handle(args: argparse.Namespace) -> int:
     from chunkgraph import flow, volume
     from chunkgraph._errors import FlowLockedError
     from chunkgraph.cli._cmd_status import locate
+    from chunkgraph.flow import RunOptions
     from chunkgraph.flow.state import FlowStatus
 
     if args.workers is not None and args.workers < 1:
@@ -142,14 +143,10 @@ def handle(args: argparse.Namespace) -> int:
     progress, subscribers = event_output(args)
     outcome = "interrupted"
     try:
+        run = RunOptions(executor=args.executor, workers=args.workers, progress=progress,
+                         subscribers=tuple(subscribers))  # fmt: skip
         report = flow.reduce_deferred(
-            flow_dir,
-            dst,
-            blend_mode=args.blend_mode or "quadratic",
-            executor=args.executor,
-            workers=args.workers,
-            progress=progress,
-            subscribers=subscribers,
+            flow_dir, dst, blend_mode=args.blend_mode or "quadratic", run=run
         )
         outcome = "finished"
     except FlowLockedError as err:

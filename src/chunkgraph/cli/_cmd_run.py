@@ -163,12 +163,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
-    from chunkgraph import flow
-    from chunkgraph._errors import ChunkgraphError, ConfigError, FlowLockedError
-    from chunkgraph.cli._spec import SpecError
-    from chunkgraph.execute._failures import describe_innermost
-    from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, check_device
-
+    """Check, make the output, apply: the steps of the module docstring, each ending
+    the command with its exit code when it must."""
     # The command line's executor and workers over the spec's (both checked already).
     run = dataclasses.replace(
         resolved.run,
@@ -176,6 +172,30 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         workers=args.workers or resolved.run.workers,
         lock_wait=resolved.run.lock_wait if args.lock_wait is None else args.lock_wait,
     )
+    code = _checked(args, resolved, run)
+    if code is not None:
+        return code
+    # Before anything is written: the workers of a Dask cluster must import fn's module.
+    problem = _ship_module(run.executor, resolved)
+    if problem:
+        print(f"chunkgraph run: {problem}; nothing was run", file=sys.stderr)
+        return EXIT_USAGE
+    # The log file is opened before the output is touched: a ConfigError if it cannot be.
+    progress, subscribers = event_output(args)
+    made = _output(args, resolved, subscribers)
+    if isinstance(made, int):
+        return made
+    dst, new = made
+    run = dataclasses.replace(run, resume=args.resume, progress=progress)
+    return _apply(args, resolved, run, dst, new, subscribers)
+
+
+def _checked(args: argparse.Namespace, resolved: ResolvedSpec, run: RunOptions) -> int | None:
+    """The flow checked by a dry run of apply (``_check_flow``): its exit code when the
+    command ends here (refused, or a dry run said what it would do), else None."""
+    from chunkgraph._errors import ConfigError
+    from chunkgraph.flow import ReadAmplificationWarning, check_device
+
     plan = resolved.output
     try:
         with warnings.catch_warnings():
@@ -188,20 +208,25 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
         return EXIT_USAGE
-    if args.dry_run:
-        print(check.summary())
-        if plan.overwrite:
-            print(f"  (the output {plan.path} will be replaced: the flow id will differ)")
-        elif plan.existing is None:
-            print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
-        return EXIT_OK
-    # Before anything is written: the workers of a Dask cluster must import fn's module.
-    problem = _ship_module(run.executor, resolved)
-    if problem:
-        print(f"chunkgraph run: {problem}; nothing was run", file=sys.stderr)
-        return EXIT_USAGE
-    # The log file is opened before the output is touched: a ConfigError if it cannot be.
-    progress, subscribers = event_output(args)
+    if not args.dry_run:
+        return None
+    print(check.summary())
+    if plan.overwrite:
+        print(f"  (the output {plan.path} will be replaced: the flow id will differ)")
+    elif plan.existing is None:
+        print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
+    return EXIT_OK
+
+
+def _output(
+    args: argparse.Namespace, resolved: ResolvedSpec, subscribers: list[Callable[[Any], None]]
+) -> tuple[Any, NewOutput | None] | int:
+    """The output volume, made unless it exists, and what this run created (None: nothing);
+    the exit code when it cannot be made as the spec says (the volume it was to replace
+    put back)."""
+    from chunkgraph.cli._spec import SpecError
+
+    plan = resolved.output
     # The volume an overwrite replaces is set aside, not deleted: back if nothing is written.
     replaced = set_aside(plan.path) if plan.overwrite else None
     new: NewOutput | None = None  # what this run creates, taken back if it writes nothing
@@ -219,22 +244,30 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
         print("\n".join(err.lines()), file=sys.stderr)
         print(f"chunkgraph run: {args.spec} has errors; nothing was run", file=sys.stderr)
         return EXIT_USAGE
-    recorder = _recorder(args, subscribers)
+    return dst, new
+
+
+def _apply(
+    args: argparse.Namespace,
+    resolved: ResolvedSpec,
+    run: RunOptions,
+    dst: Any,
+    new: NewOutput | None,
+    subscribers: list[Callable[[Any], None]],
+) -> int:
+    """The flow itself, its outcome on stderr and in the report; the exit code."""
+    from chunkgraph import flow
+    from chunkgraph._errors import ChunkgraphError
+
+    recorder = _recorder(args, subscribers)  # one of the subscribers, with --report
+    run = dataclasses.replace(run, subscribers=tuple(subscribers))
     # With events as JSON lines on stdout, everything else goes to stderr: stdout stays
     # one JSON object per line for whoever reads it.
     out = sys.stderr if args.log_json == "-" else sys.stdout
     report: ApplyReport | None = None
     outcome = "interrupted"
     try:
-        report = flow.apply(
-            resolved.fn,
-            resolved.inputs,
-            dst,
-            **resolved.flow_options,
-            **dataclasses.replace(
-                run, resume=args.resume, progress=progress, subscribers=tuple(subscribers)
-            ).apply_kwargs(),
-        )
+        report = flow.apply(resolved.fn, resolved.inputs, dst, **resolved.flow_options, run=run)
         outcome = "finished"
     except KeyboardInterrupt:  # during the probe: before the first write, take it back
         taken = _taken_back(new)
@@ -242,45 +275,9 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             print(f"\nchunkgraph run: interrupted before anything was written{taken}",
                   file=sys.stderr)  # fmt: skip
         raise
-    except FlowLockedError as err:
-        outcome = "locked"
-        again = f"`chunkgraph run {args.spec} --resume` reuses its work"
-        print(locked_message("run", err, plan.path, again, lock_wait_flag=True), file=sys.stderr)
-        return EXIT_FAILED
-    except ExceptionGroup as group:
-        outcome = "failed"
-        if store_lost(group) is not None:  # one line: the details are in --log-json
-            print(f"chunkgraph run: {failure_summary(group)}", file=sys.stderr)
-            print(
-                "chunkgraph run: rerun with --resume once it answers: finished chunks are kept",
-                file=sys.stderr,
-            )
-            return EXIT_FAILED
-        print(failure_summary(group), file=sys.stderr)
-        advice = (
-            "fn failed its probe call on the first chunk, before anything was written"
-            f"{_taken_back(new)}; fix the cause and run it again"
-            if isinstance(group, ProbeFailure)
-            else "the flow failed; fix the cause and rerun with --resume to keep the finished "
-            "chunks (a change to fn's code or kwargs starts the flow over)"
-        )
-        print(f"chunkgraph run: {advice}", file=sys.stderr)
-        return EXIT_FAILED
-    except ConfigError as err:  # apply's checks: before anything was written
-        outcome = "failed"
-        print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
-        print(f"chunkgraph run: nothing was run{_taken_back(new)}", file=sys.stderr)
-        return EXIT_USAGE
-    except ChunkgraphError as err:  # outside any task: the probe's read of a corrupt chunk
-        outcome = "failed"
-        print(f"chunkgraph run: {type(err).__name__}: {err}", file=sys.stderr)
-        print(f"chunkgraph run: nothing was written{_taken_back(new)}", file=sys.stderr)
-        return EXIT_FAILED
-    except OSError as err:  # the flow's own files (lock, layers, records): a full disk, say
-        outcome = "failed"
-        # Outside the tasks: before the run (an untouched output), or after it (written)
-        print(f"chunkgraph run: {describe_innermost(err)}{_taken_back(new)}", file=sys.stderr)
-        return EXIT_FAILED
+    except (ExceptionGroup, ChunkgraphError, OSError) as err:
+        outcome, code = _failed(args, resolved, err, new)
+        return code
     finally:
         if new is not None:
             new.settle()  # the replaced volume goes unless it was put back
@@ -290,6 +287,58 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
             _write_report(args.report, recorder, report, outcome, out)
     print(report.summary(plan=not args.quiet), file=out)
     return EXIT_OK
+
+
+def _failed(
+    args: argparse.Namespace, resolved: ResolvedSpec, err: Exception, new: NewOutput | None
+) -> tuple[str, int]:
+    """What the run's failure is said as (its outcome, its exit code): a lock held
+    elsewhere, failed tasks, apply's refusal, an error outside the tasks."""
+    from chunkgraph._errors import ChunkgraphError, ConfigError, FlowLockedError
+    from chunkgraph.execute._failures import describe_innermost
+
+    if isinstance(err, FlowLockedError):
+        again = f"`chunkgraph run {args.spec} --resume` reuses its work"
+        path = resolved.output.path
+        print(locked_message("run", err, path, again, lock_wait_flag=True), file=sys.stderr)
+        return "locked", EXIT_FAILED
+    if isinstance(err, ExceptionGroup):
+        return "failed", _tasks_failed(err, new)
+    if isinstance(err, ConfigError):  # apply's checks: before anything was written
+        print("\n".join(resolved.flow_error(err).lines()), file=sys.stderr)
+        print(f"chunkgraph run: nothing was run{_taken_back(new)}", file=sys.stderr)
+        return "failed", EXIT_USAGE
+    if isinstance(err, ChunkgraphError):  # outside any task: the probe's read of a corrupt chunk
+        print(f"chunkgraph run: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"chunkgraph run: nothing was written{_taken_back(new)}", file=sys.stderr)
+        return "failed", EXIT_FAILED
+    # The flow's own files (lock, layers, records): a full disk, say. Outside the tasks:
+    # before the run (an untouched output), or after it (written).
+    print(f"chunkgraph run: {describe_innermost(err)}{_taken_back(new)}", file=sys.stderr)
+    return "failed", EXIT_FAILED
+
+
+def _tasks_failed(group: ExceptionGroup[Any], new: NewOutput | None) -> int:
+    """Failed tasks, or a failed probe, said with what to do now; the exit code."""
+    from chunkgraph.flow import ProbeFailure
+
+    if store_lost(group) is not None:  # one line: the details are in --log-json
+        print(f"chunkgraph run: {failure_summary(group)}", file=sys.stderr)
+        print(
+            "chunkgraph run: rerun with --resume once it answers: finished chunks are kept",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    print(failure_summary(group), file=sys.stderr)
+    advice = (
+        "fn failed its probe call on the first chunk, before anything was written"
+        f"{_taken_back(new)}; fix the cause and run it again"
+        if isinstance(group, ProbeFailure)
+        else "the flow failed; fix the cause and rerun with --resume to keep the finished "
+        "chunks (a change to fn's code or kwargs starts the flow over)"
+    )
+    print(f"chunkgraph run: {advice}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _create_output(
@@ -447,9 +496,8 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     checked = dataclasses.replace(run, dry_run=True)
     if plan.existing is not None and not plan.overwrite:
         return flow.apply(
-            resolved.fn, resolved.inputs, plan.existing, **resolved.flow_options,
-            **checked.apply_kwargs(),
-        )  # fmt: skip
+            resolved.fn, resolved.inputs, plan.existing, **resolved.flow_options, run=checked
+        )
     place = split_format(plan.path)[1]  # where it will be, without its format prefix
     where = Path(place.rpartition("/")[2] if is_url(place) else place)
     # It will be made (after the check, so no stand-in shows this): it must be possible.
@@ -466,9 +514,8 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     with tempfile.TemporaryDirectory(prefix="chunkgraph-check-") as scratch:
         stand_in = volume.create(Path(scratch) / where.name, **plan.create_args)
         return flow.apply(
-            resolved.fn, resolved.inputs, stand_in, **resolved.flow_options,
-            **checked.apply_kwargs(),
-        )  # fmt: skip
+            resolved.fn, resolved.inputs, stand_in, **resolved.flow_options, run=checked
+        )
 
 
 def _recorder(args: argparse.Namespace, subscribers: list[Callable[[Any], None]]) -> Any:

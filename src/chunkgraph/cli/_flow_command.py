@@ -71,9 +71,11 @@ def int_tuple(text: str) -> tuple[int, ...]:
 
 
 def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], again: str) -> int:
-    """Call ``call(**run options)`` and print its summary; the exit code of the outcome."""
+    """Call ``call(run=the run options)`` and print its summary; the exit code of the
+    outcome."""
     from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
     from chunkgraph.cli._cmd_plan import parse_bytes
+    from chunkgraph.flow import RunOptions
 
     if args.workers is not None and args.workers < 1:
         print(
@@ -87,16 +89,12 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
     outcome = "interrupted"
     facts: dict[str, Any] = {}
     try:
-        report = call(
-            executor=args.executor,
-            workers=args.workers,
-            resume=args.resume,
-            dry_run=args.dry_run,
-            lock_wait=args.lock_wait,
-            memory_limit=memory,
-            progress=progress,
-            subscribers=subscribers,
-        )
+        run = RunOptions(
+            executor=args.executor, workers=args.workers, resume=args.resume,
+            dry_run=args.dry_run, lock_wait=args.lock_wait, memory_limit=memory,
+            progress=progress, subscribers=tuple(subscribers),
+        )  # fmt: skip
+        report = call(run=run)
         outcome = "finished"
         # What the summary says of saturation, for a log read alone.
         facts["saturated_voxels"] = report.saturated_voxels

@@ -604,11 +604,32 @@ def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
 def _plan_output(
     spec: RunSpec, base: Path, first: Any, inputs: Mapping[str, Any], problem: Problem
 ) -> OutputPlan:
-    from chunkgraph import volume
-
+    """What to do with the output: use the volume there (checked against the spec), or
+    create it from ``create_args`` (replacing the one there with ``exists: overwrite``).
+    ``first``: the first input, whose shape, offset and resolution are the defaults."""
     out = spec.output
     path = place(base, out.path)
     plan = OutputPlan(path)
+    options = _options_for(path, spec)
+    usable, existing = _found_output(path, out, options, problem)
+    if not usable:
+        return plan
+    if existing is not None:
+        if _uses_existing(existing, out, first, inputs, path, problem):
+            plan.existing = existing
+            return plan
+        plan.overwrite = True
+    plan.create_args = _create_args(out, first, path, options, problem)
+    return plan
+
+
+def _found_output(
+    path: str, out: OutputSpec, options: dict[str, Any] | None, problem: Problem
+) -> tuple[bool, Any]:
+    """(whether the output can go at ``path``, the volume there or None); a problem when
+    it cannot: nothing is done there."""
+    from chunkgraph import volume
+
     if is_url(path) and out.exists == "overwrite":
         # replacing sets the old volume aside by a rename, which a bucket has not
         problem(
@@ -616,16 +637,14 @@ def _plan_output(
             f"overwrite is for outputs on a disk; remove {path!r} first (chunkgraph's "
             "volume.remove) or set exists: use",
         )
-        return plan
+        return False, None
     if not_a_volume := _not_a_volume(path):
         problem("output.path", not_a_volume)
-        return plan
-    existing = None
-    options = _options_for(path, spec)
+        return False, None
     try:
-        existing = volume.open(path, "r+", storage_options=options)
+        return True, volume.open(path, "r+", storage_options=options)
     except FileNotFoundError:
-        pass
+        return True, None
     except (ConfigError, StoreError) as err:
         # A place that cannot be reached (no such bucket, access refused, no answer, a
         # broken URL) says so itself; "does not open" is for what is there.
@@ -634,21 +653,34 @@ def _plan_output(
             "output.path",
             str(err) if about_place else f"something is at {path!r} but it does not open: {err}",
         )
-        return plan
-    if existing is not None:
-        if out.exists == "error":
-            problem(
-                "output.exists",
-                f"{path!r} already exists; set exists: use"
-                + ("" if is_url(path) else " or overwrite"),
-            )
-        elif out.exists != "overwrite":
-            _check_matches(existing, out, first, path, problem)
-            plan.existing = existing
-            return plan
-        elif any(os.path.realpath(v.path) == os.path.realpath(path) for v in inputs.values()):
-            problem("output.exists", f"overwrite would delete {path!r}, which is an input")
-        plan.overwrite = True
+        return False, None
+
+
+def _uses_existing(
+    existing: Any, out: OutputSpec, first: Any, inputs: Mapping[str, Any], path: str,
+    problem: Problem,
+) -> bool:  # fmt: skip
+    """Whether the run writes into the output there as it is (a problem where it does not
+    match the spec); False: it is replaced (``exists: overwrite``) or refused (``error``)."""
+    if out.exists == "error":
+        problem(
+            "output.exists",
+            f"{path!r} already exists; set exists: use" + ("" if is_url(path) else " or overwrite"),
+        )
+        return False
+    if out.exists != "overwrite":
+        _check_matches(existing, out, first, path, problem)
+        return True
+    if any(os.path.realpath(v.path) == os.path.realpath(path) for v in inputs.values()):
+        problem("output.exists", f"overwrite would delete {path!r}, which is an input")
+    return False
+
+
+def _create_args(
+    out: OutputSpec, first: Any, path: str, options: dict[str, Any] | None, problem: Problem
+) -> dict[str, Any]:
+    """``volume.create``'s arguments for the output: the spec's, else the first input's
+    shape, offset and resolution; a problem for each one missing or not fitting."""
     for name in ("dtype", "chunks"):
         if getattr(out, name) is None:
             problem(f"output.{name}", f"needed to create the output {path!r}")
@@ -660,12 +692,32 @@ def _plan_output(
     args: dict[str, Any] = {"dtype": out.dtype, "chunks": out.chunks, "fill_value": out.fill_value}
     if options is not None:
         args["storage_options"] = options
+    _shape_args(args, out, first)
+    _offset_args(args, out, first, problem)
+    _resolution_args(args, out, first, problem)
+    if out.shape is None and out.resolution is not None and first is not None:
+        _cover_the_input(args, first, out)
+    if out.chunks is not None and "shape" in args and len(out.chunks) != len(args["shape"]):
+        problem(
+            "output.chunks",
+            f"{out.chunks} has {len(out.chunks)} axes but the output shape "
+            f"{list(args['shape'])} has {len(args['shape'])}",
+        )
+    return args
+
+
+def _shape_args(args: dict[str, Any], out: OutputSpec, first: Any) -> None:
+    """The output's shape and spatial axes: the spec's, else the first input's."""
     if out.shape is not None:
         args["shape"] = tuple(out.shape)
         if first is not None and len(out.shape) > first.spatial_ndim:
             args["spatial_ndim"] = first.spatial_ndim  # leading channel axes, as the input's
     elif first is not None:
         args.update(shape=first.shape, spatial_ndim=first.spatial_ndim)
+
+
+def _offset_args(args: dict[str, Any], out: OutputSpec, first: Any, problem: Problem) -> None:
+    """The output's offset: the spec's (one per spatial axis), else the first input's."""
     spatial_axes = args.get("spatial_ndim") or len(args.get("shape", ()))
     if out.offset is not None:
         args["offset"] = tuple(out.offset)
@@ -678,6 +730,10 @@ def _plan_output(
     elif first is not None and len(first.offset) == spatial_axes:
         # At 0 beside an input elsewhere, the output's bounds would miss the input.
         args["offset"] = tuple(first.offset)
+
+
+def _resolution_args(args: dict[str, Any], out: OutputSpec, first: Any, problem: Problem) -> None:
+    """The output's resolution: the spec's (one per spatial axis), else the first input's."""
     if out.resolution is not None:
         args["resolution"] = tuple(out.resolution)
         spatial = args.get("spatial_ndim") or len(args.get("shape", out.resolution))
@@ -693,16 +749,6 @@ def _plan_output(
         # The flow's grid is the output's: at resolution 1 beside an input at (40, 4, 4)
         # the input would be 40x finer along z, never what a spec without one means.
         args["resolution"] = tuple(first.resolution)
-    if out.shape is None and out.resolution is not None and first is not None:
-        _cover_the_input(args, first, out)
-    if out.chunks is not None and "shape" in args and len(out.chunks) != len(args["shape"]):
-        problem(
-            "output.chunks",
-            f"{out.chunks} has {len(out.chunks)} axes but the output shape "
-            f"{list(args['shape'])} has {len(args['shape'])}",
-        )
-    plan.create_args = args
-    return plan
 
 
 def _options_for(path: str, spec: RunSpec) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@ top level; resumable after a crash. ``reduce_deferred`` finishes a flow applied
 with ``blend_modes="defer"`` later, into a dst. ``downsample`` (pyramid levels) and
 ``transfer`` (copy, rechunk, convert) are apply flows with a fixed function
 (``chunkgraph.jobs``, re-exported here on first use).
-``chunkgraph.volume.apply`` is the same function. Design notes: ``flow/README.md``.
+``RunOptions`` holds how a flow runs (executor, workers, resume, ...) as one value that
+each of them takes as ``run=``. ``chunkgraph.volume.apply`` is the same function.
+Design notes: ``flow/README.md``.
 
 Layout: this face and ``_apply`` sit on ``run`` (the engine), which sits on ``plan``
 (the validated flow, pure) and ``state`` (what a flow keeps between runs); plan and
@@ -22,7 +24,14 @@ from chunkgraph._errors import (
     RunEndedError,
 )
 from chunkgraph.flow._apply import apply, check_device
-from chunkgraph.flow.plan import FlowEstimate, FlowPlan, ReadAmplificationWarning, SaturationWarning
+from chunkgraph.flow.plan import (
+    DeviceChoice,
+    FlowEstimate,
+    FlowPlan,
+    ReadAmplificationWarning,
+    RunOptions,
+    SaturationWarning,
+)
 from chunkgraph.flow.run import ApplyReport, ProbeFailure, reduce_deferred
 from chunkgraph.flow.state import claimed, refuse_if_written
 
@@ -41,6 +50,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ApplyReport",
+    "DeviceChoice",
     "DownsampleReport",
     "FlowEstimate",
     "FlowLockedError",
@@ -49,6 +59,7 @@ __all__ = [
     "ProbeFailure",
     "ReadAmplificationWarning",
     "RunEndedError",
+    "RunOptions",
     "SaturationWarning",
     "apply",
     "check_device",

@@ -41,10 +41,12 @@ volume_flow benchmark at no measurable cost in time).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
@@ -107,6 +109,7 @@ def apply(
     device: str = "cpu",
     gpu_fallback: bool = False,
     cast: str = DEFAULT_CAST,
+    run: RunOptions | None = None,
 ) -> ApplyReport:
     """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``: the documentation's
     page on the apply flow (``docs/flow.md``) states every parameter's rule.
@@ -115,15 +118,17 @@ def apply(
     ``chunk_sizes`` omitted (``"auto"``): the flow plans the levels and a chunk cache
     from the pads, the storage chunks, the cores and ``memory_limit``; ``report.plan``
     says what it chose and why. Run options (executor ... gpu_fallback) are checked by
-    ``RunOptions.of``; ``retries=None``: 2 for an executor kind, an Executor's own.
+    ``RunOptions``; ``retries=None``: 2 for an executor kind, an Executor's own.
+    ``run``: all of them as one ``RunOptions``; a run keyword beside it must agree with
+    it or be left at its default (``RunOptions.of``).
     Raises ``ConfigError`` (its ``field`` names the parameter) before anything is
     written when the configuration is invalid, ``FlowLockedError`` when the flow is
     running elsewhere, ``ExceptionGroup`` of ``TaskError`` when ``fn`` fails.
     """
     t0 = time.perf_counter()
     options = RunOptions.of(
-        executor=executor, workers=workers, retries=retries, timeout=timeout, resume=resume,
-        lock_wait=lock_wait, probe=probe, progress=progress, dry_run=dry_run,
+        run=run, executor=executor, workers=workers, retries=retries, timeout=timeout,
+        resume=resume, lock_wait=lock_wait, probe=probe, progress=progress, dry_run=dry_run,
         subscribers=subscribers, memory_limit=memory_limit, intermediates=intermediates,
         device=device, gpu_fallback=gpu_fallback,
     )  # fmt: skip
@@ -133,16 +138,16 @@ def apply(
     fn = with_fn_kwargs(fn, fn_kwargs, named, isinstance(inputs, Volume))
     # dst's voxels are the flow's grid (without dst, the first input stands in, as in _spec).
     grid = dst if dst is not None else next(iter(named.values()), None)
-    shape: dict[str, Any] = dict(
+    shape = FlowShape(
         chunk_sizes=chunk_sizes, crop_pads=crop_pads, blend_pads=blend_pads,
         blend_modes=blend_modes, bbox=bbox_in_voxels(bbox, bbox_units, grid),
         auto_divisibility=auto_divisibility, expand_bbox=expand_bbox, cast=cast,
+        max_reduction_chunk_size=max_reduction_chunk_size, skip_intermediates=skip_intermediates,
     )  # fmt: skip
     cores = options.workers or usable_cores()
     if dst is None:
-        spec, plan, limit = _values_spec(fn, inputs, options, on, shape, max_reduction_chunk_size)
+        spec, plan, limit = _values_spec(fn, inputs, options, on, shape)
     else:
-        shape.update(max_reduction_chunk_size=max_reduction_chunk_size, skip=skip_intermediates)
         spec, plan, limit = _dst_spec(fn, inputs, named, dst, options, shape, cores)
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
@@ -151,20 +156,58 @@ def apply(
     return flow.run()
 
 
+@dataclass(frozen=True)
+class FlowShape:
+    """apply's arguments that shape the flow, as given (``bbox`` in the grid's voxels):
+    the levels' sizes, the bbox, the reductions, the cast; ``validate_flow`` checks them.
+    ``skip_intermediates`` None: decided by the plan of automatic sizes (else False)."""
+
+    chunk_sizes: Any
+    crop_pads: Any
+    blend_pads: Any
+    blend_modes: Any
+    bbox: Box | None
+    auto_divisibility: bool
+    expand_bbox: bool | str
+    cast: str
+    max_reduction_chunk_size: Any
+    skip_intermediates: bool | None
+
+    def validate(
+        self, fn: Callable[..., Any], inputs: Volume | Mapping[str, Volume], dst: Volume | None
+    ) -> FlowSpec:
+        """The flow's ``FlowSpec`` (``validate_flow``), or ``ConfigError`` naming the argument."""
+        return validate_flow(
+            fn,
+            inputs,
+            dst,
+            chunk_sizes=self.chunk_sizes,
+            crop_pads=self.crop_pads,
+            blend_pads=self.blend_pads,
+            blend_modes=self.blend_modes,
+            bbox=self.bbox,
+            auto_divisibility=self.auto_divisibility,
+            expand_bbox=self.expand_bbox,
+            max_reduction_chunk_size=self.max_reduction_chunk_size,
+            skip_intermediates=bool(self.skip_intermediates),
+            cast=self.cast,
+        )
+
+
 def _dst_spec(
     fn: Callable[..., Any],
     inputs: Volume | Mapping[str, Volume],
     named: dict[str, Volume],
     dst: Volume,
     options: RunOptions,
-    shape: dict[str, Any],
+    shape: FlowShape,
     cores: int,
 ) -> tuple[FlowSpec, FlowPlan, int]:
     """The spec of a flow into ``dst``, its plan (automatic sizes, or given sizes' read
     model) and the memory budget in bytes."""
     limit, source = resolve_memory_limit(options.memory_limit)
     plan, shape = _planned(inputs, dst, shape, cores, limit, source)
-    spec = validate_flow(fn, inputs, dst, **shape)
+    spec = shape.validate(fn, inputs, dst)
     return spec, plan or _given_plan(spec, named, dst, cores, limit, source), limit
 
 
@@ -173,8 +216,7 @@ def _values_spec(
     inputs: Volume | Mapping[str, Volume],
     options: RunOptions,
     on: DeviceUse,
-    shape: dict[str, Any],
-    max_reduction_chunk_size: object,
+    shape: FlowShape,
 ) -> tuple[FlowSpec, None, None]:
     """The spec of a flow without dst (fn's values collected, ``_values``): given sizes,
     no state to resume, on the CPU."""
@@ -184,7 +226,7 @@ def _values_spec(
             "CPU; give a dst volume, or use device='cpu'",
             field="device",
         )
-    if wants_auto_sizes(shape["chunk_sizes"]):
+    if wants_auto_sizes(shape.chunk_sizes):
         raise ConfigError(
             "dst=None needs chunk_sizes: automatic sizes are planned from dst's storage "
             "chunks; give the chunks fn should see, e.g. chunk_sizes=[(256, 256, 256), (64,) * 3]",
@@ -196,51 +238,51 @@ def _values_spec(
             "back in the report), so there is nothing to resume; run it without resume",
             field="resume",
         )
-    spec = validate_flow(fn, inputs, None, **shape)  # blend pads refused: _check_values_levels
+    # No intermediates without a dst: skip_intermediates has nothing to skip.
+    values = dataclasses.replace(shape, skip_intermediates=None)
+    spec = values.validate(fn, inputs, None)  # blend pads refused: _check_values_levels
     # No reduction without a dst, but the option is checked as on every path.
     top = spec.levels[0].chunk
-    reduction_chunk(max_reduction_chunk_size, top, top)
+    reduction_chunk(shape.max_reduction_chunk_size, top, top)
     return spec, None, None  # no plan, no memory budget: nothing is kept
 
 
 def _planned(
     inputs: Volume | Mapping[str, Volume],
     dst: Volume,
-    shape: dict[str, Any],
+    shape: FlowShape,
     cores: int,
     limit: int,
     source: str,
-) -> tuple[FlowPlan | None, dict[str, Any]]:
-    """Automatic sizes when ``chunk_sizes`` asks for them: the plan, and ``validate_flow``'s
-    arguments with its sizes; given sizes: no plan yet (``_given_plan``, once validated).
-    ``shape["skip"]``: ``skip_intermediates`` as given (None: decided here)."""
-    shape = dict(shape)
-    skip_intermediates = shape.pop("skip")
-    if not wants_auto_sizes(shape["chunk_sizes"]):
-        return None, {**shape, "skip_intermediates": bool(skip_intermediates)}
+) -> tuple[FlowPlan | None, FlowShape]:
+    """Automatic sizes when ``chunk_sizes`` asks for them: the plan, and the shape with its
+    sizes; given sizes: no plan yet (``_given_plan``, once validated), and the shape as
+    given (``skip_intermediates`` None: False)."""
+    if not wants_auto_sizes(shape.chunk_sizes):
+        return None, shape
     plan = plan_automatic(
         inputs,
         dst,
-        crop_pads=shape["crop_pads"],
-        blend_pads=shape["blend_pads"],
-        bbox=shape["bbox"],
+        crop_pads=shape.crop_pads,
+        blend_pads=shape.blend_pads,
+        bbox=shape.bbox,
         cores=cores,
         memory_limit=limit,
         memory_limit_source=source,
-        skip_intermediates=skip_intermediates,
+        skip_intermediates=shape.skip_intermediates,
     )
-    modes = shape["blend_modes"]
+    modes = shape.blend_modes
     if isinstance(modes, list) and len(modes) == 1:
         modes = modes * len(plan.chunk_sizes)
-    return plan, {
-        **shape,
-        "chunk_sizes": list(plan.chunk_sizes),
-        "crop_pads": list(plan.crop_pads),
-        "blend_pads": list(plan.blend_pads),
-        "blend_modes": modes,
-        "skip_intermediates": plan.direct_writes,
-        "expand_bbox": shape["expand_bbox"] or plan.expand_bbox,
-    }
+    return plan, dataclasses.replace(
+        shape,
+        chunk_sizes=list(plan.chunk_sizes),
+        crop_pads=list(plan.crop_pads),
+        blend_pads=list(plan.blend_pads),
+        blend_modes=modes,
+        skip_intermediates=plan.direct_writes,
+        expand_bbox=shape.expand_bbox or plan.expand_bbox,
+    )
 
 
 def _given_plan(

@@ -5,7 +5,7 @@ Policy. A job uses only public names: ``chunkgraph.flow``'s (``apply``, the repo
 the claim on a region of dst), ``chunkgraph.flow.plan``'s (the cast rules, the memory
 budget) and ``chunkgraph.volume``'s; never the flow's engine or its state (the
 import-linter contracts in pyproject.toml check it). ``_block_reduce`` holds the
-reductions downsample applies, ``_backend`` the backend of the volumes a job makes.
+reductions downsample applies, ``_run_options`` the run options a job takes (``run=``).
 ``chunkgraph.downsample`` and ``chunkgraph.transfer`` are these functions (and
 ``chunkgraph.flow.downsample`` / ``.transfer``, looked up here on first use).
 """

@@ -33,10 +33,11 @@ import numpy as np
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.flow import ApplyReport, apply, claimed, refuse_if_written
+from chunkgraph.flow import ApplyReport, RunOptions, apply, claimed, refuse_if_written
 from chunkgraph.flow.plan import job_memory_refusal, resolve_memory_limit
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._block_reduce import METHODS, block_reduce, reduced_shape
+from chunkgraph.jobs._run_options import job_options, planning
 from chunkgraph.volume import Volume, path_to_open, plain_zarr_backend, shards_by_write_chunks
 
 if TYPE_CHECKING:
@@ -254,6 +255,7 @@ def downsample(
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
     lock_wait: float = 0.0,
+    run: RunOptions | None = None,
 ) -> DownsampleReport:
     """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
 
@@ -265,7 +267,8 @@ def downsample(
     ``{level}``; default beside ``src``: ``vol_s1.zarr``, ...; the default for a plain
     volume). Each level is an ``apply`` flow, resumable with ``resume=True``;
     ``lock_wait``: seconds each waits for another flow writing what it reads or writes
-    (``_dst_lock``; 0: refused at once).
+    (``_dst_lock``; 0: refused at once). ``run``: the run options as one ``RunOptions``
+    (``_run_options``: retries and timeout too; intermediates and device are refused).
 
     >>> from chunkgraph import volume
     >>> v = volume.create("ds-doc", (8, 6), (4, 4), "uint8", backend="memory")
@@ -275,6 +278,12 @@ def downsample(
     [[21, 23], [45, 47]]
     >>> for p in ("ds-doc", *r.paths): volume.remove(p)
     """
+    options = job_options(
+        "downsample", run, memory_limit=memory_limit, executor=executor, workers=workers,
+        resume=resume, dry_run=dry_run, progress=progress, subscribers=subscribers,
+        lock_wait=lock_wait,
+    )  # fmt: skip
+    dry_run, lock_wait = options.dry_run, options.lock_wait
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     if method is None:
         method = default_method(source.dtype)
@@ -283,10 +292,8 @@ def downsample(
     if not dry_run:
         # Every pass planned first over stand-ins in memory: what the memory limit or the
         # sizes refuse is refused before a level is made or listed in an image's metadata.
-        downsample(
-            source, factor=factors, levels=levels, method=method, dst=dst, format=into,
-            memory_limit=memory_limit, executor=executor, workers=workers, dry_run=True,
-        )  # fmt: skip
+        downsample(source, factor=factors, levels=levels, method=method, dst=dst, format=into,
+                   run=planning(options))  # fmt: skip
         # A source another flow is writing is refused before a level is made or listed
         # (each pass's apply checks again, under its locks).
         refuse_if_written({"src": (source, source.bounds)}, lock_wait)
@@ -305,8 +312,8 @@ def downsample(
                 f"{source.path} (level +{k})" if dry_run else level.path
                 for k, level in enumerate(made, start=1)
             )
-        cores = workers or usable_cores()
-        limit, _ = resolve_memory_limit(memory_limit)
+        cores = options.workers or usable_cores()
+        limit, _ = resolve_memory_limit(options.memory_limit)
         below, done = source, 0
         while done < levels:
             count, top = fused_pass(below, made[done:], factors, cores, limit)
@@ -327,18 +334,9 @@ def downsample(
                     chunk_sizes="auto" if top is None else [top],
                     bbox=first.bounds,
                     expand_bbox=True,
-                    memory_limit=memory_limit,
-                    executor=executor,
-                    workers=workers,
-                    resume=resume,
-                    dry_run=dry_run,
-                    lock_wait=lock_wait,
-                    progress=progress,
-                    subscribers=subscribers,
-                    # A fixed, tested function: probing it would read one bottom chunk twice.
-                    probe=False,
                     # Every block reduction returns the level's own dtype.
                     cast="safe",
+                    run=options,
                 )
             reports.append(report)
             counts.append(count)

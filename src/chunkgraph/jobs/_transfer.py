@@ -30,7 +30,7 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
-from chunkgraph.flow import ApplyReport, apply, refuse_if_written
+from chunkgraph.flow import ApplyReport, RunOptions, apply, refuse_if_written
 from chunkgraph.flow.plan import (
     CAST_RULES,
     DEFAULT_CAST,
@@ -41,6 +41,7 @@ from chunkgraph.flow.plan import (
     warn_if_saturated,
 )
 from chunkgraph.geometry import Box
+from chunkgraph.jobs._run_options import job_options, planning
 from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def transfer(
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
     lock_wait: float = 0.0,
+    run: RunOptions | None = None,
 ) -> ApplyReport:
     """Copy ``src`` (within ``bbox``, global voxels; default all of it) into a new volume
     at ``dst`` with spatial ``chunks`` (default the source's), Zarr v3 ``shards`` (None:
@@ -78,7 +80,8 @@ def transfer(
     (default the source's). ``dst`` may carry a format prefix (``precomputed://``,
     ``n5://``, ``zarr2://``) and ``src`` be any volume ``volume.open`` reads.
     ``lock_wait``: seconds to wait for another flow writing the source or dst
-    (``_dst_lock``; 0: refused at once).
+    (``_dst_lock``; 0: refused at once). ``run``: the run options as one ``RunOptions``
+    (``_run_options``: retries and timeout too; intermediates and device are refused).
 
     >>> from chunkgraph import volume
     >>> v = volume.create("tr-doc", (8, 8), (2, 2), "uint8", backend="memory")
@@ -89,6 +92,11 @@ def transfer(
     ((4, 8), 'uint16', True)
     >>> volume.remove("tr-doc"); volume.remove("tr-doc-out")
     """
+    options = job_options(
+        "transfer", run, memory_limit=memory_limit, executor=executor, workers=workers,
+        resume=resume, dry_run=dry_run, progress=progress, subscribers=subscribers,
+        lock_wait=lock_wait,
+    )  # fmt: skip
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     region = source.bounds if bbox is None else bbox
     if not isinstance(region, Box) or region.ndim != source.spatial_ndim:
@@ -106,22 +114,17 @@ def transfer(
         )
     _check_dtype(source, dtype, cast)
     there, existing = _existing(dst)
-    _check_dst(source, dst, existing, resume)
-    copy = _Copy(
-        source, dst, region, chunks, shards, dtype, backend, cast, memory_limit, executor, workers
-    )
+    _check_dst(source, dst, existing, options.resume)
+    copy = _Copy(source, dst, region, chunks, shards, dtype, backend, cast)
     try:
-        if not dry_run:
+        if not options.dry_run:
             # The plan first, over a stand-in of dst in memory: what the memory limit or
             # the sizes refuse is refused before dst exists.
-            _run(copy, dry_run=True)
+            _run(copy, planning(options))
             # A source another flow is writing is refused before dst is made (apply
             # checks again, under its locks).
-            refuse_if_written({"src": (source, region)}, lock_wait)
-        report = _run(
-            copy, dry_run=dry_run, resume=resume, progress=progress, subscribers=subscribers,
-            made=not there, lock_wait=lock_wait,
-        )  # fmt: skip
+            refuse_if_written({"src": (source, region)}, options.lock_wait)
+        report = _run(copy, options, made=not there)
     except ConfigError as err:
         raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
     return report
@@ -146,24 +149,12 @@ class _Copy:
     dtype: Any
     backend: BackendName | None
     cast: str
-    memory_limit: int | None
-    executor: ExecutorKind | Executor | None
-    workers: int | None
 
 
-def _run(
-    copy: _Copy,
-    *,
-    dry_run: bool,
-    resume: bool = False,
-    progress: bool = False,
-    subscribers: Sequence[Subscriber] = (),
-    made: bool = False,
-    lock_wait: float = 0.0,
-) -> ApplyReport:
+def _run(copy: _Copy, options: RunOptions, *, made: bool = False) -> ApplyReport:
     """Make dst (a stand-in in memory for a dry run) and copy into it; a dst this call made
     is removed again when the flow refuses it, and a stand-in always."""
-    source, region = copy.source, copy.region
+    source, region, dry_run = copy.source, copy.region, options.dry_run
     spatial_chunks = tuple(source.spatial_chunks if copy.chunks is None else copy.chunks)
     shards = None if copy.shards is None else tuple(copy.shards)
     if dry_run and shards is not None:
@@ -195,17 +186,8 @@ def _run(
                 target,
                 bbox=region,
                 expand_bbox=True,
-                memory_limit=copy.memory_limit,
-                executor=copy.executor,
-                workers=copy.workers,
-                resume=resume,
-                dry_run=dry_run,
-                lock_wait=lock_wait,
-                progress=progress,
-                subscribers=subscribers,
-                # The identity needs no probe, and one would read a bottom chunk twice.
-                probe=False,
                 cast=copy.cast,
+                run=options,  # never probed: the identity needs none (_run_options)
             )
     except ConfigError:
         if made and not dry_run:  # nothing was written: the refusal came before the tasks

@@ -45,7 +45,12 @@ from chunkgraph.flow.plan._estimate import (
 )
 from chunkgraph.flow.plan._fn_kwargs import with_fn_kwargs
 from chunkgraph.flow.plan._mergeable import check_edges_mergeable, unmergeable
-from chunkgraph.flow.plan._options import DEFAULT_RETRIES, RunOptions, check_optional_bool
+from chunkgraph.flow.plan._options import (
+    DEFAULT_RETRIES,
+    DeviceChoice,
+    RunOptions,
+    check_optional_bool,
+)
 from chunkgraph.flow.plan._read_model import (
     DEVICE_TASKS_IN_FLIGHT,
     bottom_chunks_per_top,
@@ -78,6 +83,7 @@ __all__ = [
     "WEIGHTED_MODES",
     "BlendMode",
     "CastRule",
+    "DeviceChoice",
     "FlowEstimate",
     "FlowPlan",
     "FlowSpec",

@@ -1,18 +1,30 @@
 """``RunOptions``: how one flow runs, as one value, checked once.
 
-Policy. ``apply``, ``apply(dst=None)``, ``reduce_deferred`` and ``chunkgraph
-run`` take the same run options (executor, workers, retries, timeout, resume,
-lock_wait, probe, progress, dry_run, subscribers, memory_limit, intermediates,
-device). ``RunOptions.of`` is the one place that checks them: every path builds
-one before it plans or touches anything, so a bad value is refused the same
-way wherever it is given, by a ``ConfigError`` whose ``field`` is the
-parameter's name. Nothing after it re-checks them.
+Policy. ``apply``, ``apply(dst=None)``, ``reduce_deferred``, the jobs
+(``downsample``, ``transfer``) and the command line take the same run options
+(executor, workers, retries, timeout, resume, lock_wait, probe, progress,
+dry_run, subscribers, memory_limit, intermediates, device), either as keywords
+or as one value, ``run=RunOptions(...)``. Making a ``RunOptions`` is the one
+place that checks them (``__post_init__``, also under ``RunOptions.of`` and
+``dataclasses.replace``): every path holds one before it plans or touches
+anything, so a bad value is refused the same way wherever it is given, by a
+``ConfigError`` whose ``field`` is the parameter's name. Nothing after it
+re-checks them. A caller passes the value on (``run=``) instead of spelling
+the options out again.
+
+``run=`` beside keywords (``RunOptions.of(run=...)``). ``run`` is the result. A
+keyword equal to apply's default counts as not given (a keyword signature
+cannot tell otherwise) and takes run's value; a keyword that agrees with run is
+accepted; one that says otherwise is a ``ConfigError`` naming the keyword and
+``run``, since which of the two was meant cannot be known. A caller that does
+not use an option (``reduce_deferred`` has no ``dry_run``) refuses a ``run``
+that sets it (``refuse_unused``), rather than ignore it.
 
 State. A frozen dataclass. ``retries`` is ``None`` when not given: an executor
 kind then retries ``DEFAULT_RETRIES`` times, and an ``Executor`` keeps its own
 setting; an explicit value beside an ``Executor`` is refused there
-(``execute.resolve_executor``), never dropped. Whether an option was given is
-``None`` versus a value, never a comparison with its default. ``device`` and
+(``execute.resolve_executor``), never dropped. Within a ``RunOptions``, whether
+an option was given is ``None`` versus a value. ``device`` and
 ``gpu_fallback`` are one explicit state, ``DeviceChoice``::
 
     device="cpu"                      -> CPU
@@ -26,7 +38,7 @@ import contextlib
 import dataclasses
 import enum
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +54,8 @@ from chunkgraph.volume._object_store import SCHEMES, broken_url, split_url
 if TYPE_CHECKING:
     from chunkgraph.execute import Subscriber
 
+# The options that are a real bool.
+_FLAGS = ("resume", "probe", "progress", "dry_run")
 # Flow tasks are idempotent: a try lost to a dead worker or a transient I/O error
 # simply runs again.
 DEFAULT_RETRIES = 2
@@ -85,7 +99,32 @@ class DeviceChoice(enum.Enum):
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The run options of one flow call, checked (build with ``RunOptions.of``)."""
+    """How one flow runs, as one value: ``apply(..., run=RunOptions(workers=4, resume=True))``.
+
+    Every field is checked when the value is made (``RunOptions(...)``, ``.of``, or
+    ``dataclasses.replace``): a bad one is a ``ConfigError`` whose ``field`` names it.
+
+    Args:
+        executor: ``"threads"`` (None: the default), ``"adaptive"``, ``"processes"``,
+            ``"sync"``, a Dask scheduler address (``"tcp://host:8786"``), a
+            ``distributed.Client`` or an ``Executor``.
+        workers: The executor's size; None: all cores.
+        retries: Tries after a task's first; None: 2 for an executor kind, an
+            ``Executor``'s own setting (a value beside one is refused).
+        timeout: Seconds a task may run before it is stopped; None: no limit.
+        resume: Continue an interrupted flow: finished tasks are skipped.
+        lock_wait: Seconds to wait while the flow runs elsewhere or another flow writes
+            what it reads or writes (0: refused at once, ``math.inf``: as long as it takes).
+        probe: Call fn once on the first chunk before the run.
+        progress: Show a progress bar.
+        dry_run: Plan and estimate; write nothing.
+        subscribers: Callables, each given every ``Event`` of the run.
+        memory_limit: The memory budget in bytes; None: a share of what is available.
+        intermediates: Where the flow's state goes: a folder or an object-store URL;
+            None: beside dst.
+        device: ``DeviceChoice.CPU``, ``.GPU`` or ``.GPU_OR_CPU`` (``RunOptions.of``
+            takes apply's ``device=`` and ``gpu_fallback=`` instead).
+    """
 
     # a kind, a Dask scheduler address, a distributed.Client or an Executor; None: threads
     executor: Any = None
@@ -102,10 +141,41 @@ class RunOptions:
     intermediates: Path | str | None = None
     device: DeviceChoice = DeviceChoice.CPU
 
+    def __post_init__(self) -> None:
+        """Each field checked, in the order ``apply`` names them, and kept in one form
+        (a real bool, a float, a tuple, a Path or a URL)."""
+        for name in _FLAGS:
+            _check_bool(name, getattr(self, name))
+        if not isinstance(self.device, DeviceChoice):
+            raise ConfigError(
+                f"device must be a DeviceChoice (CPU, GPU or GPU_OR_CPU), got "
+                f"{self.device!r}; RunOptions.of(device='gpu', gpu_fallback=True) takes "
+                "apply's spelling",
+                field="device",
+            )
+        _check_executor_kind(self.executor)
+        with _field("device"):
+            check_executor(self.device.device, self.executor)
+        with _field("timeout"):
+            seconds = check_timeout(self.timeout)
+        kept = {
+            "workers": _checked_workers(self.workers),
+            "retries": _checked_retries(self.retries),
+            "timeout": seconds,
+            "lock_wait": _checked_lock_wait(self.lock_wait),
+            "subscribers": _checked_subscribers(self.subscribers),
+            "memory_limit": _checked_memory_limit(self.memory_limit),
+            "intermediates": _checked_intermediates(self.intermediates),
+            **{name: bool(getattr(self, name)) for name in _FLAGS},
+        }
+        for name, value in kept.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
     @classmethod
     def of(
         cls,
         *,
+        run: object = None,
         executor: object = None,
         workers: object = None,
         retries: object = None,
@@ -123,37 +193,43 @@ class RunOptions:
     ) -> RunOptions:
         """The options as ``apply`` takes them, each checked: ConfigError with ``field``.
 
+        ``run``: a ``RunOptions`` given beside the keywords (``apply(run=...)``): it is
+        the result, and a keyword left at its default takes its value; a keyword that
+        says otherwise is refused (``field`` the keyword, the message naming ``run``),
+        since which of the two was meant cannot be known. One that agrees is accepted.
+
         >>> RunOptions.of(retries=1, device="gpu").device
         <DeviceChoice.GPU: 'gpu'>
+        >>> RunOptions.of(run=RunOptions(workers=2)).workers
+        2
         """
-        for name, flag in (
-            ("resume", resume),
-            ("probe", probe),
-            ("progress", progress),
-            ("dry_run", dry_run),
-        ):
-            _check_bool(name, flag)
-        choice = DeviceChoice.of(device, gpu_fallback)
-        _check_executor_kind(executor)
-        with _field("device"):
-            check_executor(choice.device, executor)
-        with _field("timeout"):
-            seconds = check_timeout(timeout)
-        return cls(
-            executor=executor,
-            workers=_checked_workers(workers),
-            retries=_checked_retries(retries),
-            timeout=seconds,
-            resume=bool(resume),
-            lock_wait=_checked_lock_wait(lock_wait),
-            probe=bool(probe),
-            progress=bool(progress),
-            dry_run=bool(dry_run),
-            subscribers=_checked_subscribers(subscribers),
-            memory_limit=_checked_memory_limit(memory_limit),
-            intermediates=_checked_intermediates(intermediates),
-            device=choice,
-        )
+        given: dict[str, Any] = dict(
+            executor=executor, workers=workers, retries=retries, timeout=timeout,
+            resume=resume, lock_wait=lock_wait, probe=probe, progress=progress,
+            dry_run=dry_run, subscribers=subscribers, memory_limit=memory_limit,
+            intermediates=intermediates,
+        )  # fmt: skip
+        keywords = cls(**given, device=DeviceChoice.of(device, gpu_fallback))
+        return keywords if run is None else keywords._beside(run)
+
+    def _beside(self, run: object) -> RunOptions:
+        """``run``, when every keyword given beside it (``self``) agrees with it."""
+        if not isinstance(run, RunOptions):
+            raise ConfigError(
+                f"run must be a RunOptions (chunkgraph.RunOptions(workers=4, ...)) or None, "
+                f"got {run!r} ({type(run).__name__})",
+                field="run",
+            )
+        mine, theirs = self.apply_kwargs(), run.apply_kwargs()
+        for name, value in mine.items():
+            if value != _DEFAULTS[name] and value != theirs[name]:
+                raise ConfigError(
+                    f"{name}={value!r} is given beside run=, whose {name} is "
+                    f"{theirs[name]!r}: give each run option once, either in run "
+                    f"(dataclasses.replace(run, {name}=...)) or as a keyword without run",
+                    field=name,
+                )
+        return run
 
     def apply_kwargs(self) -> dict[str, Any]:
         """The options as ``apply``'s keyword arguments (what a caller holding them passes).
@@ -163,6 +239,23 @@ class RunOptions:
         """
         given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return given | {"device": self.device.device, "gpu_fallback": self.device.gpu_fallback}
+
+    def refuse_unused(self, caller: str, unused: Mapping[str, str]) -> None:
+        """ConfigError when an option ``caller`` does not use (``unused``: each one's name
+        and why) is not at its default: given, it would be ignored silently.
+
+        >>> RunOptions(dry_run=True).refuse_unused("f", {"dry_run": "it writes nothing"})
+        Traceback (most recent call last):
+        chunkgraph.ConfigError: f takes no dry_run (it writes nothing); leave run.dry_run at ...
+        """
+        given = self.apply_kwargs()
+        for name, why in unused.items():
+            if given[name] != _DEFAULTS[name]:
+                raise ConfigError(
+                    f"{caller} takes no {name} ({why}); leave run.{name} at its default, "
+                    f"{_DEFAULTS[name]!r}",
+                    field=name,
+                )
 
 
 def check_optional_bool(name: str, value: object) -> None:
@@ -304,3 +397,7 @@ def check_executor(device: object, executor: object) -> None:
         "other processes; use executor='threads' (the default) or 'sync', or device='cpu'",
         field="device",
     )
+
+
+# apply's run keywords at their defaults: a keyword equal to its default counts as not given.
+_DEFAULTS = RunOptions().apply_kwargs()

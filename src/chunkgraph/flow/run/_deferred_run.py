@@ -80,6 +80,17 @@ def run_deferred_reduction(job: _ReduceJob, key: str, box: Box) -> ReductionStat
     return stats
 
 
+# The run options a reduction has no use for, and why: set in a ``run``, they are refused.
+UNUSED = {
+    "resume": "calling it again resumes",
+    "probe": "it runs no fn",
+    "dry_run": "it plans nothing",
+    "memory_limit": "each task holds one reduction box",
+    "intermediates": "the flow's state is where the flow is",
+    "device": "reductions run on the CPU",
+}
+
+
 def reduce_deferred(
     flow: ApplyReport | str | os.PathLike[str],
     dst: Volume,
@@ -92,6 +103,7 @@ def reduce_deferred(
     lock_wait: float = 0.0,
     progress: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    run: RunOptions | None = None,
 ) -> ApplyReport:
     """Reduce the layers of a flow applied with ``blend_modes="defer"`` into ``dst``.
 
@@ -100,7 +112,9 @@ def reduce_deferred(
     offset of the dst given to apply. ``blend_mode``: how the top level's overlaps
     combine (``linear``, ``quadratic``, ``bump`` or ``max``); the result is what apply
     with that mode would have written. ``executor``, ``workers``, ``retries``,
-    ``timeout``, ``lock_wait``, ``progress`` and ``subscribers`` as in ``apply``.
+    ``timeout``, ``lock_wait``, ``progress`` and ``subscribers`` as in ``apply``, or
+    ``run``: them as one ``RunOptions`` (the others, which a reduction has no use for,
+    at their defaults: ``UNUSED``).
     Each dst chunk is written once; calling again after a failure resumes. Success
     deletes the layers and markers (the completion record stays), and a second call
     into the same dst with the same mode does nothing (``finished_before``). Raises
@@ -109,9 +123,10 @@ def reduce_deferred(
     """
     t0 = time.perf_counter()
     options = RunOptions.of(
-        executor=executor, workers=workers, retries=retries, timeout=timeout,
+        run=run, executor=executor, workers=workers, retries=retries, timeout=timeout,
         lock_wait=lock_wait, progress=progress, subscribers=subscribers,
     )  # fmt: skip
+    options.refuse_unused("reduce_deferred", UNUSED)
     state = FlowDir.of(_flow_dir_of(flow))
     check_dst(dst, {})
     if isinstance(state.root, str):  # reached as dst is, as apply reached it
@@ -125,7 +140,7 @@ def reduce_deferred(
         with state.held(options.lock_wait):
             return _reduce(state, dst, blend_mode, chosen, options, t0)
     finally:
-        close_resolved(chosen, executor)  # a Client opened for executor='tcp://...'
+        close_resolved(chosen, options.executor)  # a Client opened for 'tcp://...'
 
 
 def _reduce(
