@@ -74,6 +74,13 @@ class ContextSeconds(Mapping[str, float]):
     Immutable and hashable. ``mean`` is the number the graph's single
     ``seconds`` column holds for it (the average over the entries, as HEFT's
     ranks use).
+
+    Args:
+        mapping: Seconds (finite, >= 0) by context name or kind; at least one entry.
+
+    Raises:
+        ConfigError: When ``mapping`` is empty, a key is not a non-empty string, or a
+            value is not a finite number >= 0.
     """
 
     __slots__ = ("_items",)
@@ -125,6 +132,15 @@ class Resources(Mapping[str, float]):
 
     An immutable, hashable mapping of resource name to a positive amount.
 
+    Args:
+        mapping: Amounts by resource name (``{"gpu": 1}``); None: none from here.
+        **amounts: More amounts as keywords (``gpu=1``), over ``mapping``'s. With no
+            amount at all the resources are the default ``{"cpu": 1}``.
+
+    Raises:
+        ConfigError: When a name is empty or a miscased ``"CPU"``/``"GPU"``, or an amount
+            is not a positive number.
+
     >>> Resources(gpu=1)
     Resources(gpu=1)
     >>> Resources() == Resources(cpu=1)
@@ -158,7 +174,14 @@ class Resources(Mapping[str, float]):
 
     @classmethod
     def coerce(cls, value: Resources | Mapping[str, float] | None) -> Resources:
-        """Return ``value`` as Resources (None is the default ``{"cpu": 1}``)."""
+        """Return ``value`` as Resources (None is the default ``{"cpu": 1}``).
+
+        Args:
+            value: Resources (returned as they are), a mapping of name to amount, or None.
+
+        Raises:
+            ConfigError: When ``value`` is none of these, or its amounts are invalid.
+        """
         if isinstance(value, Resources):
             return value
         if value is None:

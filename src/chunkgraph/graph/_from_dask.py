@@ -65,9 +65,17 @@ def from_dask(
 ) -> DaskGraph:
     """Convert a dask collection, expression, HighLevelGraph or dict graph to a ``Graph``.
 
-    ``keys``: the keys wanted, a key or (nested) lists of keys; default the
-    collection's or expression's keys, and none for a plain graph. ``optimize``:
-    apply dask's graph optimisations to a collection first, as ``compute`` does.
+    Args:
+        collection_or_graph: A dask collection (array, dataframe, delayed), an
+            expression, a HighLevelGraph or a plain dict graph.
+        keys: The keys wanted: a key or (nested) lists of keys; None: the collection's
+            or expression's keys, and none for a plain graph.
+        optimize: Apply dask's graph optimisations to a collection first, as
+            ``compute`` does.
+
+    Returns:
+        A ``DaskGraph``: the Graph, the task id of each key, and the targets in the
+            shape of ``keys``.
 
     >>> import operator
     >>> from chunkgraph import run
