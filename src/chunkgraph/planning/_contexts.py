@@ -122,6 +122,11 @@ class Link:
             )
 
     def seconds(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` over this link: latency plus size over bandwidth.
+
+        Args:
+            nbytes: Bytes moved.
+        """
         return self.latency + nbytes / self.bandwidth
 
 
@@ -202,6 +207,9 @@ def local_contexts(*, gpus: bool = True) -> tuple[Context, ...]:
     Only the cores and GPUs this process may use are counted. A machine without
     NUMA information is one CPU context named ``"cpu"``. GPUs are ``gpu0``,
     ``gpu1``, ... (kind "gpu", one slot, their device memory as the budget).
+
+    Args:
+        gpus: Count the GPUs this process may use; False: CPU contexts only.
     """
     return _cpu_contexts() + (gpu_contexts() if gpus else ())
 
