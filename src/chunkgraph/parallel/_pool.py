@@ -146,6 +146,11 @@ class _Job(Generic[T]):
 class WorkStealingPool:
     """Fork-join thread pool with per-participant deques and stealing.
 
+    Args:
+        workers: Helper threads; None: one per usable core.
+        cpus: Pin the helper threads to these CPUs (Linux) and make this the pool that
+            loops nested in its jobs use (see ``local_pool``); None: not pinned.
+
     >>> pool = WorkStealingPool(workers=2)
     >>> with pool.participate():
     ...     pool.join(lambda stolen: 1 + 1, lambda stolen: "right")
@@ -234,6 +239,17 @@ class WorkStealingPool:
         If either raises, both have finished before the error propagates
         (``left``'s error first). ``abort`` is called first when ``left`` is
         interrupted (Ctrl-C, SystemExit), so ``right`` can skip its work.
+
+        Args:
+            left: Run here, given False.
+            right: Queued for a thief; given True when a thief runs it, False when it runs
+                here.
+            abort: Called when ``left`` is interrupted, before waiting for ``right``;
+                None: nothing.
+
+        Raises:
+            UsageError: When the calling thread has not entered the pool
+                (``pool.participate()``).
         """
         me = self._me()
         job = _Job(right, me)
@@ -334,7 +350,12 @@ class WorkStealingPool:
 
     # -- observation and lifetime --------------------------------------------
     def count(self, counter: str, amount: int = 1) -> None:
-        """Add to one of the calling participant's loop counters (``rearms``, ``resplits``)."""
+        """Add to one of the calling participant's loop counters (``rearms``, ``resplits``).
+
+        Args:
+            counter: ``"rearms"`` or ``"resplits"``.
+            amount: How much to add.
+        """
         if counter not in ("rearms", "resplits"):
             raise ConfigError(f"unknown pool counter {counter!r}; valid: 'rearms', 'resplits'")
         me = self._me()
@@ -482,6 +503,12 @@ def set_workers(workers: int | None) -> WorkStealingPool:
     """Replace the process-wide pool with one of ``workers`` (None: all usable cores).
 
     Loops already running finish on the old pool, whose helpers then exit.
+
+    Args:
+        workers: The new pool's helper threads; None: all usable cores.
+
+    Returns:
+        The new pool.
     """
     global _global_pool
     new = WorkStealingPool(workers)
