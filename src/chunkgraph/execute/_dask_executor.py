@@ -297,9 +297,10 @@ class DaskExecutor:
         Args:
             graph: The graph to run.
             targets: Task ids whose results are wanted; None: every sink.
-            subscribers: Callables that receive this run's events, besides the executor's own.
-            plan: A Plan of ``graph`` to follow; None: planned on ``dask_contexts(client)`` with this
-                executor's strategy.
+            subscribers: Callables that receive this run's events, besides the
+                executor's own.
+            plan: A Plan of ``graph`` to follow; None: planned on
+                ``dask_contexts(client)`` with this executor's strategy.
 
         Returns:
             ``{task id: result}`` for the targets.

@@ -55,7 +55,8 @@ class Executor(Protocol):
         Args:
             graph: The graph to run.
             targets: Task ids whose results are wanted; None: every sink.
-            subscribers: Callables that receive this run's events, besides the executor's own.
+            subscribers: Callables that receive this run's events, besides the
+                executor's own.
             plan: A Plan of ``graph`` to follow; None: the executor plans, or runs by its own order.
 
         Returns:

@@ -156,9 +156,11 @@ class LocalExecutor:
         Args:
             graph: The graph to run.
             targets: Task ids whose results are wanted; None: every sink.
-            subscribers: Callables that receive this run's events, besides the executor's own.
-            plan: A Plan of ``graph`` to follow; None: planned on this machine's contexts (a one-context
-                machine's plan is the priority order, kept with the graph for later runs).
+            subscribers: Callables that receive this run's events, besides the
+                executor's own.
+            plan: A Plan of ``graph`` to follow; None: planned on this machine's contexts
+                (a one-context machine's plan is the priority order, kept with the graph
+                for later runs).
 
         Returns:
             ``{task id: result}`` for the targets.
