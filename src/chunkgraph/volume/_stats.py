@@ -73,7 +73,11 @@ class IOStats:
         return self.requests_get + self.requests_put + self.requests_other
 
     def read_amplification(self, bytes_needed: int) -> float:
-        """``bytes_read / bytes_needed``: how many bytes storage delivered per byte used."""
+        """``bytes_read / bytes_needed``: how many bytes storage delivered per byte used.
+
+        Args:
+            bytes_needed: The bytes the caller used (> 0; else a ConfigError).
+        """
         if bytes_needed <= 0:
             raise ConfigError(f"bytes_needed must be positive, got {bytes_needed}")
         return self.bytes_read / bytes_needed
