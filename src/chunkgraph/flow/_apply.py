@@ -339,7 +339,15 @@ def _given_plan(
 
 
 def check_device(device: str) -> None:
-    """``ConfigError`` (``field="device"``) when ``device`` (``"gpu"``) is not found here,
-    as ``apply(device=...)`` refuses it: for a caller that must know before it makes
-    anything (``chunkgraph run`` creates its output after this)."""
+    """Refuse ``device`` as ``apply(device=...)`` would, before anything is made.
+
+    For a caller that must know before it makes anything (``chunkgraph run`` creates
+    its output after this).
+
+    Args:
+        device: ``"cpu"`` (always here) or ``"gpu"``, as ``apply`` takes it.
+
+    Raises:
+        ConfigError: With ``field="device"``, for ``"gpu"`` when no GPU is found here.
+    """
     resolve_device(device, False)

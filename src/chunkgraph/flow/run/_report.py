@@ -101,9 +101,14 @@ class ApplyReport:
     dst_bounds: Box | None = None
 
     def summary(self, *, plan: bool = True) -> str:
-        """A few human-readable lines. An automatic plan is one line after a run and, with
-        its reasons, several after a dry run (which is for looking at it); ``plan=False``
-        leaves it out (the command line's ``--quiet``)."""
+        """A few human-readable lines.
+
+        An automatic plan is one line after a run and, with its reasons, several after a
+        dry run (which is for looking at it).
+
+        Args:
+            plan: Include the plan; False leaves it out (the command line's ``--quiet``).
+        """
         lines = [
             f"flow {self.flow_id} over {self.bbox}{_inside_dst(self)}"
             f"{' (dry run)' if self.dry_run else ''}",
