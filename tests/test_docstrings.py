@@ -10,8 +10,9 @@ of the signature: none missing, none that does not exist. ``self`` and ``cls`` n
 entry; ``*args`` and ``**kwargs`` each need one, with or without their stars.
 
 A constructor's parameters are documented in the class docstring (mkdocstrings leaves
-``__init__`` out of the reference). Dataclasses whose ``__init__`` is generated from
-their fields are left out: their fields are their parameters.
+``__init__`` out of the reference). A dataclass or named tuple, whose constructor is
+made from its fields, may name them in an ``Attributes:`` section instead: its fields
+are both its parameters and what a reader of one looks up.
 """
 
 from __future__ import annotations
@@ -71,6 +72,14 @@ def hand_written_init(cls: type) -> bool:
     return inspect.isfunction(init) and init.__code__.co_filename != "<string>"
 
 
+def made_of_fields(cls: type) -> bool:
+    """Whether ``cls``'s constructor is generated from its fields (a dataclass's, a
+    named tuple's)."""
+    return not hand_written_init(cls) and (
+        dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+    )
+
+
 def documented_classes(cls: type) -> bool:
     """Classes whose methods and constructor are the user's to call."""
     return not (
@@ -80,11 +89,13 @@ def documented_classes(cls: type) -> bool:
     )
 
 
-Entry = tuple[str, Callable[..., Any], str | None]
+# (qualified name, what the signature is read from, docstring, whether an Attributes
+# section documents the parameters too: a constructor made of fields)
+Entry = tuple[str, Callable[..., Any], str | None, bool]
 
 
 def public_callables() -> Iterator[Entry]:
-    """``(qualified name, function whose signature counts, docstring)`` of the surface."""
+    """The functions, methods and constructors of the surface, as ``Entry`` values."""
     seen: set[int] = set()
     for module_name in reference_modules():
         module = importlib.import_module(module_name)
@@ -98,16 +109,18 @@ def public_callables() -> Iterator[Entry]:
                 if documented_classes(value):
                     yield from class_entries(where, value)
             elif (function := unwrapped(value)) is not None:
-                yield where, function, inspect.getdoc(value)
+                yield where, function, inspect.getdoc(value), False
 
 
 def class_entries(where: str, cls: type) -> Iterator[Entry]:
     if hand_written_init(cls):
-        yield where, vars(cls)["__init__"], inspect.getdoc(cls)
+        yield where, vars(cls)["__init__"], inspect.getdoc(cls), False
+    elif made_of_fields(cls):
+        yield where, cls, inspect.getdoc(cls), True
     for name, member in vars(cls).items():
         if name.startswith("_") or (function := unwrapped(member)) is None:
             continue
-        yield f"{where}.{name}", function, inspect.getdoc(getattr(cls, name))
+        yield f"{where}.{name}", function, inspect.getdoc(getattr(cls, name)), False
 
 
 def parameters(function: Callable[..., Any]) -> list[str]:
@@ -118,10 +131,14 @@ def parameters(function: Callable[..., Any]) -> list[str]:
     return names
 
 
-def documented(doc: str, style: str) -> list[str] | None:
-    """The names of the docstring's parameter sections (None: it has none)."""
+def documented(doc: str, style: str, fields: bool) -> list[str] | None:
+    """The names of the docstring's parameter sections, and with ``fields`` of its
+    attribute sections too (None: it has none)."""
+    kinds = {griffe.DocstringSectionKind.parameters}
+    if fields:
+        kinds.add(griffe.DocstringSectionKind.attributes)
     sections = griffe.Docstring(doc, parser=style).parse(warnings=False)
-    found = [s for s in sections if s.kind is griffe.DocstringSectionKind.parameters]
+    found = [s for s in sections if s.kind in kinds]
     if not found:
         return None
     return [item.name.lstrip("*") for section in found for item in section.value]
@@ -129,13 +146,14 @@ def documented(doc: str, style: str) -> list[str] | None:
 
 def problems(entries: list[Entry], style: str) -> list[str]:
     out = []
-    for where, function, doc in entries:
+    for where, function, doc, fields in entries:
         wanted = parameters(function)
         if not wanted:
             continue
-        names = documented(doc or "", style)
+        names = documented(doc or "", style, fields)
         if names is None:
-            out.append(f"{where}: no Args section for {wanted}")
+            section = "Args or Attributes" if fields else "Args"
+            out.append(f"{where}: no {section} section for {wanted}")
             continue
         missing = [p for p in wanted if p not in names]
         unknown = [n for n in names if n not in wanted]
@@ -154,8 +172,9 @@ def test_the_site_declares_google_docstrings() -> None:
 
 def test_the_walk_reaches_the_whole_reference() -> None:
     """The walk is not vacuous: it sees the functions and methods a user calls first."""
-    names = {where for where, _, _ in public_callables()}
+    names = {where for where, *_ in public_callables()}
     assert {"chunkgraph.apply", "chunkgraph.Graph.add", "chunkgraph.Volume.read"} <= names
+    assert {"chunkgraph.Context", "chunkgraph.ApplyReport", "chunkgraph.volume.Level"} <= names
     assert {"chunkgraph.volume.create", "chunkgraph.Box", "chunkgraph.jobs.METHODS"} - names == {
         "chunkgraph.jobs.METHODS"
     }
@@ -189,7 +208,7 @@ def test_a_missing_or_unknown_parameter_is_reported(doc: str, expected: list[str
     def f(a: int, b: int) -> int:
         return a + b
 
-    assert problems([("f", f, doc)], "google") == expected
+    assert problems([("f", f, doc, False)], "google") == expected
 
 
 def test_star_parameters_and_constructors_count() -> None:
@@ -209,6 +228,18 @@ def test_star_parameters_and_constructors_count() -> None:
 
     @dataclasses.dataclass
     class Point:
-        x: int
+        """A point.
 
-    assert not hand_written_init(Point)
+        Attributes:
+            x: across.
+        """
+
+        x: int
+        y: int
+
+    assert not hand_written_init(Point) and made_of_fields(Point)
+    assert problems(list(class_entries("Point", Point)), "google") == ["Point: missing: ['y']"]
+    # an Attributes section documents fields, never a function's parameters
+    assert problems([("f", Point.__init__, Point.__doc__, False)], "google") == [
+        "f: no Args section for ['x', 'y']"
+    ]

@@ -26,13 +26,13 @@ DEFAULT_SECONDS = 1e-3
 class Cost:
     """Estimated cost of one task: run time, peak memory, size of its result.
 
-    ``seconds`` is either one number (the time on a context of ``speed`` 1; a
-    faster context divides it by its speed) or a mapping from a context's name
-    or kind to the seconds it takes there, for costs that differ by hardware
-    (a GPU kernel, a CPU fallback). A context with no entry (neither its name
-    nor its kind) cannot run the task. ``memory`` is the task's peak while it
-    runs, ``output_bytes`` the size of the result it hands to each consumer
-    (``Graph.set_edge_bytes`` sets one consumer's share apart).
+    Attributes:
+        seconds: One number (seconds on a context of ``speed`` 1; a faster context
+            divides it by its speed), or ``{context name or kind: seconds}``; a context
+            with no entry (neither its name nor its kind) cannot run the task.
+        memory: The task's peak bytes while it runs.
+        output_bytes: The size of the result it hands to each consumer
+            (``Graph.set_edge_bytes`` sets one consumer's share apart).
 
     >>> Cost(seconds=2.0, memory=1 << 20)
     Cost(seconds=2.0, memory=1048576, output_bytes=0)

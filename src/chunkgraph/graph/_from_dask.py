@@ -46,12 +46,14 @@ Key = Hashable
 class DaskGraph(NamedTuple):
     """What ``from_dask`` returns.
 
-    ``graph``: the chunkgraph Graph. ``task_ids``: the task id of each dask key that
-    is a task or an alias of one (aliases share their target's id). ``data``: the
-    keys that hold data, with their values (no task; see the module doc).
-    ``targets``: TaskRefs in the nested list structure of the requested keys (a
-    collection's ``__dask_keys__()`` by default), or None when no keys were asked
-    for; ``chunkgraph.run(graph, targets)`` computes them.
+    Attributes:
+        graph: The chunkgraph Graph.
+        task_ids: The task id of each dask key that is a task or an alias of one
+            (aliases share their target's id).
+        data: The keys that hold data, with their values (no task; see the module doc).
+        targets: TaskRefs in the nested list structure of the requested keys (a
+            collection's ``__dask_keys__()`` by default), or None when no keys were
+            asked for; ``chunkgraph.run(graph, targets)`` computes them.
     """
 
     graph: Graph

@@ -113,7 +113,13 @@ class TaskRef:
 
 
 class CostColumns(NamedTuple):
-    """Read-only views of a graph's cost columns, one entry per task id."""
+    """Read-only views of a graph's cost columns, one entry per task id.
+
+    Attributes:
+        seconds: Each task's seconds (a per-context cost: its mean).
+        memory: Each task's peak bytes.
+        output_bytes: Each task's result bytes.
+    """
 
     seconds: npt.NDArray[np.float64]
     memory: IntArray

@@ -48,9 +48,14 @@ if TYPE_CHECKING:
 class DownsampleReport:
     """What one ``downsample`` call did: one ``ApplyReport`` per pass, finest first.
 
-    ``paths[k]``: where level ``k + 1`` is; ``factor``: per spatial axis, per level;
-    ``levels_per_pass[i]``: how many levels pass ``i`` wrote from one read of its input
-    (the first level as the flow's dst, the others from it in memory).
+    Attributes:
+        paths: ``paths[k]``: where level ``k + 1`` is.
+        factor: The factor per spatial axis, per level.
+        method: The reduction used (``"mean"``, ``"mode"``, ...).
+        passes: One ``ApplyReport`` per pass, finest first.
+        levels_per_pass: ``levels_per_pass[i]``: how many levels pass ``i`` wrote from
+            one read of its input (the first level as the flow's dst, the others from it
+            in memory).
     """
 
     paths: tuple[str, ...]

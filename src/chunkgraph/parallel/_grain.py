@@ -113,9 +113,12 @@ KIND_DEFAULTS: dict[OpKind, KindDefaults] = {
 class CostModel:
     """Measured cost of one body: ``t(len) = per_call_s + per_element_s * len``.
 
-    ``trusted`` is False when the probe ran out of elements before a piece
-    took ``PROBE_MIN_S``: good enough to keep a small loop sequential, but a
-    longer loop probes again before it splits.
+    Attributes:
+        per_element_s: Seconds per element of the loop.
+        per_call_s: Seconds per call of the body, whatever its length.
+        trusted: False when the probe ran out of elements before a piece took
+            ``PROBE_MIN_S``: good enough to keep a small loop sequential, but a longer
+            loop probes again before it splits.
     """
 
     per_element_s: float

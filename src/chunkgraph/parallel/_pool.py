@@ -73,10 +73,12 @@ _FORK_PROBE_REPEATS = 5
 class PoolStats:
     """Counters summed over all participants, ever.
 
-    ``forks``: ``join`` calls; ``inline``: right halves popped back and run by
-    the thread that pushed them; ``steals``: jobs run by another thread;
-    ``rearms``: stolen loop ranges whose splitter was re-armed; ``resplits``:
-    stolen ranges that were then split again.
+    Attributes:
+        forks: ``join`` calls.
+        inline: Right halves popped back and run by the thread that pushed them.
+        steals: Jobs run by another thread.
+        rearms: Stolen loop ranges whose splitter was re-armed.
+        resplits: Stolen ranges that were then split again.
     """
 
     forks: int = 0

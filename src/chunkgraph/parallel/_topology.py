@@ -25,7 +25,11 @@ from chunkgraph._numa import NODE_ROOT, allowed_cpus, numa_nodes
 
 @dataclass(frozen=True)
 class Topology:
-    """NUMA nodes, each a non-empty frozenset of CPU ids, in node order."""
+    """NUMA nodes, each a non-empty frozenset of CPU ids, in node order.
+
+    Attributes:
+        nodes: One frozenset of CPU ids (ints >= 0) per node; no CPU in two nodes.
+    """
 
     nodes: tuple[frozenset[int], ...]
 

@@ -64,7 +64,15 @@ AUTO_GREEDY_UNITS = 100_000
 
 @dataclass(frozen=True)
 class Subgraph:
-    """A unit of dispatch: tasks planned to run together on one context."""
+    """A unit of dispatch: tasks planned to run together on one context.
+
+    Attributes:
+        id: Its index among the plan's subgraphs.
+        context: The Context it runs on.
+        tasks: Its graph task ids, in planned order.
+        start: Its planned start, in seconds from the plan's start.
+        finish: Its planned finish, in seconds from the plan's start.
+    """
 
     id: int
     context: Context

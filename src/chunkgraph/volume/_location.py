@@ -64,6 +64,14 @@ def place_of(text: str | os.PathLike[str]) -> Path | str:
 class Location:
     """The place of one stored array.
 
+    Attributes:
+        kind: ``"memory"`` (this process only), ``"disk"`` (this machine's file
+            system) or ``"remote"`` (a URL: an object store).
+        path: The path or URL as the backend opens it.
+        backend: The backend that stores it.
+        where: The public storage options that say where the data is (an endpoint),
+            sorted ``(key, value)`` pairs.
+
     >>> Location.of("/data/a.zarr", "zarr").local_dir
     PosixPath('/data/a.zarr')
     >>> Location.of("s3://bucket/a.zarr", "zarr").kind, Location.of("x", "memory").lockable

@@ -46,9 +46,16 @@ from chunkgraph.volume._zarr import create_zarr
 
 
 class Level(NamedTuple):
-    """One level of a pyramid: all axes' ``shape`` and ``chunks`` (channels first), the
-    spatial ``resolution`` and ``offset`` (in this level's voxels; default 0), and for a
-    sharded precomputed scale ``write_chunks`` (the shard's extent, x, y, z)."""
+    """One level of a pyramid, as ``create_multiscale`` takes it.
+
+    Attributes:
+        shape: Every axis's extent, channels first.
+        chunks: Every axis's storage chunk, channels first.
+        resolution: The physical size of a voxel per spatial axis.
+        offset: Where the spatial axes start, in this level's voxels; None: 0.
+        write_chunks: A sharded precomputed scale's shard extent (x, y, z); None:
+            unsharded.
+    """
 
     shape: Sequence[int]
     chunks: Sequence[int]
