@@ -288,7 +288,7 @@ def parallel_map(
 
     Args:
         fn: Called once per item.
-        items: The items (consumed into a list first).
+        items: The items (an iterable that is not a sequence is made a list first).
         grain: The shortest piece, in elements; None: measured from the body's cost
             (see ``parallel/README.md``).
         kind: The operation class, an OpKind or ``"compute"``, ``"memory"``, ``"sort"``;
