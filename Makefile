@@ -23,9 +23,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q src/chunkgraph tests
 
-# The flow's pictures are drawn from its geometry code first (into docs/images, ignored).
+# The flow's pictures are drawn from its geometry code first, and the layers picture from
+# the import-linter contracts (into docs/images, ignored).
 docs: $(STAMP)
 	$(PY) docs/scripts/draw_flow.py
+	$(PY) docs/scripts/draw_layers.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 lint: $(STAMP)

@@ -50,16 +50,18 @@ def bucket(server: S3Server) -> str:
 
 @pytest.fixture(scope="session")
 def flow_pictures() -> None:
-    """The apply flow's pictures, drawn as ``make docs`` draws them (into docs/images,
-    ignored by git): the pages link to them, and a fresh clone has none yet."""
+    """The site's drawn pictures (the apply flow's, the design notes' layers), drawn as
+    ``make docs`` draws them (into docs/images, ignored by git): the pages link to them,
+    and a fresh clone has none yet."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    subprocess.run(
-        [sys.executable, str(root / "docs" / "scripts" / "draw_flow.py")],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
+    for script in ("draw_flow.py", "draw_layers.py"):
+        subprocess.run(
+            [sys.executable, str(root / "docs" / "scripts" / script)],
+            cwd=root,
+            check=True,
+            capture_output=True,
+        )

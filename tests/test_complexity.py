@@ -7,6 +7,7 @@ function of the flow reads like a second scheduler.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +66,25 @@ def test_chunkgraph_run_and_its_spec_are_within_the_complexity_limit() -> None:
     assert not over, f"above complexity {MAX_FLOW_COMPLEXITY}: {over}"
 
 
+def _docstring_lines(path: Path, name: str) -> int:
+    """How many lines the docstring of the function ``name`` in ``path`` takes."""
+    (function,) = [
+        node
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == name
+    ]
+    first = function.body[0]
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+        return 0
+    assert first.end_lineno is not None
+    return first.end_lineno - first.lineno + 1
+
+
 def test_apply_is_a_short_pipeline() -> None:
+    """Its code, that is: the docstring documenting each parameter does not count."""
     module = FLOW / "_apply.py"
     (apply,) = [b for b in _blocks(module) if b.name == "apply"]
-    lines = apply.endline - apply.lineno + 1
+    lines = apply.endline - apply.lineno + 1 - _docstring_lines(module, "apply")
     assert apply.complexity <= MAX_APPLY_COMPLEXITY, apply.complexity
     assert lines <= MAX_APPLY_LINES, lines
     assert len(module.read_text().splitlines()) <= MAX_APPLY_MODULE_LINES

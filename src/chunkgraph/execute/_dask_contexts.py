@@ -53,7 +53,10 @@ def dask_contexts(client: Any) -> tuple[Context, ...]:
 
     Plan on them (``chunkgraph.plan(graph, dask_contexts(client),
     links=dask_links(contexts))``) and a ``DaskExecutor`` runs each task on the
-    worker it was planned for. ``client``: a ``distributed.Client``.
+    worker it was planned for.
+
+    Args:
+        client: A ``distributed.Client`` connected to the cluster.
     """
     contexts = []
     for address, info in sorted(_workers(client).items()):
@@ -77,7 +80,14 @@ def worker_address(context: Context) -> str:
 def dask_links(contexts: tuple[Context, ...]) -> dict[tuple[str, str], Link]:
     """Links between ``dask_contexts`` that share a host (other pairs: the planner's
     ``NETWORK`` default): ``SHARED_MEMORY`` within one worker, ``LOOPBACK`` between
-    two worker processes of one host."""
+    two worker processes of one host.
+
+    Args:
+        contexts: What ``dask_contexts`` returned.
+
+    Returns:
+        ``{(name, name): Link}`` for each pair of contexts that share a host.
+    """
     links: dict[tuple[str, str], Link] = {}
     by_host: dict[str, list[Context]] = {}
     for ctx in contexts:

@@ -107,17 +107,26 @@ CONNECT_TIMEOUT_S = 10.0
 class DaskExecutor:
     """Runs graphs on a Dask cluster: each planned subgraph is one Dask task.
 
-    ``client_or_address``: a ``distributed.Client``, or a scheduler address
-    (``"tcp://host:8786"``; any protocol Dask supports, e.g. ``ucx://``, is
-    passed through untouched), to which this executor connects now, waiting
-    up to ``connect_timeout`` seconds. ``retries``: extra tries of a failed
-    task, on its worker, unless its error is permanent (``is_permanent``).
-    ``strategy``: how a graph is planned on the cluster's workers when ``run``
-    gets no plan (see ``chunkgraph.plan``; "merge" makes few coarse subgraphs).
-    ``subscribers``: receive every run's events. ``close()`` (or the end of
-    ``with``) closes a Client it opened itself, and the executor runs nothing
-    more (a UsageError says so); closing again does nothing.
+    ``close()`` (or the end of ``with``) closes a Client it opened itself, and the
+    executor runs nothing more (a UsageError says so); closing again does nothing.
     ``ship_module(path)`` sends a module file the workers cannot import to them.
+
+    Args:
+        client_or_address: A ``distributed.Client`` (open), or a scheduler address
+            (``"tcp://host:8786"``; any protocol Dask supports, e.g. ``ucx://``, is
+            passed through untouched), to which this executor connects now.
+        retries: Extra tries of a failed task, on its worker, unless its error is
+            permanent (``is_permanent``); an int >= 0.
+        strategy: How a graph is planned on the cluster's workers when ``run`` gets no
+            plan, one of ``planning.STRATEGIES`` (``"merge"``, the default, makes few
+            coarse subgraphs).
+        connect_timeout: Seconds to wait for the scheduler at an address.
+        subscribers: Callables that receive every run's events.
+
+    Raises:
+        ConfigError: For a bad ``retries`` or ``strategy``, or a first argument that is
+            neither a Client nor an address.
+        UsageError: For a Client that is closed.
 
     >>> with DaskExecutor("tcp://127.0.0.1:8786") as ex:  # doctest: +SKIP
     ...     chunkgraph.run(graph, total, executor=ex)
@@ -207,12 +216,18 @@ class DaskExecutor:
     # -- code the workers need -----------------------------------------------------------
 
     def ship_module(self, path: str) -> None:
-        """Make the module file ``path`` (``name.py``) or package directory (``name/``)
-        importable as ``name`` on every worker, those that join later included: functions
-        of code the workers cannot import from where they run (beside a spec file) then
-        reach them by reference (``_dask_ship``). Shipping changed code again replaces the
-        workers' copy. ConfigError when a worker cannot import it (a package it imports
-        is missing there, say).
+        """Make a module file or package directory importable as ``name`` on every worker.
+
+        Those that join later included: functions of code the workers cannot import from
+        where they run (beside a spec file) then reach them by reference (``_dask_ship``).
+        Shipping changed code again replaces the workers' copy.
+
+        Args:
+            path: A module file (``name.py``) or a package directory (``name/``).
+
+        Raises:
+            ConfigError: When a worker cannot import it (a package it imports is missing
+                there, say).
         """
         from chunkgraph.execute._dask_ship import ShipCode
 
@@ -233,12 +248,18 @@ class DaskExecutor:
     # -- paths ------------------------------------------------------------------------
 
     def check_paths(self, paths: Mapping[str, str]) -> None:
-        """ConfigError unless every worker can reach ``paths`` (``{what: path}``), paths
-        on this machine's file system (the caller leaves out what an object store serves).
+        """Check that every worker can reach ``paths``.
 
         Workers on this machine see its files; a worker on another host must see
         them too (a shared file system mounted at the same place): a path that
         exists here must exist there.
+
+        Args:
+            paths: ``{what: path}``, paths on this machine's file system (the caller leaves
+                out what an object store serves); ``what`` names the path in the error.
+
+        Raises:
+            ConfigError: Naming the first path a worker cannot reach.
         """
         self._check_open()
         local = dict(paths)
@@ -271,11 +292,22 @@ class DaskExecutor:
         subscribers: Sequence[Subscriber] = (),
         plan: Plan | None = None,
     ) -> dict[int, Any]:
-        """Run the tasks ``targets`` need (default: every sink) on the cluster.
+        """Run the tasks ``targets`` need on the cluster.
 
-        ``plan``: follow this Plan of ``graph`` (default: plan it on
-        ``dask_contexts(client)`` with this executor's strategy). Returns
-        ``{id: result}``; failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
+        Args:
+            graph: The graph to run.
+            targets: Task ids whose results are wanted; None: every sink.
+            subscribers: Callables that receive this run's events, besides the
+                executor's own.
+            plan: A Plan of ``graph`` to follow; None: planned on
+                ``dask_contexts(client)`` with this executor's strategy.
+
+        Returns:
+            ``{task id: result}`` for the targets.
+
+        Raises:
+            ExceptionGroup: Of ``TaskError``, one per failed task; no partial result is
+                returned.
         """
         self._check_open()
         graph.validate()

@@ -51,13 +51,22 @@ def dask_scheduler(
 ) -> Any:
     """Compute ``keys`` of the dask graph ``dsk`` with chunkgraph; a dask ``get`` function.
 
-    ``num_workers``: threads (default dask's ``num_workers`` setting, else all usable
-    cores). ``executor``: "threads", "processes", "sync" or a chunkgraph Executor
-    (which carries its own workers). A failed task raises its own exception (see
-    the module doc). ``dask_options``: the options dask's local schedulers take and
-    this one does not need (``pool``, ``cache``, ``chunksize``, ...) are ignored;
-    others are ignored with a warning (dask forwards ``compute(**kwargs)`` to the
-    scheduler, and a scheduler must accept them).
+    A failed task raises its own exception (see the module doc).
+
+    Args:
+        dsk: The dask graph, a dict of keys to tasks and values.
+        keys: The keys wanted: a key or (nested) lists of keys, as dask passes them.
+        num_workers: Threads; None: dask's ``num_workers`` setting, else all usable
+            cores.
+        executor: ``"threads"``, ``"processes"``, ``"sync"`` or a chunkgraph Executor
+            (which carries its own workers).
+        **dask_options: What dask forwards from ``compute(**kwargs)``: the options
+            dask's local schedulers take and this one does not need (``pool``,
+            ``cache``, ``chunksize``, ...) are ignored; others are ignored with a
+            warning.
+
+    Returns:
+        The values of ``keys``, in their shape.
 
     >>> import operator
     >>> dsk = {"x": 1, "y": (operator.add, "x", 10)}

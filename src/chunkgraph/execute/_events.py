@@ -58,16 +58,21 @@ class EventKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One thing that happened in a run.
+    """One thing that happened in a run (see the module doc).
 
-    ``task`` is the task id (-1 for run events), ``time`` a ``time.perf_counter()``
-    value, ``attempt`` the 1-based try, ``error`` the exception of a failed or
-    retried try. ``total`` is, for RUN_STARTED, the number of tasks the run will
-    execute and, for RUN_FINISHED, the number that finished. ``worker`` is the
-    thread that started or finished the try, "" when that was the calling
-    thread or for other kinds (see the module doc). ``activation``: for
-    ACTIVATED, the adaptive executor's ``ActivationEvent`` (workers active and
-    added per context, the CPU and I/O readings).
+    Attributes:
+        kind: What happened, an ``EventKind``.
+        task: The task id; -1 for run events.
+        name: The task's name ("" where there is none).
+        time: A ``time.perf_counter()`` value.
+        attempt: The 1-based try.
+        total: For RUN_STARTED, the number of tasks the run will execute; for
+            RUN_FINISHED, the number that finished.
+        error: The exception of a failed or retried try.
+        worker: The thread that started or finished the try; "" for the calling
+            thread and for other kinds.
+        activation: For ACTIVATED, the adaptive executor's ``ActivationEvent``
+            (workers active and added per context, the CPU and I/O readings).
     """
 
     kind: EventKind

@@ -50,11 +50,21 @@ class Executor(Protocol):
         subscribers: Sequence[Subscriber] = (),
         plan: Plan | None = None,
     ) -> dict[int, Any]:
-        """Run what ``targets`` (task ids; default every sink) need; ``{id: result}``.
+        """Run what ``targets`` need.
 
-        ``subscribers`` receive this run's events. ``plan``: a Plan of ``graph`` to
-        follow (None: the executor plans, or runs by its own order). Failed tasks
-        raise one ``ExceptionGroup`` of ``TaskError``; no partial result is returned.
+        Args:
+            graph: The graph to run.
+            targets: Task ids whose results are wanted; None: every sink.
+            subscribers: Callables that receive this run's events, besides the
+                executor's own.
+            plan: A Plan of ``graph`` to follow; None: the executor plans, or runs by its own order.
+
+        Returns:
+            ``{task id: result}`` for the targets.
+
+        Raises:
+            ExceptionGroup: Of ``TaskError``, one per failed task; no partial result is
+                returned.
         """
         ...
 
@@ -64,7 +74,14 @@ class ChecksPaths(Protocol):
     """An executor whose workers may not see this machine's files."""
 
     def check_paths(self, paths: Mapping[str, str]) -> None:
-        """ConfigError naming the first of ``paths`` (``{what: path}``) a worker cannot reach."""
+        """Check that every worker can reach ``paths``.
+
+        Args:
+            paths: ``{what: path}``, paths on this machine's file system.
+
+        Raises:
+            ConfigError: Naming the first path a worker cannot reach.
+        """
         ...
 
 
@@ -76,15 +93,26 @@ def resolve_executor(
     timeout: float | None = None,
     gpu_fallback: bool | None = None,
 ) -> Executor:
-    """The Executor that ``executor=`` names: a kind (one of ``EXECUTOR_KINDS``)
-    becomes a ``LocalExecutor`` with these options; a scheduler address
-    ("tcp://host:8786", any ``protocol://``) or a ``distributed.Client`` a
-    ``DaskExecutor`` with ``retries``; an Executor is returned as it is.
+    """The Executor that ``executor=`` names.
 
-    ConfigError for anything else, for bad options, and for options given beside an
-    Executor (which carries its own). An option is given when it is not None: an
-    explicit value equal to a kind's default (``retries=0``) is refused beside an
-    Executor too, never dropped.
+    A kind becomes a ``LocalExecutor`` with these options; a scheduler address or a
+    ``distributed.Client`` a ``DaskExecutor`` with ``retries``; an Executor is returned
+    as it is. An option is given when it is not None: an explicit value equal to a
+    kind's default (``retries=0``) is refused beside an Executor too, never dropped.
+
+    Args:
+        executor: A kind (one of ``EXECUTOR_KINDS``), a scheduler address
+            (``"tcp://host:8786"``, any ``protocol://``), a ``distributed.Client``, or an
+            Executor.
+        workers: A kind's number of workers; None: not given.
+        retries: Extra tries per task, for a kind or a Dask cluster; None: not given.
+        timeout: Seconds per try of a task, for a kind; None: not given.
+        gpu_fallback: For a kind: run GPU tasks on CPU workers where no GPU is found;
+            None: not given.
+
+    Raises:
+        ConfigError: For anything else, for bad options, and for options given beside
+            an Executor.
 
     >>> resolve_executor("sync", retries=1).retries
     1
@@ -164,6 +192,9 @@ def _is_dask_executor(executor: object) -> bool:
 
 def is_scheduler_address(executor: object) -> bool:
     """A Dask scheduler's address: any protocol, ``tcp://host:8786``, ``inproc://...``.
+
+    Args:
+        executor: Anything given as ``executor=``; only a string can be an address.
 
     >>> is_scheduler_address("tcp://10.0.0.1:8786"), is_scheduler_address("threads")
     (True, False)

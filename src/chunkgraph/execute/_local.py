@@ -77,21 +77,25 @@ ADAPTIVE_WORKERS_PER_CORE = 4
 class LocalExecutor:
     """Runs graphs on this machine.
 
-    ``kind``: "threads" (a persistent thread pool; numpy releases the GIL),
-    "adaptive" (threads, their number grown while the measured CPU and I/O
-    signals say the machine absorbs more: see ``_adaptive``), "processes"
-    (worker processes, numpy arrays through shared memory) or "sync" (the
-    calling thread). ``workers``: default all usable cores; for "adaptive", the
-    most workers (default ``ADAPTIVE_WORKERS_PER_CORE`` per core), a quarter of
-    them active at the start. ``sampler``: the signals "adaptive" reads
-    (default: this process's CPU time and storage bytes). ``retries``: extra
-    tries per task (a dead worker process counts as a try). ``subscribers``:
-    callables receiving every ``Event``. ``timeout``: seconds a try of a task may
-    run before it fails with ``TimeoutError`` (a worker process running it is
-    killed; a thread, which cannot be killed, is abandoned); None: no limit.
-    Refused for "sync", where nothing could stop the calling thread.
-    ``gpu_fallback``: where no GPU is found, run tasks that ask for
-    ``{"gpu": ...}`` on CPU workers instead of raising ConfigError.
+    Args:
+        kind: ``"threads"`` (a persistent thread pool; numpy releases the GIL),
+            ``"adaptive"`` (threads, their number grown while the measured CPU and I/O
+            signals say the machine absorbs more: see ``_adaptive``), ``"processes"``
+            (worker processes, numpy arrays through shared memory) or ``"sync"`` (the
+            calling thread).
+        workers: How many workers; None: all usable cores. For ``"adaptive"``, the most
+            workers (default ``ADAPTIVE_WORKERS_PER_CORE`` per core), a quarter of them
+            active at the start.
+        retries: Extra tries per task (a dead worker process counts as a try).
+        subscribers: Callables receiving every ``Event``.
+        timeout: Seconds a try of a task may run before it fails with ``TimeoutError``
+            (a worker process running it is killed; a thread, which cannot be killed, is
+            abandoned); None: no limit. Refused for ``"sync"``, where nothing could stop
+            the calling thread.
+        sampler: The signals ``"adaptive"`` reads; None: this process's CPU time and
+            storage bytes. Refused for other kinds.
+        gpu_fallback: Where no GPU is found, run tasks that ask for ``{"gpu": ...}`` on
+            CPU workers instead of raising ConfigError.
 
     >>> from chunkgraph.graph import Graph
     >>> g = Graph()
@@ -147,12 +151,23 @@ class LocalExecutor:
         subscribers: Sequence[Subscriber] = (),
         plan: Plan | None = None,
     ) -> dict[int, Any]:
-        """Run the tasks ``targets`` need (default: every sink); returns ``{id: result}``.
+        """Run the tasks ``targets`` need.
 
-        ``subscribers`` receive this run's events besides the executor's own.
-        ``plan``: follow this Plan of ``graph`` (default: plan it on this machine's
-        contexts; a one-context machine's plan is the priority order, kept with
-        the graph for later runs).
+        Args:
+            graph: The graph to run.
+            targets: Task ids whose results are wanted; None: every sink.
+            subscribers: Callables that receive this run's events, besides the
+                executor's own.
+            plan: A Plan of ``graph`` to follow; None: planned on this machine's contexts
+                (a one-context machine's plan is the priority order, kept with the graph
+                for later runs).
+
+        Returns:
+            ``{task id: result}`` for the targets.
+
+        Raises:
+            ExceptionGroup: Of ``TaskError``, one per failed task; no partial result is
+                returned.
         """
         graph.validate()
         target_ids = graph.sinks().tolist() if targets is None else list(targets)

@@ -33,7 +33,12 @@ class _RateColumn(ProgressColumn):
 
 
 class ProgressBar:
-    """Event subscriber that shows one bar per run; call ``close()`` when the run ends."""
+    """Event subscriber that shows one bar per run; call ``close()`` when the run ends.
+
+    Args:
+        description: The bar's label.
+        console: The rich Console drawn on; None: one on standard error.
+    """
 
     def __init__(self, description: str = "tasks", console: Console | None = None) -> None:
         self.description = description

@@ -58,16 +58,32 @@ def run(
 ) -> Any:
     """Run ``graph`` and return the results of ``targets``.
 
-    ``targets``: a TaskRef (returns its value), a list/tuple/dict of TaskRefs (the same
-    structure of values), or None (a dict ``{sink name: value}`` of every task no other
-    task consumes). Failed tasks raise one ``ExceptionGroup`` of ``TaskError``.
-    ``executor``: "threads", "adaptive", "processes", "sync" (a ``LocalExecutor`` with ``workers``,
-    ``retries`` and ``timeout``), or an ``Executor``, which carries its own settings.
-    ``timeout``: seconds each try of each task may run (see ``LocalExecutor``).
-    ``plan``: a ``chunkgraph.plan(graph, ...)`` to follow (default: the graph is
-    planned on this machine's contexts, ``chunkgraph.local_contexts()``).
-    ``gpu_fallback``: where no GPU is found, tasks asking for ``{"gpu": ...}`` run
-    on CPU workers (default: ConfigError saying no GPU was found).
+    Args:
+        graph: The graph to run.
+        targets: A TaskRef or a task name (returns its value), a list, tuple or dict
+            of them (the same structure of values), or None (a dict ``{sink name:
+            value}`` of every task no other task consumes).
+        executor: ``"threads"`` (the default), ``"adaptive"``, ``"processes"``,
+            ``"sync"`` (a ``LocalExecutor`` with ``workers``, ``retries`` and
+            ``timeout``), a Dask scheduler address, or an ``Executor``, which carries
+            its own settings (an option given beside it is a ConfigError).
+        retries: Extra tries per failed task; None: 0 for a kind, an Executor's own.
+        progress: Show a progress bar on the terminal.
+        workers: A kind's number of workers; None: all usable cores.
+        subscribers: Callables that receive every ``Event`` of the run.
+        timeout: Seconds each try of each task may run (see ``LocalExecutor``); None:
+            no limit.
+        plan: A ``chunkgraph.plan(graph, ...)`` to follow; None: the graph is planned
+            on this machine's contexts, ``chunkgraph.local_contexts()``.
+        gpu_fallback: Where no GPU is found, run tasks asking for ``{"gpu": ...}`` on
+            CPU workers; None or False: a ConfigError saying no GPU was found.
+
+    Returns:
+        The targets' values, in the shape of ``targets``.
+
+    Raises:
+        ExceptionGroup: Of ``TaskError``, one per failed task.
+        ConfigError: For an invalid executor or option.
 
     >>> from chunkgraph.graph import Graph
     >>> g = Graph()

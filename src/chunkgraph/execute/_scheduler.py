@@ -74,6 +74,14 @@ class TaskState(enum.IntEnum):
 class Scheduler:
     """Decides which task runs next and what a finished or failed task unblocks.
 
+    Args:
+        graph: The graph run.
+        targets: The ids of the tasks whose results are kept; only what they need runs.
+        priority: One int per task id, lower taken first (``planning.order``).
+        retries: Extra tries of a failed task.
+        placement: Where each task is planned (contexts, subgraphs, fused chains,
+            memory budgets) for a multi-context plan; None: one context, no admission.
+
     >>> g = Graph()
     >>> a = g.add(abs, -1)
     >>> b = g.add(abs, a)
@@ -154,12 +162,21 @@ class Scheduler:
         return self.done == self.total or (self.stopping and self.running == 0)
 
     def ready_count(self, context: int = 0) -> int:
-        """How many tasks wait in ``context``'s heap (stale entries of stolen ones included)."""
+        """How many tasks wait in ``context``'s heap (stale entries of stolen ones included).
+
+        Args:
+            context: The context's index in the plan (0 without a placement).
+        """
         return len(self.heaps[context])
 
     def take(self, k: int, context: int = 0) -> list[int]:
         """Up to ``k`` READY tasks of ``context``, highest priority first, now RUNNING
-        (none once stopping); a context with none steals (see the module doc)."""
+        (none once stopping); a context with none steals (see the module doc).
+
+        Args:
+            k: The most tasks to take.
+            context: The context's index in the plan (0 without a placement).
+        """
         if self.stopping:
             return []
         if not self._multi and not self._admit:
@@ -283,6 +300,9 @@ class Scheduler:
 
         The caller (the worker that just ran ``t``) runs it next and reports it
         after ``t``. Safe without the lock: only ``t``'s own report makes it ready.
+
+        Args:
+            t: The task the caller just ran.
         """
         if not self._chain_next or self.stopping:
             return -1
@@ -293,13 +313,22 @@ class Scheduler:
         return -1
 
     def unclaim(self, tasks: Iterable[int]) -> None:
-        """Give back claims of tasks that will not be run as claimed."""
+        """Give back claims of tasks that will not be run as claimed.
+
+        Args:
+            tasks: Task ids claimed by ``claim_next``.
+        """
         for t in tasks:
             if self.claimed and self.claimed[t] and self.state[t] == TaskState.WAITING:
                 self.claimed[t] = 0
 
     def finish(self, t: int, value: Any) -> int:
-        """Record ``t``'s result; returns how many tasks became READY."""
+        """Record ``t``'s result; returns how many tasks became READY.
+
+        Args:
+            t: The task's id (RUNNING).
+            value: Its result, kept while a consumer or the targets need it.
+        """
         self.state[t] = TaskState.DONE
         self.running -= 1
         self.done += 1
@@ -345,7 +374,13 @@ class Scheduler:
 
     def fail(self, t: int, error: BaseException, *, retry: bool = True) -> bool:
         """Record a failed try of ``t``; True if it is READY again for another try (never
-        when ``retry`` is False, nor for an error that fails every try: ``is_permanent``)."""
+        when ``retry`` is False, nor for an error that fails every try: ``is_permanent``).
+
+        Args:
+            t: The task's id (RUNNING).
+            error: What the try raised; kept as the task's failure when it is not retried.
+            retry: False fails the task without another try.
+        """
         self.running -= 1
         if self._admit:
             self._vacate(t)
@@ -365,7 +400,11 @@ class Scheduler:
 
     def put_back(self, tasks: Iterable[int]) -> None:
         """Return taken tasks that were never started to their ready heap (a claimed task
-        that never became RUNNING only loses its claim)."""
+        that never became RUNNING only loses its claim).
+
+        Args:
+            tasks: Task ids returned by ``take`` or ``claim_next``.
+        """
         for t in tasks:
             if self.state[t] != TaskState.RUNNING:
                 self.unclaim((t,))
@@ -380,7 +419,11 @@ class Scheduler:
         self.stopping = True
 
     def attempt(self, t: int) -> int:
-        """The 1-based number of the try that ``t`` is on (or was last on)."""
+        """The 1-based number of the try that ``t`` is on (or was last on).
+
+        Args:
+            t: The task's id.
+        """
         return self.attempts.get(t, 0) + (self.state[t] != TaskState.FAILED)
 
     def cancelled(self) -> list[int]:

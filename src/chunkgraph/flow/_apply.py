@@ -111,19 +111,104 @@ def apply(
     cast: str = DEFAULT_CAST,
     run: RunOptions | None = None,
 ) -> ApplyReport:
-    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``: the documentation's
-    page on the apply flow (``docs/flow.md``) states every parameter's rule.
+    """Apply ``fn`` to ``inputs`` chunk by chunk, writing ``dst``.
 
-    ``dst=None`` collects ``fn``'s value per bottom chunk into ``report.values``.
     ``chunk_sizes`` omitted (``"auto"``): the flow plans the levels and a chunk cache
     from the pads, the storage chunks, the cores and ``memory_limit``; ``report.plan``
-    says what it chose and why. Run options (executor ... gpu_fallback) are checked by
-    ``RunOptions``; ``retries=None``: 2 for an executor kind, an Executor's own.
-    ``run``: all of them as one ``RunOptions``; a run keyword beside it must agree with
-    it or be left at its default (``RunOptions.of``).
-    Raises ``ConfigError`` (its ``field`` names the parameter) before anything is
-    written when the configuration is invalid, ``FlowLockedError`` when the flow is
-    running elsewhere, ``ExceptionGroup`` of ``TaskError`` when ``fn`` fails.
+    says what it chose and why. The run options (``executor`` to ``gpu_fallback``,
+    with ``memory_limit`` and ``intermediates``) are checked once, by ``RunOptions.of``.
+    Pads and blend modes are one value for all levels or one per level: a tuple is per
+    axis, a list is per level (top first). The page on the apply flow (``docs/flow.md``)
+    shows each rule at work.
+
+    Args:
+        fn: The function called at the bottom level, on arrays covering its chunk plus
+            twice the crop and blend pads; it returns that shape or the cropped one. A
+            single Volume input is passed positionally, a mapping of inputs as keyword
+            arrays; a parameter named ``box`` also gets the ``Box`` (global voxels) the
+            arrays cover.
+        inputs: A Volume, or ``{name: Volume}`` (``{}``: ``fn`` is a generator, given
+            only ``box``). An input at another ``resolution`` is read over the same
+            physical box at its own resolution.
+        dst: The Volume written, whose voxels are the flow's grid (chunks, pads and
+            ``bbox`` count them). None writes nothing and collects ``fn``'s value per
+            bottom chunk into ``report.values``; ``chunk_sizes`` must then be given,
+            no level may blend and only the bottom may crop.
+        fn_kwargs: More keyword arguments for ``fn`` (not volumes); part of the flow
+            id, so other values run again and the same ones resume.
+        fn_resources: ``{name: count}`` limits on calls of ``fn`` running at once, per
+            resource name and process (``{"gpu": 1}``: one at a time); not part of
+            the flow id.
+        chunk_sizes: ``"auto"`` (the default: planned), or one chunk shape per level,
+            top first; each level's chunk must divide the padded chunk above it and
+            the top chunk the bbox (the divisibility rule).
+        crop_pads: Voxels of context ``fn`` reads and the flow drops, per side: an int,
+            a tuple per axis, or a list per level.
+        blend_pads: Voxels by which neighbouring chunks overlap and are blended, per
+            side, in the same forms as ``crop_pads``.
+        blend_modes: How overlaps combine: ``"linear"``, ``"quadratic"`` (the default),
+            ``"bump"``, ``"max"`` (labels), or ``"defer"`` (top level only: the layers
+            are kept for ``reduce_deferred``); one value or a list per level.
+        bbox: The region to compute, a Box in ``bbox_units``; None: all of dst (or of
+            the first input when dst is None).
+        bbox_units: ``"voxels"`` (dst's voxels, the default) or ``"physical"`` (dst's
+            resolution units; the box must fall on dst's voxel grid).
+        auto_divisibility: Keep the bottom chunk size, shrink each upper one to the
+            nearest size the divisibility rule allows (the given sizes are upper
+            bounds), and grow the bbox's end to whole top chunks.
+        expand_bbox: True grows the bbox's end to whole top chunks (reads past an
+            input give its fill value, writes are clipped to dst); ``"snap"`` also moves
+            its start down onto the top grid from dst's corner; False (the default)
+            refuses a bbox the top chunk does not divide.
+        max_reduction_chunk_size: An upper bound on the region one reduction task
+            writes, rounded down to whole dst chunks; None: the flow chooses.
+        intermediates: Where the temporary layers and markers go; None: beside a
+            file-backed dst (``.<dst name>.chunkgraph/<flow id>/``), the system's
+            temporary folder for a memory dst. A folder given is never deleted.
+        skip_intermediates: True writes the top level straight to dst (refused where
+            chunks overlap or crop); False always goes through the layers; None (the
+            default) writes directly wherever nothing overlaps.
+        memory_limit: Bytes the flow may hold at once, which automatic sizes plan for;
+            None: half of the memory available.
+        executor: An executor kind (``"threads"``, ``"adaptive"``, ``"processes"``,
+            ``"sync"``), a Dask scheduler address or ``distributed.Client``, or an
+            Executor (which carries its own settings); None: threads.
+        workers: Cores the flow plans for: the executor's size, how many top tasks
+            run at once and the threads of the levels below; None: the usable cores.
+        retries: Tries after the first of a failed top task or reduction; None: 2 for
+            an executor kind, an Executor's own (a value beside one is a ConfigError).
+        timeout: Seconds one try of a top task or reduction may run before it fails
+            (and is retried); None: no limit.
+        resume: Skip the top tasks and reductions a previous run of the same flow
+            (same flow id) finished; refused with ``dst=None``.
+        lock_wait: Seconds to wait for another flow writing what this one reads or
+            writes; 0 (the default) refuses at once with ``FlowLockedError``.
+        probe: Call ``fn`` once on the first bottom chunk before anything is written,
+            so a wrong shape, channel count or dtype fails at once; False skips it.
+        progress: Show a progress bar on the terminal.
+        dry_run: Plan and estimate only: nothing is read, written or created; the
+            report says what a run would do.
+        subscribers: Callables that receive every ``Event`` of the run.
+        device: ``"cpu"`` (numpy arrays) or ``"gpu"`` (``fn`` gets device arrays, CuPy);
+            a GPU asked for and not found is a ConfigError.
+        gpu_fallback: With ``device="gpu"``, run on the CPU where no GPU is found
+            (the report says so) instead of refusing.
+        cast: Which casts of ``fn``'s dtype into dst's are allowed, with numpy's
+            names: ``"safe"`` (the default; a float into a narrower float too),
+            ``"same_kind"`` or ``"unsafe"``.
+        run: The run options (``executor`` to ``gpu_fallback``, ``memory_limit``,
+            ``intermediates``) as one ``RunOptions``; a run keyword given beside it must
+            agree with it or be left at its default, else a ConfigError naming both.
+
+    Returns:
+        An ``ApplyReport``: the flow id, tasks per level, bytes read and written, the
+            plan, and ``values`` when dst is None.
+
+    Raises:
+        ConfigError: Before anything is written, when the configuration is invalid
+            (its ``field`` names the parameter).
+        FlowLockedError: When another flow holds what this one reads or writes.
+        ExceptionGroup: Of ``TaskError``, when ``fn`` fails.
     """
     t0 = time.perf_counter()
     options = RunOptions.of(
@@ -297,7 +382,15 @@ def _given_plan(
 
 
 def check_device(device: str) -> None:
-    """``ConfigError`` (``field="device"``) when ``device`` (``"gpu"``) is not found here,
-    as ``apply(device=...)`` refuses it: for a caller that must know before it makes
-    anything (``chunkgraph run`` creates its output after this)."""
+    """Refuse ``device`` as ``apply(device=...)`` would, before anything is made.
+
+    For a caller that must know before it makes anything (``chunkgraph run`` creates
+    its output after this).
+
+    Args:
+        device: ``"cpu"`` (always here) or ``"gpu"``, as ``apply`` takes it.
+
+    Raises:
+        ConfigError: With ``field="device"``, for ``"gpu"`` when no GPU is found here.
+    """
     resolve_device(device, False)

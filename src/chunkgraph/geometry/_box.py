@@ -71,6 +71,16 @@ def pad_pairs(pad: object, ndim: int) -> tuple[tuple[int, int], ...]:
 class Box:
     """An n-d half-open integer box ``[start, stop)``.
 
+    Args:
+        start: The inclusive lower corner, one int per axis (any sequence or numpy array
+            of integers).
+        stop: The exclusive upper corner, as many ints as ``start``, each ``>= start``
+            (equal on an axis: an empty box).
+
+    Raises:
+        ConfigError: When the corners are not integers, differ in length, or ``stop``
+            is below ``start`` on some axis.
+
     >>> b = Box((0, 0), (4, 6))
     >>> b.shape, b.size
     ((4, 6), 24)
@@ -106,6 +116,10 @@ class Box:
 
         For hot paths that derive corners from valid boxes (chunk grids, say):
         it skips the coercion and checks of ``Box(start, stop)``, about 10x cheaper.
+
+        Args:
+            start: The lower corner, a tuple of Python ints.
+            stop: The upper corner, a tuple of Python ints, ``stop[d] >= start[d]``.
         """
         box = object.__new__(cls)
         object.__setattr__(box, "start", start)
@@ -115,6 +129,10 @@ class Box:
     @classmethod
     def from_shape(cls, shape: Ints, start: Ints | None = None) -> Box:
         """The box of ``shape`` whose lower corner is ``start`` (default: the origin).
+
+        Args:
+            shape: The extent per axis (non-negative ints).
+            start: The lower corner; None: the origin.
 
         >>> Box.from_shape((2, 3), start=(10, 10))
         Box(start=(10, 10), stop=(12, 13))
@@ -155,7 +173,14 @@ class Box:
     # -- set-like operations ---------------------------------------------------------------
 
     def intersection(self, other: Box) -> Box:
-        """The common part; disjoint boxes give an empty box (shape 0 on some axis)."""
+        """The common part; disjoint boxes give an empty box (shape 0 on some axis).
+
+        Args:
+            other: A box of the same number of axes.
+
+        Raises:
+            ConfigError: When the boxes differ in their number of axes.
+        """
         self._check_ndim(other, "the intersection")
         # map() over builtins: this runs on every Volume read and write, keep it cheap.
         start = tuple(map(max, self.start, other.start))
@@ -164,6 +189,9 @@ class Box:
 
     def union(self, other: Box) -> Box:
         """The bounding box of both; an empty box contributes nothing.
+
+        Args:
+            other: A box of the same number of axes.
 
         >>> Box((0,), (2,)).union(Box((5,), (6,)))
         Box(start=(0,), stop=(6,))
@@ -178,7 +206,11 @@ class Box:
         return Box.unchecked(start, stop)
 
     def contains(self, other: Box | Ints) -> bool:
-        """Whether a box (an empty one is contained everywhere) or a point lies inside."""
+        """Whether a box (an empty one is contained everywhere) or a point lies inside.
+
+        Args:
+            other: A Box of the same number of axes, or a point (one int per axis).
+        """
         if isinstance(other, Box):
             self._check_ndim(other, "containment")
             if other.is_empty:
@@ -193,7 +225,11 @@ class Box:
     # -- moves and resizes -----------------------------------------------------------------
 
     def translated(self, offset: Ints | IntLike) -> Box:
-        """Shifted by ``offset`` (an int for every axis, or per axis)."""
+        """Shifted by ``offset`` (an int for every axis, or per axis).
+
+        Args:
+            offset: The shift: an int for every axis, or one per axis (negative moves down).
+        """
         off = per_axis(offset, self.ndim, "offset")
         return Box.unchecked(
             tuple(a + o for a, o in zip(self.start, off, strict=True)),
@@ -202,6 +238,10 @@ class Box:
 
     def padded(self, pad: Pad) -> Box:
         """Grown by ``pad`` on each side (negative values shrink).
+
+        Args:
+            pad: An int for every side, one int per axis (both sides of it), or one
+                ``(low, high)`` pair per axis.
 
         >>> Box((0, 0), (4, 4)).padded([(1, 2), 0])
         Box(start=(-1, 0), stop=(6, 4))
@@ -217,7 +257,11 @@ class Box:
         return Box.unchecked(start, stop)
 
     def cropped(self, pad: Pad) -> Box:
-        """Shrunk by ``pad`` on each side: the exact inverse of ``padded(pad)``."""
+        """Shrunk by ``pad`` on each side: the exact inverse of ``padded(pad)``.
+
+        Args:
+            pad: As for ``padded``: an int, one int per axis, or ``(low, high)`` pairs.
+        """
         pairs = pad_pairs(pad, self.ndim)
         return self.padded(tuple((-lo, -hi) for lo, hi in pairs))
 
@@ -231,6 +275,11 @@ class Box:
 
         ``outer`` grows (start down, stop up), ``inner`` shrinks (start up, stop
         down; may become empty), ``down`` / ``up`` move both corners that way.
+
+        Args:
+            grid: The lattice spacing: an int for every axis, or one per axis.
+            offset: The lattice origin: an int for every axis, or one per axis (default 0).
+            direction: ``"outer"`` (the default), ``"inner"``, ``"down"`` or ``"up"``.
 
         >>> Box((3, 5), (9, 12)).snapped(4)
         Box(start=(0, 4), stop=(12, 12))
@@ -264,7 +313,21 @@ class Box:
         offset: Ints | IntLike | None = None,
         mode: SplitMode = "exact",
     ) -> tuple[NDArray[np.int64], NDArray[np.int64], tuple[int, ...]]:
-        """Chunk corners as ``(starts, stops, grid_shape)``; see ``chunkgraph.geometry._split``."""
+        """Chunk corners as ``(starts, stops, grid_shape)``; see ``chunkgraph.geometry._split``.
+
+        Args:
+            chunk: The chunk shape: an int for every axis, or one per axis (positive).
+            stride: The step between chunk starts, as ``chunk``; None: ``chunk`` (chunks
+                that tile).
+            offset: The grid's origin; None: the box's ``start``.
+            mode: ``"exact"`` (the chunks must tile the box, else ConfigError naming the
+                axis), ``"shrink"`` (chunks clipped to the box) or ``"expand"`` (full chunks,
+                past the box where they must).
+
+        Returns:
+            ``(starts, stops, grid_shape)``, int64 arrays of shape ``(n, ndim)`` in C
+                order and the number of chunks per axis.
+        """
         from chunkgraph.geometry._split import split_arrays
 
         return split_arrays(self, chunk, stride, offset, mode)
@@ -278,6 +341,15 @@ class Box:
     ) -> list[Box]:
         """The chunks as boxes, in C order.
 
+        Args:
+            chunk: The chunk shape: an int for every axis, or one per axis (positive).
+            stride: The step between chunk starts, as ``chunk``; None: ``chunk`` (chunks
+                that tile).
+            offset: The grid's origin; None: the box's ``start``.
+            mode: ``"exact"`` (the chunks must tile the box, else ConfigError naming the
+                axis), ``"shrink"`` (chunks clipped to the box) or ``"expand"`` (full chunks,
+                past the box where they must).
+
         >>> [b.shape for b in Box((0, 0), (4, 5)).split((2, 3), mode="shrink")]
         [(2, 3), (2, 2), (2, 3), (2, 2)]
         """
@@ -289,6 +361,10 @@ class Box:
 
     def slices(self, relative_to: Box | None = None) -> tuple[slice, ...]:
         """Index slices of this box in an array whose element 0 sits at ``relative_to.start``.
+
+        Args:
+            relative_to: The box the array covers; None: an array whose element 0 is the
+                origin.
 
         >>> Box((2, 3), (4, 7)).slices(relative_to=Box((1, 1), (9, 9)))
         (slice(1, 3, None), slice(2, 6, None))

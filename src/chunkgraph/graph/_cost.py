@@ -26,13 +26,13 @@ DEFAULT_SECONDS = 1e-3
 class Cost:
     """Estimated cost of one task: run time, peak memory, size of its result.
 
-    ``seconds`` is either one number (the time on a context of ``speed`` 1; a
-    faster context divides it by its speed) or a mapping from a context's name
-    or kind to the seconds it takes there, for costs that differ by hardware
-    (a GPU kernel, a CPU fallback). A context with no entry (neither its name
-    nor its kind) cannot run the task. ``memory`` is the task's peak while it
-    runs, ``output_bytes`` the size of the result it hands to each consumer
-    (``Graph.set_edge_bytes`` sets one consumer's share apart).
+    Attributes:
+        seconds: One number (seconds on a context of ``speed`` 1; a faster context
+            divides it by its speed), or ``{context name or kind: seconds}``; a context
+            with no entry (neither its name nor its kind) cannot run the task.
+        memory: The task's peak bytes while it runs.
+        output_bytes: The size of the result it hands to each consumer
+            (``Graph.set_edge_bytes`` sets one consumer's share apart).
 
     >>> Cost(seconds=2.0, memory=1 << 20)
     Cost(seconds=2.0, memory=1048576, output_bytes=0)
@@ -74,6 +74,13 @@ class ContextSeconds(Mapping[str, float]):
     Immutable and hashable. ``mean`` is the number the graph's single
     ``seconds`` column holds for it (the average over the entries, as HEFT's
     ranks use).
+
+    Args:
+        mapping: Seconds (finite, >= 0) by context name or kind; at least one entry.
+
+    Raises:
+        ConfigError: When ``mapping`` is empty, a key is not a non-empty string, or a
+            value is not a finite number >= 0.
     """
 
     __slots__ = ("_items",)
@@ -125,6 +132,15 @@ class Resources(Mapping[str, float]):
 
     An immutable, hashable mapping of resource name to a positive amount.
 
+    Args:
+        mapping: Amounts by resource name (``{"gpu": 1}``); None: none from here.
+        **amounts: More amounts as keywords (``gpu=1``), over ``mapping``'s. With no
+            amount at all the resources are the default ``{"cpu": 1}``.
+
+    Raises:
+        ConfigError: When a name is empty or a miscased ``"CPU"``/``"GPU"``, or an amount
+            is not a positive number.
+
     >>> Resources(gpu=1)
     Resources(gpu=1)
     >>> Resources() == Resources(cpu=1)
@@ -158,7 +174,14 @@ class Resources(Mapping[str, float]):
 
     @classmethod
     def coerce(cls, value: Resources | Mapping[str, float] | None) -> Resources:
-        """Return ``value`` as Resources (None is the default ``{"cpu": 1}``)."""
+        """Return ``value`` as Resources (None is the default ``{"cpu": 1}``).
+
+        Args:
+            value: Resources (returned as they are), a mapping of name to amount, or None.
+
+        Raises:
+            ConfigError: When ``value`` is none of these, or its amounts are invalid.
+        """
         if isinstance(value, Resources):
             return value
         if value is None:

@@ -46,12 +46,14 @@ Key = Hashable
 class DaskGraph(NamedTuple):
     """What ``from_dask`` returns.
 
-    ``graph``: the chunkgraph Graph. ``task_ids``: the task id of each dask key that
-    is a task or an alias of one (aliases share their target's id). ``data``: the
-    keys that hold data, with their values (no task; see the module doc).
-    ``targets``: TaskRefs in the nested list structure of the requested keys (a
-    collection's ``__dask_keys__()`` by default), or None when no keys were asked
-    for; ``chunkgraph.run(graph, targets)`` computes them.
+    Attributes:
+        graph: The chunkgraph Graph.
+        task_ids: The task id of each dask key that is a task or an alias of one
+            (aliases share their target's id).
+        data: The keys that hold data, with their values (no task; see the module doc).
+        targets: TaskRefs in the nested list structure of the requested keys (a
+            collection's ``__dask_keys__()`` by default), or None when no keys were
+            asked for; ``chunkgraph.run(graph, targets)`` computes them.
     """
 
     graph: Graph
@@ -65,9 +67,17 @@ def from_dask(
 ) -> DaskGraph:
     """Convert a dask collection, expression, HighLevelGraph or dict graph to a ``Graph``.
 
-    ``keys``: the keys wanted, a key or (nested) lists of keys; default the
-    collection's or expression's keys, and none for a plain graph. ``optimize``:
-    apply dask's graph optimisations to a collection first, as ``compute`` does.
+    Args:
+        collection_or_graph: A dask collection (array, dataframe, delayed), an
+            expression, a HighLevelGraph or a plain dict graph.
+        keys: The keys wanted: a key or (nested) lists of keys; None: the collection's
+            or expression's keys, and none for a plain graph.
+        optimize: Apply dask's graph optimisations to a collection first, as
+            ``compute`` does.
+
+    Returns:
+        A ``DaskGraph``: the Graph, the task id of each key, and the targets in the
+            shape of ``keys``.
 
     >>> import operator
     >>> from chunkgraph import run

@@ -70,7 +70,13 @@ current_graph: contextvars.ContextVar[Graph | None] = contextvars.ContextVar(
 
 
 class TaskRef:
-    """A handle to one task of one Graph; as an argument, it stands for that task's result."""
+    """A handle to one task of one Graph; as an argument, it stands for that task's result.
+
+    Args:
+        graph: The Graph the task belongs to.
+        id: The task's id in ``graph`` (its position, from 0). ``Graph.add`` and
+            ``Graph.ref`` make TaskRefs; building one by hand is rarely needed.
+    """
 
     __slots__ = ("graph", "id")
 
@@ -107,7 +113,13 @@ class TaskRef:
 
 
 class CostColumns(NamedTuple):
-    """Read-only views of a graph's cost columns, one entry per task id."""
+    """Read-only views of a graph's cost columns, one entry per task id.
+
+    Attributes:
+        seconds: Each task's seconds (a per-context cost: its mean).
+        memory: Each task's peak bytes.
+        output_bytes: Each task's result bytes.
+    """
 
     seconds: npt.NDArray[np.float64]
     memory: IntArray
@@ -156,7 +168,24 @@ class Graph:
         resources: Resources | Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> TaskRef:
-        """Add the task ``fn(*args, **kwargs)``; TaskRefs in the arguments are its inputs."""
+        """Add the task ``fn(*args, **kwargs)``; TaskRefs in the arguments are its inputs.
+
+        Args:
+            fn: The callable the task runs (positional only).
+            *args: Its positional arguments; a TaskRef, also nested in lists, tuples and
+                dicts, stands for that task's result and makes the task depend on it.
+            name: A unique name for the task; None: ``"<fn name>-<id>"``.
+            cost: Its estimated ``Cost``; None: ``DEFAULT_SECONDS``, no memory, no output.
+            resources: What it occupies while it runs (``{"gpu": 1}``); None: ``{"cpu": 1}``.
+            **kwargs: Its keyword arguments, with TaskRefs as in ``args``.
+
+        Returns:
+            The new task's TaskRef.
+
+        Raises:
+            GraphError: When ``fn`` is not callable, ``name`` is used already or empty, a
+                TaskRef is of another graph, or ``cost`` is not a Cost; nothing is added then.
+        """
         if not callable(fn):
             raise GraphError(f"add() needs a callable first, got {fn!r}; e.g. g.add(np.sum, ref)")
         tid = len(self._fns)
@@ -253,7 +282,12 @@ class Graph:
         self._output_bytes[tid] = cost.output_bytes
 
     def set_cost(self, ref: TaskRef | int, cost: Cost) -> None:
-        """Replace a task's cost estimate (e.g. with a measured one)."""
+        """Replace a task's cost estimate (e.g. with a measured one).
+
+        Args:
+            ref: The task, as a TaskRef of this graph or its id.
+            cost: The new estimate; plans and orders kept with the graph are forgotten.
+        """
         self._set_cost(self.task_id(ref), cost)
         self._cache.pop("derived", None)  # an order or a plan depends on the costs
 
@@ -262,6 +296,11 @@ class Graph:
     ) -> None:
         """Declare that ``producer`` sends ``nbytes`` to ``consumer`` (instead of its
         ``Cost.output_bytes``): a task may send different amounts to different consumers.
+
+        Args:
+            producer: The task sending, as a TaskRef of this graph, an id or a name.
+            consumer: The task receiving, one of ``producer``'s consumers, given the same way.
+            nbytes: The bytes sent (an int >= 0).
 
         >>> g = Graph()
         >>> a = g.add(abs, -1, cost=Cost(output_bytes=10))
@@ -283,7 +322,12 @@ class Graph:
         self._cache.pop("derived", None)  # a plan depends on the sizes
 
     def edge_bytes(self, producer: TaskRef | int | str, consumer: TaskRef | int | str) -> int:
-        """Bytes ``producer`` sends to ``consumer``: as set, else its ``output_bytes``."""
+        """Bytes ``producer`` sends to ``consumer``: as set, else its ``output_bytes``.
+
+        Args:
+            producer: The task sending, as a TaskRef of this graph, an id or a name.
+            consumer: The task receiving, given the same way.
+        """
         p, c = self.task_id(producer), self.task_id(consumer)
         size = self._edge_bytes.get((p, c))
         return int(self._output_bytes[p]) if size is None else size
@@ -314,7 +358,14 @@ class Graph:
         return f"<Graph: {len(self)} tasks, {len(self._dep_indices)} dependencies>"
 
     def ref(self, key: int | str) -> TaskRef:
-        """The TaskRef of a task id or name."""
+        """The TaskRef of a task id or name.
+
+        Args:
+            key: A task id (from 0) or a task name.
+
+        Raises:
+            GraphError: When no task of this graph has that id or name.
+        """
         if isinstance(key, str):
             if key in self._ids_by_name:
                 return TaskRef(self, self._ids_by_name[key])
@@ -328,6 +379,9 @@ class Graph:
         """The id of a task given as a TaskRef of this graph, an id or a name.
 
         GraphError when it is not a task of this graph.
+
+        Args:
+            key: A TaskRef of this graph, a task id or a task name.
 
         >>> g = Graph()
         >>> a = g.add(abs, -1, name="a")
@@ -346,26 +400,51 @@ class Graph:
         return tid
 
     def name(self, tid: int) -> str:
-        """Task ``tid``'s name: the one given to ``add`` or ``"<fn name>-<id>"``."""
+        """Task ``tid``'s name: the one given to ``add`` or ``"<fn name>-<id>"``.
+
+        Args:
+            tid: The task's id.
+        """
         user = self._user_names.get(tid)
         if user is not None:
             return user
         return f"{_fn_name(self._fns[tid])}-{tid}"
 
     def payload(self, tid: int) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-        """The callable and the arguments as given (TaskRefs not substituted)."""
+        """The callable and the arguments as given (TaskRefs not substituted).
+
+        Args:
+            tid: The task's id.
+
+        Returns:
+            ``(fn, args, kwargs)`` as given to ``add``.
+        """
         return self._fns[tid], self._args[tid], self._kwargs[tid] or {}
 
     def resolve(
         self, tid: int, results: Sequence[Any]
     ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-        """Task ``tid``'s callable and arguments with each TaskRef ``r`` as ``results[r.id]``."""
+        """Task ``tid``'s callable and arguments with each TaskRef ``r`` as ``results[r.id]``.
+
+        Args:
+            tid: The task's id.
+            results: The results of the tasks it depends on, indexed by task id (entries
+                of other tasks are not read).
+
+        Returns:
+            ``(fn, args, kwargs)`` ready to call.
+        """
         args, kwargs = resolve_call(
             self._shapes[tid], self._args[tid], self._kwargs[tid], TaskRef, results
         )
         return self._fns[tid], args, kwargs
 
     def cost(self, tid: int) -> Cost:
+        """Task ``tid``'s estimated Cost (its per-context seconds where it has them).
+
+        Args:
+            tid: The task's id.
+        """
         per_context = self._context_seconds.get(tid)
         seconds = float(self._seconds[tid]) if per_context is None else per_context
         return Cost(seconds, int(self._memory[tid]), int(self._output_bytes[tid]))
@@ -383,6 +462,11 @@ class Graph:
         return CostColumns(seconds, memory, output_bytes)
 
     def resources(self, tid: int) -> Resources:
+        """What task ``tid`` occupies while it runs (default ``{"cpu": 1}``).
+
+        Args:
+            tid: The task's id.
+        """
         return self._resources.get(tid, DEFAULT_RESOURCES)
 
     def resources_overrides(self) -> Mapping[int, Resources]:
@@ -444,6 +528,10 @@ class Graph:
         forget every kept value; the caller names the key and must not mutate
         the value.
 
+        Args:
+            key: The name the value is kept under.
+            compute: Called with the graph when no value is kept under ``key``.
+
         >>> g = Graph()
         >>> _ = g.add(abs, -1)
         >>> g.cached("size", len), g.cached("size", lambda graph: -1)
@@ -466,7 +554,15 @@ class Graph:
 
 
 def needed_mask(graph: Graph, targets: Sequence[int]) -> npt.NDArray[np.bool_]:
-    """True for the targets and every task they transitively depend on."""
+    """True for the targets and every task they transitively depend on.
+
+    Args:
+        graph: The graph.
+        targets: The ids of the tasks whose results are wanted.
+
+    Returns:
+        A bool array with one entry per task id.
+    """
     n = len(graph)
     wanted = np.zeros(n, dtype=bool)
     wanted[np.asarray(targets, dtype=np.int64)] = True

@@ -35,6 +35,11 @@ def collect_leaves(value: object, wanted: Callable[[Any], bool], found: list[Any
 
     Returns True when one was found.
 
+    Args:
+        value: A list, tuple or dict (values), nested to any depth.
+        wanted: Called on each leaf; true keeps it.
+        found: The list the wanted leaves are appended to.
+
     >>> found = []
     >>> collect_leaves([1, (2, "a"), {"k": 3}], lambda x: isinstance(x, int), found), found
     (True, [1, 2, 3])
@@ -52,7 +57,12 @@ def collect_leaves(value: object, wanted: Callable[[Any], bool], found: list[Any
 
 
 def has_leaf(value: object, wanted: Callable[[Any], bool]) -> bool:
-    """Whether any leaf of ``value`` (a container, or a leaf itself) is ``wanted``."""
+    """Whether any leaf of ``value`` (a container, or a leaf itself) is ``wanted``.
+
+    Args:
+        value: A leaf, or a list, tuple or dict nested to any depth.
+        wanted: Called on each leaf until one is true.
+    """
     if not isinstance(value, CONTAINERS):
         return wanted(value)
     items = value.values() if isinstance(value, dict) else value
@@ -67,6 +77,10 @@ def replace_leaves(value: Any, new: Callable[[Any], Any]) -> Any:
 
     Every container is a fresh one (see the module doc for its type), so the
     caller may hand it to code that mutates it; ``value`` itself is unchanged.
+
+    Args:
+        value: A leaf, or a list, tuple or dict (also a named tuple) nested to any depth.
+        new: Called on each leaf; its value takes the leaf's place.
 
     >>> from collections import namedtuple
     >>> Pair = namedtuple("Pair", "a b")

@@ -23,7 +23,15 @@ R = TypeVar("R")
 
 
 class Task(Generic[P, R]):
-    """A function that adds itself as a task when called inside ``with Graph() as g:``."""
+    """A function that adds itself as a task when called inside ``with Graph() as g:``.
+
+    Args:
+        fn: The function wrapped; called directly outside a ``with Graph()`` block.
+        name: The name of the task it adds (unique in a graph: a task called twice needs
+            none); None: ``"<fn name>-<id>"``.
+        cost: The Cost of each task it adds; None: the default.
+        resources: What each task it adds occupies; None: ``{"cpu": 1}``.
+    """
 
     def __init__(
         self,
@@ -74,6 +82,17 @@ def task(
     resources: Resources | Mapping[str, float] | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Decorate ``fn`` so that calling it inside ``with Graph() as g:`` adds a task to ``g``.
+
+    Used bare (``@task``) or with options (``@task(cost=Cost(seconds=2))``).
+
+    Args:
+        fn: The function, when used bare; None when options are given.
+        name: The name of the task each call adds; None: ``"<fn name>-<id>"``.
+        cost: The Cost of each task; None: the default.
+        resources: What each task occupies (``{"gpu": 1}``); None: ``{"cpu": 1}``.
+
+    Returns:
+        A ``Task`` wrapping ``fn``, or the decorator that makes one.
 
     >>> from chunkgraph.graph import Graph
     >>> @task

@@ -49,9 +49,14 @@ if TYPE_CHECKING:
 class DownsampleReport:
     """What one ``downsample`` call did: one ``ApplyReport`` per pass, finest first.
 
-    ``paths[k]``: where level ``k + 1`` is; ``factor``: per spatial axis, per level;
-    ``levels_per_pass[i]``: how many levels pass ``i`` wrote from one read of its input
-    (the first level as the flow's dst, the others from it in memory).
+    Attributes:
+        paths: ``paths[k]``: where level ``k + 1`` is.
+        factor: The factor per spatial axis, per level.
+        method: The reduction used (``"mean"``, ``"mode"``, ...).
+        passes: One ``ApplyReport`` per pass, finest first.
+        levels_per_pass: ``levels_per_pass[i]``: how many levels pass ``i`` wrote from
+            one read of its input (the first level as the flow's dst, the others from it
+            in memory).
     """
 
     paths: tuple[str, ...]
@@ -77,7 +82,11 @@ class DownsampleReport:
         return sum(r.saturated_voxels for r in self.passes)
 
     def summary(self, *, plan: bool = True) -> str:
-        """What was written, pass by pass; ``plan=True`` adds each pass's plan."""
+        """What was written, pass by pass.
+
+        Args:
+            plan: Add each pass's plan.
+        """
         verb = "would write" if self.dry_run else "wrote"
         lines = [
             f"downsample ({self.method}, factor {'x'.join(map(str, self.factor))}): {verb} "
@@ -259,16 +268,46 @@ def downsample(
 ) -> DownsampleReport:
     """Write ``levels`` pyramid levels of ``src``, each ``factor`` coarser than the last.
 
-    ``method``: mean (intensities), median, mode (integer labels), max, min or stride;
-    ``_block_reduce`` states each one's rounding and ties. None (the default):
-    ``default_method`` of the source's dtype, mode for labels and mean otherwise.
-    ``format``: ``"ome-zarr"`` or ``"precomputed"`` (new levels in the source's image;
-    the default for a level of one), ``"zarr3"`` (volumes at ``dst``, a path with
-    ``{level}``; default beside ``src``: ``vol_s1.zarr``, ...; the default for a plain
-    volume). Each level is an ``apply`` flow, resumable with ``resume=True``;
-    ``lock_wait``: seconds each waits for another flow writing what it reads or writes
-    (``_dst_lock``; 0: refused at once). ``run``: the run options as one ``RunOptions``
-    (``_run_options``: retries and timeout too; intermediates and device are refused).
+    Each level is an ``apply`` flow (several levels may come from one read of their
+    input: a pass), resumable with ``resume=True``.
+
+    Args:
+        src: The volume, or a path or URL ``volume.open`` reads.
+        factor: How many voxels of a level one voxel of the next spans: an int for
+            every spatial axis, or one per spatial axis.
+        levels: How many levels to write (>= 1).
+        method: ``"mean"`` (intensities), ``"median"``, ``"mode"`` (integer labels),
+            ``"max"``, ``"min"`` or ``"stride"``; ``_block_reduce`` states each one's
+            rounding and ties. None: ``default_method`` of the source's dtype, mode for
+            labels and mean otherwise.
+        dst: With ``format="zarr3"``, the new volumes' path with ``{level}`` in it;
+            None: beside ``src`` (``vol_s1.zarr``, ...). Refused with the other formats,
+            whose levels go into the source's image.
+        format: ``"ome-zarr"`` or ``"precomputed"`` (new levels in the source's image),
+            or ``"zarr3"`` (plain volumes at ``dst``); None: the source's own format for
+            a level of an image when no ``dst`` is given, else ``"zarr3"``.
+        memory_limit: Bytes each flow may hold at once; None: half of the memory
+            available.
+        executor: An executor kind, a Dask scheduler address or an Executor, as for
+            ``apply``; None: threads.
+        workers: Cores each flow plans for, as for ``apply``; None: the usable cores.
+        resume: Continue an interrupted run: each flow skips what it finished.
+        dry_run: Plan only: nothing is read, written or created; the report says what
+            a run would do.
+        progress: Show a progress bar on the terminal.
+        subscribers: Callables that receive every ``Event`` of the run.
+        lock_wait: Seconds to wait for another flow writing what this one reads or
+            writes; 0 (the default) refuses at once with ``FlowLockedError``.
+        run: The run options as one ``RunOptions`` (retries and timeout too;
+            intermediates and device are refused); a keyword beside it must agree.
+
+    Returns:
+        A ``DownsampleReport``: the paths written and each pass's ``ApplyReport``.
+
+    Raises:
+        ConfigError: Before anything is made, for a bad factor, level count, method,
+            format or dst, or a plan the memory limit refuses.
+        FlowLockedError: When another flow is writing the source.
 
     >>> from chunkgraph import volume
     >>> v = volume.create("ds-doc", (8, 6), (4, 4), "uint8", backend="memory")

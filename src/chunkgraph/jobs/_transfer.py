@@ -74,14 +74,44 @@ def transfer(
     lock_wait: float = 0.0,
     run: RunOptions | None = None,
 ) -> ApplyReport:
-    """Copy ``src`` (within ``bbox``, global voxels; default all of it) into a new volume
-    at ``dst`` with spatial ``chunks`` (default the source's), Zarr v3 ``shards`` (None:
-    unsharded), ``dtype`` (default the source's, converted under ``cast``) and ``backend``
-    (default the source's). ``dst`` may carry a format prefix (``precomputed://``,
-    ``n5://``, ``zarr2://``) and ``src`` be any volume ``volume.open`` reads.
-    ``lock_wait``: seconds to wait for another flow writing the source or dst
-    (``_dst_lock``; 0: refused at once). ``run``: the run options as one ``RunOptions``
-    (``_run_options``: retries and timeout too; intermediates and device are refused).
+    """Copy ``src`` into a new volume at ``dst``: rechunk, reshard, convert its dtype or format.
+
+    Args:
+        src: The volume, or a path or URL ``volume.open`` reads.
+        dst: The new volume's path or URL, with an optional format prefix
+            (``precomputed://``, ``n5://``, ``zarr2://``); not the source, not a bucket's
+            root, and new unless ``resume``.
+        chunks: The new volume's spatial chunks; None: the source's.
+        shards: Zarr v3 shards (all axes, multiples of the chunks); None: unsharded.
+        dtype: The new volume's dtype; None: the source's.
+        bbox: The region copied, a Box over the source's spatial axes in global voxels,
+            inside its bounds; None: all of it.
+        backend: The new volume's backend (``"zarr"``, ``"tensorstore"``, ``"memory"``);
+            None: the source's where it writes Zarr v3, else ``"zarr"``.
+        cast: Which conversions into ``dtype`` are allowed, as for ``apply``:
+            ``"safe"`` (the default), ``"same_kind"`` or ``"unsafe"``.
+        memory_limit: Bytes each flow may hold at once; None: half of the memory
+            available.
+        executor: An executor kind, a Dask scheduler address or an Executor, as for
+            ``apply``; None: threads.
+        workers: Cores each flow plans for, as for ``apply``; None: the usable cores.
+        resume: Continue an interrupted run: each flow skips what it finished.
+        dry_run: Plan only: nothing is read, written or created; the report says what
+            a run would do.
+        progress: Show a progress bar on the terminal.
+        subscribers: Callables that receive every ``Event`` of the run.
+        lock_wait: Seconds to wait for another flow writing what this one reads or
+            writes; 0 (the default) refuses at once with ``FlowLockedError``.
+        run: The run options as one ``RunOptions`` (retries and timeout too;
+            intermediates and device are refused); a keyword beside it must agree.
+
+    Returns:
+        The copy's ``ApplyReport``.
+
+    Raises:
+        ConfigError: Before dst is made, for a bad argument, an existing dst without
+            ``resume``, a conversion ``cast`` refuses, or a plan the memory limit refuses.
+        FlowLockedError: When another flow is writing the source or dst.
 
     >>> from chunkgraph import volume
     >>> v = volume.create("tr-doc", (8, 8), (2, 2), "uint8", backend="memory")

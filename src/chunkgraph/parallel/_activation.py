@@ -99,11 +99,14 @@ IO_GAIN = 0.2
 class ActivationEvent:
     """One accepted check (or the start): what was read and what was done.
 
-    ``time``: the sampler's clock; ``active``: active workers per node after
-    this check; ``added``: workers this check activated per node; ``cpu``
-    (cores) and ``io`` (bytes/s): the readings, None at the start (and ``io``
-    None without I/O counters); ``cpu_grows`` / ``io_grows``: what each
-    signal said.
+    Attributes:
+        time: The sampler's clock.
+        active: Active workers per node after this check.
+        added: Workers this check activated, per node.
+        cpu: The CPU reading, in cores; None at the start.
+        io: The I/O reading, in bytes/s; None at the start and without I/O counters.
+        cpu_grows: Whether the CPU signal said more workers would be absorbed.
+        io_grows: Whether the I/O signal said so.
     """
 
     time: float

@@ -78,6 +78,14 @@ class OpKind(enum.Enum):
 
     @classmethod
     def coerce(cls, kind: OpKind | str) -> OpKind:
+        """``kind`` as an OpKind.
+
+        Args:
+            kind: An OpKind, or its value (``"compute"``, ``"memory"``, ``"sort"``).
+
+        Raises:
+            ConfigError: For any other value, naming the valid ones.
+        """
         try:
             return kind if isinstance(kind, OpKind) else cls(kind)
         except ValueError:
@@ -105,9 +113,12 @@ KIND_DEFAULTS: dict[OpKind, KindDefaults] = {
 class CostModel:
     """Measured cost of one body: ``t(len) = per_call_s + per_element_s * len``.
 
-    ``trusted`` is False when the probe ran out of elements before a piece
-    took ``PROBE_MIN_S``: good enough to keep a small loop sequential, but a
-    longer loop probes again before it splits.
+    Attributes:
+        per_element_s: Seconds per element of the loop.
+        per_call_s: Seconds per call of the body, whatever its length.
+        trusted: False when the probe ran out of elements before a piece took
+            ``PROBE_MIN_S``: good enough to keep a small loop sequential, but a longer
+            loop probes again before it splits.
     """
 
     per_element_s: float
@@ -117,6 +128,10 @@ class CostModel:
     def min_len(self, dispatch_s: float, multiple: float) -> int:
         """Shortest piece that runs ``multiple`` times its dispatch overhead.
 
+        Args:
+            dispatch_s: Seconds one piece's dispatch costs.
+            multiple: How many times its dispatch a piece must run.
+
         >>> CostModel(per_element_s=1e-8, per_call_s=0.0).min_len(3e-6, 50)
         15000
         """
@@ -125,6 +140,12 @@ class CostModel:
 
     def sequential_below(self, dispatch_s: float, latency_s: float, kind: OpKind) -> int:
         """Loops shorter than this run in one call: ``max(2 * min_len, latency bound)``.
+
+        Args:
+            dispatch_s: Seconds one piece's dispatch costs.
+            latency_s: Seconds a hand-off to another thread costs (a wake-up, a steal),
+                as the pool measured it.
+            kind: The loop's operation class, which sets both multiples.
 
         >>> model = CostModel(per_element_s=1e-8, per_call_s=0.0)
         >>> model.sequential_below(3e-6, 25e-6, OpKind.COMPUTE)  # 2 * 15_000 > 8 * 2_500

@@ -246,11 +246,19 @@ def parallel_for(
 ) -> None:
     """Call ``body(start, stop)`` on pieces that cover ``[0, n)`` exactly once.
 
-    Pieces run on the process-wide work-stealing pool; ``grain`` is the
-    minimum piece length (default: measured, see ``parallel/README.md``);
-    ``kind`` is the operation class ("compute", "memory", "sort"). Errors of
-    every failing piece are raised together as an ``ExceptionGroup`` once the
-    running pieces have stopped; no piece starts after a failure.
+    Pieces run on the process-wide work-stealing pool.
+
+    Args:
+        n: The loop's length (an int >= 0).
+        body: Called as ``body(start, stop)`` on each piece of ``[0, n)``.
+        grain: The shortest piece, in elements; None: measured from the body's cost
+            (see ``parallel/README.md``).
+        kind: The operation class, an OpKind or ``"compute"``, ``"memory"``, ``"sort"``;
+            it seeds and scales the measured grain.
+
+    Raises:
+        ExceptionGroup: Of every failing piece's error, once the running pieces have
+            stopped; no piece starts after a failure.
 
     >>> import numpy as np
     >>> x = np.arange(1_000, dtype=np.float64)
@@ -277,6 +285,17 @@ def parallel_map(
     Threads run Python one at a time, so the speedup comes from ``fn``
     releasing the GIL (numpy on large arrays, compression, I/O); the grain
     is measured per ``fn`` as for `parallel_for`.
+
+    Args:
+        fn: Called once per item.
+        items: The items (an iterable that is not a sequence is made a list first).
+        grain: The shortest piece, in elements; None: measured from the body's cost
+            (see ``parallel/README.md``).
+        kind: The operation class, an OpKind or ``"compute"``, ``"memory"``, ``"sort"``;
+            it seeds and scales the measured grain.
+
+    Raises:
+        ExceptionGroup: Of every failing call's error, as for ``parallel_for``.
 
     >>> parallel_map(lambda v: v * v, range(5))
     [0, 1, 4, 9, 16]
@@ -305,6 +324,16 @@ def parallel_reduce(
 
     ``combine`` must be associative (it need not be commutative: partial
     values are combined in index order). Returns ``identity`` when ``n == 0``.
+
+    Args:
+        n: The loop's length (an int >= 0).
+        body: Called as ``body(start, stop)`` on each piece; returns its partial value.
+        combine: Called as ``combine(left, right)`` on partial values; associative.
+        identity: The value of an empty loop.
+        grain: The shortest piece, in elements; None: measured from the body's cost
+            (see ``parallel/README.md``).
+        kind: The operation class, an OpKind or ``"compute"``, ``"memory"`` (the
+            default), ``"sort"``; it seeds and scales the measured grain.
 
     >>> import numpy as np
     >>> x = np.arange(10_000, dtype=np.int64)

@@ -73,10 +73,12 @@ _FORK_PROBE_REPEATS = 5
 class PoolStats:
     """Counters summed over all participants, ever.
 
-    ``forks``: ``join`` calls; ``inline``: right halves popped back and run by
-    the thread that pushed them; ``steals``: jobs run by another thread;
-    ``rearms``: stolen loop ranges whose splitter was re-armed; ``resplits``:
-    stolen ranges that were then split again.
+    Attributes:
+        forks: ``join`` calls.
+        inline: Right halves popped back and run by the thread that pushed them.
+        steals: Jobs run by another thread.
+        rearms: Stolen loop ranges whose splitter was re-armed.
+        resplits: Stolen ranges that were then split again.
     """
 
     forks: int = 0
@@ -145,6 +147,11 @@ class _Job(Generic[T]):
 
 class WorkStealingPool:
     """Fork-join thread pool with per-participant deques and stealing.
+
+    Args:
+        workers: Helper threads; None: one per usable core.
+        cpus: Pin the helper threads to these CPUs (Linux) and make this the pool that
+            loops nested in its jobs use (see ``local_pool``); None: not pinned.
 
     >>> pool = WorkStealingPool(workers=2)
     >>> with pool.participate():
@@ -234,6 +241,17 @@ class WorkStealingPool:
         If either raises, both have finished before the error propagates
         (``left``'s error first). ``abort`` is called first when ``left`` is
         interrupted (Ctrl-C, SystemExit), so ``right`` can skip its work.
+
+        Args:
+            left: Run here, given False.
+            right: Queued for a thief; given True when a thief runs it, False when it runs
+                here.
+            abort: Called when ``left`` is interrupted, before waiting for ``right``;
+                None: nothing.
+
+        Raises:
+            UsageError: When the calling thread has not entered the pool
+                (``pool.participate()``).
         """
         me = self._me()
         job = _Job(right, me)
@@ -334,7 +352,12 @@ class WorkStealingPool:
 
     # -- observation and lifetime --------------------------------------------
     def count(self, counter: str, amount: int = 1) -> None:
-        """Add to one of the calling participant's loop counters (``rearms``, ``resplits``)."""
+        """Add to one of the calling participant's loop counters (``rearms``, ``resplits``).
+
+        Args:
+            counter: ``"rearms"`` or ``"resplits"``.
+            amount: How much to add.
+        """
         if counter not in ("rearms", "resplits"):
             raise ConfigError(f"unknown pool counter {counter!r}; valid: 'rearms', 'resplits'")
         me = self._me()
@@ -482,6 +505,12 @@ def set_workers(workers: int | None) -> WorkStealingPool:
     """Replace the process-wide pool with one of ``workers`` (None: all usable cores).
 
     Loops already running finish on the old pool, whose helpers then exit.
+
+    Args:
+        workers: The new pool's helper threads; None: all usable cores.
+
+    Returns:
+        The new pool.
     """
     global _global_pool
     new = WorkStealingPool(workers)

@@ -226,11 +226,19 @@ class _NodeController(Generic[T]):
 class PartitionRunner:
     """Runs ``f(i)`` for every partition with adaptively activated workers per NUMA node.
 
-    ``topology``: the nodes (default: `Topology.detect`); ``workers_per_node``:
-    each node's workers (default: ``DEFAULT_WORKERS_PER_CPU`` per CPU of the
-    node); ``subscribers``: callables given each `ActivationEvent` as it is
-    recorded (on the calling thread); ``sampler``: the signal source, for
-    tests (default: a fresh `ProcessSignals` per run).
+    Args:
+        topology: The nodes; None: ``Topology.detect()``.
+        workers_per_node: Each node's most workers; None: ``DEFAULT_WORKERS_PER_CPU``
+            per CPU of the node.
+        subscribers: Callables given each ``ActivationEvent`` as it is recorded (on the
+            calling thread).
+        sampler: The CPU and I/O signal source, for tests; None: a fresh
+            ``ProcessSignals`` per run.
+        poll_interval: Seconds between activation checks while nothing completes (> 0).
+
+    Raises:
+        ConfigError: For a topology that is not one, ``workers_per_node`` below 1, a
+            poll interval that is not positive, or NUMA CPUs that cannot be pinned.
 
     >>> done = []
     >>> with PartitionRunner(Topology.of([0]), workers_per_node=2) as runner:
@@ -284,7 +292,18 @@ class PartitionRunner:
         f: Callable[[T], R],
         on_done: Callable[[T, R, float], object] | None = None,
     ) -> None:
-        """Run ``f(i)`` for each ``i`` of ``order`` (taken in that order); see the module doc."""
+        """Run ``f(i)`` for each ``i`` of ``order`` (taken in that order); see the module doc.
+
+        Args:
+            order: The partitions, taken in this order from one shared queue.
+            f: Called on a worker with one partition; its result goes to ``on_done``.
+            on_done: Called on the calling thread as ``on_done(i, result, elapsed)``
+                for each finished partition; None: results are dropped.
+
+        Raises:
+            ExceptionGroup: Of every failing ``f(i)`` and ``on_done`` call.
+            UsageError: When the runner is closed or already running.
+        """
         if self._closed:
             raise UsageError("this PartitionRunner is closed; make a new one")
         with self._guard:  # checked and set at once: two threads never both run
@@ -404,7 +423,14 @@ class PartitionRunner:
             subscriber(event)
 
     def plot(self, path: str | Path) -> Path:
-        """Draw the last run's timeline (active workers per node; CPU and I/O) as a PNG."""
+        """Draw the last run's timeline (active workers per node; CPU and I/O) as a PNG.
+
+        Args:
+            path: The PNG file written.
+
+        Returns:
+            The path written.
+        """
         return plot_timeline(self._timeline, path)
 
     def close(self) -> None:

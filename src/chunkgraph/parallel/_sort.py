@@ -82,8 +82,11 @@ def parallel_sort(array: npt.ArrayLike, *, grain: int | None = None) -> npt.NDAr
     """A sorted copy of ``array`` along its last axis, equal to ``numpy.sort(array)``.
 
     NaN (and NaT) sort last, as in numpy; the input is not modified.
-    ``grain`` is the minimum number of elements (rows, for n-d input) per
-    piece; by default it follows the "sort" operation class.
+
+    Args:
+        array: Anything ``numpy.asarray`` takes.
+        grain: The fewest elements (rows, for n-d input) per piece; None: the "sort"
+            operation class's measured grain.
 
     >>> parallel_sort([3.0, float("nan"), 1.0, 2.0])
     array([ 1.,  2.,  3., nan])

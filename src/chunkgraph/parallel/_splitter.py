@@ -52,6 +52,10 @@ def _positive(name: str, value: int) -> int:
 class Splitter:
     """A budget of splits; see the module docstring for the rules.
 
+    Args:
+        workers: The pool's workers (>= 1); the budget is ``SPLITS_PER_WORKER`` each.
+        splits: The split budget instead (an int >= 0); None: from ``workers``.
+
     >>> s = Splitter(2)
     >>> s.splits
     8
@@ -102,6 +106,11 @@ class Splitter:
 class LengthSplitter(Splitter):
     """A `Splitter` that also keeps every piece at least ``min_len`` long.
 
+    Args:
+        workers: The pool's workers (>= 1), as for ``Splitter``.
+        min_len: The shortest piece (>= 1).
+        splits: The split budget instead; None: from ``workers``.
+
     >>> s = LengthSplitter(2, min_len=100)
     >>> s.try_split_len(199), s.splits
     (False, 8)
@@ -116,7 +125,11 @@ class LengthSplitter(Splitter):
         self.min_len = _positive("min_len", min_len)
 
     def try_split_len(self, length: int) -> bool:
-        """Spend one split unless ``length < 2 * min_len`` or the budget is spent."""
+        """Spend one split unless ``length < 2 * min_len`` or the budget is spent.
+
+        Args:
+            length: The length of the range about to be cut in two.
+        """
         if length < 2 * self.min_len:
             return False
         return self.try_split()
@@ -125,6 +138,10 @@ class LengthSplitter(Splitter):
         """Cut ``[start, stop)``: ``(mid, splitter_for_right_half)`` or ``None``.
 
         The caller keeps using ``self`` for ``[start, mid)``.
+
+        Args:
+            start: The range's first index.
+            stop: The range's end (exclusive).
 
         >>> LengthSplitter(2, min_len=100).split(0, 1000)
         (555, LengthSplitter(splits=3, initial=8))
@@ -146,6 +163,11 @@ class LengthSplitter(Splitter):
 
 def plan_pieces(start: int, stop: int, splitter: LengthSplitter) -> list[tuple[int, int]]:
     """The pieces a loop cuts ``[start, stop)`` into when nothing is stolen.
+
+    Args:
+        start: The range's first index.
+        stop: The range's end (exclusive).
+        splitter: The splitter the loop starts with (its budget is spent by the call).
 
     >>> [b - a for a, b in plan_pieces(0, 300, LengthSplitter(2, min_len=100))]
     [166, 134]

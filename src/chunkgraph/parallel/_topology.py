@@ -25,7 +25,11 @@ from chunkgraph._numa import NODE_ROOT, allowed_cpus, numa_nodes
 
 @dataclass(frozen=True)
 class Topology:
-    """NUMA nodes, each a non-empty frozenset of CPU ids, in node order."""
+    """NUMA nodes, each a non-empty frozenset of CPU ids, in node order.
+
+    Attributes:
+        nodes: One frozenset of CPU ids (ints >= 0) per node; no CPU in two nodes.
+    """
 
     nodes: tuple[frozenset[int], ...]
 
@@ -50,12 +54,20 @@ class Topology:
 
     @classmethod
     def of(cls, *nodes: Iterable[int]) -> Topology:
-        """A topology from one iterable of CPU ids per node: ``Topology.of([0], [1])``."""
+        """A topology from one iterable of CPU ids per node: ``Topology.of([0], [1])``.
+
+        Args:
+            *nodes: One iterable of CPU ids (ints >= 0) per node; no CPU in two nodes.
+        """
         return cls(tuple(frozenset(node) for node in nodes))
 
     @classmethod
     def detect(cls, root: Path = NODE_ROOT) -> Topology:
-        """This machine's usable NUMA nodes (one node when there is no NUMA information)."""
+        """This machine's usable NUMA nodes (one node when there is no NUMA information).
+
+        Args:
+            root: The sysfs folder listing the NUMA nodes (``/sys/devices/system/node``).
+        """
         nodes = [cpus for _, cpus in numa_nodes(root)]
         if len(nodes) > 1:
             return cls(tuple(nodes))

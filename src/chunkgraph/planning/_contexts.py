@@ -46,6 +46,14 @@ CONTEXT_KINDS: tuple[ContextKind, ...] = ("cpu", "gpu")
 class Context:
     """Where tasks run: ``slots`` workers of one ``kind`` sharing ``memory`` bytes.
 
+    Attributes:
+        name: A unique, non-empty name (``"numa0"``, ``"gpu0"``).
+        kind: ``"cpu"`` or ``"gpu"``: which tasks it can run (their resources).
+        slots: How many tasks it runs at once (its workers, >= 1).
+        speed: Relative speed (> 0): a task's ``Cost.seconds`` divided by it.
+        memory: Its byte budget, shared by the tasks running there; ``math.inf``: none.
+        host: The machine it is on; contexts of one host share memory (cheap links).
+
     >>> Context("numa0", slots=8, memory=64 << 30)
     Context(name='numa0', kind='cpu', slots=8, speed=1.0, memory=68719476736, host='local')
     """
@@ -95,6 +103,10 @@ class Context:
 class Link:
     """The cost of moving data between two contexts: ``latency + nbytes / bandwidth``.
 
+    Attributes:
+        bandwidth: Bytes per second (> 0; ``math.inf``: free).
+        latency: Seconds per transfer (>= 0).
+
     >>> Link(bandwidth=1e9, latency=1e-3).seconds(1_000_000)
     0.002
     """
@@ -122,6 +134,11 @@ class Link:
             )
 
     def seconds(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` over this link: latency plus size over bandwidth.
+
+        Args:
+            nbytes: Bytes moved.
+        """
         return self.latency + nbytes / self.bandwidth
 
 
@@ -202,6 +219,9 @@ def local_contexts(*, gpus: bool = True) -> tuple[Context, ...]:
     Only the cores and GPUs this process may use are counted. A machine without
     NUMA information is one CPU context named ``"cpu"``. GPUs are ``gpu0``,
     ``gpu1``, ... (kind "gpu", one slot, their device memory as the budget).
+
+    Args:
+        gpus: Count the GPUs this process may use; False: CPU contexts only.
     """
     return _cpu_contexts() + (gpu_contexts() if gpus else ())
 

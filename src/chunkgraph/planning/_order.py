@@ -41,6 +41,12 @@ def order(graph: Graph) -> IntArray:
 
     Every task's priority is larger than its dependencies'.
 
+    Args:
+        graph: The graph, its costs' ``seconds`` as the weights of the critical path.
+
+    Returns:
+        One int per task id.
+
     >>> g = Graph()
     >>> a, b = g.add(abs, 1), g.add(abs, 2)
     >>> s1 = g.add(max, a, b)

@@ -64,7 +64,15 @@ AUTO_GREEDY_UNITS = 100_000
 
 @dataclass(frozen=True)
 class Subgraph:
-    """A unit of dispatch: tasks planned to run together on one context."""
+    """A unit of dispatch: tasks planned to run together on one context.
+
+    Attributes:
+        id: Its index among the plan's subgraphs.
+        context: The Context it runs on.
+        tasks: Its graph task ids, in planned order.
+        start: Its planned start, in seconds from the plan's start.
+        finish: Its planned finish, in seconds from the plan's start.
+    """
 
     id: int
     context: Context
@@ -79,6 +87,21 @@ class Plan:
     Arrays are indexed by graph task id; a task the targets do not need has
     context -1. ``order`` is the priority the executor follows (a topological
     order: lower starts first).
+
+    ``chunkgraph.plan`` makes Plans; the constructor is its last step.
+
+    Args:
+        graph: The graph planned.
+        problem: The units (fused chains) and contexts the passes planned.
+        schedule: Where and when each unit runs; None: computed on first use (a
+            one-context plan, from ``priority``).
+        strategy: The strategy that made it: ``"heft"``, ``"peft"``, ``"merge"``, or
+            ``"order"`` (a one-context plan: the priority order).
+        memory_cap: The byte budget of each context, in the order of the contexts.
+        targets: The ids of the tasks whose results are wanted.
+        planning_seconds: How long planning took.
+        priority: The task priority the schedule follows (lower first); None: derived
+            from the schedule's start times.
     """
 
     def __init__(
@@ -112,7 +135,11 @@ class Plan:
 
     def fused_through(self, targets: Sequence[int]) -> list[int]:
         """Those of ``targets`` that end no unit: fused into a chain, their results stay
-        inside the worker (a run that wants them needs a plan made for them)."""
+        inside the worker (a run that wants them needs a plan made for them).
+
+        Args:
+            targets: Task ids.
+        """
         p = self.problem
         ids = np.asarray(targets, dtype=np.int64)
         units = p.unit_of[ids]
@@ -234,7 +261,14 @@ class Plan:
         return sorted(out, key=lambda sg: (sg.start, sg.id))
 
     def context_of(self, task: TaskRef | int | str) -> Context | None:
-        """The context ``task`` is planned on (None: not needed by the targets)."""
+        """The context ``task`` is planned on (None: not needed by the targets).
+
+        Args:
+            task: A TaskRef of the planned graph, a task id or a name.
+
+        Raises:
+            ConfigError: When the task was added to the graph after this plan was made.
+        """
         t = self.graph.task_id(task)
         if t >= self._length:
             raise ConfigError(
@@ -252,7 +286,11 @@ class Plan:
 
     def gantt(self, path: str | object) -> None:
         """Draw the plan as a PNG, PDF or SVG (``path``'s suffix: .png, .pdf, .svg): one row
-        per slot, fused tasks labelled with their names."""
+        per slot, fused tasks labelled with their names.
+
+        Args:
+            path: The file written (a ``str`` or path-like); its suffix picks the format.
+        """
         from chunkgraph.planning._gantt import draw_gantt
 
         draw_gantt(self, path)
@@ -327,17 +365,32 @@ def plan(
     targets: Sequence[TaskRef | int | str] | None = None,
     gpu_fallback: bool = False,
 ) -> Plan:
-    """Plan ``graph`` on ``contexts`` (default: ``local_contexts()``).
+    """Plan ``graph`` on ``contexts``.
 
-    ``strategy``: "heft", "peft", "merge" (partitioning by merging along the
-    critical path, then list scheduling), or "auto" (the best simulated of
-    them). ``fuse``: run chains as one unit. ``memory``: a byte budget for
-    every context, or one per context name, instead of the contexts' own.
-    ``links``: a Link for every pair of hosts, or Links by (name, name).
-    ``targets``: the tasks whose results are wanted (default: every sink);
-    only what they need is planned, and they are never fused away.
-    ``gpu_fallback``: when no context is a GPU, tasks asking for ``{"gpu": ...}``
-    are planned on CPU contexts (else they are a PlanError: no context can run them).
+    Args:
+        graph: The graph to plan.
+        contexts: The contexts to plan on: a sequence, one Context, or None for
+            ``local_contexts()``.
+        strategy: ``"heft"``, ``"peft"``, ``"merge"`` (partitioning by merging along
+            the critical path, then list scheduling), or ``"auto"`` (the default: the
+            best simulated of them).
+        fuse: Run single chains of tasks as one unit.
+        memory: A byte budget for every context, or one per context name, instead of
+            the contexts' own ``memory``; None: theirs.
+        links: A Link for every pair of hosts, or Links by ``(name, name)``; None:
+            shared memory within a host, a 10 Gb/s network between hosts.
+        targets: The tasks whose results are wanted (TaskRefs, ids or names); None:
+            every sink. Only what they need is planned, and they are never fused away.
+        gpu_fallback: When no context is a GPU, plan tasks asking for ``{"gpu": ...}``
+            on CPU contexts instead of refusing them.
+
+    Returns:
+        The Plan: each task's context, slot and time, and the priority order.
+
+    Raises:
+        PlanError: When a task can run on no context (no context has its resources, or
+            its own memory is above every budget that could run it).
+        ConfigError: When an option is invalid (an unknown strategy, a bad budget).
 
     >>> import chunkgraph as cg
     >>> g = cg.Graph()

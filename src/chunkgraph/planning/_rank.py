@@ -46,6 +46,12 @@ def _longest(seconds: FloatArray, ptr: list[int], idx: list[int], sweep: list[in
 def bottom_level(graph: Graph) -> FloatArray:
     """Upward rank: longest cost-weighted chain from each task to a sink, itself included.
 
+    Args:
+        graph: The graph, its costs' ``seconds`` as the weights.
+
+    Returns:
+        One float per task id.
+
     >>> g = Graph()
     >>> a = g.add(abs, 1)
     >>> b = g.add(abs, a)
@@ -61,7 +67,14 @@ def bottom_level(graph: Graph) -> FloatArray:
 
 
 def top_level(graph: Graph) -> FloatArray:
-    """Longest cost-weighted chain from a root to each task, itself included."""
+    """Longest cost-weighted chain from a root to each task, itself included.
+
+    Args:
+        graph: The graph, its costs' ``seconds`` as the weights.
+
+    Returns:
+        One float per task id.
+    """
     seconds = graph.costs().seconds
     ptr, idx = graph.dependencies()
     if len(idx) == 0:
@@ -71,7 +84,14 @@ def top_level(graph: Graph) -> FloatArray:
 
 
 def path_length(graph: Graph) -> FloatArray:
-    """Longest cost-weighted chain through each task (top + bottom - own seconds)."""
+    """Longest cost-weighted chain through each task (top + bottom - own seconds).
+
+    Args:
+        graph: The graph, its costs' ``seconds`` as the weights.
+
+    Returns:
+        One float per task id.
+    """
     seconds = graph.costs().seconds
     return top_level(graph) + bottom_level(graph) - seconds
 

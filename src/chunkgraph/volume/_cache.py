@@ -39,6 +39,9 @@ from chunkgraph._errors import ConfigError
 class ChunkCache:
     """LRU of decoded chunks keyed by their chunk-grid index.
 
+    Args:
+        capacity: The most bytes of chunks kept (>= 0); older chunks are evicted first.
+
     >>> cache = ChunkCache(capacity=100)
     >>> cache.put((0,), np.zeros(10), cache.epoch)
     True
@@ -63,7 +66,11 @@ class ChunkCache:
         return len(self._chunks)
 
     def get(self, key: Hashable) -> np.ndarray[Any, Any] | None:
-        """The cached chunk (read-only) and mark it recently used, or None."""
+        """The cached chunk (read-only) and mark it recently used, or None.
+
+        Args:
+            key: The chunk's grid index.
+        """
         with self._lock:
             chunk = self._chunks.get(key)
             if chunk is not None:
@@ -71,7 +78,16 @@ class ChunkCache:
             return chunk
 
     def put(self, key: Hashable, chunk: np.ndarray[Any, Any], epoch: int) -> bool:
-        """Store ``chunk`` unless it is too big or an invalidation happened after ``epoch``."""
+        """Store ``chunk`` unless it is too big or an invalidation happened after ``epoch``.
+
+        Args:
+            key: The chunk's grid index.
+            chunk: The decoded chunk; made read-only.
+            epoch: The cache's ``epoch`` when the read that decoded ``chunk`` began.
+
+        Returns:
+            Whether it was stored.
+        """
         if chunk.nbytes > self.capacity:
             return False
         chunk.flags.writeable = False
@@ -89,7 +105,11 @@ class ChunkCache:
             return True
 
     def invalidate(self, keys: Iterable[Hashable]) -> None:
-        """Drop these chunks (they were written) and refuse puts begun before now."""
+        """Drop these chunks (they were written) and refuse puts begun before now.
+
+        Args:
+            keys: The grid indices of the chunks written.
+        """
         with self._lock:
             self.epoch += 1
             for key in keys:

@@ -41,6 +41,10 @@ def path_to_open(place: str, backend: str) -> str:
     """The path ``open`` finds a volume of ``backend`` at ``place`` by: a local precomputed
     root needs its prefix (other formats are found by their metadata).
 
+    Args:
+        place: Where the volume is, without a format prefix.
+        backend: The backend (a format's name) that serves it.
+
     >>> path_to_open("/data/img", "precomputed"), path_to_open("/data/a.zarr", "zarr")
     ('precomputed:///data/img', '/data/a.zarr')
     """
@@ -50,12 +54,19 @@ def path_to_open(place: str, backend: str) -> str:
 
 
 def shards_by_write_chunks(backend: str) -> bool:
-    """Whether a new volume of ``backend`` takes ``write_chunks`` as its shards' extent."""
+    """Whether a new volume of ``backend`` takes ``write_chunks`` as its shards' extent.
+
+    Args:
+        backend: A backend or a format's name.
+    """
     return backend in _SHARDS_BY_WRITE_CHUNKS
 
 
 def split_format(path: str) -> tuple[str | None, str]:
     """``(format prefix or None, the place)`` of a volume path; ``file://`` is dropped.
+
+    Args:
+        path: A volume path, with or without a format prefix.
 
     >>> split_format("precomputed://s3://bucket/img")
     ('precomputed', 's3://bucket/img')
@@ -110,6 +121,10 @@ def relative_place(base: Path, path: str) -> str:
     """A path as written in a spec file, with a relative local place taken from the
     spec's directory: ``raw.zarr``, ``n5://raw.n5`` (the place after a format prefix);
     URLs (``s3://…``, ``precomputed://s3://…``, ``file:///…``) and absolute paths as they are.
+
+    Args:
+        base: The spec file's directory.
+        path: The path as the spec file writes it.
 
     >>> relative_place(Path("/specs"), "n5://raw.n5"), relative_place(Path("/specs"), "s3://b/a.zarr")
     ('n5:///specs/raw.n5', 's3://b/a.zarr')

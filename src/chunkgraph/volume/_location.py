@@ -39,6 +39,9 @@ def is_url(text: str | os.PathLike[str]) -> bool:
     or a format prefix such as ``precomputed://``), not a local path: the one test of a
     spelling that code above the storage layer asks for.
 
+    Args:
+        text: A path or URL, as given.
+
     >>> is_url("s3://b/a.zarr"), is_url("precomputed:///data/img"), is_url("data/a.zarr")
     (True, True, False)
     """
@@ -47,6 +50,9 @@ def is_url(text: str | os.PathLike[str]) -> bool:
 
 def place_of(text: str | os.PathLike[str]) -> Path | str:
     """A place as the flow's state keeps it: a URL stays text, a local path is a Path.
+
+    Args:
+        text: A local path or a URL, as given.
 
     >>> place_of("s3://b/.a.chunkgraph"), place_of("data/.a.chunkgraph")
     ('s3://b/.a.chunkgraph', PosixPath('data/.a.chunkgraph'))
@@ -57,6 +63,14 @@ def place_of(text: str | os.PathLike[str]) -> Path | str:
 @dataclass(frozen=True)
 class Location:
     """The place of one stored array.
+
+    Attributes:
+        kind: ``"memory"`` (this process only), ``"disk"`` (this machine's file
+            system) or ``"remote"`` (a URL: an object store).
+        path: The path or URL as the backend opens it.
+        backend: The backend that stores it.
+        where: The public storage options that say where the data is (an endpoint),
+            sorted ``(key, value)`` pairs.
 
     >>> Location.of("/data/a.zarr", "zarr").local_dir
     PosixPath('/data/a.zarr')
@@ -74,7 +88,12 @@ class Location:
     def of(path: str, backend: str, public_options: dict[str, Any] | None = None) -> Location:
         """The location of a volume stored at ``path`` by ``backend``.
 
-        ``public_options``: the storage options that may be written down (never secrets).
+        Args:
+            path: The volume's path or URL, as the backend opens it (a memory volume's name).
+            backend: The backend that stores it (``"memory"``: this process only).
+            public_options: The storage options that may be written down (never secrets);
+                those naming the server (an endpoint) become part of the location. None:
+                none.
         """
         if backend == "memory":
             return Location("memory", path, backend)
@@ -117,6 +136,9 @@ class Location:
 
         On disk that is the same directory (``samefile``: symlinks, relative paths);
         elsewhere the same name or URL.
+
+        Args:
+            other: Another location.
         """
         if self.kind != other.kind:
             return False

@@ -40,8 +40,15 @@ SCHEMES = ("s3", "gs")
 
 
 def split_url(url: str) -> tuple[str, str, str]:
-    """``(scheme, bucket, key prefix)`` of an object-store URL; ConfigError naming the
-    supported schemes for anything else."""
+    """``(scheme, bucket, key prefix)`` of an object-store URL.
+
+    Args:
+        url: An object-store URL, ``s3://bucket/key`` or ``gs://bucket/key``.
+
+    Raises:
+        ConfigError: For any other scheme, naming the supported ones, or a URL that
+            names no bucket.
+    """
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in SCHEMES:
         raise ConfigError(
@@ -100,7 +107,11 @@ def normal_url(url: str) -> str:
 
 
 def is_object_url(path: str) -> bool:
-    """Whether ``path`` names an object in a store this module reaches."""
+    """Whether ``path`` names an object in a store this module reaches.
+
+    Args:
+        path: A path or URL; ``s3://`` and ``gs://`` are object stores.
+    """
     return path.partition("://")[0] in SCHEMES and "://" in path
 
 

@@ -46,9 +46,16 @@ from chunkgraph.volume._zarr import create_zarr
 
 
 class Level(NamedTuple):
-    """One level of a pyramid: all axes' ``shape`` and ``chunks`` (channels first), the
-    spatial ``resolution`` and ``offset`` (in this level's voxels; default 0), and for a
-    sharded precomputed scale ``write_chunks`` (the shard's extent, x, y, z)."""
+    """One level of a pyramid, as ``create_multiscale`` takes it.
+
+    Attributes:
+        shape: Every axis's extent, channels first.
+        chunks: Every axis's storage chunk, channels first.
+        resolution: The physical size of a voxel per spatial axis.
+        offset: Where the spatial axes start, in this level's voxels; None: 0.
+        write_chunks: A sharded precomputed scale's shard extent (x, y, z); None:
+            unsharded.
+    """
 
     shape: Sequence[int]
     chunks: Sequence[int]
@@ -73,10 +80,32 @@ def create_multiscale(
 ) -> list[Volume]:
     """Create a multiscale volume's levels and metadata; return the levels open ``r+``.
 
-    ``levels`` go from finest to coarsest. OME-Zarr: the arrays are ``"0"``,
-    ``"1"``, … of the group, its ``multiscales`` lists them (``unit`` for the space
-    axes, e.g. ``"nanometer"``). Precomputed: ``encoding`` is every scale's; levels
-    have 3 spatial axes x, y, z and at most one channel axis.
+    OME-Zarr: the arrays are ``"0"``, ``"1"``, … of the group, its ``multiscales``
+    lists them. Precomputed: levels have 3 spatial axes x, y, z and at most one channel
+    axis.
+
+    Args:
+        path: A Zarr path (an OME-Zarr image) or ``precomputed://...`` (a scale per
+            level, keyed by its resolution).
+        levels: ``Level(shape, chunks, resolution, offset, write_chunks)`` per level,
+            or tuples of those fields, finest first.
+        dtype: A numpy dtype or its name, every level's.
+        version: The OME-Zarr version: ``"0.5"`` (Zarr v3, the default) or ``"0.4"``
+            (Zarr v2).
+        encoding: Every precomputed scale's encoding: ``"raw"`` (the default),
+            ``"compressed_segmentation"`` or ``"jpeg"``.
+        fill_value: What a voxel never written reads as.
+        compressor: ``"default"`` or None (raw bytes), as for ``create``.
+        checksum: End each Zarr v3 level's codec chain with crc32c, as for ``create``.
+        unit: The unit of the space axes in the OME-Zarr metadata (``"nanometer"``);
+            None: none written.
+        name: The multiscale's name in the OME-Zarr metadata; None: none.
+        storage_options: Options of a URL's object store (credentials, endpoint,
+            region: obstore's configuration keys); secret ones are never shown, written
+            or pickled. None: the environment's.
+
+    Returns:
+        The levels, open ``r+``, finest first.
     """
     if not levels:
         raise ConfigError("levels is empty; give at least one Level", field="levels")
@@ -154,13 +183,23 @@ def add_level(
     write_chunks: Sequence[int] | None = None,
     exist_ok: bool = False,
 ) -> Volume:
-    """Create the level ``factor`` times coarser than ``base`` (a level of an OME-Zarr
-    image or a precomputed volume, see the module docstring) and return it open ``r+``.
+    """Create the level ``factor`` times coarser than ``base`` and return it open ``r+``.
 
-    ``chunks`` (spatial) default to ``base``'s read chunks; ``write_chunks`` (a
-    sharded precomputed scale) to ``base``'s shard extent when ``base`` is sharded.
-    With ``exist_ok`` a level already there at that resolution is opened instead,
-    after checking its shape and offset are the ones this would create.
+    ``base`` is a level of an OME-Zarr image or a precomputed volume (see the module
+    docstring); the new level is listed in the image's metadata.
+
+    Args:
+        base: An open level of an OME-Zarr image or a precomputed volume.
+        factor: How many base voxels one new voxel spans: an int for every spatial
+            axis, or one per spatial axis.
+        chunks: The new level's spatial chunks; None: ``base``'s read chunks.
+        write_chunks: A sharded precomputed scale's shard extent; None: ``base``'s
+            when it is sharded.
+        exist_ok: Open a level already there at that resolution, after checking its
+            shape and offset are the ones this would create.
+
+    Returns:
+        The new level, open ``r+``.
     """
     reach = base.level_of
     if base.backend not in ("ome-zarr", "precomputed") or reach is None:

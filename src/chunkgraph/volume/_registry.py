@@ -66,6 +66,9 @@ def plain_zarr_backend(backend: str) -> BackendName:
     same where it writes Zarr v3 (``zarr``, ``tensorstore``, ``memory``), else ``zarr`` (a
     format prefix on the new path chooses its own).
 
+    Args:
+        backend: The backend serving the volume copied from.
+
     >>> plain_zarr_backend("tensorstore"), plain_zarr_backend("precomputed")
     ('tensorstore', 'zarr')
     """
@@ -137,22 +140,54 @@ def create(
 ) -> Volume:
     """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
 
-    ``shape``/``chunks`` cover all axes; the trailing ``spatial_ndim`` (default:
-    all) are spatial and ``offset`` (default 0) places them in global space.
-    ``checksum`` ends the on-disk codec chain with crc32c, so a damaged chunk file
-    raises ``CorruptChunkError`` instead of reading as wrong numbers (ignored by
-    the memory backend). ``resolution`` is the physical size of a voxel per spatial
-    axis (e.g. ``(4, 4, 40)`` nm; default 1s), kept in the attributes on disk.
-    ``storage_options`` reach a URL's object store (``_object_store``); secret ones
-    are never shown, written or pickled. ``shards`` (zarr backend; all axes, each a
-    multiple of ``chunks``) makes a sharded Zarr v3 array: ``chunks`` are then the inner
-    chunks, and the volume's ``chunks`` its shards, the unit its writes align to (a
-    shard is one object, rewritten whole by any write into it).
-
     A format prefix makes another format (``_formats``): ``precomputed://`` adds a
-    scale (x, y, z; ``encoding`` "raw", "compressed_segmentation" or "jpeg";
-    ``write_chunks`` the shard's extent, for a sharded scale), ``n5://`` an N5
-    dataset, ``zarr2://`` a Zarr v2 array. Multiscale images: ``create_multiscale``.
+    scale (x, y, z), ``n5://`` an N5 dataset, ``zarr2://`` a Zarr v2 array.
+    Multiscale images: ``create_multiscale``.
+
+    Args:
+        path: Where: a local path, an object-store URL (``s3://``, ``gs://``), a memory
+            volume's name, or any of these after a format prefix (``precomputed://``,
+            ``n5://``, ``zarr2://``).
+        shape: The extent of every axis, channels first.
+        chunks: The storage chunk of every axis (the inner chunk with ``shards``).
+        dtype: A numpy dtype or its name.
+        fill_value: What a voxel never written reads as.
+        compressor: ``"default"`` (zstd for Zarr) or None (raw bytes).
+        checksum: End the on-disk codec chain with crc32c, so a damaged chunk file
+            raises ``CorruptChunkError`` instead of reading as wrong numbers (ignored
+            by the memory backend).
+        backend: ``"zarr"`` (zarr-python, the default), ``"tensorstore"`` or
+            ``"memory"`` (this process only).
+        offset: Where the spatial axes start in global space, one int per spatial axis;
+            None: 0.
+        exist_ok: Open a volume already there with the same shape, chunks, dtype,
+            offset and resolution instead of refusing it.
+        aligned_writes: Accept only writes that cover whole storage chunks (what makes
+            concurrent writers of disjoint boxes race-free); False lets partial chunks
+            be read, modified and written.
+        cache_bytes: The size of the volume's chunk cache; 0 turns it off.
+        spatial_ndim: How many trailing axes are spatial (the rest are channels);
+            None: all.
+        resolution: The physical size of a voxel per spatial axis (``(4, 4, 40)`` nm),
+            kept in the attributes on disk; None: 1 on every axis.
+        storage_options: Options of a URL's object store (credentials, endpoint,
+            region: obstore's configuration keys); secret ones are never shown, written
+            or pickled. None: the environment's.
+        shards: The shard shape of a sharded Zarr v3 array (zarr backend; all axes,
+            each a multiple of ``chunks``): ``chunks`` are then the inner chunks, and
+            the volume's ``chunks`` its shards, the unit its writes align to. None:
+            unsharded.
+        encoding: A precomputed scale's encoding: ``"raw"``, ``"compressed_segmentation"``
+            or ``"jpeg"``; None: raw.
+        write_chunks: A sharded precomputed scale's shard extent (x, y, z); None:
+            unsharded.
+
+    Returns:
+        The new Volume, open ``r+``.
+
+    Raises:
+        ConfigError: For an invalid parameter or combination, or a volume already at
+            ``path`` without ``exist_ok`` (or not matching with it).
 
     >>> v = create("tmp-layer", (2, 8, 8), (2, 4, 4), "float32", backend="memory",
     ...            spatial_ndim=2, offset=(100, 0))
@@ -423,11 +458,28 @@ def open_volume(
     storage_options: Any = None,
     scale: int | str | None = None,
 ) -> Volume:
-    """Open an existing volume (``mode`` 'r' or 'r+'), see ``open``.
+    """Open an existing volume.
 
-    ``storage_options`` reach a URL's object store, as for ``create``. ``scale``
-    picks a level of a multiscale volume (an OME-Zarr image, a precomputed
-    volume) by index or key; 0 when not given.
+    Args:
+        path: Where, as for ``create``: a local path, a URL, a memory volume's name,
+            with or without a format prefix.
+        mode: ``"r"`` (read only) or ``"r+"`` (read and write).
+        cache_bytes: The size of this handle's chunk cache; 0 turns it off.
+        backend: Which backend opens it: ``"zarr"``, ``"tensorstore"``, ``"memory"``,
+            or a format's (``"precomputed"``, ``"n5"``, ``"zarr2"``, ``"ome-zarr"``);
+            None: found from the path and the metadata there.
+        storage_options: Options of a URL's object store (credentials, endpoint,
+            region: obstore's configuration keys); secret ones are never shown, written
+            or pickled. None: the environment's.
+        scale: A level of a multiscale volume (an OME-Zarr image, a precomputed
+            volume), by index or key; None: 0.
+
+    Returns:
+        The Volume.
+
+    Raises:
+        VolumeNotFoundError: When no volume is at ``path``.
+        ConfigError: For a bad mode or backend, or a URL scheme not read here.
     """
     if mode not in ("r", "r+"):
         raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
@@ -533,7 +585,18 @@ def remove(
 ) -> None:
     """Delete a volume: a memory registry entry, a local directory, or every object under a
     URL, that holds a volume of any format (a Zarr array, an OME-Zarr image with all its
-    levels, a precomputed volume with all its scales, an N5 dataset)."""
+    levels, a precomputed volume with all its scales, an N5 dataset).
+
+    Args:
+        path: Where, as for ``create`` (a format prefix is ignored).
+        missing_ok: Do nothing when no volume is there, instead of raising.
+        storage_options: Options of a URL's object store (credentials, endpoint,
+            region: obstore's configuration keys); secret ones are never shown, written
+            or pickled. None: the environment's.
+
+    Raises:
+        VolumeNotFoundError: When no volume is there and ``missing_ok`` is False.
+    """
     text = os.fspath(path)
     if remove_memory(text):
         return

@@ -37,6 +37,21 @@ from chunkgraph._errors import ConfigError
 class IOStats:
     """A frozen snapshot of a volume's I/O counters.
 
+    Attributes:
+        bytes_read: Decoded bytes of whole storage chunks fetched from the backend.
+        chunks_read: Storage chunks fetched from the backend.
+        bytes_from_cache: Decoded bytes of the cached chunks that served reads.
+        cache_hits: Chunks served by the cache.
+        cache_misses: Chunks the cache did not hold.
+        bytes_written: Bytes handed to the backend (the region written, after cropping).
+        chunks_written: Storage chunks touched by writes.
+        requests_get: Object-store GETs (whole or ranged).
+        requests_put: Object-store PUTs.
+        requests_other: Object-store HEAD, LIST and DELETE requests.
+        write_conflicts: Conditional partial-chunk writes done again.
+        peak_requests_in_flight: The high-water mark of requests at once (not a sum).
+        peak_bytes_in_flight: The high-water mark of GET response bytes being received.
+
     >>> s = IOStats(bytes_read=4096, chunks_read=1)
     >>> s.read_amplification(1024)
     4.0
@@ -73,7 +88,11 @@ class IOStats:
         return self.requests_get + self.requests_put + self.requests_other
 
     def read_amplification(self, bytes_needed: int) -> float:
-        """``bytes_read / bytes_needed``: how many bytes storage delivered per byte used."""
+        """``bytes_read / bytes_needed``: how many bytes storage delivered per byte used.
+
+        Args:
+            bytes_needed: The bytes the caller used (> 0; else a ConfigError).
+        """
         if bytes_needed <= 0:
             raise ConfigError(f"bytes_needed must be positive, got {bytes_needed}")
         return self.bytes_read / bytes_needed

@@ -63,6 +63,11 @@ if TYPE_CHECKING:
 class Volume:
     """A chunked array in global coordinates; create with ``volume.create`` / ``volume.open``.
 
+    Args:
+        storage: The backend's open array (what ``create`` and ``open`` make).
+        mode: ``"r"`` (read only) or ``"r+"`` (read and write).
+        cache_bytes: The size of this handle's chunk cache; 0 turns it off.
+
     >>> from chunkgraph import volume
     >>> v = volume.create("doc-example", (4, 4), (2, 2), "uint8", backend="memory", offset=(10, 10))
     >>> v.write(Box((10, 10), (12, 14)), np.ones((2, 4), "uint8"))
@@ -243,6 +248,9 @@ class Volume:
 
         What ``apply`` reads through when it owns the cache of an input the caller
         opened without one; the caller's handle and its stats are left alone.
+
+        Args:
+            cache_bytes: The new handle's chunk cache size; 0 turns it off.
         """
         return Volume(self._storage, self._mode, cache_bytes)
 
@@ -265,7 +273,14 @@ class Volume:
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, box: Box) -> np.ndarray[Any, Any]:
-        """The data in ``box`` (global coordinates), ``fill_value`` outside the bounds."""
+        """The data in ``box`` (global coordinates), ``fill_value`` outside the bounds.
+
+        Args:
+            box: A spatial box in global coordinates (channels are read whole).
+
+        Returns:
+            An array of shape ``channel_shape + box.shape`` and the volume's dtype.
+        """
         self._check_box(box, "read")
         bounds = self._bounds
         inside = all(map(le, bounds.start, box.start)) and all(map(le, box.stop, bounds.stop))
@@ -337,7 +352,21 @@ class Volume:
     # -- writing -----------------------------------------------------------------------------
 
     def write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
-        """Store ``array`` (shape ``channel_shape + box.shape``) at ``box``, cropped to bounds."""
+        """Store ``array`` (shape ``channel_shape + box.shape``) at ``box``, cropped to bounds.
+
+        Args:
+            box: A spatial box in global coordinates; with ``aligned_writes``, once cropped
+                to the bounds, it must cover whole storage chunks.
+            array: The data, shape ``channel_shape + box.shape``, of the volume's dtype or
+                one that casts into it safely.
+
+        Raises:
+            AlignmentError: For a box that cuts storage chunks of an ``aligned_writes``
+                volume.
+            ConfigError: For a read-only volume, or an array of the wrong shape or dtype.
+            OSError: When the store refuses the write (a full disk, a read-only mount),
+                naming the volume and the box.
+        """
         self._write(box, array, merging=False)
 
     def merge_write(self, box: Box, array: np.ndarray[Any, Any]) -> None:
@@ -347,6 +376,10 @@ class Volume:
         conditional read-modify-write, so other writers of its other voxels (other
         flows, processes, machines) keep theirs. Elsewhere a caller must hold such
         chunks itself (``flow._edge_locks``) and write whole chunks.
+
+        Args:
+            box: A spatial box in global coordinates, which may cut storage chunks.
+            array: The data, shape ``channel_shape + box.shape``.
         """
         if not self.location.conditional_writes:
             raise ConfigError(
@@ -436,6 +469,11 @@ class Volume:
         ``outer`` grows to the chunks it touches, ``inner`` shrinks to the chunks it
         covers; either way the volume edge counts as a chunk boundary, so the result
         is always a valid ``aligned_writes`` box (possibly empty).
+
+        Args:
+            box: A spatial box in global coordinates.
+            direction: ``"outer"`` (grow to the chunks it touches, the default) or
+                ``"inner"`` (shrink to the chunks it covers).
 
         >>> from chunkgraph import volume
         >>> v = volume.create("doc-align", (10,), (4,), "uint8", backend="memory")

@@ -146,6 +146,17 @@ def _resolve(future: Future[Any], value: object = None, error: BaseException | N
 class ProcessPool:
     """Persistent worker processes with shared-memory numpy arguments and results.
 
+    Args:
+        workers: How many worker processes; None: all usable cores.
+        start_method: The multiprocessing start method workers start from:
+            ``"forkserver"`` (the default) or ``"spawn"``; ``"fork"`` is refused
+            (unsafe with threads).
+        shm_min_bytes: Numpy arrays of at least this many bytes go through shared
+            memory, smaller ones are pickled.
+
+    Raises:
+        ConfigError: For a bad ``workers``, ``start_method`` or ``shm_min_bytes``.
+
     >>> import operator
     >>> with ProcessPool(workers=1) as pool:
     ...     pool.submit(operator.add, (2, 3), {}).result()
@@ -220,8 +231,15 @@ class ProcessPool:
     ) -> Future[Any]:
         """Run ``fn(*args, **kwargs)`` in a worker; numpy arrays go through shared memory.
 
-        ``timeout``: seconds the call may run once started; past that its worker is
-        killed and the future fails with ``CallTimeoutError``. None: no limit.
+        Args:
+            fn: The callable, pickled by reference where it can be.
+            args: Its positional arguments.
+            kwargs: Its keyword arguments; None: none.
+            timeout: Seconds the call may run once started; past that its worker is
+                killed and the future fails with ``CallTimeoutError``. None: no limit.
+
+        Returns:
+            A Future of the call's value.
         """
         seconds = check_timeout(timeout)
         with self._lock:
@@ -257,6 +275,10 @@ class ProcessPool:
         manager thread is done (``wait=True`` waits for it) no worker process
         and no shared-memory segment of this pool remains; arrays already
         returned stay readable (their mapping outlives the segment's name).
+
+        Args:
+            wait: Wait for the manager thread to finish (no worker left).
+            cancel_futures: Terminate the workers now instead of finishing submitted calls.
         """
         with self._lock:
             if cancel_futures and self._state in (PoolState.RUNNING, PoolState.DRAINING):

@@ -102,10 +102,32 @@ class StorageLayout:
 class FlowPlan:
     """The chosen (or given) sizes of a flow, the cache ``apply`` owns, and why.
 
-    ``chunk_sizes``, ``crop_pads`` and ``blend_pads`` are per level, top first, in the
-    spelling ``apply`` takes, so ``apply(..., **plan.arguments())`` reruns it as given.
-    ``read_amplification`` is predicted with ``cache_bytes``;
-    ``amplification_without_cache`` is what the same sizes read with no cache.
+    Sizes and pads are in the spelling ``apply`` takes, so
+    ``apply(..., **plan.arguments())`` reruns it as given.
+
+    Attributes:
+        automatic: Whether the sizes were chosen here (else given).
+        chunk_sizes: The chunk of each level, top first.
+        crop_pads: The crop pad of each level, top first.
+        blend_pads: The blend pad of each level, top first.
+        direct_writes: The top level writes dst directly (``skip_intermediates``).
+        sweep_axis: The axis the top tasks follow each other along.
+        cache_bytes: The cache ``apply`` owns, over all inputs (0: none, or the
+            user's own).
+        cache_per_input: That cache's bytes per input name.
+        read_amplification: The predicted read amplification with ``cache_bytes``.
+        amplification_without_cache: What the same sizes read with no cache.
+        memory_limit: The memory budget planned for, in bytes.
+        memory_limit_source: Where the budget came from (``"given"``, or the default
+            and the memory available).
+        memory_bytes: The predicted peak: cache + superchunks in flight + bottom
+            buffers.
+        superchunks_in_flight: Top tasks' reads held at once (one reads ahead while
+            another computes).
+        reasons: Why each size was chosen, in words.
+        expand_bbox: The bbox grows past its stop to whole top chunks (``apply``'s
+            ``expand_bbox=True``): an extent that is no multiple of what an input at
+            another resolution needs.
     """
 
     automatic: bool

@@ -64,7 +64,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FlowEstimate:
-    """What a flow will do; see the module docstring for how each figure is computed."""
+    """What a flow will do; see the module docstring for how each figure is computed.
+
+    Attributes:
+        tasks_per_level: Chunks processed at each level, top first.
+        reductions: Reduction tasks.
+        bytes_to_read: All inputs, whole storage chunks (clipped to bounds), no cache:
+            the worst case.
+        bytes_to_write: ``temporary_bytes + dst_bytes``.
+        top_task_memory_bytes: What one top-level task holds at once.
+        input_bytes: ``bytes_to_read`` per input name.
+        temporary_bytes: Bytes written to checkerboard layers (read back once by the
+            reductions).
+        dst_bytes: Bytes written to dst, by reductions or directly.
+        needed_bytes: Input bytes inside the bbox: what reading each voxel once costs.
+        expected_bytes_to_read: ``bytes_to_read`` through the chunk cache the plan
+            sizes; None: not predicted.
+    """
 
     tasks_per_level: tuple[int, ...]
     reductions: int

@@ -198,6 +198,26 @@ class RunOptions:
         says otherwise is refused (``field`` the keyword, the message naming ``run``),
         since which of the two was meant cannot be known. One that agrees is accepted.
 
+        Args:
+            run: A ``RunOptions`` the keywords are checked against; None: none.
+            executor: As the field of the same name (the class's ``Args``).
+            workers: As the field.
+            retries: As the field.
+            timeout: As the field.
+            resume: As the field.
+            lock_wait: As the field.
+            probe: As the field.
+            progress: As the field.
+            dry_run: As the field.
+            subscribers: As the field.
+            memory_limit: As the field.
+            intermediates: As the field.
+            device: ``"cpu"`` or ``"gpu"`` (with ``gpu_fallback``: the ``device`` field).
+            gpu_fallback: With ``device="gpu"``, the CPU where no GPU is found.
+
+        Returns:
+            The checked ``RunOptions``.
+
         >>> RunOptions.of(retries=1, device="gpu").device
         <DeviceChoice.GPU: 'gpu'>
         >>> RunOptions.of(run=RunOptions(workers=2)).workers
@@ -243,6 +263,13 @@ class RunOptions:
     def refuse_unused(self, caller: str, unused: Mapping[str, str]) -> None:
         """ConfigError when an option ``caller`` does not use (``unused``: each one's name
         and why) is not at its default: given, it would be ignored silently.
+
+        Args:
+            caller: The function's name, for the message (``"reduce_deferred"``).
+            unused: Each option the caller has no use for, and why.
+
+        Raises:
+            ConfigError: Naming the first such option that is not at its default.
 
         >>> RunOptions(dry_run=True).refuse_unused("f", {"dry_run": "it writes nothing"})
         Traceback (most recent call last):

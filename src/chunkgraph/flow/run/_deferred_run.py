@@ -107,19 +107,40 @@ def reduce_deferred(
 ) -> ApplyReport:
     """Reduce the layers of a flow applied with ``blend_modes="defer"`` into ``dst``.
 
-    ``flow``: that apply's report, or its flow directory (``report.intermediates``,
-    ``<intermediates>/<flow id>``). ``dst`` must have the shape, chunks, dtype and
-    offset of the dst given to apply. ``blend_mode``: how the top level's overlaps
-    combine (``linear``, ``quadratic``, ``bump`` or ``max``); the result is what apply
-    with that mode would have written. ``executor``, ``workers``, ``retries``,
-    ``timeout``, ``lock_wait``, ``progress`` and ``subscribers`` as in ``apply``, or
-    ``run``: them as one ``RunOptions`` (the others, which a reduction has no use for,
-    at their defaults: ``UNUSED``).
     Each dst chunk is written once; calling again after a failure resumes. Success
     deletes the layers and markers (the completion record stays), and a second call
-    into the same dst with the same mode does nothing (``finished_before``). Raises
-    ``ConfigError`` before writing anything when the directory holds no finished
-    deferred flow or dst does not match.
+    into the same dst with the same mode does nothing (``finished_before``).
+
+    Args:
+        flow: That apply's report, or its flow directory (``report.intermediates``,
+            ``<intermediates>/<flow id>``).
+        dst: The volume written; it must have the shape, chunks, dtype, offset and
+            resolution of the dst given to apply.
+        blend_mode: How the top level's overlaps combine: ``"linear"``,
+            ``"quadratic"`` (the default), ``"bump"`` or ``"max"``; the result is what
+            apply with that mode would have written.
+        executor: An executor kind, a Dask scheduler address or an Executor, as for
+            ``apply``; None: threads.
+        workers: Cores the reduction runs on, as for ``apply``; None: the usable cores.
+        retries: Tries after the first of a failed reduction; None: 2 for an executor
+            kind, an Executor's own.
+        timeout: Seconds one try of a reduction may run; None: no limit.
+        lock_wait: Seconds to wait for another flow writing dst; 0 (the default)
+            refuses at once with ``FlowLockedError``.
+        progress: Show a progress bar on the terminal.
+        subscribers: Callables that receive every ``Event`` of the run.
+        run: The options above as one ``RunOptions``; those a reduction has no use for
+            (resume, probe, dry_run, memory_limit, intermediates, device) must be left
+            at their defaults.
+
+    Returns:
+        An ``ApplyReport`` of the reduction (``finished_before`` when there was
+            nothing left to do).
+
+    Raises:
+        ConfigError: Before anything is written, when the directory holds no finished
+            deferred flow or dst does not match.
+        FlowLockedError: When another flow holds dst.
     """
     t0 = time.perf_counter()
     options = RunOptions.of(

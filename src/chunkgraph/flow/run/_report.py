@@ -34,27 +34,48 @@ NO_GPU_HERE = "no GPU here: the run needs one (or gpu_fallback=True to run on th
 class ApplyReport:
     """What one ``apply`` call did (or, for a dry run, would do).
 
-    ``tasks_per_level[l]``: chunks processed at level ``l`` (top first);
-    ``top_tasks_skipped`` / ``reductions_skipped``: work a resumed run found
-    done; ``bytes_read``: decoded bytes of whole storage chunks fetched from the
-    inputs; ``read_amplification``: that over the input bytes inside the bbox
-    (1.0 = every needed chunk read once); ``bytes_written``: bytes written to
-    dst; ``temporary_bytes``: bytes written to temporary layers;
-    ``deferred_layers``: layer paths left for a later pass (``defer`` only);
-    ``intermediates``: where the temporaries are (dry runs: would be; ``defer``:
-    are left); ``finished_before``: when a resumed flow had already finished
-    (then nothing ran). Dry runs fill ``estimate`` and take counts from it.
-    ``plan``: the sizes (chosen, or given), the cache ``apply`` owned, the memory
-    budget and the predicted read amplification, with the reasons.
-    ``device``: where the levels below the top ran (``"cpu"`` or ``"gpu"``);
-    ``gpu_fallback``: a GPU was asked for and none found, so the CPU ran it;
-    ``bytes_to_device`` / ``bytes_from_device`` and ``device_copies`` (uploads,
-    downloads): what crossed between host and device, the probe's included.
-    ``saturated_voxels``: voxels written at the limits of dst's dtype because ``fn``'s
-    value there did not fit (a cast ``cast=`` allowed; ``_cast``), in this call.
-    ``input_requests`` / ``input_chunks_read``: object-store GETs the inputs made and
-    the storage chunks they read, while the tasks ran (threads only; 0 otherwise and
-    for inputs not on an object store): about 1 GET per chunk is the floor.
+    Attributes:
+        flow_id: The flow's id (16 hex digits), from what the arguments mean.
+        dry_run: Whether this is a dry run's answer.
+        tasks_per_level: Chunks processed at each level, top first.
+        reductions: Reduction tasks (one per group of dst chunks).
+        bytes_read: Decoded bytes of whole storage chunks fetched from the inputs.
+        bytes_written: Bytes written to dst.
+        temporary_bytes: Bytes written to temporary layers.
+        read_amplification: ``bytes_read`` over the input bytes inside the bbox (1.0:
+            every needed chunk read once).
+        wall_seconds: How long the call took.
+        bbox: The region computed, in dst's voxels (expanded where asked).
+        top_tasks_skipped: Top tasks a resumed run found done.
+        reductions_skipped: Reductions a resumed run found done.
+        intermediates: Where the temporaries are (dry runs: would be; ``defer``: are
+            left); None where there are none.
+        layers: Where the top-level layers are (would be); None where there are none.
+        deferred_layers: Layer paths left for a later pass (``defer`` only).
+        estimate: A dry run's ``FlowEstimate`` (its counts come from it); None otherwise.
+        finished_before: When a resumed flow had already finished (then nothing ran);
+            "" otherwise.
+        task_bytes: ``(task name, bytes read, bytes written)`` of each task that ran,
+            for run reports.
+        plan: The sizes (chosen, or given), the cache ``apply`` owned, the memory
+            budget and the predicted read amplification, with the reasons.
+        values: With ``dst=None``, ``fn``'s value per bottom chunk, ``{bottom box:
+            value}`` in C order; None otherwise.
+        device: Where the levels below the top ran, ``"cpu"`` or ``"gpu"``.
+        gpu_fallback: A GPU was asked for and none found, so the CPU ran it.
+        bytes_to_device: Bytes copied from host to device, the probe's included.
+        bytes_from_device: Bytes copied from device to host.
+        device_copies: ``(uploads, downloads)``.
+        gpu_missing: A dry run with ``device="gpu"`` on a machine without one: the run
+            needs one.
+        saturated_voxels: Voxels written at the limits of dst's dtype because ``fn``'s
+            value there did not fit (a cast ``cast=`` allowed), in this call.
+        input_requests: Object-store GETs the inputs made while the tasks ran (threads
+            only; 0 otherwise and for inputs not on an object store).
+        input_chunks_read: The storage chunks those GETs read: about 1 GET per chunk is
+            the floor.
+        dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
+            inside were written); None otherwise.
     """
 
     flow_id: str
@@ -101,9 +122,14 @@ class ApplyReport:
     dst_bounds: Box | None = None
 
     def summary(self, *, plan: bool = True) -> str:
-        """A few human-readable lines. An automatic plan is one line after a run and, with
-        its reasons, several after a dry run (which is for looking at it); ``plan=False``
-        leaves it out (the command line's ``--quiet``)."""
+        """A few human-readable lines.
+
+        An automatic plan is one line after a run and, with its reasons, several after a
+        dry run (which is for looking at it).
+
+        Args:
+            plan: Include the plan; False leaves it out (the command line's ``--quiet``).
+        """
         lines = [
             f"flow {self.flow_id} over {self.bbox}{_inside_dst(self)}"
             f"{' (dry run)' if self.dry_run else ''}",

@@ -113,9 +113,17 @@ def _overlaps(record: dict[str, Any], region: Box) -> bool:
 def claimed(dst: Volume, region: Box, about: dict[str, Any], wait: float) -> Iterator[None]:
     """Hold a claim on ``region`` of ``dst`` for the body (see the module docstring).
 
-    ``about``: what the claim's record says of the flow (``flow``: its id, ``fn``: its
-    function's name); ``wait``: seconds to wait for an overlapping flow to end (0: refuse
-    at once, ``math.inf``: wait for as long as it runs).
+    Args:
+        dst: The destination; a memory volume is not claimed.
+        region: The box of dst the flow writes (its bbox), in dst's voxels.
+        about: What the claim's record says of the flow (``flow``: its id, ``fn``: its
+            function's name).
+        wait: Seconds to wait for an overlapping flow to end (0: refuse at once,
+            ``math.inf``: wait for as long as it runs).
+
+    Raises:
+        FlowLockedError: When a live claim of another flow overlaps ``region`` past
+            ``wait``.
     """
     store = _store(dst)
     if store is None:
@@ -183,9 +191,19 @@ def _live_overlap(store: StateStore, region: Box) -> tuple[dict[str, Any], float
 
 
 def refuse_if_written(reads: Mapping[str, tuple[Volume, Box]], wait: float) -> None:
-    """``FlowLockedError`` naming the writer when a live claim of another flow overlaps the
-    box this flow reads of an input (``reads``: name -> (volume, box in its voxels)); with
-    ``wait`` seconds, look again until none does or the time is up (module docstring)."""
+    """Refuse a flow whose inputs another flow is writing (see the module docstring).
+
+    A live claim of another flow that overlaps the box this flow reads of an input is a
+    conflict.
+
+    Args:
+        reads: ``{input name: (volume, box)}``: the box this flow reads of each input,
+            in that input's voxels.
+        wait: Seconds to look again until no claim overlaps (0: refuse at once).
+
+    Raises:
+        FlowLockedError: Naming the writer and the input.
+    """
     deadline = time.monotonic() + wait
     for name, (vol, box) in reads.items():
         store = _store(vol)
