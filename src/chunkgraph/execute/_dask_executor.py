@@ -60,7 +60,7 @@ import heapq
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -79,6 +79,7 @@ from chunkgraph.execute._dask_contexts import (
     remote_workers,
     worker_address,
 )
+from chunkgraph.execute._dask_ship import ShipCode
 from chunkgraph.execute._dask_stranded import watch_stranded
 from chunkgraph.execute._dask_subgraph import (
     Inputs,
@@ -91,10 +92,8 @@ from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
 from chunkgraph.execute._failures import failure_group, task_error
 from chunkgraph.execute._local import check_plan, needed_gpu_tasks
 from chunkgraph.graph import Graph, needed_mask
-
-if TYPE_CHECKING:
-    from chunkgraph.planning import Plan
-    from chunkgraph.planning._plan import Strategy
+from chunkgraph.planning import STRATEGIES, Plan, plan
+from chunkgraph.planning._plan import Strategy
 
 IntArray = npt.NDArray[np.int64]
 
@@ -132,8 +131,6 @@ class DaskExecutor:
         connect_timeout: float = CONNECT_TIMEOUT_S,
         subscribers: Sequence[Subscriber] = (),
     ) -> None:
-        from chunkgraph.planning import STRATEGIES
-
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
         if strategy not in STRATEGIES:
@@ -214,8 +211,6 @@ class DaskExecutor:
         workers' copy. ConfigError when a worker cannot import it (a package it imports
         is missing there, say).
         """
-        from chunkgraph.execute._dask_ship import ShipCode
-
         self._check_open()
         plugin = ShipCode(path)
         try:
@@ -289,7 +284,6 @@ class DaskExecutor:
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
         if given is not None:
             return check_plan(graph, targets, given)
-        from chunkgraph.planning import plan
 
         contexts = dask_contexts(self.client)
         if not contexts:

@@ -34,6 +34,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import as_int, as_int_tuple, per_axis
+from chunkgraph.geometry._split import split_arrays
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -265,8 +266,6 @@ class Box:
         mode: SplitMode = "exact",
     ) -> tuple[NDArray[np.int64], NDArray[np.int64], tuple[int, ...]]:
         """Chunk corners as ``(starts, stops, grid_shape)``; see ``chunkgraph.geometry._split``."""
-        from chunkgraph.geometry._split import split_arrays
-
         return split_arrays(self, chunk, stride, offset, mode)
 
     def split(

@@ -55,6 +55,7 @@ from chunkgraph.graph._cost import (
     Resources,
 )
 from chunkgraph.graph._payload import NESTED_REFS, NO_REFS, TOP_REFS, resolve_call, scan
+from chunkgraph.graph._validate import check_ids, check_names, find_cycle, topological_order
 
 IntArray = npt.NDArray[np.int64]
 T = TypeVar("T")
@@ -425,8 +426,6 @@ class Graph:
     # --------------------------------------------------------------- validation
     def validate(self) -> None:
         """Raise GraphError for a cycle, an unknown task id or a name used twice."""
-        from chunkgraph.graph._validate import check_ids, check_names, find_cycle
-
         check_ids(self)
         cycle = find_cycle(self)
         if cycle:
@@ -458,8 +457,6 @@ class Graph:
     def topological_order(self) -> IntArray:
         """Task ids, each after all its dependencies (the id order unless refs were forged)."""
         if "topo" not in self._cache:
-            from chunkgraph.graph._validate import topological_order
-
             self._cache["topo"] = topological_order(self)
         result: IntArray = self._cache["topo"]
         return result
