@@ -79,7 +79,6 @@ from chunkgraph.execute._dask_contexts import (
     remote_workers,
     worker_address,
 )
-from chunkgraph.execute._dask_ship import ShipCode
 from chunkgraph.execute._dask_stranded import watch_stranded
 from chunkgraph.execute._dask_subgraph import (
     Inputs,
@@ -211,6 +210,8 @@ class DaskExecutor:
         workers' copy. ConfigError when a worker cannot import it (a package it imports
         is missing there, say).
         """
+        from chunkgraph.execute._dask_ship import ShipCode  # deferred: imports distributed
+
         self._check_open()
         plugin = ShipCode(path)
         try:

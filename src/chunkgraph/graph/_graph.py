@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextvars
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
@@ -162,20 +162,9 @@ class Graph:
             raise GraphError(f"add() needs a callable first, got {fn!r}; e.g. g.add(np.sum, ref)")
         tid = len(self._fns)
         refs: list[TaskRef] = []
-        shape = NO_REFS
-        for a in args:
-            if a.__class__ is TaskRef:
-                refs.append(a)
-                shape |= TOP_REFS
-            elif isinstance(a, list | tuple | dict) and scan(a, TaskRef, refs):
-                shape = NESTED_REFS
+        shape = _collect_refs(args, refs, NO_REFS)
         if kwargs:
-            for v in kwargs.values():
-                if v.__class__ is TaskRef:
-                    refs.append(v)
-                    shape |= TOP_REFS
-                elif isinstance(v, list | tuple | dict) and scan(v, TaskRef, refs):
-                    shape = NESTED_REFS
+            shape = _collect_refs(kwargs.values(), refs, shape)
         # Check everything first: a failed add must leave the graph exactly as it was.
         ids = self._dependency_ids(tid, fn, name, refs) if refs else None
         if name is not None:
@@ -485,3 +474,15 @@ def _fn_name(fn: Callable[..., Any]) -> str:
     target = inner if callable(inner) else fn
     name = getattr(target, "__name__", None)
     return name if isinstance(name, str) else type(target).__name__
+
+
+def _collect_refs(values: Iterable[Any], refs: list[TaskRef], shape: int) -> int:
+    """Append the TaskRefs among ``values`` (direct, or nested in lists, tuples and dicts)
+    to ``refs``; the argument shape (``_payload``) with theirs taken into account."""
+    for v in values:
+        if v.__class__ is TaskRef:
+            refs.append(v)
+            shape |= TOP_REFS
+        elif isinstance(v, list | tuple | dict) and scan(v, TaskRef, refs):
+            shape = NESTED_REFS
+    return shape
