@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
+from chunkgraph.cli._cmd_plan import parse_bytes
 from chunkgraph.cli._cmd_run import (
     EXIT_INTERRUPTED,
     executor_arg,
@@ -72,9 +74,6 @@ def int_tuple(text: str) -> tuple[int, ...]:
 
 def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], again: str) -> int:
     """Call ``call(**run options)`` and print its summary; the exit code of the outcome."""
-    from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
-    from chunkgraph.cli._cmd_plan import parse_bytes
-
     if args.workers is not None and args.workers < 1:
         print(
             f"chunkgraph {command}: --workers must be at least 1, got {args.workers}",
