@@ -57,6 +57,7 @@ Dask's UCX support), ``ws://``, ``inproc://`` addresses are handed to
 from __future__ import annotations
 
 import heapq
+import os
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
@@ -243,7 +244,6 @@ class DaskExecutor:
         remote = remote_workers(self.client)
         if not remote:
             return
-        import os
 
         wanted = {what: p for what, p in local.items() if os.path.exists(p)}
         seen = self.client.run(_existing, list(wanted.values()), workers=remote)
@@ -307,8 +307,6 @@ class DaskExecutor:
 
 def _existing(paths: list[str]) -> list[str]:
     """Those of ``paths`` that exist where this runs (on a worker)."""
-    import os
-
     return [p for p in paths if os.path.exists(p)]
 
 
