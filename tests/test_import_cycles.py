@@ -9,11 +9,16 @@ level or inside a function; one under ``if TYPE_CHECKING:`` never runs and is le
 implicit import of parent packages is not counted (as import-linter does not).
 
 The few cycles that stay are named in ``ALLOWED``, one closing import each, with why.
+
+An import of a chunkgraph module inside a function is the exception: each one says
+why on its line (``# deferred: <reason>``: an optional dependency the imported module
+loads, a re-export from a layer above), and there are at most ``MAX_LATE_IMPORTS``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
@@ -37,15 +42,9 @@ ALLOWED = {
     ("chunkgraph.volume._volume", "chunkgraph.volume._registry"): (
         "Volume.__reduce__ reopens a pickled volume through the registry that made it"
     ),
-    ("chunkgraph.graph._from_dask", "chunkgraph.graph._dask_tuples"): (
-        "_from_dask hands a graph of tuples to _dask_tuples, which takes the key names "
-        "from _from_dask: the names would need a module of their own"
-    ),
-    ("chunkgraph.report._document", "chunkgraph.report._charts"): (
-        "the charts (matplotlib, slow to import) load only when a report is written; they "
-        "take tries_of from _document"
-    ),
 }
+MAX_LATE_IMPORTS = 40
+REASON = re.compile(r"#\s*deferred: \S")
 
 
 def module_files(src: Path) -> dict[str, Path]:
@@ -97,6 +96,28 @@ def imports(src: Path) -> list[tuple[str, str, bool]]:
                     found.append((module, sub if sub in files else base, inside))
     own = [(a, b, inside) for a, b, inside in found if b == PACKAGE or b.startswith(PACKAGE + ".")]
     return sorted(set(own))
+
+
+def late_imports(src: Path) -> list[tuple[str, int, str]]:
+    """(module, line, text) of each import statement of a chunkgraph module made inside
+    a function (outside ``if TYPE_CHECKING:``)."""
+    found = []
+    for module, path in module_files(src).items():
+        text = path.read_text()
+        lines = text.splitlines()
+        for node, inside in _runtime_nodes(ast.parse(text, str(path))):
+            if inside and isinstance(node, ast.Import | ast.ImportFrom) and _own(node):
+                found.append((module, node.lineno, lines[node.lineno - 1].strip()))
+    return sorted(found)
+
+
+def _own(node: ast.Import | ast.ImportFrom) -> bool:
+    """Whether the statement imports a chunkgraph module (a relative import does)."""
+    if isinstance(node, ast.ImportFrom):
+        names = [] if node.level else [node.module or ""]
+    else:
+        names = [alias.name for alias in node.names]
+    return all(n == PACKAGE or n.startswith(PACKAGE + ".") for n in names)
 
 
 def cycles(src: Path, allowed: dict[tuple[str, str], str] = ALLOWED) -> list[list[str]]:
@@ -166,3 +187,22 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
     box.write_text(box.read_text() + "\n\ndef _late():\n    from chunkgraph import flow\n")
     found = cycles(tmp_path)
     assert any("chunkgraph.geometry._box" in c and "chunkgraph.flow" in c for c in found)
+
+
+def test_few_imports_are_made_inside_functions_and_each_says_why() -> None:
+    late = late_imports(SRC)
+    assert len(late) <= MAX_LATE_IMPORTS, [f"{m}:{n}" for m, n, _ in late]
+    unexplained = [f"{m}:{n} {line}" for m, n, line in late if not REASON.search(line)]
+    assert not unexplained, "say why on the line: # deferred: <reason>"
+
+
+def test_a_late_import_without_a_reason_is_found(tmp_path: Path) -> None:
+    """The check can fail: an import added inside a function, saying nothing, is listed
+    (and the test above would name it)."""
+    shutil.copytree(SRC / PACKAGE, tmp_path / PACKAGE)
+    box = tmp_path / PACKAGE / "geometry" / "_box.py"
+    box.write_text(box.read_text() + "\n\ndef _late():\n    from chunkgraph import _util\n")
+    line = len(box.read_text().splitlines())
+    late = late_imports(tmp_path)
+    assert ("chunkgraph.geometry._box", line, "from chunkgraph import _util") in late
+    assert not REASON.search("from chunkgraph import _util")

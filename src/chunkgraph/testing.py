@@ -18,11 +18,15 @@ concurrency must cope with, on loopback.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
+import json
 import logging
 import os
 import random
+import signal
+import socket
 import threading
 import time
 import urllib.parse
@@ -198,8 +202,6 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 def silent_endpoint() -> Iterator[str]:
     """An endpoint URL on loopback that accepts every connection and never answers a
     byte: what a client meets at a hung store (a timeout, not a refusal)."""
-    import socket
-
     listener = socket.create_server(("127.0.0.1", 0), backlog=64)
     held: list[socket.socket] = []
 
@@ -222,8 +224,6 @@ class FreezingProxy:
     passes no byte either way and keeps every connection open."""
 
     def __init__(self, upstream: str) -> None:
-        import socket
-
         host, _, port = urllib.parse.urlsplit(upstream).netloc.rpartition(":")
         self._upstream = (host, int(port))
         self._frozen = threading.Event()
@@ -236,8 +236,6 @@ class FreezingProxy:
         self._frozen.set()
 
     def _accept(self) -> None:
-        import socket
-
         with contextlib.suppress(OSError):  # the listener closed
             while True:
                 client = self._listener.accept()[0]
@@ -316,10 +314,6 @@ def main(argv: list[str] | None = None) -> None:
     benchmark's server must not share the measured process's interpreter). It prints its
     endpoint as its first line once it listens and serves until SIGTERM; the proxy then
     writes its counts (JSON: requests, failed, by_method, gets) to ``--stats``."""
-    import argparse
-    import json
-    import signal
-
     parser = argparse.ArgumentParser(prog="python -m chunkgraph.testing")
     kind = parser.add_subparsers(dest="kind", required=True)
     kind.add_parser("s3", help="moto's S3 server on 127.0.0.1")

@@ -591,12 +591,12 @@ def test_a_report_that_cannot_be_written_after_the_run_is_a_message(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The flow finished and the volume is written: exit 0, the report's failure said."""
-    import chunkgraph.report
+    from chunkgraph.cli import _cmd_run
 
     def broken(*_: object, **__: object) -> Path:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(chunkgraph.report, "write_report", broken)
+    monkeypatch.setattr(_cmd_run, "write_report", broken)
     spec = write(work, spec_with(function="function: spec_functions:scale"))
     code, out, err = run(capsys, spec, "--report", str(work / "report"))
     assert code == 0, err

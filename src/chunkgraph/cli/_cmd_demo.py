@@ -15,11 +15,18 @@ Exit 0 when both results check out, 1 when one does not.
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+
+from chunkgraph.cli._flow_demo import check_demo, run_demo
+from chunkgraph.cli._graph_demo import run_graph_demo
+from chunkgraph.report import Recorder, write_report
 
 # float32 blends of chunk results that each equal the whole-array filter: differences are
 # rounding (~1e-5 on values ~100); anything near this bound is a bug.
@@ -39,11 +46,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from chunkgraph.cli._flow_demo import check_demo, run_demo
-    from chunkgraph.cli._graph_demo import run_graph_demo
-
     if args.tasks < 1:
         print(f"chunkgraph: --tasks must be at least 1, got {args.tasks}", file=sys.stderr)
         return 2
@@ -57,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
         console.print(line)
 
     console.rule("[bold]2. volume flow")
-    from chunkgraph.report import Recorder, write_report
 
     recorder = Recorder()
     started = time.perf_counter()
@@ -110,6 +111,4 @@ def _command() -> str:
 
 def _peak_rss_mib() -> float:
     """This process's peak resident memory so far, in MiB (Linux: kilobytes)."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -18,6 +18,7 @@ import argparse
 import functools
 from typing import Any
 
+from chunkgraph import jobs, volume
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
 
 # chunkgraph.jobs.METHODS, stated here so that --help does not import the
@@ -69,15 +70,11 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph import jobs
-
     factor: Any = 2 if args.factor is None else args.factor
     if isinstance(factor, tuple) and len(factor) == 1:
         factor = factor[0]
     src: Any = args.dst
     if args.scale is not None:
-        from chunkgraph import volume
-
         scale: Any = int(args.scale) if args.scale.isdigit() else args.scale
         src = volume.open(args.dst, scale=scale)
     call = functools.partial(

@@ -42,14 +42,13 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, PlanError
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK
-
-if TYPE_CHECKING:
-    from chunkgraph.graph import Graph
-    from chunkgraph.planning import Context, Link
+from chunkgraph.graph import Cost, Graph
+from chunkgraph.planning import Context, Link, local_contexts, plan
+from chunkgraph.planning._gantt import gantt_target
 
 TASK_FIELDS = ("name", "seconds", "memory", "output_bytes", "resources", "deps", "edge_bytes")
 CONTEXT_FIELDS = ("name", "kind", "slots", "speed", "memory", "host")
@@ -81,10 +80,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from chunkgraph._errors import PlanError
-    from chunkgraph.planning import local_contexts, plan
-    from chunkgraph.planning._gantt import gantt_target
-
     if args.gantt:
         gantt_target(args.gantt)  # before planning: a ConfigError (exit 2), nothing printed
     doc = _load(Path(args.graph))
@@ -142,8 +137,6 @@ def _load(path: Path) -> Any:
 
 def build_graph(doc: Any, source: str) -> Graph:
     """The Graph of no-op tasks that ``doc`` (a parsed graph file) describes."""
-    from chunkgraph.graph import Cost, Graph
-
     tasks = doc.get("tasks") if isinstance(doc, dict) else None
     if not isinstance(tasks, list) or not tasks:
         raise ConfigError(f'{source}: needs "tasks": a non-empty list of task objects')
@@ -247,8 +240,6 @@ def _whole(value: Any) -> Any:
 
 def contexts_and_links(doc: Any, source: str) -> tuple[list[Context] | None, Any]:
     """The ``contexts`` and ``links`` of a parsed file (None where absent)."""
-    from chunkgraph.planning import Context, Link
-
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: expected an object with contexts, got {type(doc).__name__}")
     contexts = None
@@ -292,8 +283,6 @@ def parse_context_flag(spec: str) -> Context:
     >>> parse_context_flag("gpu0:gpu:1:2:8GiB")
     Context(name='gpu0', kind='gpu', slots=1, speed=2.0, memory=8589934592, host='local')
     """
-    from chunkgraph.planning import Context
-
     parts = spec.split(":")
     if not 3 <= len(parts) <= 5:
         raise ConfigError(f"--context {spec!r}: expected name:kind:slots[:speed[:memory]]")

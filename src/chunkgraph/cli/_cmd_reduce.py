@@ -36,12 +36,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chunkgraph import flow, volume
+from chunkgraph._errors import FlowLockedError
 from chunkgraph.cli._cmd_run import (
     EXIT_INTERRUPTED,
     executor_arg,
     failure_summary,
     locked_message,
 )
+from chunkgraph.cli._cmd_status import locate
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from chunkgraph.cli._output import (
     add_output_options,
@@ -49,6 +52,8 @@ from chunkgraph.cli._output import (
     close_output,
     event_output,
 )
+from chunkgraph.flow import RunOptions
+from chunkgraph.flow.state import FlowStatus, flow_location, status_command
 
 if TYPE_CHECKING:
     from chunkgraph.flow.state import FlowState
@@ -97,12 +102,6 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph import flow, volume
-    from chunkgraph._errors import FlowLockedError
-    from chunkgraph.cli._cmd_status import locate
-    from chunkgraph.flow import RunOptions
-    from chunkgraph.flow.state import FlowStatus
-
     if args.workers is not None and args.workers < 1:
         print(
             f"chunkgraph reduce: --workers must be at least 1, got {args.workers}", file=sys.stderr
@@ -130,7 +129,6 @@ def handle(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         flow_id = deferred[0]
-    from chunkgraph.flow.state import flow_location
 
     flow_dir = next(
         (s.flow_dir for s in flows if s.flow_id == flow_id), flow_location(root, flow_id)
@@ -176,8 +174,6 @@ def _nothing_deferred(
 ) -> tuple[int, str]:
     """(exit code, message) when no FLOW_ID is given and no flow under ``root`` is deferred:
     the table in the module docstring, every flow found named with its state."""
-    from chunkgraph.flow.state import FlowStatus, status_command
-
     looked = f"looked for deferred flows under {root}"
     if not flows:
         return EXIT_USAGE, (
@@ -214,8 +210,6 @@ def _nothing_deferred(
 
 def _described(state: FlowState) -> str:
     """``"f00d (finished 2026-01-02 03:04:05, reduced with linear)"``, one flow in a list."""
-    from chunkgraph.flow.state import FlowStatus
-
     if state.status is FlowStatus.FINISHED:
         mode = state.reduced_with
         how = f", reduced with {mode}" if mode else ""

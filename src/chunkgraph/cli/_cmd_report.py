@@ -9,7 +9,10 @@ not a report.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from chunkgraph.report import load_report, render_pictures, summarize
 
 
 def register(commands: Any) -> None:
@@ -22,10 +25,6 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from chunkgraph.report import load_report, render_pictures, summarize
-
     # A ConfigError (no directory, no or bad report.json) is a usage error: _main exits 2.
     print(summarize(args.directory))
     if args.pictures:

@@ -47,6 +47,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chunkgraph import flow, volume
+from chunkgraph._errors import (
+    ChunkgraphError,
+    ConfigError,
+    FlowLockedError,
+    StoreError,
+    TaskError,
+    is_permanent,
+)
+from chunkgraph._util import write_problem
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from chunkgraph.cli._new_output import NewOutput, set_aside
 from chunkgraph.cli._output import (
@@ -55,12 +65,17 @@ from chunkgraph.cli._output import (
     close_output,
     event_output,
 )
+from chunkgraph.cli._spec import SpecError, SpecProblem, load_spec
+from chunkgraph.execute import EXECUTOR_KINDS, DaskExecutor, is_scheduler_address
+from chunkgraph.execute._failures import describe_innermost, innermost
+from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, RunOptions, check_device
+from chunkgraph.flow.state import default_state_root, dst_of_state_root
+from chunkgraph.report import Recorder, write_report
+from chunkgraph.volume import is_url, split_format
 
 if TYPE_CHECKING:
-    from chunkgraph._errors import FlowLockedError
     from chunkgraph.cli._spec import ResolvedSpec
     from chunkgraph.flow import ApplyReport
-    from chunkgraph.flow.plan import RunOptions
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -124,8 +139,6 @@ def seconds_arg(text: str) -> float:
 
 def executor_arg(text: str) -> str:
     """A local executor kind or a Dask scheduler address ("tcp://host:8786", any protocol)."""
-    from chunkgraph.execute import EXECUTOR_KINDS, is_scheduler_address
-
     if text in EXECUTOR_KINDS or is_scheduler_address(text):
         return text
     raise argparse.ArgumentTypeError(
@@ -135,8 +148,6 @@ def executor_arg(text: str) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph.cli._spec import SpecError, load_spec
-
     if args.workers is not None and args.workers < 1:
         print(f"chunkgraph run: --workers must be at least 1, got {args.workers}", file=sys.stderr)
         return EXIT_USAGE
@@ -193,9 +204,6 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
 def _checked(args: argparse.Namespace, resolved: ResolvedSpec, run: RunOptions) -> int | None:
     """The flow checked by a dry run of apply (``_check_flow``): its exit code when the
     command ends here (refused, or a dry run said what it would do), else None."""
-    from chunkgraph._errors import ConfigError
-    from chunkgraph.flow import ReadAmplificationWarning, check_device
-
     plan = resolved.output
     try:
         with warnings.catch_warnings():
@@ -224,8 +232,6 @@ def _output(
     """The output volume, made unless it exists, and what this run created (None: nothing);
     the exit code when it cannot be made as the spec says (the volume it was to replace
     put back)."""
-    from chunkgraph.cli._spec import SpecError
-
     plan = resolved.output
     # The volume an overwrite replaces is set aside, not deleted: back if nothing is written.
     replaced = set_aside(plan.path) if plan.overwrite else None
@@ -256,9 +262,6 @@ def _apply(
     subscribers: list[Callable[[Any], None]],
 ) -> int:
     """The flow itself, its outcome on stderr and in the report; the exit code."""
-    from chunkgraph import flow
-    from chunkgraph._errors import ChunkgraphError
-
     recorder = _recorder(args, subscribers)  # one of the subscribers, with --report
     run = dataclasses.replace(run, subscribers=tuple(subscribers))
     # With events as JSON lines on stdout, everything else goes to stderr: stdout stays
@@ -294,9 +297,6 @@ def _failed(
 ) -> tuple[str, int]:
     """What the run's failure is said as (its outcome, its exit code): a lock held
     elsewhere, failed tasks, apply's refusal, an error outside the tasks."""
-    from chunkgraph._errors import ChunkgraphError, ConfigError, FlowLockedError
-    from chunkgraph.execute._failures import describe_innermost
-
     if isinstance(err, FlowLockedError):
         again = f"`chunkgraph run {args.spec} --resume` reuses its work"
         path = resolved.output.path
@@ -320,8 +320,6 @@ def _failed(
 
 def _tasks_failed(group: ExceptionGroup[Any], new: NewOutput | None) -> int:
     """Failed tasks, or a failed probe, said with what to do now; the exit code."""
-    from chunkgraph.flow import ProbeFailure
-
     if store_lost(group) is not None:  # one line: the details are in --log-json
         print(f"chunkgraph run: {failure_summary(group)}", file=sys.stderr)
         print(
@@ -350,10 +348,6 @@ def _create_output(
 
     A SpecError on output.path when it does not match.
     """
-    from chunkgraph import volume
-    from chunkgraph._errors import ConfigError
-    from chunkgraph.cli._spec import SpecError, SpecProblem
-
     plan = resolved.output
     existed = os.path.isdir(plan.path)
     try:
@@ -375,8 +369,6 @@ def _create_output(
 
 def _volume_at(path: str, create_args: dict[str, Any]) -> bool:
     """Whether a volume opens at ``path`` now (a folder or a URL)."""
-    from chunkgraph import volume
-
     try:
         volume.open(path, storage_options=create_args.get("storage_options"))
     except Exception:  # not there, or not a volume: the creation's own error stands
@@ -438,8 +430,6 @@ def _status_of(err: FlowLockedError, dst: object) -> object:
     """What `chunkgraph status` is given to show the flow that holds ``err``'s lock: the
     volume it writes (named by the error, or found from the lock's place beside it, as a
     downsample's level is), else ``dst`` as the command was given it."""
-    from chunkgraph.flow.state import dst_of_state_root
-
     if err.destination:
         return err.destination
     root = err.lock.rpartition("/")[0]
@@ -466,8 +456,6 @@ def _write_report(
     directory: str, recorder: Any, report: ApplyReport | None, outcome: str, out: Any
 ) -> None:
     """Write the run report; a failure is a message (the run's outcome decides the exit code)."""
-    from chunkgraph.report import write_report
-
     summary = report_summary(report) if report is not None else {}
     summary["outcome"] = outcome
     task_bytes = report.task_bytes if report is not None else ()
@@ -486,12 +474,6 @@ def _write_report(
 def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
     """apply's own checks as a dry run; a new output is stood in for by an empty array,
     once its place is known to be writable."""
-    from chunkgraph import flow, volume
-    from chunkgraph._errors import ConfigError
-    from chunkgraph._util import write_problem
-    from chunkgraph.flow.state import default_state_root
-    from chunkgraph.volume import is_url, split_format
-
     plan = resolved.output
     checked = dataclasses.replace(run, dry_run=True)
     if plan.existing is not None and not plan.overwrite:
@@ -521,7 +503,6 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
 def _recorder(args: argparse.Namespace, subscribers: list[Callable[[Any], None]]) -> Any:
     if args.report is None or args.dry_run:
         return None
-    from chunkgraph.report import Recorder
 
     recorder = Recorder()
     subscribers.append(recorder)
@@ -550,9 +531,6 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
 def store_lost(group: BaseExceptionGroup[Any]) -> BaseException | None:
     """The first task's ``StoreError`` when every failed task failed on the object store
     (it went away or stopped answering): one cause, said once, not once per task."""
-    from chunkgraph._errors import StoreError, TaskError
-    from chunkgraph.execute._failures import innermost
-
     causes = [innermost(e.__cause__ or e)[0] if isinstance(e, TaskError) else e
               for e in _leaves(group)]  # fmt: skip
     if causes and all(isinstance(c, StoreError) for c in causes):
@@ -565,9 +543,6 @@ def failure_summary(group: BaseExceptionGroup[Any]) -> str:
     error under any loop's group: the one that names the chunk or file), the chunk from
     the notes, and whether it was not retried because no try could succeed. One line
     when the object store failed them all (``store_lost``)."""
-    from chunkgraph._errors import TaskError, is_permanent
-    from chunkgraph.execute._failures import innermost
-
     lost = store_lost(group)
     if lost is not None:
         return f"the object store failed: {lost}"
@@ -602,12 +577,8 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
 def _ship_module(executor: str, resolved: ResolvedSpec) -> str | None:
     """Send the function's module beside the spec to a Dask cluster's workers (they cannot
     import it from the spec's directory); the problem, said for the user, when that fails."""
-    from chunkgraph.execute import is_scheduler_address
-
     if not is_scheduler_address(executor) or resolved.module_file is None:
         return None
-    from chunkgraph._errors import ConfigError
-    from chunkgraph.execute import DaskExecutor
 
     try:
         with DaskExecutor(executor) as cluster:

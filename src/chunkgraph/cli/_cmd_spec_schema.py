@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from chunkgraph.cli._main import EXIT_OK
+from chunkgraph.cli._spec import RunSpec
 
 
 def register(commands: Any) -> None:
@@ -22,7 +23,5 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph.cli._spec import RunSpec
-
     print(json.dumps(RunSpec.model_json_schema(), indent=2))
     return EXIT_OK

@@ -34,9 +34,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, FlowLockedError
 from chunkgraph._util import format_bytes
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from chunkgraph.cli._spec import SpecError, parse_spec
+from chunkgraph.flow.state import (
+    FlowStatus,
+    clean_flow,
+    default_root,
+    default_state_root,
+    flows_for,
+    remove_roots_if_empty,
+    stale_flows,
+)
+from chunkgraph.volume import is_url, split_format
+from chunkgraph.volume._object_store import SCHEMES, broken_url, is_object_url
 
 if TYPE_CHECKING:
     from chunkgraph.flow.state import FlowState
@@ -92,26 +104,18 @@ class FlowsOf:
     def root(self) -> Path | str:
         """The directory a message names: the one given, else dst's default one (a path,
         or a URL in an object store)."""
-        from chunkgraph.flow.state import default_state_root
-
         if self.intermediates is not None:
             return self.intermediates
         assert self.dst is not None  # locate() gives one or the other
         return default_state_root(self.dst)
 
     def read(self, *, sizes: bool = True) -> list[FlowState]:
-        from chunkgraph.flow.state import flows_for
-
         return flows_for(self.dst, self.intermediates, sizes=sizes)
 
 
 def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf | None:
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
-    from chunkgraph.flow.state import default_root
-    from chunkgraph.volume import split_format
-    from chunkgraph.volume._object_store import SCHEMES, broken_url, is_object_url
-
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
         spec = _spec_places(command, dst)
         if spec is None:
@@ -152,9 +156,6 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
 def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
     """A spec file's output path and intermediates directory (each relative to the spec's
     directory), or None after saying what is wrong with it. Nothing is imported or opened."""
-    from chunkgraph.cli._spec import SpecError, parse_spec
-    from chunkgraph.volume import is_url
-
     try:
         spec, _ = parse_spec(Path(path).read_text(), path)
     except SpecError as err:
@@ -204,8 +205,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 def describe(state: Any, older_than: float, now: float) -> str:
     """One line about a ``FlowState``."""
-    from chunkgraph.flow.state import FlowStatus
-
     parts = [f"{state.flow_id:<16}", f"{state.status.value:<11}"]
     if state.status is FlowStatus.FINISHED:
         parts.append(f"at {state.finished}")
@@ -222,9 +221,6 @@ def describe(state: Any, older_than: float, now: float) -> str:
 
 
 def run_clean(args: argparse.Namespace) -> int:
-    from chunkgraph._errors import FlowLockedError
-    from chunkgraph.flow.state import FlowStatus, clean_flow, remove_roots_if_empty, stale_flows
-
     if args.intermediates and args.dst and not Path(args.dst).exists():
         # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
         # one positional that is no path is the flow's id.
@@ -293,8 +289,6 @@ def _age(hours: float) -> str:
 
 def _hours(text: str) -> float:
     """``--older-than``: a number of hours, not negative."""
-    import argparse
-
     try:
         hours = float(text)
     except ValueError:

@@ -18,13 +18,13 @@ import argparse
 import functools
 from typing import Any
 
+from chunkgraph import jobs
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
+from chunkgraph.geometry import Box
 
 
 def box_arg(text: str) -> Any:
     """``"0,0,0:128,128,64"`` -> Box((0, 0, 0), (128, 128, 64))."""
-    from chunkgraph.geometry import Box
-
     start, sep, stop = text.partition(":")
     if not sep:
         raise argparse.ArgumentTypeError(f"{text!r} is not START:STOP, e.g. 0,0,0:128,128,64")
@@ -72,8 +72,6 @@ def register(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from chunkgraph import jobs
-
     call = functools.partial(
         jobs.transfer,
         args.src,

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
+from chunkgraph.cli._cmd_plan import parse_bytes
 from chunkgraph.cli._cmd_run import (
     EXIT_INTERRUPTED,
     executor_arg,
@@ -28,6 +30,7 @@ from chunkgraph.cli._output import (
     close_output,
     event_output,
 )
+from chunkgraph.flow import RunOptions
 
 
 def add_flow_options(parser: argparse.ArgumentParser) -> None:
@@ -73,10 +76,6 @@ def int_tuple(text: str) -> tuple[int, ...]:
 def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], again: str) -> int:
     """Call ``call(run=the run options)`` and print its summary; the exit code of the
     outcome."""
-    from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
-    from chunkgraph.cli._cmd_plan import parse_bytes
-    from chunkgraph.flow import RunOptions
-
     if args.workers is not None and args.workers < 1:
         print(
             f"chunkgraph {command}: --workers must be at least 1, got {args.workers}",

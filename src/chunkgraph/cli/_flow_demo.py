@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chunkgraph import volume
+from chunkgraph.flow import apply
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -64,8 +66,6 @@ def binomial_smooth(src: np.ndarray) -> np.ndarray:
 
 def make_source(path: Path, shape: tuple[int, ...] = DEMO_SHAPE) -> None:
     """Write a volume of smooth blobs plus noise, one z-slab of chunks at a time."""
-    from chunkgraph import volume
-
     src = volume.create(str(path), shape, DEMO_CHUNKS, "float32", exist_ok=True)
     rng = np.random.default_rng(7)
     y = np.arange(shape[1], dtype=np.float32)[:, None]
@@ -88,9 +88,6 @@ def run_demo(
 
     ``shape`` must be (256, 512, n × 64): the top chunk spans y and z.
     """
-    from chunkgraph import volume
-    from chunkgraph.flow import apply
-
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     src_path, dst_path = workdir / "demo-src.zarr", workdir / "demo-dst.zarr"
@@ -126,8 +123,6 @@ def check_demo(workdir: Path, shape: tuple[int, ...] = DEMO_SHAPE) -> float:
     blend seams at three places are checked, each against the filter of its own
     padded neighbourhood, so the check needs no whole-volume copy.
     """
-    from chunkgraph import volume
-
     workdir = Path(workdir)
     src = volume.open(str(workdir / "demo-src.zarr"))
     dst = volume.open(str(workdir / "demo-dst.zarr"))

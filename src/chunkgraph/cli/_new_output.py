@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import obstore
+
+from chunkgraph import volume
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
 
 if TYPE_CHECKING:
@@ -55,8 +58,6 @@ def set_aside(path: str | os.PathLike[str]) -> Path | None:
     nothing there, or not a directory of this file system, which is then removed)."""
     where = Path(path)
     if not where.is_dir():
-        from chunkgraph import volume
-
         volume.remove(path)
         return None
     aside = where.with_name(f".{where.name}.replaced-{uuid.uuid4().hex[:8]}")
@@ -110,16 +111,12 @@ class NewOutput:
         return True
 
     def _stamp_now(self) -> str | None:
-        from chunkgraph import volume
-
         try:
             return volume.open(self.path, storage_options=self.storage_options).stamp()
         except Exception:  # gone, or no longer a volume: not ours to remove
             return None
 
     def _take_back_from_bucket(self) -> bool:
-        import obstore
-
         store = object_store(self.path, self.storage_options)
         try:
             keys = [m["path"] for m in obstore.list(store).collect()]

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
@@ -47,13 +47,13 @@ from pydantic import (
     model_validator,
 )
 
+from chunkgraph import volume
 from chunkgraph._errors import ConfigError, StoreError
 from chunkgraph.execute import ExecutorKind
-from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule
+from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule, RunOptions
+from chunkgraph.geometry import Box
 from chunkgraph.volume import is_url, relative_place
-
-if TYPE_CHECKING:
-    from chunkgraph.flow.plan import RunOptions
+from chunkgraph.volume._object_store import SCHEMES, broken_url
 
 Sizes = int | list[int]
 Pads = Annotated[
@@ -454,8 +454,6 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
     output = _plan_output(spec, base, first, inputs, problem)
     bbox = None
     if spec.bbox is not None:
-        from chunkgraph.geometry import Box
-
         try:
             bbox = Box(tuple(spec.bbox.start), tuple(spec.bbox.stop))
         except ConfigError as err:
@@ -489,8 +487,6 @@ def resolve_spec(spec: RunSpec, base: Path, file: str, lines: _Lines) -> Resolve
 def _run_options(spec: RunSpec, base: Path, problem: Problem) -> RunOptions | None:
     """The spec's run options as apply checks them (the command line may override the
     executor and the workers, and adds resume, progress and subscribers)."""
-    from chunkgraph.flow.plan import RunOptions
-
     try:
         return RunOptions.of(
             executor=spec.run.executor,
@@ -579,8 +575,6 @@ def _check_kwargs(fn: Callable[..., Any], spec: RunSpec, problem: Problem) -> No
 
 
 def _open_inputs(spec: RunSpec, base: Path, problem: Problem) -> dict[str, Any]:
-    from chunkgraph import volume
-
     named = {"input": spec.input} if spec.input is not None else dict(spec.inputs or {})
     opened: dict[str, Any] = {}
     for name, path in named.items():
@@ -628,8 +622,6 @@ def _found_output(
 ) -> tuple[bool, Any]:
     """(whether the output can go at ``path``, the volume there or None); a problem when
     it cannot: nothing is done there."""
-    from chunkgraph import volume
-
     if is_url(path) and out.exists == "overwrite":
         # replacing sets the old volume aside by a rename, which a bucket has not
         problem(
@@ -769,8 +761,6 @@ def place(base: Path, path: str) -> str:
 
 
 def _looks_like_url(path: str) -> bool:
-    from chunkgraph.volume._object_store import SCHEMES, broken_url
-
     return broken_url(path, (*SCHEMES, "file")) is not None
 
 
@@ -793,8 +783,6 @@ def _not_a_volume(path: str) -> str | None:
 def _holds_a_volume(path: str) -> bool:
     """Whether a bare path holds a volume of any format ``volume.open`` finds there (one
     that is there but does not open is reported by the output's own open)."""
-    from chunkgraph import volume
-
     if (Path(path) / "zarr.json").exists():
         return True
     try:

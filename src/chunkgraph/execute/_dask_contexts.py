@@ -30,6 +30,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+import psutil
+
 from chunkgraph.planning import Context, Link
 from chunkgraph.planning._contexts import SHARED_MEMORY
 
@@ -102,8 +104,6 @@ def dask_links(contexts: tuple[Context, ...]) -> dict[tuple[str, str], Link]:
 
 def local_addresses() -> set[str]:
     """This machine's names and IP addresses (loopback included)."""
-    import psutil
-
     names = {"localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname(), socket.getfqdn()}
     for entries in psutil.net_if_addrs().values():
         names.update(entry.address.split("%")[0] for entry in entries)

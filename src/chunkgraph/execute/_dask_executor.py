@@ -57,10 +57,11 @@ Dask's UCX support), ``ws://``, ``inproc://`` addresses are handed to
 from __future__ import annotations
 
 import heapq
+import os
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -91,10 +92,8 @@ from chunkgraph.execute._events import EventKind, EventQueue, Subscriber
 from chunkgraph.execute._failures import failure_group, task_error
 from chunkgraph.execute._local import check_plan, needed_gpu_tasks
 from chunkgraph.graph import Graph, needed_mask
-
-if TYPE_CHECKING:
-    from chunkgraph.planning import Plan
-    from chunkgraph.planning._plan import Strategy
+from chunkgraph.planning import STRATEGIES, Plan, plan
+from chunkgraph.planning._plan import Strategy
 
 IntArray = npt.NDArray[np.int64]
 
@@ -141,8 +140,6 @@ class DaskExecutor:
         connect_timeout: float = CONNECT_TIMEOUT_S,
         subscribers: Sequence[Subscriber] = (),
     ) -> None:
-        from chunkgraph.planning import STRATEGIES
-
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ConfigError(f"retries must be an int >= 0, got {retries!r}")
         if strategy not in STRATEGIES:
@@ -229,7 +226,7 @@ class DaskExecutor:
             ConfigError: When a worker cannot import it (a package it imports is missing
                 there, say).
         """
-        from chunkgraph.execute._dask_ship import ShipCode
+        from chunkgraph.execute._dask_ship import ShipCode  # deferred: imports distributed
 
         self._check_open()
         plugin = ShipCode(path)
@@ -268,7 +265,6 @@ class DaskExecutor:
         remote = remote_workers(self.client)
         if not remote:
             return
-        import os
 
         wanted = {what: p for what, p in local.items() if os.path.exists(p)}
         seen = self.client.run(_existing, list(wanted.values()), workers=remote)
@@ -321,7 +317,6 @@ class DaskExecutor:
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
         if given is not None:
             return check_plan(graph, targets, given)
-        from chunkgraph.planning import plan
 
         contexts = dask_contexts(self.client)
         if not contexts:
@@ -344,8 +339,6 @@ class DaskExecutor:
 
 def _existing(paths: list[str]) -> list[str]:
     """Those of ``paths`` that exist where this runs (on a worker)."""
-    import os
-
     return [p for p in paths if os.path.exists(p)]
 
 

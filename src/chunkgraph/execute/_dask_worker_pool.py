@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import threading
 
+from chunkgraph.parallel import set_workers
+
 # The process that has sized its pool (a forked child has its own pool to size).
 _sized_in: int | None = None
 _guard = threading.Lock()
@@ -31,7 +33,6 @@ def size_pool_to_worker() -> None:
         nthreads = int(get_worker().state.nthreads)
     except (ImportError, ValueError):  # not running in a Dask worker
         return
-    from chunkgraph.parallel import set_workers
 
     with _guard:
         if _sized_in != os.getpid():

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._events import Subscriber
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
 from chunkgraph.graph import Graph
@@ -224,6 +225,5 @@ def _dask_executor(
         )
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigError(f"retries must be an int >= 0, got {retries!r}", field="retries")
-    from chunkgraph.execute._dask_executor import DaskExecutor
 
     return DaskExecutor(address, retries=retries)

@@ -59,10 +59,11 @@ from chunkgraph.execute._threads import ThreadBackend
 from chunkgraph.gpu._backend import active_backend
 from chunkgraph.gpu._residency import Residency, device_indices, residency_limits
 from chunkgraph.graph import Graph, needed_mask
+from chunkgraph.planning import Context, Plan, local_contexts, plan
+from chunkgraph.planning._contexts import gpu_contexts
 
 if TYPE_CHECKING:
     from chunkgraph.parallel._signals import Sampler
-    from chunkgraph.planning import Context, Plan
 
 ExecutorKind = Literal["threads", "adaptive", "processes", "sync"]
 EXECUTOR_KINDS: tuple[ExecutorKind, ...] = ("threads", "adaptive", "processes", "sync")
@@ -218,8 +219,6 @@ class LocalExecutor:
         return Residency(backend, devices, limits, scheduler.results, gpu_tasks, deps, targets)
 
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
-        from chunkgraph.planning import plan
-
         if given is None:
             contexts = self._contexts_for(graph, targets)
             digest = hashlib.blake2b(np.asarray(targets, np.int64).tobytes())
@@ -255,8 +254,6 @@ class LocalExecutor:
     def _contexts_for(self, graph: Graph, targets: list[int]) -> tuple[Context, ...]:
         """This machine's contexts for a graph: its GPUs only when a needed task asks for
         one and a backend can drive them; ConfigError when none is found (see the module doc)."""
-        from chunkgraph.planning import local_contexts
-
         asking = next(iter(needed_gpu_tasks(graph, targets)), -1)
         if asking < 0:
             return local_contexts(gpus=False)
@@ -278,8 +275,6 @@ class LocalExecutor:
 def check_plan(graph: Graph, targets: list[int], given: object) -> Plan:
     """``given`` if it is a Plan of ``graph`` as it is now, placing every task ``targets``
     need and fusing none of them away; ConfigError saying what to do otherwise."""
-    from chunkgraph.planning import Plan
-
     if not isinstance(given, Plan):
         raise ConfigError(f"plan must be a chunkgraph Plan (from chunkgraph.plan), got {given!r}")
     if given.graph is not graph:
@@ -319,8 +314,6 @@ def needed_gpu_tasks(graph: Graph, targets: list[int]) -> list[int]:
 
 def no_gpu_message(graph: Graph, t: int) -> str:
     """Why task ``t`` (asking for a GPU) cannot run here, and the two ways out."""
-    from chunkgraph.planning._contexts import gpu_contexts
-
     backend = active_backend()
     if backend is not None:
         why = f"the device backend {backend.name!r} sees no device"

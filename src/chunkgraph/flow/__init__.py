@@ -42,7 +42,7 @@ _JOB_NAMES = ("DownsampleReport", "downsample", "transfer")
 
 def __getattr__(name: str) -> Any:
     if name in _JOB_NAMES:
-        from chunkgraph import jobs
+        from chunkgraph import jobs  # deferred: a re-export from the layer above
 
         return getattr(jobs, name)
     raise AttributeError(f"module 'chunkgraph.flow' has no attribute {name!r}")

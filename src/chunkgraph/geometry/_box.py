@@ -34,6 +34,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import as_int, as_int_tuple, per_axis
+from chunkgraph.geometry._split import split_arrays
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -328,8 +329,6 @@ class Box:
             ``(starts, stops, grid_shape)``, int64 arrays of shape ``(n, ndim)`` in C
                 order and the number of chunks per axis.
         """
-        from chunkgraph.geometry._split import split_arrays
-
         return split_arrays(self, chunk, stride, offset, mode)
 
     def split(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph._util import divisors
+from chunkgraph._util import divisors, per_axis
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -51,8 +51,6 @@ def split_arrays(
     mode: SplitMode,
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], tuple[int, ...]]:
     """``(starts, stops, grid_shape)``: int64 arrays of shape ``(n, ndim)``, rows in C order."""
-    from chunkgraph._util import per_axis
-
     ndim = box.ndim
     c = per_axis(chunk, ndim, "chunk")
     s = c if stride is None else per_axis(stride, ndim, "stride")

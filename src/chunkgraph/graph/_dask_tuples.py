@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chunkgraph.graph._from_dask import ALIAS, DATA, TASK, Key, key_name
+from chunkgraph.graph._dask_nodes import ALIAS, DATA, TASK, Key, key_name
 from chunkgraph.graph._graph import Graph
 
 

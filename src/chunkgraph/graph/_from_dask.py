@@ -34,13 +34,13 @@ its dependencies (dask dicts are not in topological order), and per task one
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from chunkgraph._errors import ConfigError, GraphError
+from chunkgraph.graph._dask_nodes import ALIAS, DATA, TASK, Key, NodeFormat, key_name
+from chunkgraph.graph._dask_tuples import TupleNodes
 from chunkgraph.graph._graph import Graph, TaskRef
-
-Key = Hashable
 
 
 class DaskGraph(NamedTuple):
@@ -141,30 +141,11 @@ def _collection_graph(collection: Any, optimize: bool) -> tuple[Mapping[Key, Any
 
 # ------------------------------------------------------------- node formats
 
-TASK, DATA, ALIAS = 0, 1, 2
-
-
-class NodeFormat(Protocol):
-    """How one graph format's nodes are read: their kind, dependencies and task."""
-
-    nodes: Mapping[Key, Any]  # every key of the graph -> its node
-
-    def kind(self, key: Key) -> tuple[int, Any]:
-        """``(TASK, node)``, ``(DATA, value)`` or ``(ALIAS, target key)``."""
-
-    def dependencies(self, key: Key) -> Iterable[Key]:
-        """The keys ``key``'s node reads."""
-
-    def add(self, graph: Graph, key: Key, node: Any, resolved: dict[Key, Any]) -> Any:
-        """Add task ``node`` to ``graph``; its TaskRef (``resolved`` holds its inputs)."""
-
 
 def _node_format(dsk: Mapping[Key, Any]) -> NodeFormat:
     try:
         from dask import _task_spec as spec
     except ImportError:  # a dask from before task_spec: tuple tasks only
-        from chunkgraph.graph._dask_tuples import TupleNodes
-
         return TupleNodes(dsk)
     return SpecNodes(dsk, spec)
 
@@ -329,11 +310,3 @@ def _targets(graph: Graph, keys: object, resolved: dict[Key, Any]) -> Any:
 def _data(value: Any) -> Any:
     """A requested key that holds data: its task returns the value."""
     return value
-
-
-def key_name(key: Key) -> str:
-    """The readable part of a dask key: ``('sum-partial-3f9a...', 0, 1)`` -> ``sum-partial``."""
-    from dask.utils import key_split
-
-    name: str = key_split(key)
-    return name

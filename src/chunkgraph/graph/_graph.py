@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextvars
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
@@ -55,6 +55,7 @@ from chunkgraph.graph._cost import (
     Resources,
 )
 from chunkgraph.graph._payload import NESTED_REFS, NO_REFS, TOP_REFS, resolve_call, scan
+from chunkgraph.graph._validate import check_ids, check_names, find_cycle, topological_order
 
 IntArray = npt.NDArray[np.int64]
 T = TypeVar("T")
@@ -190,20 +191,9 @@ class Graph:
             raise GraphError(f"add() needs a callable first, got {fn!r}; e.g. g.add(np.sum, ref)")
         tid = len(self._fns)
         refs: list[TaskRef] = []
-        shape = NO_REFS
-        for a in args:
-            if a.__class__ is TaskRef:
-                refs.append(a)
-                shape |= TOP_REFS
-            elif isinstance(a, list | tuple | dict) and scan(a, TaskRef, refs):
-                shape = NESTED_REFS
+        shape = _collect_refs(args, refs, NO_REFS)
         if kwargs:
-            for v in kwargs.values():
-                if v.__class__ is TaskRef:
-                    refs.append(v)
-                    shape |= TOP_REFS
-                elif isinstance(v, list | tuple | dict) and scan(v, TaskRef, refs):
-                    shape = NESTED_REFS
+            shape = _collect_refs(kwargs.values(), refs, shape)
         # Check everything first: a failed add must leave the graph exactly as it was.
         ids = self._dependency_ids(tid, fn, name, refs) if refs else None
         if name is not None:
@@ -509,8 +499,6 @@ class Graph:
     # --------------------------------------------------------------- validation
     def validate(self) -> None:
         """Raise GraphError for a cycle, an unknown task id or a name used twice."""
-        from chunkgraph.graph._validate import check_ids, check_names, find_cycle
-
         check_ids(self)
         cycle = find_cycle(self)
         if cycle:
@@ -546,8 +534,6 @@ class Graph:
     def topological_order(self) -> IntArray:
         """Task ids, each after all its dependencies (the id order unless refs were forged)."""
         if "topo" not in self._cache:
-            from chunkgraph.graph._validate import topological_order
-
             self._cache["topo"] = topological_order(self)
         result: IntArray = self._cache["topo"]
         return result
@@ -584,3 +570,15 @@ def _fn_name(fn: Callable[..., Any]) -> str:
     target = inner if callable(inner) else fn
     name = getattr(target, "__name__", None)
     return name if isinstance(name, str) else type(target).__name__
+
+
+def _collect_refs(values: Iterable[Any], refs: list[TaskRef], shape: int) -> int:
+    """Append the TaskRefs among ``values`` (direct, or nested in lists, tuples and dicts)
+    to ``refs``; the argument shape (``_payload``) with theirs taken into account."""
+    for v in values:
+        if v.__class__ is TaskRef:
+            refs.append(v)
+            shape |= TOP_REFS
+        elif isinstance(v, list | tuple | dict) and scan(v, TaskRef, refs):
+            shape = NESTED_REFS
+    return shape

@@ -8,7 +8,7 @@ accepted sample:
 * ``io``: bytes the process actually read from and wrote to storage per
   second (psutil's ``read_bytes + write_bytes``, which a page-cache hit does
   not count, unlike ``read_chars``); None where the platform has no such
-  counters (macOS, no psutil, access denied), so only the CPU signal is used.
+  counters (macOS, access denied), so only the CPU signal is used.
 
 Window guard: a window shorter than ``MIN_WINDOW_S`` is rejected
 (`ProcessSignals.sample` returns None) and leaves every piece of state
@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+import psutil
 
 from chunkgraph._errors import ConfigError, UsageError
 
@@ -71,10 +73,6 @@ def cpu_seconds() -> float:
 
 def io_bytes_reader() -> Callable[[], float] | None:
     """A reader of bytes read + written to storage by this process, or None if unavailable."""
-    try:
-        import psutil
-    except ImportError:
-        return None
     try:
         process = psutil.Process()
         process.io_counters()

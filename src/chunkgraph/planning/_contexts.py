@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Literal, cast
 from chunkgraph._errors import ConfigError
 from chunkgraph._numa import numa_nodes
 from chunkgraph._util import usable_cores
+from chunkgraph.gpu._backend import active_backend
+from chunkgraph.gpu._detect import nvidia_smi_gpus
 
 if TYPE_CHECKING:
     from chunkgraph.gpu import DeviceBackend
@@ -255,8 +257,6 @@ def _total_memory() -> float:
 
 def gpu_contexts() -> tuple[Context, ...]:
     """One context per GPU this process may use (see the module doc); () without any."""
-    from chunkgraph.gpu._backend import active_backend
-
     backend = active_backend()
     if backend is not None:
         return _backend_gpu_contexts(cast(Hashable, backend))
@@ -274,8 +274,6 @@ def _backend_gpu_contexts(key: Hashable) -> tuple[Context, ...]:
 
 @functools.lru_cache(maxsize=4)
 def _smi_gpu_contexts(visible: str | None) -> tuple[Context, ...]:
-    from chunkgraph.gpu._detect import nvidia_smi_gpus
-
     return tuple(
         Context(f"gpu{i}", "gpu", 1, 1.0, memory)
         for i, memory in enumerate(nvidia_smi_gpus(visible))

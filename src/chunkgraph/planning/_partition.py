@@ -68,7 +68,9 @@ import numpy as np
 import numpy.typing as npt
 
 from chunkgraph.planning._assign import assign_roots
+from chunkgraph.planning._list_schedule import descending, list_schedule
 from chunkgraph.planning._problem import Problem
+from chunkgraph.planning._rank import downward_rank, upward_rank
 from chunkgraph.planning._schedule import Schedule
 
 IntArray = npt.NDArray[np.int64]
@@ -115,9 +117,6 @@ def merge(problem: Problem, memory_cap: FloatArray) -> Schedule:
     """The "merge" strategy: ``partition``, then list scheduling with each unit's
     context fixed by its subgraph, units taken by upward rank (the list scheduler
     keeps every context under ``memory_cap``)."""
-    from chunkgraph.planning._list_schedule import descending, list_schedule
-    from chunkgraph.planning._rank import upward_rank
-
     part = partition(problem, memory_cap)
     return list_schedule(
         problem,
@@ -137,8 +136,6 @@ class _Partitioner:
     """One partitioning run; the state is described in the module doc."""
 
     def __init__(self, problem: Problem, memory_cap: FloatArray) -> None:
-        from chunkgraph.planning._rank import downward_rank, upward_rank
-
         p = self.p = problem
         n, k = p.seconds.shape
         self.n, self.k = n, k

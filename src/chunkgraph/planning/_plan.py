@@ -27,12 +27,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, PlanError
 from chunkgraph._util import format_bytes
 from chunkgraph.graph import Graph, TaskRef
 from chunkgraph.planning._contexts import (
@@ -42,11 +42,16 @@ from chunkgraph.planning._contexts import (
     check_links,
     local_contexts,
 )
+from chunkgraph.planning._fuse import fuse_chains
+from chunkgraph.planning._gantt import draw_gantt
+from chunkgraph.planning._greedy import greedy_eft
+from chunkgraph.planning._list_schedule import descending, heft, list_schedule, peft
+from chunkgraph.planning._order import order
+from chunkgraph.planning._partition import merge
 from chunkgraph.planning._problem import Problem, build_problem
+from chunkgraph.planning._rank import upward_rank
 from chunkgraph.planning._schedule import Schedule
-
-if TYPE_CHECKING:
-    from chunkgraph.planning._simulate import SimResult
+from chunkgraph.planning._simulate import SimResult, simulate
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -152,8 +157,6 @@ class Plan:
     def schedule(self) -> Schedule:
         """The unit-level schedule (computed on first use for a one-context plan)."""
         if self._schedule is None:
-            from chunkgraph.planning._list_schedule import list_schedule
-
             p = self.problem
             if np.isinf(self.memory_cap).all() or not (p.memory.any() or p.output_bytes.any()):
                 self._schedule = _in_order(p, self._unit_priority())
@@ -280,8 +283,6 @@ class Plan:
     def simulate(self) -> SimResult:
         """Replay the plan with the cost model: makespan, busy time and peak memory per
         context, bytes moved between contexts, and the lower bound."""
-        from chunkgraph.planning._simulate import simulate
-
         return simulate(self.problem, self.schedule, self.memory_cap, self.targets)
 
     def gantt(self, path: str | object) -> None:
@@ -291,8 +292,6 @@ class Plan:
         Args:
             path: The file written (a ``str`` or path-like); its suffix picks the format.
         """
-        from chunkgraph.planning._gantt import draw_gantt
-
         draw_gantt(self, path)
 
     def summary(self) -> str:
@@ -414,7 +413,6 @@ def plan(
     check_links(links, ctx)
     cap = _memory_caps(ctx, memory)
     target_ids = _target_ids(graph, targets)
-    from chunkgraph.planning._fuse import fuse_chains
 
     member_ptr, member_idx = fuse_chains(graph, target_ids, fuse=fuse)
     problem = build_problem(
@@ -425,7 +423,6 @@ def plan(
     if len(ctx) == 1 and strategy == "auto":
         # One context: placement is trivial and the order is the plan (its budget is
         # held by the executor's admission; the timing is list-scheduled on demand).
-        from chunkgraph.planning._order import order
 
         priority = graph.cached("order", order)
         return Plan(graph, problem, None, "order", cap, target_ids,
@@ -475,8 +472,6 @@ def _check_budget(value: object) -> float:
 
 def _check_fits(problem: Problem, cap: FloatArray) -> None:
     """PlanError for a task whose own memory exceeds every context that can run it."""
-    from chunkgraph._errors import PlanError
-
     if np.isinf(cap).all() or not len(problem):
         return
     can_run = problem.can_run()
@@ -495,9 +490,6 @@ def _check_fits(problem: Problem, cap: FloatArray) -> None:
 
 
 def _strategies() -> dict[str, Callable[[Problem, FloatArray], Schedule]]:
-    from chunkgraph.planning._list_schedule import heft, peft
-    from chunkgraph.planning._partition import merge
-
     return {"heft": heft, "peft": peft, "merge": merge}
 
 
@@ -508,13 +500,8 @@ def _run_strategy(
     plan within the budgets). Where a budget binds so hard that a strategy's
     breadth-first priorities leave no room (it opened every branch before closing
     any), the schedule is made again with depth-first priorities (``_order``)."""
-    from chunkgraph._errors import PlanError
-    from chunkgraph.planning._simulate import simulate
-
     table = _strategies()
     if strategy == "auto" and len(problem) > AUTO_GREEDY_UNITS:
-        from chunkgraph.planning._greedy import greedy_eft
-
         return "greedy earliest finish", greedy_eft(problem, cap)
     names = [strategy] if strategy != "auto" else (
         list(table) if len(problem) <= AUTO_TRY_ALL_UNITS else ["heft"]
@@ -554,10 +541,6 @@ def _one_context_schedules(problem: Problem, cap: FloatArray) -> list[tuple[int,
     one place beats spreading it; the list schedulers decide task by task and
     rarely find that whole-graph answer.
     """
-    from chunkgraph._errors import PlanError
-    from chunkgraph.planning._list_schedule import descending, list_schedule
-    from chunkgraph.planning._rank import upward_rank
-
     if len(problem.contexts) < 2 or len(problem) > AUTO_TRY_ALL_UNITS:
         return []
     everywhere = np.flatnonzero(problem.can_run().all(axis=0))
@@ -575,9 +558,6 @@ def _one_context_schedules(problem: Problem, cap: FloatArray) -> list[tuple[int,
 def _depth_first(problem: Problem, cap: FloatArray) -> Schedule:
     """List scheduling by the depth-first priority order: each branch is closed (its
     held results consumed) before the next opens, the order that holds least."""
-    from chunkgraph.planning._list_schedule import list_schedule
-    from chunkgraph.planning._order import order
-
     priority = problem.graph.cached("order", order)
     heads = problem.member_idx[problem.member_ptr[:-1]]
     unit_priority = np.argsort(np.argsort(priority[heads], kind="stable"), kind="stable")

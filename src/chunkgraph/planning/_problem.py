@@ -145,8 +145,33 @@ def build_problem(
         else np.zeros(0, np.int64)
     )
     output_bytes = costs.output_bytes[tails].astype(np.int64)
+    dep_ptr, dep_idx, dep_bytes = _unit_edges(graph, heads, unit_of)
+    out_ptr, out_idx, out_bytes = _transpose(dep_ptr, dep_idx, dep_bytes)
 
-    # Edges between units: the heads' dependencies (a member's only input is the one before it).
+    kept = np.zeros(n, bool)
+    kept[graph.sinks() if targets is None else targets] = True
+    keep = kept[tails] if units else np.zeros(0, bool)
+    latency, bandwidth = _link_matrices(ctx, links)
+
+    problem = Problem(
+        graph, ctx, member_ptr, member_idx, unit_of, seconds, memory, output_bytes,
+        dep_ptr, dep_idx, dep_bytes, out_ptr, out_idx, out_bytes, latency, bandwidth, keep,
+    )  # fmt: skip
+    nowhere: IntArray = (
+        np.flatnonzero(~np.isfinite(seconds).any(axis=1)) if units else np.zeros(0, np.int64)
+    )
+    if len(nowhere):
+        raise _nowhere_error(graph, ctx, int(problem.members(int(nowhere[0]))[0]), gpu_fallback)
+    return problem
+
+
+def _unit_edges(
+    graph: Graph, heads: IntArray, unit_of: IntArray
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """The edges between units as CSR ``(dep_ptr, dep_idx, dep_bytes)``: the heads'
+    dependencies (a member's only input is the one before it), sized by the producer's
+    ``output_bytes`` unless ``set_edge_bytes`` gave the edge its own size."""
+    units = len(heads)
     g_ptr, g_idx = graph.dependencies()
     counts = np.diff(g_ptr)[heads]
     dep_ptr = np.zeros(units + 1, dtype=np.int64)
@@ -158,7 +183,7 @@ def build_problem(
     if len(dep_idx) and (dep_idx < 0).any():
         bad = int(producers[np.flatnonzero(dep_idx < 0)[0]])
         raise PlanError(f"task {graph.name(bad)!r} is an input of a planned task but not planned")
-    dep_bytes = costs.output_bytes[producers].astype(np.float64)
+    dep_bytes = graph.costs().output_bytes[producers].astype(np.float64)
     overrides = graph.edge_bytes_overrides()
     if overrides:
         consumers = np.repeat(heads, counts)
@@ -166,8 +191,15 @@ def build_problem(
             size = overrides.get((p, c))
             if size is not None:
                 dep_bytes[j] = size
+    return dep_ptr, dep_idx, dep_bytes
 
-    # The transpose, with the sizes carried along.
+
+def _transpose(
+    dep_ptr: IntArray, dep_idx: IntArray, dep_bytes: FloatArray
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """Each unit's consumers as CSR ``(out_ptr, out_idx, out_bytes)``, the sizes carried
+    along."""
+    units = len(dep_ptr) - 1
     consumer_unit = np.repeat(np.arange(units, dtype=np.int64), np.diff(dep_ptr))
     order = np.argsort(dep_idx, kind="stable")
     out_counts = (
@@ -175,13 +207,12 @@ def build_problem(
     )
     out_ptr = np.zeros(units + 1, dtype=np.int64)
     np.cumsum(out_counts[:units], out=out_ptr[1:])
-    out_idx = consumer_unit[order]
-    out_bytes = dep_bytes[order]
+    return out_ptr, consumer_unit[order], dep_bytes[order]
 
-    kept = np.zeros(n, bool)
-    kept[graph.sinks() if targets is None else targets] = True
-    keep = kept[tails] if units else np.zeros(0, bool)
 
+def _link_matrices(ctx: tuple[Context, ...], links: Links) -> tuple[FloatArray, FloatArray]:
+    """(contexts, contexts) latency and bandwidth; 0 and inf where no link applies."""
+    k = len(ctx)
     latency = np.zeros((k, k))
     bandwidth = np.full((k, k), math.inf)
     for a in range(k):
@@ -189,37 +220,30 @@ def build_problem(
             link = link_between(ctx[a], ctx[b], links)
             if link is not None:
                 latency[a, b], bandwidth[a, b] = link.latency, link.bandwidth
+    return latency, bandwidth
 
-    problem = Problem(
-        graph, ctx, member_ptr, member_idx, unit_of, seconds, memory, output_bytes,
-        dep_ptr, dep_idx, dep_bytes, out_ptr, out_idx, out_bytes, latency, bandwidth, keep,
-    )  # fmt: skip
-    nowhere: IntArray = (
-        np.flatnonzero(~np.isfinite(seconds).any(axis=1)) if units else np.zeros(0, np.int64)
+
+def _nowhere_error(graph: Graph, ctx: tuple[Context, ...], t: int, gpu_fallback: bool) -> PlanError:
+    """The PlanError for task ``t``, which no context can run, with the likely way out."""
+    kinds = ", ".join(f"{c.name} ({c.kind})" for c in ctx)
+    hint = (
+        "; no GPU context was given (none is detected without CuPy, the 'gpu' extra: "
+        "pip install 'chunkgraph[gpu]'); plan(..., gpu_fallback=True) runs GPU tasks "
+        "on CPU contexts instead"
+        if "gpu" in graph.resources(t)
+        and not any(c.kind == "gpu" for c in ctx)
+        and not gpu_fallback  # never suggest what was passed already
+        else "; its cost names 'gpu' but its resources do not: give it "
+        "resources={'gpu': 1} to plan it on GPU contexts"
+        if "gpu" in graph.context_seconds().get(t, {}) and "gpu" not in graph.resources(t)
+        else ""
     )
-    if len(nowhere):
-        u = int(nowhere[0])
-        t = int(problem.members(u)[0])
-        kinds = ", ".join(f"{c.name} ({c.kind})" for c in ctx)
-        hint = (
-            "; no GPU context was given (none is detected without CuPy, the 'gpu' extra: "
-            "pip install 'chunkgraph[gpu]'); plan(..., gpu_fallback=True) runs GPU tasks "
-            "on CPU contexts instead"
-            if "gpu" in graph.resources(t)
-            and not any(c.kind == "gpu" for c in ctx)
-            and not gpu_fallback  # never suggest what was passed already
-            else "; its cost names 'gpu' but its resources do not: give it "
-            "resources={'gpu': 1} to plan it on GPU contexts"
-            if "gpu" in graph.context_seconds().get(t, {}) and "gpu" not in graph.resources(t)
-            else ""
-        )
-        raise PlanError(
-            f"no context can run task {graph.name(t)!r} (resources "
-            f"{dict(graph.resources(t))}, cost {graph.cost(t).seconds!r}); the contexts are "
-            f"{kinds}. Give it a cost for one of them, or add a context of the kind it "
-            f"needs{hint}"
-        )
-    return problem
+    return PlanError(
+        f"no context can run task {graph.name(t)!r} (resources "
+        f"{dict(graph.resources(t))}, cost {graph.cost(t).seconds!r}); the contexts are "
+        f"{kinds}. Give it a cost for one of them, or add a context of the kind it "
+        f"needs{hint}"
+    )
 
 
 def _task_seconds(

@@ -12,9 +12,10 @@ The document's format is described in ``_document``; the pictures in ``_charts``
 from __future__ import annotations
 
 from chunkgraph.report._charts import render_pictures
-from chunkgraph.report._document import load_report, write_report
+from chunkgraph.report._document import load_report
 from chunkgraph.report._recorder import Recorder, TaskRecord, Try
 from chunkgraph.report._summary import summarize
+from chunkgraph.report._write import write_report
 
 __all__ = [
     "Recorder",

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from chunkgraph.report._document import tries_of
 
 # Past this many tasks, labels are unreadable and cost most of the drawing time.
@@ -201,8 +203,6 @@ def io_over_time(
 ) -> tuple[Any, list[tuple[str, Any]]] | None:
     """(bin edges, [(label, bytes per second per bin)]) from the tasks' own bytes, each
     spread evenly over its run; None when no task carries bytes."""
-    import numpy as np
-
     known = [t for t in tasks if "bytes_read" in t and t.get("start") is not None]
     if not known or wall <= 0:
         return None

@@ -1,7 +1,7 @@
-"""report.json: what a Recorder saw, as one JSON document, written and read back.
+"""report.json: what a Recorder saw, as one JSON document, and that document read back.
 
-    Recorder ──build_report──> dict ──write_report──> DIR/report.json
-                                 │                    DIR/gantt.png, DIR/utilisation.png
+    Recorder ──build_report──> dict ──write_report (_write)──> DIR/report.json
+                                 │                             DIR/gantt.png, DIR/utilisation.png
     DIR/report.json ──load_report──> dict ──> summarize(), render_pictures()
 
 The pictures and the summary are drawn from the document only, never from the
@@ -48,10 +48,13 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.report._recorder import Recorder, TaskRecord, Try
+
+if TYPE_CHECKING:
+    from chunkgraph.parallel import ActivationEvent
 
 REPORT_FORMAT = 1
 REPORT_FILE = "report.json"
@@ -102,54 +105,15 @@ def build_report(
             (lanes.get(id(t), t.worker), at(t.start), at(ends.get(id(t), t.end)), t.failed)
             for t in record.tries
         ]
-        entry: dict[str, Any] = {
-            "id": record.task,
-            "run": record.run,
-            "name": record.name,
-            "level": level_of(record.name),
-            "worker": tries[-1][0] if tries else "",
-            "start": tries[0][1] if tries else None,
-            "end": tries[-1][2] if tries else None,
-            "attempts": len(tries),
-            "retries": record.retries,
-            "outcome": record.outcome,
-        }
-        if record.name in io:
-            entry["bytes_read"], entry["bytes_written"] = io[record.name]
-        if record.outcome == "failed":
-            entry["error"] = record.error
-        if len(tries) > 1:
-            entry["tries"] = [list(t) for t in tries]
+        tasks.append(_task_entry(record, tries, io))
         for worker, start, end, _ in tries:
             workers.add(worker)
             if start is not None and end is not None:
                 busy += end - start
-        tasks.append(entry)
     tasks.sort(key=lambda e: (e["start"] is None, e["start"] or 0.0))
-
-    end = recorder.run_end if not math.isnan(recorder.run_end) else None
-    if end is None:  # the run did not finish (it was interrupted): up to the last end seen
-        end = max(
-            (t.end for r in records for t in r.tries if not math.isnan(t.end)), default=origin
-        )
-    outcomes = [r.outcome for r in records]
-    totals = {
-        "tasks": len(records),
-        "finished": outcomes.count("finished"),
-        "failed": outcomes.count("failed"),
-        "cancelled": outcomes.count("cancelled"),
-        "retried": sum(1 for r in records if r.retries > 0),
-        "retries": sum(r.retries for r in records),
-        "runs": recorder.runs,
-        "workers": len(workers),
-        "wall_seconds": round(max(0.0, end - origin), 6),
-        "busy_seconds": round(busy, 6),
-        "steals": recorder.steals,
-        "tasks_stolen": recorder.tasks_stolen,
-    }
     document: dict[str, Any] = {
         "format": REPORT_FORMAT,
-        "totals": totals,
+        "totals": _totals(recorder, origin, len(workers), busy),
         "workers": sorted(workers, key=_natural),
         "notes": notes,
         "tasks": tasks,
@@ -157,19 +121,76 @@ def build_report(
     }
     if recorder.activations:
         document["activation"] = [
-            {
-                "at": at(when),
-                "active": list(step.active),
-                "cpu": None if step.cpu is None else round(step.cpu, 3),
-                "io": None if step.io is None else round(step.io),
-                "cpu_grows": step.cpu_grows,
-                "io_grows": step.io_grows,
-            }
-            for when, step in recorder.activations
+            _activation(at(when), step) for when, step in recorder.activations
         ]
     if recorder.transfers:
         document["gpu"] = list(recorder.transfers)
     return document
+
+
+_Tried = tuple[str, float | None, float | None, bool]  # (row, start, end, failed) of one try
+
+
+def _task_entry(
+    record: TaskRecord, tries: list[_Tried], io: Mapping[str, tuple[int, int]]
+) -> dict[str, Any]:
+    """One task's entry in "tasks" (see the module doc), its tries placed in rows."""
+    entry: dict[str, Any] = {
+        "id": record.task,
+        "run": record.run,
+        "name": record.name,
+        "level": level_of(record.name),
+        "worker": tries[-1][0] if tries else "",
+        "start": tries[0][1] if tries else None,
+        "end": tries[-1][2] if tries else None,
+        "attempts": len(tries),
+        "retries": record.retries,
+        "outcome": record.outcome,
+    }
+    if record.name in io:
+        entry["bytes_read"], entry["bytes_written"] = io[record.name]
+    if record.outcome == "failed":
+        entry["error"] = record.error
+    if len(tries) > 1:
+        entry["tries"] = [list(t) for t in tries]
+    return entry
+
+
+def _totals(recorder: Recorder, origin: float, workers: int, busy: float) -> dict[str, Any]:
+    """The document's "totals" (see the module doc)."""
+    records = recorder.tasks
+    end = recorder.run_end if not math.isnan(recorder.run_end) else None
+    if end is None:  # the run did not finish (it was interrupted): up to the last end seen
+        end = max(
+            (t.end for r in records for t in r.tries if not math.isnan(t.end)), default=origin
+        )
+    outcomes = [r.outcome for r in records]
+    return {
+        "tasks": len(records),
+        "finished": outcomes.count("finished"),
+        "failed": outcomes.count("failed"),
+        "cancelled": outcomes.count("cancelled"),
+        "retried": sum(1 for r in records if r.retries > 0),
+        "retries": sum(r.retries for r in records),
+        "runs": recorder.runs,
+        "workers": workers,
+        "wall_seconds": round(max(0.0, end - origin), 6),
+        "busy_seconds": round(busy, 6),
+        "steals": recorder.steals,
+        "tasks_stolen": recorder.tasks_stolen,
+    }
+
+
+def _activation(at: float | None, step: ActivationEvent) -> dict[str, Any]:
+    """One accepted check of the adaptive executor, as an "activation" entry."""
+    return {
+        "at": at,
+        "active": list(step.active),
+        "cpu": None if step.cpu is None else round(step.cpu, 3),
+        "io": None if step.io is None else round(step.io),
+        "cpu_grows": step.cpu_grows,
+        "io_grows": step.io_grows,
+    }
 
 
 def _assign_lanes(records: list[TaskRecord]) -> tuple[dict[int, str], list[str]]:
@@ -238,33 +259,6 @@ def _jsonable(value: Any) -> Any:
     if callable(item):
         return _jsonable(item())
     return str(value)
-
-
-def write_report(
-    directory: str | Path,
-    recorder: Recorder,
-    summary: Mapping[str, Any] | None = None,
-    task_bytes: Iterable[tuple[str, int, int]] = (),
-) -> Path:
-    """Write ``report.json``, ``gantt.png`` and ``utilisation.png`` under ``directory``.
-
-    ``summary``: the caller's own figures (e.g. an ApplyReport's ``bytes_read``,
-    ``bytes_written``, ``read_amplification``), kept under "summary"; given
-    ``bytes_read``/``bytes_written``, the utilisation chart adds the I/O rate.
-    ``task_bytes``: each task's (name, bytes read, bytes written), as an
-    ApplyReport's ``task_bytes``: the I/O rate is then drawn over time.
-    Returns the directory.
-    """
-    from chunkgraph.report._charts import render_pictures
-
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    document = build_report(recorder, summary, task_bytes)
-    temporary = folder / (REPORT_FILE + ".tmp")
-    temporary.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
-    temporary.replace(folder / REPORT_FILE)  # a reader never sees half a report
-    render_pictures(folder, document)
-    return folder
 
 
 def load_report(directory: str | Path) -> dict[str, Any]:

@@ -51,7 +51,7 @@ _FLOW_NAMES = ("ApplyReport", "FlowEstimate", "FlowLockedError", "FlowOutputErro
 
 def __getattr__(name: str) -> Any:
     if name in _FLOW_NAMES:
-        from chunkgraph import flow
+        from chunkgraph import flow  # deferred: a re-export from the layer above
 
         return getattr(flow, name)
     raise AttributeError(f"module 'chunkgraph.volume' has no attribute {name!r}")

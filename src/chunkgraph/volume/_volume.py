@@ -260,7 +260,7 @@ class Volume:
                 f"memory volume {self.path!r} exists only in this process and cannot be pickled; "
                 f"create it with backend='zarr' to use it from other processes"
             )
-        from chunkgraph.volume._registry import reopen
+        from chunkgraph.volume._registry import reopen  # deferred: the registry imports Volume
 
         options = self.storage_options
         # The secrets' names travel (to say what the receiver lacks), their values do not.

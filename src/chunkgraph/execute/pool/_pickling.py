@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import pickle
 
+import cloudpickle  # type: ignore[import-untyped]
+
 _MAIN_REFERENCE = b"__main__"
 
 
@@ -42,8 +44,6 @@ def dumps(value: object) -> bytes:
 
 
 def _by_value(value: object, plain_error: Exception | None) -> bytes:
-    import cloudpickle  # type: ignore[import-untyped]
-
     try:
         data: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
