@@ -4,17 +4,17 @@ One ``Format`` row per backend a volume can have (``Volume.backend``); every que
 about what a format can do is answered by its row, never by testing its name::
 
     name         prefixes     engine       stores      multiscale  conditional  whole chunks
+    ome-zarr     -            zarr-python  disk s3 gs  yes         yes          -
     precomputed  precomputed  tensorstore  disk s3     yes         -            yes
     zarr2        zarr2        zarr-python  disk s3 gs  -           yes          -
     zarr         zarr3 zarr   zarr-python  disk s3 gs  -           yes          -
     n5           n5           tensorstore  disk s3     -           -            yes
-    ome-zarr     -            zarr-python  disk s3 gs  yes         yes          -
     tensorstore  -            tensorstore  disk        -           -            -
     memory       -            numpy        memory      -           -            -
 
 ``conditional``: on an object store, a partial chunk is merged by a conditional
 read-modify-write (``_object_zarr``), so writers sharing a chunk keep each other's
-voxels; ``whole-chunk``: every write covers whole chunks (TensorStore's drivers
+voxels; ``whole chunks``: every write covers whole chunks (TensorStore's drivers
 rewrite a chunk unconditionally), whatever ``aligned_writes`` asked. ``memory``
 volumes live in one process under a name, not at a place.
 
@@ -96,8 +96,10 @@ class Format:
 
 _ZARR_JSON = ("zarr.json",)
 _OBJECT_STORES: tuple[Store, ...] = ("disk", "s3", "gs")
-# In the order prefixes are listed in messages.
+# In the order messages list them.
 FORMATS: tuple[Format, ...] = (
+    Format("ome-zarr", "OME-Zarr image", "zarr-python", _OBJECT_STORES, multiscale=True,
+           conditional_writes=True, metadata=("zarr.json", ".zgroup")),
     Format("precomputed", "Neuroglancer precomputed", "tensorstore", ("disk", "s3"),
            ("precomputed",), multiscale=True, whole_chunk_writes=True,
            sharded_by="write_chunks", found_by_prefix=True,
@@ -108,8 +110,6 @@ FORMATS: tuple[Format, ...] = (
            conditional_writes=True, sharded_by="shards", metadata=_ZARR_JSON),
     Format("n5", "N5", "tensorstore", ("disk", "s3"), ("n5",), whole_chunk_writes=True,
            dtype_kinds="iuf", metadata=("attributes.json",)),
-    Format("ome-zarr", "OME-Zarr image", "zarr-python", _OBJECT_STORES, multiscale=True,
-           conditional_writes=True, metadata=("zarr.json", ".zgroup")),
     Format("tensorstore", "Zarr v3", "tensorstore", ("disk",), plain=True, dtype_kinds="biuf",
            metadata=_ZARR_JSON),
     Format("memory", "in-memory array", "numpy", ("memory",), plain=True),

@@ -176,9 +176,9 @@ def add_level(
     reach = base.level_of
     if reach is None:
         raise ConfigError(
-            "add_level needs a level of "
-            + " or of ".join(f"an {f.title}" for f in FORMATS if f.multiscale)
-            + f" (opened with volume.open(path, scale=...)); {base.path!r} is a "
+            "add_level needs a level of a multiscale volume ("
+            + ", ".join(f.title for f in FORMATS if f.multiscale)
+            + f"; opened with volume.open(path, scale=...)); {base.path!r} is a "
             f"{base.backend} volume",
             field="base",
         )
