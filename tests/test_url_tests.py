@@ -108,9 +108,7 @@ def test_formats_are_listed_only_in_the_table_of_formats() -> None:
         if path != TABLE
         for hit in listed_formats(path.read_text(), str(path.relative_to(SRC)))
     ]
-    assert not found, "ask the Format (volume.FORMATS, Volume.format) instead:\n" + "\n".join(
-        found
-    )
+    assert not found, "ask the Format (volume.FORMATS, Volume.format) instead:\n" + "\n".join(found)
 
 
 def test_the_list_rule_sees_each_kind_of_list() -> None:
