@@ -196,50 +196,43 @@ def add_level(
         chunks=tuple(base.read_chunks) if chunks is None else as_int_tuple(chunks, "chunks"),
         resolution=tuple(r * x for r, x in zip(base.resolution, f, strict=True)),
         default_chunks=chunks is None,
+        write_chunks=write_chunks,
+        exist_ok=exist_ok,
     )
-    return _ADD_LEVEL[base.format](base, reach, coarser, write_chunks, exist_ok)
+    return _ADD_LEVEL[base.format](base, reach, coarser)
 
 
 class _Coarser(NamedTuple):
     """The level ``add_level`` makes: all axes' shape, spatial start, chunks and resolution,
-    and whether the chunks are the base's (a sharded base then gives its shards too)."""
+    whether the chunks are the base's (a sharded base then gives its shards too), and the
+    ``write_chunks`` and ``exist_ok`` asked for."""
 
     shape: tuple[int, ...]
     start: tuple[int, ...]
     chunks: tuple[int, ...]
     resolution: tuple[float, ...]
     default_chunks: bool
+    write_chunks: Sequence[int] | None
+    exist_ok: bool
 
 
-def _add_scale(
-    base: Volume,
-    reach: tuple[str, int | str | None],
-    new: _Coarser,
-    write_chunks: Sequence[int] | None,
-    exist_ok: bool,
-) -> Volume:
+def _add_scale(base: Volume, reach: tuple[str, int | str | None], new: _Coarser) -> Volume:
     """A new scale of a precomputed volume, encoded as ``base``'s."""
     root, opts = reach[0], base.storage_options
     sharded = tuple(base.spatial_chunks) != tuple(base.read_chunks)
-    shard = write_chunks if write_chunks is not None else (
+    shard = new.write_chunks if new.write_chunks is not None else (
         base.spatial_chunks if sharded and new.default_chunks else None
     )  # fmt: skip
     lv = Level(new.shape, base.channel_shape + new.chunks, new.resolution, new.start, shard)
     key = _precomputed.scale_key(as_resolution(new.resolution, base.spatial_ndim))
     info = _precomputed.read_info(root, opts)
     if any(s["key"] == key for s in info["scales"]):
-        return _existing(root, base.format, key, new, exist_ok, opts)
+        return _existing(root, base.format, key, new, opts)
     encoding = info["scales"][_precomputed.scale_index(info, reach[1], root)]["encoding"]
     return _add_precomputed(root, lv, base.dtype, 0, encoding, opts)
 
 
-def _add_ome_level(
-    base: Volume,
-    reach: tuple[str, int | str | None],
-    new: _Coarser,
-    write_chunks: Sequence[int] | None,
-    exist_ok: bool,
-) -> Volume:
+def _add_ome_level(base: Volume, reach: tuple[str, int | str | None], new: _Coarser) -> Volume:
     """A new level of an OME-Zarr image, listed in its ``multiscales`` in the convention
     its levels were written in."""
     root, opts, n = reach[0], base.storage_options, base.spatial_ndim
@@ -248,7 +241,7 @@ def _add_ome_level(
     for i in range(len(multiscale["datasets"])):
         _, level_res, _ = _ome_zarr.level_placement(multiscale, i, base.ndim, root)
         if as_resolution(level_res, n) == res_key:
-            return _existing(root, base.format, i, new, exist_ok, opts)
+            return _existing(root, base.format, i, new, opts)
     key = str(len(multiscale["datasets"]))
     while key in {d["path"] for d in multiscale["datasets"]}:
         key = f"{key}_"
@@ -280,15 +273,10 @@ _ADD_LEVEL = {format_of("precomputed"): _add_scale, OME_ZARR: _add_ome_level}
 
 
 def _existing(
-    root: str,
-    fmt: Format,
-    scale: int | str,
-    new: _Coarser,
-    exist_ok: bool,
-    opts: StoreOptions,
+    root: str, fmt: Format, scale: int | str, new: _Coarser, opts: StoreOptions
 ) -> Volume:
     found = open_volume(root, "r+", backend=fmt.name, storage_options=opts, scale=scale)
-    if not exist_ok:
+    if not new.exist_ok:
         raise ConfigError(
             f"the {fmt.name} volume {root!r} already has a level at that resolution "
             f"(scale {scale!r}); pass exist_ok=True to reuse it",

@@ -233,7 +233,7 @@ def _create_plain(
             )
         return _open_same(name, meta, cache_bytes, fmt.name, opts)
     try:
-        storage = _MAKERS[fmt.engine](name, meta, compressor, checksum, opts, inner)
+        storage = _new_plain(name, fmt, meta, compressor, checksum, opts, inner)
     except Exception as err:  # each backend says "exists" its own way: asked again below
         if exist_ok and not fmt.in_process and _exists(name, opts):  # created meanwhile
             return _open_same(name, meta, cache_bytes, fmt.name, opts)
@@ -243,29 +243,16 @@ def _create_plain(
     return Volume(storage, "r+", cache_bytes)
 
 
-def _make_zarr(
-    name: str, meta: VolumeMeta, compressor: object, checksum: bool, opts: StoreOptions,
-    inner: tuple[int, ...] | None,
+def _new_plain(
+    name: str, fmt: Format, meta: VolumeMeta, compressor: object, checksum: bool,
+    opts: StoreOptions, inner: tuple[int, ...] | None,
 ) -> Storage:  # fmt: skip
+    """A new plain Zarr v3 array, made by the engine of its row."""
+    if fmt.in_process:
+        return create_memory(name, meta)
+    if fmt.engine == "tensorstore":
+        return create_tensorstore(name, meta, compressor, checksum, overwrite=False)
     return create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts, inner=inner)
-
-
-def _make_tensorstore(
-    name: str, meta: VolumeMeta, compressor: object, checksum: bool, opts: StoreOptions,
-    inner: tuple[int, ...] | None,
-) -> Storage:  # fmt: skip
-    return create_tensorstore(name, meta, compressor, checksum, overwrite=False)
-
-
-def _make_memory(
-    name: str, meta: VolumeMeta, compressor: object, checksum: bool, opts: StoreOptions,
-    inner: tuple[int, ...] | None,
-) -> Storage:  # fmt: skip
-    return create_memory(name, meta)
-
-
-# What makes a plain Zarr v3 array, by the engine of its row.
-_MAKERS = {"zarr-python": _make_zarr, "tensorstore": _make_tensorstore, "numpy": _make_memory}
 
 
 def _check_shards(shards: Any, chunks: Any, fmt: Format) -> tuple[int, ...] | None:
