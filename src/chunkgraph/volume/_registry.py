@@ -102,9 +102,9 @@ def _check_reaches(fmt: Format, path: str, field: str) -> None:
         if field == "backend"
         else "copy the volume, or use Zarr (zarr://) there"
     )
+    what = f"backend={fmt.name!r} reaches" if field == "backend" else f"{fmt.name} volumes reach"
     raise ConfigError(
-        f"{path!r}: backend={fmt.name!r} ({fmt.title} through {fmt.engine}) reaches "
-        f"{fmt.places()} here; {instead}",
+        f"{path!r}: {what} {fmt.places()} here ({fmt.title} through {fmt.engine}); {instead}",
         field=field,
     )
 
@@ -185,13 +185,14 @@ def create(
 
 def _format_to_create(path: str, backend: str) -> tuple[Format, str]:
     """The row a ``create`` makes (a format prefix's, else ``backend``'s) and the place."""
-    asked = format_of(backend)
-    if not asked.plain:
+    if backend not in _PLAIN:
+        prefixes = [f"{p}://" for f in FORMATS if not f.plain for p in f.prefixes]
         raise ConfigError(
             f"backend {backend!r} is not one of {_PLAIN}; other formats are chosen by a "
-            "path prefix (precomputed://, n5://, zarr2://)",
+            f"path prefix ({', '.join(prefixes)})",
             field="backend",
         )
+    asked = format_of(backend)
     prefix, place = split_format(path)
     found = None if prefix is None else by_prefix(prefix)
     # zarr3:// says the format (made by ``backend``), file:// only that it is a path.
@@ -206,7 +207,7 @@ def _format_options(fmt: Format, **given: Any) -> dict[str, Any]:
         takers = [f"{f.prefixes[0]}://" for f in FORMATS if unused[0] in f.create_options]
         raise ConfigError(
             f"{' and '.join(unused)} {'are' if len(unused) > 1 else 'is'} for "
-            f"{' and '.join(takers)} volumes only, not a {fmt.title} volume; leave it out",
+            f"{' and '.join(takers)} volumes only, not for {fmt.name} ones; leave it out",
             field=unused[0],
         )
     return options
