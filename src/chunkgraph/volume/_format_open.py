@@ -127,7 +127,7 @@ def open_format(
         if sniffed is not None:
             return open_format(place, mode, sniffed.name, scale, options)
     if found is None:
-        if engine is not None:  # asked for Zarr v2
+        if engine is not None:  # a format Zarr metadata shows (Zarr v2) was asked for
             raise VolumeNotFoundError(f"no Zarr v2 array or OME-Zarr image at {place!r}")
         if scale is not None:
             raise VolumeNotFoundError(
