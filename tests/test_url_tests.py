@@ -1,8 +1,11 @@
-"""A rule of the house: code above the storage layer never tests a path's spelling for a
+"""Rules of the house: code above the storage layer never tests a path's spelling for a
 URL scheme, nor a volume's backend by name; it asks ``chunkgraph.volume`` (``is_url``,
-``place_of``, ``Volume.location``, ``path_to_open``, ``shards_by_write_chunks``,
-``plain_zarr_backend``). Tests of spellings spread and disagree (a format prefix is a
-URL to one and a local path to another); one answer in ``volume/`` cannot."""
+``place_of``, ``Volume.location``, ``Volume.format``, ``path_to_open``,
+``shards_by_write_chunks``, ``plain_zarr_backend``). Tests of spellings spread and
+disagree (a format prefix is a URL to one and a local path to another); one answer in
+``volume/`` cannot. And nowhere but the table of formats (``volume/_formats.py``) lists
+formats by name: a set of names is a capability asked the wrong way, and the next format
+added misses it."""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "chunkgraph"
 # The backends' names, as a comparison outside volume/ would spell them.
 BACKENDS = {"zarr", "zarr2", "tensorstore", "memory", "precomputed", "n5", "ome-zarr"}
+# ... and the path prefixes, as a list of formats would spell them.
+FORMAT_NAMES = BACKENDS | {"zarr3"}
+TABLE = SRC / "volume" / "_formats.py"
 
 
 def _texts(tree: ast.AST) -> set[int]:
@@ -77,3 +83,45 @@ def test_the_rule_sees_each_kind_of_test() -> None:
         "    return is_url(path)\n"
     )
     assert offences(fine, "x.py") == []
+
+
+def listed_formats(source: str, name: str) -> list[str]:
+    """Tuples, lists, sets (``Literal[...]`` too) and dict keys naming two or more formats."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items = node.elts
+        elif isinstance(node, ast.Dict):
+            items = [k for k in node.keys if k is not None]
+        else:
+            continue
+        names = {i.value for i in items if isinstance(i, ast.Constant)} & FORMAT_NAMES
+        if len(names) >= 2:
+            found.append(f"{name}:{node.lineno} lists formats {sorted(names)}")
+    return found
+
+
+def test_formats_are_listed_only_in_the_table_of_formats() -> None:
+    found = [
+        hit
+        for path in sorted(SRC.rglob("*.py"))
+        if path != TABLE
+        for hit in listed_formats(path.read_text(), str(path.relative_to(SRC)))
+    ]
+    assert not found, "ask the Format (volume.FORMATS, Volume.format) instead:\n" + "\n".join(found)
+
+
+def test_the_list_rule_sees_each_kind_of_list() -> None:
+    bad = (
+        'A = ("zarr", "tensorstore")\nB = {"n5": 1, "zarr2": 2}\nC = Literal["memory", "zarr"]\n'
+        'if b in ["ome-zarr", "precomputed"]:\n    pass\n'
+    )
+    assert len(listed_formats(bad, "x.py")) == 4
+    fine = 'A = ("zarr3", *names)\nB = {"zarr": 1}\nC = ("zarr", "png")\n'
+    assert listed_formats(fine, "x.py") == []
+
+
+def test_the_names_cover_the_table() -> None:
+    from chunkgraph.volume import FORMATS
+
+    assert {f.name for f in FORMATS} | {p for f in FORMATS for p in f.prefixes} <= FORMAT_NAMES

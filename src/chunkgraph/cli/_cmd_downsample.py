@@ -20,6 +20,7 @@ from typing import Any
 
 from chunkgraph import jobs, volume
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
+from chunkgraph.volume import FORMATS
 
 # chunkgraph.jobs.METHODS, stated here so that --help does not import the
 # jobs and the flow; a test checks that they agree.
@@ -52,7 +53,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("zarr3", "ome-zarr", "precomputed"),
+        choices=("zarr3", *(f.name for f in FORMATS if f.multiscale)),
         default=None,
         help="where the levels go (default: the source's own: new levels in an OME-Zarr "
         "image or precomputed volume, Zarr v3 volumes beside a plain one)",

@@ -21,6 +21,7 @@ from typing import Any
 from chunkgraph import jobs
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
 from chunkgraph.geometry import Box
+from chunkgraph.volume import FORMATS
 
 
 def box_arg(text: str) -> Any:
@@ -64,7 +65,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--backend",
         default=None,
-        choices=("zarr", "tensorstore"),
+        choices=[f.name for f in FORMATS if f.plain and not f.in_process],
         help="dst's storage backend (default SRC's)",
     )
     add_flow_options(parser)

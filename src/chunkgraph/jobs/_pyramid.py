@@ -497,13 +497,13 @@ def fused_pass(
     return best
 
 
-MULTISCALE = ("ome-zarr", "precomputed")
-OUTPUT_FORMATS = ("zarr3", *MULTISCALE)
+# Zarr v3 volumes beside the source, or new levels in a multiscale image.
+OUTPUT_FORMATS = ("zarr3", *(f.name for f in volume.FORMATS if f.multiscale))
 
 
 def output_format(source: Volume, format: object, dst: str | None) -> str:
     """Where the levels go (see the module docstring), or a ``ConfigError``."""
-    own = source.backend if source.backend in MULTISCALE else "zarr3"
+    own = source.backend if source.format.multiscale else "zarr3"
     if format is None:
         format = own if dst is None else "zarr3"
     if format not in OUTPUT_FORMATS:
@@ -513,14 +513,15 @@ def output_format(source: Volume, format: object, dst: str | None) -> str:
             "volumes beside a plain one)",
             field="format",
         )
-    if format in MULTISCALE and format != own:
+    multiscale = format != "zarr3"
+    if multiscale and format != own:
         raise ConfigError(
             f"format {format!r} adds levels to the source's own {format} image, and "
             f"{source.path!r} is a {source.backend} volume: copy it into one first "
             "(volume.create_multiscale, then transfer), or use format='zarr3'",
             field="format",
         )
-    if format in MULTISCALE and dst is not None:
+    if multiscale and dst is not None:
         raise ConfigError(
             f"dst names where Zarr v3 levels go; {format} levels go into the source's image, "
             "so leave dst out (or use format='zarr3')",

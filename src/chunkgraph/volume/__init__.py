@@ -17,8 +17,9 @@ Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
 errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
 ``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
-conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats: ``_formats.py``
-(path prefixes), ``_format_open.py`` (which module opens a path),
+conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats:
+``_formats.py`` (the table of formats, what each can do, path prefixes),
+``_format_open.py`` (which module serves a format),
 ``_precomputed.py`` (with ``_precomputed_chunks.py``: other writers' chunk files,
 damaged chunks named), ``_n5.py`` and ``_ts_view.py`` (TensorStore's drivers),
 ``_ome_zarr.py``, ``_pyramid.py``. The apply flow
@@ -31,7 +32,12 @@ from typing import Any
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.volume._cache import ChunkCache
 from chunkgraph.volume._formats import (
+    FORMATS,
+    BackendName,
+    Format,
+    format_of,
     path_to_open,
+    plain_zarr_backend,
     relative_place,
     shards_by_write_chunks,
     split_format,
@@ -39,7 +45,7 @@ from chunkgraph.volume._formats import (
 from chunkgraph.volume._location import Location, is_url, place_of
 from chunkgraph.volume._object_store import is_object_url, split_url
 from chunkgraph.volume._pyramid import Level, add_level, create_multiscale
-from chunkgraph.volume._registry import BackendName, create, plain_zarr_backend, remove
+from chunkgraph.volume._registry import create, remove
 from chunkgraph.volume._registry import open_volume as open
 from chunkgraph.volume._stats import IOStats
 from chunkgraph.volume._volume import Volume
@@ -58,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "FORMATS",
     "ApplyReport",
     "BackendName",
     "ChunkCache",
@@ -65,6 +72,7 @@ __all__ = [
     "FlowEstimate",
     "FlowLockedError",
     "FlowOutputError",
+    "Format",
     "IOStats",
     "Level",
     "Location",
@@ -73,6 +81,7 @@ __all__ = [
     "apply",
     "create",
     "create_multiscale",
+    "format_of",
     "is_object_url",
     "is_url",
     "open",

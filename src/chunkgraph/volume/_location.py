@@ -13,9 +13,9 @@ capabilities the same way). Three places, and what each offers::
 order writers across the processes of this machine. ``conditional_writes``
 means a chunk object can be replaced only if it is still the one read (ETag
 match, or create-only when there was none): what makes a read-modify-write of a
-partial chunk safe between processes and machines with no lock at all. The
-zarr backend writes ``s3://`` and ``gs://`` volumes through obstore, which
-offers them.
+partial chunk safe between processes and machines with no lock at all: a
+remote place offers them to the formats whose row in ``_formats`` says so (those
+zarr-python writes through obstore).
 
 ``identity`` is what the place means for a flow id: the resolved directory on
 disk (symlinks and relative spellings of one array agree), the URL as given
@@ -30,6 +30,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from chunkgraph.volume._formats import format_of
 
 LocationKind = Literal["memory", "disk", "remote"]
 
@@ -95,7 +97,7 @@ class Location:
                 those naming the server (an endpoint) become part of the location. None:
                 none.
         """
-        if backend == "memory":
+        if format_of(backend).in_process:
             return Location("memory", path, backend)
         if not is_url(path):
             return Location("disk", path, backend)
@@ -120,7 +122,7 @@ class Location:
     @property
     def conditional_writes(self) -> bool:
         """Whether a chunk can be written only if unchanged since it was read (see above)."""
-        return self.kind == "remote" and self.backend in ZARR_PYTHON_BACKENDS
+        return self.kind == "remote" and format_of(self.backend).conditional_writes
 
     def identity(self) -> str:
         """What the place means, stable across spellings of it (for flow ids)."""
@@ -149,10 +151,6 @@ class Location:
         except OSError:  # one of them is gone: compare what is left, the resolved paths
             return os.path.realpath(self.path) == os.path.realpath(other.path)
 
-
-# The backends that write through zarr-python, whose object-store writes of partial
-# chunks are conditional (``_zarr``); TensorStore's (precomputed, N5) are not.
-ZARR_PYTHON_BACKENDS = frozenset({"zarr", "zarr2", "ome-zarr"})
 
 # Storage options (obstore's config keys, any spelling) that change which server holds the data.
 _WHERE_KEYS = frozenset(

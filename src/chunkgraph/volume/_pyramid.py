@@ -37,12 +37,14 @@ from typing import Any, NamedTuple
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import as_int_tuple
 from chunkgraph.volume import _ome_zarr, _precomputed
-from chunkgraph.volume._formats import split_format
+from chunkgraph.volume._formats import FORMATS, Format, by_prefix, format_of, split_format
 from chunkgraph.volume._object_store import StoreOptions
 from chunkgraph.volume._registry import _build_meta, _normalise_path, open_volume
 from chunkgraph.volume._storage import as_resolution
 from chunkgraph.volume._volume import Volume
 from chunkgraph.volume._zarr import create_zarr
+
+OME_ZARR = format_of("ome-zarr")
 
 
 class Level(NamedTuple):
@@ -109,30 +111,21 @@ def create_multiscale(
     """
     if not levels:
         raise ConfigError("levels is empty; give at least one Level", field="levels")
-    fmt, place = split_format(os.fspath(path))
+    prefix, place = split_format(os.fspath(path))
     opts = StoreOptions.of(storage_options)
     specs = [Level(*lv) if not isinstance(lv, Level) else lv for lv in levels]
-    if fmt == "precomputed":
-        root = _normalise_path(place, "zarr")
+    root = _normalise_path(place, "zarr")
+    row = None if prefix is None else by_prefix(prefix)
+    if row is not None and row.multiscale:  # precomputed://: a scale per level
         return [_add_precomputed(root, lv, dtype, fill_value, encoding, opts) for lv in specs]
-    if fmt not in (None, "zarr", "zarr2", "zarr3"):
+    if row is not None and row.engine != OME_ZARR.engine:
         raise ConfigError(
-            f"{path!r}: multiscale volumes are OME-Zarr (a Zarr path) or precomputed:// ones",
+            f"{path!r}: multiscale volumes are OME-Zarr (a Zarr path) or "
+            + " or ".join(f"{f.prefixes[0]}://" for f in FORMATS if f.multiscale and f.prefixes)
+            + " ones",
             field="path",
         )
-    if version not in _ome_zarr.VERSIONS:
-        raise ConfigError(
-            f"OME-Zarr version {version!r} is not written here; valid: "
-            f"{', '.join(_ome_zarr.VERSIONS)} (0.4 is Zarr v2, 0.5 Zarr v3)",
-            field="version",
-        )
-    root = _normalise_path(place, "zarr")
-    zarr_format = _ome_zarr.VERSIONS[version]
-    if (fmt == "zarr2" and zarr_format != 2) or (fmt == "zarr3" and zarr_format != 3):
-        raise ConfigError(
-            f"{path!r} asks for {fmt} but OME-Zarr {version} is Zarr v{zarr_format}",
-            field="version",
-        )
+    zarr_format = _zarr_format(path, prefix, version)
     first = specs[0]
     ndim, spatial_ndim = len(first.shape), len(first.resolution)
     axes = _ome_zarr.default_axes(ndim, spatial_ndim, unit)
@@ -148,9 +141,27 @@ def create_multiscale(
         placed.append((str(index), meta.resolution, meta.offset))
     _ome_zarr.write_multiscale(root, version, axes, placed, opts, name)
     return [
-        open_volume(root, "r+", backend="ome-zarr", storage_options=opts, scale=i)
+        open_volume(root, "r+", backend=OME_ZARR.name, storage_options=opts, scale=i)
         for i in range(len(specs))
     ]
+
+
+def _zarr_format(path: str | os.PathLike[str], prefix: str | None, version: str) -> int:
+    """The Zarr format of an OME-Zarr image of ``version``, checked against a prefix
+    that names one (``zarr2://``, ``zarr3://``)."""
+    if version not in _ome_zarr.VERSIONS:
+        raise ConfigError(
+            f"OME-Zarr version {version!r} is not written here; valid: "
+            f"{', '.join(_ome_zarr.VERSIONS)} (0.4 is Zarr v2, 0.5 Zarr v3)",
+            field="version",
+        )
+    zarr_format = _ome_zarr.VERSIONS[version]
+    if (prefix == "zarr2" and zarr_format != 2) or (prefix == "zarr3" and zarr_format != 3):
+        raise ConfigError(
+            f"{path!r} asks for {prefix} but OME-Zarr {version} is Zarr v{zarr_format}",
+            field="version",
+        )
+    return zarr_format
 
 
 def _level_meta(lv: Level, dtype: Any, fill_value: Any, index: int) -> Any:
@@ -202,14 +213,14 @@ def add_level(
         The new level, open ``r+``.
     """
     reach = base.level_of
-    if base.backend not in ("ome-zarr", "precomputed") or reach is None:
+    if reach is None:
         raise ConfigError(
-            f"add_level needs a level of an OME-Zarr image or of a precomputed volume "
-            f"(opened with volume.open(path, scale=...)); {base.path!r} is a {base.backend} "
-            "volume",
+            "add_level needs a level of a multiscale volume ("
+            + ", ".join(f.title for f in FORMATS if f.multiscale)
+            + f"; opened with volume.open(path, scale=...)); {base.path!r} is a "
+            f"{base.backend} volume",
             field="base",
         )
-    root = reach[0]
     n = base.spatial_ndim
     f = (factor,) * n if isinstance(factor, int) else as_int_tuple(factor, "factor")
     if len(f) != n or any(x < 1 for x in f):
@@ -218,35 +229,64 @@ def add_level(
         )
     start = tuple(o // x for o, x in zip(base.bounds.start, f, strict=True))
     stop = tuple(-(-e // x) for e, x in zip(base.bounds.stop, f, strict=True))
-    shape = base.channel_shape + tuple(b - a for a, b in zip(start, stop, strict=True))
-    spatial_chunks = tuple(base.read_chunks) if chunks is None else as_int_tuple(chunks, "chunks")
-    resolution = tuple(r * x for r, x in zip(base.resolution, f, strict=True))
-    opts = base.storage_options
-    if base.backend == "precomputed":
-        sharded = tuple(base.spatial_chunks) != tuple(base.read_chunks)
-        shard = write_chunks if write_chunks is not None else (
-            base.spatial_chunks if sharded and chunks is None else None
-        )  # fmt: skip
-        lv = Level(shape, base.channel_shape + spatial_chunks, resolution, start, shard)
-        key = _precomputed.scale_key(as_resolution(resolution, n))
-        info = _precomputed.read_info(root, opts)
-        if any(s["key"] == key for s in info["scales"]):
-            return _existing(root, "precomputed", key, shape, start, exist_ok, opts)
-        encoding = info["scales"][_precomputed.scale_index(info, reach[1], root)]["encoding"]
-        return _add_precomputed(root, lv, base.dtype, 0, encoding, opts)
+    coarser = _Coarser(
+        shape=base.channel_shape + tuple(b - a for a, b in zip(start, stop, strict=True)),
+        start=start,
+        chunks=tuple(base.read_chunks) if chunks is None else as_int_tuple(chunks, "chunks"),
+        resolution=tuple(r * x for r, x in zip(base.resolution, f, strict=True)),
+        default_chunks=chunks is None,
+        write_chunks=write_chunks,
+        exist_ok=exist_ok,
+    )
+    return _ADD_LEVEL[base.format](base, reach, coarser)
+
+
+class _Coarser(NamedTuple):
+    """The level ``add_level`` makes: all axes' shape, spatial start, chunks and resolution,
+    whether the chunks are the base's (a sharded base then gives its shards too), and the
+    ``write_chunks`` and ``exist_ok`` asked for."""
+
+    shape: tuple[int, ...]
+    start: tuple[int, ...]
+    chunks: tuple[int, ...]
+    resolution: tuple[float, ...]
+    default_chunks: bool
+    write_chunks: Sequence[int] | None
+    exist_ok: bool
+
+
+def _add_scale(base: Volume, reach: tuple[str, int | str | None], new: _Coarser) -> Volume:
+    """A new scale of a precomputed volume, encoded as ``base``'s."""
+    root, opts = reach[0], base.storage_options
+    sharded = tuple(base.spatial_chunks) != tuple(base.read_chunks)
+    shard = new.write_chunks if new.write_chunks is not None else (
+        base.spatial_chunks if sharded and new.default_chunks else None
+    )  # fmt: skip
+    lv = Level(new.shape, base.channel_shape + new.chunks, new.resolution, new.start, shard)
+    key = _precomputed.scale_key(as_resolution(new.resolution, base.spatial_ndim))
+    info = _precomputed.read_info(root, opts)
+    if any(s["key"] == key for s in info["scales"]):
+        return _existing(root, base.format, key, new, opts)
+    encoding = info["scales"][_precomputed.scale_index(info, reach[1], root)]["encoding"]
+    return _add_precomputed(root, lv, base.dtype, 0, encoding, opts)
+
+
+def _add_ome_level(base: Volume, reach: tuple[str, int | str | None], new: _Coarser) -> Volume:
+    """A new level of an OME-Zarr image, listed in its ``multiscales`` in the convention
+    its levels were written in."""
+    root, opts, n = reach[0], base.storage_options, base.spatial_ndim
     version, zarr_format, multiscale = _ome_zarr.read_multiscale(root, opts)
-    res_key = as_resolution(resolution, n)
+    res_key = as_resolution(new.resolution, n)
     for i in range(len(multiscale["datasets"])):
         _, level_res, _ = _ome_zarr.level_placement(multiscale, i, base.ndim, root)
         if as_resolution(level_res, n) == res_key:
-            return _existing(root, "ome-zarr", i, shape, start, exist_ok, opts)
-    index = len(multiscale["datasets"])
-    key = str(index)
+            return _existing(root, base.format, i, new, opts)
+    key = str(len(multiscale["datasets"]))
     while key in {d["path"] for d in multiscale["datasets"]}:
         key = f"{key}_"
     meta = _build_meta(
-        shape, base.channel_shape + spatial_chunks, base.dtype, base.fill_value, n, start, True,
-        "zarr", resolution,
+        new.shape, base.channel_shape + new.chunks, base.dtype, base.fill_value, n, new.start,
+        True, "zarr", new.resolution,
     )  # fmt: skip
     create_zarr(
         _ome_zarr.join(root, key), meta, "default", True, overwrite=False, options=opts,
@@ -264,29 +304,28 @@ def add_level(
     _ome_zarr.write_multiscale(
         root, version, multiscale["axes"], placed, opts, multiscale.get("name"), keep
     )
-    return open_volume(root, "r+", backend="ome-zarr", storage_options=opts, scale=key)
+    return open_volume(root, "r+", backend=OME_ZARR.name, storage_options=opts, scale=key)
+
+
+# How a level is added to a volume of each multiscale format.
+_ADD_LEVEL = {format_of("precomputed"): _add_scale, OME_ZARR: _add_ome_level}
 
 
 def _existing(
-    root: str,
-    backend: str,
-    scale: int | str,
-    shape: tuple[int, ...],
-    start: tuple[int, ...],
-    exist_ok: bool,
-    opts: StoreOptions,
+    root: str, fmt: Format, scale: int | str, new: _Coarser, opts: StoreOptions
 ) -> Volume:
-    found = open_volume(root, "r+", backend=backend, storage_options=opts, scale=scale)
-    if not exist_ok:
+    found = open_volume(root, "r+", backend=fmt.name, storage_options=opts, scale=scale)
+    if not new.exist_ok:
         raise ConfigError(
-            f"the {backend} volume {root!r} already has a level at that resolution "
+            f"the {fmt.name} volume {root!r} already has a level at that resolution "
             f"(scale {scale!r}); pass exist_ok=True to reuse it",
             field="factor",
         )
-    if found.shape != shape or found.offset != start:
+    if found.shape != new.shape or found.offset != new.start:
         raise ConfigError(
             f"level {scale!r} of {root!r} has shape {found.shape} and offset {found.offset}, "
-            f"but this base and factor make shape {shape} and offset {start}; remove it first",
+            f"but this base and factor make shape {new.shape} and offset {new.start}; "
+            "remove it first",
             field="factor",
         )
     return found

@@ -32,16 +32,24 @@ import importlib.util
 import json
 import os
 import shutil
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph._util import as_int_tuple
 from chunkgraph.volume import _remote
-from chunkgraph.volume._format_open import create_format, open_format
+from chunkgraph.volume._format_open import create_format, open_format, scale_to_create
 from chunkgraph.volume._format_open import exists as format_exists
-from chunkgraph.volume._formats import FORMATS, split_format
+from chunkgraph.volume._formats import (
+    FORMATS,
+    METADATA_FILES,
+    BackendName,
+    Format,
+    by_prefix,
+    format_of,
+    split_format,
+)
 from chunkgraph.volume._location import Location
 from chunkgraph.volume._memory import create_memory, memory_exists, open_memory, remove_memory
 from chunkgraph.volume._object_store import (
@@ -51,33 +59,13 @@ from chunkgraph.volume._object_store import (
     normal_url,
     reaching,
 )
-from chunkgraph.volume._precomputed import scale_key
 from chunkgraph.volume._storage import ATTRS_KEY, Storage, VolumeMeta
 from chunkgraph.volume._tensorstore import create_tensorstore, open_tensorstore
 from chunkgraph.volume._volume import Volume
 from chunkgraph.volume._zarr import create_zarr, open_zarr
 
-BackendName = Literal["zarr", "tensorstore", "memory"]
-_PLAIN_BACKENDS: tuple[BackendName, ...] = ("zarr", "tensorstore", "memory")
-
-
-def plain_zarr_backend(backend: str) -> BackendName:
-    """The backend of a new plain Zarr v3 volume made from one served by ``backend``: the
-    same where it writes Zarr v3 (``zarr``, ``tensorstore``, ``memory``), else ``zarr`` (a
-    format prefix on the new path chooses its own).
-
-    Args:
-        backend: The backend serving the volume copied from.
-
-    >>> plain_zarr_backend("tensorstore"), plain_zarr_backend("precomputed")
-    ('tensorstore', 'zarr')
-    """
-    return next((b for b in _PLAIN_BACKENDS if b == backend), "zarr")
-
-
-BACKENDS: tuple[str, ...] = ("zarr", "tensorstore", "memory")
-# Backends named by a format (a path prefix, or a multiscale image found at a path).
-FORMAT_BACKENDS: tuple[str, ...] = ("precomputed", "n5", "zarr2", "ome-zarr")
+# The backends ``create(backend=...)`` takes: the rows of plain Zarr v3 arrays.
+_PLAIN = tuple(f.name for f in FORMATS if f.plain)
 
 
 def _normalise_path(path: str | os.PathLike[str], backend: str) -> str:
@@ -101,20 +89,24 @@ def _exists(path: str, options: StoreOptions) -> bool:
     return _is_on_disk(path)
 
 
-def _check_backend_reaches(path: str, backend: str | None) -> None:
-    if backend == "tensorstore" and "://" in path:
-        raise ConfigError(
-            f"backend='tensorstore' does not reach {path!r}: volumes on object stores use "
-            f"backend='zarr' (the same Zarr v3 layout, with the conditional writes that "
-            f"partial-chunk writes there need)",
-            field="backend",
-        )
-    if backend not in (None, "memory") and "://" in path and not is_object_url(path):
-        raise ConfigError(
-            f"{path!r} has a URL scheme chunkgraph does not read; use s3://BUCKET/path, "
-            "gs://BUCKET/path or a local path",
-            field="path",
-        )
+def _check_reaches(fmt: Format, path: str, field: str) -> None:
+    """A ``ConfigError`` when no volume of ``fmt`` can live at ``path``; for a plain Zarr v3
+    backend it names the one that reaches there (TensorStore's s3 driver does not give the
+    atomicity its read-modify-writes need, so it serves local arrays only)."""
+    if fmt.reaches(path):
+        return
+    other = next(f for f in FORMATS if f.plain and f.reaches(path))
+    instead = (
+        f"use backend={other.name!r} (the same Zarr v3 layout, reaching {other.places()}"
+        + (", with the conditional writes that partial-chunk writes there need)")
+        if field == "backend"
+        else "copy the volume, or use Zarr (zarr://) there"
+    )
+    what = f"backend={fmt.name!r} reaches" if field == "backend" else f"{fmt.name} volumes reach"
+    raise ConfigError(
+        f"{path!r}: {what} {fmt.places()} here ({fmt.title} through {fmt.engine}); {instead}",
+        field=field,
+    )
 
 
 def create(
@@ -195,37 +187,7 @@ def create(
     ((2,), Box(start=(100, 0), stop=(108, 8)))
     >>> remove("tmp-layer")
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend {backend!r} is not one of {BACKENDS}")
-    fmt, place = split_format(os.fspath(path))
-    if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS and shards is not None:
-        raise ConfigError(
-            f"shards make a sharded Zarr v3 array; a {fmt}:// volume takes write_chunks "
-            "(precomputed) or none; leave shards out, or write Zarr v3",
-            field="shards",
-        )
-    if fmt is not None and FORMATS[fmt] in FORMAT_BACKENDS:
-        format_backend = FORMATS[fmt]
-        # Only Zarr v2 writes partial chunks safely (zarr-python, conditional on object
-        # stores); TensorStore's formats are written by whole chunks (``_ts_view``).
-        aligned = aligned_writes if format_backend == "zarr2" else True
-        meta = _build_meta(
-            shape, chunks, dtype, fill_value, spatial_ndim, offset, aligned, format_backend,
-            resolution,
-        )  # fmt: skip
-        options = {"encoding": encoding, "write_chunks": write_chunks}
-        if format_backend == "precomputed":
-            options["encoding"] = encoding or "raw"
-        return _create_format(
-            _normalise_path(place, "zarr"), format_backend, meta, compressor, checksum,
-            StoreOptions.of(storage_options), options, exist_ok, cache_bytes,
-        )  # fmt: skip
-    path = place  # the prefix said the format (zarr3://), or only that it is a path (file://)
-    if encoding is not None or write_chunks is not None:
-        raise ConfigError(
-            "encoding and write_chunks apply to precomputed volumes (a precomputed:// path)",
-            field="encoding" if encoding is not None else "write_chunks",
-        )
+    fmt, place = _format_to_create(os.fspath(path), backend)
     if cache_bytes < 0:
         raise ConfigError(f"cache_bytes must be >= 0 (0 turns the cache off), got {cache_bytes}")
     if not isinstance(checksum, bool):
@@ -233,56 +195,108 @@ def create(
             f"checksum must be True (crc32c on every chunk, the default) or False, "
             f"got {checksum!r} of type {type(checksum).__name__}"
         )
-    inner = _check_shards(shards, chunks, backend)
+    options = _format_options(fmt, encoding=encoding, write_chunks=write_chunks)
+    inner = _check_shards(shards, chunks, fmt)
+    # A format written by whole chunks takes no partial-chunk writes (``_ts_view``).
+    aligned = aligned_writes or fmt.whole_chunk_writes
     meta = _build_meta(
-        shape,
-        chunks if shards is None else shards,
-        dtype,
-        fill_value,
-        spatial_ndim,
-        offset,
-        aligned_writes,
-        backend,
-        resolution,
-    )
-    name = _normalise_path(path, backend)
-    _check_backend_reaches(name, backend)
+        shape, chunks if shards is None else shards, dtype, fill_value, spatial_ndim, offset,
+        aligned, fmt.name, resolution,
+    )  # fmt: skip
+    name = _normalise_path(place, fmt.name)
+    _check_reaches(fmt, name, "backend" if fmt.plain else "path")
     opts = StoreOptions.of(storage_options)
-    exists = memory_exists(name) if backend == "memory" else _exists(name, opts)
+    if fmt.plain:
+        return _create_plain(
+            name, fmt, meta, compressor, checksum, opts, inner, exist_ok, cache_bytes
+        )
+    return _create_format(
+        name, fmt, meta, compressor, checksum, opts, options, exist_ok, cache_bytes
+    )
+
+
+def _format_to_create(path: str, backend: str) -> tuple[Format, str]:
+    """The row a ``create`` makes (a format prefix's, else ``backend``'s) and the place."""
+    if backend not in _PLAIN:
+        prefixes = [f"{p}://" for f in FORMATS if not f.plain for p in f.prefixes]
+        raise ConfigError(
+            f"backend {backend!r} is not one of {_PLAIN}; other formats are chosen by a "
+            f"path prefix ({', '.join(prefixes)})",
+            field="backend",
+        )
+    asked = format_of(backend)
+    prefix, place = split_format(path)
+    found = None if prefix is None else by_prefix(prefix)
+    # zarr3:// says the format (made by ``backend``), file:// only that it is a path.
+    return (asked if found is None or found.plain else found), place
+
+
+def _format_options(fmt: Format, **given: Any) -> dict[str, Any]:
+    """The arguments of ``create`` that only some formats take, as given to ``fmt``'s."""
+    options = {k: v for k, v in given.items() if v is not None}
+    unused = sorted(set(options) - set(fmt.create_options))
+    if unused:
+        takers = [f"{f.prefixes[0]}://" for f in FORMATS if unused[0] in f.create_options]
+        raise ConfigError(
+            f"{' and '.join(unused)} {'are' if len(unused) > 1 else 'is'} for "
+            f"{' and '.join(takers)} volumes only, not for {fmt.name} ones; leave it out",
+            field=unused[0],
+        )
+    return options
+
+
+def _create_plain(
+    name: str,
+    fmt: Format,
+    meta: VolumeMeta,
+    compressor: object,
+    checksum: bool,
+    opts: StoreOptions,
+    inner: tuple[int, ...] | None,
+    exist_ok: bool,
+    cache_bytes: int,
+) -> Volume:
+    """A new plain Zarr v3 volume, or with ``exist_ok`` the same one already there."""
+    exists = memory_exists(name) if fmt.in_process else _exists(name, opts)
     if exists:
         if not exist_ok:
             raise ConfigError(
                 f"a volume already exists at {name!r}; pass exist_ok=True to reuse it, "
                 f"or volume.remove({name!r}) first"
             )
-        return _open_same(name, meta, cache_bytes, backend, opts)
-    storage: Storage
+        return _open_same(name, meta, cache_bytes, fmt.name, opts)
     try:
-        if backend == "memory":
-            storage = create_memory(name, meta)
-        elif backend == "tensorstore":
-            storage = create_tensorstore(name, meta, compressor, checksum, overwrite=False)
-        else:
-            storage = create_zarr(
-                name, meta, compressor, checksum, overwrite=False, options=opts, inner=inner
-            )
+        storage = _new_plain(name, fmt, meta, compressor, checksum, opts, inner)
     except Exception as err:  # each backend says "exists" its own way: asked again below
-        if exist_ok and backend != "memory" and _exists(name, opts):  # created meanwhile
-            return _open_same(name, meta, cache_bytes, backend, opts)
+        if exist_ok and not fmt.in_process and _exists(name, opts):  # created meanwhile
+            return _open_same(name, meta, cache_bytes, fmt.name, opts)
         if isinstance(err, OSError) and is_object_url(name):
             raise no_bucket_error(name, opts) or err from None
         raise
     return Volume(storage, "r+", cache_bytes)
 
 
-def _check_shards(shards: Any, chunks: Any, backend: str) -> tuple[int, ...] | None:
+def _new_plain(
+    name: str, fmt: Format, meta: VolumeMeta, compressor: object, checksum: bool,
+    opts: StoreOptions, inner: tuple[int, ...] | None,
+) -> Storage:  # fmt: skip
+    """A new plain Zarr v3 array, made by the engine of its row."""
+    if fmt.in_process:
+        return create_memory(name, meta)
+    if fmt.engine == "tensorstore":
+        return create_tensorstore(name, meta, compressor, checksum, overwrite=False)
+    return create_zarr(name, meta, compressor, checksum, overwrite=False, options=opts, inner=inner)
+
+
+def _check_shards(shards: Any, chunks: Any, fmt: Format) -> tuple[int, ...] | None:
     """The inner chunks of a sharded volume (None: unsharded), or a ConfigError."""
     if shards is None:
         return None
-    if backend != "zarr":
+    if fmt.sharded_by != "shards":
+        takes = f"takes {fmt.sharded_by}" if fmt.sharded_by else "is not sharded"
         raise ConfigError(
-            f"shards are a Zarr v3 feature of the zarr backend, not of {backend!r}; "
-            "use backend='zarr', or leave shards out",
+            f"shards make a sharded Zarr v3 array of the zarr backend; a {fmt.name} volume "
+            f"{takes}; use backend='zarr', or leave shards out",
             field="shards",
         )
     shards_t = as_int_tuple(shards, "shards")
@@ -301,7 +315,7 @@ def _check_shards(shards: Any, chunks: Any, backend: str) -> tuple[int, ...] | N
 
 def _create_format(
     place: str,
-    backend: str,
+    fmt: Format,
     meta: VolumeMeta,
     compressor: object,
     checksum: bool,
@@ -310,30 +324,28 @@ def _create_format(
     exist_ok: bool,
     cache_bytes: int,
 ) -> Volume:
-    key = format_options.get("key")
-    if format_exists(place, backend, meta, key, opts):
-        if not exist_ok:
-            raise ConfigError(
-                f"a {backend} volume already exists at {place!r}; pass exist_ok=True to reuse "
-                f"it, or remove it first"
-            )
-        scale = (key or scale_key(meta.resolution)) if backend == "precomputed" else None
-        opened = open_volume(
-            place, "r+", cache_bytes=cache_bytes, backend=backend, storage_options=opts,
-            scale=scale,
-        )  # fmt: skip
-        shard = format_options.get("write_chunks")
-        if shard is not None:  # a sharded scale's chunks are its shards (``_precomputed``)
-            spatial = tuple(min(w, n) for w, n in zip(shard, meta.shape[-3:], strict=False))
-            meta = dataclasses.replace(meta, chunks=meta.chunks[: meta.channel_ndim] + spatial)
-        _check_same(opened, meta)
-        return opened
-    storage = create_format(place, backend, meta, compressor, checksum, opts, format_options)
-    return Volume(storage, "r+", cache_bytes)
+    if not format_exists(place, fmt, meta, opts):
+        storage = create_format(place, fmt, meta, compressor, checksum, opts, format_options)
+        return Volume(storage, "r+", cache_bytes)
+    if not exist_ok:
+        raise ConfigError(
+            f"a {fmt.name} volume already exists at {place!r}; pass exist_ok=True to reuse "
+            f"it, or remove it first"
+        )
+    opened = open_volume(
+        place, "r+", cache_bytes=cache_bytes, backend=fmt.name, storage_options=opts,
+        scale=scale_to_create(fmt, meta),
+    )  # fmt: skip
+    shard = format_options.get("write_chunks")
+    if shard is not None:  # a sharded scale's chunks are its shards (``_precomputed``)
+        spatial = tuple(min(w, n) for w, n in zip(shard, meta.shape[-3:], strict=False))
+        meta = dataclasses.replace(meta, chunks=meta.chunks[: meta.channel_ndim] + spatial)
+    _check_same(opened, meta)
+    return opened
 
 
 def _open_same(
-    name: str, meta: VolumeMeta, cache_bytes: int, backend: BackendName, opts: StoreOptions
+    name: str, meta: VolumeMeta, cache_bytes: int, backend: str, opts: StoreOptions
 ) -> Volume:
     opened = open_volume(name, "r+", cache_bytes=cache_bytes, backend=backend, storage_options=opts)
     _check_same(opened, meta)
@@ -378,18 +390,10 @@ def _build_meta(
     )
 
 
-# dtype kinds a volume holds, per backend: numbers, which every backend stores and
-# reads back as they were. Strings, objects, records, datetimes and raw bytes would
-# otherwise fail deep inside zarr or TensorStore (or be stored as something else);
-# TensorStore cannot write a complex fill value into Zarr v3 metadata.
-VOLUME_DTYPE_KINDS = {
-    "zarr": "biufc",
-    "memory": "biufc",
-    "tensorstore": "biuf",
-    "zarr2": "biufc",
-    "n5": "iuf",
-    "precomputed": "iuf",  # the exact list: _precomputed.DTYPES
-}
+# dtype kinds a volume holds: numbers, each format's ``dtype_kinds``. Strings, objects,
+# records, datetimes and raw bytes would otherwise fail deep inside zarr or TensorStore (or
+# be stored as something else); TensorStore cannot write a complex fill value into Zarr v3
+# metadata; precomputed's exact list is ``_precomputed.DTYPES``.
 _KIND_WORDS = {
     "b": "bool",
     "i": "int8..int64",
@@ -408,13 +412,12 @@ def _check_dtype(np_dtype: np.dtype[Any], asked: Any, backend: str) -> None:
     ...     print(str(err).split("; ")[1])
     valid: bool, int8..int64, uint8..uint64, float16..float64
     """
-    kinds = VOLUME_DTYPE_KINDS[backend]
+    kinds = format_of(backend).dtype_kinds
     if np_dtype.kind in kinds and np_dtype.fields is None and np_dtype.subdtype is None:
         return
     valid = ", ".join(_KIND_WORDS[k] for k in kinds)
-    hint = ""
-    if np_dtype.kind == "c" and "c" in VOLUME_DTYPE_KINDS["zarr"]:
-        hint = "; complex volumes need backend='zarr'"
+    takers = [f.name for f in FORMATS if f.plain and np_dtype.kind in f.dtype_kinds]
+    hint = f"; complex volumes need backend={takers[0]!r}" if np_dtype.kind == "c" else ""
     what = _DTYPE_KIND_NAMES.get(np_dtype.kind, "not a number")
     if np_dtype.fields is not None:
         what = "a record of fields"
@@ -483,53 +486,69 @@ def open_volume(
     """
     if mode not in ("r", "r+"):
         raise ConfigError(f"mode must be 'r' or 'r+', got {mode!r}")
-    if backend is not None and backend not in BACKENDS + FORMAT_BACKENDS:
-        raise ConfigError(
-            f"backend {backend!r} is not one of {BACKENDS + FORMAT_BACKENDS} (or None)"
-        )
+    asked = None if backend is None else format_of(backend)
     text = os.fspath(path)
-    if backend == "memory" or (backend is None and memory_exists(text)):
+    if asked.in_process if asked is not None else memory_exists(text):
+        if scale is not None:
+            raise ConfigError(f"memory volume {text!r} has no levels; open it without scale")
         return Volume(open_memory(text), mode, cache_bytes)
-    fmt, place = split_format(text)
-    chosen_format = FORMATS[fmt] if fmt else backend if backend in FORMAT_BACKENDS else None
+    prefix, place = split_format(text)
     name = _normalise_path(place, "zarr")
     opts = StoreOptions.of(storage_options)
-    if chosen_format is not None or scale is not None:
+    chosen = by_prefix(prefix) if prefix else asked if asked and not asked.plain else None
+    if chosen is not None or scale is not None:
+        if chosen is not None:
+            _check_reaches(chosen, name, "path")
         with reaching(name, opts):  # TensorStore's failed requests too
-            storage = open_format(name, mode, chosen_format, scale, opts)
+            storage = open_format(name, mode, chosen.name if chosen else None, scale, opts)
         if storage is not None:
             return Volume(storage, mode, cache_bytes)
-    _check_backend_reaches(name, backend)
-    missing = VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
-    if is_object_url(name):
-        # One request (GET zarr.json), not a HEAD first: every process a pickled volume
-        # reaches opens it again.
-        with reaching(name, opts):  # a store that does not answer: a StoreError
-            try:
-                return Volume(open_zarr(name, mode, opts), mode, cache_bytes)
-            except ConfigError:  # no credentials, a bad option: not a group to look into
-                raise
-            except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
-                found = open_format(name, mode, None, scale, opts)
-                if found is None:
-                    raise no_bucket_error(name, opts) or missing from err
-                return Volume(found, mode, cache_bytes)
-            except ValueError:  # a group (a multiscale image, say) where an array was expected
-                found = open_format(name, mode, None, scale, opts)
-                if found is None:
-                    raise
-                return Volume(found, mode, cache_bytes)
+    if asked is not None:
+        _check_reaches(asked, name, "backend")
+    opened = _open_remote if is_object_url(name) else _open_local
+    return Volume(opened(name, mode, backend, scale, opts), mode, cache_bytes)
+
+
+def _open_local(
+    name: str, mode: str, backend: str | None, scale: int | str | None, opts: StoreOptions
+) -> Storage:
+    """The storage of the volume in the local directory ``name``: a plain Zarr v3 array
+    with the engine asked for (else its creator's), or what ``open_format`` finds there."""
     if not _is_on_disk(name) or _is_group(name):
         found = open_format(name, mode, None, scale, opts)
         if found is None:
-            raise missing
-        return Volume(found, mode, cache_bytes)
-    chosen = backend or _creator_backend(name)
-    if chosen == "tensorstore":
-        storage = open_tensorstore(name, mode)
-    else:
-        storage = open_zarr(name, mode, opts)
-    return Volume(storage, mode, cache_bytes)
+            raise VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
+        return found
+    if format_of(backend or _creator_backend(name)).engine == "tensorstore":
+        return open_tensorstore(name, mode)
+    return open_zarr(name, mode, opts)
+
+
+def _open_remote(
+    name: str, mode: str, backend: str | None, scale: int | str | None, opts: StoreOptions
+) -> Storage:
+    """The storage of the volume at the URL ``name`` (with zarr, whatever ``backend``
+    made it), found by what is there.
+
+    One request (GET zarr.json), not a HEAD first: every process a pickled volume
+    reaches opens it again.
+    """
+    with reaching(name, opts):  # a store that does not answer: a StoreError
+        try:
+            return open_zarr(name, mode, opts)
+        except ConfigError:  # no credentials, a bad option: not a group to look into
+            raise
+        except FileNotFoundError as err:  # zarr's ArrayNotFoundError is one
+            found = open_format(name, mode, None, scale, opts)
+            if found is None:
+                missing = VolumeNotFoundError(f"no volume at {name!r} (no zarr.json there)")
+                raise no_bucket_error(name, opts) or missing from err
+            return found
+        except ValueError:  # a group (a multiscale image, say) where an array was expected
+            found = open_format(name, mode, None, scale, opts)
+            if found is None:
+                raise
+            return found
 
 
 def _is_group(path: str) -> bool:
@@ -561,17 +580,13 @@ def reopen(
 def _creator_backend(path: str) -> str:
     """The backend recorded at creation in a local array, if it can be used here; zarr
     otherwise. (Volumes on object stores are always opened with zarr: TensorStore does not
-    reach them, see _check_backend_reaches.)"""
+    reach them, see _check_reaches.)"""
     with open(os.path.join(path, "zarr.json")) as f:
         attrs = json.load(f).get("attributes", {})
     wanted = attrs.get(ATTRS_KEY, {}).get("backend", "zarr")
     if wanted == "tensorstore" and importlib.util.find_spec("tensorstore") is not None:
         return "tensorstore"
     return "zarr"
-
-
-# The file that says a volume of some format is at a place (what ``remove`` asks for).
-METADATA_FILES = ("zarr.json", ".zarray", ".zgroup", "info", "attributes.json")
 
 
 def _holds_volume(name: str, opts: StoreOptions) -> bool:
@@ -602,7 +617,6 @@ def remove(
         return
     _, place = split_format(text)
     name = _normalise_path(place, "zarr")
-    _check_backend_reaches(name, "zarr")
     opts = StoreOptions.of(storage_options)
     if not _holds_volume(name, opts):
         if missing_ok:

@@ -137,54 +137,63 @@ def store_failure(
     method, asked = _request(text)
     where = endpoint or _endpoint_of(asked) or "the provider's default endpoint"
     head = f"cannot reach {url!r} at endpoint {where}" + (f" (object {key!r})" if key else "")
-    help_ = _CREDENTIAL_HELP.get(scheme, _CREDENTIAL_HELP["s3"])
-    if METADATA_ADDRESS in text or "credential" in text.lower().split("debug source")[0]:
-        return ConfigError(
-            f"{head}: no credentials were found (the client fell back to asking the "
-            f"cloud instance-metadata address {METADATA_ADDRESS}, which answers only on a "
-            f"cloud VM); {help_}",
-            field="storage_options",
-        )
     code_match, status_match = _CODE.search(text), _STATUS.search(text)
     code = code_match.group(1) if code_match else ""
     status = (status_match.group(1) or status_match.group(2)) if status_match else ""
+    no_credentials = _no_credentials(text, scheme, status)
+    if no_credentials:
+        help_ = _CREDENTIAL_HELP.get(scheme, _CREDENTIAL_HELP["s3"])
+        return ConfigError(f"{head}: {no_credentials}; {help_}", field="storage_options")
+    full = f"{url.rstrip('/')}/{key}" if key else url
+    why = _why(text, scheme, method, status, code)
+    return StoreError(f"{head}: {why}", url=full, endpoint=where, code=code)
+
+
+def _no_credentials(text: str, scheme: str, status: str) -> str:
+    """How the client showed that it found no credentials, or "" when it found some."""
+    if METADATA_ADDRESS in text or "credential" in text.lower().split("debug source")[0]:
+        return (
+            f"no credentials were found (the client fell back to asking the cloud "
+            f"instance-metadata address {METADATA_ADDRESS}, which answers only on a cloud VM)"
+        )
     if (
         status in ("401", "403")
         and text.startswith("PERMISSION_DENIED")  # TensorStore, asking anonymously
         and scheme == "s3"
         and not aws_credentials_configured()
     ):
-        return ConfigError(
-            f"{head}: no credentials were found (none in the environment or ~/.aws files), "
-            f"and the store refused the unsigned request ({status}); {help_}",
-            field="storage_options",
+        return (
+            "no credentials were found (none in the environment or ~/.aws files), "
+            f"and the store refused the unsigned request ({status})"
         )
+    return ""
+
+
+def _why(text: str, scheme: str, method: str, status: str, code: str) -> str:
+    """What a failed request with credentials met, and what to do about it."""
     if status in ("401", "403"):
         meaning = _ACCESS_CODES.get(code, _NO_CODE if not code else _ACCESS_CODES["AccessDenied"])
-        why = f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
-    elif "Timeout" in text or "TimedOut" in text or "timed out" in text:
-        why = (
+        return f"the store refused access ({status} {code or 'Forbidden'}): {meaning}"
+    if "Timeout" in text or "TimedOut" in text or "timed out" in text:
+        return (
             f"the store did not answer{f' ({method})' if method else ''} within "
             f"{_took(text)}{_tries(text)}. If it is "
             "only slow, raise CHUNKGRAPH_STORE_TIMEOUT (seconds per try) or "
             "storage_options={'timeout': ..., 'retry_timeout': ...}"
         )
-    elif any(word in text for word in _REFUSED):
+    if any(word in text for word in _REFUSED):
         unknown = "dns error" in text or "resolve host" in text
         what = "is not a known host" if unknown else "refused the connection"
-        why = (
+        return (
             f"the endpoint {what}{_tries(text)}: is the store running there? The endpoint "
             f"comes from {_ENDPOINT_ENV.get(scheme, 'AWS_ENDPOINT_URL')} or "
             "storage_options={'endpoint': ...}"
         )
-    elif any(word in text for word in _BROKEN):
-        why = f"the store broke off the connection{_tries(text)}: is it still running there?"
-    elif status:
-        why = f"the store answered {status} {code}".rstrip() + _tries(text)
-    else:
-        why = _first_line(text)
-    full = f"{url.rstrip('/')}/{key}" if key else url
-    return StoreError(f"{head}: {why}", url=full, endpoint=where, code=code)
+    if any(word in text for word in _BROKEN):
+        return f"the store broke off the connection{_tries(text)}: is it still running there?"
+    if status:
+        return f"the store answered {status} {code}".rstrip() + _tries(text)
+    return _first_line(text)
 
 
 def _request(text: str) -> tuple[str, str]:

@@ -52,6 +52,7 @@ from chunkgraph._errors import AlignmentError, ConfigError
 from chunkgraph._util import named_os_error
 from chunkgraph.geometry import Box
 from chunkgraph.volume._cache import ChunkCache
+from chunkgraph.volume._formats import Format, format_of
 from chunkgraph.volume._location import Location
 from chunkgraph.volume._object_store import StoreOptions
 from chunkgraph.volume._stats import IOStats, _IOCounters
@@ -144,7 +145,7 @@ class Volume:
         """For a level of a multiscale volume (OME-Zarr, precomputed): the root of its image
         and its scale key, as ``volume.open(root, scale=key)`` takes them; else None."""
         found = getattr(self._storage, "reopen", None)
-        if found is None or self._meta.backend not in ("ome-zarr", "precomputed"):
+        if found is None or not self.format.multiscale:
             return None
         root, key = found
         return str(root), key
@@ -156,6 +157,18 @@ class Volume:
     @property
     def backend(self) -> str:
         return self._meta.backend
+
+    @property
+    def format(self) -> Format:
+        """The volume's format and what it can do (a row of ``volume.FORMATS``).
+
+        >>> from chunkgraph import volume
+        >>> v = volume.create("doc-format", (4,), (2,), "uint8", backend="memory")
+        >>> v.format.multiscale, v.format.conditional_writes, v.format.in_process
+        (False, False, True)
+        >>> volume.remove("doc-format")
+        """
+        return format_of(self._meta.backend)
 
     @property
     def storage_options(self) -> StoreOptions:
@@ -255,7 +268,7 @@ class Volume:
         return Volume(self._storage, self._mode, cache_bytes)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self.backend == "memory":
+        if self.format.in_process:
             raise ConfigError(
                 f"memory volume {self.path!r} exists only in this process and cannot be pickled; "
                 f"create it with backend='zarr' to use it from other processes"
