@@ -389,12 +389,12 @@ def _status_of(err: FlowLockedError, dst: object) -> object:
     """What `chunkgraph status` is given to show the flow that holds ``err``'s lock: the
     volume it writes (named by the error, or found from the lock's place beside it, as a
     downsample's level is), else ``dst`` as the command was given it."""
-    from chunkgraph.flow.state import dst_of_state_root
+    from chunkgraph.flow.state import StateRoot, dst_of_state_root
 
     if err.destination:
         return err.destination
     root = err.lock.rpartition("/")[0]
-    found = dst_of_state_root(root) if root else None
+    found = dst_of_state_root(StateRoot.of(root)) if root else None
     return dst if found is None else found
 
 
@@ -462,7 +462,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
             field="output",  # the spec's own field: the whole output is to be made
         )
     if checked.intermediates is None:  # say where the real run will put them
-        checked = dataclasses.replace(checked, intermediates=default_state_root(plan.path))
+        checked = dataclasses.replace(checked, intermediates=str(default_state_root(plan.path)))
     with tempfile.TemporaryDirectory(prefix="chunkgraph-check-") as scratch:
         stand_in = volume.create(Path(scratch) / where.name, **plan.create_args)
         return flow.apply(
