@@ -13,13 +13,14 @@ names a part through these constants and functions::
     <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_info)
     <default root>/<flow id>.where    where a flow of dst keeps state elsewhere (_where)
 
-The root may be a folder or an object-store prefix (``s3://bucket/.out.zarr.chunkgraph``
-beside a dst in a bucket, or ``intermediates="s3://..."``): the same names, as keys
-(``_store``). The layers of state in an object store go to local scratch
-(``scratch_layers``). Nothing here writes: these are names, and the commands that name
-a root for a person (``status_command``, ``clean_command``); the one read is a volume's
-``info``, which tells a precomputed scale's folder (its state goes beside the volume, so
-that a finished flow leaves nothing inside it).
+The root (a ``StateRoot``, ``_root``) may be a folder or an object-store prefix
+(``s3://bucket/.out.zarr.chunkgraph`` beside a dst in a bucket, or
+``intermediates="s3://..."``): the same names, as keys (``_store``). The layers of
+state in an object store go to local scratch (``scratch_layers``). Nothing here
+writes: these are names, and the commands that name a root for a person
+(``status_command``, ``clean_command``); the one read is a volume's ``info``, which
+tells a precomputed scale's folder (its state goes beside the volume, so that a
+finished flow leaves nothing inside it).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume._object_store import SCHEMES, StoreOptions, broken_url, is_object_url
+from chunkgraph.volume import is_object_url
+from chunkgraph.volume._object_store import SCHEMES, StoreOptions, broken_url
 
 
 @dataclass(frozen=True)
