@@ -49,7 +49,7 @@ def test_the_picture_is_drawn_from_the_contracts(tmp_path: Path) -> None:
     layers = module.contract_layers(PYPROJECT)
     assert [" | ".join(row) for row in layers.top] == top_contract()
     assert ("plan", "state") in layers.flow and layers.flow[0] == ("_apply",)
-    assert layers.state[-1] == ("_layout", "_fingerprint", "_holder")
+    assert layers.state[-2:] == (("_layout", "_fingerprint", "_holder"), ("_root",))
     picture = module.draw(layers, tmp_path)
     from PIL import Image
 

@@ -67,6 +67,7 @@ WHAT = {
     "_layout": "names",
     "_fingerprint": "flow id",
     "_holder": "holders",
+    "_root": "StateRoot: a folder or a URL",
 }
 
 

@@ -118,13 +118,14 @@ def test_a_flow_already_being_reduced_is_said_in_command_line_terms(
 ) -> None:
     import os
 
+    from chunkgraph.flow.state import StateRoot
     from chunkgraph.flow.state._layout import default_root
     from chunkgraph.flow.state._lock import flow_lock
     from chunkgraph.flow.state._status import read_flows
 
     dst, _ = _deferred(tmp_path)
     root = default_root(str(dst))
-    (state,) = read_flows(root, sizes=False)
+    (state,) = read_flows(StateRoot.of(root), sizes=False)
     with flow_lock(root / f"{state.flow_id}.lock"):  # held: status says running, so name it
         code = cli.main(["reduce", str(dst), state.flow_id, "--quiet"])
     err = capsys.readouterr().err
@@ -164,14 +165,15 @@ def test_an_interrupted_deferred_apply_is_named_and_not_taken_for_done(
 ) -> None:
     import shutil
 
+    from chunkgraph.flow.state import StateRoot
     from chunkgraph.flow.state._layout import default_root
     from chunkgraph.flow.state._status import read_flows
 
     dst, _ = _deferred(tmp_path)
     root = default_root(str(dst))
-    (state,) = read_flows(root, sizes=False)
+    (state,) = read_flows(StateRoot.of(root), sizes=False)
     # One top-level task's marker gone: what a deferred apply killed midway leaves.
-    marker = next((state.flow_dir / "markers" / "top").iterdir())
+    marker = next((Path(str(state.flow_dir)) / "markers" / "top").iterdir())
     if marker.is_dir():
         shutil.rmtree(marker)
     else:

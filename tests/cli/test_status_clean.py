@@ -21,7 +21,7 @@ import pytest
 
 from chunkgraph import cli, volume
 from chunkgraph.cli._cmd_status import DEFAULT_STALE_HOURS
-from chunkgraph.flow.state import STALE_AFTER_HOURS, FlowStatus
+from chunkgraph.flow.state import STALE_AFTER_HOURS, FlowStatus, StateRoot, state_store
 from chunkgraph.flow.state._info import write_flow_info
 from chunkgraph.flow.state._layout import default_root
 from chunkgraph.flow.state._lock import flow_lock
@@ -204,7 +204,7 @@ def test_clean_stale_removes_the_interrupted_temporaries_only(
     assert not (root / interrupted).exists()
     assert not list(root.glob(".*deleted-*"))
     assert (root / f"{finished}.done").is_file()
-    assert [s.flow_id for s in read_flows(root)] == [finished]
+    assert [s.flow_id for s in read_flows(StateRoot.of(root))] == [finished]
 
 
 def test_clean_refuses_a_flow_whose_lock_is_held(
@@ -213,7 +213,7 @@ def test_clean_refuses_a_flow_whose_lock_is_held(
     dst, _, interrupted = flows
     root = default_root(dst)
     with flow_lock(root / f"{interrupted}.lock"):
-        (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+        (state,) = [s for s in read_flows(StateRoot.of(root)) if s.flow_id == interrupted]
         assert state.status is FlowStatus.RUNNING and state.owner["pid"] == os.getpid()  # type: ignore[index]
         assert cli.main(["clean", str(dst), "--all"]) == 0  # running: not stale
         assert cli.main(["clean", str(dst), interrupted]) == 1
@@ -260,15 +260,21 @@ def test_recorded_totals_and_a_deferred_flow(flows: tuple[Path, str, str]) -> No
     """With ``flow.json`` the totals show, and deferred layers (the result) are never stale."""
     dst, _, interrupted = flows
     root = default_root(dst)
-    write_flow_info(root / interrupted, top_tasks=16, reductions=16, deferred=False)
-    (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+    write_flow_info(
+        state_store(StateRoot.of(root / interrupted)), top_tasks=16, reductions=16, deferred=False
+    )
+    (state,) = [s for s in read_flows(StateRoot.of(root)) if s.flow_id == interrupted]
     assert state.progress().startswith("top 8/16, reductions ") and state.stale(0.0)
     # deferred, but 8 of 16 top-level tasks done: a failed run's leftovers, not a result
-    write_flow_info(root / interrupted, top_tasks=16, reductions=0, deferred=True)
-    (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+    write_flow_info(
+        state_store(StateRoot.of(root / interrupted)), top_tasks=16, reductions=0, deferred=True
+    )
+    (state,) = [s for s in read_flows(StateRoot.of(root)) if s.flow_id == interrupted]
     assert state.status is FlowStatus.INTERRUPTED and state.stale(0.0)
-    write_flow_info(root / interrupted, top_tasks=8, reductions=0, deferred=True)
-    (state,) = [s for s in read_flows(root) if s.flow_id == interrupted]
+    write_flow_info(
+        state_store(StateRoot.of(root / interrupted)), top_tasks=8, reductions=0, deferred=True
+    )
+    (state,) = [s for s in read_flows(StateRoot.of(root)) if s.flow_id == interrupted]
     assert state.status is FlowStatus.DEFERRED and not state.stale(0.0)
     assert cli.main(["clean", str(dst), "--all"]) == 0
     assert (root / interrupted / "layers").is_dir()
@@ -328,7 +334,7 @@ def test_status_and_clean_of_a_precomputed_volume_see_the_flows_of_its_scales(
         volume.apply(fails_late, src, dst, chunk_sizes=[(8, 8, 8)], crop_pads=[(2, 2, 0)],
                      executor="sync", retries=0)  # fmt: skip
     scale_root = default_root(tmp_path / "pc" / "8_8_40")
-    ((flow_id, _),) = [(s.flow_id, s) for s in read_flows(scale_root)]
+    ((flow_id, _),) = [(s.flow_id, s) for s in read_flows(StateRoot.of(scale_root))]
     url = f"precomputed://{tmp_path}/pc"
     with flow_lock(scale_root / f"{flow_id}.lock"):
         assert cli.main(["status", url]) == 0

@@ -287,6 +287,7 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     import pytest
 
     from chunkgraph import flow
+    from chunkgraph.flow.state import StateRoot
     from chunkgraph.flow.state._layout import default_root
     from chunkgraph.flow.state._status import read_flows
 
@@ -297,7 +298,7 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     with pytest.raises(ExceptionGroup):
         flow.apply(scaled_failing_at, src, dst, fn_kwargs={"factor": 2.0, "fail_at": 8}, **kw)
     root = default_root(str(tmp_path / "d.zarr"))
-    (first,) = read_flows(root, sizes=False)
+    (first,) = read_flows(StateRoot.of(root), sizes=False)
     assert first.status.value == "interrupted"
     kwargs = {"factor": 3.0, "fail_at": -1}
     with pytest.warns(UserWarning, match="fn_kwargs") as caught:
@@ -309,7 +310,7 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
     assert f"chunkgraph clean {tmp_path / 'd.zarr'} {first.flow_id}" in message
     assert report.top_tasks_skipped == 0
     np.testing.assert_array_equal(dst.read(dst.bounds), np.full((16, 16), 3.0, "float32"))
-    assert first.flow_id in {s.flow_id for s in read_flows(root, sizes=False)}  # kept
+    assert first.flow_id in {s.flow_id for s in read_flows(StateRoot.of(root), sizes=False)}  # kept
     # The same parameters again: its own (finished) state is found, nothing to say.
     import warnings
 

@@ -14,6 +14,7 @@ from chunkgraph import ConfigError, CorruptChunkError, TaskError
 from chunkgraph import volume as volumes
 from chunkgraph.flow import apply, reduce_deferred
 from chunkgraph.flow.run import _deferred_run as reduce_module
+from chunkgraph.flow.state import StateRoot
 from chunkgraph.flow.state._flow_dir import FlowDir
 from chunkgraph.flow.state._markers import REDUCE, MarkerStore
 from chunkgraph.flow.state._status import FlowStatus, read_flow, read_flows
@@ -125,9 +126,9 @@ def test_a_wrong_dst_is_refused_before_any_write(files: Any, make: Any, message:
     with pytest.raises(ConfigError, match=message):
         reduce_deferred(report, wrong)
     assert wrong.stats.bytes_written == 0
-    assert not MarkerStore(Path(report.intermediates)).done_keys(REDUCE)
+    assert not MarkerStore(StateRoot.of(str(report.intermediates))).done_keys(REDUCE)
     flow_dir = Path(str(report.intermediates))
-    assert read_flow(flow_dir.parent, flow_dir.name).status is FlowStatus.DEFERRED
+    assert read_flow(StateRoot.of(flow_dir.parent), flow_dir.name).status is FlowStatus.DEFERRED
 
 
 def test_refusals_of_what_is_not_a_finished_deferred_flow(files: Any) -> None:
@@ -154,11 +155,11 @@ def test_a_second_reduce_does_nothing_and_the_flow_is_finished(files: Any) -> No
     assert not flow_dir.exists()
     assert not any(Path(p).exists() for p in report.deferred_layers)
     assert first.intermediates is None
-    state = read_flow(flow_dir.parent, flow_dir.name)
+    state = read_flow(StateRoot.of(flow_dir.parent), flow_dir.name)
     assert state.status is FlowStatus.FINISHED
     assert not state.has_temporaries and not state.stale()
     assert state.reductions_total == first.reductions
-    [listed] = read_flows(flow_dir.parent)
+    [listed] = read_flows(StateRoot.of(flow_dir.parent))
     assert listed.flow_id == report.flow_id and listed.status is FlowStatus.FINISHED
     assert not listed.stale()
     written = dst.stats.bytes_written
@@ -280,7 +281,7 @@ def test_a_reduce_killed_while_cleaning_up_is_finished_and_the_next_call_cleans(
         reduce_deferred(report, dst, blend_mode="max")
     monkeypatch.undo()
     flow_dir = Path(str(report.intermediates))
-    state = read_flow(flow_dir.parent, flow_dir.name)
+    state = read_flow(StateRoot.of(flow_dir.parent), flow_dir.name)
     assert state.status is FlowStatus.FINISHED and state.stale()
     written = dst.stats.bytes_written
     again = reduce_deferred(report, dst, blend_mode="max")

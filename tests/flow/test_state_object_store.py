@@ -19,6 +19,7 @@ from chunkgraph import FlowLockedError, volume
 from chunkgraph.flow.state._clean import remove_flow
 from chunkgraph.flow.state._flow_dir import FlowDir
 from chunkgraph.flow.state._markers import REDUCE, TOP, CompletionRecord, fenced
+from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._status import FlowStatus, read_flows
 from chunkgraph.flow.state._store import DirStore, ObjectStateStore, StateStore, state_store
 from chunkgraph.geometry import Box
@@ -30,9 +31,9 @@ SHAPE = (32, 32)
 @pytest.fixture(params=["dir", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
     if request.param == "dir":
-        return state_store(tmp_path / "root")
+        return state_store(StateRoot.of(tmp_path / "root"))
     bucket = request.getfixturevalue("bucket")
-    return state_store(f"s3://{bucket}/root")
+    return state_store(StateRoot.of(f"s3://{bucket}/root"))
 
 
 def test_both_stores_answer_alike(store: StateStore) -> None:
@@ -55,17 +56,17 @@ def test_both_stores_answer_alike(store: StateStore) -> None:
 
 
 def test_stores_pickle_as_their_location(bucket: str) -> None:
-    remote = state_store(f"s3://{bucket}/root/", {"secret_access_key": "hunter2"})
+    remote = state_store(StateRoot.of(f"s3://{bucket}/root/", {"secret_access_key": "hunter2"}))
     assert isinstance(remote, ObjectStateStore) and remote.url == f"s3://{bucket}/root"
     remote.write("k", b"v")  # opens its client
     again = pickle.loads(pickle.dumps(remote))
     assert again == remote and again.read("k") == b"v"
     assert b"hunter2" not in pickle.dumps(remote)
-    assert isinstance(state_store("rel/dir"), DirStore)
+    assert isinstance(state_store(StateRoot.of("rel/dir")), DirStore)
 
 
 def test_markers_record_and_info_round_trip_in_a_bucket(server: S3Server, bucket: str) -> None:
-    state = FlowDir(f"s3://{bucket}/.out.zarr.chunkgraph", "f00d")
+    state = FlowDir(StateRoot.of(f"s3://{bucket}/.out.zarr.chunkgraph"), "f00d")
     assert state.location == f"s3://{bucket}/.out.zarr.chunkgraph/f00d"
     markers = pickle.loads(pickle.dumps(state.markers()))  # as a process worker gets it
     markers.mark_done(TOP, "0_1")
@@ -76,7 +77,7 @@ def test_markers_record_and_info_round_trip_in_a_bucket(server: S3Server, bucket
     assert state.read_info()["top_tasks"] == 4
     (flow,) = read_flows(state.root)
     assert (flow.status, flow.top_done, flow.top_total) == (FlowStatus.INTERRUPTED, 2, 4)
-    assert flow.flow_dir == state.location and flow.has_temporaries
+    assert str(flow.flow_dir) == state.location and flow.has_temporaries
     state.markers().clear((TOP,))
     assert state.markers().done_keys(TOP) == set()
     assert state.markers().done_keys(REDUCE) == {"0_0"}
@@ -90,7 +91,7 @@ def test_markers_record_and_info_round_trip_in_a_bucket(server: S3Server, bucket
 
 
 def test_a_run_holding_the_lease_shows_running_and_cannot_be_removed(bucket: str) -> None:
-    state = FlowDir(f"s3://{bucket}/root", "f00d")
+    state = FlowDir(StateRoot.of(f"s3://{bucket}/root"), "f00d")
     with state.held(0.0):
         state.markers().mark_done(TOP, "0_0")
         (flow,) = read_flows(state.root)
@@ -108,7 +109,7 @@ def test_a_marker_is_refused_once_the_lease_is_lost(bucket: str) -> None:
         def check(self) -> None:
             raise FlowLockedError("lost", lock="x")
 
-    state = FlowDir(f"s3://{bucket}/root", "f00d")
+    state = FlowDir(StateRoot.of(f"s3://{bucket}/root"), "f00d")
     markers = state.markers()
     with fenced(markers.location, Lost()):
         with pytest.raises(FlowLockedError):
@@ -165,7 +166,7 @@ def _interrupted(tmp: Path, name: str, root: str) -> tuple[volume.Volume, volume
     finally:
         FAILING["row_two"] = False
     assert root in "\n".join(failed.value.__notes__)  # where the kept state is
-    (flow,) = read_flows(root)
+    (flow,) = read_flows(StateRoot.of(root))
     assert (flow.status, flow.top_done, flow.top_total) == (FlowStatus.INTERRUPTED, 8, 16)
     return src, dst, flow.flow_id
 
@@ -178,14 +179,14 @@ def test_a_flow_keeps_its_state_in_a_bucket_and_resumes_from_it(
     _apply(doubled_failing, src, local)
     root = f"s3://{bucket}/flows"
     src, dst, flow_id = _interrupted(tmp_path, "dst.zarr", root)
-    state = FlowDir(root, flow_id)
+    state = FlowDir(StateRoot.of(root), flow_id)
     assert state.read_info()["layers"] == f"{root}/{flow_id}/layers"
     assert any("/layers/layer_" in k for k in server.keys(bucket, "flows/"))
 
     report = _apply(doubled_failing, src, dst, intermediates=root, resume=True)
     assert (report.top_tasks_skipped, report.tasks_per_level) == (8, (8,))
     assert np.array_equal(dst.read(dst.bounds), local.read(local.bounds))
-    (flow,) = read_flows(root)
+    (flow,) = read_flows(StateRoot.of(root))
     assert flow.status is FlowStatus.FINISHED and not flow.has_temporaries
     assert server.keys(bucket, "flows/") == [f"flows/{flow_id}.done"]
     again = _apply(doubled_failing, src, dst, intermediates=root, resume=True)
@@ -213,10 +214,12 @@ def test_layers_beside_a_bucket_dst_go_to_local_scratch_and_a_resume_without_the
     finally:
         FAILING["row_two"] = False
     root = f"s3://{bucket}/.out.zarr.chunkgraph"
-    (flow,) = read_flows(root)
-    layers = FlowDir(root, flow.flow_id).layers_dir
+    (flow,) = read_flows(StateRoot.of(root))
+    layers = FlowDir(StateRoot.of(root), flow.flow_id).layers_dir.local
     assert isinstance(layers, Path) and layers.is_dir()
-    assert FlowDir(root, flow.flow_id).read_info()["layers"] == str(layers) == dry.layers
+    assert (
+        FlowDir(StateRoot.of(root), flow.flow_id).read_info()["layers"] == str(layers) == dry.layers
+    )
     assert not any("layer_" in k for k in server.keys(bucket))  # no layer in the bucket
     shutil.rmtree(layers)
     report = _apply(doubled_failing, src, dst, resume=True)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph import flow, volume
@@ -56,7 +55,7 @@ from chunkgraph.flow import RunOptions
 from chunkgraph.flow.state import FlowStatus, flow_location, status_command
 
 if TYPE_CHECKING:
-    from chunkgraph.flow.state import FlowState
+    from chunkgraph.flow.state import FlowState, StateRoot
 
 # chunkgraph.flow.plan's blend modes a deferred flow can be reduced with, stated here so
 # that --help does not import the flow package; a test checks that they agree.
@@ -131,7 +130,7 @@ def handle(args: argparse.Namespace) -> int:
         flow_id = deferred[0]
 
     flow_dir = next(
-        (s.flow_dir for s in flows if s.flow_id == flow_id), flow_location(root, flow_id)
+        (str(s.flow_dir) for s in flows if s.flow_id == flow_id), flow_location(root, flow_id)
     )
     try:
         dst = volume.open(dst_path, mode="r+")
@@ -170,7 +169,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _nothing_deferred(
-    dst: str, root: Path | str, flows: list[FlowState], blend_mode: str | None
+    dst: str, root: StateRoot, flows: list[FlowState], blend_mode: str | None
 ) -> tuple[int, str]:
     """(exit code, message) when no FLOW_ID is given and no flow under ``root`` is deferred:
     the table in the module docstring, every flow found named with its state."""

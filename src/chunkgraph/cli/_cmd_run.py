@@ -69,7 +69,7 @@ from chunkgraph.cli._spec import SpecError, SpecProblem, load_spec
 from chunkgraph.execute import EXECUTOR_KINDS, DaskExecutor, is_scheduler_address
 from chunkgraph.execute._failures import describe_innermost, innermost
 from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, RunOptions, check_device
-from chunkgraph.flow.state import default_state_root, dst_of_state_root
+from chunkgraph.flow.state import StateRoot, default_state_root, dst_of_state_root
 from chunkgraph.report import Recorder, write_report
 from chunkgraph.volume import is_url, split_format
 
@@ -433,7 +433,7 @@ def _status_of(err: FlowLockedError, dst: object) -> object:
     if err.destination:
         return err.destination
     root = err.lock.rpartition("/")[0]
-    found = dst_of_state_root(root) if root else None
+    found = dst_of_state_root(StateRoot.of(root)) if root else None
     return dst if found is None else found
 
 
@@ -492,7 +492,7 @@ def _check_flow(resolved: ResolvedSpec, run: RunOptions) -> ApplyReport:
             field="output",  # the spec's own field: the whole output is to be made
         )
     if checked.intermediates is None:  # say where the real run will put them
-        checked = dataclasses.replace(checked, intermediates=default_state_root(plan.path))
+        checked = dataclasses.replace(checked, intermediates=str(default_state_root(plan.path)))
     with tempfile.TemporaryDirectory(prefix="chunkgraph-check-") as scratch:
         stand_in = volume.create(Path(scratch) / where.name, **plan.create_args)
         return flow.apply(

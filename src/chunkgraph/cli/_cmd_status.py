@@ -39,23 +39,23 @@ from chunkgraph._util import format_bytes
 from chunkgraph.cli._main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from chunkgraph.cli._spec import SpecError, parse_spec
 from chunkgraph.flow.state import (
+    STALE_AFTER_HOURS,
     FlowStatus,
+    StateRoot,
     clean_flow,
     default_root,
     default_state_root,
     flows_for,
+    removals,
     remove_roots_if_empty,
-    stale_flows,
+    unknown_flows,
 )
-from chunkgraph.volume import is_url, split_format
-from chunkgraph.volume._object_store import SCHEMES, broken_url, is_object_url
+from chunkgraph.volume import is_object_url, is_url, split_format
 
 if TYPE_CHECKING:
-    from chunkgraph.flow.state import FlowState
+    from chunkgraph.flow.state import FlowState, Removal
 
-# chunkgraph.flow.state.STALE_AFTER_HOURS, stated here so that --help does not import
-# the flow package (a third of a second); a test checks that the two agree.
-DEFAULT_STALE_HOURS = 24.0
+DEFAULT_STALE_HOURS = STALE_AFTER_HOURS
 
 
 def register(commands: Any) -> None:
@@ -98,10 +98,10 @@ class FlowsOf:
     those it notes elsewhere), a directory's, or both (a spec's output and intermediates)."""
 
     dst: str | None
-    intermediates: Path | str | None
+    intermediates: StateRoot | None
 
     @property
-    def root(self) -> Path | str:
+    def root(self) -> StateRoot:
         """The directory a message names: the one given, else dst's default one (a path,
         or a URL in an object store)."""
         if self.intermediates is not None:
@@ -124,17 +124,17 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
         intermediates = intermediates or given
     # The same checks as run's: a URL with a slash lost (s3:/b/x) is refused, not a folder.
     place = split_format(dst)[1] if dst is not None else None
-    problem = broken_url(intermediates or "", (*SCHEMES, "file"))
-    if problem:
-        raise ConfigError(f"--intermediates: {problem}; give a directory or s3://BUCKET/path")
-    if intermediates and is_object_url(intermediates):
-        return FlowsOf(dst, intermediates.rstrip("/"))  # a prefix with nothing lists no flow
     if intermediates:
-        if not Path(intermediates).is_dir():
+        try:
+            named = StateRoot.given(intermediates)
+        except ConfigError as err:
+            raise ConfigError(f"--intermediates: {err}") from None
+        local = named.local
+        if local is not None and not local.is_dir():
             print(f"chunkgraph {command}: --intermediates {intermediates} does not exist (or is "
                   "no directory): give the directory apply was given", file=sys.stderr)  # fmt: skip
             return None
-        return FlowsOf(dst, Path(intermediates))
+        return FlowsOf(dst, named)  # a prefix in a bucket with nothing under it lists no flow
     if not dst:
         print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
         return None
@@ -221,6 +221,9 @@ def describe(state: Any, older_than: float, now: float) -> str:
 
 
 def run_clean(args: argparse.Namespace) -> int:
+    """The removals are ``chunkgraph.flow.state``'s steps (``removals``, ``clean_flow``,
+    ``remove_roots_if_empty``); this checks the arguments, says what happens and picks
+    the exit code."""
     if args.intermediates and args.dst and not Path(args.dst).exists():
         # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
         # one positional that is no path is the flow's id.
@@ -233,43 +236,50 @@ def run_clean(args: argparse.Namespace) -> int:
     where = _prepare(args)
     if where is None:
         return EXIT_USAGE
-    root = where.root
-    flows = {s.flow_id: s for s in where.read()}
-    unknown = [f for f in args.flow_ids if f not in flows]
+    flows = where.read()
+    unknown = unknown_flows(flows, args.flow_ids)
     if unknown:
-        known = ", ".join(flows) or "none"
-        print(f"chunkgraph clean: no flow {', '.join(unknown)} under {root} (flows: {known})",
-              file=sys.stderr)  # fmt: skip
+        known = ", ".join(dict.fromkeys(s.flow_id for s in flows)) or "none"
+        print(f"chunkgraph clean: no flow {', '.join(unknown)} under {where.root} (flows: "
+              f"{known})", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    older = 0.0 if args.all else args.older_than
-    now = time.time()
-    chosen = [(fid, True) for fid in args.flow_ids]
-    if args.stale or args.all:
-        stale = stale_flows(flows.values(), older, now)
-        chosen += [(s.flow_id, False) for s in stale if s.flow_id not in args.flow_ids]
+    chosen = removals(
+        flows,
+        args.flow_ids,
+        stale=args.stale or args.all,
+        older_than_hours=0.0 if args.all else args.older_than,
+        now=time.time(),
+    )
+    if not chosen:
+        print(f"nothing to remove under {where.root}")
+        return EXIT_OK
+    if args.dry_run:
+        for removal in chosen:
+            print(f"would remove {removal.state.flow_id}'s {removal.what} ({_size(removal)})")
+        return EXIT_OK
+    return _remove(chosen, where)
+
+
+def _remove(chosen: list[Removal], where: FlowsOf) -> int:
+    """Remove each flow ``chosen``, saying so; a flow a run holds is kept (exit 1)."""
     code, freed = EXIT_OK, 0
-    for fid, named in chosen:
-        state = flows[fid]
-        what = "flow and its record" if named else "temporaries"
-        if named and state.status is FlowStatus.DEFERRED:
-            what = "deferred layers (the flow's result, not temporaries) and its record"
-        if args.dry_run:
-            print(f"would remove {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
-            continue
+    for removal in chosen:
+        fid = removal.state.flow_id
         try:
-            clean_flow(state, named=named, dst=where.dst)
+            clean_flow(removal, dst=where.dst)
         except FlowLockedError as err:
             print(f"chunkgraph clean: kept {fid}: {err}", file=sys.stderr)
             code = EXIT_FAILED
             continue
-        freed += state.temporary_bytes or 0
-        print(f"removed {fid}'s {what} ({format_bytes(state.temporary_bytes or 0)})")
-    if not chosen:
-        print(f"nothing to remove under {root}")
-    elif not args.dry_run:
-        print(f"freed {format_bytes(freed)}")
-        remove_roots_if_empty([root, *(flows[fid].root for fid, _ in chosen)])
+        freed += removal.state.temporary_bytes or 0
+        print(f"removed {fid}'s {removal.what} ({_size(removal)})")
+    print(f"freed {format_bytes(freed)}")
+    remove_roots_if_empty([where.root, *(r.state.root for r in chosen)])
     return code
+
+
+def _size(removal: Removal) -> str:
+    return format_bytes(removal.state.temporary_bytes or 0)
 
 
 def _clean_hint(args: argparse.Namespace) -> str:

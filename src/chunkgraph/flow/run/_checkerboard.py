@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,7 @@ import numpy as np
 from chunkgraph import volume
 from chunkgraph._util import divisors
 from chunkgraph.flow.plan import FlowSpec, layer_dtype
-from chunkgraph.flow.state import state_store
+from chunkgraph.flow.state import StateRoot, state_store
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -73,14 +72,17 @@ def nearest_divisor(n: int, target: int) -> int:
 class LayerPlan:
     """The temporary layers of one flow: where they live and how they are chunked."""
 
-    root: Path | str  # a folder, or a URL in an object store (state's ``_layout.layers_place``)
+    root: StateRoot  # a folder, or an object-store prefix (state's ``_layout.layers_place``)
     parity_axes: tuple[int, ...]
     bounds: Box
     storage_chunk: tuple[int, ...]
     dtype: np.dtype
     channel_shape: tuple[int, ...]
-    # the object store's settings where root is a URL (dst's storage_options); None: env
-    storage_options: Any = None
+
+    @property
+    def storage_options(self) -> Any:
+        """The object store's settings where root is one (dst's storage_options); None: env."""
+        return self.root.options
 
     @property
     def n_layers(self) -> int:
@@ -89,7 +91,7 @@ class LayerPlan:
     def layer_of(self, index: tuple[int, ...]) -> int:
         """The layer a top-level grid index writes to.
 
-        >>> plan = LayerPlan(Path("."), (0, 2), Box((0,) * 3, (8,) * 3), (4,) * 3,
+        >>> plan = LayerPlan(StateRoot.of("."), (0, 2), Box((0,) * 3, (8,) * 3), (4,) * 3,
         ...                  np.dtype("f4"), ())
         >>> plan.n_layers, plan.layer_of((1, 0, 1)), plan.layer_of((2, 5, 3))
         (4, 3, 2)
@@ -100,17 +102,16 @@ class LayerPlan:
         return layer
 
     def path(self, layer: int) -> str:
-        if isinstance(self.root, str):
-            return f"{self.root.rstrip('/')}/layer_{layer}.zarr"
-        return str(self.root / f"layer_{layer}.zarr")
+        return str(self.root.join(f"layer_{layer}.zarr"))
 
     def paths(self) -> tuple[str, ...]:
         return tuple(self.path(k) for k in range(self.n_layers))
 
     def create(self) -> list[Volume]:
         """Create (or reopen, when resuming) every layer."""
-        if isinstance(self.root, Path):
-            self.root.mkdir(parents=True, exist_ok=True)
+        local = self.root.local
+        if local is not None:
+            local.mkdir(parents=True, exist_ok=True)
         return [
             volume.create(
                 self.path(k),
@@ -128,21 +129,19 @@ class LayerPlan:
         ]
 
     def remove(self) -> None:
-        if isinstance(self.root, str):
-            state_store(self.root, self.storage_options).delete_tree("")
-        elif self.root.exists():
-            shutil.rmtree(self.root)
+        local = self.root.local
+        if local is None:
+            state_store(self.root).delete_tree("")
+        elif local.exists():
+            shutil.rmtree(local)
 
     def present(self) -> bool:
         """Whether anything of the layers is stored (a folder, or objects under the URL)."""
-        if isinstance(self.root, str):
-            return state_store(self.root, self.storage_options).exists("")
-        return self.root.is_dir()
+        local = self.root.local
+        return state_store(self.root).exists("") if local is None else local.is_dir()
 
 
-def plan_layers(
-    spec: FlowSpec, dst: Volume, root: Path | str, storage_options: Any = None
-) -> LayerPlan:
+def plan_layers(spec: FlowSpec, dst: Volume, root: StateRoot) -> LayerPlan:
     """Choose parity axes, extent, storage grid and dtype of a flow's temporary layers."""
     top = spec.levels[0]
     dst_chunk = dst.spatial_chunks
@@ -154,5 +153,4 @@ def plan_layers(
         storage_chunk=storage,
         dtype=layer_dtype(spec),
         channel_shape=tuple(dst.channel_shape),
-        storage_options=storage_options,
     )

@@ -23,7 +23,6 @@ intermediates directory still reduces.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +30,7 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph.flow.plan import ALL_MODES, WEIGHTED_MODES, FlowSpec, LevelSpec
 from chunkgraph.flow.run._checkerboard import LayerPlan
+from chunkgraph.flow.state import StateRoot
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -152,8 +152,9 @@ class DeferredGeometry:
             spatial_ndim=ndim,
         )
 
-    def layers(self, root: Path | str) -> LayerPlan:
-        """The layers, stored under ``root`` (a folder or a URL: ``FlowDir.layers_dir``)."""
+    def layers(self, root: StateRoot) -> LayerPlan:
+        """The layers, stored under ``root`` (a folder or an object-store prefix:
+        ``FlowDir.layers_dir``)."""
         return LayerPlan(
             root=root,
             parity_axes=self.layer_parity_axes,

@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,10 +49,18 @@ from chunkgraph.flow.run._flow_run import flow_executor, no_io_report
 from chunkgraph.flow.run._late_writes import end_run
 from chunkgraph.flow.run._reduce import ReductionStats, reduce_box, reduction_boxes
 from chunkgraph.flow.run._report import ApplyReport
-from chunkgraph.flow.state import REDUCE, TOP, FlowDir, MarkerStore, claimed, grid_key, reach
+from chunkgraph.flow.state import (
+    REDUCE,
+    TOP,
+    FlowDir,
+    MarkerStore,
+    StateRoot,
+    claimed,
+    grid_key,
+    reach,
+)
 from chunkgraph.geometry import Box
 from chunkgraph.graph import Graph
-from chunkgraph.volume import place_of
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -68,7 +75,6 @@ class _ReduceJob:
     layers: LayerPlan
     layer_vols: tuple[Volume, ...]
     dst: Volume
-    flow_dir: str
     markers: MarkerStore
     run_token: str
 
@@ -148,11 +154,11 @@ def reduce_deferred(
         lock_wait=lock_wait, progress=progress, subscribers=subscribers,
     )  # fmt: skip
     options.refuse_unused("reduce_deferred", UNUSED)
-    state = FlowDir.of(_flow_dir_of(flow))
+    given = _flow_dir_of(flow)
     check_dst(dst, {})
-    if isinstance(state.root, str):  # reached as dst is, as apply reached it
-        reach(state.root, dst.storage_options)
-        state = dataclasses.replace(state, options=dst.storage_options)
+    # State in an object store: reached as dst is, as apply reached it.
+    state = FlowDir.of(StateRoot.of(given, dst.storage_options))
+    reach(state.root)
     chosen = flow_executor(options, {}, dst, run_deferred_reduction, options.workers)
 
     try:
@@ -232,16 +238,15 @@ def _run(
     """Build the graph of the reductions not yet marked, run it, report."""
     # where apply put them (flow.json), else where they go by default
     recorded = state.read_info().get(LAYERS_KEY)
-    where: Path | str = state.layers_dir
+    where = state.layers_dir
     if isinstance(recorded, str):
-        where = place_of(recorded)
+        where = StateRoot.of(recorded, state.options)
     layers = geometry.layers(where)
     job = _ReduceJob(
         spec=spec,
         layers=layers,
         layer_vols=tuple(volume.open(p, storage_options=state.options) for p in layers.paths()),
         dst=dst,
-        flow_dir=state.location,
         markers=markers,
         run_token=uuid.uuid4().hex,
     )
@@ -298,7 +303,7 @@ def _geometry_bbox(info: dict[str, Any], finished: dict[str, Any]) -> Box:
     return Box(tuple(start), tuple(stop))
 
 
-def _flow_dir_of(flow: object) -> Path | str:
+def _flow_dir_of(flow: object) -> str | os.PathLike[str]:
     if isinstance(flow, ApplyReport):
         if not flow.deferred_layers or flow.intermediates is None:
             raise ConfigError(
@@ -306,20 +311,14 @@ def _flow_dir_of(flow: object) -> Path | str:
                 "with blend_modes='defer' (and not a dry run) leaves a reduction for later",
                 field="flow",
             )
-        return _as_root(flow.intermediates)
+        return flow.intermediates
     if isinstance(flow, str | os.PathLike):
-        return _as_root(flow)
+        return flow
     raise ConfigError(
         f"flow must be a deferred apply's report or its flow directory "
         f"(<intermediates>/<flow id>), got {flow!r}",
         field="flow",
     )
-
-
-def _as_root(where: str | os.PathLike[str]) -> Path | str:
-    """A flow directory as given: an object-store URL stays text, a path is a Path."""
-    place = place_of(where)
-    return place.rstrip("/") if isinstance(place, str) else place
 
 
 def _geometry(

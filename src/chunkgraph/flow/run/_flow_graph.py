@@ -147,11 +147,7 @@ class FlowGraph:
     ) -> FlowGraph:
         """The graph's owner with its temporary layers made (a ``fresh`` run's removed
         first: a resumed one keeps what its done markers vouch for)."""
-        layers = (
-            None
-            if spec.skip_intermediates
-            else plan_layers(spec, dst, state.layers_dir, state.options)
-        )
+        layers = None if spec.skip_intermediates else plan_layers(spec, dst, state.layers_dir)
         layer_vols: list[Volume] = []
         if layers is not None:
             if fresh:

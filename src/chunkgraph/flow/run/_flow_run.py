@@ -225,11 +225,8 @@ class FlowRun:
             given=self.options.intermediates is not None and dst_of_state_root(root) is None,
             remote_workers=isinstance(executor, ChecksPaths),  # a cluster's: no shared disk
         )
-        # State in an object store reaches it as dst does (its endpoint, say).
-        reach_with = dst.storage_options if isinstance(root, str) else None
-        if isinstance(root, str):
-            reach(root, reach_with)
-        return FlowDir(root, flow_id, layers, reach_with)
+        reach(root)  # state in an object store: reached as dst is (its endpoint, say)
+        return FlowDir(root, flow_id, layers)
 
     def _resume_or_start_over(self, state: FlowDir, stamp: str | None) -> bool:
         """Whether this run resumes: asked for, and its state is of this very dst (one
@@ -444,9 +441,11 @@ def _check_out_of_process(
             what: str(v.location.local_dir) for what, v in named.items() if v.location.local_dir
         }
         if dst is not None:  # dst=None flows keep nothing on disk
-            root = state_root(options.intermediates, dst)
-            if not isinstance(root, str):  # an object store serves every worker alike
-                paths["intermediates"] = str(next(p for p in (root, *root.parents) if p.exists()))
+            folder = state_root(options.intermediates, dst).local
+            if folder is not None:  # an object store serves every worker alike
+                paths["intermediates"] = str(
+                    next(p for p in (folder, *folder.parents) if p.exists())
+                )
         chosen.check_paths(paths)
 
 
@@ -467,8 +466,7 @@ def _check_in_place_start(
     )
     mark = in_place_mark(dst)
     marked = mark[0] if mark is not None else None
-    here = root if isinstance(root, str) else root.resolve()
-    if conflict is None and marked is not None and marked != here:
+    if conflict is None and marked is not None and not marked.same_place(root):
         # Its state lies elsewhere: no run from here can resume it, whatever its id.
         conflict = in_place_conflict(
             marked, "", fingerprint, stamp, resuming=False, input_name=input_name

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,7 +45,7 @@ from chunkgraph.flow.run._subchunk import (
     weighted_sum_start,
     weights_over,
 )
-from chunkgraph.flow.state import clean_command, read_flow_info
+from chunkgraph.flow.state import StateRoot, clean_command, read_flow_info, state_store
 from chunkgraph.geometry import Box
 
 if TYPE_CHECKING:
@@ -181,9 +180,10 @@ def damaged_layer_error(error: CorruptChunkError, layer_path: str) -> CorruptChu
     layer is computing it again: the flow without ``resume`` (or removing the flow,
     ``chunkgraph clean DST FLOW_ID``, then applying again).
     """
-    flow_dir = Path(layer_path).parent.parent  # <intermediates>/<flow id>/layers/layer_k.zarr
+    # <intermediates>/<flow id>/layers/layer_k.zarr
+    flow_dir = StateRoot.of(layer_path).parent.parent
     root, flow_id = flow_dir.parent, flow_dir.name
-    deferred = GEOMETRY_KEY in read_flow_info(flow_dir)
+    deferred = GEOMETRY_KEY in read_flow_info(state_store(flow_dir))
     listed = ", ".join(repr(f) for f in error.files[:3]) or repr(error.volume)
     said = str(error).split(" Rewrite that region")[0]  # not its advice: deleting is wrong here
     what = (

@@ -3,6 +3,7 @@
 Policy. One import direction, lowest first (the ``flow state`` contract in
 pyproject.toml checks it; no module here imports another inside a function)::
 
+    _root                               StateRoot: a folder, or an object-store prefix
     _layout | _fingerprint | _holder    names of the parts; the flow id; who a holder is
     _store                              a folder or an object-store prefix (read, write, list)
     _lease                              the lock as a lease object in an object store
@@ -13,13 +14,24 @@ pyproject.toml checks it; no module here imports another inside a function)::
     _status                             what each flow under a root is doing
     _clean                              removing a flow, or the stale ones
 
+A root is a value (``StateRoot``), made once from what a person gave
+(``StateRoot.of``, ``state_root``) and passed whole: nothing here asks a root's
+spelling whether it is a URL.
+
 Nothing here imports the flow's planning or running (``chunkgraph.flow.plan``,
 ``chunkgraph.flow.run``); the run imports these names from here.
 """
 
 from __future__ import annotations
 
-from chunkgraph.flow.state._clean import clean_flow, remove_roots_if_empty, stale_flows
+from chunkgraph.flow.state._clean import (
+    Removal,
+    clean_flow,
+    removals,
+    remove_roots_if_empty,
+    stale_flows,
+    unknown_flows,
+)
 from chunkgraph.flow.state._dst_lock import claimed, refuse_if_written
 from chunkgraph.flow.state._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow.state._flow_dir import FlowDir
@@ -34,6 +46,7 @@ from chunkgraph.flow.state._layout import (
     status_command,
 )
 from chunkgraph.flow.state._markers import REDUCE, TOP, MarkerStore, grid_key
+from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._status import (
     STALE_AFTER_HOURS,
     FlowState,
@@ -54,6 +67,8 @@ __all__ = [
     "FlowState",
     "FlowStatus",
     "MarkerStore",
+    "Removal",
+    "StateRoot",
     "claimed",
     "clean_command",
     "clean_flow",
@@ -73,11 +88,13 @@ __all__ = [
     "reach",
     "read_flow_info",
     "refuse_if_written",
+    "removals",
     "remove_roots_if_empty",
     "stale_flows",
     "state_root",
     "state_store",
     "status_command",
+    "unknown_flows",
     "warn_if_resume_mismatch",
     "warn_if_stale",
 ]

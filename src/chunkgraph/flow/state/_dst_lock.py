@@ -51,18 +51,15 @@ import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chunkgraph._errors import FlowLockedError, StoreError
 from chunkgraph.flow.state._holder import describe
 from chunkgraph.flow.state._lease import CLOCK_SLACK, lapse_note, lease_ttl
 from chunkgraph.flow.state._lock import hold, holder
-from chunkgraph.flow.state._store import DirStore, StateStore, join, state_store
+from chunkgraph.flow.state._store import DirStore, StateStore, join, volume_store
 from chunkgraph.geometry import Box
-
-if TYPE_CHECKING:
-    from chunkgraph.volume import Volume
+from chunkgraph.volume import Volume
 
 GUARD = ".chunkgraph-writers.lock"
 CLAIMS = ".chunkgraph-writers"
@@ -72,16 +69,6 @@ _POLL_SECONDS = 0.25
 # Beyond the ttl of a lease, how long a run waits for the guard: it is held for a
 # moment, and a guard whose holder died lapses within the ttl (at once on this host).
 _GUARD_EXTRA_SECONDS = 5.0
-
-
-def _store(dst: Volume) -> StateStore | None:
-    """Where dst's claims live: its folder on a disk, its prefix in an object store."""
-    where = dst.location.local_dir
-    if where is not None:
-        return DirStore(Path(where))
-    if dst.location.kind == "remote":
-        return state_store(str(dst.path), dst.storage_options)
-    return None  # memory: one process
 
 
 def region_text(start: Any, stop: Any) -> str:
@@ -125,7 +112,7 @@ def claimed(dst: Volume, region: Box, about: dict[str, Any], wait: float) -> Ite
         FlowLockedError: When a live claim of another flow overlaps ``region`` past
             ``wait``.
     """
-    store = _store(dst)
+    store = volume_store(dst)  # claims: in dst's folder or prefix
     if store is None:
         yield
         return
@@ -206,7 +193,7 @@ def refuse_if_written(reads: Mapping[str, tuple[Volume, Box]], wait: float) -> N
     """
     deadline = time.monotonic() + wait
     for name, (vol, box) in reads.items():
-        store = _store(vol)
+        store = volume_store(vol)
         if store is None or box.is_empty:
             continue
         while (conflict := _live_writer(store, box)) is not None:

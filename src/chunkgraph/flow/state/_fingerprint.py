@@ -36,14 +36,12 @@ import sys
 import types
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chunkgraph.geometry import Box
-
-if TYPE_CHECKING:
-    from chunkgraph.volume import Volume
+from chunkgraph.volume import Volume
 
 _FINGERPRINT_DEPTH = 4
 

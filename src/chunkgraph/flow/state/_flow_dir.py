@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chunkgraph._errors import ConfigError, CorruptChunkError
 from chunkgraph._util import write_problem
@@ -41,57 +41,62 @@ from chunkgraph.flow.state._markers import (
     discard_flow_dir,
     fenced,
 )
+from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._store import StateStore, state_store
 from chunkgraph.flow.state._where import note_state
-from chunkgraph.volume._object_store import StoreOptions, is_object_url
-
-if TYPE_CHECKING:
-    from chunkgraph.volume import Volume
+from chunkgraph.volume import Volume, is_object_url
+from chunkgraph.volume._object_store import StoreOptions
 
 
 @dataclass(frozen=True)
 class FlowDir:
     """The state of flow ``flow_id`` under ``root`` (see the module's layout): a folder,
-    or an object-store URL (``_store``; its lock is then a lease, ``_lease``)."""
+    or an object-store prefix (``_store``; its lock is then a lease, ``_lease``), reached
+    with the root's options (dst's storage_options: its endpoint, say; secrets are never
+    pickled, ``StoreOptions``)."""
 
-    root: Path | str
+    root: StateRoot
     flow_id: str
     # Where this run puts the layers (``layers_place``); None: the default for ``root``.
-    layers_at: Path | str | None = None
-    # An object store's settings (dst's storage_options: its endpoint, say); None: the
-    # environment's. Secrets are never pickled (``StoreOptions``).
-    options: StoreOptions | None = None
+    layers_at: StateRoot | None = None
 
     @classmethod
-    def of(cls, flow_dir: Path | str) -> FlowDir:
+    def of(cls, flow_dir: StateRoot) -> FlowDir:
         """The ``FlowDir`` of a flow directory ``<root>/<flow id>`` (a report's
         ``intermediates``)."""
-        if isinstance(flow_dir, str) and is_object_url(flow_dir):
-            root, _, flow_id = flow_dir.rstrip("/").rpartition("/")
-            return cls(root, flow_id)
-        return cls(Path(flow_dir).parent, Path(flow_dir).name)
+        return cls(flow_dir.parent, flow_dir.name)
+
+    @property
+    def options(self) -> StoreOptions | None:
+        """How the root is reached (an object store's settings); None: as ``reach`` said."""
+        return self.root.options
 
     @property
     def store(self) -> StateStore:
-        return state_store(self.root, self.options)
+        return state_store(self.root)
+
+    @property
+    def folder(self) -> StateRoot:
+        """The flow's own folder (markers, ``flow.json``), reached as the root is."""
+        return self.root.join(self.flow_id)
 
     @property
     def own_store(self) -> StateStore:
         """The store rooted at the flow's own folder (``flow.json``, markers)."""
-        return state_store(self.location, self.options)
+        return state_store(self.folder)
 
     @property
     def remote(self) -> bool:
         """Whether the state is in an object store rather than on a disk."""
-        return isinstance(self.root, str)
+        return self.root.remote
 
     @property
     def location(self) -> str:
         """The flow's own folder (markers, ``flow.json``): a path or a URL."""
-        return self.store.where(self.flow_id)
+        return str(self.folder)
 
     @property
-    def layers_dir(self) -> Path | str:
+    def layers_dir(self) -> StateRoot:
         """Where the checkerboard's layers are (``layers_place``): a folder or a URL."""
         if self.layers_at is not None:
             return self.layers_at
@@ -121,12 +126,13 @@ class FlowDir:
                     "write to a dst on a writable file system",
                     field="dst",
                 )
-        if isinstance(self.root, str):
+        local = self.root.local
+        if local is None:
             return
-        problem = write_problem(self.root)
+        problem = write_problem(local)
         if problem:
             raise ConfigError(
-                f"intermediates {str(self.root)!r} cannot be written: {problem}. The flow keeps "
+                f"intermediates {str(local)!r} cannot be written: {problem}. The flow keeps "
                 "its lock, done markers and temporary layers there, so nothing was run. Is it "
                 "on a read-only mount, or without write permission? Give intermediates= (a "
                 "spec's intermediates:) a directory on a writable file system",
@@ -139,30 +145,31 @@ class FlowDir:
         ``root`` if needed; a root this made is removed again if left empty (a completion
         record is worth keeping). A lease that is lost meanwhile stops marker writes
         (``_markers.fenced``)."""
-        if isinstance(self.root, str):
+        local = self.root.local
+        if local is None:
             with hold(self.store, self.lock_key, wait) as fence, fenced(self.location, fence):
                 try:
                     yield
                 finally:
                     self.tidy_scratch()  # under the lock: no run of this flow is making them
             return
-        made_root = not self.root.exists()
-        self.root.mkdir(parents=True, exist_ok=True)
+        made_root = not local.exists()
+        local.mkdir(parents=True, exist_ok=True)
         try:
-            with flow_lock(self.root / self.lock_key, wait):
+            with flow_lock(local / self.lock_key, wait):
                 yield
         finally:
             if made_root:
                 with contextlib.suppress(OSError):
-                    self.root.rmdir()  # only when empty
+                    local.rmdir()  # only when empty
 
     @property
     def record(self) -> CompletionRecord:
-        return CompletionRecord(self.root, self.flow_id, self.options)
+        return CompletionRecord(self.root, self.flow_id)
 
     def markers(self) -> MarkerStore:
         """The done markers (their folders made if missing)."""
-        return MarkerStore(self.location, self.options)
+        return MarkerStore(self.folder)
 
     def read_info(self) -> dict[str, Any]:
         return read_flow_info(self.own_store)
@@ -174,9 +181,9 @@ class FlowDir:
         """Delete the flow's folder (``_markers.discard_flow``), and its layers where they
         live apart from it (local scratch)."""
         check_fence(self.location)  # a run that lost its lease deletes nothing of the next's
-        discard_flow(self.root, self.flow_id, self.options)
-        layers = self.layers_dir
-        if isinstance(self.root, str) and isinstance(layers, Path):
+        discard_flow(self.root, self.flow_id)
+        layers = self.layers_dir.local
+        if self.root.remote and layers is not None:
             discard_flow_dir(layers.parent)  # scratch: <digest>/<flow id>/layers
             self.tidy_scratch()
 
@@ -185,8 +192,8 @@ class FlowDir:
         (``scratch_layers``: ``chunkgraph-layers/<digest>/<flow id>/layers``), innermost
         first, each only while empty: a finished flow leaves none behind, a failed one
         only the layers a resume reads."""
-        layers = self.layers_dir
-        if not (isinstance(self.root, str) and isinstance(layers, Path)):
+        layers = self.layers_dir.local
+        if not self.root.remote or layers is None:
             return
         folders = [layers, *layers.parents[:3]]  # up to chunkgraph-layers itself
         if folders[-1].name != SCRATCH_NAME:
@@ -224,8 +231,7 @@ class FlowDir:
         """Whether ``error`` (a group of task errors, or one) is a corrupt chunk of one of
         the flow's own layers (``_reduce.damaged_layer_error``)."""
         seen: list[BaseException] = [error]
-        where = self.layers_dir
-        layers = str(where.resolve() if isinstance(where, Path) else where).rstrip("/") + "/"
+        layers = f"{self.layers_dir.resolved()}/"
         while seen:
             e = seen.pop()
             volume = e.volume if isinstance(e, CorruptChunkError) else ""

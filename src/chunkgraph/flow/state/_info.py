@@ -12,16 +12,16 @@ Both are written atomically (``StateStore.write``).
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
-from chunkgraph.flow.state._layout import DONE_SUFFIX, IN_PLACE_MARK, INFO_NAME, Root, as_root
-from chunkgraph.flow.state._store import DirStore, StateStore, read_json, state_store
+from chunkgraph.flow.state._layout import DONE_SUFFIX, IN_PLACE_MARK, INFO_NAME
+from chunkgraph.flow.state._root import StateRoot
+from chunkgraph.flow.state._store import StateStore, read_json, state_store, volume_store
+from chunkgraph.volume import Volume
 
 
 def write_flow_info(
-    flow_dir: Root | StateStore,
+    store: StateStore,
     *,
     top_tasks: int,
     reductions: int,
@@ -29,7 +29,8 @@ def write_flow_info(
     dst: str | None = None,
     **extra: Any,
 ) -> None:
-    """Record a flow's totals (and whether its layers are its result) in ``flow.json``.
+    """Record a flow's totals (and whether its layers are its result) in ``flow.json`` in
+    ``store``, the store of the flow's folder.
 
     For ``apply`` to call once it knows them; ``status`` then shows ``top 3/8`` instead of
     ``top 3/?``, and a deferred flow's layers are never taken for abandoned temporaries.
@@ -43,57 +44,42 @@ def write_flow_info(
         "dst": dst,  # markers/_markers.dst_stamp: the destination these markers wrote to
         **extra,
     }
-    _store_of(flow_dir).write(INFO_NAME, json.dumps(info).encode())
+    store.write(INFO_NAME, json.dumps(info).encode())
 
 
-def read_flow_info(flow_dir: Root | StateStore) -> dict[str, Any]:
-    """``flow.json`` of a flow directory ({} when missing or unreadable)."""
-    return read_json(_store_of(flow_dir), INFO_NAME) or {}
+def read_flow_info(store: StateStore) -> dict[str, Any]:
+    """``flow.json`` in ``store``, the store of a flow's folder ({} when missing or
+    unreadable)."""
+    return read_json(store, INFO_NAME) or {}
 
 
-def _store_of(where: Root | StateStore) -> StateStore:
-    return state_store(where) if isinstance(where, str | os.PathLike) else where
-
-
-def _mark_store(dst: Any) -> StateStore | None:
-    """Where ``dst`` keeps the in-place mark: its folder on a disk, its prefix in an
-    object store (reached with its storage_options); None for a memory volume."""
-    where: Path | None = dst.location.local_dir
-    if where is not None:
-        return DirStore(where)
-    if dst.location.kind == "remote":
-        return state_store(str(dst.path), dst.storage_options)
-    return None
-
-
-def in_place_mark(dst: Any) -> tuple[Root, str] | None:
+def in_place_mark(dst: Volume) -> tuple[StateRoot, str] | None:
     """``(intermediates root, flow id)`` of the in-place flow last started on ``dst`` that
     has not finished (None: no mark, or dst is a memory volume)."""
-    store = _mark_store(dst)
+    store = volume_store(dst)
     found = read_json(store, IN_PLACE_MARK) if store is not None else None
     if not found:
         return None
-    root, flow_id = found.get("intermediates"), found.get("flow_id")
-    if not isinstance(root, str) or not isinstance(flow_id, str):
-        return None
-    return as_root(root), flow_id
+    recorded, flow_id = found.get("intermediates"), found.get("flow_id")
+    if not isinstance(recorded, str) or not isinstance(flow_id, str):
+        return None  # not a mark this code wrote
+    return StateRoot.of(recorded), flow_id
 
 
-def mark_in_place(dst: Any, root: Root, flow_id: str) -> None:
+def mark_in_place(dst: Volume, root: StateRoot, flow_id: str) -> None:
     """Record in ``dst`` that in-place flow ``flow_id``, state under ``root``, rewrites it."""
-    store = _mark_store(dst)
+    store = volume_store(dst)
     if store is not None:
-        where = root if isinstance(root, str) else str(Path(root).resolve())
-        mark = {"intermediates": where, "flow_id": flow_id}
+        mark = {"intermediates": str(root.resolved()), "flow_id": flow_id}
         store.write(IN_PLACE_MARK, json.dumps(mark).encode())
 
 
-def lost_in_place_state(dst: Any) -> str | None:
+def lost_in_place_state(dst: Volume) -> str | None:
     """When ``dst`` carries the mark of an in-place flow that did not finish and whose
     state is gone (removed with ``clean``, say): why no flow may start on it now. dst may
     be partly rewritten, and nothing says which part."""
     mark = in_place_mark(dst)
-    store = _mark_store(dst)
+    store = volume_store(dst)
     if mark is None or store is None:
         return None
     root, flow_id = mark
@@ -108,8 +94,8 @@ def lost_in_place_state(dst: Any) -> str | None:
     )
 
 
-def unmark_in_place(dst: Any) -> None:
+def unmark_in_place(dst: Volume) -> None:
     """The in-place flow finished: dst holds its result, nothing half-written."""
-    store = _mark_store(dst)
+    store = volume_store(dst)
     if store is not None:
         store.delete(IN_PLACE_MARK)

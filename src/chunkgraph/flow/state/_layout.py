@@ -13,13 +13,14 @@ names a part through these constants and functions::
     <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_info)
     <default root>/<flow id>.where    where a flow of dst keeps state elsewhere (_where)
 
-The root may be a folder or an object-store prefix (``s3://bucket/.out.zarr.chunkgraph``
-beside a dst in a bucket, or ``intermediates="s3://..."``): the same names, as keys
-(``_store``). The layers of state in an object store go to local scratch
-(``scratch_layers``). Nothing here writes: these are names, and the commands that name
-a root for a person (``status_command``, ``clean_command``); the one read is a volume's
-``info``, which tells a precomputed scale's folder (its state goes beside the volume, so
-that a finished flow leaves nothing inside it).
+The root (a ``StateRoot``, ``_root``) may be a folder or an object-store prefix
+(``s3://bucket/.out.zarr.chunkgraph`` beside a dst in a bucket, or
+``intermediates="s3://..."``): the same names, as keys (``_store``). The layers of
+state in an object store go to local scratch (``scratch_layers``). Nothing here
+writes: these are names, and the commands that name a root for a person
+(``status_command``, ``clean_command``); the one read is a volume's ``info``, which
+tells a precomputed scale's folder (its state goes beside the volume, so that a
+finished flow leaves nothing inside it).
 """
 
 from __future__ import annotations
@@ -29,15 +30,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume._formats import split_format
-from chunkgraph.volume._location import place_of
-from chunkgraph.volume._object_store import is_object_url, split_url
-
-if TYPE_CHECKING:
-    from chunkgraph.volume import Volume
+from chunkgraph.flow.state._root import StateRoot
+from chunkgraph.volume import Volume, is_object_url, split_format, split_url
 
 LOCK_SUFFIX = ".lock"
 DONE_SUFFIX = ".done"
@@ -84,36 +80,36 @@ def precomputed_scale_keys(volume_dir: Path) -> list[str]:
         return []
 
 
-def dst_of_default_root(root: Path) -> Path | None:
-    """The dst whose default root ``root`` is, or None when it is not one.
+def dst_of_default_root(folder: Path) -> Path | None:
+    """The dst whose default root is the local ``folder``, or None when it is not one.
 
     >>> dst_of_default_root(Path("data/.smooth.zarr.chunkgraph"))
     PosixPath('data/smooth.zarr')
     """
-    volume = dst_of_default_root(root.parent) if root.parent != root else None
-    if volume is not None and _is_precomputed_scale(volume / root.name):
-        return volume / root.name
-    name = root.name
+    volume = dst_of_default_root(folder.parent) if folder.parent != folder else None
+    if volume is not None and _is_precomputed_scale(volume / folder.name):
+        return volume / folder.name
+    name = folder.name
     if (
         name.startswith(ROOT_PREFIX)
         and name.endswith(ROOT_SUFFIX)
         and len(name) > len(ROOT_PREFIX) + len(ROOT_SUFFIX)
     ):
-        return root.parent / name[len(ROOT_PREFIX) : -len(ROOT_SUFFIX)]
+        return folder.parent / name[len(ROOT_PREFIX) : -len(ROOT_SUFFIX)]
     return None
 
 
-def default_state_root(dst_path: str | os.PathLike[str]) -> Path | str:
+def default_state_root(dst_path: str | os.PathLike[str]) -> StateRoot:
     """``default_root`` of a dst on a disk or in an object store (a URL beside it).
 
     A format prefix names how the volume is stored, not where: the root goes beside
     the place it names (``precomputed://s3://b/img`` keeps its state in ``s3://b/``).
 
-    >>> default_state_root("s3://bucket/data/smooth.zarr/")
+    >>> str(default_state_root("s3://bucket/data/smooth.zarr/"))
     's3://bucket/data/.smooth.zarr.chunkgraph'
-    >>> default_state_root("precomputed://s3://bucket/img")
+    >>> str(default_state_root("precomputed://s3://bucket/img"))
     's3://bucket/.img.chunkgraph'
-    >>> default_state_root("zarr2://file:///data/a.zarr")
+    >>> default_state_root("zarr2://file:///data/a.zarr").local
     PosixPath('/data/.a.zarr.chunkgraph')
     """
     text = split_format(os.fspath(dst_path))[1]
@@ -126,40 +122,40 @@ def default_state_root(dst_path: str | os.PathLike[str]) -> Path | str:
                 "or give intermediates= a URL elsewhere",
                 field="intermediates",
             )
-        parent, _, name = text.rstrip("/").rpartition("/")
-        return f"{parent}/{ROOT_PREFIX}{name}{ROOT_SUFFIX}"
-    return default_root(text)
+        dst = StateRoot.of(text)
+        return dst.parent.join(f"{ROOT_PREFIX}{dst.name}{ROOT_SUFFIX}")
+    return StateRoot.of(default_root(text))
 
 
-def dst_of_state_root(root: Path | str) -> Path | str | None:
-    """``dst_of_default_root`` for a root on a disk or in an object store.
+def dst_of_state_root(root: StateRoot) -> str | None:
+    """``dst_of_default_root`` for a root on a disk or in an object store: the dst as a
+    person names it (a path or a URL).
 
-    >>> dst_of_state_root("s3://bucket/data/.smooth.zarr.chunkgraph")
+    >>> dst_of_state_root(StateRoot.of("s3://bucket/data/.smooth.zarr.chunkgraph"))
     's3://bucket/data/smooth.zarr'
     """
-    if isinstance(root, str) and is_object_url(root):
-        parent, _, name = root.rstrip("/").rpartition("/")
-        found = dst_of_default_root(Path(name))
-        return f"{parent}/{found}" if found is not None else None
-    return dst_of_default_root(Path(root))
+    local = root.local
+    if local is not None:
+        found = dst_of_default_root(local)
+        return None if found is None else str(found)
+    found = dst_of_default_root(Path(root.name))
+    return None if found is None else str(root.parent.join(str(found)))
 
 
-def scratch_layers(root: str, flow_id: str) -> Path:
+def scratch_layers(root: StateRoot, flow_id: str) -> Path:
     """Where the layers of a flow whose state is in the object store ``root`` live while
     one machine runs it: local scratch, named by a digest of ``root`` so that a resume on
     this machine finds them (``flow.json`` records it; a resume elsewhere finds none).
 
-    >>> scratch_layers("s3://b/.x.chunkgraph", "f00d").parts[-2:]
+    >>> scratch_layers(StateRoot.of("s3://b/.x.chunkgraph"), "f00d").parts[-2:]
     ('f00d', 'layers')
     """
-    digest = hashlib.sha256(root.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
     # <flow id>/layers, as under a root on a disk: a damaged layer's path names its flow
     return Path(tempfile.gettempdir()) / SCRATCH_NAME / digest / flow_id / LAYERS_NAME
 
 
-def layers_place(
-    root: Path | str, flow_id: str, *, given: bool, remote_workers: bool
-) -> Path | str:
+def layers_place(root: StateRoot, flow_id: str, *, given: bool, remote_workers: bool) -> StateRoot:
     """Where a flow's top-level layers go (the lower levels stay in memory).
 
     In the flow's folder when that is on a disk (as ever: workers that share no disk
@@ -168,67 +164,66 @@ def layers_place(
     with this process (``remote_workers``: a Dask cluster); otherwise on this
     machine's scratch (``scratch_layers``), where writes cost no requests.
 
-    >>> layers_place("s3://b/.x.chunkgraph", "f00d", given=True, remote_workers=False)
+    >>> root = StateRoot.of("s3://b/.x.chunkgraph")
+    >>> str(layers_place(root, "f00d", given=True, remote_workers=False))
     's3://b/.x.chunkgraph/f00d/layers'
     """
-    if not isinstance(root, str):
-        return root / flow_id / LAYERS_NAME
-    if given or remote_workers:
-        return f"{root}/{flow_id}/{LAYERS_NAME}"
-    return scratch_layers(root, flow_id)
+    if root.remote and not (given or remote_workers):
+        return StateRoot.of(scratch_layers(root, flow_id))
+    return root.join(flow_id, LAYERS_NAME)
 
 
-def state_root(intermediates: Path | str | None, dst: Volume) -> Path | str:
+def state_root(intermediates: str | os.PathLike[str] | None, dst: Volume) -> StateRoot:
     """Where a flow keeps its state: ``intermediates`` as given (a folder or an
     object-store URL), else beside dst (on its disk, or in its object store), else the temp
-    dir. Deterministic, so that a resumed run finds the previous one's.
+    dir; in an object store, reached as dst is (its storage_options: an endpoint, say).
+    Deterministic, so that a resumed run finds the previous one's.
 
     ConfigError (``field="intermediates"``) when a file stands where a folder must be.
     """
-    if isinstance(intermediates, str):
-        return intermediates.rstrip("/")
+    root = _given_or_default(intermediates, dst)
+    return root.reached_with(dst.storage_options) if root.remote else root
+
+
+def _given_or_default(intermediates: str | os.PathLike[str] | None, dst: Volume) -> StateRoot:
     if intermediates is not None:
-        # The nearest existing path decides: a file there (the path itself or a parent)
-        # would fail only at mkdir, as a bare NotADirectoryError.
-        existing = next((p for p in (intermediates, *intermediates.parents) if p.exists()), None)
-        if existing is not None and not existing.is_dir():
-            what = (
-                "is a file" if existing == intermediates else f"is under {str(existing)!r}, a file"
-            )
-            raise ConfigError(
-                f"intermediates={str(intermediates)!r} {what}; give a directory (created if "
-                "missing) where the flow may keep its temporary layers and markers, or None for "
-                "the default beside dst",
-                field="intermediates",
-            )
-        return intermediates
+        root = StateRoot.of(intermediates)
+        if root.local is not None:
+            _check_not_a_file(root.local)
+        return root
     where = dst.location.local_dir
     if where is not None:
-        return default_root(where)
+        return StateRoot.of(default_root(where))
     if is_object_url(dst.path):
         return default_state_root(dst.path)
-    return Path(tempfile.gettempdir()) / "chunkgraph-intermediates"
+    return StateRoot.of(Path(tempfile.gettempdir()) / "chunkgraph-intermediates")
 
 
-# A flow's state root: a folder, or an object-store URL (``_store``).
-Root = Path | str
+def _check_not_a_file(intermediates: Path) -> None:
+    """ConfigError when a file stands at ``intermediates`` or above it."""
+    # The nearest existing path decides: a file there (the path itself or a parent)
+    # would fail only at mkdir, as a bare NotADirectoryError.
+    existing = next((p for p in (intermediates, *intermediates.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        what = "is a file" if existing == intermediates else f"is under {str(existing)!r}, a file"
+        raise ConfigError(
+            f"intermediates={str(intermediates)!r} {what}; give a directory (created if "
+            "missing) where the flow may keep its temporary layers and markers, or None for "
+            "the default beside dst",
+            field="intermediates",
+        )
 
 
-def as_root(root: Root) -> Root:
-    """A root as the state code keeps it: a URL stays text, anything else is a Path."""
-    return place_of(root)
-
-
-def clean_command(root: Root, flow_id: str | None = None) -> str:
+def clean_command(root: StateRoot, flow_id: str | None = None) -> str:
     """The command that removes the stale flows under ``root`` (or one flow, by id).
 
-    >>> clean_command(Path("data/.smooth.zarr.chunkgraph"))
+    >>> clean_command(StateRoot.of("data/.smooth.zarr.chunkgraph"))
     'chunkgraph clean data/smooth.zarr --stale'
-    >>> clean_command(Path("data/.smooth.zarr.chunkgraph"), "f00d")
+    >>> clean_command(StateRoot.of("data/.smooth.zarr.chunkgraph"), "f00d")
     'chunkgraph clean data/smooth.zarr f00d'
-    >>> clean_command(Path("/scratch/tmp"), "f00d")
+    >>> clean_command(StateRoot.of("/scratch/tmp"), "f00d")
     'chunkgraph clean --intermediates /scratch/tmp f00d'
-    >>> clean_command(Path("/scratch/tmp"))
+    >>> clean_command(StateRoot.of("/scratch/tmp"))
     'chunkgraph clean --intermediates /scratch/tmp --stale'
     """
     dst = dst_of_state_root(root)
@@ -237,10 +232,11 @@ def clean_command(root: Root, flow_id: str | None = None) -> str:
     return f"chunkgraph clean {dst} {flow_id}" if flow_id else f"chunkgraph clean {dst} --stale"
 
 
-def status_command(root: Root) -> str:
+def status_command(root: StateRoot) -> str:
     """The command that lists the flows under ``root``.
 
-    >>> status_command(Path("data/.smooth.zarr.chunkgraph")), status_command(Path("/tmp/x"))
+    >>> roots = StateRoot.of("data/.smooth.zarr.chunkgraph"), StateRoot.of("/tmp/x")
+    >>> status_command(roots[0]), status_command(roots[1])
     ('chunkgraph status data/smooth.zarr', 'chunkgraph status --intermediates /tmp/x')
     """
     dst = dst_of_state_root(root)

@@ -38,6 +38,7 @@ from typing import Any
 
 from chunkgraph.flow.state._layout import DONE_SUFFIX, MARKERS_NAME
 from chunkgraph.flow.state._lock import Fence
+from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._store import DirStore, join, state_store
 
 TOP = "top"
@@ -59,15 +60,15 @@ class MarkerStore:
     object store: ``_store``); safe from many threads, picklable as its location.
 
     >>> import tempfile
-    >>> store = MarkerStore(tempfile.mkdtemp())
+    >>> store = MarkerStore(StateRoot.of(tempfile.mkdtemp()))
     >>> store.mark_done(TOP, "0_1")
     >>> store.done_keys(TOP), store.done_keys(REDUCE)
     ({'0_1'}, set())
     """
 
-    def __init__(self, location: str | os.PathLike[str], options: Any = None) -> None:
-        self.location = os.fspath(location)
-        self.store = state_store(self.location, options)
+    def __init__(self, location: StateRoot) -> None:
+        self.location = str(location)
+        self.store = state_store(location)
         for kind in _KINDS:
             self.store.make_folder(self._dir(kind))
 
@@ -132,8 +133,8 @@ class CompletionRecord:
     is not finished) and written, atomically, once it has.
     """
 
-    def __init__(self, root: str | os.PathLike[str], flow_id: str, options: Any = None) -> None:
-        self.store = state_store(root, options)
+    def __init__(self, root: StateRoot, flow_id: str) -> None:
+        self.store = state_store(root)
         self.key = f"{flow_id}{DONE_SUFFIX}"
 
     @property
@@ -168,12 +169,12 @@ class CompletionRecord:
         self.store.delete(self.key)
 
 
-def discard_flow(root: str | os.PathLike[str], flow_id: str, options: Any = None) -> None:
+def discard_flow(root: StateRoot, flow_id: str) -> None:
     """Delete flow ``flow_id``'s folder under ``root`` so that no interruption leaves
     part of it looking valid: on a disk, ``discard_flow_dir``; in an object store, where
     nothing renames a prefix at once, the markers go first, then the rest (a kill in
     between leaves layers no marker vouches for, which a resume recomputes)."""
-    store = state_store(root, options)
+    store = state_store(root)
     if isinstance(store, DirStore):
         discard_flow_dir(store.path(flow_id))
         return
@@ -181,7 +182,7 @@ def discard_flow(root: str | os.PathLike[str], flow_id: str, options: Any = None
     store.delete_tree(flow_id)
 
 
-def discard_flow_dir(flow_dir: Path) -> None:
+def discard_flow_dir(folder: Path) -> None:
     """Delete a flow's directory so that no interruption leaves part of it looking valid.
 
     Deleting file by file in directory order may remove the layers before the
@@ -190,7 +191,7 @@ def discard_flow_dir(flow_dir: Path) -> None:
     the renamed copy, which nothing reads, is deleted; copies that an earlier
     interrupted deletion left behind are deleted too.
     """
-    flow_dir = Path(flow_dir)
+    flow_dir = Path(folder)
     if flow_dir.exists():
         tomb = flow_dir.with_name(f".{flow_dir.name}.deleted-{uuid.uuid4().hex[:8]}")
         os.replace(flow_dir, tomb)

@@ -74,8 +74,6 @@ from chunkgraph.flow.state._layout import (
     LOCK_SUFFIX,
     MARKERS_NAME,
     WHERE_SUFFIX,
-    Root,
-    as_root,
     clean_command,
     default_state_root,
     precomputed_scale_keys,
@@ -83,8 +81,9 @@ from chunkgraph.flow.state._layout import (
 )
 from chunkgraph.flow.state._lock import holder
 from chunkgraph.flow.state._markers import REDUCE, TOP
+from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._store import DirStore, StateStore, join, read_json, state_store
-from chunkgraph.volume import is_object_url, is_url, place_of, split_format
+from chunkgraph.volume import is_object_url, is_url, split_format
 
 # A flow unmodified this long and not running counts as abandoned. Shorter flags a
 # flow its user is about to resume; longer keeps dead temporaries (often larger than
@@ -113,7 +112,7 @@ class FlowState:
     """
 
     flow_id: str
-    flow_dir: Path | str
+    flow_dir: StateRoot
     status: FlowStatus
     has_temporaries: bool
     top_done: int
@@ -124,7 +123,7 @@ class FlowState:
     modified: float
     owner: dict[str, Any] | None
     finished: str | None
-    root: Path | str
+    root: StateRoot
     # flow.json's ``deferred``: its layers are its result until it is reduced.
     deferred: bool = False
     # The blend mode the completion record says a deferred flow was reduced with.
@@ -164,7 +163,7 @@ class FlowState:
         }
 
 
-def flow_ids(root: Root) -> list[str]:
+def flow_ids(root: StateRoot) -> list[str]:
     """Ids of the flows under ``root`` (a directory, a record or a lock), sorted."""
     store = state_store(root)
     ids = set()
@@ -179,13 +178,12 @@ def flow_ids(root: Root) -> list[str]:
     return sorted(ids)
 
 
-def read_flows(root: Root, *, sizes: bool = True) -> list[FlowState]:
+def read_flows(root: StateRoot, *, sizes: bool = True) -> list[FlowState]:
     """The state of every flow under ``root``; ``sizes=False`` skips walking the layers."""
     return [read_flow(root, fid, sizes=sizes) for fid in flow_ids(root)]
 
 
-def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
-    root = as_root(root)
+def read_flow(root: StateRoot, flow_id: str, *, sizes: bool = True) -> FlowState:
     store = state_store(root)
     running, owner = holder(store, f"{flow_id}{LOCK_SUFFIX}")
     record = read_json(store, f"{flow_id}{DONE_SUFFIX}")
@@ -207,7 +205,7 @@ def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
         red_total = _int_or_none(record.get("reductions"))
     return FlowState(
         flow_id=flow_id,
-        flow_dir=root / flow_id if isinstance(root, Path) else store.where(flow_id),
+        flow_dir=root.join(flow_id),
         status=status,
         has_temporaries=has_temps,
         top_done=top_done,
@@ -226,7 +224,7 @@ def read_flow(root: Root, flow_id: str, *, sizes: bool = True) -> FlowState:
     )
 
 
-def warn_if_stale(root: Root, current_flow_id: str) -> None:
+def warn_if_stale(root: StateRoot, current_flow_id: str) -> None:
     """Warn (``UserWarning``) when stale flows lie beside the flow now starting.
 
     Called by ``apply`` as it starts a new (not resumed) flow; reads no layers.
@@ -248,7 +246,7 @@ def warn_if_stale(root: Root, current_flow_id: str) -> None:
 
 
 def resume_mismatch(
-    root: Root, flow_id: str, fingerprint: dict[str, str], stamp: str | None
+    root: StateRoot, flow_id: str, fingerprint: dict[str, str], stamp: str | None
 ) -> str | None:
     """What a resume of ``flow_id`` that found no state of its own should be told, when
     another flow under ``root`` wrote the same destination (None: no such flow)."""
@@ -289,13 +287,13 @@ def resume_mismatch(
 
 
 def _changed_parts(
-    root: Root, state: FlowState, fingerprint: dict[str, str], stamp: str | None
+    root: StateRoot, state: FlowState, fingerprint: dict[str, str], stamp: str | None
 ) -> list[str] | None:
     """The parts (``PART_NAMES`` keys) in which ``state``'s flow differs from the flow of
     ``fingerprint``, when both wrote the same destination; None when ``state`` wrote
     another one ([] for state written before parts were recorded: same dst, something else)."""
     record = read_json(state_store(root), f"{state.flow_id}{DONE_SUFFIX}") or {}
-    kept = read_flow_info(state.flow_dir) or record
+    kept = read_flow_info(state_store(state.flow_dir)) or record
     parts = kept.get("fingerprint")
     if isinstance(parts, dict):
         if parts.get("dst") != fingerprint.get("dst"):
@@ -307,7 +305,7 @@ def _changed_parts(
 
 
 def in_place_conflict(
-    root: Root,
+    root: StateRoot,
     flow_id: str,
     fingerprint: dict[str, str],
     stamp: str | None,
@@ -348,7 +346,7 @@ def in_place_conflict(
 
 
 def warn_if_resume_mismatch(
-    root: Root, flow_id: str, fingerprint: dict[str, str], stamp: str | None
+    root: StateRoot, flow_id: str, fingerprint: dict[str, str], stamp: str | None
 ) -> None:
     """Warn (``UserWarning``) with ``resume_mismatch``'s message, if there is one."""
     message = resume_mismatch(root, flow_id, fingerprint, stamp)
@@ -356,7 +354,7 @@ def warn_if_resume_mismatch(
         warnings.warn(message, UserWarning, stacklevel=_caller_level())
 
 
-def kept_state_note(root: Root, flow_id: str, *, damaged: bool = False) -> str:
+def kept_state_note(root: StateRoot, flow_id: str, *, damaged: bool = False) -> str:
     """What a failed or interrupted run says about the state it leaves for a resume;
     ``damaged``: it failed on a layer chunk that does not decode, which a resume would
     read again (only a run without resume recomputes it)."""
@@ -398,11 +396,11 @@ def _modified(store: StateStore, flow_id: str) -> float:
     return max((t for k in keys if (t := store.modified(k)) is not None), default=0.0)
 
 
-def _temporary_bytes(store: StateStore, root: Root, flow_id: str, info: dict[str, Any]) -> int:
+def _temporary_bytes(store: StateStore, root: StateRoot, flow_id: str, info: dict[str, Any]) -> int:
     """Bytes under the flow's folder, plus its layers on this machine's scratch (state in
     an object store whose run kept its layers locally, ``_layout.layers_place``)."""
     layers = info.get("layers")
-    scratch = isinstance(root, str) and isinstance(layers, str) and not is_url(layers)
+    scratch = root.remote and isinstance(layers, str) and not is_url(layers)
     return store.size(flow_id) + (DirStore(Path(str(layers))).size("") if scratch else 0)
 
 
@@ -416,10 +414,10 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
+def noted(dst_path: str | os.PathLike[str]) -> list[tuple[StateRoot, str]]:
     """``(intermediates, flow id)`` of each note beside dst whose flow still has state."""
     store = state_store(default_state_root(dst_path))
-    found: list[tuple[Root, str]] = []
+    found: list[tuple[StateRoot, str]] = []
     for name in store.names():
         if not name.endswith(WHERE_SUFFIX) or name.startswith("."):
             continue
@@ -429,7 +427,7 @@ def noted(dst_path: str | os.PathLike[str]) -> list[tuple[Root, str]]:
             continue  # half written by a run killed meanwhile, or not ours
         if not isinstance(text, str):
             continue
-        root: Root = place_of(text)
+        root = StateRoot.of(text)
         flow_id = name[: -len(WHERE_SUFFIX)]
         if flow_id in flow_ids(root):
             found.append((root, flow_id))
@@ -458,7 +456,7 @@ def _written_places(dst_path: str | os.PathLike[str]) -> list[str | os.PathLike[
 
 
 def flows_for(
-    dst: str | os.PathLike[str] | None, intermediates: Root | None, *, sizes: bool = True
+    dst: str | os.PathLike[str] | None, intermediates: StateRoot | None, *, sizes: bool = True
 ) -> list[FlowState]:
     """The flows a command about ``dst`` and/or ``intermediates`` shows: dst's
     (``flows_of``), then those under ``intermediates`` not seen already."""

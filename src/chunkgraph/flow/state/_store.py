@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 from chunkgraph._util import named_os_error
-from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store, reaching
+from chunkgraph.flow.state._root import StateRoot
+from chunkgraph.volume import Volume
+from chunkgraph.volume._object_store import StoreOptions, object_store, reaching
 
 
 class StateStore(Protocol):
@@ -54,15 +56,25 @@ class StateStore(Protocol):
     def make_folder(self, key: str) -> None: ...
 
 
-def state_store(root: str | os.PathLike[str], options: Any = None) -> StateStore:
-    """The store of ``root``: an object-store URL or a local folder. Without ``options``
-    a URL is reached as ``reach`` last said for it (else from the environment)."""
-    text = os.fspath(root)
-    if is_object_url(text):
-        url = text.rstrip("/")
-        given = StoreOptions.of(options)
-        return ObjectStateStore(url, given if given else _reached(url))
-    return DirStore(Path(text))
+def state_store(root: StateRoot) -> StateStore:
+    """The store of ``root``: a local folder or an object-store prefix. A prefix whose root
+    carries no options is reached as ``reach`` last said for it (else from the environment)."""
+    local = root.local
+    if local is not None:
+        return DirStore(local)
+    return ObjectStateStore(root.place, root.options if root.options else _reached(root.place))
+
+
+def volume_store(dst: Volume) -> StateStore | None:
+    """The store of a volume's own place, for what the flow keeps in it (claims on its
+    regions, the in-place mark): its folder on a disk, its prefix in an object store
+    (reached with its storage_options); None for a memory volume (one process)."""
+    where = dst.location.local_dir
+    if where is not None:
+        return DirStore(where)
+    if dst.location.kind == "remote":
+        return state_store(StateRoot.of(str(dst.path), dst.storage_options))
+    return None
 
 
 # How this process reaches each state root in an object store: a flow's state beside
@@ -72,10 +84,11 @@ def state_store(root: str | os.PathLike[str], options: Any = None) -> StateStore
 _REACH: dict[str, StoreOptions] = {}
 
 
-def reach(url: str, options: StoreOptions | None) -> None:
-    """Reach the state under ``url`` (and below it) with ``options`` from now on."""
-    if options:
-        _REACH[url.rstrip("/")] = options
+def reach(root: StateRoot) -> None:
+    """Reach the state under ``root`` (and below it) with its options from now on, where a
+    root names the place alone (a note, a mark, ``chunkgraph status``)."""
+    if root.remote and root.options:
+        _REACH[root.place] = root.options
 
 
 def _reached(url: str) -> StoreOptions:
@@ -83,7 +96,7 @@ def _reached(url: str) -> StoreOptions:
     return _REACH[max(found, key=len)] if found else StoreOptions()
 
 
-def flow_location(root: str | os.PathLike[str], flow_id: str) -> str:
+def flow_location(root: StateRoot, flow_id: str) -> str:
     """The folder (a path or a URL) of flow ``flow_id``'s state under ``root``."""
     return state_store(root).where(flow_id)
 
@@ -96,8 +109,8 @@ def join(*parts: str) -> str:
 class DirStore:
     """State under the local folder ``root`` (today's layout, byte for byte)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+    def __init__(self, folder: Path) -> None:
+        self.root = Path(folder)
 
     def __repr__(self) -> str:
         return f"DirStore({str(self.root)!r})"

@@ -25,29 +25,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from pathlib import Path
 
 from chunkgraph.flow.state._layout import WHERE_SUFFIX as _NOTE
-from chunkgraph.flow.state._layout import Root, default_state_root
+from chunkgraph.flow.state._layout import default_state_root
+from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._store import state_store
 
 
-def _same_root(a: Root, b: Root) -> bool:
-    if isinstance(a, str) or isinstance(b, str):
-        return str(a).rstrip("/") == str(b).rstrip("/")
-    return Path(a).resolve() == Path(b).resolve()
-
-
-def note_state(dst_path: str, root: Root, flow_id: str) -> None:
+def note_state(dst_path: str, root: StateRoot, flow_id: str) -> None:
     """Beside dst at ``dst_path`` (a path or a URL), note that flow ``flow_id`` keeps its
     state under ``root`` (nothing when that is the default directory)."""
     default = default_state_root(dst_path)
-    if _same_root(root, default):
+    if root.same_place(default):
         return
-    where = root if isinstance(root, str) else str(Path(root).resolve())
     # dst's parent not writable: no note, the state is still found by DIR (see above)
     with contextlib.suppress(OSError):
-        note = {"intermediates": where}
+        note = {"intermediates": str(root.resolved())}
         state_store(default).write(f"{flow_id}{_NOTE}", json.dumps(note).encode())
 
 
