@@ -39,9 +39,6 @@ ALLOWED = {
         "flow.__getattr__ re-exports the jobs lazily for `chunkgraph.flow.downsample` "
         "callers (the jobs sit above the flow; the layers contract names it too)"
     ),
-    ("chunkgraph.volume._volume", "chunkgraph.volume._registry"): (
-        "Volume.__reduce__ reopens a pickled volume through the registry that made it"
-    ),
 }
 MAX_LATE_IMPORTS = 40
 REASON = re.compile(r"#\s*deferred: \S")

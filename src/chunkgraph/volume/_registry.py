@@ -27,6 +27,7 @@ TensorStore serves precomputed and N5 on s3 too, their writes held to whole chun
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import importlib.util
 import json
@@ -556,6 +557,24 @@ def _is_group(path: str) -> bool:
         return bool(json.load(f).get("node_type") == "group")
 
 
+def _pickled(vol: Volume) -> tuple[Any, ...]:
+    """How a ``Volume`` travels to another process: its place and options, reopened
+    there by ``reopen`` (registered with ``copyreg``, so that the registry, which knows
+    how to open a volume, is the one that says how it is sent)."""
+    if vol.format.in_process:
+        raise ConfigError(
+            f"memory volume {vol.path!r} exists only in this process and cannot be pickled; "
+            f"create it with backend='zarr' to use it from other processes"
+        )
+    options = vol.storage_options
+    # The secrets' names travel (to say what the receiver lacks), their values do not.
+    dropped = options.secret_names()
+    # A level of a multiscale format is reached again through its image's root.
+    path, scale = getattr(vol._storage, "reopen", None) or (vol.path, None)
+    args = (path, vol._mode, vol._cache_bytes, vol.backend, options, dropped, scale)
+    return (reopen, args)
+
+
 def reopen(
     path: str,
     mode: str,
@@ -629,3 +648,6 @@ def remove(
         _remote.remove_objects(name, opts)
     else:
         shutil.rmtree(name)
+
+
+copyreg.pickle(Volume, _pickled)

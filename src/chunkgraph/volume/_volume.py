@@ -267,22 +267,6 @@ class Volume:
         """
         return Volume(self._storage, self._mode, cache_bytes)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if self.format.in_process:
-            raise ConfigError(
-                f"memory volume {self.path!r} exists only in this process and cannot be pickled; "
-                f"create it with backend='zarr' to use it from other processes"
-            )
-        from chunkgraph.volume._registry import reopen  # deferred: the registry imports Volume
-
-        options = self.storage_options
-        # The secrets' names travel (to say what the receiver lacks), their values do not.
-        dropped = options.secret_names()
-        # A level of a multiscale format is reached again through its image's root.
-        path, scale = getattr(self._storage, "reopen", None) or (self.path, None)
-        args = (path, self._mode, self._cache_bytes, self.backend, options, dropped, scale)
-        return (reopen, args)
-
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, box: Box) -> np.ndarray[Any, Any]:
