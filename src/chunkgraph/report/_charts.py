@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkgraph.flow import Breakdown
 from chunkgraph.report._document import tries_of
 
 # Past this many tasks, labels are unreadable and cost most of the drawing time.
@@ -124,8 +125,6 @@ _TERM_COLOURS = ("tab:blue", "lightsteelblue", "tab:orange", "navajowhite", "tab
 
 def _breakdown(plt: Any, document: Mapping[str, Any]) -> Any:
     """One stacked bar: the slots' time, a segment per term, labelled with its share."""
-    from chunkgraph.flow import Breakdown
-
     b = Breakdown.from_json(document["summary"]["breakdown"])
     figure, axes = plt.subplots(figsize=(WIDTH_INCHES, 2.6))
     have = max(b.slots * b.wall_seconds, 1e-9)

@@ -81,17 +81,22 @@ class TaskTimes:
         return TaskTimes(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
+@dataclass(slots=True)
 class Tally:
-    """One thread's running sums for one task (only that thread adds to it)."""
+    """One thread's running sums for one task (only that thread adds to it): ``TaskTimes``'
+    fields, mutable."""
 
-    __slots__ = tuple(f.name for f in fields(TaskTimes))
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
+    fn_wall: float = 0.0
+    fn_cpu: float = 0.0
+    fn_voxels: int = 0
+    fn_calls: int = 0
+    read_wall: float = 0.0
+    read_cpu: float = 0.0
+    write_wall: float = 0.0
+    write_cpu: float = 0.0
 
     def frozen(self) -> TaskTimes:
-        return TaskTimes(*(getattr(self, name) for name in self.__slots__))
+        return TaskTimes(*(getattr(self, f.name) for f in fields(TaskTimes)))
 
 
 class TaskTimer:
@@ -253,8 +258,14 @@ class Breakdown:
     ) -> Breakdown:
         """The terms of tasks' ``times`` over ``wall`` seconds on ``slots`` slots.
 
-        ``needed_voxels``: the voxels the run had to compute (each once);
-        ``process_cpu``: the process's CPU over the tasks when they ran in it.
+        Args:
+            times: Each task's ``TaskTimes``.
+            slots: The cores the run planned for.
+            wall: The tasks' run, in seconds.
+            needed_voxels: The voxels the run had to compute (each once).
+            process_cpu: The process's CPU over the tasks when they ran in it; None
+                when they ran elsewhere (``other`` is then 0).
+            memory: The memory fields (``peak_rss_bytes``, ...), as they are.
 
         >>> t = TaskTimes(fn_wall=8.0, fn_voxels=32**3, read_wall=1.0, read_cpu=0.25)
         >>> b = Breakdown.of([t], slots=2, wall=5.0, needed_voxels=16**3)
@@ -267,20 +278,20 @@ class Breakdown:
         useful = min(1.0, needed_voxels / total.fn_voxels) if total.fn_voxels else 1.0
         measured_cpu = total.fn_cpu + total.read_cpu + total.write_cpu
         other = max(0.0, process_cpu - measured_cpu) if process_cpu is not None else 0.0
-        terms = {
-            "compute_seconds": total.fn_wall * useful,
-            "redundant_seconds": total.fn_wall * (1.0 - useful),
-            "decode_seconds": total.read_cpu,
-            "read_wait_seconds": max(0.0, total.read_wall - total.read_cpu),
-            "encode_seconds": total.write_cpu,
-            "write_wait_seconds": max(0.0, total.write_wall - total.write_cpu),
-            "other_seconds": other,
-        }
-        left = slots * wall - sum(terms.values())
+        read_wait = max(0.0, total.read_wall - total.read_cpu)
+        write_wait = max(0.0, total.write_wall - total.write_cpu)
+        busy = total.fn_wall + total.read_cpu + read_wait + total.write_cpu + write_wait + other
+        left = slots * wall - busy
         return cls(
             slots=slots,
             wall_seconds=wall,
-            **terms,
+            compute_seconds=total.fn_wall * useful,
+            redundant_seconds=total.fn_wall * (1.0 - useful),
+            decode_seconds=total.read_cpu,
+            read_wait_seconds=read_wait,
+            encode_seconds=total.write_cpu,
+            write_wait_seconds=write_wait,
+            other_seconds=other,
             idle_seconds=max(0.0, left),
             overlap_seconds=max(0.0, -left),
             fn_cpu_seconds=total.fn_cpu,
@@ -302,7 +313,11 @@ class Breakdown:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Breakdown:
-        """The breakdown ``as_json`` wrote (fields it does not know are ignored)."""
+        """The breakdown ``as_json`` wrote.
+
+        Args:
+            data: ``as_json``'s mapping (fields it does not know are ignored).
+        """
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

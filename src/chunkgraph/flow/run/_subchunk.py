@@ -398,7 +398,9 @@ def call_fn(
     extra = {BOX_KEYWORD: read_box} if spec.pass_box else {}
     try:
         args = tuple(arrays.values()) if spec.positional_input else ()
-        call = (lambda: fn(*args, **extra)) if args else (lambda: fn(**arrays, **extra))
+        call: Callable[[], Any] = (
+            (lambda: fn(*args, **extra)) if args else (lambda: fn(**arrays, **extra))
+        )
         result = call() if timer is None else timer.call_fn(call, read_box.size)
     except Exception as exc:
         level = len(spec.levels) - 1
