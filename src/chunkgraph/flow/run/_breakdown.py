@@ -192,6 +192,46 @@ class RssSampler:
             self._take()  # the last moment counts too
 
 
+class RunMeter:
+    """The tasks' wall, the process's CPU and its RSS samples between ``start`` and
+    ``stop``; then ``breakdown`` of the tasks' times over them."""
+
+    def __init__(self) -> None:
+        self.sampler = RssSampler()
+        self.wall = self.cpu = 0.0
+
+    def start(self) -> RunMeter:
+        self.sampler.start()
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def stop(self) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+        self.sampler.stop()
+
+    def breakdown(
+        self,
+        times: Iterable[TaskTimes],
+        *,
+        slots: int,
+        needed_voxels: int,
+        in_process: bool,
+        **memory: int,
+    ) -> Breakdown:
+        """``Breakdown.of`` the tasks' ``times``; the process's CPU counts ``in_process``."""
+        return Breakdown.of(
+            times,
+            slots=slots,
+            wall=self.wall,
+            needed_voxels=needed_voxels,
+            process_cpu=self.cpu if in_process else None,
+            peak_rss_bytes=self.sampler.peak,
+            baseline_rss_bytes=self.sampler.baseline,
+            **memory,
+        )
+
+
 @dataclass(frozen=True)
 class Breakdown:
     """Where one flow run's time and memory went (see ``chunkgraph.flow.run._breakdown``).

@@ -27,7 +27,7 @@ import numpy as np
 from chunkgraph import planning
 from chunkgraph.execute import run
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
-from chunkgraph.flow.run._breakdown import Breakdown, RssSampler
+from chunkgraph.flow.run._breakdown import Breakdown, RunMeter
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._device import FlowDevice
@@ -200,8 +200,7 @@ class FlowGraph:
         # threads, which share the driver's volumes; other executors count on copies.
         gets_before, chunks_before = input_gets(self.inputs)
         # Where the tasks' time and memory go (_breakdown): the process's RSS and CPU over them.
-        sampler = RssSampler().start()
-        started, cpu_before = time.perf_counter(), time.process_time()
+        meter = RunMeter().start()
         try:
             results = (
                 run(
@@ -216,10 +215,9 @@ class FlowGraph:
                 else []
             )
         finally:
-            sampler.stop()
+            meter.stop()
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)
-        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_before
         top_stats = [r for r in results if isinstance(r, TopStats)]
         red_stats = [r for r in results if isinstance(r, ReductionStats)]
         report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
@@ -232,27 +230,22 @@ class FlowGraph:
             (graph.name(ref.id), *_bytes_of(stats))
             for ref, stats in zip(refs, results, strict=True)
         )
-        breakdown = self._breakdown(results, wall, cpu, sampler)
-        breakdown = dataclasses.replace(breakdown, setup_seconds=report.wall_seconds - wall)
+        breakdown = self._breakdown(results, meter)
+        breakdown = dataclasses.replace(breakdown, setup_seconds=report.wall_seconds - meter.wall)
         return dataclasses.replace(report, task_bytes=per_task, breakdown=breakdown)
 
-    def _breakdown(
-        self, results: list[Any], wall: float, cpu: float, sampler: RssSampler
-    ) -> Breakdown:
+    def _breakdown(self, results: list[Any], meter: RunMeter) -> Breakdown:
         """The run's time and memory terms from its tasks' timings (``_breakdown``)."""
         cores = self.cores
         in_flight = superchunks_in_flight(
             self.spec, cores, memory_limit=self.memory_limit, top_bytes=self.top_memory,
             device=self.job.device, io_waits=self.io_waits,
         )  # fmt: skip
-        return Breakdown.of(
+        return meter.breakdown(
             [r.times for r in results if isinstance(r, TopStats | ReductionStats)],
             slots=cores,
-            wall=wall,
             needed_voxels=self.pending_voxels,
-            process_cpu=cpu if self.in_process else None,
-            peak_rss_bytes=sampler.peak,
-            baseline_rss_bytes=sampler.baseline,
+            in_process=self.in_process,
             cache_bytes=sum(int(getattr(v, "cache_bytes", 0) or 0) for v in self.inputs.values()),
             in_flight_bytes=in_flight * self.top_memory,
         )

@@ -79,8 +79,8 @@ class ApplyReport:
         dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
             inside were written); None otherwise.
         breakdown: Where the run's time and memory went (compute, redundant compute,
-            decode, waits, encode, idle; peak RSS); None for a dry run, a run that had
-            nothing to do, and ``dst=None``.
+            decode, waits, encode, idle; peak RSS), see ``chunkgraph.flow.Breakdown``;
+            None for a dry run, a flow finished before, and ``dst=None``.
     """
 
     flow_id: str
