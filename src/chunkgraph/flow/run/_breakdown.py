@@ -14,7 +14,8 @@ the time it had; each term says what part of it went where::
 
 Measured. Each fn call, read and write is timed where the flow makes it
 (``_subchunk.call_fn``, ``_top_task``, ``_reduce``) with ``time.perf_counter``
-(wall) and ``time.thread_time`` (the calling thread's CPU): about 1 us a call.
+(wall) and ``time.thread_time`` (the calling thread's CPU): 3.6 us a call measured on
+a busy 2-core machine, against milliseconds of fn, read or write.
 CPU spent in a read is taken as decoding and the rest of its wall as waiting on
 storage (a disk, an object store, another task's read holding the read lock);
 likewise encoding and waiting in a write. A storage layer that decodes on threads
@@ -362,7 +363,7 @@ class Breakdown:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def line(self) -> str:
-        """One line of shares of ``slots * wall``, the largest first after compute.
+        """One line of each term's share of ``slots * wall``, in order (terms of 0 left out).
 
         >>> Breakdown(slots=2, wall_seconds=1.0, compute_seconds=1.5, idle_seconds=0.5).line()
         'time on 2 slots x 1.00 s: compute 75%, idle 25%'
@@ -371,6 +372,8 @@ class Breakdown:
         if have <= 0:
             return f"time on {self.slots} slots x {self.wall_seconds:.2f} s"
         shown = [f"{label} {seconds / have:.0%}" for label, seconds in self.labelled() if seconds]
+        if self.overlap_seconds:  # the shares add up to more than 100%: say by how much
+            shown.append(f"overlapping {self.overlap_seconds / have:.0%}")
         return f"time on {self.slots} slots x {self.wall_seconds:.2f} s: " + ", ".join(shown)
 
     def table(self) -> list[str]:
