@@ -395,13 +395,18 @@ class Breakdown:
         lines.append(self.memory_line())
         return lines
 
-    def memory_line(self) -> str:
-        """The peak RSS sampled, over the start, beside what the plan allowed."""
+    def memory_line(self, *, planned: bool = True) -> str:
+        """The peak RSS sampled, over the start, and (``planned``) what the plan allowed
+        (a run's summary leaves that to the plan's own line)."""
         over = format_bytes(max(0, self.peak_rss_bytes - self.baseline_rss_bytes))
         whose = "" if self.in_process else ", this process only"
+        line = (
+            f"memory: peak RSS {format_bytes(self.peak_rss_bytes)} (+{over} over the start{whose})"
+        )
+        if not planned:
+            return line
         return (
-            f"memory: peak RSS {format_bytes(self.peak_rss_bytes)} (+{over} over the start"
-            f"{whose}); planned: cache {format_bytes(self.cache_bytes)}, tasks in flight "
+            f"{line}; planned: cache {format_bytes(self.cache_bytes)}, tasks in flight "
             f"{format_bytes(self.in_flight_bytes)}"
         )
 

@@ -194,8 +194,9 @@ def _work_lines(r: ApplyReport) -> list[str]:
 
 
 def _breakdown_lines(b: Breakdown | None) -> list[str]:
-    """The time terms as shares of the slots' time, and the memory beside the plan's."""
-    return [] if b is None else ["  " + b.line(), "  " + b.memory_line()]
+    """The time terms as shares of the slots' time, and the peak memory (what the plan
+    allowed is the plan's line, or ``chunkgraph report``'s table)."""
+    return [] if b is None else ["  " + b.line(), "  " + b.memory_line(planned=False)]
 
 
 def _estimate_lines(
