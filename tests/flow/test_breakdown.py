@@ -78,7 +78,7 @@ def test_a_slot_with_nothing_to_do_is_idle(tmp_path: Path) -> None:
     b = report.breakdown
     assert b is not None and b.fn_calls == 1
     assert b.compute_seconds == pytest.approx(seconds, abs=0.1)
-    assert b.idle_seconds >= seconds * 0.9  # the second slot, all through the call
+    assert b.idle_seconds >= seconds * 0.75  # the second slot, all through the call
     _slot_terms_add_up(b)
 
 
