@@ -396,8 +396,12 @@ class Breakdown:
         return lines
 
     def memory_line(self, *, planned: bool = True) -> str:
-        """The peak RSS sampled, over the start, and (``planned``) what the plan allowed
-        (a run's summary leaves that to the plan's own line)."""
+        """The peak RSS sampled, and how far above the RSS at the tasks' start.
+
+        Args:
+            planned: Add what the plan allowed (the input caches, the top-level tasks in
+                flight); a run's summary leaves that to the plan's own line.
+        """
         over = format_bytes(max(0, self.peak_rss_bytes - self.baseline_rss_bytes))
         whose = "" if self.in_process else ", this process only"
         line = (
