@@ -21,6 +21,9 @@ The tuned chunkgraph cases (2), (3) read through a chunk cache of a quarter of t
 reuse must come from the order of the top-level tasks, not from caching everything.
 Read amplification = decoded bytes of whole storage chunks fetched / volume bytes
 (dask's is not instrumented: ``from_zarr`` makes one read task per storage chunk).
+Beside (3) and (a), where their time went (``ApplyReport.breakdown``: compute,
+redundant compute in the crop margins, decode, waits, encode, other CPU, idle, as
+shares of cores x the tasks' wall) and their peak RSS as the flow sampled it.
 Then (3), (4) and (5) are compared in the interior (8 voxels from the volume edge,
 where each treats the outside differently), and a dry run of a
 100,000 x 100,000 x 10,000 bbox is timed.
@@ -56,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from chunkgraph import volume
+from chunkgraph.flow import Breakdown
 from chunkgraph.flow.plan._auto_sizes import WARN_AMPLIFICATION
 from chunkgraph.geometry import Box
 from chunkgraph.parallel import usable_cores
@@ -113,7 +117,12 @@ def cache_bytes(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape)) * 4 // 4
 
 
-def _flow(fn: Callable[..., Any], src_path: str, dst_path: str, shape: tuple[int, ...]) -> float:
+def _breakdown(report: Any) -> dict[str, Any]:
+    """The report's breakdown as JSON, for the driver to print beside the wall."""
+    return {} if report.breakdown is None else {"breakdown": report.breakdown.as_json()}
+
+
+def _flow(fn: Callable[..., Any], src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
     src = volume.open(src_path, cache_bytes=cache_bytes(shape))
     dst = volume.create(dst_path, shape, (CHUNK,) * 3, "float32", exist_ok=True)
     top = (shape[0], shape[1], CHUNK)
@@ -128,14 +137,14 @@ def _flow(fn: Callable[..., Any], src_path: str, dst_path: str, shape: tuple[int
         crop_pads=[0, HALO],
         skip_intermediates=True,
     )
-    return report.read_amplification
+    return report.read_amplification, _breakdown(report)
 
 
-def case_cg_identity(src_path: str, dst_path: str, shape: tuple[int, ...]) -> float:
+def case_cg_identity(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
     return _flow(identity, src_path, dst_path, shape)
 
 
-def case_cg_gaussian(src_path: str, dst_path: str, shape: tuple[int, ...]) -> float:
+def case_cg_gaussian(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
     return _flow(gaussian, src_path, dst_path, shape)
 
 
@@ -182,6 +191,7 @@ def _auto(src_path: str, dst_path: str, shape: tuple[int, ...]) -> tuple[float, 
         "predicted": plan.read_amplification,
         "plan": " over ".join("x".join(map(str, c)) for c in plan.chunk_sizes),
         "cache_mib": plan.cache_bytes / 2**20,
+        **_breakdown(report),
     }
 
 
@@ -345,8 +355,21 @@ def interior_agreement(workdir: Path, shape: tuple[int, ...], a: str, b: str) ->
     return worst
 
 
+def breakdowns(results: dict[str, dict[str, Any]], names: tuple[str, ...]) -> str:
+    """Where the time of each named chunkgraph case went, beside its wall."""
+    lines = [""]
+    for name in names:
+        data = results[name].get("breakdown")
+        if not isinstance(data, dict):
+            continue
+        b = Breakdown.from_json(data)
+        lines.append(f"{CASES[name]}: wall {results[name]['wall']:.2f} s; {b.line()}")
+        lines.append(f"    {b.memory_line()}")
+    return "\n".join(lines)
+
+
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians of the figures; other fields (texts, flags) from the first run."""
+    """Medians of the figures; other fields (texts, flags, breakdowns) from the first run."""
     return {
         key: float(np.median([r[key] for r in runs]))
         if isinstance(value, int | float) and not isinstance(value, bool)
@@ -438,6 +461,7 @@ def main() -> None:
     results = {name: _median(r) for name, r in runs.items()}
     print(f"median of {args.repeat} run(s) per case\n")
     print(table(results))
+    print(breakdowns(results, ("cg_gaussian", "cg_auto")))
     g, d = results["cg_gaussian"], results["dask_gaussian"]
     cache = cache_bytes(shape)
     floor = g["baseline"] + cache

@@ -13,7 +13,9 @@ Shown output. A ``print(...)`` line followed by ``#`` comment lines shows the
 output: in a block with such comments, everything the block prints must equal
 those lines, in order (``# `` stripped). Arithmetic is compared exactly. Two
 things vary from run to run and match anything of their form: a flow id (16
-hex digits) and a duration, ``in 0.74 s``. Paths under the working directory
+hex digits) and a duration, ``in 0.74 s``; a line of a run's measured breakdown
+(``time on 2 slots x ...``, ``memory: peak RSS ...``) matches a line that starts the
+same way. Paths under the working directory
 are shown as if it were ``/home/me`` (``temporaries under /home/me/.out.zarr...``).
 
   a page ──extract──> [Block(line, code, expected)] ──exec in order──> stdout
@@ -41,6 +43,8 @@ FENCE = re.compile(r"^```(\w*)\s*$")
 ILLUSTRATIVE = re.compile(r"^<!--\s*illustrative\b(?P<why>.*?)-->\s*$")
 # Parts of shown output that differ between runs: a flow id, a duration.
 VARYING = re.compile(r"(\b[0-9a-f]{16}\b|\bin \d+(?:\.\d+)? s\b)")
+# How the lines of a run's breakdown (ApplyReport.summary) start: the rest is measured.
+MEASURED = ("time on ", "memory: peak RSS ")
 # The working directory, as the READMEs show it in printed paths.
 SHOWN_WORKDIR = "/home/me"
 
@@ -126,6 +130,11 @@ def output_matches(expected: tuple[str, ...], printed: str) -> bool:
     if len(got) != len(expected):
         return False
     for want, line in zip(expected, got, strict=True):
+        measured = next((m for m in MEASURED if want.lstrip().startswith(m)), None)
+        if measured is not None:
+            if not line.lstrip().startswith(measured):
+                return False
+            continue
         parts = VARYING.split(want)  # odd indices are the varying parts
         pattern = "".join(
             re.escape(part)

@@ -77,6 +77,12 @@ def test_reducing_later_writes_what_apply_writes(files: Any, mode: str) -> None:
     assert reduced.read_amplification >= 1.0
     assert "reductions of the deferred layers" in reduced.summary()
     assert "tasks per level" not in reduced.summary() and " of layers" in reduced.summary()
+    # where its time went: reading layers and writing dst, no fn
+    b = reduced.breakdown
+    assert b is not None and b.fn_calls == 0 and b.compute_seconds == 0
+    assert (
+        b.decode_seconds + b.read_wait_seconds > 0 and b.encode_seconds + b.write_wait_seconds > 0
+    )
     np.testing.assert_array_equal(dst.read(dst.bounds), reference.read(reference.bounds))
     assert _chunk_files(dst.path) == _chunk_files(reference.path)
 

@@ -238,8 +238,13 @@ def test_run_command_writes_a_report(tmp_path: Path) -> None:
     document = load_report(tmp_path / "rep")
     assert document["totals"]["finished"] == document["totals"]["tasks"] > 0
     assert "top" in {t["level"] for t in document["tasks"]}
+    # The run's summary and its report tell where the time went.
+    assert "time on 2 slots" in ran.stdout
+    assert document["summary"]["breakdown"]["slots"] == 2
+    assert (tmp_path / "rep" / "breakdown.png").is_file()
     shown = _run([*command, "report", str(tmp_path / "rep")], env)
     assert shown.returncode == 0 and "tasks on" in shown.stdout
+    assert "where the time went" in shown.stdout and "redundant" in shown.stdout
 
 
 def _run(command: list[str], env: dict[str, Any]) -> subprocess.CompletedProcess[str]:

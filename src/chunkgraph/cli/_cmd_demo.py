@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             "bytes_written": report.bytes_written,
             "read_amplification": report.read_amplification,
             "wall_seconds": report.wall_seconds,
+            "breakdown": None if report.breakdown is None else report.breakdown.as_json(),
         },
         report.task_bytes,
     )

@@ -525,6 +525,8 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
         "read_amplification": report.read_amplification,
         "wall_seconds": report.wall_seconds,
         "finished_before": report.finished_before,
+        # where the time and memory went (chunkgraph report shows it as a table)
+        "breakdown": None if report.breakdown is None else report.breakdown.as_json(),
     }
 
 

@@ -32,7 +32,7 @@ from chunkgraph.flow.plan import (
     RunOptions,
     SaturationWarning,
 )
-from chunkgraph.flow.run import ApplyReport, ProbeFailure, reduce_deferred
+from chunkgraph.flow.run import ApplyReport, Breakdown, ProbeFailure, reduce_deferred
 from chunkgraph.flow.state import claimed, refuse_if_written
 
 # The jobs built on the flow, reachable as ``chunkgraph.flow.<name>`` for user code
@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ApplyReport",
+    "Breakdown",
     "DeviceChoice",
     "DownsampleReport",
     "FlowEstimate",

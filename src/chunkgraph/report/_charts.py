@@ -10,6 +10,9 @@
                        them, else the summary's bytes_read / bytes_written
                        averaged over the run (said so in the legend); for
                        the adaptive executor, the workers it had activated.
+    breakdown.png      a flow's report only (its summary has a "breakdown"):
+                       one stacked bar of the slots' time, a segment per term
+                       (compute, redundant, decode, waits, encode, other, idle).
 
 The I/O rate is the run's average, a flat line, and its legend says so: the
 events carry no per-task byte counts, and drawing a shape from an average
@@ -28,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkgraph.flow import Breakdown
 from chunkgraph.report._document import tries_of
 
 # Past this many tasks, labels are unreadable and cost most of the drawing time.
@@ -48,14 +52,19 @@ _FAILED = "tab:red"
 
 
 def render_pictures(directory: Path, document: Mapping[str, Any]) -> list[Path]:
-    """Draw ``gantt.png`` and ``utilisation.png`` of ``document`` into ``directory``."""
+    """Draw ``gantt.png``, ``utilisation.png`` (and ``breakdown.png`` for a flow's report,
+    see the module doc) of ``document`` into ``directory``."""
     import matplotlib
 
     matplotlib.use("Agg")  # before pyplot: no display
     import matplotlib.pyplot as plt
 
     paths = [directory / "gantt.png", directory / "utilisation.png"]
-    for draw, path in zip((_gantt, _utilisation), paths, strict=True):
+    draws = [_gantt, _utilisation]
+    if isinstance(document["summary"].get("breakdown"), Mapping):
+        paths.append(directory / "breakdown.png")
+        draws.append(_breakdown)
+    for draw, path in zip(draws, paths, strict=True):
         figure = draw(plt, document)
         try:
             figure.savefig(path, dpi=DPI)
@@ -105,6 +114,32 @@ def _gantt(plt: Any, document: Mapping[str, Any]) -> Any:
         # Above the plot, right of the title: inside, it would hide bars.
         axes.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0),
                     ncols=len(handles), fontsize=7, frameon=False)  # fmt: skip
+    figure.tight_layout()
+    return figure
+
+
+# One colour per term of a breakdown, in its order: fn's two, the reads', the writes', the rest.
+_TERM_COLOURS = ("tab:blue", "lightsteelblue", "tab:orange", "navajowhite", "tab:purple",
+                 "thistle", "tab:olive", "lightgray")  # fmt: skip
+
+
+def _breakdown(plt: Any, document: Mapping[str, Any]) -> Any:
+    """One stacked bar: the slots' time, a segment per term, labelled with its share."""
+    b = Breakdown.from_json(document["summary"]["breakdown"])
+    figure, axes = plt.subplots(figsize=(WIDTH_INCHES, 2.6))
+    have = max(b.slots * b.wall_seconds, 1e-9)
+    left = 0.0
+    for (label, seconds), colour in zip(b.labelled(), _TERM_COLOURS, strict=True):
+        axes.barh(0, seconds, left=left, color=colour, label=f"{label} {seconds / have:.0%}")
+        if seconds / have >= 0.06:  # room for the words
+            axes.text(left + seconds / 2, 0, label, ha="center", va="center", fontsize=8)
+        left += seconds
+    axes.set_xlim(0, max(left, have))
+    axes.set_yticks([])
+    axes.set_xlabel(f"slot-seconds ({b.slots} slots x {b.wall_seconds:.3g} s)")
+    axes.set_title(f"where the time went; {b.memory_line()}", loc="left", fontsize=9)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncols=4, fontsize=7,
+                frameon=False)  # fmt: skip
     figure.tight_layout()
     return figure
 

@@ -8,7 +8,8 @@ blending and the checkerboard's layers, ``_checkerboard``), reductions
 on an executor and writes the ``ApplyReport`` (``_report``). ``reduce_deferred``
 (``_deferred_run``) finishes a deferred flow later. ``_device`` is where the levels
 below compute, ``_fn_limits`` and ``_values`` bound fn's calls and collect a
-values-only flow's output, ``_late_writes`` stops writes after a run ends.
+values-only flow's output, ``_late_writes`` stops writes after a run ends,
+``_breakdown`` times fn, reads and writes into the report's ``Breakdown``.
 
 The run imports the plan's and the state's faces; the faces above
 (``chunkgraph.flow``) import these names.
@@ -16,6 +17,7 @@ The run imports the plan's and the state's faces; the faces above
 
 from __future__ import annotations
 
+from chunkgraph.flow.run._breakdown import Breakdown
 from chunkgraph.flow.run._deferred_run import reduce_deferred
 from chunkgraph.flow.run._device import resolve_device
 from chunkgraph.flow.run._flow_run import DeviceUse, FlowRun
@@ -25,6 +27,7 @@ from chunkgraph.flow.run._report import ApplyReport
 
 __all__ = [
     "ApplyReport",
+    "Breakdown",
     "DeviceUse",
     "FlowRun",
     "ProbeFailure",

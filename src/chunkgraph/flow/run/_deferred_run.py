@@ -39,9 +39,11 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import usable_cores
 from chunkgraph.execute import run
 from chunkgraph.execute._executor import close_resolved
 from chunkgraph.flow.plan import FlowSpec, RunOptions, check_dst, warn_if_saturated
+from chunkgraph.flow.run._breakdown import RunMeter
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._flow_graph import LAYERS_KEY
@@ -259,6 +261,7 @@ def _run(
         key = grid_key(tuple(index))
         if key not in done:
             refs.append(graph.add(run_deferred_reduction, job, key, box, name=f"reduce{box}"))
+    meter = RunMeter().start()  # where the time goes (_breakdown)
     try:
         stats: list[ReductionStats] = (
             run(graph, refs, executor, progress=options.progress, subscribers=options.subscribers)
@@ -266,7 +269,12 @@ def _run(
             else []
         )
     finally:
+        meter.stop()
         end_run(job.run_token)
+    slots = options.workers if options.workers is not None else usable_cores()
+    breakdown = meter.breakdown(
+        [s.times for s in stats], slots=slots, needed_voxels=0, in_process=executor.in_process
+    )
     # What it read is the layers: amplification against the layer bytes over the bbox
     # (above 1 where the top level's blend margins overlap, read once per meeting box).
     read = sum(s.temporary_bytes_read for s in stats)
@@ -275,6 +283,7 @@ def _run(
         * int(np.prod(geometry.layer_channel_shape, dtype=np.int64))
         * geometry.layer_dtype.itemsize
     )
+    wall = time.perf_counter() - t0
     return ApplyReport(
         flow_id=state.flow_id,
         dry_run=False,
@@ -284,7 +293,7 @@ def _run(
         bytes_written=sum(s.bytes_written for s in stats),
         temporary_bytes=0,
         read_amplification=read / once if read and once else 0.0,
-        wall_seconds=time.perf_counter() - t0,
+        wall_seconds=wall,
         bbox=spec.bbox,
         reductions_skipped=len(boxes) - len(refs),
         intermediates=state.location,
@@ -293,6 +302,7 @@ def _run(
             for ref, s in zip(refs, stats, strict=True)
         ),
         saturated_voxels=sum(s.saturated for s in stats),
+        breakdown=dataclasses.replace(breakdown, setup_seconds=wall - meter.wall),
     )
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from chunkgraph import planning
 from chunkgraph.execute import run
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
+from chunkgraph.flow.run._breakdown import Breakdown, RunMeter
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._device import FlowDevice
@@ -198,6 +199,8 @@ class FlowGraph:
         # Inputs' object-store GETs over the tasks (the probe's excluded): exact under
         # threads, which share the driver's volumes; other executors count on copies.
         gets_before, chunks_before = input_gets(self.inputs)
+        # Where the tasks' time and memory go (_breakdown): the process's RSS and CPU over them.
+        meter = RunMeter().start()
         try:
             results = (
                 run(
@@ -212,6 +215,7 @@ class FlowGraph:
                 else []
             )
         finally:
+            meter.stop()
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)
         top_stats = [r for r in results if isinstance(r, TopStats)]
@@ -226,7 +230,25 @@ class FlowGraph:
             (graph.name(ref.id), *_bytes_of(stats))
             for ref, stats in zip(refs, results, strict=True)
         )
-        return dataclasses.replace(report, task_bytes=per_task)
+        breakdown = self._breakdown(results, meter)
+        breakdown = dataclasses.replace(breakdown, setup_seconds=report.wall_seconds - meter.wall)
+        return dataclasses.replace(report, task_bytes=per_task, breakdown=breakdown)
+
+    def _breakdown(self, results: list[Any], meter: RunMeter) -> Breakdown:
+        """The run's time and memory terms from its tasks' timings (``_breakdown``)."""
+        cores = self.cores
+        in_flight = superchunks_in_flight(
+            self.spec, cores, memory_limit=self.memory_limit, top_bytes=self.top_memory,
+            device=self.job.device, io_waits=self.io_waits,
+        )  # fmt: skip
+        return meter.breakdown(
+            [r.times for r in results if isinstance(r, TopStats | ReductionStats)],
+            slots=cores,
+            needed_voxels=self.pending_voxels,
+            in_process=self.in_process,
+            cache_bytes=sum(int(getattr(v, "cache_bytes", 0) or 0) for v in self.inputs.values()),
+            in_flight_bytes=in_flight * self.top_memory,
+        )
 
     def _plan(self, graph: Graph, refs: list[TaskRef]) -> Plan:
         """The plan of this flow's graph on this machine, with the flow's memory budget:

@@ -33,6 +33,7 @@ import numpy as np
 
 from chunkgraph._errors import CorruptChunkError
 from chunkgraph.flow.plan import FlowSpec, can_saturate, count_saturated
+from chunkgraph.flow.run._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY
 from chunkgraph.flow.run._edge_locks import edge_chunks_locked, partial_chunks
@@ -94,11 +95,13 @@ def top_indices_meeting(spec: FlowSpec, box: Box) -> list[tuple[int, ...]]:
 @dataclass(frozen=True)
 class ReductionStats:
     """What one reduction did: destination bytes written, layer bytes read, and voxels
-    whose value did not fit dst's dtype when cast into it here (``_cast``)."""
+    whose value did not fit dst's dtype when cast into it here (``_cast``); its reads
+    and its write, timed (``_breakdown``)."""
 
     bytes_written: int
     temporary_bytes_read: int
     saturated: int = 0
+    times: TaskTimes = NO_TIMES
 
 
 def reduce_box(
@@ -110,12 +113,13 @@ def reduce_box(
     run_token: str = "",
 ) -> ReductionStats:
     """Compute the flow's output over ``box`` (a reduction's write box) and write it."""
+    timer = TaskTimer()
     compute = box.intersection(spec.bbox)
     top = spec.levels[0]
     channels = tuple(dst.channel_shape)
     layer_read = 0
     if layers.n_layers == 1 and not any(top.blend):
-        copied = _read_layer(layer_vols[0], compute)
+        copied = timer.read(lambda: _read_layer(layer_vols[0], compute))
         saturated = _saturated(copied, spec)
         result = cast_to(copied, spec.dst_dtype)
         layer_read = result.nbytes
@@ -128,7 +132,8 @@ def reduce_box(
             part = padded.intersection(compute)
             if part.is_empty:
                 continue
-            data = _read_layer(layer_vols[layers.layer_of(index)], part)
+            layer = layer_vols[layers.layer_of(index)]
+            data = timer.read(lambda: _read_layer(layer, part))  # noqa: B023 - called here
             layer_read += data.nbytes
             target = acc[at(part, compute)]
             if weighted:
@@ -140,19 +145,26 @@ def reduce_box(
         result = cast_to(acc, spec.dst_dtype)
         del acc  # the accumulator (float64) need not outlive its cast during the write
     check_run_live(run_token)
+    # A read-modify-write of the edge chunks the bbox cuts is timed as the write it is.
+    written = timer.write(lambda: _write_result(dst, box, compute, result))
+    return ReductionStats(written, layer_read, saturated, timer.times())
+
+
+def _write_result(dst: Volume, box: Box, compute: Box, result: np.ndarray) -> int:
+    """Write a reduction's ``result`` over ``compute`` (``box`` inside the bbox); bytes."""
     if compute == box:
         dst.write(box, result)
-        return ReductionStats(int(result.nbytes), layer_read, saturated)
+        return int(result.nbytes)
     if dst.location.conditional_writes:
         # The store merges the cut edge chunks conditionally: no lock, no read here.
         dst.merge_write(compute, result)
-        return ReductionStats(int(result.nbytes), layer_read, saturated)
+        return int(result.nbytes)
     # Edge chunks the bbox cuts: another flow may rewrite their other part (_edge_locks).
     with edge_chunks_locked(dst, partial_chunks(dst, box, compute)):
         whole = dst.read(box)
         whole[at(compute, box)] = result
         dst.write(box, whole)
-    return ReductionStats(int(whole.nbytes), layer_read, saturated)
+    return int(whole.nbytes)
 
 
 def _saturated(values: np.ndarray, spec: FlowSpec) -> int:

@@ -7,6 +7,7 @@ one small function below, in the order they appear::
     flow <id> over <bbox>            the header
       tasks per level / reductions   _tasks_line
       read ... / would read ...      _work_lines (_estimate_lines for a dry run)
+      time on N slots / memory       _breakdown_lines (a run's Breakdown)
       device: ...                    _device_lines
       resumed / deferred / values    _outcome_lines
       plan (automatic): ...          FlowPlan.headline, or .summary after a dry run
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from chunkgraph._util import format_bytes
 from chunkgraph.flow.plan import FlowPlan
+from chunkgraph.flow.run._breakdown import Breakdown
 from chunkgraph.geometry import Box
 from chunkgraph.volume import is_url
 
@@ -76,6 +78,9 @@ class ApplyReport:
             the floor.
         dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
             inside were written); None otherwise.
+        breakdown: Where the run's time and memory went (compute, redundant compute,
+            decode, waits, encode, idle; peak RSS), see ``chunkgraph.flow.Breakdown``;
+            None for a dry run, a flow finished before, and ``dst=None``.
     """
 
     flow_id: str
@@ -120,6 +125,8 @@ class ApplyReport:
     # dst's bounds, when the bbox was expanded past them: the summary says which voxels
     # were written (only those inside)
     dst_bounds: Box | None = None
+    # Where the tasks' time and memory went (_breakdown); None where no task graph ran
+    breakdown: Breakdown | None = None
 
     def summary(self, *, plan: bool = True) -> str:
         """A few human-readable lines.
@@ -135,6 +142,7 @@ class ApplyReport:
             f"{' (dry run)' if self.dry_run else ''}",
             _tasks_line(self),
             *_work_lines(self),
+            *_breakdown_lines(self.breakdown),
             *_device_lines(self),
             *_outcome_lines(self),
         ]
@@ -183,6 +191,12 @@ def _work_lines(r: ApplyReport) -> list[str]:
             f"chunks ({per_chunk:.2f} requests per input chunk)"
         )
     return lines
+
+
+def _breakdown_lines(b: Breakdown | None) -> list[str]:
+    """The time terms as shares of the slots' time, and the peak memory (what the plan
+    allowed is the plan's line, or ``chunkgraph report``'s table)."""
+    return [] if b is None else ["  " + b.line(), "  " + b.memory_line(planned=False)]
 
 
 def _estimate_lines(

@@ -65,6 +65,7 @@ from chunkgraph.flow.plan import (
     resolution_hint,
     scaled,
 )
+from chunkgraph.flow.run._breakdown import TaskTimer
 from chunkgraph.flow.run._device import FlowDevice
 from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.geometry import Box
@@ -140,6 +141,7 @@ class SubchunkContext:
     run_token: str = ""  # direct writes check it (_late_writes)
     device: FlowDevice | None = None  # None: the host; else data and levels live there
     device_index: int = 0
+    timer: TaskTimer | None = None  # times fn and direct writes (_breakdown); None: not
 
     def for_each_child(self, run: Callable[[int], T], indices: list[int]) -> list[T]:
         """The children of a level: on the pool, or in order on a device (see above)."""
@@ -245,7 +247,10 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
         cast = cast_counting(result, dst.dtype, ctx.spec.dst_dtype, inside, ctx.counter, xp)
         out = ctx.to_host(cast)
         check_run_live(ctx.run_token)
-        dst.write(chunk, out)
+        if ctx.timer is None:
+            dst.write(chunk, out)
+        else:
+            ctx.timer.write(lambda: dst.write(chunk, out))
         # Only the part inside dst is written (dst.write crops it).
         return int(out.nbytes) * chunk.intersection(dst.bounds).size // max(chunk.size, 1)
     starts, stops, _ = chunk.split_arrays(ctx.spec.levels[level + 1].chunk)
@@ -352,7 +357,14 @@ def _call_fn(ctx: SubchunkContext, level: int, chunk: Box) -> np.ndarray:
         for name, array in ctx.data.items()
     }
     return call_fn(
-        ctx.spec, ctx.fn, arrays, chunk, ctx.out_channel_shape, ctx.device, ctx.device_index
+        ctx.spec,
+        ctx.fn,
+        arrays,
+        chunk,
+        ctx.out_channel_shape,
+        ctx.device,
+        ctx.device_index,
+        timer=ctx.timer,
     )
 
 
@@ -372,19 +384,24 @@ def call_fn(
     device: FlowDevice | None = None,
     device_index: int = 0,
     refused: type[ChunkgraphError] = FlowOutputError,
+    timer: TaskTimer | None = None,
 ) -> np.ndarray:
     """``fn`` on one bottom chunk's arrays; its output checked, cropped to chunk + blend.
 
     With a ``device``, ``arrays`` are device arrays and so is the output (a host array
     ``fn`` returns is uploaded to ``device_index``). An output dtype that ``spec.cast``
-    does not allow for dst raises ``refused`` (the probe: ``ConfigError``)."""
+    does not allow for dst raises ``refused`` (the probe: ``ConfigError``). A ``timer``
+    times the call as compute over the voxels ``fn`` is given (``_breakdown``)."""
     bottom = spec.levels[-1]
     read_box = chunk.padded(_add(bottom.crop, bottom.blend))
     out_box = chunk.padded(bottom.blend)
     extra = {BOX_KEYWORD: read_box} if spec.pass_box else {}
     try:
         args = tuple(arrays.values()) if spec.positional_input else ()
-        result = fn(*args, **extra) if args else fn(**arrays, **extra)
+        call: Callable[[], Any] = (
+            (lambda: fn(*args, **extra)) if args else (lambda: fn(**arrays, **extra))
+        )
+        result = call() if timer is None else timer.call_fn(call, read_box.size)
     except Exception as exc:
         level = len(spec.levels) - 1
         exc.add_note(

@@ -58,6 +58,7 @@ import numpy as np
 
 from chunkgraph.flow.plan import FlowSpec, bottom_chunks_per_top, scaled
 from chunkgraph.flow.plan import superchunks_in_flight as _superchunks_rule
+from chunkgraph.flow.run._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._device import FlowDevice
 from chunkgraph.flow.run._late_writes import check_run_live
@@ -121,13 +122,15 @@ class TopStats:
     exact when the inputs are cached; without a cache, tasks in flight together
     in one process count each other's, so under threads the driver measures
     instead). ``saturated``: voxels of dst whose value did not fit its dtype
-    (``_cast``), counted where this task cast them into it.
+    (``_cast``), counted where this task cast them into it. ``times``: its fn calls,
+    reads and writes, timed (``_breakdown``).
     """
 
     tasks_per_level: tuple[int, ...]
     bytes_read: int
     bytes_written: int
     saturated: int = 0
+    times: TaskTimes = NO_TIMES
 
 
 def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
@@ -179,7 +182,8 @@ def _run_levels(
 ) -> TopStats:
     spec = job.spec
     region = box.padded(spec.context_pad)
-    data, read = read_inputs(job, region)
+    timer = TaskTimer()
+    data, read = read_inputs(job, region, timer)
     if device is not None:
         # Once per task and input; the host copy goes as soon as the device has its own.
         data = {name: device.upload(array, device_index) for name, array in data.items()}
@@ -193,11 +197,14 @@ def _run_levels(
         run_token=job.run_token,
         device=device,
         device_index=device_index,
+        timer=timer,
     )
     counter = ctx.counter
     if job.layers is None:
         written_bytes = stream_chunk(ctx, 0, box, job.dst)
-        return TopStats(tuple(counter.counts), read, written_bytes, counter.saturated)
+        return TopStats(
+            tuple(counter.counts), read, written_bytes, counter.saturated, timer.times()
+        )
     # The voxels this task stands for in saturation counts: its chunk, inside dst.
     owned = box.intersection(job.dst.bounds)
     out = process_chunk(ctx, 0, box, owned)
@@ -217,11 +224,11 @@ def _run_levels(
     written = cast if device is None else device.download(cast)
     del out, part, cast
     check_run_live(job.run_token)
-    target.write(keep, written)
-    return TopStats(counts, read, int(written.nbytes), counter.saturated)
+    timer.write(lambda: target.write(keep, written))
+    return TopStats(counts, read, int(written.nbytes), counter.saturated, timer.times())
 
 
-def read_inputs(job: TopJob, region: Box) -> tuple[dict[str, np.ndarray], int]:
+def read_inputs(job: TopJob, region: Box, timer: TaskTimer) -> tuple[dict[str, np.ndarray], int]:
     """Every input over ``region`` (dst voxels; each input at its own resolution, over
     ``scaled(region, scale)``), read once (in ordered slabs when cached, see above), and
     the bytes that took from storage.
@@ -232,22 +239,27 @@ def read_inputs(job: TopJob, region: Box) -> tuple[dict[str, np.ndarray], int]:
 
     The arrays are made read-only: ``fn`` gets views of them, and one chunk's
     ``fn`` writing into its input would corrupt its neighbours' inputs.
+
+    ``timer`` times each read, and the wait for the read lock as a read's wait.
     """
     cached = any(getattr(v, "cache_bytes", 0) for v in job.inputs.values())
     data: dict[str, np.ndarray] = {}
     if cached:
-        with _read_lock(job.marker_root):
+        lock = _read_lock(job.marker_root)
+        timer.read(lock.acquire)
+        try:
             before = _bytes_read(job)
             for name, vol in job.inputs.items():
                 own = scaled(region, job.spec.scale_of(name))
-                data[name] = _read_in_slabs(vol, own, job.sweep_axis % region.ndim)
+                data[name] = _read_in_slabs(vol, own, job.sweep_axis % region.ndim, timer)
             read = _bytes_read(job) - before
+        finally:
+            lock.release()
     else:
         before = _bytes_read(job)
-        data = {
-            name: vol.read(scaled(region, job.spec.scale_of(name)))
-            for name, vol in job.inputs.items()
-        }
+        for name, vol in job.inputs.items():
+            own = scaled(region, job.spec.scale_of(name))
+            data[name] = timer.read(functools.partial(vol.read, own))
         read = _bytes_read(job) - before
     for array in data.values():
         array.flags.writeable = False
@@ -258,7 +270,7 @@ def _bytes_read(job: TopJob) -> int:
     return sum(v.stats.bytes_read for v in job.inputs.values())
 
 
-def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
+def _read_in_slabs(vol: Volume, region: Box, axis: int, timer: TaskTimer) -> np.ndarray:
     """``vol.read(region)``, one storage-chunk-thick slab along ``axis`` after another.
 
     The storage chunks inside one slab are fetched concurrently (one read per
@@ -271,7 +283,7 @@ def _read_in_slabs(vol: Volume, region: Box, axis: int) -> np.ndarray:
     others = [a for a in range(region.ndim) if a != axis]
 
     def read_piece(piece: Box) -> None:
-        out[at(piece, region)] = vol.read(piece)
+        out[at(piece, region)] = timer.read(functools.partial(vol.read, piece))
 
     for lo, hi in itertools.pairwise(cuts[axis]):
         pieces = []
