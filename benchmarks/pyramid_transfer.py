@@ -20,6 +20,7 @@ budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rec
 
     python benchmarks/pyramid_transfer.py [--quick] [--repeat 3] [--memory-limit BYTES]
                                           [--workdir bench-out/pyramid_transfer]
+                                          [--only mean|mode|transfer|...]
 
 Wall time is the median of ``--repeat`` runs, peak RSS the largest.
 
@@ -308,6 +309,9 @@ def main() -> None:
     parser.add_argument("--workdir", default="bench-out/pyramid_transfer")
     parser.add_argument("--memory-limit", type=int, default=512 * MiB)
     parser.add_argument("--repeat", type=int, default=3, help="runs per case: the median wall")
+    parser.add_argument(
+        "--only", help="run only the cases whose name contains this (e.g. 'mode')"
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     work = Path(args.workdir).resolve()
@@ -319,6 +323,8 @@ def main() -> None:
     sources = make_sources(work, args.quick)
     rows = []
     for name, (what, _, case_args) in CASES.items():
+        if args.only and args.only not in name:
+            continue
         why = available(name)
         if why is None and name.startswith("igneous"):
             try:
