@@ -260,6 +260,7 @@ def _mode_of_sorted_columns(columns: list[np.ndarray]) -> np.ndarray:
     best = run.copy()
     same = np.empty(best_value.shape, bool)
     better = np.empty(best_value.shape, bool)
+    change = np.empty_like(best_value)
     for j in range(1, len(columns)):
         np.equal(columns[j], columns[j - 1], out=same)
         run += 1
@@ -267,7 +268,11 @@ def _mode_of_sorted_columns(columns: list[np.ndarray]) -> np.ndarray:
         # Strictly longer only: the first run to reach a length keeps it (the smaller value).
         np.greater(run, best, out=better)
         np.maximum(best, run, out=best)
-        np.copyto(best_value, columns[j], where=better)
+        # best_value = columns[j] where better, without branches (a masked copy over a
+        # scattered mask is ~10x slower): xor in the difference, zeroed where not better.
+        np.bitwise_xor(columns[j], best_value, out=change)
+        change *= better
+        best_value ^= change
     return best_value
 
 
