@@ -21,8 +21,11 @@ budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rec
     python benchmarks/pyramid_transfer.py [--quick] [--repeat 3] [--memory-limit BYTES]
                                           [--workdir bench-out/pyramid_transfer]
                                           [--only mean|mode|transfer|...]
+                                          [--baseline-src OTHER_CHECKOUT/src]
 
-Wall time is the median of ``--repeat`` runs, peak RSS the largest.
+Wall time is the median of ``--repeat`` runs, peak RSS the largest. The clock starts
+after the case has imported its libraries (``IMPORTS``); the import's time is its own
+column.
 
 The peers are not test dependencies; install them for the run (pinned versions stay):
 ``pip install -c constraints.txt rechunker igneous-pipeline`` (igneous-pipeline 4.37
@@ -35,6 +38,7 @@ through its TensorStore backend instead of zarr-python.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -203,16 +207,34 @@ CASES: dict[str, tuple[str, Any, tuple[Any, ...]]] = {
 }
 
 
+# What each case imports, before its clock starts: the wall is the job's, not the
+# interpreter's loading of a library (chunkgraph's import alone takes ~0.5 s here, more
+# than a quick case's job); the import's own time is printed beside it.
+IMPORTS: dict[Any, tuple[str, ...]] = {
+    cg_downsample: ("chunkgraph",),
+    cg_transfer: ("chunkgraph",),
+    ts_downsample: ("tensorstore",),
+    ig_downsample: ("igneous.task_creation", "cloudvolume", "taskqueue"),
+    rechunker_transfer: ("zarr", "rechunker"),
+    dask_transfer: ("dask", "dask.array"),
+}
+
+
 def run_case(name: str, work: Path, memory: int) -> None:
-    """In the case's own process: time it, print wall, peak RSS and the outputs as JSON."""
+    """In the case's own process: import what it needs, then time it; print wall, import
+    time, peak RSS and the outputs as JSON."""
     _, fn, args = CASES[name]
+    t_import = time.perf_counter()
+    for module in IMPORTS[fn]:
+        importlib.import_module(module)
+    imported = time.perf_counter() - t_import
     t0 = time.perf_counter()
     # chunkgraph cases take the backend after the memory budget.
     head, tail = (args[:-1], args[-1:]) if args[-1] == "tensorstore" else (args, ())
     outputs = fn(work, *head, memory, *tail)
     wall = time.perf_counter() - t0
     peak = _peak_rss()
-    print(json.dumps({"wall": wall, "peak": peak, "outputs": outputs}))
+    print(json.dumps({"wall": wall, "import": imported, "peak": peak, "outputs": outputs}))
 
 
 def _peak_rss() -> int:
@@ -309,8 +331,11 @@ def main() -> None:
     parser.add_argument("--workdir", default="bench-out/pyramid_transfer")
     parser.add_argument("--memory-limit", type=int, default=512 * MiB)
     parser.add_argument("--repeat", type=int, default=3, help="runs per case: the median wall")
+    parser.add_argument("--only", help="run only the cases whose name contains this (e.g. 'mode')")
     parser.add_argument(
-        "--only", help="run only the cases whose name contains this (e.g. 'mode')"
+        "--baseline-src",
+        help="a chunkgraph source tree (its src folder): each chunkgraph case runs again "
+        "with it, as '(baseline)' rows",
     )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -332,32 +357,44 @@ def main() -> None:
             except Exception as err:  # a peer that fails is reported, not fatal
                 why = f"failed to prepare: {type(err).__name__}: {err}"
         if why is not None:
-            rows.append((name, what, None, None, None, why))
+            rows.append((name, what, None, None, None, None, why))
             continue
-        cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
-               "--memory-limit", str(args.memory_limit)]  # fmt: skip
-        runs = []
-        for _ in range(args.repeat):
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                break
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        rows.append(measure(name, what, sources[case_args[0]], work, args, None))
+        if args.baseline_src and name.startswith("chunkgraph"):
+            rows.append(measure(name, what, sources[case_args[0]], work, args, args.baseline_src))
+    print_table(rows, args)
+
+
+def measure(
+    name: str,
+    what: str,
+    source: np.ndarray,
+    work: Path,
+    args: argparse.Namespace,
+    baseline: str | None,
+) -> tuple[Any, ...]:
+    """One case's row: ``--repeat`` runs, each in its own process (chunkgraph from the
+    ``baseline`` source tree when given: the same case before a change, in the same run)."""
+    cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
+           "--memory-limit", str(args.memory_limit)]  # fmt: skip
+    env = None if baseline is None else {**os.environ, "PYTHONPATH": baseline}
+    shown = name if baseline is None else f"{name} (baseline)"
+    runs = []
+    for _ in range(args.repeat):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
-            rows.append((name, what, None, None, None, f"failed: {last[:120]}"))
-            continue
-        result = {
-            "wall": float(np.median([r["wall"] for r in runs])),
-            "peak": max(r["peak"] for r in runs),
-            "outputs": runs[-1]["outputs"],
-        }
-        try:
-            exact: float | None = exactness(what, result["outputs"], sources[case_args[0]])
-            note = ""
-        except Exception as err:  # an output that cannot be read back is reported
-            exact, note = None, f"output unreadable: {type(err).__name__}"
-        rows.append((name, what, result["wall"], result["peak"], exact, note))
-    print_table(rows, args)
+            return (shown, what, None, None, None, None, f"failed: {last[:120]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    wall = float(np.median([r["wall"] for r in runs]))
+    imported = float(np.median([r["import"] for r in runs]))
+    peak = max(r["peak"] for r in runs)
+    try:
+        exact: float | None = exactness(what, runs[-1]["outputs"], source)
+        note = ""
+    except Exception as err:  # an output that cannot be read back is reported
+        exact, note = None, f"output unreadable: {type(err).__name__}"
+    return (shown, what, wall, imported, peak, exact, note)
 
 
 def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
@@ -365,21 +402,24 @@ def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
         f"memory budget {args.memory_limit / MiB:.0f} MiB; {os.cpu_count()} cores; "
         f"median of {args.repeat} runs"
     )
-    print("| case | job | wall s | peak RSS MiB | equal to reference | vs best peer |")
-    print("|---|---|---:|---:|---:|---|")
+    print("| case | job | wall s | import s | peak RSS MiB | equal to reference | vs best peer |")
+    print("|---|---|---:|---:|---:|---:|---|")
     best: dict[str, float] = {}
-    for name, what, wall, _, _, _ in rows:
+    for name, what, wall, *_ in rows:
         if wall is not None and not name.startswith("chunkgraph"):
             best[what] = min(best.get(what, float("inf")), wall)
-    for name, what, wall, peak, exact, note in rows:
+    for name, what, wall, imported, peak, exact, note in rows:
         if wall is None:
-            print(f"| {name} | {what} | - | - | - | not run: {note} |")
+            print(f"| {name} | {what} | - | - | - | - | not run: {note} |")
             continue
         ratio = ""
         if name.startswith("chunkgraph") and what in best:
             ratio = f"{wall / best[what]:.2f}x"
         equal = "-" if exact is None else f"{exact:.4f}"
-        print(f"| {name} | {what} | {wall:.2f} | {peak / MiB:.0f} | {equal} | {ratio}{note} |")
+        print(
+            f"| {name} | {what} | {wall:.3f} | {imported:.2f} | {peak / MiB:.0f} | {equal} "
+            f"| {ratio}{note} |"
+        )
 
 
 if __name__ == "__main__":
