@@ -239,10 +239,13 @@ def _sorted_blocks_reduce(
 def _sorted_columns(data: np.ndarray[Any, Any], factor: tuple[int, ...]) -> list[np.ndarray]:
     """The ``k`` voxels of every (whole) block as ``k`` arrays of the reduced shape,
     sorted across them: ``columns[j]`` holds each block's ``j``-th smallest voxel."""
-    columns = [
-        np.ascontiguousarray(data[(Ellipsis, *(slice(o, None, f) for o, f in zip(at, factor)))])
-        for at in itertools.product(*(range(f) for f in factor))
-    ]
+    columns = []
+    for at in itertools.product(*(range(f) for f in factor)):
+        index: tuple[Any, ...] = (
+            Ellipsis,
+            *(slice(o, None, f) for o, f in zip(at, factor, strict=True)),
+        )
+        columns.append(np.ascontiguousarray(data[index]))
     spare = np.empty_like(columns[0])
     for i, j in _network(len(columns)):
         np.minimum(columns[i], columns[j], out=spare)
