@@ -23,7 +23,8 @@ budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rec
                                           [--only mean|mode|transfer|...]
                                           [--baseline-src OTHER_CHECKOUT/src]
 
-Wall time is the median of ``--repeat`` runs, peak RSS the largest. The clock starts
+Wall time is the median of ``--repeat`` runs, taken round robin (every case's run ``r``
+before any case's run ``r + 1``), peak RSS the largest. The clock starts
 after the case has imported its libraries (``IMPORTS``); the import's time is its own
 column.
 
@@ -276,6 +277,9 @@ def _read(kind: str, where: str) -> np.ndarray:
     return np.asarray(CloudVolume(path, mip=int(mip), progress=False)[:, :, :])[..., 0]
 
 
+_EXPECTED: dict[tuple[str, int, int], np.ndarray] = {}
+
+
 def exactness(what: str, outputs: list[Any], source: np.ndarray) -> float:
     """Fraction of voxels equal to the reference, over every level (or the copy)."""
     if what == "rechunk":
@@ -283,8 +287,11 @@ def exactness(what: str, outputs: list[Any], source: np.ndarray) -> float:
         return float((got == source).mean()) if got.shape == source.shape else 0.0
     equal = total = 0
     expected = source
-    for kind, where in outputs:
-        expected = _reduce(expected, what)
+    for level, (kind, where) in enumerate(outputs):
+        key = (what, id(source), level)  # each case's every run compares with the same
+        if key not in _EXPECTED:
+            _EXPECTED[key] = _reduce(expected, what)
+        expected = _EXPECTED[key]
         got = _read(kind, where)
         if got.shape == expected.shape:
             equal += int((got == expected).sum())
@@ -350,7 +357,9 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     sources = make_sources(work, args.quick)
-    rows = []
+    rows: dict[str, tuple[Any, ...]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    jobs: list[tuple[str, str, str | None]] = []  # (shown, case, baseline source)
     for name, (what, _, case_args) in CASES.items():
         if args.only and args.only not in name:
             continue
@@ -361,44 +370,81 @@ def main() -> None:
             except Exception as err:  # a peer that fails is reported, not fatal
                 why = f"failed to prepare: {type(err).__name__}: {err}"
         if why is not None:
-            rows.append((name, what, None, None, None, None, why))
+            rows[name] = (name, what, None, None, None, None, f"not run: {why}")
             continue
-        rows.append(measure(name, what, sources[case_args[0]], work, args, None))
+        jobs.append((name, name, None))
         if args.baseline_src and name.startswith("chunkgraph"):
-            rows.append(measure(name, what, sources[case_args[0]], work, args, args.baseline_src))
-    print_table(rows, args)
+            jobs.append((f"{name} (baseline)", name, args.baseline_src))
+    # Round robin: run r of every case before run r + 1 of any, so that a busy spell on
+    # a shared machine slows every case alike rather than one.
+    for _ in range(args.repeat):
+        for shown, name, baseline in jobs:
+            if shown not in rows:  # not failed
+                _run_into(rows, runs, shown, name, baseline, work, args, sources)
+    for shown, name, _ in jobs:
+        if shown not in rows:
+            rows[shown] = summary(shown, CASES[name][0], runs[shown])
+    print_table(sorted(rows.values(), key=_case_order), args)
 
 
-def measure(
+def _run_into(
+    rows: dict[str, tuple[Any, ...]],
+    runs: dict[str, list[dict[str, Any]]],
+    shown: str,
     name: str,
-    what: str,
-    source: np.ndarray,
+    baseline: str | None,
     work: Path,
     args: argparse.Namespace,
-    baseline: str | None,
-) -> tuple[Any, ...]:
-    """One case's row: ``--repeat`` runs, each in its own process (chunkgraph from the
-    ``baseline`` source tree when given: the same case before a change, in the same run)."""
+    sources: dict[str, np.ndarray],
+) -> None:
+    """One run of a case: its result into ``runs``, or its failure into ``rows``."""
+    what, _, case_args = CASES[name]
+    result = run_once(name, work, args.memory_limit, baseline)
+    if isinstance(result, str):
+        rows[shown] = (shown, what, None, None, None, None, result)
+        return
+    # Checked after each run: the next case may write the same paths.
+    result["exact"] = checked(what, result["outputs"], sources[case_args[0]])
+    runs.setdefault(shown, []).append(result)
+
+
+def _case_order(row: tuple[Any, ...]) -> tuple[int, bool]:
+    """The table's rows in the cases' own order, each case's baseline after it."""
+    shown: str = row[0]
+    base = shown.removesuffix(" (baseline)")
+    return list(CASES).index(base), shown != base
+
+
+def run_once(name: str, work: Path, memory: int, baseline: str | None) -> dict[str, Any] | str:
+    """One run of a case in its own process (chunkgraph from the ``baseline`` source
+    tree when given: the same case before a change, in the same run), or why it failed."""
     cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
-           "--memory-limit", str(args.memory_limit)]  # fmt: skip
+           "--memory-limit", str(memory)]  # fmt: skip
     env = None if baseline is None else {**os.environ, "PYTHONPATH": baseline}
-    shown = name if baseline is None else f"{name} (baseline)"
-    runs = []
-    for _ in range(args.repeat):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["?"])[-1]
-            return (shown, what, None, None, None, None, f"failed: {last[:120]}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return f"failed: {last[:120]}"
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def checked(what: str, outputs: list[Any], source: np.ndarray) -> float | str:
+    """``exactness``, or why the output could not be read back."""
+    try:
+        return exactness(what, outputs, source)
+    except Exception as err:  # an output that cannot be read back is reported
+        return f"output unreadable: {type(err).__name__}"
+
+
+def summary(shown: str, what: str, runs: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """A case's row: the median wall and import, the largest peak, the least exact run."""
     wall = float(np.median([r["wall"] for r in runs]))
     imported = float(np.median([r["import"] for r in runs]))
     peak = max(r["peak"] for r in runs)
-    try:
-        exact: float | None = exactness(what, runs[-1]["outputs"], source)
-        note = ""
-    except Exception as err:  # an output that cannot be read back is reported
-        exact, note = None, f"output unreadable: {type(err).__name__}"
-    return (shown, what, wall, imported, peak, exact, note)
+    unreadable = [r["exact"] for r in runs if isinstance(r["exact"], str)]
+    exact = None if unreadable else min(r["exact"] for r in runs)
+    return (shown, what, wall, imported, peak, exact, unreadable[0] if unreadable else "")
 
 
 def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
@@ -414,7 +460,7 @@ def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
             best[what] = min(best.get(what, float("inf")), wall)
     for name, what, wall, imported, peak, exact, note in rows:
         if wall is None:
-            print(f"| {name} | {what} | - | - | - | - | not run: {note} |")
+            print(f"| {name} | {what} | - | - | - | - | {note} |")
             continue
         ratio = ""
         if name.startswith("chunkgraph") and what in best:
