@@ -70,6 +70,15 @@ def test_fast_paths_equal_the_per_block_definition(
         assert got.tobytes() == want.tobytes(), (shape, factor, dtype, method)
 
 
+def test_a_median_of_floats_with_nan_sorts_nan_last_as_before() -> None:
+    data = np.arange(64, dtype=np.float32).reshape(4, 4, 4)
+    data[0, 0, 0] = data[2, 2, 2] = data[3, 3, 3] = np.nan
+    assert (
+        block_reduce(data, (2, 2, 2), "median").tobytes()
+        == reference(data, (2, 2, 2), "median").tobytes()
+    )
+
+
 def test_channels_pass_through_the_fast_paths() -> None:
     data = _data("uint32", (3, 8, 8, 4), seed=5)
     for method in ("mode", "mean", "median"):

@@ -20,7 +20,7 @@ Channel axes (leading) pass through untouched.
 
 Speed. Every method works on whole arrays, never per block in Python. Blocks that are
 whole take the fast paths: the mean of integers whose block size is a power of two
-rounds with a shift; median and mode of blocks of at most ``NETWORK_MAX`` voxels lay the
+rounds with a shift; median and mode of integer blocks of at most ``NETWORK_MAX`` voxels lay the
 block's voxels out as that many arrays and sort them with a sorting network (element-wise
 ``minimum``/``maximum``: ~5x faster than ``numpy.sort`` along rows of 8), then read the
 mode off the sorted runs. The results are those of the general path, bit for bit.
@@ -205,7 +205,8 @@ def _sorted_blocks_reduce(
     padded_shape = tuple(o * f for o, f in zip(out_shape, factor, strict=True))
     channels = data.shape[:n_channel]
     k = math.prod(factor)
-    if padded_shape == spatial and k <= NETWORK_MAX:
+    # Integers only: minimum and maximum carry a NaN to both sides, where a sort puts it last.
+    if padded_shape == spatial and k <= NETWORK_MAX and data.dtype.kind in "iu":
         columns = _sorted_columns(data, factor)
         if method == "median":
             return columns[(k - 1) // 2]
