@@ -148,3 +148,18 @@ def test_offset_odd_shaped_levels_are_exact_through_every_pass(tmp_path: Path) -
         expected = reference(expected, (2, 2, 1), "mean")
         level = volume.open(path)
         np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+def test_a_fused_pass_writes_its_first_level_straight_to_it(tmp_path: Path) -> None:
+    data = _data("uint8", (128, 128, 64), seed=11)
+    src = _source(tmp_path, data, (16, 16, 16))
+    report = downsample(src, factor=2, levels=3, method="mean", workers=2)
+    assert report.levels_per_pass[0] >= 2
+    # Not through temporary layers written, read back and written again.
+    assert [p.temporary_bytes for p in report.passes] == [0] * len(report.passes)
+    assert report.passes[0].bytes_written == data.nbytes // 8
+    expected = data
+    for path in report.paths:
+        expected = reference(expected, (2, 2, 2), "mean")
+        level = volume.open(path)
+        np.testing.assert_array_equal(level.read(level.bounds), expected)

@@ -332,6 +332,10 @@ def downsample(
                         "above": tuple(_place(v) for v in above),
                     },
                     chunk_sizes="auto" if top is None else [top],
+                    # A fused pass's top chunk covers the first level's chunks whole:
+                    # straight to it, not through temporary layers written, read back
+                    # and written again (the automatic plan decides this by itself).
+                    skip_intermediates=None if top is None else True,
                     bbox=first.bounds,
                     expand_bbox=True,
                     # Every block reduction returns the level's own dtype.
