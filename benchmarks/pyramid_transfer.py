@@ -23,10 +23,10 @@ budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rec
                                           [--only mean|mode|transfer|...]
                                           [--baseline-src OTHER_CHECKOUT/src]
 
-Wall time is the median of ``--repeat`` runs, taken round robin (every case's run ``r``
-before any case's run ``r + 1``), peak RSS the largest. The clock starts
-after the case has imported its libraries (``IMPORTS``); the import's time is its own
-column.
+Wall and CPU time (the case process's, every thread's) are the median of ``--repeat``
+runs, taken round robin (every case's run ``r`` before any case's run ``r + 1``), peak
+RSS the largest. The clock starts after the case has imported its libraries
+(``IMPORTS``); the import's time is its own column.
 
 The peers are not test dependencies; install them for the run (pinned versions stay):
 ``pip install -c constraints.txt rechunker igneous-pipeline`` (igneous-pipeline 4.37
@@ -233,13 +233,23 @@ def run_case(name: str, work: Path, memory: int) -> None:
         if attribute:
             getattr(loaded, attribute)
     imported = time.perf_counter() - t_import
+    cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     # chunkgraph cases take the backend after the memory budget.
     head, tail = (args[:-1], args[-1:]) if args[-1] == "tensorstore" else (args, ())
     outputs = fn(work, *head, memory, *tail)
     wall = time.perf_counter() - t0
+    cpu = _cpu_seconds() - cpu0
     peak = _peak_rss()
-    print(json.dumps({"wall": wall, "import": imported, "peak": peak, "outputs": outputs}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "import": imported, "peak": peak,
+                      "outputs": outputs}))  # fmt: skip
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time, every thread's: less shaken than the wall by other
+    people's work on a shared machine (a case's workers in other processes are not in it)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _peak_rss() -> int:
@@ -370,7 +380,7 @@ def main() -> None:
             except Exception as err:  # a peer that fails is reported, not fatal
                 why = f"failed to prepare: {type(err).__name__}: {err}"
         if why is not None:
-            rows[name] = (name, what, None, None, None, None, f"not run: {why}")
+            rows[name] = (name, what, None, None, None, None, None, f"not run: {why}")
             continue
         jobs.append((name, name, None))
         if args.baseline_src and name.startswith("chunkgraph"):
@@ -401,7 +411,7 @@ def _run_into(
     what, _, case_args = CASES[name]
     result = run_once(name, work, args.memory_limit, baseline)
     if isinstance(result, str):
-        rows[shown] = (shown, what, None, None, None, None, result)
+        rows[shown] = (shown, what, None, None, None, None, None, result)
         return
     # Checked after each run: the next case may write the same paths.
     result["exact"] = checked(what, result["outputs"], sources[case_args[0]])
@@ -440,35 +450,40 @@ def checked(what: str, outputs: list[Any], source: np.ndarray) -> float | str:
 def summary(shown: str, what: str, runs: list[dict[str, Any]]) -> tuple[Any, ...]:
     """A case's row: the median wall and import, the largest peak, the least exact run."""
     wall = float(np.median([r["wall"] for r in runs]))
+    cpu = float(np.median([r["cpu"] for r in runs]))
     imported = float(np.median([r["import"] for r in runs]))
     peak = max(r["peak"] for r in runs)
     unreadable = [r["exact"] for r in runs if isinstance(r["exact"], str)]
     exact = None if unreadable else min(r["exact"] for r in runs)
-    return (shown, what, wall, imported, peak, exact, unreadable[0] if unreadable else "")
+    return (shown, what, wall, cpu, imported, peak, exact, unreadable[0] if unreadable else "")
 
 
 def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
     print(
         f"memory budget {args.memory_limit / MiB:.0f} MiB; {os.cpu_count()} cores; "
-        f"median of {args.repeat} runs"
+        f"median of {args.repeat} runs; load average at the end {os.getloadavg()[0]:.1f} "
+        "(other work on the machine)"
     )
-    print("| case | job | wall s | import s | peak RSS MiB | equal to reference | vs best peer |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print(
+        "| case | job | wall s | cpu s | import s | peak RSS MiB | equal to reference "
+        "| wall vs best peer |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     best: dict[str, float] = {}
     for name, what, wall, *_ in rows:
         if wall is not None and not name.startswith("chunkgraph"):
             best[what] = min(best.get(what, float("inf")), wall)
-    for name, what, wall, imported, peak, exact, note in rows:
+    for name, what, wall, cpu, imported, peak, exact, note in rows:
         if wall is None:
-            print(f"| {name} | {what} | - | - | - | - | {note} |")
+            print(f"| {name} | {what} | - | - | - | - | - | {note} |")
             continue
         ratio = ""
         if name.startswith("chunkgraph") and what in best:
             ratio = f"{wall / best[what]:.2f}x"
         equal = "-" if exact is None else f"{exact:.4f}"
         print(
-            f"| {name} | {what} | {wall:.3f} | {imported:.2f} | {peak / MiB:.0f} | {equal} "
-            f"| {ratio}{note} |"
+            f"| {name} | {what} | {wall:.3f} | {cpu:.2f} | {imported:.2f} | {peak / MiB:.0f} "
+            f"| {equal} | {ratio}{note} |"
         )
 
 
