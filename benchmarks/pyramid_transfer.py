@@ -20,8 +20,13 @@ budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rec
 
     python benchmarks/pyramid_transfer.py [--quick] [--repeat 3] [--memory-limit BYTES]
                                           [--workdir bench-out/pyramid_transfer]
+                                          [--only mean|mode|transfer|...]
+                                          [--baseline-src OTHER_CHECKOUT/src]
 
-Wall time is the median of ``--repeat`` runs, peak RSS the largest.
+Wall and CPU time (the case process's, every thread's) are the median of ``--repeat``
+runs, taken round robin (every case's run ``r`` before any case's run ``r + 1``), peak
+RSS the largest. The clock starts after the case has imported its libraries
+(``IMPORTS``); the import's time is its own column.
 
 The peers are not test dependencies; install them for the run (pinned versions stay):
 ``pip install -c constraints.txt rechunker igneous-pipeline`` (igneous-pipeline 4.37
@@ -34,6 +39,7 @@ through its TensorStore backend instead of zarr-python.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -202,16 +208,48 @@ CASES: dict[str, tuple[str, Any, tuple[Any, ...]]] = {
 }
 
 
+# What each case imports, before its clock starts: the wall is the job's, not the
+# interpreter's loading of a library (chunkgraph's import alone takes ~0.5 s here, more
+# than a quick case's job); the import's own time is printed beside it. chunkgraph's
+# names load on first use: they are asked for by name, and zarr, its default backend.
+IMPORTS: dict[Any, tuple[str, ...]] = {
+    cg_downsample: ("chunkgraph:downsample", "chunkgraph:volume", "zarr"),
+    cg_transfer: ("chunkgraph:transfer", "chunkgraph:volume", "zarr"),
+    ts_downsample: ("tensorstore",),
+    ig_downsample: ("igneous.task_creation", "cloudvolume", "taskqueue"),
+    rechunker_transfer: ("zarr", "rechunker"),
+    dask_transfer: ("dask", "dask.array"),
+}
+
+
 def run_case(name: str, work: Path, memory: int) -> None:
-    """In the case's own process: time it, print wall, peak RSS and the outputs as JSON."""
+    """In the case's own process: import what it needs, then time it; print wall, import
+    time, peak RSS and the outputs as JSON."""
     _, fn, args = CASES[name]
+    t_import = time.perf_counter()
+    for name_ in IMPORTS[fn]:
+        module, _, attribute = name_.partition(":")
+        loaded = importlib.import_module(module)
+        if attribute:
+            getattr(loaded, attribute)
+    imported = time.perf_counter() - t_import
+    cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     # chunkgraph cases take the backend after the memory budget.
     head, tail = (args[:-1], args[-1:]) if args[-1] == "tensorstore" else (args, ())
     outputs = fn(work, *head, memory, *tail)
     wall = time.perf_counter() - t0
+    cpu = _cpu_seconds() - cpu0
     peak = _peak_rss()
-    print(json.dumps({"wall": wall, "peak": peak, "outputs": outputs}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "import": imported, "peak": peak,
+                      "outputs": outputs}))  # fmt: skip
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time, every thread's: less shaken than the wall by other
+    people's work on a shared machine (a case's workers in other processes are not in it)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _peak_rss() -> int:
@@ -249,6 +287,9 @@ def _read(kind: str, where: str) -> np.ndarray:
     return np.asarray(CloudVolume(path, mip=int(mip), progress=False)[:, :, :])[..., 0]
 
 
+_EXPECTED: dict[tuple[str, int, int], np.ndarray] = {}
+
+
 def exactness(what: str, outputs: list[Any], source: np.ndarray) -> float:
     """Fraction of voxels equal to the reference, over every level (or the copy)."""
     if what == "rechunk":
@@ -256,8 +297,11 @@ def exactness(what: str, outputs: list[Any], source: np.ndarray) -> float:
         return float((got == source).mean()) if got.shape == source.shape else 0.0
     equal = total = 0
     expected = source
-    for kind, where in outputs:
-        expected = _reduce(expected, what)
+    for level, (kind, where) in enumerate(outputs):
+        key = (what, id(source), level)  # each case's every run compares with the same
+        if key not in _EXPECTED:
+            _EXPECTED[key] = _reduce(expected, what)
+        expected = _EXPECTED[key]
         got = _read(kind, where)
         if got.shape == expected.shape:
             equal += int((got == expected).sum())
@@ -308,6 +352,12 @@ def main() -> None:
     parser.add_argument("--workdir", default="bench-out/pyramid_transfer")
     parser.add_argument("--memory-limit", type=int, default=512 * MiB)
     parser.add_argument("--repeat", type=int, default=3, help="runs per case: the median wall")
+    parser.add_argument("--only", help="run only the cases whose name contains this (e.g. 'mode')")
+    parser.add_argument(
+        "--baseline-src",
+        help="a chunkgraph source tree (its src folder): each chunkgraph case runs again "
+        "with it, as '(baseline)' rows",
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     work = Path(args.workdir).resolve()
@@ -317,8 +367,12 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     sources = make_sources(work, args.quick)
-    rows = []
+    rows: dict[str, tuple[Any, ...]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    jobs: list[tuple[str, str, str | None]] = []  # (shown, case, baseline source)
     for name, (what, _, case_args) in CASES.items():
+        if args.only and args.only not in name:
+            continue
         why = available(name)
         if why is None and name.startswith("igneous"):
             try:
@@ -326,54 +380,111 @@ def main() -> None:
             except Exception as err:  # a peer that fails is reported, not fatal
                 why = f"failed to prepare: {type(err).__name__}: {err}"
         if why is not None:
-            rows.append((name, what, None, None, None, why))
+            rows[name] = (name, what, None, None, None, None, None, f"not run: {why}")
             continue
-        cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
-               "--memory-limit", str(args.memory_limit)]  # fmt: skip
-        runs = []
-        for _ in range(args.repeat):
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                break
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["?"])[-1]
-            rows.append((name, what, None, None, None, f"failed: {last[:120]}"))
-            continue
-        result = {
-            "wall": float(np.median([r["wall"] for r in runs])),
-            "peak": max(r["peak"] for r in runs),
-            "outputs": runs[-1]["outputs"],
-        }
-        try:
-            exact: float | None = exactness(what, result["outputs"], sources[case_args[0]])
-            note = ""
-        except Exception as err:  # an output that cannot be read back is reported
-            exact, note = None, f"output unreadable: {type(err).__name__}"
-        rows.append((name, what, result["wall"], result["peak"], exact, note))
-    print_table(rows, args)
+        jobs.append((name, name, None))
+        if args.baseline_src and name.startswith("chunkgraph"):
+            jobs.append((f"{name} (baseline)", name, args.baseline_src))
+    # Round robin: run r of every case before run r + 1 of any, so that a busy spell on
+    # a shared machine slows every case alike rather than one.
+    for _ in range(args.repeat):
+        for shown, name, baseline in jobs:
+            if shown not in rows:  # not failed
+                _run_into(rows, runs, shown, name, baseline, work, args, sources)
+    for shown, name, _ in jobs:
+        if shown not in rows:
+            rows[shown] = summary(shown, CASES[name][0], runs[shown])
+    print_table(sorted(rows.values(), key=_case_order), args)
+
+
+def _run_into(
+    rows: dict[str, tuple[Any, ...]],
+    runs: dict[str, list[dict[str, Any]]],
+    shown: str,
+    name: str,
+    baseline: str | None,
+    work: Path,
+    args: argparse.Namespace,
+    sources: dict[str, np.ndarray],
+) -> None:
+    """One run of a case: its result into ``runs``, or its failure into ``rows``."""
+    what, _, case_args = CASES[name]
+    result = run_once(name, work, args.memory_limit, baseline)
+    if isinstance(result, str):
+        rows[shown] = (shown, what, None, None, None, None, None, result)
+        return
+    # Checked after each run: the next case may write the same paths.
+    result["exact"] = checked(what, result["outputs"], sources[case_args[0]])
+    runs.setdefault(shown, []).append(result)
+
+
+def _case_order(row: tuple[Any, ...]) -> tuple[int, bool]:
+    """The table's rows in the cases' own order, each case's baseline after it."""
+    shown: str = row[0]
+    base = shown.removesuffix(" (baseline)")
+    return list(CASES).index(base), shown != base
+
+
+def run_once(name: str, work: Path, memory: int, baseline: str | None) -> dict[str, Any] | str:
+    """One run of a case in its own process (chunkgraph from the ``baseline`` source
+    tree when given: the same case before a change, in the same run), or why it failed."""
+    cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
+           "--memory-limit", str(memory)]  # fmt: skip
+    env = None if baseline is None else {**os.environ, "PYTHONPATH": baseline}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return f"failed: {last[:120]}"
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def checked(what: str, outputs: list[Any], source: np.ndarray) -> float | str:
+    """``exactness``, or why the output could not be read back."""
+    try:
+        return exactness(what, outputs, source)
+    except Exception as err:  # an output that cannot be read back is reported
+        return f"output unreadable: {type(err).__name__}"
+
+
+def summary(shown: str, what: str, runs: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """A case's row: the median wall and import, the largest peak, the least exact run."""
+    wall = float(np.median([r["wall"] for r in runs]))
+    cpu = float(np.median([r["cpu"] for r in runs]))
+    imported = float(np.median([r["import"] for r in runs]))
+    peak = max(r["peak"] for r in runs)
+    unreadable = [r["exact"] for r in runs if isinstance(r["exact"], str)]
+    exact = None if unreadable else min(r["exact"] for r in runs)
+    return (shown, what, wall, cpu, imported, peak, exact, unreadable[0] if unreadable else "")
 
 
 def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
     print(
         f"memory budget {args.memory_limit / MiB:.0f} MiB; {os.cpu_count()} cores; "
-        f"median of {args.repeat} runs"
+        f"median of {args.repeat} runs; load average at the end {os.getloadavg()[0]:.1f} "
+        "(other work on the machine)"
     )
-    print("| case | job | wall s | peak RSS MiB | equal to reference | vs best peer |")
-    print("|---|---|---:|---:|---:|---|")
+    print(
+        "| case | job | wall s | cpu s | import s | peak RSS MiB | equal to reference "
+        "| wall vs best peer |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     best: dict[str, float] = {}
-    for name, what, wall, _, _, _ in rows:
+    for name, what, wall, *_ in rows:
         if wall is not None and not name.startswith("chunkgraph"):
             best[what] = min(best.get(what, float("inf")), wall)
-    for name, what, wall, peak, exact, note in rows:
+    for name, what, wall, cpu, imported, peak, exact, note in rows:
         if wall is None:
-            print(f"| {name} | {what} | - | - | - | not run: {note} |")
+            print(f"| {name} | {what} | - | - | - | - | - | {note} |")
             continue
         ratio = ""
         if name.startswith("chunkgraph") and what in best:
             ratio = f"{wall / best[what]:.2f}x"
         equal = "-" if exact is None else f"{exact:.4f}"
-        print(f"| {name} | {what} | {wall:.2f} | {peak / MiB:.0f} | {equal} | {ratio}{note} |")
+        print(
+            f"| {name} | {what} | {wall:.3f} | {cpu:.2f} | {imported:.2f} | {peak / MiB:.0f} "
+            f"| {equal} | {ratio}{note} |"
+        )
 
 
 if __name__ == "__main__":

@@ -17,16 +17,32 @@ The methods, exact for every dtype:
 * ``stride``: the block's first voxel (every k-th voxel of the level below).
 
 Channel axes (leading) pass through untouched.
+
+Speed. Every method works on whole arrays, never per block in Python. Blocks that are
+whole take the fast paths: the mean of integers whose block size is a power of two
+rounds with a shift; median and mode of integer blocks of at most ``NETWORK_MAX`` voxels lay the
+block's voxels out as that many arrays and sort them with a sorting network (element-wise
+``minimum``/``maximum``: ~5x faster than ``numpy.sort`` along rows of 8), then read the
+mode off the sorted runs. The results are those of the general path, bit for bit.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from typing import Any
 
 import numpy as np
 
 METHODS = ("mean", "median", "mode", "max", "min", "stride")
+
+# Blocks of at most this many voxels are sorted by a network (factor 4 x 4 x 4 at most);
+# the network's size grows as k log^2 k, and past this numpy's sort is as fast.
+NETWORK_MAX = 64
+
+# Inputs larger than this are reduced in slabs of about this size (``_in_slabs``).
+SLAB_BYTES = 2**20
 
 
 def reduced_shape(shape: tuple[int, ...], factor: tuple[int, ...]) -> tuple[int, ...]:
@@ -41,6 +57,33 @@ def block_reduce(data: np.ndarray[Any, Any], factor: tuple[int, ...], method: st
     array([[6, 7]])
     """
     n_channel = data.ndim - len(factor)
+    if data.nbytes > SLAB_BYTES and n_channel == 0 and data.shape[0] > factor[0]:
+        return _in_slabs(data, factor, method)
+    return _block_reduce(data, factor, method, n_channel)
+
+
+def _in_slabs(data: np.ndarray[Any, Any], factor: tuple[int, ...], method: str) -> np.ndarray:
+    """``block_reduce`` slab by slab along the first axis, each slab a whole number of
+    blocks thick, reduced into its part of the output: the temporaries stay in the
+    cache (~2x faster on a 16 MiB region than one pass over it), and the result is the
+    same, blocks being reduced independently."""
+    f = factor[0]
+    per_row = data.nbytes // data.shape[0]
+    rows = max(1, SLAB_BYTES // (per_row * f)) * f
+    first = _block_reduce(data[:rows], factor, method, 0)
+    out = np.empty((-(-data.shape[0] // f), *first.shape[1:]), first.dtype)
+    out[: first.shape[0]] = first
+    for start in range(rows, data.shape[0], rows):
+        out[start // f : (start + rows) // f] = _block_reduce(
+            data[start : start + rows], factor, method, 0
+        )
+    return out
+
+
+def _block_reduce(
+    data: np.ndarray[Any, Any], factor: tuple[int, ...], method: str, n_channel: int
+) -> np.ndarray:
+    """``block_reduce`` of one piece, in one pass."""
     if method == "stride":
         every: tuple[Any, ...] = (Ellipsis, *(slice(None, None, f) for f in factor))
         strided: np.ndarray = data[every].copy()
@@ -74,6 +117,8 @@ def _mean(data: np.ndarray[Any, Any], factor: tuple[int, ...], n_channel: int) -
         shape[axis] = len(starts)
         count = count * sizes.reshape(shape)
     if np.issubdtype(data.dtype, np.integer):
+        if isinstance(count, int) and total.dtype != object and count & (count - 1) == 0:
+            return _shifted_quotient(total, count.bit_length() - 1).astype(data.dtype)
         return _rounded_quotient(total, count).astype(data.dtype)
     mean: np.ndarray = (total / count).astype(data.dtype)
     return mean
@@ -88,6 +133,21 @@ def _rounded_quotient(total: np.ndarray, count: Any) -> np.ndarray:
     twice = (total - quotient * count) * 2
     quotient += (twice > count) | ((twice == count) & (quotient % 2 == 1))
     return quotient
+
+
+def _shifted_quotient(total: np.ndarray, shift: int) -> np.ndarray:
+    """``total / 2 ** shift`` rounded to the nearest integer, ties to even, as
+    ``_rounded_quotient``: adding ``half - 1`` and the quotient's own parity, then
+    shifting, rounds a remainder past half up and a remainder of half to even. ``total``
+    has room for the addition (``_sum_dtype`` leaves at least a block's count of it)."""
+    if shift == 0:
+        return total
+    bias = total >> shift
+    bias &= 1
+    bias += (1 << (shift - 1)) - 1
+    bias += total
+    bias >>= shift
+    return bias
 
 
 def _combine_strided(
@@ -121,6 +181,9 @@ def _sum_dtype(dtype: np.dtype[Any], block: int) -> np.dtype[Any]:
     """Where a block's sum is exact: integers in an integer type wide enough for
     ``block`` of them (summing in it is ~4x faster than in float64), floats in float64.
     The sum then goes to float64 for the division: exact below 2**53."""
+    if dtype.kind == "u" and dtype.itemsize == 1 and block < 2**8:
+        # Half the memory traffic of uint32, with room for the rounding's added half.
+        return np.dtype(np.uint16)
     if dtype.kind == "u" and dtype.itemsize <= 2 and block < 2**16:
         return np.dtype(np.uint32)
     if dtype.kind in "uib":
@@ -142,6 +205,12 @@ def _sorted_blocks_reduce(
     padded_shape = tuple(o * f for o, f in zip(out_shape, factor, strict=True))
     channels = data.shape[:n_channel]
     k = math.prod(factor)
+    # Integers only: minimum and maximum carry a NaN to both sides, where a sort puts it last.
+    if padded_shape == spatial and k <= NETWORK_MAX and data.dtype.kind in "iu":
+        columns = _sorted_columns(data, factor)
+        if method == "median":
+            return columns[(k - 1) // 2]
+        return _mode_of_sorted_columns(columns)
     if padded_shape == spatial:  # every block whole: a plain sort
         rows = np.sort(_as_block_rows(data, out_shape, factor, n_channel), axis=-1)
         mask = np.ones(rows.shape, bool)
@@ -166,6 +235,76 @@ def _sorted_blocks_reduce(
     else:
         picked = _mode_of_sorted(rows, mask)
     return picked.reshape(channels + out_shape)
+
+
+def _sorted_columns(data: np.ndarray[Any, Any], factor: tuple[int, ...]) -> list[np.ndarray]:
+    """The ``k`` voxels of every (whole) block as ``k`` arrays of the reduced shape,
+    sorted across them: ``columns[j]`` holds each block's ``j``-th smallest voxel."""
+    columns = []
+    for at in itertools.product(*(range(f) for f in factor)):
+        index: tuple[Any, ...] = (
+            Ellipsis,
+            *(slice(o, None, f) for o, f in zip(at, factor, strict=True)),
+        )
+        columns.append(np.ascontiguousarray(data[index]))
+    spare = np.empty_like(columns[0])
+    for i, j in _network(len(columns)):
+        np.minimum(columns[i], columns[j], out=spare)
+        np.maximum(columns[i], columns[j], out=columns[j])
+        columns[i], spare = spare, columns[i]
+    return columns
+
+
+def _mode_of_sorted_columns(columns: list[np.ndarray]) -> np.ndarray:
+    """Each block's most frequent voxel, the smallest on a tie, from its sorted voxels
+    (``_sorted_columns``): as ``_mode_of_sorted`` with every voxel present, in place."""
+    best_value = columns[0]
+    counts = np.uint8 if len(columns) < 2**8 else np.uint16
+    run = np.zeros(best_value.shape, counts)  # the current run's length, less one
+    best = run.copy()
+    same = np.empty(best_value.shape, bool)
+    better = np.empty(best_value.shape, bool)
+    change = np.empty_like(best_value)
+    for j in range(1, len(columns)):
+        np.equal(columns[j], columns[j - 1], out=same)
+        run += 1
+        run *= same
+        # Strictly longer only: the first run to reach a length keeps it (the smaller value).
+        np.greater(run, best, out=better)
+        np.maximum(best, run, out=best)
+        # best_value = columns[j] where better, without branches (a masked copy over a
+        # scattered mask is ~10x slower): xor in the difference, zeroed where not better.
+        np.bitwise_xor(columns[j], best_value, out=change)
+        change *= better
+        best_value ^= change
+    return best_value
+
+
+@functools.cache
+def _network(k: int) -> tuple[tuple[int, int], ...]:
+    """A sorting network for ``k`` values: Batcher's odd-even merge sort for the next
+    power of two, less the comparators that reach past ``k`` (those would compare with
+    a maximum placed there, which never moves: the rest sorts the first ``k``). Each
+    pair ``(i, j)``, ``i < j``, puts the smaller value at ``i``."""
+    n = 1 << max(0, (k - 1).bit_length())
+
+    def merge(lo: int, hi: int, r: int) -> list[tuple[int, int]]:
+        step = r * 2
+        if step >= hi - lo:
+            return [(lo, lo + r)]
+        return [
+            *merge(lo, hi, step),
+            *merge(lo + r, hi, step),
+            *((i, i + r) for i in range(lo + r, hi - r, step)),
+        ]
+
+    def sort(lo: int, hi: int) -> list[tuple[int, int]]:
+        if hi <= lo:
+            return []
+        mid = lo + (hi - lo) // 2
+        return [*sort(lo, mid), *sort(mid + 1, hi), *merge(lo, hi, 1)]
+
+    return tuple((i, j) for i, j in sort(0, n - 1) if j < k)
 
 
 def _mode_of_sorted(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -371,6 +371,10 @@ def downsample(
                         "above": tuple(_place(v) for v in above),
                     },
                     chunk_sizes="auto" if top is None else [top],
+                    # A fused pass's top chunk covers the first level's chunks whole:
+                    # straight to it, not through temporary layers written, read back
+                    # and written again (the automatic plan decides this by itself).
+                    skip_intermediates=None if top is None else True,
                     bbox=first.bounds,
                     expand_bbox=True,
                     # Every block reduction returns the level's own dtype.
@@ -472,29 +476,44 @@ def fused_pass(
     task never reads more than the level below: chunks clipped to small levels (70 over
     250 voxels: 63 at level 2) have common multiples many times the volume (630).
     The most levels are fused whose top chunk keeps one task per core within the budget
-    (``FUSED_WORK_COPIES`` x the read each) and still makes a task per core."""
+    (``FUSED_WORK_COPIES`` x the read each) and still makes a task per core, or as many
+    tasks as the first level alone makes when that is fewer (a small level's pass is one
+    task anyway: the levels above it come with it, saving a pass and a read)."""
     best: tuple[int, tuple[int, ...] | None] = (1, None)
     first = levels[0]
     extent = first.bounds.shape
     itemsize = below.dtype.itemsize * math.prod(below.channel_shape)
     grain = [c // f if c % f == 0 else c for c, f in zip(below.spatial_chunks, factor, strict=True)]
+    alone = _tasks(extent, _fused_top(extent, grain, levels[:1], factor))
     for m in range(2, len(levels) + 1):
-        top = []
-        for axis, n in enumerate(extent):
-            step = math.lcm(
-                grain[axis],
-                *(lv.spatial_chunks[axis] * factor[axis] ** j for j, lv in enumerate(levels[:m])),
-            )
-            # A step past the extent (an lcm of chunks clipped to small levels can be many
-            # times the volume) means one task across the axis, which covers every level's
-            # chunks whole whatever their alignment: the extent itself is enough.
-            top.append(min(step, n))
+        top = _fused_top(extent, grain, levels[:m], factor)
         read = math.prod(t * f for t, f in zip(top, factor, strict=True)) * itemsize
-        tasks = math.prod(-(-n // t) for n, t in zip(extent, top, strict=True))
-        if cores * FUSED_WORK_COPIES * read > limit or tasks < cores:
+        if cores * FUSED_WORK_COPIES * read > limit or _tasks(extent, top) < min(cores, alone):
             break
-        best = (m, tuple(top))
+        best = (m, top)
     return best
+
+
+def _fused_top(
+    extent: tuple[int, ...], grain: list[int], levels: Sequence[Volume], factor: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The smallest top chunk (first level's voxels) covering each of ``levels``' chunks
+    whole and aligned to ``grain`` (the level below's chunks over the factor)."""
+    top = []
+    for axis, n in enumerate(extent):
+        step = math.lcm(
+            grain[axis],
+            *(lv.spatial_chunks[axis] * factor[axis] ** j for j, lv in enumerate(levels)),
+        )
+        # A step past the extent (an lcm of chunks clipped to small levels can be many
+        # times the volume) means one task across the axis, which covers every level's
+        # chunks whole whatever their alignment: the extent itself is enough.
+        top.append(min(step, n))
+    return tuple(top)
+
+
+def _tasks(extent: tuple[int, ...], top: tuple[int, ...]) -> int:
+    return math.prod(-(-n // t) for n, t in zip(extent, top, strict=True))
 
 
 # Zarr v3 volumes beside the source, or new levels in a multiscale image.
