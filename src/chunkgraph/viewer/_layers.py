@@ -1,0 +1,117 @@
+"""One Neuroglancer layer per chunkgraph volume, read lazily through the volume.
+
+Policy:
+
+* **Nothing is read until the viewer asks.** A layer is a ``neuroglancer.LocalVolume``
+  over ``VolumeArray``, an array-like that has a shape and a dtype and answers
+  ``array[slices]`` with ``Volume.read`` of that box: opening a terabyte volume reads
+  its metadata only, and each chunk the viewer draws is one read, served from the
+  volume's chunk cache when it was read before.
+* **Image or segmentation from the dtype.** Integers of four bytes or more are labels
+  (segmentation: each id its colour); smaller integers and floats are intensities
+  (image). Neuroglancer's own guess calls ``uint16`` labels; microscopy keeps images in
+  ``uint16``, so chunkgraph does not follow it.
+* **Aligned in physical space.** Each layer's voxel offset is the volume's offset and its
+  voxel size the volume's resolution (in nm), so volumes of different resolutions and
+  regions overlay where their voxels are. Spatial axes are named ``x, y, z`` in the
+  volume's order (as ``--bbox X0,Y0,Z0:X1,Y1,Z1`` names them); channel axes ``c0^, ...``.
+* **Only what the browser reads.** dtypes Neuroglancer does not draw are converted per
+  chunk: ``int64`` to ``uint64`` (labels' bits kept), ``bool`` to ``uint8``, ``float16``
+  and ``float64`` to ``float32``. The browser gets voxels, never the store's credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chunkgraph._errors import ConfigError
+from chunkgraph.geometry import Box
+from chunkgraph.volume import Volume
+
+# dtypes Neuroglancer's precomputed chunks cannot carry, and what the browser gets instead.
+_SHOWN_AS = {
+    np.dtype("bool"): np.dtype("uint8"),
+    np.dtype("int64"): np.dtype("uint64"),
+    np.dtype("float16"): np.dtype("float32"),
+    np.dtype("float64"): np.dtype("float32"),
+}
+SPATIAL_NAMES = ("x", "y", "z")
+
+
+def neuroglancer() -> Any:
+    """The ``neuroglancer`` package, imported on first use: it is an optional extra, and
+    runs that only print a view command never need it."""
+    try:
+        import neuroglancer as ng  # noqa: PLC0415 (optional dependency)
+    except ImportError:
+        raise ConfigError(
+            "viewing volumes needs the neuroglancer package: pip install 'chunkgraph[view]'"
+        ) from None
+    return ng
+
+
+def layer_kind(dtype: np.dtype[Any]) -> str:
+    """``"segmentation"`` for labels, ``"image"`` for intensities.
+
+    >>> import numpy as np
+    >>> layer_kind(np.dtype("uint64")), layer_kind(np.dtype("uint16"))
+    ('segmentation', 'image')
+    """
+    labels = np.issubdtype(dtype, np.integer) and dtype.itemsize >= 4
+    return "segmentation" if labels else "image"
+
+
+def axis_names(volume: Volume) -> list[str]:
+    """The volume's axes as the viewer names them: channels first, then space."""
+    channels = [f"c{i}^" for i in range(len(volume.channel_shape))]
+    n = volume.spatial_ndim
+    space = list(SPATIAL_NAMES[:n]) if n <= 3 else [f"d{i}" for i in range(n)]
+    return channels + space
+
+
+class VolumeArray:
+    """A volume as the array ``neuroglancer.LocalVolume`` reads: ``shape``, ``dtype`` and
+    ``array[slices]`` relative to the volume's first voxel, each one ``Volume.read``."""
+
+    def __init__(self, volume: Volume) -> None:
+        self.volume = volume
+        self.shape = volume.shape
+        self.dtype = _SHOWN_AS.get(volume.dtype, volume.dtype)
+        self._n_channel = len(volume.channel_shape)
+
+    def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
+        spatial = index[self._n_channel :]
+        offset = self.volume.offset
+        box = Box(
+            tuple(o + s.start for o, s in zip(offset, spatial, strict=True)),
+            tuple(o + s.stop for o, s in zip(offset, spatial, strict=True)),
+        )
+        data = self.volume.read(box)[index[: self._n_channel]]
+        if data.dtype == self.dtype:
+            return data
+        if data.dtype == np.dtype("int64"):
+            return data.view(np.uint64)
+        return data.astype(self.dtype)
+
+
+def local_layer(volume: Volume) -> tuple[str, Any]:
+    """The layer kind and Neuroglancer source of ``volume``."""
+    n_channel = len(volume.channel_shape)
+    kind = layer_kind(volume.dtype)
+    ng = neuroglancer()
+    source = ng.LocalVolume(
+        data=VolumeArray(volume),
+        dimensions=ng.CoordinateSpace(
+            names=axis_names(volume),
+            units=[""] * n_channel + ["nm"] * volume.spatial_ndim,
+            scales=[1.0] * n_channel + list(volume.resolution),
+        ),
+        voxel_offset=[0] * n_channel + list(volume.offset),
+        volume_type=kind,
+        # Zoomed out, the viewer asks for coarser chunks, computed from full-resolution
+        # reads: at most 8x fewer voxels per axis keeps one request's read bounded.
+        max_downsampling=8**3,
+    )
+    return kind, source
