@@ -30,6 +30,11 @@ from chunkgraph.volume import open as open_volume
 # showing the same chunk, reads it once. Big enough for a screen of 64^3 float32 chunks.
 CACHE_BYTES = 256 << 20
 HOST = "127.0.0.1"
+# The first view shows the region (bbox, else the first volume) across about this many
+# screen pixels, but never zoomed out beyond this many voxels a pixel: farther out the
+# viewer asks for coarser chunks, each computed from that many times more voxels per axis.
+FIT_PIXELS = 400
+MAX_VOXELS_PER_PIXEL = 8.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ def view(
         if bbox is not None:
             state.layers["bbox"] = _box_layer(opened[0], bbox)
         state.position = centre
+        state.cross_section_scale = _zoom(opened[0], bbox)
     url = str(viewer)
     if open_browser:
         webbrowser.open(url)
@@ -115,6 +121,14 @@ def _centre(first: Volume, bbox: Box | None, position: Sequence[float] | None) -
         region = first.bounds if bbox is None else bbox
         spatial = [(a + b) / 2 for a, b in zip(region.start, region.stop, strict=True)]
     return [0.0] * len(first.channel_shape) + spatial
+
+
+def _zoom(first: Volume, bbox: Box | None) -> float:
+    """Metres per screen pixel (Neuroglancer's unit) for the first view: the region fits
+    in ``FIT_PIXELS``."""
+    region = first.bounds if bbox is None else bbox
+    voxels = min(max(region.shape[:2]) / FIT_PIXELS, MAX_VOXELS_PER_PIXEL)
+    return voxels * min(first.resolution[:2]) * 1e-9
 
 
 def _check_port_free(port: int) -> None:
