@@ -11,8 +11,10 @@ serves until Ctrl-C (exit 0). A port in use: exit 2.
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from chunkgraph.cli._cmd_transfer import box_arg
 from chunkgraph.cli._flow_command import int_tuple
@@ -46,18 +48,23 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    shown = view(
-        *args.paths,
+    serve(
+        args.paths,
         port=args.port,
         bbox=args.bbox,
         position=args.position,
         open_browser=not args.no_browser,
     )
-    print(shown.url, flush=True)
+    return EXIT_OK
+
+
+def serve(paths: Sequence[str], *, out: TextIO = sys.stdout, **options: Any) -> None:
+    """Serve ``paths`` (``view``'s ``options``), print the URL, and wait for Ctrl-C."""
+    shown = view(*paths, **{"open_browser": True, **options})
+    print(shown.url, file=out, flush=True)
     try:
         threading.Event().wait()  # the server runs in its own thread until Ctrl-C
     except KeyboardInterrupt:
         pass
     finally:
         shown.stop()
-    return EXIT_OK

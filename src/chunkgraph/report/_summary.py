@@ -5,6 +5,7 @@
       finished 11, failed 1, cancelled 0; retried 1 task (1 retry); steals 0
       busiest worker chunkgraph-worker-0: busy 91% of the wall, 55% of all work
       bytes_read: 64.0 MiB; read_amplification: 1.06
+      view: chunkgraph view /data/raw.zarr /data/out.zarr
 
 Every number is read from the document: nothing is measured again.
 """
@@ -65,7 +66,11 @@ def summarize(directory: str | Path) -> str:
     if len(failed) > 3:
         lines.append(f"  ... and {len(failed) - 3} more failed tasks (see report.json)")
     lines.extend(f"  {line}" for line in document.get("gpu", []))
-    lines.extend(_wrapped(_fields(document["summary"])))
+    summary = dict(document["summary"])
+    shown = summary.pop("view", None)  # a command line: its own line, to copy whole
+    lines.extend(_wrapped(_fields(summary)))
+    if shown:
+        lines.append(f"  view: {shown}")
     lines.extend(f"  note: {note}" for note in document.get("notes", []))
     return "\n".join(lines)
 
