@@ -57,6 +57,7 @@ def test_the_viewer_draws_an_image_and_labels(
         with shown.viewer.txn() as state:
             state.layout = "xy"
             state.layers["browser-labels"].selected_alpha = 0.4
+            state.cross_section_scale = 0.25e-9  # metres per pixel: 4 pixels a voxel
         client = subprocess.Popen(
             [
                 browser,
@@ -84,6 +85,14 @@ def test_the_viewer_draws_an_image_and_labels(
     with Image.open(io.BytesIO(png)) as picture:
         assert picture.size == SIZE
         pixels = np.asarray(picture.convert("RGB")).reshape(-1, 3)
+        rgb = np.asarray(picture.convert("RGB"), dtype=float)
     colours = np.unique(pixels, axis=0)
     # A blank or black canvas is one colour; a ramp under four coloured labels is hundreds.
     assert len(colours) > 100, f"{SHOT} looks blank ({len(colours)} colours)"
+    # The 64^2 section spans 256 pixels about the centre, x to the right, y down: the four
+    # labels' quadrants differ in colour, and inside one the ramp brightens along x.
+    cx, cy = SIZE[0] // 2, SIZE[1] // 2
+    quadrants = {tuple(rgb[cy + dy, cx + dx].round()) for dx in (-64, 64) for dy in (-64, 64)}
+    assert len(quadrants) == 4, f"{SHOT}: the labels' quadrants are {quadrants}"
+    left, right = rgb[cy - 64, cx + 64 - 24].sum(), rgb[cy - 64, cx + 64 + 24].sum()
+    assert right > left, f"{SHOT}: the image does not brighten along x ({left} -> {right})"

@@ -46,28 +46,46 @@ def _get(url: str) -> bytes:
     return body
 
 
-def _chunk(shown: View, layer: int, start: tuple[int, ...], stop: tuple[int, ...]) -> Any:
-    """A chunk as the browser gets it: npz-encoded (Fortran order, zlib), full scale."""
+def _chunk(
+    shown: View, layer: int, start: tuple[int, ...], stop: tuple[int, ...], encoding: str = "npz"
+) -> Any:
+    """A chunk at full scale, as the server sends it: its bytes for ``raw`` (what the
+    viewer asks for), the array for ``npz`` (Fortran order, zlib), which says its shape
+    and dtype."""
     ones = ",".join("1" for _ in start)
     where = f"{','.join(map(str, start))}/{','.join(map(str, stop))}"
-    body = _get(f"{_base(shown)}/neuroglancer/npz/{_key(shown, layer)}/{ones}/{where}")
-    return np.load(io.BytesIO(zlib.decompress(body)))
+    body = _get(f"{_base(shown)}/neuroglancer/{encoding}/{_key(shown, layer)}/{ones}/{where}")
+    return body if encoding == "raw" else np.load(io.BytesIO(zlib.decompress(body)))
 
 
 def test_a_memory_volume_is_served_chunk_by_chunk(memory_image: volume.Volume) -> None:
     served = memory_image.with_cache(1 << 20)  # a handle with a cache is served as it is
     with view(served) as shown:
-        assert served.stats.chunks_read == 0  # opening read nothing
+        # Opening read the chunk at the centre, (16, 0, 0)-(32, 16, 8), for the contrast.
+        assert served.stats.chunks_read == 1
         assert shown.layers == ("view-image",)
         info = json.loads(_get(f"{_base(shown)}/neuroglancer/info/{_key(shown, 0)}"))
         assert info["volumeType"] == "image" and info["dataType"] == "float32"
-        assert info["shape"] == [40, 24, 8]
-        assert served.stats.chunks_read == 0
-        got = _chunk(shown, 0, (16, 0, 0), (32, 16, 8))
-        np.testing.assert_array_equal(got, memory_image.read(Box((16, 0, 0), (32, 16, 8))))
-        assert served.stats.chunks_read == 1  # the one chunk asked for, no more
-        _chunk(shown, 0, (16, 0, 0), (32, 16, 8))
-        assert served.stats.chunks_read == 1  # asked again: from the cache
+        assert info["shape"] == [40, 24, 8] and info["encoding"] == "raw"
+        got = _chunk(shown, 0, (0, 0, 0), (16, 16, 8))
+        np.testing.assert_array_equal(got, memory_image.read(Box((0, 0, 0), (16, 16, 8))))
+        assert served.stats.chunks_read == 2  # the one chunk asked for, no more
+        _chunk(shown, 0, (0, 0, 0), (16, 16, 8))
+        assert served.stats.chunks_read == 2  # asked again: from the cache
+        raw = _chunk(shown, 0, (16, 16, 0), (32, 24, 8), "raw")  # what the browser asks
+        want = memory_image.read(Box((16, 16, 0), (32, 24, 8)))
+        assert raw == want.tobytes("F")  # the first axis fastest
+
+
+def test_a_terabyte_volume_opens_reading_one_chunk(tmp_path: Path) -> None:
+    """(16384, 16384, 4096) uint8 is 1 TiB; nothing is written, nothing listed."""
+    big = volume.create(tmp_path / "big.zarr", (1 << 14, 1 << 14, 1 << 12), (64, 64, 64), "uint8")
+    big.write(Box((8192, 8192, 2048), (8256, 8256, 2112)), np.full((64, 64, 64), 9, "uint8"))
+    served = volume.open(tmp_path / "big.zarr", cache_bytes=1 << 20)
+    with view(served) as shown:
+        assert served.stats.chunks_read == 1  # the centre's chunk, for the contrast
+        got = _chunk(shown, 0, (8192, 8192, 2048), (8256, 8256, 2112))
+        assert (got == 9).all() and served.stats.chunks_read == 1  # from the cache
 
 
 def test_a_precomputed_label_volume_keeps_its_offset_and_resolution(tmp_path: Path) -> None:
@@ -112,3 +130,19 @@ def test_the_view_command_quotes_its_paths() -> None:
     assert view_command(["a b.zarr"], Box((0, 0), (4, 4))) == (
         "chunkgraph view 'a b.zarr' --bbox 0,0:4,4"
     )
+
+
+def test_two_images_are_side_by_side_with_the_labels_over_each(
+    memory_image: volume.Volume,
+) -> None:
+    labels = volume.create("view-labels", (40, 24, 8), (16, 16, 8), "uint32", backend="memory")
+    try:
+        with view(memory_image, "view-labels", memory_image) as shown:
+            panels = shown.viewer.state.layout.children
+            assert [list(p.layers) for p in panels] == [
+                ["view-image (0)", "view-labels"],
+                ["view-image (2)", "view-labels"],
+            ]
+    finally:
+        del labels
+        volume.remove("view-labels")

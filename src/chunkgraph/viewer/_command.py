@@ -10,13 +10,16 @@ from collections.abc import Sequence
 from chunkgraph.geometry import Box
 
 
-def view_command(paths: Sequence[str], bbox: Box | None = None) -> str:
-    """The command line that shows ``paths``, as runs print it.
+def view_command(
+    paths: Sequence[str], bbox: Box | None = None, *, program: str = "chunkgraph"
+) -> str:
+    """The command line that shows ``paths``, as runs print it (``program``: how the
+    ``chunkgraph`` command is typed here).
 
     >>> view_command(["in.zarr", "out dir/x.zarr"])
     "chunkgraph view in.zarr 'out dir/x.zarr'"
     """
-    words = ["chunkgraph", "view", *paths]
+    words = [program, "view", *paths]
     if bbox is not None:
         words += ["--bbox", ",".join(map(str, bbox.start)) + ":" + ",".join(map(str, bbox.stop))]
     return shlex.join(words)

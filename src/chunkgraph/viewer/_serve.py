@@ -4,7 +4,9 @@ Lifecycle, top to bottom in ``view``: open every volume (a path that does not op
 refused before anything listens), check that the port is free, start Neuroglancer's
 server (its client ships with the ``neuroglancer`` package: nothing outside the machine
 is reached), add one layer per volume, centre the view, and hand back a ``View`` with
-the URL and ``stop()``. The server runs in a background thread; the CLI waits for
+the URL and ``stop()``. Labels are drawn over images; two images or more are shown side
+by side, one panel each (an input beside its output), with the labels over every one.
+The server runs in a background thread; the CLI waits for
 Ctrl-C, Python code keeps working and calls ``stop()`` (or leaves a ``with`` block).
 
 Neuroglancer's server is one per process: a new ``view`` replaces the one before it.
@@ -22,7 +24,7 @@ from typing import Any
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
-from chunkgraph.viewer._layers import local_layer, neuroglancer
+from chunkgraph.viewer._layers import display_range, local_layer, neuroglancer
 from chunkgraph.volume import Volume
 from chunkgraph.volume import open as open_volume
 
@@ -85,12 +87,24 @@ def view(
         ng.server.stop()
     ng.set_server_bind_address(HOST, port)
     viewer = ng.Viewer()
-    names = _layer_names([v.path for v in opened])
+    names = _layer_names([_given_name(v) for v in volumes])
+    images: list[str] = []
     with viewer.txn() as state:
         for name, volume in zip(names, opened, strict=True):
             kind, source = local_layer(volume)
-            layer = ng.SegmentationLayer if kind == "segmentation" else ng.ImageLayer
-            state.layers[name] = layer(source=source)
+            if kind == "segmentation":
+                state.layers[name] = ng.SegmentationLayer(source=source)
+                continue
+            low, high = display_range(volume, centre[len(volume.channel_shape) :])
+            state.layers[name] = ng.ImageLayer(
+                source=source, shader_controls={"normalized": {"range": [low, high]}}
+            )
+            images.append(name)
+        labels = [n for n in names if n not in images]
+        if len(images) > 1:  # side by side, one panel each, the labels over every one
+            state.layout = ng.row_layout(
+                [ng.LayerGroupViewer(layers=[n, *labels], layout="xy") for n in images]
+            )
         if bbox is not None:
             state.layers["bbox"] = _box_layer(opened[0], bbox)
         state.position = centre
@@ -144,6 +158,11 @@ def _check_port_free(port: int) -> None:
                 f"port {port} on {HOST} {why}; pick another with --port, or --port 0 for "
                 "any free one"
             ) from None
+
+
+def _given_name(given: Volume | str | os.PathLike[str]) -> str:
+    """What names a layer: the path as given (a Volume's own path for a Volume)."""
+    return given.path if isinstance(given, Volume) else os.fspath(given)
 
 
 def _layer_names(paths: Sequence[str]) -> list[str]:
