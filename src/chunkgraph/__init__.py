@@ -121,9 +121,9 @@ if TYPE_CHECKING:
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
     from chunkgraph.jobs import downsample, transfer
-    from chunkgraph.viewer import view
     from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
     from chunkgraph.planning import Context, Link, Plan, local_contexts, plan
+    from chunkgraph.viewer import view
     from chunkgraph.volume import IOStats, Volume
 
 __all__ = [
