@@ -146,3 +146,26 @@ def test_two_images_are_side_by_side_with_the_labels_over_each(
     finally:
         del labels
         volume.remove("view-labels")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shown", "kind"),
+    [
+        ("int64", "uint64", "segmentation"),
+        ("bool", "uint8", "image"),
+        ("float64", "float32", "image"),
+    ],
+)
+def test_dtypes_the_viewer_cannot_draw_are_converted(dtype: str, shown: str, kind: str) -> None:
+    data = (RNG.integers(-3, 3, (16, 16, 4)) * 1000).astype(dtype)
+    v = volume.create("view-dtype", (16, 16, 4), (16, 16, 4), dtype, backend="memory")
+    try:
+        v.write(v.bounds, data)
+        with view(v) as served:
+            info = json.loads(_get(f"{_base(served)}/neuroglancer/info/{_key(served, 0)}"))
+            assert (info["dataType"], info["volumeType"]) == (shown, kind)
+            got = _chunk(served, 0, (0, 0, 0), (16, 16, 4))
+            expected = data.view("uint64") if dtype == "int64" else data.astype(shown)
+            np.testing.assert_array_equal(got, expected)
+    finally:
+        volume.remove("view-dtype")

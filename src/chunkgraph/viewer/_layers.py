@@ -37,7 +37,7 @@ from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
 # dtypes Neuroglancer's precomputed chunks cannot carry, and what the browser gets instead.
-_SHOWN_AS = {
+_SHOWN_AS: dict[np.dtype[Any], np.dtype[Any]] = {
     np.dtype("bool"): np.dtype("uint8"),
     np.dtype("int64"): np.dtype("uint64"),
     np.dtype("float16"): np.dtype("float32"),
@@ -94,7 +94,7 @@ class VolumeArray:
     def __init__(self, volume: Volume) -> None:
         self.volume = volume
         self.shape = volume.shape
-        self.dtype = _SHOWN_AS.get(volume.dtype, volume.dtype)
+        self.dtype: np.dtype[Any] = _SHOWN_AS.get(volume.dtype, volume.dtype)
         self._n_channel = len(volume.channel_shape)
 
     def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray[Any, Any]:
@@ -122,7 +122,8 @@ def display_range(volume: Volume, centre: Sequence[float]) -> tuple[float, float
     ]
     start = tuple(a + (c - a) // s * s for c, a, s in zip(inside, bounds.start, step, strict=True))
     sample = volume.read(Box(start, tuple(a + s for a, s in zip(start, step, strict=True))))
-    finite = sample[np.isfinite(sample)] if sample.dtype.kind == "f" else sample.ravel()
+    values = sample.astype(np.float64).ravel()  # bool has no percentiles; int64 overflows none
+    finite = values[np.isfinite(values)]
     if finite.size == 0:
         return 0.0, 1.0
     low, high = (float(p) for p in np.percentile(finite, (0.5, 99.5)))
