@@ -11,15 +11,12 @@ serves until Ctrl-C (exit 0). A port in use: exit 2.
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
-from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from chunkgraph.cli._cmd_transfer import box_arg
 from chunkgraph.cli._flow_command import int_tuple
 from chunkgraph.cli._main import EXIT_OK
-from chunkgraph.viewer import view
+from chunkgraph.cli._view_link import serve
 
 
 def register(commands: Any) -> None:
@@ -56,15 +53,3 @@ def run(args: argparse.Namespace) -> int:
         open_browser=not args.no_browser,
     )
     return EXIT_OK
-
-
-def serve(paths: Sequence[str], *, out: TextIO = sys.stdout, **options: Any) -> None:
-    """Serve ``paths`` (``view``'s ``options``), print the URL, and wait for Ctrl-C."""
-    shown = view(*paths, **{"open_browser": True, **options})
-    print(shown.url, file=out, flush=True)
-    try:
-        threading.Event().wait()  # the server runs in its own thread until Ctrl-C
-    except KeyboardInterrupt:
-        pass
-    finally:
-        shown.stop()

@@ -1,7 +1,7 @@
 """What ``chunkgraph run``, ``downsample`` and ``transfer`` say at the end of a run so that
 a person can look at its inputs and outputs: the ``chunkgraph view`` command line
 (printed, and kept in ``report.json`` by ``run --report``), and with ``--view``, the
-viewer itself, served until Ctrl-C.
+viewer itself, served until Ctrl-C (``serve``, which ``chunkgraph view`` runs too).
 
 The paths are the ones the user gave (made absolute where they were relative to a spec
 file), not ``Volume.path``: a level of a precomputed or OME-Zarr volume reopens from its
@@ -11,11 +11,13 @@ root, and the command must work as printed.
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from chunkgraph.viewer import view_command
+from chunkgraph.viewer import view, view_command
 from chunkgraph.volume import relative_place
 
 
@@ -41,6 +43,16 @@ def say_view(args: argparse.Namespace, paths: Sequence[str], out: TextIO) -> Non
         return  # nothing was written: there is no output to look at
     print(f"view: {view_command(paths)}", file=out, flush=True)
     if getattr(args, "view", False):
-        from chunkgraph.cli._cmd_view import serve  # noqa: PLC0415 (needs neuroglancer)
-
         serve(paths, out=out)
+
+
+def serve(paths: Sequence[str], *, out: TextIO = sys.stdout, **options: Any) -> None:
+    """Serve ``paths`` (``view``'s ``options``), print the URL, and wait for Ctrl-C."""
+    shown = view(*paths, **{"open_browser": True, **options})
+    print(shown.url, file=out, flush=True)
+    try:
+        threading.Event().wait()  # the server runs in its own thread until Ctrl-C
+    except KeyboardInterrupt:
+        pass
+    finally:
+        shown.stop()

@@ -13,8 +13,12 @@ from chunkgraph.geometry import Box
 def view_command(
     paths: Sequence[str], bbox: Box | None = None, *, program: str = "chunkgraph"
 ) -> str:
-    """The command line that shows ``paths``, as runs print it (``program``: how the
-    ``chunkgraph`` command is typed here).
+    """The command line that shows ``paths``, as runs print it.
+
+    Args:
+        paths: The volumes' paths or URLs, as ``chunkgraph view`` takes them.
+        bbox: A region to outline and centre on (``--bbox``); None: none.
+        program: How the ``chunkgraph`` command is typed here.
 
     >>> view_command(["in.zarr", "out dir/x.zarr"])
     "chunkgraph view in.zarr 'out dir/x.zarr'"

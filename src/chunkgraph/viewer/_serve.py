@@ -41,7 +41,13 @@ MAX_VOXELS_PER_PIXEL = 8.0
 
 @dataclass(frozen=True)
 class View:
-    """A running viewer: open ``url`` in a browser; ``stop()`` ends the server."""
+    """A running viewer: open ``url`` in a browser; ``stop()`` ends the server.
+
+    Attributes:
+        url: The viewer's address on 127.0.0.1.
+        layers: The layers' names, one per volume, in the order given.
+        viewer: The ``neuroglancer.Viewer``, for scripting its state (``viewer.txn()``).
+    """
 
     url: str
     layers: tuple[str, ...]
