@@ -169,3 +169,11 @@ def test_dtypes_the_viewer_cannot_draw_are_converted(dtype: str, shown: str, kin
             np.testing.assert_array_equal(got, expected)
     finally:
         volume.remove("view-dtype")
+
+
+def test_a_bbox_is_outlined_and_centred_on(memory_image: volume.Volume) -> None:
+    with view(memory_image, bbox=Box((8, 4, 0), (24, 20, 8))) as shown:
+        state = shown.viewer.state
+        assert list(state.position) == [16, 12, 4]
+        box = state.layers["bbox"].annotations[0]
+        assert (list(box.point_a), list(box.point_b)) == ([8, 4, 0], [24, 20, 8])
