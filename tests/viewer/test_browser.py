@@ -1,26 +1,74 @@
 """The viewer draws the volumes in a real browser: headless Chromium opens the viewer on
 an image and a label volume, Neuroglancer takes a screenshot once it reports every chunk
-in view loaded, and the screenshot shows both. Saved to ``build/screenshots/view.png``
+in view loaded, and the screenshot shows both; then the mouse is moved over the section
+(through Chromium's DevTools protocol, with Neuroglancer's tornado for the socket) and a
+key bound to a Python action reports each layer's value under it, which must be the
+volumes' voxels there. The screenshot is saved to ``build/screenshots/view.png``
 (ignored by git) for a person to look at. Skipped where Chromium is not installed."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import shutil
+import socket
 import subprocess
+import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from tornado.websocket import websocket_connect
 
 from chunkgraph import volume
+from chunkgraph.geometry import Box
 from chunkgraph.viewer import view
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOT = ROOT / "build" / "screenshots" / "view.png"
 SIZE = (480, 360)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def _page_socket(devtools: int) -> str:
+    """The DevTools socket of the browser's page, once it has one."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{devtools}/json/list") as reply:
+            pages = [p for p in json.load(reply) if p["type"] == "page"]
+        if pages:
+            return str(pages[0]["webSocketDebuggerUrl"])
+        time.sleep(0.1)  # polling the browser's own list: the condition, not a guess
+    raise AssertionError("the browser shows no page")
+
+
+async def _move_mouse_and_press_t(socket_url: str, at: tuple[int, int]) -> None:
+    """Chrome DevTools protocol: move the mouse to ``at``, press and release T."""
+    key = {"key": "t", "code": "KeyT", "windowsVirtualKeyCode": 84}
+    steps = [
+        ("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": at[0], "y": at[1]}),
+        ("Input.dispatchKeyEvent", {"type": "keyDown", "text": "t", **key}),
+        ("Input.dispatchKeyEvent", {"type": "keyUp", **key}),
+    ]
+    connection = await websocket_connect(socket_url)
+    for number, (method, params) in enumerate(steps):
+        await connection.write_message(
+            json.dumps({"id": number, "method": method, "params": params})
+        )
+        await connection.read_message()  # each step done before the next
+    connection.close()
 
 
 def _chromium() -> str | None:
@@ -53,11 +101,18 @@ def test_the_viewer_draws_an_image_and_labels(
         pytest.skip("Chromium is not installed (apt-get install chromium): viewer not opened")
     from PIL import Image
 
-    with view(*image_and_labels) as shown:
+    image, labels = image_and_labels
+    with view(image, labels) as shown:
+        probed: list[Any] = []
+        pressed = threading.Event()
+        shown.viewer.actions.add("probe", lambda action: (probed.append(action), pressed.set()))
+        with shown.viewer.config_state.txn() as config:
+            config.input_event_bindings.viewer["keyt"] = "probe"  # T: what is under the mouse
         with shown.viewer.txn() as state:
             state.layout = "xy"
             state.layers["browser-labels"].selected_alpha = 0.4
             state.cross_section_scale = 0.25e-9  # metres per pixel: 4 pixels a voxel
+        devtools = _free_port()
         client = subprocess.Popen(
             [
                 browser,
@@ -65,7 +120,7 @@ def test_the_viewer_draws_an_image_and_labels(
                 "--no-sandbox",  # as root, as CI runs
                 "--use-angle=swiftshader",  # WebGL in software: no GPU needed
                 "--enable-unsafe-swiftshader",
-                "--remote-debugging-port=0",  # stays open until killed
+                f"--remote-debugging-port={devtools}",  # stays open; driven through it
                 "--window-size=800,600",
                 shown.url,
             ],
@@ -76,9 +131,18 @@ def test_the_viewer_draws_an_image_and_labels(
             # Neuroglancer answers a screenshot request once all chunks in view are loaded.
             with ThreadPoolExecutor(1) as pool:
                 reply = pool.submit(shown.viewer.screenshot, size=list(SIZE)).result(timeout=90)
+            # The mouse over the section, then T: the viewer reports the position and
+            # each layer's value there, as its layer panel shows them.
+            asyncio.run(_move_mouse_and_press_t(_page_socket(devtools), (300, 250)))
+            assert pressed.wait(30), "the viewer did not report the key press"
         finally:
             client.kill()
             client.wait()
+    where = tuple(int(np.floor(c)) for c in probed[0].mouse_voxel_coordinates)
+    values = probed[0].selected_values
+    voxel = Box(where, tuple(c + 1 for c in where))
+    assert values["browser-image"].value == pytest.approx(float(image.read(voxel).item()))
+    assert int(values["browser-labels"].value) == int(labels.read(voxel).item())
     png = reply.screenshot.image
     SHOT.parent.mkdir(parents=True, exist_ok=True)
     SHOT.write_bytes(png)
