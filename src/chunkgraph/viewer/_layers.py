@@ -2,8 +2,8 @@
 
 Policy:
 
-* **Nothing is read until the viewer asks.** A layer is a ``neuroglancer.LocalVolume``
-  over ``VolumeArray``, an array-like that has a shape and a dtype and answers
+* **Nothing is read until the viewer asks.** A layer's source (``_pyramid.py``) reads
+  through ``VolumeArray``, an array-like that has a shape and a dtype and answers
   ``array[slices]`` with ``Volume.read`` of that box: opening a terabyte volume reads
   its metadata only, and each chunk the viewer draws is one read, served from the
   volume's chunk cache when it was read before.
@@ -58,11 +58,11 @@ def neuroglancer() -> Any:
         ) from None
     if not hasattr(np.ndarray, "tostring"):
         # Its raw chunk encoder calls ndarray.tostring, which NumPy 2 removed.
-        local_volume.encode_raw = _encode_raw
+        local_volume.encode_raw = encode_raw
     return ng
 
 
-def _encode_raw(subvol: np.ndarray[Any, Any]) -> bytes:
+def encode_raw(subvol: np.ndarray[Any, Any]) -> bytes:
     """A chunk's voxels as the viewer decodes them: the first axis fastest (as its npz
     encoder's Fortran order; the old encoder's C order draws them transposed)."""
     return subvol.tobytes("F")
@@ -130,25 +130,12 @@ def display_range(volume: Volume, centre: Sequence[float]) -> tuple[float, float
     return (low, high) if high > low else (low, low + 1.0)
 
 
-def local_layer(volume: Volume) -> tuple[str, Any]:
-    """The layer kind and Neuroglancer source of ``volume``."""
+def dimensions(volume: Volume) -> Any:
+    """The volume's coordinate space as the viewer names it: channels unitless, space in
+    nm at the volume's resolution."""
     n_channel = len(volume.channel_shape)
-    kind = layer_kind(volume.dtype)
-    ng = neuroglancer()
-    source = ng.LocalVolume(
-        data=VolumeArray(volume),
-        dimensions=ng.CoordinateSpace(
-            names=axis_names(volume),
-            units=[""] * n_channel + ["nm"] * volume.spatial_ndim,
-            scales=[1.0] * n_channel + list(volume.resolution),
-        ),
-        voxel_offset=[0] * n_channel + list(volume.offset),
-        volume_type=kind,
-        # Chunks go to a browser on this machine: uncompressed is fastest (npz's zlib
-        # takes 15 ms for a 64^3 uint8 chunk of noise).
-        encoding="raw",
-        # Zoomed out, the viewer asks for coarser chunks, computed from full-resolution
-        # reads: at most 8x fewer voxels per axis keeps one request's read bounded.
-        max_downsampling=8**3,
+    return neuroglancer().CoordinateSpace(
+        names=axis_names(volume),
+        units=[""] * n_channel + ["nm"] * volume.spatial_ndim,
+        scales=[1.0] * n_channel + list(volume.resolution),
     )
-    return kind, source

@@ -24,7 +24,8 @@ from typing import Any
 
 from chunkgraph._errors import ConfigError
 from chunkgraph.geometry import Box
-from chunkgraph.viewer._layers import display_range, local_layer, neuroglancer
+from chunkgraph.viewer._layers import dimensions, display_range, neuroglancer
+from chunkgraph.viewer._pyramid import layer_source
 from chunkgraph.volume import Volume
 from chunkgraph.volume import open as open_volume
 
@@ -97,7 +98,7 @@ def view(
     images: list[str] = []
     with viewer.txn() as state:
         for name, volume in zip(names, opened, strict=True):
-            kind, source = local_layer(volume)
+            kind, source = layer_source(volume)
             if kind == "segmentation":
                 state.layers[name] = ng.SegmentationLayer(source=source)
                 continue
@@ -181,7 +182,7 @@ def _box_layer(first: Volume, bbox: Box) -> Any:
     """An annotation layer outlining ``bbox`` in ``first``'s coordinates."""
     n_channel = len(first.channel_shape)
     ng = neuroglancer()
-    layer = ng.LocalAnnotationLayer(dimensions=local_layer(first)[1].dimensions)
+    layer = ng.LocalAnnotationLayer(dimensions=dimensions(first))
     layer.annotations.append(
         ng.AxisAlignedBoundingBoxAnnotation(
             id="bbox",
