@@ -20,6 +20,8 @@ EXPECTED = {
     # volumes
     "Box", "Volume", "IOStats", "ApplyReport", "apply", "RunOptions",
     "downsample", "transfer",
+    # looking at volumes
+    "view",
     # loops
     "parallel_for", "parallel_map", "parallel_reduce", "parallel_sort",
     # subpackages and version

@@ -39,6 +39,7 @@ TOP, FLOW, STATE = None, "chunkgraph.flow", "chunkgraph.flow.state"
 WHAT = {
     "chunkgraph.cli": "the chunkgraph command, spec files, progress; the flow's faces only",
     "chunkgraph.report": "run reports: the event recorder, report.json, charts",
+    "chunkgraph.viewer": "Neuroglancer views of volumes, read lazily through Volume",
     "chunkgraph.jobs": "downsample, transfer, block reductions: flow's and volume's public names",
     "chunkgraph.flow": "apply, reduce_deferred, the report: a face on three rooms",
     "chunkgraph.volume": "Volume, formats and places, chunk cache, object stores",

@@ -73,6 +73,7 @@ _LAZY = {
     "RunOptions": "chunkgraph.flow",
     "downsample": "chunkgraph.jobs",
     "transfer": "chunkgraph.jobs",
+    "view": "chunkgraph.viewer",
     "parallel_for": "chunkgraph.parallel",
     "parallel_map": "chunkgraph.parallel",
     "parallel_reduce": "chunkgraph.parallel",
@@ -122,6 +123,7 @@ if TYPE_CHECKING:
     from chunkgraph.jobs import downsample, transfer
     from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
     from chunkgraph.planning import Context, Link, Plan, local_contexts, plan
+    from chunkgraph.viewer import view
     from chunkgraph.volume import IOStats, Volume
 
 __all__ = [
@@ -179,5 +181,6 @@ __all__ = [
     "run",
     "task",
     "transfer",
+    "view",
     "volume",
 ]

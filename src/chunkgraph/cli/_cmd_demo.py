@@ -24,9 +24,10 @@ from typing import Any
 
 from rich.console import Console
 
-from chunkgraph.cli._flow_demo import check_demo, run_demo
+from chunkgraph.cli._flow_demo import DEMO_VOLUMES, check_demo, run_demo
 from chunkgraph.cli._graph_demo import run_graph_demo
 from chunkgraph.report import Recorder, write_report
+from chunkgraph.viewer import view_command
 
 # float32 blends of chunk results that each equal the whole-array filter: differences are
 # rounding (~1e-5 on values ~100); anything near this bound is a bug.
@@ -86,12 +87,17 @@ def run(args: argparse.Namespace) -> int:
             "read_amplification": report.read_amplification,
             "wall_seconds": report.wall_seconds,
             "breakdown": None if report.breakdown is None else report.breakdown.as_json(),
+            "view": view_command([str(workdir / name) for name in DEMO_VOLUMES]),
         },
         report.task_bytes,
     )
     console.print(
         f"volume flow finished in {seconds:.2f} s; data in {workdir}; report in {folder} "
         f"(report.json, gantt.png, utilisation.png; `{_command()} report {folder}`)"
+    )
+    shown = view_command([str(workdir / name) for name in DEMO_VOLUMES], program=_command())
+    console.print(
+        f"look at the input and output: {shown}", markup=False, highlight=False, soft_wrap=True
     )
     return 0 if summary.matches and error < DEMO_TOLERANCE else 1
 

@@ -88,4 +88,12 @@ def handle(args: argparse.Namespace) -> int:
         format=args.format,
     )
     again = f"`chunkgraph downsample {args.dst} --resume` continues its work"
-    return run_flow("downsample", args, call, again)
+    return run_flow("downsample", args, call, again, functools.partial(_shown, args))
+
+
+def _shown(args: argparse.Namespace, report: Any) -> list[str]:
+    """The source, and the levels where they are volumes of their own (Zarr v3 beside
+    it); levels inside a multiscale source are reached through it."""
+    source = volume.open(args.dst)
+    inside = source.format.multiscale and args.format != "zarr3" and args.template is None
+    return [args.dst] if inside else [args.dst, *report.paths]

@@ -66,11 +66,13 @@ from chunkgraph.cli._output import (
     event_output,
 )
 from chunkgraph.cli._spec import SpecError, SpecProblem, load_spec
+from chunkgraph.cli._view_link import add_view_option, say_view, spec_paths
 from chunkgraph.execute import EXECUTOR_KINDS, DaskExecutor, is_scheduler_address
 from chunkgraph.execute._failures import describe_innermost, innermost
 from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, RunOptions, check_device
 from chunkgraph.flow.state import StateRoot, default_state_root, dst_of_state_root
 from chunkgraph.report import Recorder, write_report
+from chunkgraph.viewer import view_command
 from chunkgraph.volume import is_url, split_format
 
 if TYPE_CHECKING:
@@ -119,6 +121,7 @@ def register(commands: Any) -> None:
         "(default: the spec's lock_wait, else 0)",
     )
     run.add_argument("--report", metavar="DIR", default=None, help="write a run report to DIR")
+    add_view_option(run)
     run.add_argument(
         "--dry-run", action="store_true", help="check the spec and say what a run would do"
     )
@@ -287,8 +290,9 @@ def _apply(
         close_output(subscribers, outcome)
         if recorder is not None and outcome != "locked":
             # A failed or interrupted run is when a report is needed most.
-            _write_report(args.report, recorder, report, outcome, out)
+            _write_report(args.report, recorder, report, outcome, out, spec_paths(resolved))
     print(report.summary(plan=not args.quiet), file=out)
+    say_view(args, spec_paths(resolved), out)
     return EXIT_OK
 
 
@@ -453,11 +457,17 @@ def report_dir_problem(path: str) -> str | None:
 
 
 def _write_report(
-    directory: str, recorder: Any, report: ApplyReport | None, outcome: str, out: Any
+    directory: str,
+    recorder: Any,
+    report: ApplyReport | None,
+    outcome: str,
+    out: Any,
+    shown: list[str],
 ) -> None:
     """Write the run report; a failure is a message (the run's outcome decides the exit code)."""
     summary = report_summary(report) if report is not None else {}
     summary["outcome"] = outcome
+    summary["view"] = view_command(shown)  # the inputs and output, to look at
     task_bytes = report.task_bytes if report is not None else ()
     try:
         folder = write_report(Path(directory), recorder, summary, task_bytes)

@@ -85,4 +85,4 @@ def handle(args: argparse.Namespace) -> int:
         backend=args.backend,
     )
     again = f"`chunkgraph transfer {args.src} {args.dst} --resume` continues its work"
-    return run_flow("transfer", args, call, again)
+    return run_flow("transfer", args, call, again, lambda _: [args.src, args.dst])

@@ -30,6 +30,7 @@ from chunkgraph.cli._output import (
     close_output,
     event_output,
 )
+from chunkgraph.cli._view_link import add_view_option, say_view
 from chunkgraph.flow import RunOptions
 
 
@@ -61,6 +62,7 @@ def add_flow_options(parser: argparse.ArgumentParser) -> None:
         help="memory budget, e.g. 2GiB (default: half of what is available)",
     )
     add_output_options(parser)
+    add_view_option(parser)
 
 
 def int_tuple(text: str) -> tuple[int, ...]:
@@ -73,9 +75,15 @@ def int_tuple(text: str) -> tuple[int, ...]:
         ) from None
 
 
-def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], again: str) -> int:
-    """Call ``call(run=the run options)`` and print its summary; the exit code of the
-    outcome."""
+def run_flow(
+    command: str,
+    args: argparse.Namespace,
+    call: Callable[..., Any],
+    again: str,
+    shown: Callable[[Any], list[str]],
+) -> int:
+    """Call ``call(run=the run options)`` and print its summary and the view command of
+    ``shown(its report)``: the volumes to look at; the exit code of the outcome."""
     if args.workers is not None and args.workers < 1:
         print(
             f"chunkgraph {command}: --workers must be at least 1, got {args.workers}",
@@ -120,4 +128,5 @@ def run_flow(command: str, args: argparse.Namespace, call: Callable[..., Any], a
         close_output(subscribers, outcome, facts)
     out = sys.stderr if args.log_json == "-" else sys.stdout
     print(report.summary(plan=not args.quiet), file=out)
+    say_view(args, shown(report), out)
     return EXIT_OK

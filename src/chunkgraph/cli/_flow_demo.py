@@ -64,6 +64,10 @@ def binomial_smooth(src: np.ndarray) -> np.ndarray:
     return out
 
 
+# The demo's input and output, in its working directory.
+DEMO_VOLUMES = ("demo-src.zarr", "demo-dst.zarr")
+
+
 def make_source(path: Path, shape: tuple[int, ...] = DEMO_SHAPE) -> None:
     """Write a volume of smooth blobs plus noise, one z-slab of chunks at a time."""
     src = volume.create(str(path), shape, DEMO_CHUNKS, "float32", exist_ok=True)
@@ -90,7 +94,7 @@ def run_demo(
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    src_path, dst_path = workdir / "demo-src.zarr", workdir / "demo-dst.zarr"
+    src_path, dst_path = (workdir / name for name in DEMO_VOLUMES)
     if src_path.exists() and volume.open(str(src_path)).shape != tuple(shape):
         shutil.rmtree(src_path)  # the demo's own data, from a run of another size
         shutil.rmtree(dst_path, ignore_errors=True)

@@ -1,7 +1,7 @@
 """The ``chunkgraph`` command line: one subcommand per ``_cmd_*.py`` module.
 
     chunkgraph demo | run | plan | bench | status | clean | reduce | report | spec-schema
-               | downsample | transfer
+               | downsample | transfer | view
 
 Each command lives in its own module, which exposes ``register(commands)``: it adds
 its subparser and sets ``handler`` to a function ``(args) -> int``. A command module
@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "_cmd_transfer",
         "copy, rechunk or convert a volume (Zarr v3 shards, dtype, bbox)",
     ),
+    "view": ("_cmd_view", "look at volumes in Neuroglancer, served from this machine"),
 }
 
 

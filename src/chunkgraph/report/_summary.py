@@ -8,6 +8,7 @@
       where the time went: 2 slots x 0.170 s = 0.340 slot-s (...)    a flow's breakdown:
         compute         0.212 s  62.4%  fn on the voxels needed      one term a line
         ...                                                          (``Breakdown.table``)
+      view: chunkgraph view /data/raw.zarr /data/out.zarr
 
 Every number is read from the document: nothing is measured again.
 """
@@ -71,9 +72,12 @@ def summarize(directory: str | Path) -> str:
     lines.extend(f"  {line}" for line in document.get("gpu", []))
     summary = dict(document["summary"])
     breakdown = summary.pop("breakdown", None)
+    shown = summary.pop("view", None)  # a command line: its own line, to copy whole
     lines.extend(_wrapped(_fields(summary)))
     if isinstance(breakdown, dict):
         lines.extend(f"  {line}" for line in Breakdown.from_json(breakdown).table())
+    if shown:
+        lines.append(f"  view: {shown}")
     lines.extend(f"  note: {note}" for note in document.get("notes", []))
     return "\n".join(lines)
 
