@@ -21,8 +21,18 @@ backend against the bare numpy slicing it wraps; the "fixed cost" column is
 that cost times the number of calls, as a share of the direct time, i.e. the
 overhead Volume's own code adds, free of the machine's timing noise.
 
+Per-chunk rows (``--per-chunk`` runs only these): uint8 arrays of 8x64x64
+(32 KiB) and 64x64x64 (256 KiB) chunks, zstd + crc32c (``volume.create``'s
+defaults), values 0..63 (zstd keeps about 3/4 of the bytes); 64 whole chunks
+read and then written one call each through ``Volume`` on the default backend,
+through zarr-python's own ``Array`` (the path every call took before the
+direct whole-chunk path) and through TensorStore's ``zarr3`` driver, on the
+same array, the three interleaved box by box. Columns: best-of-repeats ms per
+chunk, and Volume's time as a multiple of TensorStore's (target: <= 1.2x).
+
     .venv/bin/python benchmarks/volume_io.py            # full size, 5 repeats
     .venv/bin/python benchmarks/volume_io.py --quick    # (64, 256, 256), 3 repeats
+    .venv/bin/python benchmarks/volume_io.py --per-chunk --repeats 15
 
 Results are printed and written to ``bench-out/volume_io.{md,json}``.
 """
@@ -195,6 +205,95 @@ def run(
     return rows
 
 
+# -- per-chunk rows -----------------------------------------------------------------------------
+
+CHUNK_CASES = ((8, 64, 64), (64, 64, 64))
+CHUNKS_PER_ROW = 64
+
+
+def measure_peers(
+    calls: dict[str, Callable[[Box], Any]], boxes: list[Box], repeats: int
+) -> dict[str, float]:
+    """Best total time over ``boxes`` of each peer; the peers take turns going first."""
+    names = list(calls)
+    for b in boxes[:4]:  # warm-up: imports, thread pools, page cache
+        for name in names:
+            calls[name](b)
+    best = dict.fromkeys(names, float("inf"))
+    for r in range(repeats):
+        total = dict.fromkeys(names, 0.0)
+        for i, b in enumerate(boxes):
+            k = (i + r) % len(names)
+            for name in names[k:] + names[:k]:
+                total[name] += timed(lambda: calls[name](b))  # noqa: B023 (called at once)
+        best = {name: min(best[name], total[name]) for name in names}
+    return best
+
+
+def per_chunk(repeats: int, workdir: Path) -> list[dict[str, Any]]:
+    """Whole-chunk reads and writes one call at a time: Volume, zarr-python, TensorStore."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for chunk in CHUNK_CASES:
+        shape = tuple(c * 4 for c in chunk)
+        data = rng.integers(0, 64, size=shape, dtype=np.uint8)
+        path = str(workdir / f"per-chunk-{chunk[0]}")
+        v = volume.create(path, shape, chunk, "uint8")
+        v.write(v.bounds, data)
+        rows += chunk_rows(v, data, repeats)
+        if not np.array_equal(volume.open(path).read(v.bounds), data):
+            raise SystemExit(f"data read back from {path} differs from what was written")
+        volume.remove(path)
+    return rows
+
+
+def chunk_rows(v: volume.Volume, data: np.ndarray, repeats: int) -> list[dict[str, Any]]:
+    """The read and the write row of one array (``v``, holding ``data``)."""
+    z = zarr.open_array(v.path, mode="r+")
+    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": v.path}}).result()
+    boxes = v.bounds.split(v.chunks, mode="shrink")[:CHUNKS_PER_ROW]
+    reads = {
+        "volume": v.read,
+        "zarr": lambda b: z[b.slices()],
+        "tensorstore": lambda b: t[b.slices()].read().result(),
+    }
+    writes = {
+        "volume": lambda b: v.write(b, data[b.slices()]),
+        "zarr": lambda b: z.__setitem__(b.slices(), data[b.slices()]),
+        "tensorstore": lambda b: t[b.slices()].write(data[b.slices()]).result(),
+    }
+    rows = []
+    for op, calls in (("read", reads), ("write", writes)):
+        best = measure_peers(calls, boxes, repeats)
+        ms = {name: best[name] / len(boxes) * 1e3 for name in best}
+        rows.append(
+            {
+                "chunk": "x".join(map(str, v.chunks)),
+                "KiB": int(np.prod(v.chunks)) // 1024,
+                "op": op,
+                **{f"{name}_ms": value for name, value in ms.items()},
+                "volume_vs_tensorstore": ms["volume"] / ms["tensorstore"],
+                "zarr_vs_tensorstore": ms["zarr"] / ms["tensorstore"],
+            }
+        )
+        print(format_chunk_row(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+CHUNK_HEADER = (
+    "| chunk (uint8) | op | Volume ms | zarr-python ms | TensorStore ms | Volume / TS "
+    "| zarr-python / TS |\n|---|---|---:|---:|---:|---:|---:|"
+)
+
+
+def format_chunk_row(r: dict[str, Any]) -> str:
+    return (
+        f"| {r['chunk']} ({r['KiB']} KiB) | {r['op']} | {r['volume_ms']:.3f} | "
+        f"{r['zarr_ms']:.3f} | {r['tensorstore_ms']:.3f} | {r['volume_vs_tensorstore']:.2f}x "
+        f"| {r['zarr_vs_tensorstore']:.2f}x |"
+    )
+
+
 HEADER = (
     "| pattern | op | compressor | library | direct MB/s | Volume MB/s | overhead | fixed cost |"
 )
@@ -211,36 +310,50 @@ def format_row(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small array, 3 repeats")
+    parser.add_argument("--per-chunk", action="store_true", help="only the per-chunk rows")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args(argv)
     shape = (64, 256, 256) if args.quick else (256, 512, 512)
     repeats = args.repeats or (3 if args.quick else 5)
     workdir = Path(tempfile.mkdtemp(prefix="chunkgraph-volume-io-"))
+    rows: list[dict[str, Any]] = []
+    read_us = write_us = 0.0
     try:
         t0 = time.perf_counter()
-        read_us, write_us = per_call_overhead_us()
-        rows = run(shape, repeats, workdir, {"read": read_us, "write": write_us})
+        chunk_rows = per_chunk(repeats, workdir)
+        if not args.per_chunk:
+            read_us, write_us = per_call_overhead_us()
+            rows = run(shape, repeats, workdir, {"read": read_us, "write": write_us})
         elapsed = time.perf_counter() - t0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    table = "\n".join(
-        [HEADER, "|---|---|---|---|---:|---:|---:|---:|", *(format_row(r) for r in rows)]
-    )
-    worst = max(r["overhead_pct"] for r in rows)
-    summary = (
-        f"array {shape} float32, chunks {CHUNK}, best of {repeats}; "
-        f"worst Volume overhead {worst:+.1f}%; {elapsed:.0f} s\n"
-        f"Volume per-call cost beyond numpy slicing: read {read_us:.1f} us, "
-        f"write {write_us:.1f} us"
-    )
+    chunk_table = "\n".join([CHUNK_HEADER, *(format_chunk_row(r) for r in chunk_rows)])
+    report = [
+        f"per-chunk: {CHUNKS_PER_ROW} whole chunks one call each, best of {repeats}; "
+        f"{elapsed:.0f} s",
+        "",
+        chunk_table,
+    ]
+    if rows:
+        table = "\n".join(
+            [HEADER, "|---|---|---|---|---:|---:|---:|---:|", *(format_row(r) for r in rows)]
+        )
+        worst = max(r["overhead_pct"] for r in rows)
+        summary = (
+            f"array {shape} float32, chunks {CHUNK}, best of {repeats}; "
+            f"worst Volume overhead {worst:+.1f}%\n"
+            f"Volume per-call cost beyond numpy slicing: read {read_us:.1f} us, "
+            f"write {write_us:.1f} us"
+        )
+        report += ["", summary, "", table]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "volume_io.md").write_text(f"{summary}\n\n{table}\n")
-    record = {"shape": shape, "chunks": CHUNK, "repeats": repeats, "rows": rows}
+    (args.out / "volume_io.md").write_text("\n".join(report) + "\n")
+    record: dict[str, Any] = {"shape": shape, "chunks": CHUNK, "repeats": repeats}
+    record.update(rows=rows, per_chunk=chunk_rows)
     record["per_call_us"] = {"read": read_us, "write": write_us}
     (args.out / "volume_io.json").write_text(json.dumps(record, indent=1))
-    print(summary)
-    print(table)
+    print("\n".join(report))
     return 0
 
 
