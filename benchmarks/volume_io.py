@@ -29,10 +29,13 @@ through zarr-python's own ``Array`` (the path every call took before the
 direct whole-chunk path) and through TensorStore's ``zarr3`` driver, on the
 same array, the three interleaved box by box. Columns: best-of-repeats ms per
 chunk, and Volume's time as a multiple of TensorStore's (target: <= 1.2x).
+``--s3`` adds the same rows for 16 chunks on moto's S3 server on loopback,
+directly and through a proxy adding 20 ms per request.
 
     .venv/bin/python benchmarks/volume_io.py            # full size, 5 repeats
     .venv/bin/python benchmarks/volume_io.py --quick    # (64, 256, 256), 3 repeats
     .venv/bin/python benchmarks/volume_io.py --per-chunk --repeats 15
+    .venv/bin/python benchmarks/volume_io.py --per-chunk --s3   # + moto's S3, 0 and 20 ms
 
 Results are printed and written to ``bench-out/volume_io.{md,json}``.
 """
@@ -47,15 +50,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorstore as ts
 import zarr
+from zarr.storage import ObjectStore
 
 from chunkgraph import volume
 from chunkgraph.geometry import Box
+from chunkgraph.testing import latency_proxy, s3_server
+from chunkgraph.volume._object_store import StoreOptions, object_store
+from chunkgraph.volume._ts_view import kvstore_spec
 
 CHUNK = (64, 64, 64)
 MB = 1e6
@@ -209,6 +217,7 @@ def run(
 
 CHUNK_CASES = ((8, 64, 64), (64, 64, 64))
 CHUNKS_PER_ROW = 64
+S3_CHUNKS_PER_ROW = 16
 
 
 def measure_peers(
@@ -230,28 +239,40 @@ def measure_peers(
     return best
 
 
-def per_chunk(repeats: int, workdir: Path) -> list[dict[str, Any]]:
+def per_chunk(repeats: int, workdir: Path, s3: bool) -> list[dict[str, Any]]:
     """Whole-chunk reads and writes one call at a time: Volume, zarr-python, TensorStore."""
-    rng = np.random.default_rng(0)
     rows = []
     for chunk in CHUNK_CASES:
-        shape = tuple(c * 4 for c in chunk)
-        data = rng.integers(0, 64, size=shape, dtype=np.uint8)
         path = str(workdir / f"per-chunk-{chunk[0]}")
-        v = volume.create(path, shape, chunk, "uint8")
-        v.write(v.bounds, data)
-        rows += chunk_rows(v, data, repeats)
-        if not np.array_equal(volume.open(path).read(v.bounds), data):
-            raise SystemExit(f"data read back from {path} differs from what was written")
-        volume.remove(path)
+        rows += chunk_rows("disk", path, chunk, repeats, CHUNKS_PER_ROW)
+    if not s3:
+        return rows
+    with s3_server(buckets=("bench",)) as server:
+        for latency in (0.0, 0.02):
+            where = f"s3 +{latency * 1e3:.0f} ms" if latency else "s3"
+            with latency_proxy(server.endpoint, latency=latency) if latency else nullcontext():
+                for chunk in CHUNK_CASES:
+                    url = f"s3://bench/{where.replace(' ', '')}-{chunk[0]}.zarr"
+                    rows += chunk_rows(where, url, chunk, repeats, S3_CHUNKS_PER_ROW)
     return rows
 
 
-def chunk_rows(v: volume.Volume, data: np.ndarray, repeats: int) -> list[dict[str, Any]]:
-    """The read and the write row of one array (``v``, holding ``data``)."""
-    z = zarr.open_array(v.path, mode="r+")
-    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": v.path}}).result()
-    boxes = v.bounds.split(v.chunks, mode="shrink")[:CHUNKS_PER_ROW]
+def chunk_rows(
+    where: str, path: str, chunk: tuple[int, ...], repeats: int, n_chunks: int
+) -> list[dict[str, Any]]:
+    """The read and the write row of one new uint8 array of ``chunk``s at ``path``."""
+    shape = tuple(c * 4 for c in chunk)
+    data = np.random.default_rng(0).integers(0, 64, size=shape, dtype=np.uint8)
+    v = volume.create(path, shape, chunk, "uint8")
+    v.write(v.bounds, data)
+    if volume.is_object_url(path):
+        z = zarr.open_array(ObjectStore(object_store(path, StoreOptions())), mode="r+")
+        kvstore = kvstore_spec(path, StoreOptions())
+    else:
+        z = zarr.open_array(path, mode="r+")
+        kvstore = {"driver": "file", "path": path}
+    t = ts.open({"driver": "zarr3", "kvstore": kvstore}).result()
+    boxes = v.bounds.split(v.chunks, mode="shrink")[:n_chunks]
     reads = {
         "volume": v.read,
         "zarr": lambda b: z[b.slices()],
@@ -268,8 +289,9 @@ def chunk_rows(v: volume.Volume, data: np.ndarray, repeats: int) -> list[dict[st
         ms = {name: best[name] / len(boxes) * 1e3 for name in best}
         rows.append(
             {
-                "chunk": "x".join(map(str, v.chunks)),
-                "KiB": int(np.prod(v.chunks)) // 1024,
+                "where": where,
+                "chunk": "x".join(map(str, chunk)),
+                "KiB": int(np.prod(chunk)) // 1024,
                 "op": op,
                 **{f"{name}_ms": value for name, value in ms.items()},
                 "volume_vs_tensorstore": ms["volume"] / ms["tensorstore"],
@@ -277,18 +299,21 @@ def chunk_rows(v: volume.Volume, data: np.ndarray, repeats: int) -> list[dict[st
             }
         )
         print(format_chunk_row(rows[-1]), file=sys.stderr, flush=True)
+    if not np.array_equal(volume.open(path).read(v.bounds), data):
+        raise SystemExit(f"data read back from {path} differs from what was written")
+    volume.remove(path)
     return rows
 
 
 CHUNK_HEADER = (
-    "| chunk (uint8) | op | Volume ms | zarr-python ms | TensorStore ms | Volume / TS "
-    "| zarr-python / TS |\n|---|---|---:|---:|---:|---:|---:|"
+    "| store | chunk (uint8) | op | Volume ms | zarr-python ms | TensorStore ms | Volume / TS "
+    "| zarr-python / TS |\n|---|---|---|---:|---:|---:|---:|---:|"
 )
 
 
 def format_chunk_row(r: dict[str, Any]) -> str:
     return (
-        f"| {r['chunk']} ({r['KiB']} KiB) | {r['op']} | {r['volume_ms']:.3f} | "
+        f"| {r['where']} | {r['chunk']} ({r['KiB']} KiB) | {r['op']} | {r['volume_ms']:.3f} | "
         f"{r['zarr_ms']:.3f} | {r['tensorstore_ms']:.3f} | {r['volume_vs_tensorstore']:.2f}x "
         f"| {r['zarr_vs_tensorstore']:.2f}x |"
     )
@@ -311,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small array, 3 repeats")
     parser.add_argument("--per-chunk", action="store_true", help="only the per-chunk rows")
+    parser.add_argument(
+        "--s3", action="store_true", help="per-chunk rows on moto's S3 too (0 and 20 ms)"
+    )
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args(argv)
@@ -321,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     read_us = write_us = 0.0
     try:
         t0 = time.perf_counter()
-        chunk_rows = per_chunk(repeats, workdir)
+        chunk_rows = per_chunk(repeats, workdir, args.s3)
         if not args.per_chunk:
             read_us, write_us = per_call_overhead_us()
             rows = run(shape, repeats, workdir, {"read": read_us, "write": write_us})
