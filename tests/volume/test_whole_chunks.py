@@ -132,11 +132,13 @@ def test_files_are_byte_identical_to_zarr_pythons_own(
     )  # fmt: skip
     data = _data(dtype)
     data[:, 4:8, 8:13] = 0  # one chunk (an edge one) all fill: neither writes its file
+    if data.dtype.kind in "fc":  # -0.0: data to zarr for floats (bits), fill for complex
+        data[:, :4, :8] = -0.0
     twin = _twin(path, tmp_path / "zarr.zarr")
     vol.write(vol.bounds, data)
     twin[...] = data
     mine, theirs = _files(path), _files(tmp_path / "zarr.zarr")
-    assert mine == theirs and len(mine) == 5  # 3 x 2 chunks, one of them fill
+    assert mine == theirs and len(mine) == (4 if data.dtype.kind == "c" else 5)
     # Each reads the other's files.
     assert np.array_equal(vol.read(vol.bounds), data)
     assert np.array_equal(zarr.open_array(path)[...], data)
