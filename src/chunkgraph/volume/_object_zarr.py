@@ -23,6 +23,10 @@ if it is still that object (``If-Match``), or only if it is still absent
 ``PreconditionError`` / ``AlreadyExistsError`` and the caller does the whole
 region again on what is there now (``_zarr.ZarrStorage``).
 
+The same requests come synchronously (``get_sync``, ``set_sync``, ``delete_sync``)
+from the direct path of reads and whole-chunk writes (``_whole_chunks``), counted
+alike; a conditional write is always zarr's own, asynchronous.
+
 Failed requests. A request obstore gave up on (after its bounded retries,
 ``_store_client``) is raised as ``StoreError`` naming the object's URL and the
 endpoint (``_store_errors``), never as an error a decoder could be blamed for:
@@ -185,6 +189,45 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
     async def set(self, key: str, value: Any) -> None:
         with self._request("requests_put", key):
             await super().set(key, value)
+
+    # Synchronous forms (zarr's ``SupportsSyncStore``): what ``_whole_chunks`` calls from the
+    # caller's thread, counted as the ones above. obstore blocks without the GIL meanwhile.
+
+    def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        prototype = prototype or default_buffer_prototype()
+        if byte_range is not None:  # not asked for by whole chunks: zarr's own way
+            return sync(self.get(key, prototype, byte_range))
+        import obstore
+
+        with self._request("requests_get", key):
+            try:
+                response = obstore.get(self.store, key)
+            except FileNotFoundError:
+                return None
+            size = int(response.meta.get("size") or 0)
+            self.counter.receiving(size)
+            try:
+                data = response.bytes()
+            finally:
+                self.counter.received(size)
+        return prototype.buffer.from_bytes(data)
+
+    def set_sync(self, key: str, value: Any) -> None:
+        import obstore
+
+        self._check_writable()
+        with self._request("requests_put", key):
+            obstore.put(self.store, key, value.as_buffer_like())
+
+    def delete_sync(self, key: str) -> None:
+        import obstore
+
+        self._check_writable()
+        with self._request("requests_other", key), contextlib.suppress(FileNotFoundError):
+            obstore.delete(self.store, key)
 
     async def set_if_not_exists(self, key: str, value: Any) -> None:
         with self._request("requests_put", key):
