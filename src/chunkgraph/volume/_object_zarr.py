@@ -42,11 +42,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from zarr.storage import ObjectStore
 
+from chunkgraph._util import usable_cores
+from chunkgraph.volume._pace import pace_of
 from chunkgraph.volume._stats import STORE_FIELDS
 from chunkgraph.volume._store_errors import is_store_failure, store_failure
 
@@ -125,6 +128,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         super().__init__(store, read_only=read_only)
         self.counter = counter
         self.url, self.endpoint = url, endpoint
+        self.pace = pace_of(endpoint, url.partition("://")[2].partition("/")[0])
 
     def with_read_only(self, read_only: bool = False) -> CountedStore:
         return type(self)(
@@ -140,6 +144,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
     def __setstate__(self, state: dict[Any, Any]) -> None:
         super().__setstate__(state)
         self.counter = RequestCounter()
+        self.pace = pace_of(self.endpoint, self.url.partition("://")[2].partition("/")[0])
 
     @contextlib.contextmanager
     def _request(self, kind: str, key: str, count: int = 1) -> Iterator[None]:
@@ -168,6 +173,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         import obstore
 
         with self._request("requests_get", key):
+            start = time.perf_counter()
             try:
                 response = await obstore.get_async(self.store, key)
             except FileNotFoundError:
@@ -178,6 +184,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
                 data = await response.bytes_async()
             finally:
                 self.counter.received(size)
+            self.pace.sample(time.perf_counter() - start, len(data))
         return data, response.meta.get("e_tag")
 
     async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
@@ -195,25 +202,33 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
 
     def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
         from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
 
         prototype = prototype or default_buffer_prototype()
-        if byte_range is not None:  # not asked for by whole chunks: zarr's own way
-            return sync(self.get(key, prototype, byte_range))
         import obstore
 
+        options = {} if byte_range is None else {"range": _obstore_range(byte_range)}
         with self._request("requests_get", key):
+            start = time.perf_counter()
             try:
-                response = obstore.get(self.store, key)
+                response = obstore.get(self.store, key, options=options)  # type: ignore[arg-type]
             except FileNotFoundError:
                 return None
-            size = int(response.meta.get("size") or 0)
+            size = int(response.meta.get("size") or 0) if byte_range is None else 0
             self.counter.receiving(size)
             try:
                 data = response.bytes()
             finally:
                 self.counter.received(size)
+            self.pace.sample(time.perf_counter() - start, len(data))
         return prototype.buffer.from_bytes(data)
+
+    def in_flight(self) -> int:
+        """Requests to keep in flight for a region, from this store's measured pace."""
+        return self.pace.in_flight(usable_cores())
+
+    def gap(self) -> int:
+        """Bytes between two ranges of one object below which one request reads both."""
+        return self.pace.gap()
 
     def set_sync(self, key: str, value: Any) -> None:
         import obstore
@@ -240,6 +255,19 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
     async def delete(self, key: str) -> None:
         with self._request("requests_other", key):
             await super().delete(key)
+
+
+def _obstore_range(byte_range: Any) -> Any:
+    """obstore's ``range`` option for one of zarr's byte requests."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if isinstance(byte_range, RangeByteRequest):
+        return (byte_range.start, byte_range.end)
+    if isinstance(byte_range, OffsetByteRequest):
+        return {"offset": byte_range.offset}
+    if isinstance(byte_range, SuffixByteRequest):
+        return {"suffix": byte_range.suffix}
+    raise TypeError(f"unexpected byte range {byte_range!r}")
 
 
 class ConditionalStore(CountedStore):

@@ -39,7 +39,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import numpy as np
@@ -57,13 +57,18 @@ except ImportError:  # pragma: no cover - older zarr: everything stays on zarr's
     SupportsSyncCodec = SupportsSyncStore = None  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # One region's chunk cells: (grid coords, slices in the chunk, slices in the region).
 Cell = tuple[tuple[int, ...], Index, Index]
 
 
-def whole_chunks_of(array: Any) -> WholeChunks | None:
-    """The synchronous path for zarr ``array``, or None where zarr's own must serve it."""
+def whole_chunks_of(array: Any, *, sharded: bool = False) -> WholeChunks | None:
+    """The synchronous path for zarr ``array``, or None where zarr's own must serve it.
+
+    ``sharded``: only whether the array is otherwise fit (grid, order, pipeline, store);
+    ``_shards`` judges a sharded array's codecs and serves it.
+    """
     if SupportsSyncCodec is None:  # pragma: no cover
         return None
     async_array = array._async_array
@@ -71,7 +76,7 @@ def whole_chunks_of(array: Any) -> WholeChunks | None:
     pipeline = async_array.codec_pipeline
     if (
         meta.zarr_format != 3
-        or array.shards is not None
+        or (array.shards is not None) != sharded
         or not isinstance(meta.chunk_grid, RegularChunkGrid)
         # Another pipeline (one the user configured) keeps its own way of doing things.
         or type(pipeline) is not BatchedCodecPipeline
@@ -84,7 +89,7 @@ def whole_chunks_of(array: Any) -> WholeChunks | None:
         pipeline.array_bytes_codec,
         *pipeline.bytes_bytes_codecs,
     ]
-    if not all(isinstance(codec, SupportsSyncCodec) for codec in codecs):
+    if not sharded and not all(isinstance(codec, SupportsSyncCodec) for codec in codecs):
         return None
     return WholeChunks(array)
 
@@ -139,13 +144,15 @@ class WholeChunks:
             chunk = self._decoded(coords)
             out[target] = self._fill if chunk is None else chunk[inside]
 
-        _each(fetch, cells)
+        each(fetch, cells, in_flight_of(self._store))
         return out
 
     def _decoded(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any] | None:
         stored = self._store.get_sync(self._key(coords), prototype=self._prototype)
-        if stored is None:
-            return None
+        return None if stored is None else self._decode(stored)
+
+    def _decode(self, stored: Any) -> np.ndarray[Any, Any]:
+        """One stored chunk's bytes through the codecs, last first."""
         data = stored
         for codec, spec in reversed(self._codecs):
             data = codec._decode_sync(data, spec)
@@ -175,20 +182,26 @@ class WholeChunks:
                 chunk[inside] = part
             self._put(coords, chunk)
 
-        _each(put, self._cells(index))
+        each(put, self._cells(index), in_flight_of(self._store))
 
     def _put(self, coords: tuple[int, ...], chunk: np.ndarray[Any, Any]) -> None:
         key = self._key(coords)
+        data = self._encode(chunk)
+        if data is None:
+            self._store.delete_sync(key)
+        else:
+            self._store.set_sync(key, data)
+
+    def _encode(self, chunk: np.ndarray[Any, Any]) -> Any:
+        """The bytes to store for ``chunk``, or None where zarr stores nothing (all fill)."""
         data: Any = self._prototype.nd_buffer.from_numpy_array(chunk)
         if not self._write_empty and self._all_fill(chunk, data):
-            self._store.delete_sync(key)
-            return
+            return None
         for codec, spec in self._codecs:
             data = codec._encode_sync(data, spec)
             if data is None:  # a codec may say "nothing to store", as zarr's pipeline reads it
-                self._store.delete_sync(key)
-                return
-        self._store.set_sync(key, data)
+                return None
+        return data
 
     def _all_fill(self, chunk: np.ndarray[Any, Any], data: Any) -> bool:
         """zarr's test of an empty chunk (``all_equal``), in one pass for a zero fill.
@@ -213,45 +226,74 @@ class WholeChunks:
         return f"{self._prefix}/{key}" if self._prefix else key
 
     def _cells(self, index: Index) -> list[Cell]:
-        """Every chunk ``index`` touches: its coords, and where the two overlap in each."""
-        ranges = [
-            range(s.start // c, -(-s.stop // c)) if s.stop > s.start else range(0)
-            for s, c in zip(index, self._chunks, strict=True)
-        ]
-        cells = []
-        for coords in itertools.product(*ranges):
-            inside, target = [], []
-            for k, s, c in zip(coords, index, self._chunks, strict=True):
-                lo, hi = max(s.start, k * c), min(s.stop, (k + 1) * c)
-                inside.append(slice(lo - k * c, hi - k * c))
-                target.append(slice(lo - s.start, hi - s.start))
-            cells.append((coords, tuple(inside), tuple(target)))
-        return cells
+        return cells_of(index, self._chunks)
+
+
+def cells_of(index: Index, grid: tuple[int, ...]) -> list[Cell]:
+    """Every cell of ``grid`` that ``index`` (bounded) touches: its coords, and where the
+    two overlap in each (slices in the cell, slices in the region)."""
+    ranges = [
+        range(s.start // c, -(-s.stop // c)) if s.stop > s.start else range(0)
+        for s, c in zip(index, grid, strict=True)
+    ]
+    cells = []
+    for coords in itertools.product(*ranges):
+        inside, target = [], []
+        for k, s, c in zip(coords, index, grid, strict=True):
+            lo, hi = max(s.start, k * c), min(s.stop, (k + 1) * c)
+            inside.append(slice(lo - k * c, hi - k * c))
+            target.append(slice(lo - s.start, hi - s.start))
+        cells.append((coords, tuple(inside), tuple(target)))
+    return cells
 
 
 # -- the pool for regions of several chunks ---------------------------------------------------
+
+# Threads at most: the most requests in flight any store is given (``_object_zarr.Pace``).
+POOL_THREADS = 64
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _each(fn: Callable[[Cell], None], cells: Iterable[Cell]) -> None:
-    """``fn`` on every cell: on this thread for one, on the pool for more (first error raised)."""
-    todo = list(cells)
-    if len(todo) <= 1:
-        for cell in todo:
-            fn(cell)
-        return
-    for _ in _chunk_pool().map(fn, todo):
-        pass
+def in_flight_of(store: Any) -> int:
+    """How many of ``store``'s requests one region keeps in flight: what the store measured
+    of itself where it can (an object store's ``in_flight``), else zarr's concurrency."""
+    measured = getattr(store, "in_flight", None)
+    if callable(measured):
+        return max(1, min(POOL_THREADS, int(measured())))
+    return max(1, min(POOL_THREADS, int(zarr.config.get("async.concurrency") or 10)))
+
+
+def each(fn: Callable[[T], R], items: Iterable[T], limit: int) -> list[R]:
+    """``fn`` of every item, in order: on this thread for one, else on the pool with at
+    most ``limit`` running at once (the first error raised, once those running are done)."""
+    todo = list(items)
+    if len(todo) <= 1 or limit <= 1:
+        return [fn(item) for item in todo]
+    pool = _chunk_pool()
+    results: list[Any] = [None] * len(todo)
+    running: dict[Future[R], int] = {}
+    queue = iter(enumerate(todo))
+    try:
+        for i, item in itertools.islice(queue, limit):
+            running[pool.submit(fn, item)] = i
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[running.pop(future)] = future.result()
+                for i, item in itertools.islice(queue, 1):
+                    running[pool.submit(fn, item)] = i
+    finally:
+        wait(running)  # nothing left running behind an error
+    return results
 
 
 def _chunk_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            workers = int(zarr.config.get("async.concurrency") or 10)
-            _pool = ThreadPoolExecutor(workers, thread_name_prefix="chunkgraph-chunks")
+            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="chunkgraph-chunks")
         return _pool
 
 

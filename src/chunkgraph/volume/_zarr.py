@@ -65,6 +65,7 @@ from chunkgraph.volume._object_zarr import (
 )
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 from chunkgraph.volume._store_errors import is_store_failure
+from chunkgraph.volume._shards import whole_shards_of
 from chunkgraph.volume._whole_chunks import whole_chunks_of
 
 BACKEND = "zarr"
@@ -100,7 +101,7 @@ class ZarrStorage:
             store.counter if isinstance(store, CountedStore) else None
         )
         # Reads and whole-chunk writes without zarr's event loop, where it can (_whole_chunks).
-        self._direct = whole_chunks_of(array)
+        self._direct = whole_chunks_of(array) or whole_shards_of(array)
 
     def stamp(self) -> str | None:
         """The token written when chunkgraph created this array in a bucket (None for one
