@@ -138,16 +138,17 @@ def test_partial_shard_writes_keep_zarrs_path(tmp_path: Path) -> None:
     assert np.array_equal(vol.read(vol.bounds), expect)
 
 
-def test_pace_sizes_requests_from_latency_and_bandwidth() -> None:
-    slow, near = Pace(), Pace()
+def test_pace_sizes_requests_from_latency_and_decode_time() -> None:
+    far, near = Pace(), Pace()
+    assert far.in_flight(cores=2) == 10 and far.gap() == 1024 * 1024  # nothing measured
     for _ in range(16):
-        slow.sample(0.020, 2000)  # 20 ms a request: latency
-        slow.sample(0.030, 1_000_000)  # and 100 MB/s beyond it
-        near.sample(0.0005, 2000)  # half a millisecond: a disk-like store
+        far.sample(0.020, 2000)  # 20 ms a request
+        far.sample(0.030, 1_000_000)  # and 100 MB/s beyond it
+        far.work(0.001)  # 1 ms to decode a chunk
+        near.sample(0.0005, 2000)  # half a millisecond: a store next door
         near.sample(0.0105, 1_000_000)
-    assert slow.in_flight(cores=2) == 6 and near.in_flight(cores=2) == 3
-    assert slow.gap() == 2_000_000 and near.gap() == 50_000
-    many = Pace()
-    for _ in range(16):
-        many.sample(0.020, 4096)  # small requests at 20 ms: as many as allowed
-    assert many.in_flight(cores=2) == 4
+        near.work(0.004)
+    # cores x (1 + mean request / decode): 2 x (1 + 25), capped; 2 x (1 + 5.5 / 4)
+    assert far.in_flight(cores=2) == 52 and near.in_flight(cores=2) == 5
+    assert far.in_flight(cores=4) == 64
+    assert far.gap() == 2_000_000 and near.gap() == 50_000

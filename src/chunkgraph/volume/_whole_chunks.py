@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -102,6 +103,7 @@ class WholeChunks:
         async_array = array._async_array
         meta = async_array.metadata
         self._store = array.store
+        self._pace = getattr(self._store, "pace", None)
         self._prefix = async_array.store_path.path
         self._meta = meta
         self._shape: tuple[int, ...] = tuple(meta.shape)
@@ -152,10 +154,14 @@ class WholeChunks:
         return None if stored is None else self._decode(stored)
 
     def _decode(self, stored: Any) -> np.ndarray[Any, Any]:
-        """One stored chunk's bytes through the codecs, last first."""
+        """One stored chunk's bytes through the codecs, last first (timed for a store that
+        sizes its requests in flight by it, ``_pace``)."""
+        start = time.perf_counter()
         data = stored
         for codec, spec in reversed(self._codecs):
             data = codec._decode_sync(data, spec)
+        if self._pace is not None:
+            self._pace.work(time.perf_counter() - start)
         return np.asarray(data.as_numpy_array())
 
     # -- writing -----------------------------------------------------------------------------

@@ -63,9 +63,9 @@ from chunkgraph.volume._object_zarr import (
     CountedStore,
     RequestCounter,
 )
+from chunkgraph.volume._shards import whole_shards_of
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 from chunkgraph.volume._store_errors import is_store_failure
-from chunkgraph.volume._shards import whole_shards_of
 from chunkgraph.volume._whole_chunks import whole_chunks_of
 
 BACKEND = "zarr"
