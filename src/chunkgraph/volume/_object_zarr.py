@@ -23,9 +23,12 @@ if it is still that object (``If-Match``), or only if it is still absent
 ``PreconditionError`` / ``AlreadyExistsError`` and the caller does the whole
 region again on what is there now (``_zarr.ZarrStorage``).
 
-The same requests come synchronously (``get_sync``, ``set_sync``, ``delete_sync``)
-from the direct path of reads and whole-chunk writes (``_whole_chunks``), counted
-alike; a conditional write is always zarr's own, asynchronous.
+The same requests come synchronously (``get_sync``, ranged or whole, ``set_sync``,
+``delete_sync``) from the direct path of reads and whole-chunk writes
+(``_whole_chunks``, ``_shards``), counted alike; a conditional write is always
+zarr's own, asynchronous. Every GET is timed into the store's ``Pace``, which sizes
+the requests the direct path keeps in flight and the gaps it reads through
+(``in_flight``, ``gap``).
 
 Failed requests. A request obstore gave up on (after its bounded retries,
 ``_store_client``) is raised as ``StoreError`` naming the object's URL and the
