@@ -58,7 +58,8 @@ except ImportError:  # pragma: no cover - older zarr: sharded arrays stay on zar
 MAX_UINT64 = 2**64 - 1
 # Between two inner chunks on a disk: read the gap rather than make two reads of a page apart.
 DISK_GAP = 4096
-# Inner chunks decoded per task of the pool when a shard is read whole.
+# Inner chunks decoded (or encoded) per task of the pool, at least, for a shard read
+# (written) whole.
 DECODES_PER_TASK = 8
 
 
@@ -297,12 +298,22 @@ class WholeShards(WholeChunks):
             self._store.delete_sync(key)
             return
 
-        def encode(k: tuple[int, ...]) -> Any:
-            return self._encode(
-                shard[tuple(slice(i * c, (i + 1) * c) for i, c in zip(k, self._inner, strict=True))]
-            )
+        def encode(group: list[tuple[int, ...]]) -> list[Any]:
+            return [
+                self._encode(
+                    shard[
+                        tuple(
+                            slice(i * c, (i + 1) * c) for i, c in zip(k, self._inner, strict=True)
+                        )
+                    ]
+                )
+                for k in group
+            ]
 
-        encoded = each(encode, self._order, limit)
+        # A few inner chunks a task: one task each would cost more in hand-offs than zstd.
+        step = max(DECODES_PER_TASK, -(-len(self._order) // limit))
+        groups = [self._order[i : i + step] for i in range(0, len(self._order), step)]
+        encoded = [chunk for group in each(encode, groups, limit) for chunk in group]
         entries = np.full((*self._per_shard, 2), MAX_UINT64, dtype="<u8")
         buffers, offset = [], 0
         for k, chunk in zip(self._order, encoded, strict=True):
