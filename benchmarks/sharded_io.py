@@ -11,8 +11,9 @@ driver on the same array, one call per shard:
 * ``2^3``    a 2 x 2 x 2 block of inner chunks of each shard (one corner: contiguous
              in the index's Morton order for part of it only);
 
-and the write of every shard whole. On S3 the proxy counts the GET requests
-each case made, per shard.
+and the write of every shard whole; zarr-python's own ``Array`` on the same array
+beside them (the path a Volume took before). On S3 the proxy counts the GET
+requests each case made, per shard.
 
     python benchmarks/sharded_io.py [--repeats 3]
 
@@ -25,17 +26,18 @@ import argparse
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorstore as ts
+import zarr
+from zarr.storage import ObjectStore
 
 from chunkgraph import volume
 from chunkgraph.geometry import Box
 from chunkgraph.testing import latency_proxy, s3_server
-from chunkgraph.volume._object_store import StoreOptions
+from chunkgraph.volume._object_store import StoreOptions, object_store
 from chunkgraph.volume._ts_view import kvstore_spec
 
 SHAPE = (256, 256, 256)
@@ -48,7 +50,9 @@ def boxes(kind: str) -> list[Box]:
     if kind == "shard":
         return shards
     n = 1 if kind == "inner" else 2
-    return [Box(b.start, tuple(s + n * c for s, c in zip(b.start, INNER))) for b in shards]
+    return [
+        Box(b.start, tuple(s + n * c for s, c in zip(b.start, INNER, strict=True))) for b in shards
+    ]
 
 
 def best(fn: Callable[[], Any], repeats: int) -> float:
@@ -70,11 +74,15 @@ def rows_for(where: str, path: str, repeats: int, proxy: Any) -> list[str]:
         else {"driver": "file", "path": path}
     )
     t = ts.open({"driver": "zarr3", "kvstore": kv}).result()
+    z = zarr.open_array(
+        ObjectStore(object_store(path)) if volume.is_object_url(path) else path, mode="r+"
+    )
     out = []
     for kind in ("shard", "inner", "2^3"):
         bs = boxes(kind)
         peers: dict[str, Callable[[Box], Any]] = {
             "volume": v.read,
+            "zarr": lambda b: z[b.slices()],
             "tensorstore": lambda b: t[b.slices()].read().result(),
         }
         ms, gets = {}, {}
@@ -82,19 +90,22 @@ def rows_for(where: str, path: str, repeats: int, proxy: Any) -> list[str]:
             for b in bs:  # each right once, and the values checked
                 assert np.array_equal(read(b), data[b.slices()])
             before = proxy.by_method.get("GET", 0) if proxy else 0
-            ms[name] = best(lambda read=read: [read(b) for b in bs], repeats) / len(bs) * 1e3
+            ms[name] = best(lambda read=read, bs=bs: [read(b) for b in bs], repeats) / len(bs) * 1e3
             after = proxy.by_method.get("GET", 0) if proxy else 0
             gets[name] = (after - before) / repeats / len(bs) if proxy else None
         out.append(_row(where, f"read {kind}", ms, gets))
     ms = {
         "volume": best(lambda: [v.write(b, data[b.slices()]) for b in boxes("shard")], repeats),
+        "zarr": best(
+            lambda: [z.__setitem__(b.slices(), data[b.slices()]) for b in boxes("shard")], repeats
+        ),
         "tensorstore": best(
             lambda: [t[b.slices()].write(data[b.slices()]).result() for b in boxes("shard")],
             repeats,
         ),
     }
     ms = {k: s / len(boxes("shard")) * 1e3 for k, s in ms.items()}
-    out.append(_row(where, "write shard", ms, {"volume": None, "tensorstore": None}))
+    out.append(_row(where, "write shard", ms, dict.fromkeys(ms)))
     return out
 
 
@@ -102,10 +113,11 @@ def _row(where: str, op: str, ms: dict[str, float], gets: dict[str, Any]) -> str
     def g(x: Any) -> str:
         return "" if x is None else f"{x:.2f}"
 
-    ratio = ms["volume"] / ms["tensorstore"]
+    ts_ms = ms["tensorstore"]
     return (
-        f"| {where} | {op} | {ms['volume']:.2f} | {ms['tensorstore']:.2f} | {ratio:.2f}x "
-        f"| {g(gets['volume'])} | {g(gets['tensorstore'])} |"
+        f"| {where} | {op} | {ms['volume']:.2f} ({ms['volume'] / ts_ms:.2f}x) "
+        f"| {ms['zarr']:.2f} ({ms['zarr'] / ts_ms:.2f}x) | {ts_ms:.2f} "
+        f"| {g(gets['volume'])} | {g(gets['zarr'])} | {g(gets['tensorstore'])} |"
     )
 
 
@@ -127,8 +139,9 @@ def main() -> None:
             f"{SHAPE} uint8, shards {SHARD}, inner chunks {INNER}, zstd + crc32c; "
             f"ms per shard, best of {args.repeats}",
             "",
-            "| store | op | Volume ms | TensorStore ms | ratio | Volume GETs | TS GETs |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "| store | op | Volume ms (/ TS) | zarr-python ms (/ TS) | TensorStore ms "
+            "| Volume GETs | zarr-python GETs | TS GETs |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
             *rows,
         ]
     )
@@ -139,5 +152,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with nullcontext():
-        main()
+    main()
