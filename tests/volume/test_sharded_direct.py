@@ -152,3 +152,25 @@ def test_pace_sizes_requests_from_latency_and_decode_time() -> None:
     assert far.in_flight(cores=2) == 52 and near.in_flight(cores=2) == 5
     assert far.in_flight(cores=4) == 64
     assert far.gap() == 2_000_000 and near.gap() == 50_000
+
+
+def test_a_partial_shard_write_on_s3_is_conditional_and_keeps_the_rest(bucket: str) -> None:
+    url = f"s3://{bucket}/s.zarr"
+    vol = volume.create(url, (32, 32), (8, 8), "uint8", shards=(16, 16), aligned_writes=False)
+    data = np.arange(32 * 32, dtype="uint8").reshape(32, 32)
+    counter = vol._storage.requests
+    assert counter is not None
+    counter.reset()
+    vol.write(vol.bounds, data)  # whole shards: one PUT each
+    assert counter.snapshot()["requests_put"] == 4
+    counter.reset()
+    vol.write(Box((4, 4), (12, 12)), np.zeros((8, 8), "uint8"))  # zarr's merge of one shard
+    expect = data.copy()
+    expect[4:12, 4:12] = 0
+    assert np.array_equal(vol.read(vol.bounds), expect)
+    assert counter.snapshot()["requests_put"] == 1
+    # Every GET timed the store's pace: a region's requests in flight come from it.
+    store = vol._storage._array.store
+    for _ in range(2):
+        vol.read(vol.bounds)  # 4 GETs each
+    assert store.pace.estimate() is not None and 2 <= store.in_flight() <= 64
