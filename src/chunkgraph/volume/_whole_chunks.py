@@ -22,15 +22,17 @@ Reads serve any region (zarr too decodes each touched chunk whole); writes only
 regions that cover every chunk they touch (one clipped by the array's edge
 counts as whole). A partial-chunk write is a read-modify-write (a conditional
 one on an object store) and stays on zarr's path, and so does everything on
-arrays this does not serve (``whole_chunks_of`` returns None): sharded ones,
-Zarr v2, other codecs or pipelines.
+arrays this does not serve (``whole_chunks_of`` returns None): Zarr v2, other
+codecs or pipelines. Sharded arrays have a path of their own on the same
+footing (``_shards``).
 
 Several chunks. One chunk is done on the caller's thread. A region of more goes
-to a small pool of threads (zarr's ``async.concurrency`` of them): zstd and
-the store's requests release the GIL, so chunks overlap on a disk (a 64 MiB
-region reads about 1.8x faster on two cores than chunk after chunk) and keep
-that many requests in flight on an object store, as zarr's loop did. A forked
-child starts a pool of its own (the parent's threads are not in it).
+to a pool of threads, at most ``in_flight_of(store)`` of its chunks at once:
+zstd and the store's requests release the GIL, so chunks overlap on a disk (a
+64 MiB region reads about 1.8x faster on two cores than chunk after chunk) with
+zarr's ``async.concurrency`` of them, and an object store gets as many requests
+in flight as its measured request and decode times call for (``_pace``). A
+forked child starts a pool of its own (the parent's threads are not in it).
 """
 
 from __future__ import annotations
