@@ -14,7 +14,8 @@ images by level), with pyramids made by ``create_multiscale`` and ``add_level``.
 
 Storage-layer design: ``_storage.py`` (the backend protocol), ``_volume.py``
 (coordinates, fill, alignment, cache, accounting), ``_registry.py``
-(create/open/remove), one module per backend, ``_integrity.py`` (chunk checksums,
+(create/open/remove), one module per backend (``_whole_chunks.py``: the zarr backend's
+reads and whole-chunk writes without zarr's event loop), ``_integrity.py`` (chunk checksums,
 errors naming a damaged chunk), ``_cache.py``, ``_stats.py``; for object stores
 ``_object_store.py`` (reaching a bucket), ``_object_zarr.py`` (counted and
 conditional zarr stores), ``_remote.py`` (a volume as a set of objects); formats:

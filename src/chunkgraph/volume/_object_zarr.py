@@ -23,6 +23,13 @@ if it is still that object (``If-Match``), or only if it is still absent
 ``PreconditionError`` / ``AlreadyExistsError`` and the caller does the whole
 region again on what is there now (``_zarr.ZarrStorage``).
 
+The same requests come synchronously (``get_sync``, ranged or whole, ``set_sync``,
+``delete_sync``) from the direct path of reads and whole-chunk writes
+(``_whole_chunks``, ``_shards``), counted alike; a conditional write is always
+zarr's own, asynchronous. Every GET is timed into the store's ``Pace``, which sizes
+the requests the direct path keeps in flight and the gaps it reads through
+(``in_flight``, ``gap``).
+
 Failed requests. A request obstore gave up on (after its bounded retries,
 ``_store_client``) is raised as ``StoreError`` naming the object's URL and the
 endpoint (``_store_errors``), never as an error a decoder could be blamed for:
@@ -38,11 +45,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from zarr.storage import ObjectStore
 
+from chunkgraph._util import usable_cores
+from chunkgraph.volume._pace import pace_of
 from chunkgraph.volume._stats import STORE_FIELDS
 from chunkgraph.volume._store_errors import is_store_failure, store_failure
 
@@ -121,6 +131,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         super().__init__(store, read_only=read_only)
         self.counter = counter
         self.url, self.endpoint = url, endpoint
+        self.pace = pace_of(endpoint, url.partition("://")[2].partition("/")[0])
 
     def with_read_only(self, read_only: bool = False) -> CountedStore:
         return type(self)(
@@ -136,6 +147,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
     def __setstate__(self, state: dict[Any, Any]) -> None:
         super().__setstate__(state)
         self.counter = RequestCounter()
+        self.pace = pace_of(self.endpoint, self.url.partition("://")[2].partition("/")[0])
 
     @contextlib.contextmanager
     def _request(self, kind: str, key: str, count: int = 1) -> Iterator[None]:
@@ -164,6 +176,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         import obstore
 
         with self._request("requests_get", key):
+            start = time.perf_counter()
             try:
                 response = await obstore.get_async(self.store, key)
             except FileNotFoundError:
@@ -174,6 +187,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
                 data = await response.bytes_async()
             finally:
                 self.counter.received(size)
+            self.pace.sample(time.perf_counter() - start, len(data))
         return data, response.meta.get("e_tag")
 
     async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
@@ -186,6 +200,53 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
         with self._request("requests_put", key):
             await super().set(key, value)
 
+    # Synchronous forms (zarr's ``SupportsSyncStore``): what ``_whole_chunks`` calls from the
+    # caller's thread, counted as the ones above. obstore blocks without the GIL meanwhile.
+
+    def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
+        from zarr.core.buffer import default_buffer_prototype
+
+        prototype = prototype or default_buffer_prototype()
+        import obstore
+
+        options = {} if byte_range is None else {"range": _obstore_range(byte_range)}
+        with self._request("requests_get", key):
+            start = time.perf_counter()
+            try:
+                response = obstore.get(self.store, key, options=options)  # type: ignore[arg-type]
+            except FileNotFoundError:
+                return None
+            size = int(response.meta.get("size") or 0) if byte_range is None else 0
+            self.counter.receiving(size)
+            try:
+                data = response.bytes()
+            finally:
+                self.counter.received(size)
+            self.pace.sample(time.perf_counter() - start, len(data))
+        return prototype.buffer.from_bytes(data)
+
+    def in_flight(self) -> int:
+        """Requests to keep in flight for a region, from this store's measured pace."""
+        return self.pace.in_flight(usable_cores())
+
+    def gap(self) -> int:
+        """Bytes between two ranges of one object below which one request reads both."""
+        return self.pace.gap()
+
+    def set_sync(self, key: str, value: Any) -> None:
+        import obstore
+
+        self._check_writable()
+        with self._request("requests_put", key):
+            obstore.put(self.store, key, value.as_buffer_like())
+
+    def delete_sync(self, key: str) -> None:
+        import obstore
+
+        self._check_writable()
+        with self._request("requests_other", key), contextlib.suppress(FileNotFoundError):
+            obstore.delete(self.store, key)
+
     async def set_if_not_exists(self, key: str, value: Any) -> None:
         with self._request("requests_put", key):
             await super().set_if_not_exists(key, value)
@@ -197,6 +258,19 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
     async def delete(self, key: str) -> None:
         with self._request("requests_other", key):
             await super().delete(key)
+
+
+def _obstore_range(byte_range: Any) -> Any:
+    """obstore's ``range`` option for one of zarr's byte requests."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if isinstance(byte_range, RangeByteRequest):
+        return (byte_range.start, byte_range.end)
+    if isinstance(byte_range, OffsetByteRequest):
+        return {"offset": byte_range.offset}
+    if isinstance(byte_range, SuffixByteRequest):
+        return {"suffix": byte_range.suffix}
+    raise TypeError(f"unexpected byte range {byte_range!r}")
 
 
 class ConditionalStore(CountedStore):

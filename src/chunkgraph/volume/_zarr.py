@@ -15,9 +15,12 @@ conditional read-modify-write, done again from the start when another writer
 changed one of its chunks meanwhile (``_object_zarr``): adjacent unaligned
 writes from any number of processes keep each other's voxels, with no lock.
 
-Regions are read and written in one zarr call each: zarr fetches and decodes
-the touched chunks concurrently and performs the read-modify-write of partial
-chunks itself. A region that fails to decode is re-read chunk by chunk to
+Reads, and writes of whole chunks, of an unsharded array go straight to the
+store and zarr's codecs on the caller's thread, without zarr's event loop
+(``_whole_chunks``: the per-call cost of that loop is most of a small chunk's).
+The rest is one zarr call per region: zarr fetches and decodes the touched
+chunks concurrently and performs the read-modify-write of partial chunks
+itself. A region that fails to decode is re-read chunk by chunk to
 name the damaged chunk (``CorruptChunkError``); that costs nothing until a
 read fails.
 
@@ -60,8 +63,10 @@ from chunkgraph.volume._object_zarr import (
     CountedStore,
     RequestCounter,
 )
+from chunkgraph.volume._shards import whole_shards_of
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 from chunkgraph.volume._store_errors import is_store_failure
+from chunkgraph.volume._whole_chunks import whole_chunks_of
 
 BACKEND = "zarr"
 
@@ -95,6 +100,8 @@ class ZarrStorage:
         self.requests: RequestCounter | None = (
             store.counter if isinstance(store, CountedStore) else None
         )
+        # Reads and whole-chunk writes without zarr's event loop, where it can (_whole_chunks).
+        self._direct = whole_chunks_of(array) or whole_shards_of(array)
 
     def stamp(self) -> str | None:
         """The token written when chunkgraph created this array in a bucket (None for one
@@ -112,7 +119,9 @@ class ZarrStorage:
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
         try:
-            if self.requests is not None and not self._whole_chunks(index):
+            if self._direct is not None and self._direct.covers(index):
+                self._direct.write(index, data)
+            elif self.requests is not None and not self._whole_chunks(index):
                 self._write_conditionally(index, data)
             else:
                 self._array[index] = data
@@ -125,6 +134,8 @@ class ZarrStorage:
             )
 
     def _read(self, index: Index) -> np.ndarray[Any, Any]:
+        if self._direct is not None:
+            return self._direct.read(index)
         return np.asarray(self._array[index])
 
     def _whole_chunks(self, index: Index) -> bool:
