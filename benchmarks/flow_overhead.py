@@ -21,11 +21,13 @@ output is compared with the source.
     python benchmarks/flow_overhead.py                # 5 repeats
     python benchmarks/flow_overhead.py --quick        # 2 repeats
     python benchmarks/flow_overhead.py --profile out  # + a py-spy profile of flow w=1
+    python benchmarks/flow_overhead.py --before ../old/src  # another checkout beside this
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -92,7 +94,7 @@ WAYS: dict[str, Callable[[str, str], None]] = {
 
 
 def measure(
-    work: Path, data: np.ndarray, repeats: int
+    work: Path, data: np.ndarray, repeats: int, tag: str = ""
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Best wall seconds and best CPU seconds (this process, all its threads) of each way."""
     src = str(work / "src.zarr")
@@ -100,7 +102,7 @@ def measure(
     cpu = dict.fromkeys(WAYS, float("inf"))
     for r in range(repeats):
         for name, way in WAYS.items():
-            dst = work / f"dst-{name.replace(' ', '_').replace('=', '')}-{r}.zarr"
+            dst = work / f"dst-{name.replace(' ', '_').replace('=', '')}-{r}{tag}.zarr"
             t0, c0 = time.perf_counter(), time.process_time()
             way(src, str(dst))
             best[name] = min(best[name], time.perf_counter() - t0)
@@ -132,8 +134,9 @@ def table(best: dict[str, float], cpu: dict[str, float], tasks: int) -> str:
 
 def profile(work: Path, out: str) -> None:
     """A py-spy profile (all threads, idle excluded) of one ``flow w=1`` run in a child."""
+    here = str(Path(__file__).parent)
     code = (
-        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import flow_overhead as f; "
+        f"import sys; sys.path.insert(0, {here!r}); import flow_overhead as f; "
         f"f.flow(1)({str(work / 'src.zarr')!r}, {str(work / 'prof.zarr')!r})"
     )
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -142,28 +145,78 @@ def profile(work: Path, out: str) -> None:
     print(f"py-spy profile (collapsed stacks) of flow w=1: {out}")
 
 
+def one_repeat(work: Path) -> None:
+    """``--one``: one repeat of every way on ``work``'s source, as JSON on the last line."""
+    data = volume.open(str(work / "src.zarr")).read(Box.from_shape(SHAPE))
+    best, cpu = measure(work, data, 1, tag=str(os.getpid()))
+    print(json.dumps({name: [best[name], cpu[name]] for name in best}))
+
+
+def compare(work: Path, before: str, repeats: int) -> dict[str, tuple[dict, dict]]:
+    """Every way under ``before`` (another checkout's ``src``) and under this checkout,
+    each repeat one child process per checkout, in turn, which goes first alternating:
+    load hits both alike."""
+    own = str(Path(__file__).resolve().parents[1] / "src")
+    found: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+    pair = [("before", before), ("after", own)]
+    for r in range(repeats):
+        for label, src in pair if r % 2 == 0 else pair[::-1]:
+            env = {**os.environ, "PYTHONPATH": src}
+            cmd = [sys.executable, __file__, "--one", str(work)]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            best, cpu = found.setdefault(label, ({}, {}))
+            for name, (wall, used) in got.items():
+                best[name] = min(best.get(name, float("inf")), wall)
+                cpu[name] = min(cpu.get(name, float("inf")), used)
+    return found
+
+
+def summary(best: dict[str, float], tasks: int) -> str:
+    loop, one = best["volume loop"], best["flow w=1"]
+    return (
+        f"flow w=1 / tensorstore {one / best['tensorstore']:.2f}x (target <= 1.5x); "
+        f"fixed cost per top task {(one - loop) / tasks * 1e3:.3f} ms (target <= 0.3 ms)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 repeats")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", metavar="FILE", help="also write a py-spy profile there")
+    parser.add_argument(
+        "--before",
+        metavar="SRC",
+        help="another checkout's src/ folder: its figures beside this checkout's, the two "
+        "run in turn, one child process per repeat each",
+    )
+    parser.add_argument("--one", metavar="WORK", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        one_repeat(Path(args.one))
+        return
     repeats = 2 if args.quick else args.repeats
+    tasks = int(np.prod([s // c for s, c in zip(SHAPE, CHUNK, strict=True)]))
     with tempfile.TemporaryDirectory(prefix="flow_overhead-") as tmp:
         work = Path(tmp)
         data = make_source(str(work / "src.zarr"))
-        tasks = int(np.prod([s // c for s, c in zip(SHAPE, CHUNK, strict=True)]))
-        best, cpu = measure(work, data, repeats)
         print(
             f"{tasks} chunks of {'x'.join(map(str, CHUNK))} uint8, {os.cpu_count()} cores, "
-            f"best of {repeats}\n"
+            f"best of {repeats}"
         )
-        print(table(best, cpu, tasks))
-        loop, one = best["volume loop"], best["flow w=1"]
-        print(
-            f"\nflow w=1 / tensorstore {one / best['tensorstore']:.2f}x (target <= 1.5x); "
-            f"fixed cost per top task {(one - loop) / tasks * 1e3:.3f} ms (target <= 0.3 ms)"
-        )
+        if args.before:
+            found = compare(work, args.before, repeats)
+            for label in ("before", "after"):
+                best, cpu = found[label]
+                print(f"\n{label} ({args.before if label == 'before' else 'this checkout'}):\n")
+                print(table(best, cpu, tasks))
+                print(f"\n{summary(best, tasks)}")
+        else:
+            best, cpu = measure(work, data, repeats)
+            print()
+            print(table(best, cpu, tasks))
+            print(f"\n{summary(best, tasks)}")
         if args.profile:
             profile(work, args.profile)
 
