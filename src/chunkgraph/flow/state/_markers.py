@@ -16,9 +16,10 @@ and, beside that directory, ``<flow_id>.lock`` while a run holds the flow
 (``_lock.flow_lock``) and ``<flow_id>.done`` once a run has finished it
 (``CompletionRecord``; the markers and temporaries are gone by then).
 
-On a disk a marker is created by writing a uniquely named temporary file and
-renaming it into place (``os.replace`` is atomic on POSIX); in an object store a
-PUT is atomic by itself (``_store``). A reader sees either no marker or a
+A marker holds no bytes, so it is complete as soon as it exists: on a disk it
+is created by one ``open`` (``DirStore.touch``: no temporary file and no rename,
+which cost up to milliseconds per task on a busy disk), in an object store by
+one PUT, atomic by itself (``_store``). A reader sees either no marker or a
 complete one. Keys are grid indices joined by ``_``
 (``"3_0_12"``), which keeps a directory listing the only query needed: the
 driver lists each directory once instead of probing one path per task.
@@ -81,7 +82,7 @@ class MarkerStore:
         """Record that ``key`` finished; call only after its data is written. Refused
         (``FlowLockedError``) when this process's run of the flow lost its lock."""
         check_fence(self.location)
-        self.store.write(join(self._dir(kind), key), b"")
+        self.store.touch(join(self._dir(kind), key))
 
     def done_keys(self, kind: str) -> set[str]:
         """Keys of ``kind`` marked done (temporary files of interrupted marks ignored)."""
