@@ -183,7 +183,9 @@ def ig_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
         made = one_pass(None)
         if made <= done:
             shape = CloudVolume(path, mip=done, progress=False).shape[:3]
-            made = one_pass([min(64, max(1, n // f)) for n, f in zip(shape, FACTOR, strict=True)])
+            made = one_pass(
+                [min(64, max(1, int(n) // f)) for n, f in zip(shape, FACTOR, strict=True)]
+            )
         if made <= done:
             raise RuntimeError(f"igneous made no level past {done}")
         done = made
