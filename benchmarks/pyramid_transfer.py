@@ -6,7 +6,8 @@ Cases, each in its own subprocess (peak RSS is the process's own):
    64^3 chunks; ``--quick``: 64 MiB): ``chunkgraph.downsample``; TensorStore's
    ``downsample`` driver writing each level from the one below (as chunkgraph does);
    igneous (``create_downsampling_tasks`` on a LocalTaskQueue of the machine's cores,
-   over a precomputed copy of the source made before the clock starts)
+   over a precomputed copy of the source made before the clock starts); tinybrain
+   (``downsample_with_averaging`` / ``downsample_segmentation``, all levels in memory)
 2. mode pyramid, 3 levels, over a uint32 label volume (128 MiB: 512 x 512 x 128;
    ``--quick``: 32 MiB): the same three
 3. rechunk the uint8 volume from 64^3 to 256 x 256 x 32 chunks: ``chunkgraph.transfer``;
@@ -22,17 +23,23 @@ budget (``--memory-limit``, default 512 MiB): chunkgraph's ``memory_limit``, rec
                                           [--workdir bench-out/pyramid_transfer]
                                           [--only mean|mode|transfer|...]
                                           [--baseline-src OTHER_CHECKOUT/src]
+                                          [--peer-python OTHER_ENV/bin/python]
 
 Wall and CPU time (the case process's, every thread's) are the median of ``--repeat``
 runs, taken round robin (every case's run ``r`` before any case's run ``r + 1``), peak
 RSS the largest. The clock starts after the case has imported its libraries
 (``IMPORTS``); the import's time is its own column.
 
-The peers are not test dependencies; install them for the run (pinned versions stay):
-``pip install -c constraints.txt rechunker igneous-pipeline`` (igneous-pipeline 4.37
-needs DracoPy<2, which the pinned DracoPy 2.2.0 rules out; rechunker 0.5.2 installs but
-needs zarr-python 2's ``zarr.hierarchy``). A peer that is not installed, or fails, is
-listed as not run, with why. The "ts backend" rows are chunkgraph reading and writing
+The peers are not test dependencies. igneous-pipeline 4.37 needs DracoPy<2, which the
+pinned DracoPy 2.2.0 rules out, so igneous and tinybrain run from an environment of
+their own: ``python3.11 -m venv peers && peers/bin/pip install igneous-pipeline
+tinybrain``, then ``--peer-python peers/bin/python`` (the precomputed and ``.npy``
+copies they read are made by this environment, before the clock). tinybrain reduces
+in memory: its rows load the source from ``.npy`` and save each level as ``.npy``.
+rechunker 0.5.2 installs but needs zarr-python 2's ``zarr.hierarchy``. A peer that is
+not installed, or fails, is listed as not run, with why. The last column is each
+chunkgraph row's wall over its target peer's (TensorStore's for pyramids, dask's for
+the rechunk). The "ts backend" rows are chunkgraph reading and writing
 through its TensorStore backend instead of zarr-python.
 """
 
@@ -138,7 +145,17 @@ def igneous_prepare(work: Path, name: str, layer: str) -> str:
     vol = CloudVolume(path, info=info, progress=False)
     vol.commit_info()
     vol[:, :, :] = src.read(src.bounds)
+    shutil.copy(work / f"ig-{layer}" / "info", work / f"ig-{layer}" / "info.source")
     return path
+
+
+def igneous_reset(work: Path, layer: str) -> None:
+    """The precomputed copy as prepared, before each run's clock: no level from the last."""
+    root = work / f"ig-{layer}"
+    shutil.copy(root / "info.source", root / "info")
+    for level in root.iterdir():
+        if level.is_dir() and level.name != "1_1_1":
+            shutil.rmtree(level)
 
 
 def ig_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
@@ -148,21 +165,65 @@ def ig_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
 
     path = (work / f"ig-{'segmentation' if method == 'mode' else 'image'}").as_uri()
     done = 0
-    # igneous makes as many levels per pass as its memory target allows: passes from the
-    # highest level made, until all are there (what its users do).
-    while done < LEVELS:
+
+    def one_pass(chunk_size: list[int] | None) -> int:
         tasks = tc.create_downsampling_tasks(
             path, mip=done, num_mips=LEVELS - done, factor=FACTOR, compress=None,
-            memory_target=memory,
+            memory_target=memory, chunk_size=chunk_size,
         )  # fmt: skip
         queue = LocalTaskQueue(parallel=os.cpu_count() or 1, progress=False)
         queue.insert(tasks)
         queue.execute(progress=False)
-        made = len(CloudVolume(path, progress=False).info["scales"]) - 1
+        return len(CloudVolume(path, progress=False).info["scales"]) - 1
+
+    # igneous makes as many levels per pass as its memory target allows: passes from the
+    # highest level made, until all are there (what its users do). It makes no level
+    # smaller than its chunk: then the next pass's chunks are clipped to the next level.
+    while done < LEVELS:
+        made = one_pass(None)
+        if made <= done:
+            shape = CloudVolume(path, mip=done, progress=False).shape[:3]
+            made = one_pass(
+                [min(64, max(1, int(n) // f)) for n, f in zip(shape, FACTOR, strict=True)]
+            )
         if made <= done:
             raise RuntimeError(f"igneous made no level past {done}")
         done = made
     return [("precomputed", f"{path}@{k}") for k in range(1, LEVELS + 1)]
+
+
+# --- tinybrain -----------------------------------------------------------------------
+
+
+def tinybrain_prepare(work: Path, name: str) -> None:
+    """The source as a ``.npy`` (not timed): tinybrain reduces arrays in memory only."""
+    from chunkgraph import volume
+
+    src = volume.open(str(work / name))
+    np.save(work / f"{name}.npy", src.read(src.bounds))
+
+
+def tb_downsample(work: Path, name: str, method: str, memory: int) -> list[Any]:
+    """tinybrain's whole-array reductions: the source loaded from ``.npy``, every level
+    made in memory in one call, each saved as ``.npy`` (no chunks, no codec). Its mean
+    truncates (chunkgraph's and TensorStore's round half to even), so its "equal" is
+    the fraction that agree with rounding."""
+    import tinybrain
+
+    # tinybrain reads its input in Fortran order (a C-ordered label array gives wrong
+    # modes without a word): the conversion is part of its time.
+    image = np.asfortranarray(np.load(work / f"{name}.npy"))
+    if method == "mean":
+        levels = tinybrain.downsample_with_averaging(image, FACTOR, num_mips=LEVELS)
+    else:
+        levels = tinybrain.downsample_segmentation(image, FACTOR, num_mips=LEVELS)
+    out = work / f"tb-{method}"
+    out.mkdir(exist_ok=True)
+    paths = []
+    for k, level in enumerate(levels, start=1):
+        np.save(out / f"s{k}.npy", np.asarray(level))
+        paths.append(("npy", str(out / f"s{k}.npy")))
+    return paths
 
 
 # --- rechunker and dask ------------------------------------------------------------
@@ -197,10 +258,12 @@ CASES: dict[str, tuple[str, Any, tuple[Any, ...]]] = {
     "chunkgraph mean, ts backend": ("mean", cg_downsample, ("u8.zarr", "mean", "tensorstore")),
     "tensorstore mean": ("mean", ts_downsample, ("u8.zarr", "mean")),
     "igneous mean": ("mean", ig_downsample, ("u8.zarr", "mean")),
+    "tinybrain mean": ("mean", tb_downsample, ("u8.zarr", "mean")),
     "chunkgraph mode": ("mode", cg_downsample, ("labels.zarr", "mode")),
     "chunkgraph mode, ts backend": ("mode", cg_downsample, ("labels.zarr", "mode", "tensorstore")),
     "tensorstore mode": ("mode", ts_downsample, ("labels.zarr", "mode")),
     "igneous mode": ("mode", ig_downsample, ("labels.zarr", "mode")),
+    "tinybrain mode": ("mode", tb_downsample, ("labels.zarr", "mode")),
     "chunkgraph transfer": ("rechunk", cg_transfer, ("u8.zarr",)),
     "chunkgraph transfer, ts backend": ("rechunk", cg_transfer, ("u8.zarr", "tensorstore")),
     "rechunker": ("rechunk", rechunker_transfer, ("u8.zarr",)),
@@ -217,6 +280,7 @@ IMPORTS: dict[Any, tuple[str, ...]] = {
     cg_transfer: ("chunkgraph:transfer", "chunkgraph:volume", "zarr"),
     ts_downsample: ("tensorstore",),
     ig_downsample: ("igneous.task_creation", "cloudvolume", "taskqueue"),
+    tb_downsample: ("tinybrain",),
     rechunker_transfer: ("zarr", "rechunker"),
     dask_transfer: ("dask", "dask.array"),
 }
@@ -233,10 +297,14 @@ def run_case(name: str, work: Path, memory: int) -> None:
         if attribute:
             getattr(loaded, attribute)
     imported = time.perf_counter() - t_import
-    cpu0 = _cpu_seconds()
-    t0 = time.perf_counter()
     # chunkgraph cases take the backend after the memory budget.
     head, tail = (args[:-1], args[-1:]) if args[-1] == "tensorstore" else (args, ())
+    if fn is ig_downsample:
+        igneous_reset(work, "segmentation" if args[1] == "mode" else "image")
+    if fn is cg_transfer:  # transfer refuses an existing dst: the last run's goes unclocked
+        shutil.rmtree(work / f"cg-rechunk-{(*tail, 'zarr')[0]}.zarr", ignore_errors=True)
+    cpu0 = _cpu_seconds()
+    t0 = time.perf_counter()
     outputs = fn(work, *head, memory, *tail)
     wall = time.perf_counter() - t0
     cpu = _cpu_seconds() - cpu0
@@ -277,6 +345,8 @@ def _reduce(a: np.ndarray, method: str) -> np.ndarray:
 
 
 def _read(kind: str, where: str) -> np.ndarray:
+    if kind == "npy":
+        return np.load(where)
     if kind == "zarr3":
         import zarr
 
@@ -329,10 +399,22 @@ def make_sources(work: Path, quick: bool) -> dict[str, np.ndarray]:
     return {"u8.zarr": image, "labels.zarr": labels}
 
 
-def available(name: str) -> str | None:
-    """Why a case cannot run (None: it can)."""
-    module = {"igneous": "igneous", "rechunker": "rechunker"}.get(name.split()[0])
+# Cases that run under ``--peer-python`` when it is given: igneous-pipeline's DracoPy
+# pin conflicts with cloud-volume's in chunkgraph's environment, so its peers get one
+# of their own.
+PEERS = {"igneous": "igneous", "tinybrain": "tinybrain"}
+
+
+def available(name: str, peer_python: str | None) -> str | None:
+    """Why a case cannot run (None: it can); a peer case is asked of its interpreter."""
+    first = name.split()[0]
+    module = {**PEERS, "rechunker": "rechunker"}.get(first)
     if module is None:
+        return None
+    if first in PEERS and peer_python:
+        done = subprocess.run([peer_python, "-c", f"import {module}"], capture_output=True)
+        if done.returncode != 0:
+            return f"not importable by {peer_python}"
         return None
     try:
         __import__(module)
@@ -340,10 +422,15 @@ def available(name: str) -> str | None:
         if module == "igneous":
             return (
                 "not installed: igneous-pipeline 4.37 needs DracoPy<2, and constraints.txt "
-                "pins DracoPy 2.2.0"
+                "pins DracoPy 2.2.0; give an environment of its own with --peer-python"
             )
         return f"not installed ({err.name})"
     return None
+
+
+def python_for(name: str, peer_python: str | None) -> str:
+    """The interpreter that runs case ``name``."""
+    return peer_python if peer_python and name.split()[0] in PEERS else sys.executable
 
 
 def main() -> None:
@@ -357,6 +444,11 @@ def main() -> None:
         "--baseline-src",
         help="a chunkgraph source tree (its src folder): each chunkgraph case runs again "
         "with it, as '(baseline)' rows",
+    )
+    parser.add_argument(
+        "--peer-python",
+        help="the python of another environment (with igneous-pipeline and tinybrain) that "
+        "runs the igneous and tinybrain cases",
     )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -373,10 +465,14 @@ def main() -> None:
     for name, (what, _, case_args) in CASES.items():
         if args.only and args.only not in name:
             continue
-        why = available(name)
-        if why is None and name.startswith("igneous"):
+        why = available(name, args.peer_python)
+        if why is None and name.split()[0] in PEERS:
             try:
-                igneous_prepare(work, case_args[0], "segmentation" if what == "mode" else "image")
+                if name.startswith("igneous"):
+                    layer = "segmentation" if what == "mode" else "image"
+                    igneous_prepare(work, case_args[0], layer)
+                else:
+                    tinybrain_prepare(work, case_args[0])
             except Exception as err:  # a peer that fails is reported, not fatal
                 why = f"failed to prepare: {type(err).__name__}: {err}"
         if why is not None:
@@ -409,7 +505,8 @@ def _run_into(
 ) -> None:
     """One run of a case: its result into ``runs``, or its failure into ``rows``."""
     what, _, case_args = CASES[name]
-    result = run_once(name, work, args.memory_limit, baseline)
+    python = python_for(name, args.peer_python)
+    result = run_once(name, work, args.memory_limit, baseline, python)
     if isinstance(result, str):
         rows[shown] = (shown, what, None, None, None, None, None, result)
         return
@@ -425,10 +522,13 @@ def _case_order(row: tuple[Any, ...]) -> tuple[int, bool]:
     return list(CASES).index(base), shown != base
 
 
-def run_once(name: str, work: Path, memory: int, baseline: str | None) -> dict[str, Any] | str:
-    """One run of a case in its own process (chunkgraph from the ``baseline`` source
-    tree when given: the same case before a change, in the same run), or why it failed."""
-    cmd = [sys.executable, __file__, "--case", name, "--workdir", str(work),
+def run_once(
+    name: str, work: Path, memory: int, baseline: str | None, python: str
+) -> dict[str, Any] | str:
+    """One run of a case in its own process, by ``python`` (chunkgraph from the
+    ``baseline`` source tree when given: the same case before a change, in the same run),
+    or why it failed."""
+    cmd = [python, __file__, "--case", name, "--workdir", str(work),
            "--memory-limit", str(memory)]  # fmt: skip
     env = None if baseline is None else {**os.environ, "PYTHONPATH": baseline}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -458,6 +558,13 @@ def summary(shown: str, what: str, runs: list[dict[str, Any]]) -> tuple[Any, ...
     return (shown, what, wall, cpu, imported, peak, exact, unreadable[0] if unreadable else "")
 
 
+TARGET_PEER = {
+    "mean": "tensorstore mean",
+    "mode": "tensorstore mode",
+    "rechunk": "dask rechunk+to_zarr",
+}
+
+
 def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
     print(
         f"memory budget {args.memory_limit / MiB:.0f} MiB; {os.cpu_count()} cores; "
@@ -466,13 +573,15 @@ def print_table(rows: list[tuple[Any, ...]], args: argparse.Namespace) -> None:
     )
     print(
         "| case | job | wall s | cpu s | import s | peak RSS MiB | equal to reference "
-        "| wall vs best peer |"
+        "| wall vs target peer |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---|")
+    # Each job's ratio is to the peer its target names: TensorStore's downsample driver
+    # for pyramids, dask's rechunk + to_zarr for the rechunk.
     best: dict[str, float] = {}
     for name, what, wall, *_ in rows:
-        if wall is not None and not name.startswith("chunkgraph"):
-            best[what] = min(best.get(what, float("inf")), wall)
+        if wall is not None and name == TARGET_PEER.get(what):
+            best[what] = wall
     for name, what, wall, cpu, imported, peak, exact, note in rows:
         if wall is None:
             print(f"| {name} | {what} | - | - | - | - | - | {note} |")
