@@ -260,7 +260,7 @@ class Volume:
     def __reduce__(self) -> tuple[Any, ...]:
         # How a Volume travels is the registry's to say (it reopens it on the other side):
         # ``_registry`` registers it with ``copyreg``; a subclass travels the same way.
-        return copyreg.dispatch_table[Volume](self)  # type: ignore[no-any-return]
+        return copyreg.dispatch_table[Volume](self)  # type: ignore[return-value]
 
     def with_cache(self, cache_bytes: int) -> Volume:
         """Another handle on the same stored array, with its own chunk cache and counters.
