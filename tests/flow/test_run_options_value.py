@@ -82,6 +82,11 @@ def test_a_keyword_beside_run_must_agree_with_it(src: Any, tmp_path: Path) -> No
     report = apply(np.negative, src, dst, chunk_sizes=[(8, 8)], workers=2, dry_run=True,
                    run=RunOptions(workers=2, dry_run=True))  # fmt: skip
     assert report.dry_run
+    # A fallback asked for beside run's GPU is not lost in a CPU choice equal to the default.
+    with pytest.raises(ConfigError, match="gpu_fallback=True is given beside run=") as info:
+        apply(np.negative, src, dst, chunk_sizes=[(8, 8)], gpu_fallback=True,
+              run=RunOptions.of(device="gpu"))  # fmt: skip
+    assert info.value.field == "gpu_fallback"
     with pytest.raises(ConfigError, match="run must be a RunOptions") as info:
         apply(np.negative, src, dst, chunk_sizes=[(8, 8)], run={"workers": 2})  # type: ignore[arg-type]
     assert info.value.field == "run"
@@ -98,6 +103,8 @@ def test_a_keyword_beside_run_must_agree_with_it(src: Any, tmp_path: Path) -> No
         ({"device": "gpu"}, "device"),
         ({"executor": "processes", "device": DeviceChoice.GPU}, "device"),
         ({"executor": LocalExecutor("threads", 2), "retries": 2}, "retries"),
+        ({"executor": LocalExecutor("threads", 2), "workers": 2}, "workers"),
+        ({"executor": "thread"}, "executor"),
     ],
 )
 def test_a_bad_value_is_refused_when_it_is_made_or_run(
@@ -108,6 +115,9 @@ def test_a_bad_value_is_refused_when_it_is_made_or_run(
     dst = _dst(tmp_path)
     with pytest.raises(ConfigError) as info:
         apply(np.negative, src, dst, chunk_sizes=[(8, 8)], run=RunOptions(**fields))
+    assert info.value.field == field, info.value
+    with pytest.raises(ConfigError) as info:  # where the value is made, not later
+        RunOptions(**fields)
     assert info.value.field == field, info.value
 
 
@@ -160,7 +170,11 @@ def test_transfer_passes_run_on_to_its_flow(src: Any, tmp_path: Path) -> None:
         ({"run": RunOptions(intermediates="elsewhere")}, "intermediates", "takes no"),
         ({"run": RunOptions(device=DeviceChoice.GPU_OR_CPU)}, "device", "takes no"),
         ({"run": RunOptions(workers=2), "workers": 3}, "workers", "given beside run="),
-        ({"run": RunOptions(executor=LocalExecutor("threads", 2), retries=1)}, "retries", "beside"),
+        (
+            {"run": RunOptions(executor=LocalExecutor("threads", 2)), "workers": 3},
+            "workers",
+            "beside",
+        ),
     ],
 )
 def test_a_job_refuses_bad_combinations_before_writing(

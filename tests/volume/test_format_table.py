@@ -173,7 +173,8 @@ def test_conditional_rows_refuse_a_stale_write_and_keep_both_writers(
 def _docs_row(fmt: Format) -> str:
     yes = {True: "yes", False: "no"}
     prefixes = ", ".join(f"`{p}://`" for p in fmt.prefixes) or "-"
-    stores = ", ".join({"disk": "local disk"}.get(s, f"`{s}://`") for s in fmt.stores)
+    names = {"disk": "local disk", "memory": "a name in this process"}
+    stores = ", ".join(names.get(s, f"`{s}://`") for s in fmt.stores)
     return (
         f"| `{fmt.name}` | {fmt.title} | {prefixes} | {fmt.engine} | {stores} | "
         f"{yes[fmt.multiscale]} | {yes[fmt.conditional_writes]} | {yes[fmt.whole_chunk_writes]} |"

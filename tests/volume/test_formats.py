@@ -187,3 +187,15 @@ def test_reads_of_a_sharded_scale_are_cached_and_counted_by_the_chunk_inside(
         assert (r.stats.chunks_read, r.stats.bytes_read) == (1, 16 * 16 * 8)
     v.write(Box((0, 0, 0), (64, 64, 16)), np.zeros((64, 64, 16), "uint8"))
     assert v.stats.chunks_written == 1 + 4  # the whole volume's 4 shards, then one
+
+
+@pytest.mark.parametrize("dtype", ["bool", "float64", "int64"])
+def test_precomputed_lists_the_data_types_it_stores(tmp_path: Path, dtype: str) -> None:
+    """precomputed names its dtypes one by one: a number it does not list (float64, int64)
+    is refused with that list, naming the dtype field, before anything is made."""
+    path = tmp_path / "pc"
+    with pytest.raises(ConfigError, match="valid: uint8, int8, uint16, int16, uint32, int32, "
+                       "uint64, float32") as info:  # fmt: skip
+        volume.create(f"precomputed://{path}", (8, 8, 8), (8, 8, 8), dtype)
+    assert info.value.field == "dtype"
+    assert not path.exists()

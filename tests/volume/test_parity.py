@@ -283,3 +283,18 @@ def test_missing_tensorstore_package_is_a_config_error(
     monkeypatch.setitem(sys.modules, "tensorstore", None)
     with pytest.raises(ConfigError, match=r"pip install 'chunkgraph\[tensorstore\]'"):
         volume.create(str(tmp_path / "t"), (4,), (2,), "uint8", backend="tensorstore")
+
+
+def test_a_subclass_of_volume_pickles_as_a_volume(tmp_path: Path) -> None:
+    """The registry says how a Volume travels (``copyreg``); a subclass a user made, which
+    copyreg's table does not name, travels the same way and comes back as a Volume."""
+
+    class Tagged(Volume):
+        pass
+
+    v = volume.create(str(tmp_path / "s"), (4, 4), (2, 2), "int8")
+    v.write(v.bounds, np.full((4, 4), 3, "int8"))
+    tagged = Tagged(v._storage, "r+", 0)
+    clone = pickle.loads(pickle.dumps(tagged))
+    assert type(clone) is Volume and clone.path == v.path
+    assert (clone.read(clone.bounds) == 3).all()

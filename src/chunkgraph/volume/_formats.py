@@ -68,6 +68,8 @@ class Format:
         found_by_prefix: At a local path, opened only through its prefix.
         create_options: ``create``'s arguments for this format alone.
         dtype_kinds: Numpy dtype kinds it stores and reads back as they were.
+        dtypes: Where the format lists its dtypes one by one, that list (else all of
+            ``dtype_kinds``).
         metadata: The files that say a volume of it is at a place.
 
     >>> format_of("precomputed").multiscale, format_of("zarr").reaches("s3://b/a.zarr")
@@ -87,6 +89,7 @@ class Format:
     found_by_prefix: bool = False
     create_options: tuple[str, ...] = ()
     dtype_kinds: str = "biufc"
+    dtypes: tuple[str, ...] = ()
     metadata: tuple[str, ...] = ()
 
     @property
@@ -115,6 +118,8 @@ class Format:
 
 
 _ZARR_JSON = ("zarr.json",)
+# The data types a precomputed info may name (Neuroglancer's list).
+PRECOMPUTED_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 _OBJECT_STORES: tuple[Store, ...] = ("disk", "s3", "gs")
 # In the order messages list them.
 FORMATS: tuple[Format, ...] = (
@@ -123,7 +128,8 @@ FORMATS: tuple[Format, ...] = (
     Format("precomputed", "Neuroglancer precomputed", "tensorstore", ("disk", "s3"),
            ("precomputed",), multiscale=True, whole_chunk_writes=True,
            sharded_by="write_chunks", found_by_prefix=True,
-           create_options=("encoding", "write_chunks"), dtype_kinds="iuf", metadata=("info",)),
+           create_options=("encoding", "write_chunks"), dtype_kinds="iuf",
+           dtypes=PRECOMPUTED_DTYPES, metadata=("info",)),
     Format("zarr2", "Zarr v2", "zarr-python", _OBJECT_STORES, ("zarr2",),
            conditional_writes=True, metadata=(".zarray",)),
     Format("zarr", "Zarr v3", "zarr-python", _OBJECT_STORES, ("zarr3", "zarr"), plain=True,

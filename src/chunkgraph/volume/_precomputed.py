@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
+from chunkgraph.volume._formats import PRECOMPUTED_DTYPES
 from chunkgraph.volume._object_store import StoreOptions
 from chunkgraph.volume._precomputed_chunks import PrecomputedView, chunk_layout, stored_suffix
 from chunkgraph.volume._storage import VolumeMeta
@@ -45,7 +46,7 @@ BACKEND = "precomputed"
 ENCODINGS = ("raw", "compressed_segmentation", "jpeg")
 # What TensorStore decodes: the encodings chunkgraph writes, and png.
 READ_ENCODINGS = (*ENCODINGS, "png")
-DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
+DTYPES = PRECOMPUTED_DTYPES
 _ENCODING_DTYPES = {"compressed_segmentation": ("uint32", "uint64"), "jpeg": ("uint8",)}
 _NOTE = (
     "precomputed volumes are written by whole chunks (whole shards when sharded): their "

@@ -394,7 +394,7 @@ def _build_meta(
 # dtype kinds a volume holds: numbers, each format's ``dtype_kinds``. Strings, objects,
 # records, datetimes and raw bytes would otherwise fail deep inside zarr or TensorStore (or
 # be stored as something else); TensorStore cannot write a complex fill value into Zarr v3
-# metadata; precomputed's exact list is ``_precomputed.DTYPES``.
+# metadata; a format that lists its dtypes one by one (precomputed) is held to that list.
 _KIND_WORDS = {
     "b": "bool",
     "i": "int8..int64",
@@ -413,20 +413,25 @@ def _check_dtype(np_dtype: np.dtype[Any], asked: Any, backend: str) -> None:
     ...     print(str(err).split("; ")[1])
     valid: bool, int8..int64, uint8..uint64, float16..float64
     """
-    kinds = format_of(backend).dtype_kinds
-    if np_dtype.kind in kinds and np_dtype.fields is None and np_dtype.subdtype is None:
+    fmt = format_of(backend)
+    kinds = fmt.dtype_kinds
+    listed = not fmt.dtypes or np_dtype.name in fmt.dtypes
+    if np_dtype.kind in kinds and listed and np_dtype.fields is None and np_dtype.subdtype is None:
         return
-    valid = ", ".join(_KIND_WORDS[k] for k in kinds)
+    valid = ", ".join(fmt.dtypes or [_KIND_WORDS[k] for k in kinds])
     takers = [f.name for f in FORMATS if f.plain and np_dtype.kind in f.dtype_kinds]
     hint = f"; complex volumes need backend={takers[0]!r}" if np_dtype.kind == "c" else ""
     what = _DTYPE_KIND_NAMES.get(np_dtype.kind, "not a number")
+    if np_dtype.kind in kinds:
+        what = f"not one of {fmt.title}'s data types"
     if np_dtype.fields is not None:
         what = "a record of fields"
     elif np_dtype.subdtype is not None:
         what = "a sub-array"
     raise ConfigError(
         f"dtype {asked!r} ({np_dtype.str}, {what}) cannot be stored in a volume with "
-        f"backend={backend!r}; valid: {valid}{hint}"
+        f"backend={backend!r}; valid: {valid}{hint}",
+        field="dtype",
     )
 
 
@@ -438,6 +443,7 @@ _DTYPE_KIND_NAMES = {
     "M": "a datetime",
     "m": "a time delta",
     "c": "complex",
+    "b": "a boolean",
 }
 
 

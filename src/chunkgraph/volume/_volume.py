@@ -39,6 +39,7 @@ process's environment supplies credentials (``_remote``).
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import itertools
 import math
@@ -255,6 +256,11 @@ class Volume:
             f"shape={self.shape}, chunks={self.chunks}, dtype={self.dtype.name}, "
             f"bounds={self._bounds})"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # How a Volume travels is the registry's to say (it reopens it on the other side):
+        # ``_registry`` registers it with ``copyreg``; a subclass travels the same way.
+        return copyreg.dispatch_table[Volume](self)  # type: ignore[return-value]
 
     def with_cache(self, cache_bytes: int) -> Volume:
         """Another handle on the same stored array, with its own chunk cache and counters.

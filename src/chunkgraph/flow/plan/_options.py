@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.execute import Executor, resolve_executor
+from chunkgraph.execute import EXECUTOR_KINDS, resolve_executor
 from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
 from chunkgraph.execute._limits import check_timeout
 from chunkgraph.flow.plan._auto_sizes import DEFAULT_MEMORY_SHARE
@@ -153,7 +153,7 @@ class RunOptions:
                 "apply's spelling",
                 field="device",
             )
-        _check_executor_kind(self.executor)
+        _check_executor_kind(self.executor, self.workers, self.retries, self.timeout)
         with _field("device"):
             check_executor(self.device.device, self.executor)
         with _field("timeout"):
@@ -230,23 +230,32 @@ class RunOptions:
             intermediates=intermediates,
         )  # fmt: skip
         keywords = cls(**given, device=DeviceChoice.of(device, gpu_fallback))
-        return keywords if run is None else keywords._beside(run)
+        # Beside run, device and gpu_fallback are compared as given: a fallback asked for
+        # beside run's GPU must not vanish into a CPU choice that equals the default.
+        given_device = {"device": device, "gpu_fallback": gpu_fallback}
+        return keywords if run is None else keywords._beside(run, given_device)
 
-    def _beside(self, run: object) -> RunOptions:
-        """``run``, when every keyword given beside it (``self``) agrees with it."""
+    def _beside(self, run: object, device: Mapping[str, object]) -> RunOptions:
+        """``run``, when every keyword given beside it (``self``, with ``device`` and
+        ``gpu_fallback`` as given) agrees with it."""
         if not isinstance(run, RunOptions):
             raise ConfigError(
                 f"run must be a RunOptions (chunkgraph.RunOptions(workers=4, ...)) or None, "
                 f"got {run!r} ({type(run).__name__})",
                 field="run",
             )
-        mine, theirs = self.apply_kwargs(), run.apply_kwargs()
+        mine, theirs = self.apply_kwargs() | dict(device), run.apply_kwargs()
         for name, value in mine.items():
             if value != _DEFAULTS[name] and value != theirs[name]:
+                in_run = (
+                    "RunOptions.of(device=..., gpu_fallback=...)"
+                    if name in ("device", "gpu_fallback")
+                    else f"dataclasses.replace(run, {name}=...)"
+                )
                 raise ConfigError(
                     f"{name}={value!r} is given beside run=, whose {name} is "
                     f"{theirs[name]!r}: give each run option once, either in run "
-                    f"(dataclasses.replace(run, {name}=...)) or as a keyword without run",
+                    f"({in_run}) or as a keyword without run",
                     field=name,
                 )
         return run
@@ -311,14 +320,25 @@ def _field(name: str) -> Iterator[None]:
         raise
 
 
-def _check_executor_kind(executor: object) -> None:
-    """A kind, an address, a Client or an Executor; which one is ``resolve_executor``'s."""
-    if executor is None or isinstance(executor, str | Executor):
+def _check_executor_kind(
+    executor: object, workers: object, retries: object, timeout: object
+) -> None:
+    """A kind, an address, a Client or an Executor (which one is ``resolve_executor``'s),
+    with no option beside an Executor, which carries its own: checked when the value is
+    made, so that a misspelled kind is refused where it was written."""
+    if executor is None or is_dask_client(executor):
         return
-
-    if not is_dask_client(executor):
-        with _field("executor"):
-            resolve_executor(executor)  # type: ignore[arg-type]  # raises, naming what is one
+    if isinstance(executor, str):
+        if executor in EXECUTOR_KINDS or is_scheduler_address(executor):
+            return
+        raise ConfigError(
+            f"executor {executor!r} is not one of {', '.join(map(repr, EXECUTOR_KINDS))}, "
+            "a Dask scheduler address ('tcp://host:8786'), a distributed.Client or an Executor",
+            field="executor",
+        )
+    with _field("executor"):
+        # An Executor comes back as it is, unless an option is given beside it.
+        resolve_executor(executor, workers=workers, retries=retries, timeout=timeout)  # type: ignore[arg-type]
 
 
 def _checked_workers(workers: object) -> int | None:
