@@ -11,6 +11,7 @@ On a Dask cluster: ``DaskExecutor`` (one Dask task per planned subgraph),
 Importing them does not import Dask; using them does.
 """
 
+from chunkgraph.execute._breakdown import Breakdown
 from chunkgraph.execute._dask_contexts import dask_contexts, dask_links
 from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._dask_scheduler import dask_scheduler
@@ -29,6 +30,7 @@ from chunkgraph.execute.pool import ProcessPool
 
 __all__ = [
     "EXECUTOR_KINDS",
+    "Breakdown",
     "ChecksPaths",
     "DaskExecutor",
     "Event",

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkgraph.flow import Breakdown
+from chunkgraph.execute import Breakdown
 from chunkgraph.report._document import tries_of
 
 # Past this many tasks, labels are unreadable and cost most of the drawing time.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkgraph._util import format_bytes
-from chunkgraph.flow import Breakdown
+from chunkgraph.execute import Breakdown
 from chunkgraph.report._document import load_report, tries_of
 
 # Summary fields are wrapped to lines of this many characters.

@@ -9,7 +9,7 @@ on an executor and writes the ``ApplyReport`` (``_report``). ``reduce_deferred``
 (``_deferred_run``) finishes a deferred flow later. ``_device`` is where the levels
 below compute, ``_fn_limits`` and ``_values`` bound fn's calls and collect a
 values-only flow's output, ``_late_writes`` stops writes after a run ends,
-``_breakdown`` times fn, reads and writes into the report's ``Breakdown``.
+``chunkgraph.execute``'s ``Breakdown`` (and its timers) measures fn, reads and writes.
 
 The run imports the plan's and the state's faces; the faces above
 (``chunkgraph.flow``) import these names.
@@ -17,7 +17,7 @@ The run imports the plan's and the state's faces; the faces above
 
 from __future__ import annotations
 
-from chunkgraph.flow.run._breakdown import Breakdown
+from chunkgraph.execute import Breakdown
 from chunkgraph.flow.run._deferred_run import reduce_deferred
 from chunkgraph.flow.run._device import resolve_device
 from chunkgraph.flow.run._flow_run import DeviceUse, FlowRun

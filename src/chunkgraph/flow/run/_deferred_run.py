@@ -41,9 +41,9 @@ from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.execute import run
+from chunkgraph.execute._breakdown import RunMeter
 from chunkgraph.execute._executor import close_resolved
 from chunkgraph.flow.plan import FlowSpec, RunOptions, check_dst, warn_if_saturated
-from chunkgraph.flow.run._breakdown import RunMeter
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._flow_graph import LAYERS_KEY

@@ -26,8 +26,8 @@ import numpy as np
 
 from chunkgraph import planning
 from chunkgraph.execute import run
+from chunkgraph.execute._breakdown import Breakdown, RunMeter
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
-from chunkgraph.flow.run._breakdown import Breakdown, RunMeter
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._device import FlowDevice

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkgraph._errors import CorruptChunkError
+from chunkgraph.execute._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.plan import FlowSpec, can_saturate, count_saturated
-from chunkgraph.flow.run._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY
 from chunkgraph.flow.run._edge_locks import edge_chunks_locked, partial_chunks

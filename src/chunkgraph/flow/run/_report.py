@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._util import format_bytes
+from chunkgraph.execute._breakdown import Breakdown
 from chunkgraph.flow.plan import FlowPlan
-from chunkgraph.flow.run._breakdown import Breakdown
 from chunkgraph.geometry import Box
 from chunkgraph.volume import is_url
 

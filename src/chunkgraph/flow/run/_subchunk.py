@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from chunkgraph._errors import ChunkgraphError, FlowOutputError
+from chunkgraph.execute._breakdown import TaskTimer
 from chunkgraph.flow.plan import (
     BOX_KEYWORD,
     FlowSpec,
@@ -65,7 +66,6 @@ from chunkgraph.flow.plan import (
     resolution_hint,
     scaled,
 )
-from chunkgraph.flow.run._breakdown import TaskTimer
 from chunkgraph.flow.run._device import FlowDevice
 from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.geometry import Box

@@ -56,9 +56,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunkgraph.execute._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.plan import FlowSpec, bottom_chunks_per_top, scaled
 from chunkgraph.flow.plan import superchunks_in_flight as _superchunks_rule
-from chunkgraph.flow.run._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._device import FlowDevice
 from chunkgraph.flow.run._late_writes import check_run_live

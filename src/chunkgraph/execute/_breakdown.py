@@ -235,7 +235,7 @@ class RunMeter:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Where one flow run's time and memory went (see ``chunkgraph.flow.run._breakdown``).
+    """Where one flow run's time and memory went (see ``chunkgraph.execute._breakdown``).
 
     Every ``*_seconds`` term is slot-seconds of the tasks' run; together with
     ``idle_seconds`` they add up to ``slots * wall_seconds`` (less ``overlap_seconds``).
