@@ -131,3 +131,17 @@ def test_a_report_without_a_breakdown_draws_no_breakdown_chart(tmp_path: Path) -
     cg.run(graph, one, executor="sync", subscribers=[recorder])
     folder = write_report(tmp_path / "report", recorder, {})
     assert not (folder / "breakdown.png").exists()
+
+
+def test_a_sync_run_has_one_slot(tmp_path: Path) -> None:
+    """The sync executor runs one task at a time: its breakdown counts one slot, not the
+    cores the flow planned for, so no idle slot is invented."""
+    src, dst = _volumes(tmp_path, (32, 32, 32))
+    report = cg.flow.apply(
+        _sleepy, src, dst, chunk_sizes=[(16, 16, 16)],
+        run=cg.RunOptions(executor="sync", workers=2, probe=False),
+    )  # fmt: skip
+    b = report.breakdown
+    assert b is not None and b.slots == 1
+    _slot_terms_add_up(b)
+    assert "time on 1 slot x" in b.line() and "1 slots" not in report.summary()

@@ -370,17 +370,20 @@ class Breakdown:
         """
         have = self.slots * self.wall_seconds
         if have <= 0:
-            return f"time on {self.slots} slots x {self.wall_seconds:.2f} s"
+            return f"time on {self._slots()} x {self.wall_seconds:.2f} s"
         shown = [f"{label} {seconds / have:.0%}" for label, seconds in self.labelled() if seconds]
         if self.overlap_seconds:  # the shares add up to more than 100%: say by how much
             shown.append(f"overlapping {self.overlap_seconds / have:.0%}")
-        return f"time on {self.slots} slots x {self.wall_seconds:.2f} s: " + ", ".join(shown)
+        return f"time on {self._slots()} x {self.wall_seconds:.2f} s: " + ", ".join(shown)
+
+    def _slots(self) -> str:
+        return f"{self.slots} slot" + ("" if self.slots == 1 else "s")
 
     def table(self) -> list[str]:
         """Each slot term's seconds and share, one a line; then fn's CPU and the memory."""
         have = self.slots * self.wall_seconds
         lines = [
-            f"where the time went: {self.slots} slots x {self.wall_seconds:.3f} s = "
+            f"where the time went: {self._slots()} x {self.wall_seconds:.3f} s = "
             f"{have:.3f} slot-s (and {self.setup_seconds:.3f} s of setup around the tasks)"
         ]
         for label, seconds in self.labelled():

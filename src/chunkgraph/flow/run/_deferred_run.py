@@ -272,6 +272,8 @@ def _run(
         meter.stop()
         end_run(job.run_token)
     slots = options.workers if options.workers is not None else usable_cores()
+    if getattr(executor, "kind", None) == "sync":  # one task at a time
+        slots = 1
     breakdown = meter.breakdown(
         [s.times for s in stats], slots=slots, needed_voxels=0, in_process=executor.in_process
     )

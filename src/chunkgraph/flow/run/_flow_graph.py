@@ -109,6 +109,7 @@ class FlowGraph:
         self.fingerprint = fingerprint
         self.dst_stamp = stamp
         self.in_process = True  # set by run(): where the tasks read
+        self.slots = self.cores  # set by run(): how many tasks can run at once
         self.pending_voxels = 0  # set by run(): the bbox's voxels its pending top tasks cover
         self.inputs = inputs
         self.dst = dst
@@ -171,6 +172,8 @@ class FlowGraph:
     ) -> ApplyReport:
         """Record the totals in ``flow.json``, run the tasks not yet done, report."""
         self.in_process = executor.in_process
+        # A sync executor runs one task at a time, whatever the cores: one slot.
+        self.slots = 1 if getattr(executor, "kind", None) == "sync" else self.cores
         graph = Graph()
         top_refs, skipped_top = self._add_top_tasks(graph)
         red_refs: list[TaskRef] = []
@@ -243,7 +246,7 @@ class FlowGraph:
         )  # fmt: skip
         return meter.breakdown(
             [r.times for r in results if isinstance(r, TopStats | ReductionStats)],
-            slots=cores,
+            slots=self.slots,
             needed_voxels=self.pending_voxels,
             in_process=self.in_process,
             cache_bytes=sum(int(getattr(v, "cache_bytes", 0) or 0) for v in self.inputs.values()),
