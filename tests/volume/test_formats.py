@@ -199,3 +199,17 @@ def test_precomputed_lists_the_data_types_it_stores(tmp_path: Path, dtype: str) 
         volume.create(f"precomputed://{path}", (8, 8, 8), (8, 8, 8), dtype)
     assert info.value.field == "dtype"
     assert not path.exists()
+
+
+def test_a_zarr3_prefix_over_a_zarr2_array_is_refused_naming_its_prefix(tmp_path: Path) -> None:
+    """``zarr3://`` asks for Zarr v3: a v2 array there is named, with the prefix that opens
+    it, as ``zarr2://`` over a v3 array is refused."""
+    import zarr
+
+    place = tmp_path / "v2.zarr"
+    zarr.create_array(str(place), shape=(4, 4), chunks=(2, 2), dtype="uint8", zarr_format=2)
+    with pytest.raises(ConfigError, match=r"is Zarr v2: open it as 'zarr2://") as info:
+        volume.open(f"zarr3://{place}")
+    assert info.value.field == "path"
+    assert volume.open(f"zarr2://{place}").backend == "zarr2"
+    assert volume.open(str(place)).backend == "zarr2"  # no prefix: found by what is there

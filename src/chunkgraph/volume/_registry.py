@@ -509,11 +509,27 @@ def open_volume(
         with reaching(name, opts):  # TensorStore's failed requests too
             storage = open_format(name, mode, chosen.name if chosen else None, scale, opts)
         if storage is not None:
-            return Volume(storage, mode, cache_bytes)
+            return _as_asked(Volume(storage, mode, cache_bytes), chosen, text)
     if asked is not None:
         _check_reaches(asked, name, "backend")
     opened = _open_remote if is_object_url(name) else _open_local
-    return Volume(opened(name, mode, backend, scale, opts), mode, cache_bytes)
+    return _as_asked(
+        Volume(opened(name, mode, backend, scale, opts), mode, cache_bytes), chosen, text
+    )
+
+
+def _as_asked(vol: Volume, chosen: Format | None, text: str) -> Volume:
+    """``vol``, unless ``zarr3://`` asked for Zarr v3 and found another format (``zarr://``
+    takes the version the metadata says)."""
+    prefix, place = split_format(text)
+    if chosen is None or prefix != "zarr3" or vol.format.plain:
+        return vol
+    how = f"{vol.format.prefixes[0]}://{place}" if vol.format.prefixes else place
+    raise ConfigError(
+        f"{text!r} asks for Zarr v3 ({prefix}://), but the volume there is "
+        f"{vol.format.title}: open it as {how!r}",
+        field="path",
+    )
 
 
 def _open_local(
