@@ -213,3 +213,13 @@ def test_a_zarr3_prefix_over_a_zarr2_array_is_refused_naming_its_prefix(tmp_path
     assert info.value.field == "path"
     assert volume.open(f"zarr2://{place}").backend == "zarr2"
     assert volume.open(str(place)).backend == "zarr2"  # no prefix: found by what is there
+
+
+def test_a_format_prefix_beside_the_memory_backend_is_refused(tmp_path: Path) -> None:
+    """A memory volume lives in this process; ``n5://`` asks for a dataset on disk: the two
+    disagree, and nothing is made (it made the N5 dataset on disk)."""
+    place = tmp_path / "x.n5"
+    with pytest.raises(ConfigError, match="lives in this process") as info:
+        volume.create(f"n5://{place}", (8, 8), (4, 4), "uint8", backend="memory")
+    assert info.value.field == "backend"
+    assert not place.exists()

@@ -228,6 +228,13 @@ def _format_to_create(path: str, backend: str) -> tuple[Format, str]:
     asked = format_of(backend)
     prefix, place = split_format(path)
     found = None if prefix is None else by_prefix(prefix)
+    if found is not None and not found.plain and asked.in_process:
+        raise ConfigError(
+            f"backend={backend!r} lives in this process, but {path!r} asks for "
+            f"{found.title} at a place ({prefix}://); leave backend out to make it there, "
+            "or give a name without a prefix for a memory volume",
+            field="backend",
+        )
     # zarr3:// says the format (made by ``backend``), file:// only that it is a path.
     return (asked if found is None or found.plain else found), place
 
