@@ -90,8 +90,12 @@ class MarkerStore:
 
     def clear(self, kinds: tuple[str, ...] = _KINDS) -> None:
         """Forget every marker of ``kinds`` (all: a fresh, non-resumed run)."""
+        every = set(kinds) == set(_KINDS)
+        if every:  # one tree: one listing in a bucket
+            self.store.delete_tree(MARKERS_NAME)
         for kind in kinds:
-            self.store.delete_tree(self._dir(kind))
+            if not every:
+                self.store.delete_tree(self._dir(kind))
             self.store.make_folder(self._dir(kind))
 
 
@@ -179,8 +183,7 @@ def discard_flow(root: StateRoot, flow_id: str) -> None:
     if isinstance(store, DirStore):
         discard_flow_dir(store.path(flow_id))
         return
-    store.delete_tree(join(flow_id, MARKERS_NAME))
-    store.delete_tree(flow_id)
+    store.delete_tree(flow_id, first=MARKERS_NAME)  # one listing; the markers' deletes first
 
 
 def discard_flow_dir(folder: Path) -> None:

@@ -17,6 +17,13 @@ so the layout is written once, in ``_layout``, for both. A store only reads and
 writes: ``_lock.hold`` takes the lock of either kind, above it. ``where(key)`` names a
 key as a person types it (a path or a URL) for messages and commands.
 
+Requests one after another each cost a round trip (20 ms in a cloud region), so
+what an object store's state code asks without one answer depending on another
+goes together: ``at_once`` runs such reads on threads (in order of the calls, one
+after another on a disk, where a thread costs more than the read); a listing
+answers both ``names`` and ``folders`` (``listing``); a tree goes in one listing
+and bulk deletes of up to 1000 keys each, sent together (``delete_tree``).
+
 A request to an object store that fails (after the client's bounded retries) is
 a ``StoreError`` naming the key's URL and the endpoint (``_named_failures``).
 
@@ -33,7 +40,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -49,9 +57,10 @@ class StateStore(Protocol):
     def write(self, key: str, data: bytes) -> None: ...
     def touch(self, key: str) -> None: ...
     def delete(self, key: str) -> None: ...
-    def delete_tree(self, prefix: str) -> None: ...
+    def delete_tree(self, prefix: str, first: str = "") -> None: ...
     def names(self, prefix: str = "") -> list[str]: ...
     def folders(self, prefix: str = "") -> list[str]: ...
+    def listing(self, prefix: str = "") -> tuple[list[str], list[str]]: ...
     def exists(self, key: str) -> bool: ...
     def modified(self, key: str) -> float | None: ...
     def size(self, prefix: str) -> int: ...
@@ -106,6 +115,24 @@ def flow_location(root: StateRoot, flow_id: str) -> str:
 def join(*parts: str) -> str:
     """Keys joined by ``/`` (empty parts skipped)."""
     return "/".join(p.strip("/") for p in parts if p)
+
+
+_T = TypeVar("_T")
+
+# Requests an object store's state code sends together at most: far below what a
+# store serves, enough that a status of a root of many flows is a few round trips.
+_AT_ONCE = 16
+
+
+def at_once(store: StateStore, calls: Sequence[Callable[[], _T]]) -> list[_T]:
+    """What each of ``calls`` returns, in order: at the same time on threads for an object
+    store (each waits on its own request), one after another on a disk. The first
+    error raised is raised (after every call has returned)."""
+    if isinstance(store, DirStore) or len(calls) < 2:
+        return [call() for call in calls]
+    with ThreadPoolExecutor(min(len(calls), _AT_ONCE), "chunkgraph-state") as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [f.result() for f in futures]
 
 
 class DirStore:
@@ -170,7 +197,10 @@ class DirStore:
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
 
-    def delete_tree(self, prefix: str) -> None:
+    def delete_tree(self, prefix: str, first: str = "") -> None:
+        """Remove ``prefix``'s folder, its subfolder ``first`` before the rest."""
+        if first:
+            shutil.rmtree(self.path(join(prefix, first)), ignore_errors=True)
         shutil.rmtree(self.path(prefix), ignore_errors=True)
 
     def names(self, prefix: str = "") -> list[str]:
@@ -182,6 +212,10 @@ class DirStore:
     def folders(self, prefix: str = "") -> list[str]:
         """The names under ``prefix`` that are folders."""
         return [n for n in self.names(prefix) if self.path(join(prefix, n)).is_dir()]
+
+    def listing(self, prefix: str = "") -> tuple[list[str], list[str]]:
+        """``(names, folders)`` under ``prefix``."""
+        return self.names(prefix), self.folders(prefix)
 
     def exists(self, key: str) -> bool:
         return self.path(key).exists()
@@ -291,33 +325,40 @@ class ObjectStateStore:
         return found
 
     @_named_failures
-    def delete_tree(self, prefix: str) -> None:
+    def delete_tree(self, prefix: str, first: str = "") -> None:
+        """Every object under ``prefix`` in one listing and bulk deletes (S3 takes up to
+        1000 keys a request), sent together; those under ``prefix/first`` all go before
+        any other (what vouches for other objects, a flow's markers, goes first)."""
         import obstore
 
-        paths = [meta["path"] for meta in self._keys(prefix)]
-        for start in range(0, len(paths), 1000):  # S3 deletes up to 1000 keys a request
-            obstore.delete(self.store, paths[start : start + 1000])
+        paths = [str(meta["path"]) for meta in self._keys(prefix)]
+        head = f"{join(prefix, first)}/"  # keys are relative to the store's prefix
+        vouching = [p for p in paths if first and p.startswith(head)]
+        rest = [p for p in paths if not (first and p.startswith(head))]
+        for group in (vouching, rest):
+            batches = [group[i : i + 1000] for i in range(0, len(group), 1000)]
+            at_once(self, [functools.partial(obstore.delete, self.store, b) for b in batches])
 
     @_named_failures
     def names(self, prefix: str = "") -> list[str]:
-        import obstore
-
-        listed = obstore.list_with_delimiter(
-            self.store, prefix=f"{prefix.rstrip('/')}/" if prefix else None
-        )
-        names = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"]}
-        names |= {o["path"].rsplit("/", 1)[-1] for o in listed["objects"]}
-        return sorted(names)
+        return self.listing(prefix)[0]
 
     @_named_failures
     def folders(self, prefix: str = "") -> list[str]:
         """The names under ``prefix`` that have objects under them."""
+        return self.listing(prefix)[1]
+
+    @_named_failures
+    def listing(self, prefix: str = "") -> tuple[list[str], list[str]]:
+        """``(names, folders)`` under ``prefix``, from one listing."""
         import obstore
 
         listed = obstore.list_with_delimiter(
             self.store, prefix=f"{prefix.rstrip('/')}/" if prefix else None
         )
-        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"])
+        folders = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"]}
+        names = folders | {o["path"].rsplit("/", 1)[-1] for o in listed["objects"]}
+        return sorted(names), sorted(folders)
 
     @_named_failures
     def exists(self, key: str) -> bool:
