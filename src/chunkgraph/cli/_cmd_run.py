@@ -275,7 +275,7 @@ def _apply(
     try:
         report = flow.apply(resolved.fn, resolved.inputs, dst, **resolved.flow_options, run=run)
         outcome = "finished"
-    except KeyboardInterrupt:  # during the probe: before the first write, take it back
+    except KeyboardInterrupt:  # before the first write (and no finished work): take it back
         taken = _taken_back(new)
         if taken:
             print(f"\nchunkgraph run: interrupted before anything was written{taken}",
