@@ -479,6 +479,29 @@ def test_dry_run_writes_nothing(work: Path, capsys: pytest.CaptureFixture[str]) 
     assert sorted(p.name for p in work.iterdir()) == ["raw.zarr", "spec.yaml", "spec_functions.py"]
 
 
+def test_dry_run_writes_the_report_and_log_of_its_plan(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--report and --log-json beside --dry-run get the plan, not silence; the output and
+    the flow's state are still not made."""
+    spec = write(work, spec_with())
+    report, log = work / "plan-report", work / "plan.jsonl"
+    code, out, err = run(capsys, spec, "--dry-run", "--report", str(report), "--log-json", str(log))
+    assert code == 0, err
+    summary = json.loads((report / "report.json").read_text())["summary"]
+    assert summary["outcome"] == "dry-run" and summary["tasks_per_level"] == [8]
+    (last,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert last["event"] == "outcome" and last["outcome"] == "dry-run"
+    assert last["tasks_per_level"] == [8] and "would read" in last["dry_run"]
+    assert f"report in {report}" in out
+    assert not (work / "out.zarr").exists() and not (work / ".out.zarr.chunkgraph").exists()
+    # --log-json -: stdout holds JSON lines only, the plan goes to stderr
+    code, out, err = run(capsys, spec, "--dry-run", "--log-json", "-")
+    assert code == 0, err
+    assert [json.loads(line)["outcome"] for line in out.splitlines()] == ["dry-run"]
+    assert "(dry run)" in err
+
+
 def test_dry_run_reads_match_what_the_run_reads(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
