@@ -27,6 +27,7 @@ from scipy.ndimage import gaussian_filter
 from chunkgraph import cli, flow, volume
 from chunkgraph.cli._spec import BoxSpec, OutputSpec, RunDefaults, RunSpec, parse_spec
 from chunkgraph.flow.plan._options import DEFAULT_RETRIES
+from chunkgraph.flow.state import flows_for
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "docs" / "spec-example.yaml"
@@ -478,6 +479,29 @@ def test_dry_run_writes_nothing(work: Path, capsys: pytest.CaptureFixture[str]) 
     assert sorted(p.name for p in work.iterdir()) == ["raw.zarr", "spec.yaml", "spec_functions.py"]
 
 
+def test_dry_run_writes_the_report_and_log_of_its_plan(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--report and --log-json beside --dry-run get the plan, not silence; the output and
+    the flow's state are still not made."""
+    spec = write(work, spec_with())
+    report, log = work / "plan-report", work / "plan.jsonl"
+    code, out, err = run(capsys, spec, "--dry-run", "--report", str(report), "--log-json", str(log))
+    assert code == 0, err
+    summary = json.loads((report / "report.json").read_text())["summary"]
+    assert summary["outcome"] == "dry-run" and summary["tasks_per_level"] == [8]
+    (last,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert last["event"] == "outcome" and last["outcome"] == "dry-run"
+    assert last["tasks_per_level"] == [8] and "would read" in last["dry_run"]
+    assert f"report in {report}" in out
+    assert not (work / "out.zarr").exists() and not (work / ".out.zarr.chunkgraph").exists()
+    # --log-json -: stdout holds JSON lines only, the plan goes to stderr
+    code, out, err = run(capsys, spec, "--dry-run", "--log-json", "-")
+    assert code == 0, err
+    assert [json.loads(line)["outcome"] for line in out.splitlines()] == ["dry-run"]
+    assert "(dry run)" in err
+
+
 def test_dry_run_reads_match_what_the_run_reads(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -552,6 +576,48 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(work: Path) -> None:
     code, err = _interrupted_once_fn_started(spec, work / "started.txt")
     assert code == 130, err
     assert "--resume" in err
+
+
+def test_ctrl_c_after_blended_top_tasks_keeps_the_new_output_for_resume(work: Path) -> None:
+    """With blending, finished top tasks write their layers, not dst: an output that
+    holds only its metadata still has the flow's work behind it. Ctrl-C keeps it, and
+    ``--resume`` continues that flow instead of starting it over."""
+    spec = write(
+        work,
+        spec_with(
+            function="function: spec_functions:slow",
+            extra=f"kwargs: {{started: {work / 'started.txt'}, seconds: 0.3}}\nblend_pads: [2]",
+        ),
+    )
+    process = subprocess.Popen(
+        [str(CHUNKGRAPH), "run", "--quiet", "--workers", "1", spec],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60  # the command starting on a loaded machine
+    while time.monotonic() < deadline and process.poll() is None:
+        flows = flows_for(work / "out.zarr", None, sizes=False)
+        if flows and flows[0].top_done >= 2:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "was removed" not in err and "`--resume` continues" in err
+    assert (work / "out.zarr" / "zarr.json").exists(), err
+    (flow_state,) = flows_for(work / "out.zarr", None, sizes=False)
+    assert flow_state.top_done >= 2 and flow_state.reductions_done == 0
+
+    resumed = subprocess.run(
+        [str(CHUNKGRAPH), "run", "--quiet", "--workers", "1", "--resume", spec],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "created anew" not in resumed.stderr and "starts it over" not in resumed.stderr
+    np.testing.assert_array_equal(read(work / "out.zarr"), read(work / "raw.zarr"))
 
 
 def _interrupted_once_fn_started(spec: str, started: Path) -> tuple[int, str]:

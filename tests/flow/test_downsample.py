@@ -317,3 +317,16 @@ def test_a_file_named_info_beside_a_zarr_dst_does_not_move_its_state(tmp_path: P
     (tmp_path / "info").write_text("notes")
     assert default_root(tmp_path / "out.zarr") == tmp_path / ".out.zarr.chunkgraph"
     assert dst_of_default_root(tmp_path / ".out.zarr.chunkgraph") == tmp_path / "out.zarr"
+
+
+def test_a_dry_run_says_the_reads_it_predicts(tmp_path: Path) -> None:
+    """A dry run reads nothing: its pass lines give the predicted read (what the real run
+    then reads), not a count of 0 bytes."""
+    src = volume.create(tmp_path / "src.zarr", (64, 64, 64), (32, 32, 32), "uint16")
+    src.write(src.bounds, np.arange(64**3, dtype="uint16").reshape(64, 64, 64))
+    planned = downsample(src, levels=1, dst=str(tmp_path / "p{level}.zarr"), dry_run=True)
+    done = downsample(src, levels=1, dst=str(tmp_path / "d{level}.zarr"))
+    line = planned.summary().splitlines()[1]
+    assert "read 0.0 MiB" not in line and "amplification 0.00" not in line, line
+    said = done.summary().splitlines()[1].partition(", read ")[2]  # "0.5 MiB (amplification 1.00)"
+    assert line.endswith(f"would read {said.replace('(', '(predicted ')}"), (line, said)

@@ -163,6 +163,32 @@ def test_transfer_passes_run_on_to_its_flow(src: Any, tmp_path: Path) -> None:
     assert planned.dry_run and not (tmp_path / "plan.zarr").exists()
 
 
+def test_downsample_and_transfer_run_on_processes_as_on_threads(src: Any, tmp_path: Path) -> None:
+    """The plan over stand-ins in memory runs here; the job itself on the processes asked
+    for (the process executor names no worker thread), with the same result."""
+    events: list[Any] = []
+    on = {
+        kind: RunOptions(executor=kind, workers=2, subscribers=(events.append,))
+        for kind in ("threads", "processes")
+    }
+    for kind, run in on.items():
+        events.clear()
+        downsample(src, levels=2, dst=str(tmp_path / f"{kind}{{level}}.zarr"), run=run)
+        transfer(src, tmp_path / f"{kind}-copy.zarr", chunks=(4, 4), run=run)
+        workers = {e.worker for e in events if e.kind is EventKind.STARTED}
+        assert (workers == {""}) is (kind == "processes"), workers
+    for name in ("{}1.zarr", "{}2.zarr", "{}-copy.zarr"):
+        threads, processes = (volume.open(tmp_path / name.format(k)) for k in on)
+        np.testing.assert_array_equal(
+            processes.read(processes.bounds), threads.read(threads.bounds)
+        )
+    planned = downsample(src, dst=str(tmp_path / "p{level}.zarr"), dry_run=True,
+                         executor="processes")  # fmt: skip
+    assert planned.dry_run and not (tmp_path / "p1.zarr").exists()
+    planned = transfer(src, tmp_path / "plan.zarr", dry_run=True, executor="processes")
+    assert planned.dry_run and not (tmp_path / "plan.zarr").exists()
+
+
 @pytest.mark.parametrize("job", ["downsample", "transfer"])
 @pytest.mark.parametrize(
     ("kwargs", "field", "message"),

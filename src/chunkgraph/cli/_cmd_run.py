@@ -155,7 +155,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"chunkgraph run: --workers must be at least 1, got {args.workers}", file=sys.stderr)
         return EXIT_USAGE
     check_output_options(args)  # a ConfigError: _main exits 2
-    if args.report is not None and not args.dry_run:
+    if args.report is not None:  # a dry run's report is of its plan
         problem = report_dir_problem(args.report)
         if problem:
             print(f"chunkgraph run: --report {args.report}: {problem}", file=sys.stderr)
@@ -207,7 +207,6 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
 def _checked(args: argparse.Namespace, resolved: ResolvedSpec, run: RunOptions) -> int | None:
     """The flow checked by a dry run of apply (``_check_flow``): its exit code when the
     command ends here (refused, or a dry run said what it would do), else None."""
-    plan = resolved.output
     try:
         with warnings.catch_warnings():
             if not args.dry_run:  # the run warns of the same read amplification itself
@@ -221,12 +220,24 @@ def _checked(args: argparse.Namespace, resolved: ResolvedSpec, run: RunOptions) 
         return EXIT_USAGE
     if not args.dry_run:
         return None
-    print(check.summary())
-    if plan.overwrite:
-        print(f"  (the output {plan.path} will be replaced: the flow id will differ)")
-    elif plan.existing is None:
-        print(f"  (the output {plan.path} does not exist yet: the flow id will differ)")
+    _say_plan(args, resolved, check)
     return EXIT_OK
+
+
+def _say_plan(args: argparse.Namespace, resolved: ResolvedSpec, check: ApplyReport) -> None:
+    """A dry run's plan: on stdout (stderr beside ``--log-json -``), as a report with
+    ``--report`` and as the log's one line with ``--log-json``, its outcome "dry-run"."""
+    plan = resolved.output
+    out = sys.stderr if args.log_json == "-" else sys.stdout  # stdout: JSON lines only
+    print(check.summary(), file=out)
+    if plan.overwrite:
+        print(f"  (the output {plan.path} will be replaced: the flow id will differ)", file=out)
+    elif plan.existing is None:
+        print(f"  (the output {plan.path} does not exist yet: the flow id will differ)", file=out)
+    _, subscribers = event_output(args)
+    close_output(subscribers, "dry-run", report_summary(check))
+    if args.report is not None:
+        _write_report(args.report, Recorder(), check, "dry-run", out, spec_paths(resolved))
 
 
 def _output(
@@ -275,7 +286,7 @@ def _apply(
     try:
         report = flow.apply(resolved.fn, resolved.inputs, dst, **resolved.flow_options, run=run)
         outcome = "finished"
-    except KeyboardInterrupt:  # during the probe: before the first write, take it back
+    except KeyboardInterrupt:  # before the first write (and no finished work): take it back
         taken = _taken_back(new)
         if taken:
             print(f"\nchunkgraph run: interrupted before anything was written{taken}",
@@ -537,6 +548,8 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
         "finished_before": report.finished_before,
         # where the time and memory went (chunkgraph report shows it as a table)
         "breakdown": None if report.breakdown is None else report.breakdown.as_json(),
+        # a dry run read and wrote nothing: what it would do is its summary's text
+        **({"dry_run": report.summary()} if report.dry_run else {}),
     }
 
 

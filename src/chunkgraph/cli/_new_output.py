@@ -16,6 +16,10 @@ empty array for a result. So the run notes what it created::
 * ``zarr.json`` must be this run's own (same stamp) and alone in the directory (or
   under the URL's prefix): a chunk, an edge lock or anything else there means
   something has been written, and the output stays;
+* a flow into it with finished work (done markers written for this very output) has
+  written too, only not to dst yet: with blending a top task's result goes to the
+  flow's layers, and the reductions write dst later. The output stays, so that
+  ``--resume`` continues that flow (a new output would start it over);
 * a directory that existed before (an empty one given as the output) stays; only
   ``zarr.json`` goes.
 
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING
 import obstore
 
 from chunkgraph import volume
+from chunkgraph.flow.state import flows_for, read_flow_info, state_store
 from chunkgraph.volume._object_store import StoreOptions, is_object_url, object_store
 
 if TYPE_CHECKING:
@@ -100,7 +105,7 @@ class NewOutput:
             entries = os.listdir(where)
         except OSError:
             return False
-        if entries != [METADATA] or self._stamp_now() != self.stamp:
+        if entries != [METADATA] or self._stamp_now() != self.stamp or self._flow_worked():
             return False
         (where / METADATA).unlink()
         if not self.existed or self.replaced is not None:
@@ -109,6 +114,17 @@ class NewOutput:
         if self.replaced is not None:
             os.rename(self.replaced, where)  # the user's volume, as it was
         return True
+
+    def _flow_worked(self) -> bool:
+        """Whether a flow has finished work for this output (see the module doc)."""
+        try:
+            return any(
+                (state.top_done or state.reductions_done)
+                and read_flow_info(state_store(state.flow_dir)).get("dst") == self.stamp
+                for state in flows_for(self.path, None, sizes=False)
+            )
+        except Exception:  # its state cannot be read: keep the output, as unknown work
+            return True
 
     def _stamp_now(self) -> str | None:
         try:
@@ -122,7 +138,7 @@ class NewOutput:
             keys = [m["path"] for m in obstore.list(store).collect()]
         except Exception:  # the store does not answer: leave it, as on a disk
             return False
-        if keys != [METADATA] or self._stamp_now() != self.stamp:
+        if keys != [METADATA] or self._stamp_now() != self.stamp or self._flow_worked():
             return False
         obstore.delete(store, METADATA)
         return True

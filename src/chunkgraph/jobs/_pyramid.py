@@ -99,16 +99,24 @@ class DownsampleReport:
             done = report.top_tasks_skipped
             skipped = f", {done} done before" if done else ""
             which = f"level {first + 1}" if count == 1 else f"levels {first + 1}-{first + count}"
-            lines.append(
-                f"  {which}: {tasks} task(s){skipped}, read "
-                f"{report.bytes_read / 2**20:.1f} MiB (amplification "
-                f"{report.read_amplification:.2f})"
-            )
+            lines.append(f"  {which}: {tasks} task(s){skipped}, {_reads(report)}")
             lines.extend(f"    {path}" for path in self.paths[first : first + count])
             if plan and report.plan is not None:
                 lines.extend(f"    {line}" for line in report.plan.summary().splitlines()[:3])
             first += count
         return "\n".join(lines)
+
+
+def _reads(report: ApplyReport) -> str:
+    """What a pass read, or for a dry run (which reads nothing) what it would read."""
+    read, amplification = report.bytes_read, report.read_amplification
+    estimate = report.estimate
+    if report.dry_run and estimate is not None:  # through the cache the plan sizes
+        expected = estimate.expected_bytes_to_read
+        read = estimate.bytes_to_read if expected is None else expected
+        amplification = read / estimate.needed_bytes if estimate.needed_bytes else 0.0
+        return f"would read {read / 2**20:.1f} MiB (predicted amplification {amplification:.2f})"
+    return f"read {read / 2**20:.1f} MiB (amplification {amplification:.2f})"
 
 
 # Bytes a fused pass's task holds per byte of its read: the read itself, and the block
