@@ -129,23 +129,23 @@ class TaskTimer:
 
     def read(self, read: Callable[[], T]) -> T:
         """``read()``, timed as a read (its CPU: decoding; the rest: waiting)."""
-        wall, cpu = time.perf_counter(), time.thread_time()
-        try:
-            return read()
-        finally:
-            tally = self.tally()
-            tally.read_wall += time.perf_counter() - wall
-            tally.read_cpu += time.thread_time() - cpu
+        return self._timed(read, "read")
 
     def write(self, write: Callable[[], T]) -> T:
         """``write()``, timed as a write (its CPU: encoding; the rest: waiting)."""
+        return self._timed(write, "write")
+
+    def _timed(self, call: Callable[[], T], term: str) -> T:
+        """``call()``, its wall and this thread's CPU added to the tally's ``term``."""
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            return write()
+            return call()
         finally:
             tally = self.tally()
-            tally.write_wall += time.perf_counter() - wall
-            tally.write_cpu += time.thread_time() - cpu
+            setattr(
+                tally, f"{term}_wall", getattr(tally, f"{term}_wall") + time.perf_counter() - wall
+            )
+            setattr(tally, f"{term}_cpu", getattr(tally, f"{term}_cpu") + time.thread_time() - cpu)
 
     def times(self) -> TaskTimes:
         """Every thread's tally added up (call once the task's threads are done)."""
