@@ -89,3 +89,18 @@ def test_volumes_in_a_bucket_are_no_flows_of_its_intermediates(
     assert cli.main(["clean", "--intermediates", lab, "--all"]) == 0
     assert "nothing to remove" in capsys.readouterr().out
     assert [k for k in server.keys(bucket) if k.startswith(("raw.zarr/", "out.zarr/"))] == before
+
+
+def test_clean_takes_a_destination_url_beside_an_intermediates_url(
+    bucket: str, server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = f"s3://{bucket}"
+    _volume(f"{lab}/raw.zarr")
+    volume.create(f"{lab}/out2.zarr", SHAPE, (8, 8), "float32")
+    with pytest.raises(ExceptionGroup):
+        _apply(f"{lab}/raw.zarr", f"{lab}/out2.zarr", f"{lab}/state", fails_late)
+    code = cli.main(["clean", f"{lab}/out2.zarr", "--intermediates", f"{lab}/state", "--all"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "removed" in out
+    assert not [k for k in server.keys(bucket) if k.startswith("state/")]

@@ -224,9 +224,9 @@ def run_clean(args: argparse.Namespace) -> int:
     """The removals are ``chunkgraph.flow.state``'s steps (``removals``, ``clean_flow``,
     ``remove_roots_if_empty``); this checks the arguments, says what happens and picks
     the exit code."""
-    if args.intermediates and args.dst and not Path(args.dst).exists():
+    if args.intermediates and args.dst and not is_url(args.dst) and not Path(args.dst).exists():
         # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
-        # one positional that is no path is the flow's id.
+        # one positional that is no path (nor a URL: a dst in a store) is the flow's id.
         args.flow_ids, args.dst = [args.dst, *args.flow_ids], None
     if not (args.stale or args.all or args.flow_ids):
         print(
