@@ -4,6 +4,7 @@ destination is named by its path or its URL (real files, moto's S3 server on loo
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from chunkgraph import cli, volume
+from chunkgraph.flow.state import _store
 from chunkgraph.testing import S3Server
 
 SHAPE = (32, 32)
@@ -104,3 +106,42 @@ def test_clean_takes_a_destination_url_beside_an_intermediates_url(
     assert code == 0, err
     assert "removed" in out
     assert not [k for k in server.keys(bucket) if k.startswith("state/")]
+
+
+def test_status_reduce_and_clean_of_a_spec_reach_the_store_with_its_options(
+    work: Path,
+    bucket: str,
+    server: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    raw = volume.open(str(work / "raw.zarr"))
+    src = volume.create(f"s3://{bucket}/raw.zarr", raw.shape, raw.chunks, raw.dtype)
+    src.write(src.bounds, raw.read(raw.bounds))
+    lines = [
+        f"input: s3://{bucket}/raw.zarr",
+        f"output: {{path: s3://{bucket}/out.zarr, dtype: float32, chunks: [16, 16, 16]}}",
+        "function: spec_functions:scale",
+        "chunk_sizes: [16]",
+        "blend_pads: [2]",
+        "blend_modes: defer",
+        f"storage_options: {{endpoint: '{server.endpoint}'}}",
+        "run: {executor: sync}",
+    ]
+    spec = work / "s6.yaml"
+    spec.write_text("\n".join(lines) + "\n")
+    # The environment names a closed port on loopback: only the spec's endpoint answers.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert cli.main(["run", "--quiet", str(spec)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(_store, "_REACH", {})  # as a new process: nothing reached yet
+    assert cli.main(["status", str(spec)]) == 0
+    assert "deferred" in capsys.readouterr().out
+    assert cli.main(["reduce", str(spec), "--blend-mode", "linear"]) == 0
+    capsys.readouterr()
+    assert cli.main(["status", str(spec), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "finished"
+    assert cli.main(["clean", str(spec), row["flow_id"]]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert not [k for k in server.keys(bucket) if ".chunkgraph" in k]

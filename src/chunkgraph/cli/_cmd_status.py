@@ -46,6 +46,7 @@ from chunkgraph.flow.state import (
     default_root,
     default_state_root,
     flows_for,
+    reach,
     removals,
     remove_roots_if_empty,
     unknown_flows,
@@ -99,6 +100,8 @@ class FlowsOf:
 
     dst: str | None
     intermediates: StateRoot | None
+    # A spec's storage_options (an endpoint, say), which reach its places in a store.
+    storage_options: dict[str, Any] | None = None
 
     @property
     def root(self) -> StateRoot:
@@ -116,11 +119,12 @@ class FlowsOf:
 def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf | None:
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
+    options = None
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
         spec = _spec_places(command, dst)
         if spec is None:
             return None
-        dst, given = spec
+        dst, given, options = spec
         intermediates = intermediates or given
     # The same checks as run's: a URL with a slash lost (s3:/b/x) is refused, not a folder.
     place = split_format(dst)[1] if dst is not None else None
@@ -130,17 +134,22 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
         except ConfigError as err:
             raise ConfigError(f"--intermediates: {err}") from None
         local = named.local
+        if named.remote and options:
+            named = named.reached_with(options)
+            reach(named)  # a flow's folder named by its URL alone (reduce) is reached too
         if local is not None and not local.is_dir():
             print(f"chunkgraph {command}: --intermediates {intermediates} does not exist (or is "
                   "no directory): give the directory apply was given", file=sys.stderr)  # fmt: skip
             return None
-        return FlowsOf(dst, named)  # a prefix in a bucket with nothing under it lists no flow
+        _reach_beside(dst, options)
+        return FlowsOf(dst, named, options)  # a prefix in a bucket with nothing under it: no flow
     if not dst:
         print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
         return None
     assert place is not None
     if is_object_url(place):
-        return FlowsOf(dst.rstrip("/"), None)  # asking the store is the check
+        _reach_beside(dst, options)
+        return FlowsOf(dst.rstrip("/"), None, options)  # asking the store is the check
     if not Path(place).exists() and not default_root(place).exists():
         print(
             f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
@@ -153,9 +162,16 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     return FlowsOf(dst, None)
 
 
-def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
+def _reach_beside(dst: str | None, options: dict[str, Any] | None) -> None:
+    """Reach the state beside a dst in a store (and the notes there) with a spec's options."""
+    if dst is not None and options and is_object_url(split_format(dst)[1]):
+        reach(default_state_root(dst).reached_with(options))
+
+
+def _spec_places(command: str, path: str) -> tuple[str, str | None, dict[str, Any] | None] | None:
     """A spec file's output path and intermediates directory (each relative to the spec's
-    directory), or None after saying what is wrong with it. Nothing is imported or opened."""
+    directory) and its storage options, or None after saying what is wrong with it.
+    Nothing is imported or opened."""
     try:
         spec, _ = parse_spec(Path(path).read_text(), path)
     except SpecError as err:
@@ -168,7 +184,7 @@ def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
         return where if is_url(where) else str((base / where).resolve())
 
     given = None if spec.intermediates is None else beside_spec(str(spec.intermediates))
-    return beside_spec(str(spec.output.path)), given
+    return beside_spec(str(spec.output.path)), given, dict(spec.storage_options) or None
 
 
 def _prepare(args: argparse.Namespace) -> FlowsOf | None:
