@@ -145,3 +145,15 @@ def test_status_reduce_and_clean_of_a_spec_reach_the_store_with_its_options(
     assert cli.main(["clean", str(spec), row["flow_id"]]) == 0
     assert "removed" in capsys.readouterr().out
     assert not [k for k in server.keys(bucket) if ".chunkgraph" in k]
+
+
+def test_a_destination_url_with_no_volume_and_no_state_is_a_usage_error(
+    bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    volume.create(f"s3://{bucket}/out.zarr", SHAPE, (8, 8), "float32")
+    for command in (["status"], ["clean", "--all"]):
+        assert cli.main([*command, f"s3://{bucket}/typo.zarr"]) == 2
+        err = capsys.readouterr().err
+        assert f"the destination s3://{bucket}/typo.zarr does not exist" in err
+        assert cli.main([*command, f"s3://{bucket}/out.zarr/"]) == 0  # exists: no flows
+        capsys.readouterr()

@@ -43,11 +43,11 @@ from chunkgraph.flow.state import (
     FlowStatus,
     StateRoot,
     clean_flow,
-    default_root,
     default_state_root,
     flows_for,
     reach,
     removals,
+    state_store,
     remove_roots_if_empty,
     unknown_flows,
 )
@@ -149,17 +149,27 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
     assert place is not None
     if is_object_url(place):
         _reach_beside(dst, options)
-        return FlowsOf(dst.rstrip("/"), None, options)  # asking the store is the check
-    if not Path(place).exists() and not default_root(place).exists():
+    beside = default_state_root(place)
+    if not _exists(StateRoot.of(place.rstrip("/"), options)) and not _exists(beside):
         print(
             f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
-            f"flows directory beside it ({default_root(place)}): check the path; a "
+            f"flows directory beside it ({beside}): check the path; a "
             "flow applied with intermediates=DIR is found with --intermediates DIR, or "
             "from its spec file (`chunkgraph status SPEC.yaml`)",
             file=sys.stderr,
         )
         return None
+    if is_object_url(place):
+        return FlowsOf(dst.rstrip("/"), None, options)
     return FlowsOf(dst, None)
+
+
+def _exists(place: StateRoot) -> bool:
+    """Whether a folder is at ``place``, or objects are under it in a store."""
+    local = place.local
+    if local is not None:
+        return local.exists()
+    return state_store(place.parent).exists(place.name)
 
 
 def _reach_beside(dst: str | None, options: dict[str, Any] | None) -> None:
