@@ -47,8 +47,8 @@ from chunkgraph.flow.state import (
     flows_for,
     reach,
     removals,
-    state_store,
     remove_roots_if_empty,
+    state_store,
     unknown_flows,
 )
 from chunkgraph.volume import is_object_url, is_url, split_format
