@@ -157,3 +157,20 @@ def test_a_destination_url_with_no_volume_and_no_state_is_a_usage_error(
         assert f"the destination s3://{bucket}/typo.zarr does not exist" in err
         assert cli.main([*command, f"s3://{bucket}/out.zarr/"]) == 0  # exists: no flows
         capsys.readouterr()
+
+
+def test_clean_keeps_the_intermediates_directory_the_user_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    _volume(str(tmp_path / "src.zarr"))
+    volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "float32")
+    with pytest.raises(ExceptionGroup):
+        _apply(str(tmp_path / "src.zarr"), str(tmp_path / "dst.zarr"), str(flows), fails_late)
+    (flow_id,) = [p.name for p in flows.iterdir()]
+    assert cli.main(["clean", str(tmp_path / "dst.zarr"), flow_id]) == 0
+    assert f"removed {flow_id}" in capsys.readouterr().out
+    assert flows.is_dir() and not list(flows.iterdir())
+    # the dst's own default directory (its note of where the state was) goes once empty
+    assert not (tmp_path / ".dst.zarr.chunkgraph").exists()

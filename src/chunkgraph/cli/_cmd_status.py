@@ -44,6 +44,7 @@ from chunkgraph.flow.state import (
     StateRoot,
     clean_flow,
     default_state_root,
+    dst_of_state_root,
     flows_for,
     reach,
     removals,
@@ -300,7 +301,9 @@ def _remove(chosen: list[Removal], where: FlowsOf) -> int:
         freed += removal.state.temporary_bytes or 0
         print(f"removed {fid}'s {removal.what} ({_size(removal)})")
     print(f"freed {format_bytes(freed)}")
-    remove_roots_if_empty([where.root, *(r.state.root for r in chosen)])
+    # Only a dst's own default directory goes once empty: a directory the user named stays.
+    roots = [where.root, *(r.state.root for r in chosen)]
+    remove_roots_if_empty(r for r in roots if dst_of_state_root(r) is not None)
     return code
 
 
