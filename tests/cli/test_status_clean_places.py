@@ -174,3 +174,15 @@ def test_clean_keeps_the_intermediates_directory_the_user_named(
     assert flows.is_dir() and not list(flows.iterdir())
     # the dst's own default directory (its note of where the state was) goes once empty
     assert not (tmp_path / ".dst.zarr.chunkgraph").exists()
+
+
+def test_intermediates_given_as_a_file_url_is_that_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flows = tmp_path / "flows"
+    _volume(str(tmp_path / "src.zarr"))
+    volume.create(str(tmp_path / "dst.zarr"), SHAPE, (8, 8), "float32")
+    with pytest.raises(ExceptionGroup):
+        _apply(str(tmp_path / "src.zarr"), str(tmp_path / "dst.zarr"), str(flows), fails_late)
+    assert cli.main(["status", "--intermediates", f"file://{flows}"]) == 0
+    assert "1 flow(s)" in capsys.readouterr().out
