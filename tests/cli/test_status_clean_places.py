@@ -106,6 +106,7 @@ def test_clean_takes_a_destination_url_beside_an_intermediates_url(
     assert code == 0, err
     assert "removed" in out
     assert not [k for k in server.keys(bucket) if k.startswith("state/")]
+    assert not [k for k in server.keys(bucket) if k.endswith(".where")]  # the note went too
 
 
 def test_status_reduce_and_clean_of_a_spec_reach_the_store_with_its_options(
