@@ -21,7 +21,8 @@ naming flow ids removes those flows whatever their age, completion records
 included. A flow whose lock is held is never touched: naming one fails.
 Completion records of finished flows stay unless named.
 
-Exit codes: 0 done, 1 a named flow is running or unknown, 2 usage.
+Exit codes: 0 done, 1 a named flow is running (kept), 2 usage (a flow id that is not there
+among them: nothing is removed).
 """
 
 from __future__ import annotations
