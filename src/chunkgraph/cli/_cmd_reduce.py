@@ -53,7 +53,6 @@ from chunkgraph.cli._output import (
 )
 from chunkgraph.flow import RunOptions
 from chunkgraph.flow.state import FlowStatus, flow_location, status_command
-from chunkgraph.volume import is_url
 
 if TYPE_CHECKING:
     from chunkgraph.flow.state import FlowState, StateRoot
@@ -134,8 +133,7 @@ def handle(args: argparse.Namespace) -> int:
         (str(s.flow_dir) for s in flows if s.flow_id == flow_id), flow_location(root, flow_id)
     )
     try:
-        options = where.storage_options if is_url(dst_path) else None
-        dst = volume.open(dst_path, mode="r+", storage_options=options)
+        dst = volume.open(dst_path, mode="r+", storage_options=where.options_for(dst_path))
     except (FileNotFoundError, ValueError) as err:
         print(f"chunkgraph reduce: cannot open {dst_path}: {err}", file=sys.stderr)
         return EXIT_USAGE

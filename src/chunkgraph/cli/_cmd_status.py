@@ -114,6 +114,10 @@ class FlowsOf:
         assert self.dst is not None  # locate() gives one or the other
         return default_state_root(self.dst)
 
+    def options_for(self, path: str) -> dict[str, Any] | None:
+        """The spec's storage options for ``path`` in a store; None for one on a disk."""
+        return self.storage_options if is_url(path) else None
+
     def read(self, *, sizes: bool = True) -> list[FlowState]:
         return flows_for(self.dst, self.intermediates, sizes=sizes)
 
