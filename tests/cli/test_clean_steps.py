@@ -54,33 +54,33 @@ def _flow(root: StateRoot, flow_id: str, *, done: int, hours_old: float = 0.0) -
 
 def test_the_steps_choose_remove_and_tidy(tmp_path: Path) -> None:
     root = StateRoot.of(tmp_path / "flows")
-    _flow(root, "old0", done=2, hours_old=48)
-    _flow(root, "new1", done=1)
-    _flow(root, "asked", done=3)
+    _flow(root, "c01d", done=2, hours_old=48)
+    _flow(root, "b0e1", done=1)
+    _flow(root, "a5ced", done=3)
     flows = flows_for(None, root)
     assert [s.status for s in flows] == [FlowStatus.INTERRUPTED] * 3
-    assert unknown_flows(flows, ["asked", "gone"]) == ["gone"]
+    assert unknown_flows(flows, ["a5ced", "gone"]) == ["gone"]
 
     # named first (record too), then the stale ones not named; a young one stays
-    chosen = removals(flows, ["asked"], stale=True, older_than_hours=24.0, now=time.time())
+    chosen = removals(flows, ["a5ced"], stale=True, older_than_hours=24.0, now=time.time())
     assert [(r.state.flow_id, r.named, r.what) for r in chosen] == [
-        ("asked", True, "flow and its record"),
-        ("old0", False, "temporaries"),
+        ("a5ced", True, "flow and its record"),
+        ("c01d", False, "temporaries"),
     ]
     assert removals(flows, [], stale=False, older_than_hours=0.0, now=time.time()) == []
 
     # a flow whose lock is held is kept whole
-    asked = FlowDir(root, "asked")
+    asked = FlowDir(root, "a5ced")
     with asked.held(0.0), pytest.raises(FlowLockedError):
         clean_flow(chosen[0], dst=None)
     assert asked.markers().done_keys(TOP) == {"0_0", "1_0", "2_0"}
     for removal in chosen:
         clean_flow(removal, dst=None)
-    assert [s.flow_id for s in flows_for(None, root)] == ["new1"]
+    assert [s.flow_id for s in flows_for(None, root)] == ["b0e1"]
 
-    remove_roots_if_empty([root])  # new1 is still there
+    remove_roots_if_empty([root])  # b0e1 is still there
     assert root.local is not None and root.local.is_dir()
-    clean_flow(removals(flows_for(None, root), ["new1"], stale=False,
+    clean_flow(removals(flows_for(None, root), ["b0e1"], stale=False,
                         older_than_hours=0.0, now=0.0)[0], dst=None)  # fmt: skip
     remove_roots_if_empty([root, root])
     assert not root.local.exists()

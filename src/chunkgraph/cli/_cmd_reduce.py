@@ -133,7 +133,7 @@ def handle(args: argparse.Namespace) -> int:
         (str(s.flow_dir) for s in flows if s.flow_id == flow_id), flow_location(root, flow_id)
     )
     try:
-        dst = volume.open(dst_path, mode="r+")
+        dst = volume.open(dst_path, mode="r+", storage_options=where.options_for(dst_path))
     except (FileNotFoundError, ValueError) as err:
         print(f"chunkgraph reduce: cannot open {dst_path}: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -21,7 +21,8 @@ naming flow ids removes those flows whatever their age, completion records
 included. A flow whose lock is held is never touched: naming one fails.
 Completion records of finished flows stay unless named.
 
-Exit codes: 0 done, 1 a named flow is running or unknown, 2 usage.
+Exit codes: 0 done, 1 a named flow is running (kept), 2 usage (a flow id that is not there
+among them: nothing is removed).
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ from chunkgraph.flow.state import (
     FlowStatus,
     StateRoot,
     clean_flow,
-    default_root,
     default_state_root,
+    dst_of_state_root,
     flows_for,
+    reach,
     removals,
     remove_roots_if_empty,
+    state_store,
     unknown_flows,
 )
 from chunkgraph.volume import is_object_url, is_url, split_format
@@ -99,6 +102,8 @@ class FlowsOf:
 
     dst: str | None
     intermediates: StateRoot | None
+    # A spec's storage_options (an endpoint, say), which reach its places in a store.
+    storage_options: dict[str, Any] | None = None
 
     @property
     def root(self) -> StateRoot:
@@ -109,6 +114,10 @@ class FlowsOf:
         assert self.dst is not None  # locate() gives one or the other
         return default_state_root(self.dst)
 
+    def options_for(self, path: str) -> dict[str, Any] | None:
+        """The spec's storage options for ``path`` in a store; None for one on a disk."""
+        return self.storage_options if is_url(path) else None
+
     def read(self, *, sizes: bool = True) -> list[FlowState]:
         return flows_for(self.dst, self.intermediates, sizes=sizes)
 
@@ -116,11 +125,12 @@ class FlowsOf:
 def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf | None:
     """Where ``chunkgraph COMMAND DST [--intermediates DIR]`` looks for flows, or None after
     saying on stderr why there is nowhere to look (a usage error)."""
+    options = None
     if dst is not None and dst.endswith((".yaml", ".yml")) and Path(dst).is_file():
         spec = _spec_places(command, dst)
         if spec is None:
             return None
-        dst, given = spec
+        dst, given, options = spec
         intermediates = intermediates or given
     # The same checks as run's: a URL with a slash lost (s3:/b/x) is refused, not a folder.
     place = split_format(dst)[1] if dst is not None else None
@@ -130,32 +140,54 @@ def locate(command: str, dst: str | None, intermediates: str | None) -> FlowsOf 
         except ConfigError as err:
             raise ConfigError(f"--intermediates: {err}") from None
         local = named.local
+        if named.remote and options:
+            named = named.reached_with(options)
+            reach(named)  # a flow's folder named by its URL alone (reduce) is reached too
         if local is not None and not local.is_dir():
             print(f"chunkgraph {command}: --intermediates {intermediates} does not exist (or is "
                   "no directory): give the directory apply was given", file=sys.stderr)  # fmt: skip
             return None
-        return FlowsOf(dst, named)  # a prefix in a bucket with nothing under it lists no flow
+        _reach_beside(dst, options)
+        return FlowsOf(dst, named, options)  # a prefix in a bucket with nothing under it: no flow
     if not dst:
         print(f"chunkgraph {command}: give DST or --intermediates DIR", file=sys.stderr)
         return None
     assert place is not None
     if is_object_url(place):
-        return FlowsOf(dst.rstrip("/"), None)  # asking the store is the check
-    if not Path(place).exists() and not default_root(place).exists():
+        _reach_beside(dst, options)
+    beside = default_state_root(place)
+    if not _exists(StateRoot.of(place.rstrip("/"), options)) and not _exists(beside):
         print(
             f"chunkgraph {command}: the destination {dst} does not exist, and there is no "
-            f"flows directory beside it ({default_root(place)}): check the path; a "
+            f"flows directory beside it ({beside}): check the path; a "
             "flow applied with intermediates=DIR is found with --intermediates DIR, or "
             "from its spec file (`chunkgraph status SPEC.yaml`)",
             file=sys.stderr,
         )
         return None
+    if is_object_url(place):
+        return FlowsOf(dst.rstrip("/"), None, options)
     return FlowsOf(dst, None)
 
 
-def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
+def _exists(place: StateRoot) -> bool:
+    """Whether a folder is at ``place``, or objects are under it in a store."""
+    local = place.local
+    if local is not None:
+        return local.exists()
+    return state_store(place.parent).exists(place.name)
+
+
+def _reach_beside(dst: str | None, options: dict[str, Any] | None) -> None:
+    """Reach the state beside a dst in a store (and the notes there) with a spec's options."""
+    if dst is not None and options and is_object_url(split_format(dst)[1]):
+        reach(default_state_root(dst).reached_with(options))
+
+
+def _spec_places(command: str, path: str) -> tuple[str, str | None, dict[str, Any] | None] | None:
     """A spec file's output path and intermediates directory (each relative to the spec's
-    directory), or None after saying what is wrong with it. Nothing is imported or opened."""
+    directory) and its storage options, or None after saying what is wrong with it.
+    Nothing is imported or opened."""
     try:
         spec, _ = parse_spec(Path(path).read_text(), path)
     except SpecError as err:
@@ -168,7 +200,7 @@ def _spec_places(command: str, path: str) -> tuple[str, str | None] | None:
         return where if is_url(where) else str((base / where).resolve())
 
     given = None if spec.intermediates is None else beside_spec(str(spec.intermediates))
-    return beside_spec(str(spec.output.path)), given
+    return beside_spec(str(spec.output.path)), given, dict(spec.storage_options) or None
 
 
 def _prepare(args: argparse.Namespace) -> FlowsOf | None:
@@ -224,9 +256,9 @@ def run_clean(args: argparse.Namespace) -> int:
     """The removals are ``chunkgraph.flow.state``'s steps (``removals``, ``clean_flow``,
     ``remove_roots_if_empty``); this checks the arguments, says what happens and picks
     the exit code."""
-    if args.intermediates and args.dst and not Path(args.dst).exists():
+    if args.intermediates and args.dst and not is_url(args.dst) and not Path(args.dst).exists():
         # `clean --intermediates DIR FLOW_ID`: with DIR given no DST is needed, and the
-        # one positional that is no path is the flow's id.
+        # one positional that is no path (nor a URL: a dst in a store) is the flow's id.
         args.flow_ids, args.dst = [args.dst, *args.flow_ids], None
     if not (args.stale or args.all or args.flow_ids):
         print(
@@ -274,7 +306,9 @@ def _remove(chosen: list[Removal], where: FlowsOf) -> int:
         freed += removal.state.temporary_bytes or 0
         print(f"removed {fid}'s {removal.what} ({_size(removal)})")
     print(f"freed {format_bytes(freed)}")
-    remove_roots_if_empty([where.root, *(r.state.root for r in chosen)])
+    # Only a dst's own default directory goes once empty: a directory the user named stays.
+    roots = [where.root, *(r.state.root for r in chosen)]
+    remove_roots_if_empty(r for r in roots if dst_of_state_root(r) is not None)
     return code
 
 

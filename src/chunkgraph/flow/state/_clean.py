@@ -12,8 +12,8 @@ Removing (``remove_flow``) takes the flow's own lock (``_lock.hold``, refusing a
 held: ``FlowLockedError`` names the holder), so no run can start on the directory while
 it is renamed to a tombstone and deleted (``_markers.discard_flow_dir``): an interruption
 never leaves markers whose layers are gone. A flow removed by name loses its completion
-record and the note beside its dst (``_where``) too; a stale one only its temporaries. A
-root left empty goes last.
+record and the note beside its dst (``_where``) too; a stale one only its temporaries (and
+the note, when no record is left for it to find). A root left empty goes last.
 """
 
 from __future__ import annotations
@@ -84,8 +84,10 @@ def clean_flow(removal: Removal, *, dst: str | os.PathLike[str] | None) -> None:
     nothing of it is removed)."""
     state = removal.state
     remove_flow(state.root, state.flow_id, record=removal.named)
-    if removal.named and dst:
-        forget_state(dst, state.flow_id)  # its note beside dst, when it was kept elsewhere
+    # Its note beside dst (state kept elsewhere) goes once nothing of the flow is left: a
+    # stale flow without a completion record leaves nothing for the note to find.
+    if dst and (removal.named or state.finished is None):
+        forget_state(dst, state.flow_id)
 
 
 def remove_roots_if_empty(roots: Iterable[StateRoot]) -> None:

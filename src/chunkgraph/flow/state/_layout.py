@@ -50,6 +50,18 @@ IN_PLACE_MARK = ".chunkgraph-in-place.json"
 SCRATCH_NAME = "chunkgraph-layers"
 # The default root beside a file-backed dst: .<dst name>.chunkgraph
 ROOT_PREFIX, ROOT_SUFFIX = ".", ".chunkgraph"
+# What a flow's folder holds: one of these marks a folder as a flow's, not a user's.
+FLOW_PARTS = frozenset({INFO_NAME, MARKERS_NAME, LAYERS_NAME})
+
+
+def is_flow_id(name: str) -> bool:
+    """Whether ``name`` is spelled as a flow id (hex digits, as ``flow_id_of`` makes): a
+    volume or a folder of the user's under an intermediates directory is none.
+
+    >>> is_flow_id("3f9a0c1d2b4e5f60"), is_flow_id("raw.zarr"), is_flow_id("my_notes")
+    (True, False, False)
+    """
+    return 0 < len(name) <= 64 and all(c in "0123456789abcdef" for c in name)
 
 
 def default_root(dst_dir: str | os.PathLike[str]) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume import is_object_url
+from chunkgraph.volume import is_object_url, split_format
 from chunkgraph.volume._object_store import SCHEMES, StoreOptions, broken_url
 
 
@@ -61,7 +61,8 @@ class StateRoot:
         if is_object_url(text):
             reach = StoreOptions.of(options) if options is not None else None
             return cls(text.rstrip("/"), True, reach)
-        return cls(str(Path(text)), False)
+        # file:///abs/dir names a folder on this machine, as for a volume (not a folder "file:")
+        return cls(str(Path(split_format(text)[1] if text.startswith("file://") else text)), False)
 
     @classmethod
     def given(cls, text: str) -> StateRoot:

@@ -71,6 +71,7 @@ from chunkgraph.flow.state._fingerprint import PART_NAMES
 from chunkgraph.flow.state._info import read_flow_info
 from chunkgraph.flow.state._layout import (
     DONE_SUFFIX,
+    FLOW_PARTS,
     INFO_NAME,
     LAYERS_NAME,
     LOCK_SUFFIX,
@@ -78,6 +79,7 @@ from chunkgraph.flow.state._layout import (
     WHERE_SUFFIX,
     clean_command,
     default_state_root,
+    is_flow_id,
     precomputed_scale_keys,
     status_command,
 )
@@ -173,7 +175,12 @@ class FlowState:
 
 
 def flow_ids(root: StateRoot) -> list[str]:
-    """Ids of the flows under ``root`` (a directory, a record or a lock), sorted."""
+    """Ids of the flows under ``root`` (a flow's folder, a record or a lock), sorted.
+
+    Only a name spelled as a flow id counts, and a folder only when it holds a flow's own
+    parts (``FLOW_PARTS``): an intermediates directory the user named may hold volumes and
+    folders of theirs, which status never lists and clean never removes.
+    """
     store = state_store(root)
     ids = set()
     names, listed = store.listing()  # one listing answers both
@@ -182,8 +189,9 @@ def flow_ids(root: StateRoot) -> list[str]:
         if name.startswith("."):
             continue  # tombstones, temporary files of atomic writes, the lease clock
         if name in folders:
-            ids.add(name)
-        elif name.endswith((DONE_SUFFIX, LOCK_SUFFIX)):
+            if is_flow_id(name) and FLOW_PARTS.intersection(store.names(name)):
+                ids.add(name)
+        elif name.endswith((DONE_SUFFIX, LOCK_SUFFIX)) and is_flow_id(name.rsplit(".", 1)[0]):
             ids.add(name.rsplit(".", 1)[0])
     return sorted(ids)
 
