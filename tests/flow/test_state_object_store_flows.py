@@ -307,3 +307,24 @@ def test_a_resume_into_a_bucket_dst_deleted_and_created_again_starts_over(
     assert not report.finished_before and report.top_tasks_skipped == 0
     out = volume.open(url).read(Box.from_shape(SHAPE))
     np.testing.assert_array_equal(out, affine(data).astype("float32"))
+
+
+def test_a_deferred_flow_with_intermediates_named_in_a_bucket_reduces_later(bucket: str) -> None:
+    """``intermediates`` named in a bucket keeps the layers there (``layers_place``);
+    ``reduce_deferred`` finds them where ``flow.json`` says, by the report or by the flow's
+    folder (it looked on local scratch: the reduction's own bookkeeping dropped the
+    recorded place)."""
+    import chunkgraph as cg
+
+    data = np.arange(32 * 32, dtype="float32").reshape(32, 32)
+    src = volume.create(f"s3://{bucket}/src.zarr", (32, 32), (8, 8), "float32")
+    src.write(src.bounds, data)
+    for name, by_folder in (("a", False), ("b", True)):
+        dst = volume.create(f"s3://{bucket}/{name}.zarr", (32, 32), (8, 8), "float32")
+        report = cg.apply(
+            np.negative, src, dst, chunk_sizes=[(16, 16)], blend_pads=2, blend_modes="defer",
+            intermediates=f"s3://{bucket}/state-{name}", probe=False,
+        )  # fmt: skip
+        assert str(report.layers).startswith(f"s3://{bucket}/state-{name}/")
+        cg.flow.reduce_deferred(str(report.intermediates) if by_folder else report, dst)
+        np.testing.assert_array_equal(dst.read(dst.bounds), -data)

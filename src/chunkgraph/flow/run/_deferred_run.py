@@ -367,7 +367,7 @@ def _check_top_done(state: FlowDir, info: dict[str, Any]) -> None:
 
 def _kept(info: dict[str, Any]) -> dict[str, Any]:
     """The fields of ``flow.json`` that a reduction keeps as they are."""
-    kept = ("top_tasks", "reductions", "deferred", "dst", "fingerprint", GEOMETRY_KEY)
+    kept = ("top_tasks", "reductions", "deferred", "dst", "fingerprint", GEOMETRY_KEY, LAYERS_KEY)
     return {k: info[k] for k in kept if k in info}
 
 
