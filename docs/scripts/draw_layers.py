@@ -43,7 +43,7 @@ WHAT = {
     "chunkgraph.jobs": "downsample, transfer, block reductions: flow's and volume's public names",
     "chunkgraph.flow": "apply, reduce_deferred, the report: a face on three rooms",
     "chunkgraph.volume": "Volume, formats and places, chunk cache, object stores",
-    "chunkgraph.execute": "executors, the scheduler state machine, events, Dask",
+    "chunkgraph.execute": "executors, the scheduler state machine, events, Dask; a run's breakdown",
     "chunkgraph.parallel": "work-stealing loops, NUMA topology, PartitionRunner",
     "chunkgraph.planning": "contexts, fusion, ranks, HEFT/PEFT/merge, Plan, simulation",
     "chunkgraph.gpu": "the device backend (CuPy), GPU detection, residency",
