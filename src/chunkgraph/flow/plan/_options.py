@@ -331,11 +331,6 @@ def _check_executor_kind(
     if isinstance(executor, str):
         if executor in EXECUTOR_KINDS or is_scheduler_address(executor):
             return
-        raise ConfigError(
-            f"executor {executor!r} is not one of {', '.join(map(repr, EXECUTOR_KINDS))}, "
-            "a Dask scheduler address ('tcp://host:8786'), a distributed.Client or an Executor",
-            field="executor",
-        )
     with _field("executor"):
         # An Executor comes back as it is, unless an option is given beside it.
         resolve_executor(executor, workers=workers, retries=retries, timeout=timeout)  # type: ignore[arg-type]

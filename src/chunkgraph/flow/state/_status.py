@@ -174,32 +174,38 @@ class FlowState:
         }
 
 
-def flow_ids(root: StateRoot) -> list[str]:
-    """Ids of the flows under ``root`` (a flow's folder, a record or a lock), sorted.
+def flow_ids(root: StateRoot, *, skip: str = "") -> list[str]:
+    """Ids of the flows under ``root`` (a flow's folder, a record or a lock), sorted, but
+    ``skip`` (the flow asking, whose own state needs no look).
 
     Only a name spelled as a flow id counts, and a folder only when it holds a flow's own
     parts (``FLOW_PARTS``): an intermediates directory the user named may hold volumes and
-    folders of theirs, which status never lists and clean never removes.
+    folders of theirs, which status never lists and clean never removes. One listing of
+    ``root``, then the looks inside the folders together (``at_once``).
     """
     store = state_store(root)
     ids = set()
     names, listed = store.listing()  # one listing answers both
     folders = set(listed)
+    candidates = []
     for name in names:
         if name.startswith("."):
             continue  # tombstones, temporary files of atomic writes, the lease clock
         if name in folders:
-            if is_flow_id(name) and FLOW_PARTS.intersection(store.names(name)):
-                ids.add(name)
+            if is_flow_id(name) and name != skip:
+                candidates.append(name)
         elif name.endswith((DONE_SUFFIX, LOCK_SUFFIX)) and is_flow_id(name.rsplit(".", 1)[0]):
             ids.add(name.rsplit(".", 1)[0])
+    parts = at_once(store, [functools.partial(store.names, name) for name in candidates])
+    ids.update(name for name, held in zip(candidates, parts, strict=True) if FLOW_PARTS & set(held))
+    ids.discard(skip)
     return sorted(ids)
 
 
 def read_flows(root: StateRoot, *, sizes: bool = True, skip: str = "") -> list[FlowState]:
     """The state of every flow under ``root`` but ``skip`` (read together in an object
     store, ``at_once``); ``sizes=False`` skips walking the layers."""
-    ids = [fid for fid in flow_ids(root) if fid != skip]
+    ids = flow_ids(root, skip=skip)
     return at_once(
         state_store(root), [functools.partial(read_flow, root, fid, sizes=sizes) for fid in ids]
     )
