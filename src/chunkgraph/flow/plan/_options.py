@@ -328,9 +328,8 @@ def _check_executor_kind(
     made, so that a misspelled kind is refused where it was written."""
     if executor is None or is_dask_client(executor):
         return
-    if isinstance(executor, str):
-        if executor in EXECUTOR_KINDS or is_scheduler_address(executor):
-            return
+    if isinstance(executor, str) and (executor in EXECUTOR_KINDS or is_scheduler_address(executor)):
+        return
     with _field("executor"):
         # An Executor comes back as it is, unless an option is given beside it.
         resolve_executor(executor, workers=workers, retries=retries, timeout=timeout)  # type: ignore[arg-type]
