@@ -63,3 +63,18 @@ def test_a_precomputed_pyramid_serves_its_scales(tmp_path: Path) -> None:
     with view(path) as shown:
         got = _raw_chunk(shown, "4,4,1", "0,0,0", "16,16,8", "uint32", (16, 16, 8))
         assert (got == 5).all()  # the level, then a stride of 2,2,1 (labels)
+
+
+def test_a_level_off_the_grid_or_short_of_the_edge_is_not_used(tmp_path: Path) -> None:
+    """A level whose offset is not the volume's over the factor exactly (half a voxel off
+    would serve chunks shifted by one voxel), or whose shape is floor(shape / f) (one
+    short at the far edge), is computed from full resolution instead."""
+    raw = volume.create(tmp_path / "raw.zarr", (9, 4, 4), (4, 4, 4), "uint8", offset=(3, 0, 0))
+    raw.write(raw.bounds, np.full(raw.shape, 10, "uint8"))
+    # Offset 3 // 2 = 1 but 1 * 2 != 3: off the grid. Shape 4 = floor(9 / 2): short.
+    odd = volume.create(tmp_path / "raw_s1.zarr", (4, 2, 2), (4, 2, 2), "uint8",
+                        resolution=(2, 2, 2), offset=(1, 0, 0))  # fmt: skip
+    odd.write(odd.bounds, np.full(odd.shape, 77, "uint8"))
+    with view(str(tmp_path / "raw.zarr")) as shown:
+        got = _raw_chunk(shown, "2,2,2", "0,0,0", "5,2,2", "uint8", (5, 2, 2))
+        assert (got == 10).all()

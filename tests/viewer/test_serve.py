@@ -177,3 +177,20 @@ def test_a_bbox_is_outlined_and_centred_on(memory_image: volume.Volume) -> None:
         assert list(state.position) == [16, 12, 4]
         box = state.layers["bbox"].annotations[0]
         assert (list(box.point_a), list(box.point_b)) == ([8, 4, 0], [24, 20, 8])
+
+
+def test_images_with_and_without_channels_open_side_by_side(
+    memory_image: volume.Volume,
+) -> None:
+    """Each layer's contrast is read at the same spatial centre, whatever its channels
+    (a volume with a channel axis beside one without failed on the first's)."""
+    rgb = volume.create(
+        "view-rgb", (3, 40, 24, 8), (3, 16, 16, 8), "uint8", backend="memory", spatial_ndim=3
+    )
+    try:
+        for order in ((rgb, memory_image), (memory_image, rgb)):
+            with view(*order) as shown:
+                assert len(shown.layers) == 2
+    finally:
+        del rgb
+        volume.remove("view-rgb")

@@ -207,3 +207,29 @@ def test_a_misspelled_secret_option_is_not_shown_in_the_error_about_it(server: S
     with pytest.raises(ConfigError) as caught:
         volume.open("s3://any-bucket/a.zarr", storage_options={"secret_acess_key": "HUNTER2XYZ"})
     assert "secret_acess_key" in str(caught.value) and "HUNTER2XYZ" not in str(caught.value)
+
+
+def _read_in_fork(url: str, queue: multiprocessing.Queue[str]) -> None:
+    try:
+        volume.open(url).read(Box((0, 0), (4, 4)))
+        queue.put("read")
+    except Exception as err:  # the child reports what it met
+        queue.put(f"{type(err).__name__}: {err}")
+
+
+def test_a_forked_child_of_a_process_that_used_a_store_is_refused_not_hung(bucket: str) -> None:
+    """obstore's runtime does not survive a fork: a child's requests never answer. The
+    child is told so, naming the start methods that work, instead of waiting forever."""
+    url = f"s3://{bucket}/forked.zarr"
+    v = volume.create(url, (8, 8), (4, 4), "uint8")
+    v.write(v.bounds, np.ones((8, 8), "uint8"))
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_in_fork, args=(url, queue))
+    child.start()
+    try:
+        said = queue.get(timeout=60)
+    finally:
+        child.kill()
+        child.join(10)
+    assert said.startswith("ConfigError") and "'spawn'" in said, said

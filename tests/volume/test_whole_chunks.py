@@ -248,3 +248,20 @@ def test_a_forked_child_reads_many_chunks_after_its_parent_did(tmp_path: Path) -
         assert child.exitcode == 0
     finally:
         child.kill()  # a child stuck on threads it does not have would outlive the test
+
+
+def test_a_big_endian_array_reads_in_the_volumes_native_dtype(tmp_path: Path) -> None:
+    """zarr's bytes codec may store big-endian; a read of one whole chunk comes back in
+    the volume's (native) dtype, as a read of several chunks does."""
+    from zarr.codecs import BytesCodec
+
+    path = str(tmp_path / "be.zarr")
+    data = np.arange(10 * 9 * 8, dtype="uint16").reshape(10, 9, 8)
+    array = zarr.create_array(path, shape=data.shape, chunks=(4, 4, 3), dtype="uint16",
+                              serializer=BytesCodec(endian="big"), compressors=None)  # fmt: skip
+    array[...] = data
+    v = volume.open(path)
+    one = v.read(Box((4, 4, 3), (8, 8, 6)))
+    assert one.dtype == v.dtype == np.dtype("uint16") and one.dtype.isnative
+    np.testing.assert_array_equal(one, data[4:8, 4:8, 3:6])
+    assert v.read(v.bounds).dtype.isnative

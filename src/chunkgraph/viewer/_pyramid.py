@@ -93,10 +93,14 @@ def _factor(volume: Volume, level: Volume) -> tuple[int, ...] | None:
     )
     if not whole or factor == (1,) * len(factor):
         return None
-    aligned = all(
-        o // f == lo for o, f, lo in zip(volume.offset, factor, level.offset, strict=True)
+    # Exactly on the grid of voxels it reduces (a level half a voxel off would be served
+    # shifted), and covering all of them (a level of floor(shape / f) is short by one).
+    aligned = all(o == lo * f for o, f, lo in zip(volume.offset, factor, level.offset, strict=True))
+    covers = all(
+        ls == -(-s // f)
+        for s, f, ls in zip(volume.bounds.shape, factor, level.bounds.shape, strict=True)
     )
-    return factor if aligned else None
+    return factor if aligned and covers else None
 
 
 def encode(data_format: str, subvol: np.ndarray[Any, Any]) -> tuple[bytes, str]:

@@ -88,6 +88,7 @@ def view(
     if not opened:
         raise ConfigError("view needs at least one volume (a path, URL or Volume)")
     centre = _centre(opened[0], bbox, position)
+    spatial_centre = centre[len(opened[0].channel_shape) :]  # each layer's channels apart
     ng = neuroglancer()
     _check_port_free(port)
     if ng.server.is_server_running():
@@ -102,7 +103,7 @@ def view(
             if kind == "segmentation":
                 state.layers[name] = ng.SegmentationLayer(source=source)
                 continue
-            low, high = display_range(volume, centre[len(volume.channel_shape) :])
+            low, high = display_range(volume, spatial_centre)
             state.layers[name] = ng.ImageLayer(
                 source=source, shader_controls={"normalized": {"range": [low, high]}}
             )

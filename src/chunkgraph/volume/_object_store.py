@@ -169,9 +169,29 @@ class StoreOptions:
         return bool(self.public_items or self._secrets)
 
 
+# The process whose object-store clients exist: obstore's runtime does not survive a fork
+# (a forked child's requests, on its parent's clients or on new ones, never answer).
+_CLIENTS_OF: list[int] = []
+
+
+def check_not_forked() -> None:
+    """A ``ConfigError`` in a process forked from one that reached an object store, which
+    would otherwise wait forever on its first request."""
+    if _CLIENTS_OF and _CLIENTS_OF[0] != os.getpid():
+        raise ConfigError(
+            f"this process (pid {os.getpid()}) was forked from one that used an object "
+            f"store (pid {_CLIENTS_OF[0]}), and object-store clients do not survive a fork: "
+            "start workers with multiprocessing's 'spawn' or 'forkserver' context, or open "
+            "the volume only in the child"
+        )
+
+
 def object_store(url: str, options: StoreOptions | Mapping[str, Any] | None = None) -> Any:
     """The obstore store rooted at ``url``'s key prefix (keys are relative to it), with
     the request bounds of ``_store_client``."""
+    check_not_forked()
+    if not _CLIENTS_OF:
+        _CLIENTS_OF.append(os.getpid())
     from obstore.store import from_url
 
     opts = StoreOptions.of(options)

@@ -52,6 +52,7 @@ from typing import Any
 from zarr.storage import ObjectStore
 
 from chunkgraph._util import usable_cores
+from chunkgraph.volume._object_store import check_not_forked
 from chunkgraph.volume._pace import pace_of
 from chunkgraph.volume._stats import STORE_FIELDS
 from chunkgraph.volume._store_errors import is_store_failure, store_failure
@@ -152,6 +153,7 @@ class CountedStore(ObjectStore):  # type: ignore[misc,type-arg]
     @contextlib.contextmanager
     def _request(self, kind: str, key: str, count: int = 1) -> Iterator[None]:
         """Count ``count`` requests of ``kind`` in flight; a failed one as ``StoreError``."""
+        check_not_forked()
         for _ in range(count):
             self.counter.start(kind)
         try:

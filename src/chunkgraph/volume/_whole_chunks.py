@@ -32,7 +32,8 @@ zstd and the store's requests release the GIL, so chunks overlap on a disk (a
 64 MiB region reads about 1.8x faster on two cores than chunk after chunk) with
 zarr's ``async.concurrency`` of them, and an object store gets as many requests
 in flight as its measured request and decode times call for (``_pace``). A
-forked child starts a pool of its own (the parent's threads are not in it).
+forked child starts a pool of its own (the parent's threads are not in it); an
+object store its parent used is refused there (``_object_store.check_not_forked``).
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ class WholeChunks:
             chunk = self._decoded(cells[0][0])  # the region is one whole chunk
             if chunk is None:
                 return np.full(shape, self._fill, dtype=self._dtype)
+            if chunk.dtype != self._dtype:  # a big-endian array decodes as stored
+                return chunk.astype(self._dtype)
             return chunk if chunk.flags.writeable else chunk.copy()
         out = np.empty(shape, dtype=self._dtype)
 

@@ -47,7 +47,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core import sync as zarr_sync
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ChunkgraphError, ConfigError
 from chunkgraph._util import named_os_error
 from chunkgraph.volume._integrity import ChunkLayout, raise_corrupt_chunks
 from chunkgraph.volume._object_store import (
@@ -190,8 +190,9 @@ def _is_decode_error(error: BaseException) -> bool:
     # zarr's codecs fail with many types (ValueError from crc32c and short raw chunks,
     # RuntimeError from zstd and blosc, zlib.error from gzip); an OSError (StoreError
     # included) is the store failing to deliver bytes, not bytes failing to decode, and
-    # so is any failed request that reaches here untranslated.
-    return not isinstance(error, OSError) and not is_store_failure(error)
+    # so is any failed request that reaches here untranslated, and chunkgraph's own
+    # refusals (a ConfigError is a ValueError too).
+    return not isinstance(error, OSError | ChunkgraphError) and not is_store_failure(error)
 
 
 def _compressors(compressor: object, checksum: bool) -> Any:
