@@ -217,7 +217,11 @@ def test_clean_refuses_a_flow_whose_lock_is_held(
         assert state.status is FlowStatus.RUNNING and state.owner["pid"] == os.getpid()  # type: ignore[index]
         assert cli.main(["clean", str(dst), "--all"]) == 0  # running: not stale
         assert cli.main(["clean", str(dst), interrupted]) == 1
-        assert "already running" in capsys.readouterr().err
+        said = capsys.readouterr()
+        assert "already running" in said.err
+        # clean's own words: who holds it, not a run's advice; no "freed 0 B" beside it
+        assert f"process {os.getpid()}" in said.err and "resume" not in said.err
+        assert "freed" not in said.out
         assert (root / interrupted).is_dir()
     assert cli.main(["clean", str(dst), interrupted]) == 0
     assert not (root / interrupted).exists()

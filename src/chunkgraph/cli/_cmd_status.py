@@ -300,12 +300,15 @@ def _remove(chosen: list[Removal], where: FlowsOf) -> int:
         try:
             clean_flow(removal, dst=where.dst)
         except FlowLockedError as err:
-            print(f"chunkgraph clean: kept {fid}: {err}", file=sys.stderr)
+            # A run's advice (resume, lock_wait) is not this command's: say who holds it.
+            print(f"chunkgraph clean: kept {fid}: it is already running ({err.holder}); clean it "
+                  "after that run ends", file=sys.stderr)  # fmt: skip
             code = EXIT_FAILED
             continue
         freed += removal.state.temporary_bytes or 0
         print(f"removed {fid}'s {removal.what} ({_size(removal)})")
-    print(f"freed {format_bytes(freed)}")
+    if freed or code == EXIT_OK:
+        print(f"freed {format_bytes(freed)}")
     # Only a dst's own default directory goes once empty: a directory the user named stays.
     roots = [where.root, *(r.state.root for r in chosen)]
     remove_roots_if_empty(r for r in roots if dst_of_state_root(r) is not None)
