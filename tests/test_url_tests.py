@@ -17,6 +17,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "chunkgraph"
 BACKENDS = {"zarr", "zarr2", "tensorstore", "memory", "precomputed", "n5", "ome-zarr"}
 # ... and the path prefixes, as a list of formats would spell them.
 FORMAT_NAMES = BACKENDS | {"zarr3"}
+# The schemes of places a volume lives at, as a test of a path's spelling would name them.
+PLACE_SCHEMES = {"file", "s3", "gs", "http", "https"} | FORMAT_NAMES
 TABLE = SRC / "volume" / "_formats.py"
 
 
@@ -56,6 +58,14 @@ def offences(source: str, name: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and node.value == "://" and id(node) not in docs:
             found.append(f'{name}:{node.lineno} tests for "://"')
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.endswith("://")
+            and node.value[:-3] in PLACE_SCHEMES
+            and id(node) not in docs
+        ):
+            found.append(f"{name}:{node.lineno} tests for {node.value!r}")
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             if any(_names_backend(s) for s in sides) and any(
@@ -78,6 +88,7 @@ def test_no_url_scheme_or_backend_name_test_outside_the_storage_layer() -> None:
 def test_the_rule_sees_each_kind_of_test() -> None:
     bad = 'if "://" in path:\n    pass\nif vol.backend == "precomputed":\n    pass\n'
     assert len(offences(bad, "x.py")) == 2
+    assert len(offences('if text.startswith("file://"):\n    pass\n', "x.py")) == 1
     fine = (
         'def f(path, b):\n    """s3://bucket/a.zarr"""\n    print(f"{b}://x")\n'
         "    return is_url(path)\n"

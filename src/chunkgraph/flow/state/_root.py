@@ -61,8 +61,9 @@ class StateRoot:
         if is_object_url(text):
             reach = StoreOptions.of(options) if options is not None else None
             return cls(text.rstrip("/"), True, reach)
-        # file:///abs/dir names a folder on this machine, as for a volume (not a folder "file:")
-        return cls(str(Path(split_format(text)[1] if text.startswith("file://") else text)), False)
+        # file:///abs/dir names a folder on this machine, as for a volume (not a folder
+        # "file:"): the volume's own reading of a path says so
+        return cls(str(Path(split_format(text)[1])), False)
 
     @classmethod
     def given(cls, text: str) -> StateRoot:
