@@ -27,8 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -36,21 +35,13 @@ from typing import Any
 import numpy as np
 import zarr
 
+from _timing import best
 from chunkgraph import volume
 from chunkgraph.testing import latency_proxy, s3_server
 from chunkgraph.volume._object_store import object_store
 
 CHUNK = (64, 64, 64)
 MIB = 2**20
-
-
-def best(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 @contextmanager

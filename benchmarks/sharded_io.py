@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import tensorstore as ts
 import zarr
 from zarr.storage import ObjectStore
 
+from _timing import best
 from chunkgraph import volume
 from chunkgraph.geometry import Box
 from chunkgraph.testing import latency_proxy, s3_server
@@ -53,15 +53,6 @@ def boxes(kind: str) -> list[Box]:
     return [
         Box(b.start, tuple(s + n * c for s, c in zip(b.start, INNER, strict=True))) for b in shards
     ]
-
-
-def best(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def rows_for(where: str, path: str, repeats: int, proxy: Any) -> list[str]:
