@@ -26,7 +26,11 @@ creation finds it made meanwhile uses it when it matches the spec
 Command-line options override the spec's ``run:`` defaults.
 On a Dask cluster (``--executor tcp://...``), the function's module (or package)
 beside the spec is sent to the workers first (``DaskExecutor.ship_module``); one they cannot
-import is refused there, exit 2, before anything is written.
+import is refused there, exit 2, before anything is written. A spec's ``executor:
+{slurm: {...}}`` (or pbs, lsf, sge, kubernetes) starts that cluster once the checks pass
+(never in a dry run), waits for its first worker ("waiting for N worker(s) from slurm"
+on stderr; none within ``start_timeout``: exit 2, nothing written), runs on it, and
+cancels its jobs when the command ends, however it ends.
 ``--resume`` continues an interrupted flow: finished top-level tasks and
 reductions are skipped (apply's ``resume=True``). A spec whose function,
 kwargs, inputs or sizes changed since is another flow: it starts over, and a
@@ -67,7 +71,12 @@ from chunkgraph.cli._output import (
 )
 from chunkgraph.cli._spec import SpecError, SpecProblem, load_spec
 from chunkgraph.cli._view_link import add_view_option, say_view, spec_paths
-from chunkgraph.execute import EXECUTOR_KINDS, DaskExecutor, is_scheduler_address
+from chunkgraph.execute import (
+    EXECUTOR_KINDS,
+    ClusterSpec,
+    DaskExecutor,
+    is_scheduler_address,
+)
 from chunkgraph.execute._failures import describe_innermost, innermost
 from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, RunOptions, check_device
 from chunkgraph.flow.state import StateRoot, default_state_root, dst_of_state_root
@@ -189,19 +198,43 @@ def _run(args: argparse.Namespace, resolved: ResolvedSpec) -> int:
     code = _checked(args, resolved, run)
     if code is not None:
         return code
-    # Before anything is written: the workers of a Dask cluster must import fn's module.
-    problem = _ship_module(run.executor, resolved)
-    if problem:
-        print(f"chunkgraph run: {problem}; nothing was run", file=sys.stderr)
-        return EXIT_USAGE
-    # The log file is opened before the output is touched: a ConfigError if it cannot be.
-    progress, subscribers = event_output(args)
-    made = _output(args, resolved, subscribers)
-    if isinstance(made, int):
-        return made
-    dst, new = made
-    run = dataclasses.replace(run, resume=args.resume, progress=progress)
-    return _apply(args, resolved, run, dst, new, subscribers)
+    with _cluster_started(args, run) as run:
+        # Before anything is written: the workers of a Dask cluster must import fn's module.
+        problem = _ship_module(run.executor, resolved)
+        if problem:
+            print(f"chunkgraph run: {problem}; nothing was run", file=sys.stderr)
+            return EXIT_USAGE
+        # The log file is opened before the output is touched: a ConfigError if it cannot be.
+        progress, subscribers = event_output(args)
+        made = _output(args, resolved, subscribers)
+        if isinstance(made, int):
+            return made
+        dst, new = made
+        run = dataclasses.replace(run, resume=args.resume, progress=progress)
+        return _apply(args, resolved, run, dst, new, subscribers)
+
+
+@contextmanager
+def _cluster_started(args: argparse.Namespace, run: RunOptions) -> Iterator[RunOptions]:
+    """``run`` on the cluster its executor describes (a spec's ``executor: {slurm: ...}``):
+    started once the spec and the flow are checked (a dry run starts none), its first
+    worker awaited before anything is written, its jobs cancelled when the command ends.
+    A cluster that cannot start, or whose workers do not come, is a ConfigError (exit 2)."""
+    spec = run.executor
+    if not isinstance(spec, ClusterSpec):
+        yield run
+        return
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(f"chunkgraph run: {line}", file=sys.stderr)
+
+    executor = spec.start(retries=run.retries or 0, say=say)
+    try:
+        executor.wait_for_workers()
+        yield dataclasses.replace(run, executor=executor, retries=None)
+    finally:
+        executor.close()
 
 
 def _checked(args: argparse.Namespace, resolved: ResolvedSpec, run: RunOptions) -> int | None:
@@ -599,15 +632,17 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
             yield error
 
 
-def _ship_module(executor: str, resolved: ResolvedSpec) -> str | None:
+def _ship_module(executor: object, resolved: ResolvedSpec) -> str | None:
     """Send the function's module beside the spec to a Dask cluster's workers (they cannot
     import it from the spec's directory); the problem, said for the user, when that fails."""
-    if not is_scheduler_address(executor) or resolved.module_file is None:
+    if resolved.module_file is None:
         return None
-
     try:
-        with DaskExecutor(executor) as cluster:
-            cluster.ship_module(resolved.module_file)
+        if isinstance(executor, DaskExecutor):  # a cluster this command started
+            executor.ship_module(resolved.module_file)
+        elif is_scheduler_address(executor):
+            with DaskExecutor(executor) as cluster:
+                cluster.ship_module(resolved.module_file)
     except ConfigError as err:
         return str(err)
     return None

@@ -49,7 +49,7 @@ from pydantic import (
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, StoreError
-from chunkgraph.execute import ExecutorKind
+from chunkgraph.execute import CLUSTER_KINDS, ExecutorKind
 from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule, RunOptions
 from chunkgraph.geometry import Box
 from chunkgraph.volume import is_url, relative_place
@@ -120,8 +120,16 @@ class RunDefaults(_Model):
     """How to run, unless the command line says otherwise."""
 
     executor: (
-        ExecutorKind | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")] | None
-    ) = Field(default=None, description="default: threads; or a Dask scheduler address")
+        ExecutorKind
+        | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")]
+        | dict[str, dict[str, Any] | None]
+        | None
+    ) = Field(
+        default=None,
+        description="default: threads; or a Dask scheduler address; or a cluster to start, "
+        f"one key of {', '.join(CLUSTER_KINDS)} holding its options, e.g. {{slurm: {{cores: 8, "
+        'memory: 32GiB, walltime: "02:00:00", jobs: 10}}}} (docs/executors.md lists them)',
+    )
     workers: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="default: all cores"
     )
@@ -500,8 +508,9 @@ def _run_options(spec: RunSpec, base: Path, problem: Problem) -> RunOptions | No
             gpu_fallback=spec.gpu_fallback,
         )
     except ConfigError as err:
-        field = err.field or ""
-        problem(f"run.{field}" if field in RunDefaults.model_fields else field, str(err))
+        field = err.field or ""  # executor.slurm.cores: run.executor.slurm.cores
+        in_run = field.partition(".")[0] in RunDefaults.model_fields
+        problem(f"run.{field}" if in_run else field, str(err))
         return None
 
 

@@ -8,10 +8,19 @@ Executor, or raises ConfigError.
 On a Dask cluster: ``DaskExecutor`` (one Dask task per planned subgraph),
 ``dask_contexts(client)`` (a Context per worker, to plan on) and
 ``dask_links(contexts)``. Dask collections on chunkgraph: ``dask_scheduler``.
+Clusters chunkgraph starts: ``cluster("slurm", cores=8, ...)`` (a ``ClusterExecutor``
+that owns the cluster) or ``ClusterSpec`` given as ``executor=`` (started for one run).
 Importing them does not import Dask; using them does.
 """
 
 from chunkgraph.execute._breakdown import Breakdown
+from chunkgraph.execute._dask_clusters import (
+    CLUSTER_KINDS,
+    ClusterExecutor,
+    ClusterSpec,
+    cluster,
+    valid_options,
+)
 from chunkgraph.execute._dask_contexts import dask_contexts, dask_links
 from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._dask_scheduler import dask_scheduler
@@ -29,9 +38,12 @@ from chunkgraph.execute._scheduler import Scheduler, TaskState
 from chunkgraph.execute.pool import ProcessPool
 
 __all__ = [
+    "CLUSTER_KINDS",
     "EXECUTOR_KINDS",
     "Breakdown",
     "ChecksPaths",
+    "ClusterExecutor",
+    "ClusterSpec",
     "DaskExecutor",
     "Event",
     "EventKind",
@@ -43,10 +55,12 @@ __all__ = [
     "Scheduler",
     "Subscriber",
     "TaskState",
+    "cluster",
     "dask_contexts",
     "dask_links",
     "dask_scheduler",
     "is_scheduler_address",
     "resolve_executor",
     "run",
+    "valid_options",
 ]

@@ -14,7 +14,9 @@ file path before it hands them one.
 
 ``executor=`` may also be a Dask scheduler address, ``"tcp://host:8786"``
 (anything with ``://``: ``tls://``, ``ucx://``, ... go to Dask untouched): a
-``DaskExecutor`` that connects for the call and closes its Client after it.
+``DaskExecutor`` that connects for the call and closes its Client after it; or a
+``ClusterSpec`` (``_dask_clusters``): a cluster started for the call (jobs on a batch
+system, pods on Kubernetes) and shut down after it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from chunkgraph._errors import ConfigError
+from chunkgraph.execute._dask_clusters import ClusterSpec
 from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._events import Subscriber
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
@@ -87,7 +90,7 @@ class ChecksPaths(Protocol):
 
 
 def resolve_executor(
-    executor: ExecutorKind | Executor,
+    executor: ExecutorKind | Executor | ClusterSpec,
     *,
     workers: int | None = None,
     retries: int | None = None,
@@ -97,14 +100,16 @@ def resolve_executor(
     """The Executor that ``executor=`` names.
 
     A kind becomes a ``LocalExecutor`` with these options; a scheduler address or a
-    ``distributed.Client`` a ``DaskExecutor`` with ``retries``; an Executor is returned
-    as it is. An option is given when it is not None: an explicit value equal to a
-    kind's default (``retries=0``) is refused beside an Executor too, never dropped.
+    ``distributed.Client`` a ``DaskExecutor`` with ``retries``; a ``ClusterSpec`` the
+    cluster it describes, started now (its jobs submitted), with ``retries``; an
+    Executor is returned as it is. An option is given when it is not None: an explicit
+    value equal to a kind's default (``retries=0``) is refused beside an Executor too,
+    never dropped.
 
     Args:
         executor: A kind (one of ``EXECUTOR_KINDS``), a scheduler address
-            (``"tcp://host:8786"``, any ``protocol://``), a ``distributed.Client``, or an
-            Executor.
+            (``"tcp://host:8786"``, any ``protocol://``), a ``distributed.Client``, a
+            ``ClusterSpec``, or an Executor.
         workers: A kind's number of workers; None: not given.
         retries: Extra tries per task, for a kind or a Dask cluster; None: not given.
         timeout: Seconds per try of a task, for a kind; None: not given.
@@ -127,6 +132,9 @@ def resolve_executor(
                 field="gpu_fallback",
             )
         return _dask_executor(executor, workers, retries or 0, timeout)
+    if isinstance(executor, ClusterSpec):
+        _refuse_beside_a_cluster(executor, workers, timeout, gpu_fallback)
+        return executor.start(retries=_checked_retries(retries or 0))
     if isinstance(executor, str):
         if executor not in EXECUTOR_KINDS:
             raise ConfigError(
@@ -223,7 +231,26 @@ def _dask_executor(
             f"(executor={address!r}): its workers are what the cluster started; leave them unset",
             field="workers" if workers is not None else "timeout",
         )
+    return DaskExecutor(address, retries=_checked_retries(retries))
+
+
+def _checked_retries(retries: object) -> int:
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigError(f"retries must be an int >= 0, got {retries!r}", field="retries")
+    return retries
 
-    return DaskExecutor(address, retries=retries)
+
+def _refuse_beside_a_cluster(
+    spec: ClusterSpec, workers: int | None, timeout: float | None, gpu_fallback: bool | None
+) -> None:
+    """A cluster's size is its spec's (jobs, processes); a local executor's options beside
+    it would be dropped."""
+    given = {"workers": workers, "timeout": timeout, "gpu_fallback": gpu_fallback or None}
+    for name, value in given.items():
+        if value is not None:
+            raise ConfigError(
+                f"{name}={value!r} does not apply to a {spec.kind} cluster (executor="
+                f"{spec!r}): its workers are what its spec asks for (jobs, processes, "
+                "cores); leave it unset",
+                field=name,
+            )

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.execute import EXECUTOR_KINDS, resolve_executor
+from chunkgraph.execute import EXECUTOR_KINDS, ClusterSpec, resolve_executor
 from chunkgraph.execute._executor import is_dask_client, is_scheduler_address
 from chunkgraph.execute._limits import check_timeout
 from chunkgraph.flow.plan._auto_sizes import DEFAULT_MEMORY_SHARE
@@ -107,7 +107,9 @@ class RunOptions:
     Args:
         executor: ``"threads"`` (None: the default), ``"adaptive"``, ``"processes"``,
             ``"sync"``, a Dask scheduler address (``"tcp://host:8786"``), a
-            ``distributed.Client`` or an ``Executor``.
+            ``distributed.Client``, an ``Executor``, or a cluster to start for the run: a
+            ``ClusterSpec`` or its spec-file spelling, ``{"slurm": {"cores": 8, ...}}``
+            (kept as a ``ClusterSpec``; a dry run starts none).
         workers: The executor's size; None: all cores.
         retries: Tries after a task's first; None: 2 for an executor kind, an
             ``Executor``'s own setting (a value beside one is refused).
@@ -126,7 +128,8 @@ class RunOptions:
             takes apply's ``device=`` and ``gpu_fallback=`` instead).
     """
 
-    # a kind, a Dask scheduler address, a distributed.Client or an Executor; None: threads
+    # a kind, a Dask scheduler address, a distributed.Client, an Executor or a ClusterSpec;
+    # None: threads
     executor: Any = None
     workers: int | None = None
     retries: int | None = None
@@ -153,6 +156,8 @@ class RunOptions:
                 "apply's spelling",
                 field="device",
             )
+        if isinstance(self.executor, Mapping):  # a spec file's {slurm: {...}}
+            object.__setattr__(self, "executor", ClusterSpec.parse(self.executor))
         _check_executor_kind(self.executor, self.workers, self.retries, self.timeout)
         with _field("device"):
             check_executor(self.device.device, self.executor)
@@ -323,10 +328,21 @@ def _field(name: str) -> Iterator[None]:
 def _check_executor_kind(
     executor: object, workers: object, retries: object, timeout: object
 ) -> None:
-    """A kind, an address, a Client or an Executor (which one is ``resolve_executor``'s),
-    with no option beside an Executor, which carries its own: checked when the value is
-    made, so that a misspelled kind is refused where it was written."""
+    """A kind, an address, a Client, a ClusterSpec (checked when it was made) or an
+    Executor (which one is ``resolve_executor``'s), with no option beside an Executor,
+    which carries its own: checked when the value is made, so that a misspelled kind is
+    refused where it was written. A ClusterSpec is started only by the run."""
     if executor is None or is_dask_client(executor):
+        return
+    if isinstance(executor, ClusterSpec):
+        for name, value in (("workers", workers), ("timeout", timeout)):
+            if value is not None:
+                raise ConfigError(
+                    f"{name}={value!r} does not apply to a {executor.kind} cluster: its "
+                    "workers are what its spec asks for (jobs, processes, cores); leave it "
+                    "unset",
+                    field=name,
+                )
         return
     if isinstance(executor, str) and (executor in EXECUTOR_KINDS or is_scheduler_address(executor)):
         return
@@ -426,6 +442,8 @@ def check_executor(device: object, executor: object) -> None:
         return
     if isinstance(executor, str):
         elsewhere = executor == "processes" or is_scheduler_address(executor)
+    elif isinstance(executor, ClusterSpec):
+        elsewhere = True
     elif executor is None:
         elsewhere = False
     else:

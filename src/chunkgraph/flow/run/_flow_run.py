@@ -45,7 +45,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
-from chunkgraph.execute import ChecksPaths, resolve_executor
+from chunkgraph.execute import ChecksPaths, ClusterSpec, resolve_executor
 from chunkgraph.execute._executor import close_resolved
 from chunkgraph.flow.plan import (
     DEFAULT_RETRIES,
@@ -369,15 +369,19 @@ def flow_executor(
 
     A kind ("threads", the default, "processes", "sync") takes ``workers``, ``retries``
     (``DEFAULT_RETRIES`` when not given) and ``timeout``; an Executor carries its own
-    settings, and one given beside it is refused (never dropped).
+    settings, and one given beside it is refused (never dropped). A ``ClusterSpec`` is
+    started here (closed by ``close_resolved``); a dry run plans with its stand-in.
     """
     given = options.executor
     retries = options.retries
-    if retries is None and (given is None or isinstance(given, str)):
-        retries = DEFAULT_RETRIES  # a kind or an address; an Executor or a Client: its own
-    chosen = resolve_executor(
-        given or "threads", workers=workers, retries=retries, timeout=options.timeout
-    )
+    if retries is None and (given is None or isinstance(given, str | ClusterSpec)):
+        retries = DEFAULT_RETRIES  # a kind, an address, a cluster; an Executor: its own
+    if options.dry_run and isinstance(given, ClusterSpec):
+        chosen: Executor = given.stand_in()  # a dry run starts no cluster
+    else:
+        chosen = resolve_executor(
+            given or "threads", workers=workers, retries=retries, timeout=options.timeout
+        )
     if chosen.in_process:
         return chosen
     try:

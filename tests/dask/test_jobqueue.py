@@ -1,0 +1,255 @@
+"""Clusters started through dask-jobqueue, for real, without a batch system: fake
+``sbatch``, ``squeue`` and ``scancel`` first on ``PATH`` (a few lines of shell each).
+
+    sbatch SCRIPT   copies the generated job script to jobs/N/, runs it in the
+                    background in a session of its own (pid = process group, in
+                    jobs/N/pid), prints "Submitted batch job N"
+    squeue          the jobs whose process group still has a live process, one id a line
+    scancel N...    logs the ids, sends SIGTERM to each job's process group
+
+So the workers are the ones the job script that dask-jobqueue wrote starts, they run the
+flow, and closing the executor ends them through scancel. The workers import this
+checkout: the fake sbatch passes the environment on (``PYTHONPATH``), as SLURM does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from tests.dask._cluster import START_DEADLINE_S, wait_until
+from tests.dask._tasks import identity_marking
+
+import chunkgraph as cg
+from chunkgraph import volume
+from chunkgraph.execute import ClusterSpec, cluster
+from chunkgraph.geometry import Box
+
+pytest.importorskip("dask_jobqueue")
+
+SBATCH = """#!/usr/bin/env bash
+n=1
+while ! mkdir "{jobs}/$n" 2>/dev/null; do n=$((n + 1)); done
+cp "$1" "{jobs}/$n/script.sh"
+setsid bash "{jobs}/$n/script.sh" > "{jobs}/$n/out" 2>&1 < /dev/null &
+echo $! > "{jobs}/$n/pid"
+echo "Submitted batch job $n"
+"""
+SQUEUE = """#!/usr/bin/env bash
+for pid in "{jobs}"/*/pid; do
+    [ -f "$pid" ] || continue
+    ps -eo pgid=,stat= | awk -v g="$(cat "$pid")" '$1 == g && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}' \
+        && basename "$(dirname "$pid")"
+done
+exit 0
+"""
+SCANCEL = """#!/usr/bin/env bash
+echo "$@" >> "{jobs}/scancel.log"
+for n in "$@"; do kill -TERM -- "-$(cat "{jobs}/$n/pid")" 2>/dev/null; done
+exit 0
+"""
+# A small job: one worker process of one thread, on the loopback interface (scheduler
+# too), the scheduler's HTTP server on a free port.
+SMALL: dict[str, Any] = {
+    "cores": 1,
+    "memory": "1GiB",
+    "processes": 1,
+    "interface": "lo",
+    "scheduler_options": {"dashboard_address": ":0"},
+    "start_timeout": START_DEADLINE_S,
+}
+SHAPE, STORAGE = (48, 40), (8, 8)
+
+
+class Batch:
+    """The fake batch system of one test: its jobs folder, and looks at its jobs."""
+
+    def __init__(self, root: Path) -> None:
+        self.jobs = root / "jobs"
+        self.jobs.mkdir(parents=True)
+        bin_dir = root / "bin"
+        bin_dir.mkdir()
+        for name, text in (("sbatch", SBATCH), ("squeue", SQUEUE), ("scancel", SCANCEL)):
+            (bin_dir / name).write_text(text.format(jobs=self.jobs))
+            (bin_dir / name).chmod(0o755)
+        self.bin = bin_dir
+
+    def submitted(self) -> list[str]:
+        return sorted(p.name for p in self.jobs.iterdir() if p.is_dir())
+
+    def queued(self) -> list[str]:
+        """What ``squeue`` lists."""
+        out = subprocess.run(["squeue"], capture_output=True, text=True, check=True).stdout
+        return sorted(out.split())
+
+    def cancelled(self) -> list[str]:
+        log = self.jobs / "scancel.log"
+        return sorted(log.read_text().split()) if log.exists() else []
+
+    def processes(self) -> set[int]:
+        """The live processes of every job (their process groups)."""
+        groups = {int((self.jobs / n / "pid").read_text()) for n in self.submitted()}
+        found = set()
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(p.pid) in groups and p.status() != psutil.STATUS_ZOMBIE:
+                    found.add(p.pid)
+        return found
+
+    def kill_all(self) -> None:
+        for n in self.submitted():
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int((self.jobs / n / "pid").read_text()), signal.SIGKILL)
+
+
+@pytest.fixture
+def batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _worker_environment: None
+) -> Any:
+    made = Batch(tmp_path / "batch")
+    monkeypatch.setenv("PATH", f"{made.bin}{os.pathsep}{os.environ['PATH']}")
+    yield made
+    made.kill_all()  # a test that failed half-way leaves no worker behind
+
+
+def source(root: Path) -> Any:
+    data = np.random.default_rng(7).integers(0, 2**15, SHAPE, dtype=np.int16)
+    src = volume.create(str(root / "src.zarr"), SHAPE, STORAGE, data.dtype)
+    src.write(Box.from_shape(SHAPE), data)
+    return src
+
+
+def stored_bytes(path: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and p.name != "zarr.json"
+    }
+
+
+def flow(src: Any, dst_path: Path, marks: Path, executor: Any) -> Any:
+    dst = volume.create(str(dst_path), SHAPE, STORAGE, src.dtype)
+    return cg.apply(
+        identity_marking,
+        src,
+        dst,
+        fn_kwargs={"folder": str(marks)},
+        chunk_sizes=[(24, 20), (8, 7)],
+        crop_pads=[(2, 2), (1, 1)],
+        blend_pads=[(2, 2), (0, 0)],
+        intermediates=dst_path.parent / f"{dst_path.name}.tmp",
+        executor=executor,
+        probe=False,  # the probe calls fn here: every mark is then a task's
+    )
+
+
+def test_a_flow_runs_on_the_workers_the_job_scripts_start_and_close_cancels_them(
+    batch: Batch, tmp_path: Path
+) -> None:
+    src = source(tmp_path)
+    (tmp_path / "marks").mkdir()
+    flow(src, tmp_path / "threads.zarr", tmp_path / "marks", "threads")
+    (tmp_path / "on-slurm").mkdir()
+    with cluster("slurm", jobs=2, **SMALL) as ex:
+        assert batch.submitted() == ["1", "2"]  # two jobs, submitted at once
+        flow(src, tmp_path / "slurm.zarr", tmp_path / "on-slurm", ex)
+        workers = set(ex.client.run(os.getpid).values())
+        running = batch.processes()
+        assert batch.queued() == ["1", "2"]
+    # The tasks ran in the workers, which are processes of the jobs the scripts started.
+    ran_in = {int(p.name) for p in (tmp_path / "on-slurm").iterdir()}
+    assert ran_in and ran_in <= workers <= running
+    assert os.getpid() not in ran_in
+    assert stored_bytes(tmp_path / "slurm.zarr") == stored_bytes(tmp_path / "threads.zarr")
+    # close() cancelled both jobs, and that ended every process they had started.
+    assert batch.cancelled() == ["1", "2"]
+    wait_until(lambda: not batch.processes(), START_DEADLINE_S, "the jobs' processes end")
+    assert batch.queued() == []
+
+
+def test_no_worker_arriving_is_an_error_naming_squeue_and_the_job_script(
+    batch: Batch, tmp_path: Path
+) -> None:
+    src = source(tmp_path)
+    dst_path = tmp_path / "dst.zarr"
+    # The job starts, and its prologue fails before any worker does (a module that does
+    # not load, say): no worker ever comes.
+    options = {**SMALL, "start_timeout": 1.5, "prologue": ["echo no such module >&2; exit 3"]}
+    with cluster("slurm", **options) as ex, pytest.raises(cg.ConfigError) as caught:
+        flow(src, dst_path, tmp_path, ex)
+    message = str(caught.value)
+    assert "no worker of the slurm cluster arrived within 1.5 s" in message
+    assert "`squeue -j 1`" in message
+    assert "#SBATCH --mem=1G" in message and "exit 3" in message  # the job script
+    assert "start_timeout" in message
+    assert "no such module" in (batch.jobs / "1" / "out").read_text()
+    assert not any(p.name.endswith(".chunk") for p in dst_path.rglob("*"))  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "field", "says"),
+    [
+        ("slurm", {"cores": 8}, "executor.slurm.memory", "executor.slurm.memory is needed"),
+        ("slurm", {"cores": 8, "memory": "32GiB", "gres": 1}, "executor.slurm.gres",
+         "unknown option of a slurm cluster; valid: cores, memory, walltime, jobs"),
+        ("pbs", {"cores": 8, "memory": "8GB", "job_extra_directives": ["-l x"]},
+         "executor.pbs.job_extra_directives", "'job_extra_directives' is 'extra_directives'"),
+        ("sge", {"cores": 0, "memory": "8GB"}, "executor.sge.cores", "a positive int, got 0"),
+        ("lsf", {"cores": 2, "memory": "a lot"}, "executor.lsf.memory", "such as '32GiB'"),
+        ("slurm", {"cores": 2, "memory": "8GB", "processes": 4}, "executor.slurm.processes",
+         "more than cores"),
+        ("slurm", {"cores": 2, "memory": "8GB", "extra_directives": "--gres=gpu:1"},
+         "executor.slurm.extra_directives", "a list of strings"),
+        ("kubernetes", {"image": "x", "cores": 2}, "executor.kubernetes.cores",
+         "valid: image, workers, namespace"),
+        ("slrum", {}, "executor", "give one of slurm, pbs, lsf, sge, kubernetes"),
+    ],
+)  # fmt: skip
+def test_a_bad_option_is_refused_naming_it_and_the_valid_ones(
+    kind: str, options: dict[str, Any], field: str, says: str
+) -> None:
+    with pytest.raises(cg.ConfigError, match=None) as caught:
+        cluster(kind, **options)
+    assert caught.value.field == field
+    assert says in str(caught.value)
+
+
+def test_options_beside_a_cluster_spec_are_refused_and_a_dry_run_starts_nothing(
+    batch: Batch, tmp_path: Path
+) -> None:
+    src = source(tmp_path)
+    dst = volume.create(str(tmp_path / "dst.zarr"), SHAPE, STORAGE, src.dtype)
+    spec = {"slurm": SMALL}
+    with pytest.raises(cg.ConfigError, match="workers=4 does not apply to a slurm cluster"):
+        cg.apply(identity_marking, src, dst, fn_kwargs={"folder": "."}, executor=spec, workers=4)
+    report = cg.apply(
+        identity_marking, src, dst, fn_kwargs={"folder": "."}, executor=spec, dry_run=True
+    )
+    assert report.dry_run
+    assert batch.submitted() == []  # no job: sbatch was never called
+
+
+def test_a_cluster_spec_given_to_apply_is_started_for_the_run_and_cancelled_after(
+    batch: Batch, tmp_path: Path
+) -> None:
+    src = source(tmp_path)
+    (tmp_path / "marks").mkdir()
+    flow(src, tmp_path / "threads.zarr", tmp_path / "marks", "threads")
+    flow(src, tmp_path / "slurm.zarr", tmp_path / "marks", ClusterSpec.of("slurm", **SMALL))
+    assert stored_bytes(tmp_path / "slurm.zarr") == stored_bytes(tmp_path / "threads.zarr")
+    assert batch.submitted() == batch.cancelled() == ["1"]
+    wait_until(lambda: not batch.processes(), START_DEADLINE_S, "the job's processes end")
+
+
+def test_kubernetes_without_its_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "dask_kubernetes.operator", None)  # import fails
+    with pytest.raises(cg.ConfigError, match=r"pip install 'chunkgraph\[kubernetes\]'"):
+        cluster("kubernetes", image="ghcr.io/dask/dask:latest")
