@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -253,3 +254,52 @@ def test_kubernetes_without_its_package_names_the_extra(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "dask_kubernetes.operator", None)  # import fails
     with pytest.raises(cg.ConfigError, match=r"pip install 'chunkgraph\[kubernetes\]'"):
         cluster("kubernetes", image="ghcr.io/dask/dask:latest")
+
+
+CLI_SPEC = """\
+function: spec_functions:scale
+kwargs: {factor: 3.0}
+input: raw.zarr
+output: {path: out.zarr, dtype: float32, chunks: [8, 8, 8]}
+chunk_sizes: [8]
+run:
+  executor:
+    slurm:
+      cores: 1
+      memory: 1GiB
+      processes: 1
+      jobs: 1
+      walltime: "00:10:00"
+      extra_directives: ["--gres=gpu:0"]
+      interface: lo
+      scheduler_options: {dashboard_address: ":0"}
+      start_timeout: 60
+"""
+
+
+def test_chunkgraph_run_starts_the_spec_cluster_after_its_checks_and_cancels_it(
+    batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chunkgraph import cli
+
+    # The function's module lies beside the spec: the workers get it sent (ship_module).
+    shutil.copy(Path(__file__).parents[1] / "cli" / "spec_functions.py", tmp_path)
+    sys.modules.pop("spec_functions", None)
+    raw = volume.create(tmp_path / "raw.zarr", (16, 16, 16), (8, 8, 8), "float32")
+    data = np.random.default_rng(3).random((16, 16, 16), dtype="float32")
+    raw.write(raw.bounds, data)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(CLI_SPEC)
+
+    assert cli.main(["run", "--dry-run", str(spec)]) == 0
+    assert batch.submitted() == []  # a dry run starts no cluster
+
+    assert cli.main(["run", str(spec)]) == 0
+    err = capsys.readouterr().err
+    assert "waiting for 1 worker(s) from slurm (jobs 1; `squeue -j 1` shows them" in err
+    script = (batch.jobs / "1" / "script.sh").read_text()
+    assert "#SBATCH -t 00:10:00" in script and "#SBATCH --gres=gpu:0" in script
+    out = volume.open(tmp_path / "out.zarr")
+    np.testing.assert_array_equal(out.read(out.bounds), data * 3)
+    assert batch.submitted() == batch.cancelled() == ["1"]
+    wait_until(lambda: not batch.processes(), START_DEADLINE_S, "the job's processes end")

@@ -408,7 +408,12 @@ def _kubernetes(spec: ClusterSpec) -> Any:
         from dask_kubernetes.operator import KubeCluster  # deferred: optional
     except ImportError as err:
         raise _missing("dask-kubernetes", "kubernetes", spec) from err
+    import kr8s  # deferred: dask-kubernetes's client of the Kubernetes API
+
     try:
+        # Credentials first: a KubeCluster that fails to start stays registered for the
+        # package's exit hook, which tries again (and prints its traceback) at exit.
+        kr8s.api()
         return KubeCluster(**{"n_workers": 1, **_passed(spec)}, quiet=True)
     except Exception as err:  # kr8s and the operator raise many types
         raise ConfigError(
