@@ -70,9 +70,7 @@ def test_a_spec_cluster_is_one_value_in_the_run_options(work: Path) -> None:
     spec = work / "spec.yaml"
     spec.write_text(SPEC + '    lsf: {cores: 2, memory: 4GB, walltime: "01:00", jobs: 3}\n')
     run = load_spec(spec).run
-    assert run.executor == ClusterSpec.of(
-        "lsf", cores=2, memory="4GB", walltime="01:00", jobs=3
-    )
+    assert run.executor == ClusterSpec.of("lsf", cores=2, memory="4GB", walltime="01:00", jobs=3)
 
 
 def test_kubernetes_without_its_package_is_exit_2_naming_the_extra(

@@ -45,10 +45,10 @@ echo $! > "{jobs}/$n/pid"
 echo "Submitted batch job $n"
 """
 SQUEUE = """#!/usr/bin/env bash
+live='$1 == g && $2 !~ /^Z/ {{found = 1}} END {{exit !found}}'  # not a zombie
 for pid in "{jobs}"/*/pid; do
     [ -f "$pid" ] || continue
-    ps -eo pgid=,stat= | awk -v g="$(cat "$pid")" '$1 == g && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}' \
-        && basename "$(dirname "$pid")"
+    ps -eo pgid=,stat= | awk -v g="$(cat "$pid")" "$live" && basename "$(dirname "$pid")"
 done
 exit 0
 """
@@ -112,9 +112,7 @@ class Batch:
 
 
 @pytest.fixture
-def batch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _worker_environment: None
-) -> Any:
+def batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _worker_environment: None) -> Any:
     made = Batch(tmp_path / "batch")
     monkeypatch.setenv("PATH", f"{made.bin}{os.pathsep}{os.environ['PATH']}")
     yield made
