@@ -76,6 +76,7 @@ from chunkgraph.execute import (
     ClusterSpec,
     DaskExecutor,
     is_scheduler_address,
+    start_cluster,
 )
 from chunkgraph.execute._failures import describe_innermost, innermost
 from chunkgraph.flow import ProbeFailure, ReadAmplificationWarning, RunOptions, check_device
@@ -229,7 +230,7 @@ def _cluster_started(args: argparse.Namespace, run: RunOptions) -> Iterator[RunO
         if not args.quiet:
             print(f"chunkgraph run: {line}", file=sys.stderr)
 
-    executor = spec.start(retries=run.retries or 0, say=say)
+    executor = start_cluster(spec, retries=run.retries or 0, say=say)
     try:
         executor.wait_for_workers()
         yield dataclasses.replace(run, executor=executor, retries=None)

@@ -9,18 +9,14 @@ On a Dask cluster: ``DaskExecutor`` (one Dask task per planned subgraph),
 ``dask_contexts(client)`` (a Context per worker, to plan on) and
 ``dask_links(contexts)``. Dask collections on chunkgraph: ``dask_scheduler``.
 Clusters chunkgraph starts: ``cluster("slurm", cores=8, ...)`` (a ``ClusterExecutor``
-that owns the cluster) or ``ClusterSpec`` given as ``executor=`` (started for one run).
+that owns the cluster), ``start_cluster(ClusterSpec(...))``, or a ``ClusterSpec`` given
+as ``executor=`` (started for one run).
 Importing them does not import Dask; using them does.
 """
 
 from chunkgraph.execute._breakdown import Breakdown
-from chunkgraph.execute._dask_clusters import (
-    CLUSTER_KINDS,
-    ClusterExecutor,
-    ClusterSpec,
-    cluster,
-    valid_options,
-)
+from chunkgraph.execute._cluster_spec import CLUSTER_KINDS, ClusterSpec, valid_options
+from chunkgraph.execute._dask_clusters import ClusterExecutor, cluster, start_cluster
 from chunkgraph.execute._dask_contexts import dask_contexts, dask_links
 from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._dask_scheduler import dask_scheduler
@@ -62,5 +58,6 @@ __all__ = [
     "is_scheduler_address",
     "resolve_executor",
     "run",
+    "start_cluster",
     "valid_options",
 ]

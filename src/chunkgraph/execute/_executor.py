@@ -15,8 +15,8 @@ file path before it hands them one.
 ``executor=`` may also be a Dask scheduler address, ``"tcp://host:8786"``
 (anything with ``://``: ``tls://``, ``ucx://``, ... go to Dask untouched): a
 ``DaskExecutor`` that connects for the call and closes its Client after it; or a
-``ClusterSpec`` (``_dask_clusters``): a cluster started for the call (jobs on a batch
-system, pods on Kubernetes) and shut down after it.
+``ClusterSpec`` (``_cluster_spec``): a cluster started for the call by ``_dask_clusters``
+(jobs on a batch system, pods on Kubernetes) and shut down after it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.execute._dask_clusters import ClusterSpec
+from chunkgraph.execute._cluster_spec import ClusterSpec
+from chunkgraph.execute._dask_clusters import start_cluster
 from chunkgraph.execute._dask_executor import DaskExecutor
 from chunkgraph.execute._events import Subscriber
 from chunkgraph.execute._local import EXECUTOR_KINDS, ExecutorKind, LocalExecutor
@@ -134,7 +135,7 @@ def resolve_executor(
         return _dask_executor(executor, workers, retries or 0, timeout)
     if isinstance(executor, ClusterSpec):
         _refuse_beside_a_cluster(executor, workers, timeout, gpu_fallback)
-        return executor.start(retries=_checked_retries(retries or 0))
+        return start_cluster(executor, retries=_checked_retries(retries or 0))
     if isinstance(executor, str):
         if executor not in EXECUTOR_KINDS:
             raise ConfigError(
