@@ -282,6 +282,23 @@ class ClusterSpec:
             return int(self.get("workers", 1))
         return int(self.get("jobs", 1)) * int(self.get("processes", 1))
 
+    def refuse_beside(self, **given: object) -> None:
+        """ConfigError for a local executor's option (``workers``, ``timeout``,
+        ``gpu_fallback``) given beside this cluster: not None, it would be dropped, since
+        the cluster's size is its spec's.
+
+        Args:
+            **given: The options, None (or False) where not given.
+        """
+        for name, value in given.items():
+            if value is not None and value is not False:
+                raise ConfigError(
+                    f"{name}={value!r} does not apply to a {self.kind} cluster (executor="
+                    f"{self!r}): its workers are what its spec asks for (jobs, processes, "
+                    "cores); leave it unset",
+                    field=name,
+                )
+
     def stand_in(self) -> ClusterStandIn:
         """What a dry run plans with: runs in other processes, starts nothing."""
         return ClusterStandIn(self)

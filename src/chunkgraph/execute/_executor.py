@@ -134,7 +134,7 @@ def resolve_executor(
             )
         return _dask_executor(executor, workers, retries or 0, timeout)
     if isinstance(executor, ClusterSpec):
-        _refuse_beside_a_cluster(executor, workers, timeout, gpu_fallback)
+        executor.refuse_beside(workers=workers, timeout=timeout, gpu_fallback=gpu_fallback)
         return start_cluster(executor, retries=_checked_retries(retries or 0))
     if isinstance(executor, str):
         if executor not in EXECUTOR_KINDS:
@@ -239,19 +239,3 @@ def _checked_retries(retries: object) -> int:
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigError(f"retries must be an int >= 0, got {retries!r}", field="retries")
     return retries
-
-
-def _refuse_beside_a_cluster(
-    spec: ClusterSpec, workers: int | None, timeout: float | None, gpu_fallback: bool | None
-) -> None:
-    """A cluster's size is its spec's (jobs, processes); a local executor's options beside
-    it would be dropped."""
-    given = {"workers": workers, "timeout": timeout, "gpu_fallback": gpu_fallback or None}
-    for name, value in given.items():
-        if value is not None:
-            raise ConfigError(
-                f"{name}={value!r} does not apply to a {spec.kind} cluster (executor="
-                f"{spec!r}): its workers are what its spec asks for (jobs, processes, "
-                "cores); leave it unset",
-                field=name,
-            )

@@ -335,14 +335,7 @@ def _check_executor_kind(
     if executor is None or is_dask_client(executor):
         return
     if isinstance(executor, ClusterSpec):
-        for name, value in (("workers", workers), ("timeout", timeout)):
-            if value is not None:
-                raise ConfigError(
-                    f"{name}={value!r} does not apply to a {executor.kind} cluster: its "
-                    "workers are what its spec asks for (jobs, processes, cores); leave it "
-                    "unset",
-                    field=name,
-                )
+        executor.refuse_beside(workers=workers, timeout=timeout)
         return
     if isinstance(executor, str) and (executor in EXECUTOR_KINDS or is_scheduler_address(executor)):
         return
