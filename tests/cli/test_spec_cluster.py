@@ -101,3 +101,20 @@ def test_kubernetes_out_of_reach_is_exit_2_saying_what_to_check(
     assert "cannot start a Dask cluster on Kubernetes" in err
     assert "`kubectl get pods` works here" in err
     assert not (work / "out.zarr").exists()
+
+
+def test_the_spec_schema_lists_each_cluster_kind_and_its_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from chunkgraph.execute import CLUSTER_KINDS, valid_options
+
+    assert cli.main(["spec-schema"]) == 0
+    executor = json.loads(capsys.readouterr().out)["$defs"]["RunDefaults"]["properties"]
+    forms = executor["executor"]["anyOf"]
+    cluster = next(f for f in forms if f.get("maxProperties") == 1)
+    assert list(cluster["properties"]) == list(CLUSTER_KINDS)
+    for kind in CLUSTER_KINDS:
+        assert list(cluster["properties"][kind]["properties"]) == valid_options(kind)
+    assert cluster["properties"]["slurm"]["properties"]["cores"]["type"] == "integer"

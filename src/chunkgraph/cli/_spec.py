@@ -44,12 +44,14 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, StoreError
 from chunkgraph.execute import CLUSTER_KINDS, ExecutorKind
+from chunkgraph.execute._cluster_spec import cluster_json_schema
 from chunkgraph.flow.plan import DEFAULT_CAST, DEFAULT_RETRIES, BlendMode, CastRule, RunOptions
 from chunkgraph.geometry import Box
 from chunkgraph.volume import is_url, relative_place
@@ -122,13 +124,14 @@ class RunDefaults(_Model):
     executor: (
         ExecutorKind
         | Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://.+$")]
-        | dict[str, dict[str, Any] | None]
+        # checked by ClusterSpec (the key and the valid ones named); the schema from its table
+        | Annotated[dict[str, dict[str, Any] | None], WithJsonSchema(cluster_json_schema())]
         | None
     ) = Field(
         default=None,
         description="default: threads; or a Dask scheduler address; or a cluster to start, "
         f"one key of {', '.join(CLUSTER_KINDS)} holding its options, e.g. {{slurm: {{cores: 8, "
-        'memory: 32GiB, walltime: "02:00:00", jobs: 10}}}} (docs/executors.md lists them)',
+        'memory: 32GiB, walltime: "02:00:00", jobs: 10}} (docs/executors.md, A SLURM site)',
     )
     workers: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="default: all cores"

@@ -146,6 +146,40 @@ _RENAMED = {"job_extra_directives": "extra_directives", "job_script_prologue": "
             "n_workers": "jobs (or workers, on kubernetes)", "project": "account"}  # fmt: skip
 
 
+# Each check's JSON Schema, for `chunkgraph spec-schema` (the checks above are the rule).
+_SCHEMA_OF: dict[Callable[[object], str | None], dict[str, Any]] = {
+    _positive_int: {"type": "integer", "minimum": 1},
+    _seconds: {"type": "number", "exclusiveMinimum": 0},
+    _text: {"type": "string", "minLength": 1},
+    _texts: {"type": "array", "items": {"type": "string"}},
+    _mapping: {"type": "object"},
+    _bytes: {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 1}]},
+}
+
+
+def cluster_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a spec file's cluster, ``{kind: {option: value}}``, made from
+    ``OPTIONS``: one key, each kind's options with what they are."""
+    kinds = {
+        kind: {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {
+                name: {**_SCHEMA_OF[OPTIONS[name].check], "description": OPTIONS[name].about}
+                for name in valid_options(kind)
+            },
+        }
+        for kind in CLUSTER_KINDS
+    }
+    return {
+        "type": "object",
+        "minProperties": 1,
+        "maxProperties": 1,
+        "additionalProperties": False,
+        "properties": kinds,
+    }
+
+
 def valid_options(kind: str) -> list[str]:
     """The options a cluster of ``kind`` takes, in the order of the table.
 
