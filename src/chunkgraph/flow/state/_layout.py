@@ -9,6 +9,8 @@ names a part through these constants and functions::
       <flow id>.done              completion record (_markers.CompletionRecord)
       <flow id>/flow.json         totals, dst stamp, fingerprint (_info)
       <flow id>/markers/<kind>/   done markers (_markers.MarkerStore)
+      <flow id>/markers/<kind>.records/   records of many done markers each, one per
+                                  batch of tasks (MarkerStore.mark_done_many)
       <flow id>/layers/           the checkerboard's temporary layers (run's _checkerboard)
     <dst>/.chunkgraph-in-place.json   an in-place flow is rewriting dst (_info)
     <default root>/<flow id>.where    where a flow of dst keeps state elsewhere (_where)
@@ -40,6 +42,9 @@ DONE_SUFFIX = ".done"
 INFO_NAME = "flow.json"
 LAYERS_NAME = "layers"
 MARKERS_NAME = "markers"
+# markers/<kind><RECORDS_SUFFIX>/<record>: beside the plain markers of a kind, never among
+# them, so that listing the plain markers never lists a record.
+RECORDS_SUFFIX = ".records"
 # Beside dst, in its default root: <flow id>.where names the root of state kept elsewhere.
 WHERE_SUFFIX = ".where"
 # Inside an on-disk dst that an in-place flow is rewriting: where that flow keeps its

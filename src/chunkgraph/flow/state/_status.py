@@ -5,7 +5,8 @@ Every ``apply`` keeps its state under an intermediates directory, by default
 ``_layout``'s)::
 
     .smooth.zarr.chunkgraph/
-        <flow id>/              temporaries: layers/ and markers/{top,reduce}/ (_markers)
+        <flow id>/              temporaries: layers/ and markers/{top,reduce}[.records]/
+                                (_markers)
         <flow id>/flow.json     optional totals: {"top_tasks": N, "reductions": M,
                                 "deferred": bool, ...} (_info.write_flow_info; a deferred
                                 flow's geometry, _deferred)
@@ -84,7 +85,7 @@ from chunkgraph.flow.state._layout import (
     status_command,
 )
 from chunkgraph.flow.state._lock import holder
-from chunkgraph.flow.state._markers import REDUCE, TOP
+from chunkgraph.flow.state._markers import REDUCE, TOP, read_done_keys
 from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._store import (
     DirStore,
@@ -420,7 +421,9 @@ def _caller_level() -> int:
 
 
 def _count_markers(store: StateStore, flow_id: str, kind: str) -> int:
-    return sum(1 for n in store.names(join(flow_id, MARKERS_NAME, kind)) if not n.startswith("."))
+    """The keys of ``kind`` marked done: plain markers and the keys in records, as a
+    resume counts them (``read_done_keys``)."""
+    return len(read_done_keys(store, join(flow_id, MARKERS_NAME), kind))
 
 
 def _modified(store: StateStore, flow_id: str) -> float:
