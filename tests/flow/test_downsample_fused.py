@@ -119,6 +119,45 @@ def test_a_sharded_source_is_reduced_inner_chunk_by_inner_chunk(
     assert fused == _pyramid(tmp_path / "whole", data, method, 2, whole=True, **shards)
 
 
+def test_a_source_in_a_bucket_is_reduced_as_its_chunks_arrive(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _data("uint16", "mean", seed=6)
+    src = volume.create(f"s3://{bucket}/src.zarr", data.shape, (8, 8, 4), data.dtype)
+    src.write(src.bounds, data)
+    seen = _counting(monkeypatch)
+    levels = {}
+    for whole in (False, True):
+        if whole:
+            monkeypatch.delattr(downsample_chunk, "read_input")
+        report = downsample(
+            volume.open(f"s3://{bucket}/src.zarr"), factor=(2, 2, 1), levels=2, method="mean",
+            dst=str(tmp_path / f"{whole}" / "s{level}.zarr"),
+        )  # fmt: skip
+        levels[whole] = [volume.open(p).read(volume.open(p).bounds) for p in report.paths]
+    assert seen["fused"] > 0 and seen["declined"] == 0
+    for fused, whole in zip(levels[False], levels[True], strict=True):
+        assert fused.tobytes() == whole.tobytes()
+
+
+def test_channel_axes_pass_through_the_fused_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = np.stack([_data("float32", "mean", seed=s) for s in (1, 2)])  # (2, *SHAPE)
+    seen = _counting(monkeypatch)
+    src = volume.create(
+        str(tmp_path / "src.zarr"), data.shape, (2, 8, 8, 4), data.dtype, spatial_ndim=3
+    )
+    src.write(src.bounds, data)
+    report = downsample(src, factor=2, levels=1, method="max", dst=str(tmp_path / "s{level}"))
+    assert seen["fused"] > 0 and seen["declined"] == 0
+    level = volume.open(report.paths[0])
+    expected = downsample_chunk(
+        data, level.bounds, factor=(2, 2, 2), method="max", src_start=(0, 0, 0), src_stop=SHAPE
+    )
+    assert level.read(level.bounds).tobytes() == expected.tobytes()
+
+
 @pytest.mark.parametrize(
     ("chunks", "cache", "fused"),
     [
