@@ -14,7 +14,7 @@ import pytest
 import tensorstore as ts
 
 import chunkgraph.jobs._fused_read as fused_read
-from chunkgraph import downsample, volume
+from chunkgraph import CorruptChunkError, downsample, volume
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._block_reduce import METHODS
 from chunkgraph.jobs._pyramid import downsample_chunk
@@ -185,6 +185,22 @@ def test_the_fused_read_declines_what_it_cannot_reduce_chunk_by_chunk(
             src_start=(0, 0, 0), src_stop=SHAPE,
         )  # fmt: skip
         assert np.array_equal(got.level[:10, :8, :5], expected)
+
+
+def test_a_damaged_source_chunk_is_named_as_a_whole_read_names_it(tmp_path: Path) -> None:
+    data = _data("uint8", "mean", seed=9)
+    src = volume.create(str(tmp_path / "s.zarr"), data.shape, (8, 8, 4), data.dtype)
+    src.write(src.bounds, data)
+    chunk = tmp_path / "s.zarr" / "c" / "1" / "2" / "3"
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    src = volume.open(str(tmp_path / "s.zarr"))
+    with pytest.raises(CorruptChunkError, match=r"key 'c/1/2/3'"):
+        fused_read.read_reduced(
+            src, Box((0, 0, 0), SHAPE), factor=(2, 2, 2), method="mean",
+            src_start=(0, 0, 0), src_stop=SHAPE,
+        )  # fmt: skip
 
 
 def test_a_precomputed_source_takes_the_whole_region_read(
