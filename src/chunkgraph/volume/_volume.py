@@ -308,14 +308,19 @@ class Volume:
     def read_pieces(self, box: Box, take: Callable[[Box, np.ndarray[Any, Any]], None]) -> bool:
         """Hand ``take`` the data in ``box`` piece by piece, each stored chunk's part (an
         inner chunk's, sharded) as soon as it is decoded, so that the box is never whole
-        in memory: ``take(piece, data)``, ``piece`` a spatial box (global coordinates)
-        inside ``box``, ``data`` of shape ``channel_shape + piece.shape``, read-only. The
-        pieces tile ``box``; they come on the chunk pool's threads, in no set order. Counted
-        as ``read(box)`` is.
+        in memory. The pieces tile ``box``; they come on the chunk pool's threads, in no
+        set order. Counted as ``read(box)`` is.
 
-        Returns False, with nothing read, where this handle cannot: a chunk cache, a box
-        reaching past the bounds or empty, channel axes split across chunks, a backend
-        without the direct whole-chunk path (``_whole_chunks``); ``read`` serves those.
+        Args:
+            box: A spatial box inside the bounds (global coordinates).
+            take: Called as ``take(piece, data)`` for each piece: ``piece`` a spatial box
+                inside ``box``, ``data`` its voxels (shape ``channel_shape + piece.shape``;
+                do not change them: a missing chunk's fill is one value, broadcast).
+
+        Returns:
+            True; False, with nothing read, where this handle cannot: a chunk cache, a box
+            reaching past the bounds or empty, channel axes split across chunks, a backend
+            without the direct whole-chunk path (``_whole_chunks``): ``read`` serves those.
         """
         bounds, n_channel = self._bounds, len(self._channel_shape)
         inside = all(map(le, bounds.start, box.start)) and all(map(le, box.stop, bounds.stop))
