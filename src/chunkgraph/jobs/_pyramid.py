@@ -16,6 +16,10 @@ is read once and each level above it once: ``1 / prod(factor)`` of the level bel
 Partial blocks at the far edge are reduced over the voxels present: the function
 gets its chunk's ``box`` and the source's bounds, and crops the fill that reads past
 the edge return before reducing.
+
+A task's read of the level below reduces each storage chunk as soon as it is decoded,
+where the chunks allow it (``_fused_read`` says when and why not): the task then holds
+the level's voxels, never the region at the source's resolution, and writes the same bytes.
 """
 
 from __future__ import annotations

@@ -240,7 +240,8 @@ def read_inputs(job: TopJob, region: Box, timer: TaskTimer) -> tuple[dict[str, n
     The arrays are made read-only: ``fn`` gets views of them, and one chunk's
     ``fn`` writing into its input would corrupt its neighbours' inputs.
 
-    ``timer`` times each read, and the wait for the read lock as a read's wait.
+    ``timer`` times each read, and the wait for the read lock as a read's wait. An fn
+    with a read of its own (``_fn_reader``) reads an uncached input through it.
     """
     cached = any(getattr(v, "cache_bytes", 0) for v in job.inputs.values())
     data: dict[str, np.ndarray] = {}
