@@ -119,6 +119,8 @@ def read_reduced(
     # A chunk as long as the source has no edge inside it: nothing to straddle there.
     if any(c % f and c < n for c, f, n in zip(vol.read_chunks, factor, extent, strict=True)):
         return None
+    if any(o % f for o, f in zip(vol.offset, factor, strict=True)):  # downsample refuses it
+        return None
     level_start = tuple(b // f for b, f in zip(box.start, factor, strict=True))
     level_shape = tuple(-(-n // f) for n, f in zip(box.shape, factor, strict=True))
     out = np.zeros(vol.channel_shape + level_shape, vol.dtype)
