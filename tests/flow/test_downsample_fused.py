@@ -5,6 +5,10 @@ voxels, the same read accounting, and a task that never holds its source region.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -12,11 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 import tensorstore as ts
+from tests.flow.test_downsample import SRC_DIR, _markers
 
 import chunkgraph.jobs._fused_read as fused_read
 from chunkgraph import CorruptChunkError, downsample, volume
 from chunkgraph.geometry import Box
-from chunkgraph.jobs._block_reduce import METHODS
+from chunkgraph.jobs._block_reduce import METHODS, block_reduce
 from chunkgraph.jobs._pyramid import downsample_chunk
 
 SHAPE = (37, 29, 19)  # no factor below divides it: partial chunks and blocks at every far edge
@@ -268,3 +273,43 @@ def test_reads_are_counted_as_before_and_the_region_is_never_held(tmp_path: Path
     region = 128**3
     assert reads[False][2] == (data.nbytes // region,)
     assert peaks[True] > region > peaks[False], peaks
+
+
+# A run that reads its regions whole, as before the fused read: killed once it has marked
+# a task done.
+WHOLE_RUN = """
+import sys
+from chunkgraph import downsample, volume
+from chunkgraph.jobs._pyramid import downsample_chunk
+del downsample_chunk.read_input
+downsample(volume.open(sys.argv[1]), levels=2, method="mode", workers=1, memory_limit=2**24)
+"""
+
+
+def test_a_run_begun_reading_whole_regions_resumes_with_the_fused_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow is the same one either way (same fn, same keywords: the same flow id), so
+    a run resumed by the fused read skips what the whole-region read finished."""
+    data = np.random.default_rng(10).integers(0, 3, (256, 256, 128)).astype(np.uint32)
+    src = volume.create(str(tmp_path / "big.zarr"), data.shape, (32, 32, 32), data.dtype)
+    src.write(src.bounds, data)
+    env = {**os.environ, "PYTHONPATH": str(SRC_DIR)}
+    command = [sys.executable, "-c", WHOLE_RUN, str(tmp_path / "big.zarr")]
+    killed = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while _markers(tmp_path) < 1 and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.005)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, "the run ended before the kill"
+    seen = _counting(monkeypatch)
+    report = downsample(volume.open(str(tmp_path / "big.zarr")), levels=2, method="mode",
+                        workers=1, memory_limit=2**24, resume=True)  # fmt: skip
+    assert report.passes[0].top_tasks_skipped >= 1
+    assert seen["fused"] > 0
+    expected = data
+    for path in report.paths:
+        expected = block_reduce(expected, (2, 2, 2), "mode")
+        level = volume.open(path)
+        assert np.array_equal(level.read(level.bounds), expected)
