@@ -16,6 +16,10 @@ is read once and each level above it once: ``1 / prod(factor)`` of the level bel
 Partial blocks at the far edge are reduced over the voxels present: the function
 gets its chunk's ``box`` and the source's bounds, and crops the fill that reads past
 the edge return before reducing.
+
+A task's read of the level below reduces each storage chunk as soon as it is decoded,
+where the chunks allow it (``_fused_read`` says when and why not): the task then holds
+the level's voxels, never the region at the source's resolution, and writes the same bytes.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from chunkgraph.flow import ApplyReport, RunOptions, apply, claimed, refuse_if_w
 from chunkgraph.flow.plan import job_memory_refusal, resolve_memory_limit
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._block_reduce import METHODS, block_reduce, reduced_shape
+from chunkgraph.jobs._fused_read import ReducedRead, read_reduced
 from chunkgraph.jobs._run_options import job_options, planning
 from chunkgraph.volume import Volume, path_to_open, plain_zarr_backend, shards_by_write_chunks
 
@@ -143,7 +148,7 @@ def _opened(where: tuple[Any, ...]) -> Volume:
 
 
 def downsample_chunk(
-    data: np.ndarray[Any, Any],
+    data: np.ndarray[Any, Any] | ReducedRead,
     box: Box,
     *,
     factor: tuple[int, ...],
@@ -156,16 +161,25 @@ def downsample_chunk(
     ``box * factor``; voxels of ``data`` outside ``[src_start, src_stop)`` are fill read
     past the edge and take no part. ``above``: the places of the levels above this one
     that this pass writes too, each from the one below it, over ``box / factor ** j``
-    (the pass's top chunks cover their chunks whole: ``fused_pass``)."""
+    (the pass's top chunks cover their chunks whole: ``fused_pass``). ``data`` may come
+    already reduced, chunk by chunk as it was read (``read_input``: ``_fused_read``)."""
     spatial = len(factor)
-    present = tuple(
-        slice(0, max(0, min(b1 * f, stop) - b0 * f))
+    present = [
+        max(0, min(b1 * f, stop) - b0 * f)
         for b0, b1, f, stop in zip(box.start, box.stop, factor, src_stop, strict=True)
-    )
+    ]
     # The box never starts below the source (the level's bounds are the source's / factor).
     assert all(b * f >= s for b, f, s in zip(box.start, factor, src_start, strict=True))
-    index: tuple[Any, ...] = (Ellipsis, *present)
-    reduced = block_reduce(data[index], factor, method)
+    reduced: np.ndarray
+    if isinstance(data, ReducedRead):  # the level's voxels, partial blocks included
+        kept: tuple[Any, ...] = (
+            Ellipsis,
+            *(slice(0, -(-n // f)) for n, f in zip(present, factor, strict=True)),
+        )
+        reduced = data.level[kept]
+    else:
+        index: tuple[Any, ...] = (Ellipsis, *(slice(0, n) for n in present))
+        reduced = block_reduce(data[index], factor, method)
     level = reduced
     start = box.start
     for where in above:
@@ -179,10 +193,14 @@ def downsample_chunk(
     if reduced.shape[-spatial:] == box.shape:
         return reduced
     # A box past the level's edge (an expanded bbox): its writes are clipped there.
-    out = np.zeros(data.shape[:-spatial] + box.shape, data.dtype)
+    out = np.zeros(reduced.shape[:-spatial] + box.shape, reduced.dtype)
     written: tuple[Any, ...] = (Ellipsis, *(slice(0, n) for n in reduced.shape[-spatial:]))
     out[written] = reduced
     return out
+
+
+# The flow reads downsample_chunk's input through it: each chunk reduced as it is decoded.
+downsample_chunk.read_input = read_reduced  # type: ignore[attr-defined]
 
 
 def level_paths(src_path: str, levels: int, dst: str | None) -> list[str]:

@@ -13,7 +13,8 @@ codec objects, on the caller's thread and the chunk pool (``_whole_chunks``)::
            else                  GET index (ranged) ──> entries of the inner chunks needed
                                    sorted by offset, merged where the gap between
                                    two is at most ``gap`` bytes ─> ranged GETs
-           each inner chunk ─inner codecs' _decode_sync─> region
+           each inner chunk ─inner codecs' _decode_sync─> region (or, ``read_pieces``,
+                                                           the caller's callback)
     write: shard (edge padded with fill) ─> each inner chunk in Morton order
            ─inner codecs─> bytes + index (index codecs) ─> one PUT
 
@@ -41,6 +42,7 @@ from zarr.core.indexing import morton_order_iter
 from chunkgraph.volume._storage import Index
 from chunkgraph.volume._whole_chunks import (
     Cell,
+    Put,
     WholeChunks,
     cells_of,
     each,
@@ -133,25 +135,28 @@ class WholeShards(WholeChunks):
     def read(self, index: Index) -> np.ndarray[Any, Any]:
         index = self._bounded(index)
         out = np.empty(tuple(s.stop - s.start for s in index), dtype=self._dtype)
-        limit = in_flight_of(self._store)
-        # First each shard's index (or the shard itself), then the ranges they point to.
-        fetches = [f for found in each(self._plan(out), cells_of(index, self._chunks), limit)
-                   for f in found]  # fmt: skip
-        each(lambda fetch: self._place(fetch, out), fetches, limit)
+        self._read_into(index, out.__setitem__)
         return out
 
-    def _plan(self, out: np.ndarray[Any, Any]) -> Any:
+    def _read_into(self, index: Index, put: Put) -> None:
+        limit = in_flight_of(self._store)
+        # First each shard's index (or the shard itself), then the ranges they point to.
+        fetches = [f for found in each(self._plan(put), cells_of(index, self._chunks), limit)
+                   for f in found]  # fmt: skip
+        each(lambda fetch: self._place(fetch, put), fetches, limit)
+
+    def _plan(self, put: Put) -> Any:
         def plan(cell: Cell) -> list[_Fetch]:
             coords, inside, target = cell
             key = self._key(coords)
             inner = self._inner_cells(inside, target)
             if len(inner) == self._stored_inner(coords):  # all of it: one request
-                return self._whole(key, inner, out)
+                return self._whole(key, inner, put)
             entries = self._index_of(key)
             if entries is None:
-                out[target] = self._fill
+                put(target, self._fill)
                 return []
-            return self._coalesced(key, entries, inner, out)
+            return self._coalesced(key, entries, inner, put)
 
         return plan
 
@@ -173,11 +178,11 @@ class WholeShards(WholeChunks):
             n *= -(-(min(s, size - k * s)) // c)
         return n
 
-    def _whole(self, key: str, inner: list[Cell], out: np.ndarray[Any, Any]) -> list[_Fetch]:
+    def _whole(self, key: str, inner: list[Cell], put: Put) -> list[_Fetch]:
         stored = self._store.get_sync(key, prototype=self._prototype)
         if stored is None:
             for _, _, target in inner:
-                out[target] = self._fill
+                put(target, self._fill)
             return []
         raw = stored.as_numpy_array()
         size = len(raw)
@@ -185,7 +190,7 @@ class WholeShards(WholeChunks):
             raise ValueError(f"shard {key!r} is {size} bytes, shorter than its index")
         at = size - self._index_size if self._index_at_end else 0
         entries = self._decode_index(stored[at : at + self._index_size], key, size)
-        found = self._parts(entries, inner, out)
+        found = self._parts(entries, inner, put)
         # The decoding is spread over the pool: a few inner chunks per task.
         return [
             _Fetch(key, None, None, found[i : i + DECODES_PER_TASK], raw)
@@ -219,25 +224,25 @@ class WholeShards(WholeChunks):
         return entries
 
     def _parts(
-        self, entries: np.ndarray[Any, Any], inner: list[Cell], out: np.ndarray[Any, Any]
+        self, entries: np.ndarray[Any, Any], inner: list[Cell], put: Put
     ) -> list[tuple[int, int, Index, Index]]:
         """(offset, length, within, target) of each stored inner chunk; the rest filled."""
         found = []
         for coords, within, target in inner:
             offset, length = (int(v) for v in entries[coords])
             if offset == MAX_UINT64:
-                out[target] = self._fill
+                put(target, self._fill)
             else:
                 found.append((offset, length, within, target))
         return found
 
     def _coalesced(
-        self, key: str, entries: np.ndarray[Any, Any], inner: list[Cell], out: np.ndarray[Any, Any]
+        self, key: str, entries: np.ndarray[Any, Any], inner: list[Cell], put: Put
     ) -> list[_Fetch]:
         """The ranged reads of ``inner``: entries sorted by offset, merged across small gaps."""
         gap = self._gap()
         fetches: list[_Fetch] = []
-        for part in sorted(self._parts(entries, inner, out), key=lambda p: p[0]):
+        for part in sorted(self._parts(entries, inner, put), key=lambda p: p[0]):
             offset, length = part[0], part[1]
             last = fetches[-1] if fetches else None
             if last is not None and last.stop is not None and offset - last.stop <= gap:
@@ -248,7 +253,7 @@ class WholeShards(WholeChunks):
             last.parts.append(part)
         return fetches
 
-    def _place(self, fetch: _Fetch, out: np.ndarray[Any, Any]) -> None:
+    def _place(self, fetch: _Fetch, put: Put) -> None:
         raw, base = fetch.data, 0
         if raw is None:
             assert fetch.start is not None and fetch.stop is not None
@@ -259,7 +264,7 @@ class WholeShards(WholeChunks):
             )
             if got is None:  # deleted since its index was read: fill, as a missing shard
                 for *_, target in fetch.parts:
-                    out[target] = self._fill
+                    put(target, self._fill)
                 return
             raw, base = got.as_numpy_array(), fetch.start
             if len(raw) != fetch.stop - fetch.start:
@@ -268,7 +273,7 @@ class WholeShards(WholeChunks):
             piece = self._prototype.buffer.from_array_like(
                 raw[offset - base : offset - base + length]
             )
-            out[target] = self._decode(piece)[within]
+            put(target, self._decode(piece)[within])
 
     # -- writing -----------------------------------------------------------------------------
 

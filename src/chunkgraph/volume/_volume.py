@@ -59,6 +59,8 @@ from chunkgraph.volume._object_store import StoreOptions
 from chunkgraph.volume._stats import IOStats, _IOCounters
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from chunkgraph.volume._storage import Index, Storage
 
 
@@ -302,6 +304,45 @@ class Volume:
         else:
             self._read_through_cache(inner, target, self._cache)
         return out
+
+    def read_pieces(self, box: Box, take: Callable[[Box, np.ndarray[Any, Any]], None]) -> bool:
+        """Hand ``take`` the data in ``box`` piece by piece, each stored chunk's part (an
+        inner chunk's, sharded) as soon as it is decoded, so that the box is never whole
+        in memory. The pieces tile ``box``; they come on the chunk pool's threads, in no
+        set order. Counted as ``read(box)`` is.
+
+        Args:
+            box: A spatial box inside the bounds (global coordinates).
+            take: Called as ``take(piece, data)`` for each piece: ``piece`` a spatial box
+                inside ``box``, ``data`` its voxels (shape ``channel_shape + piece.shape``;
+                do not change them: a missing chunk's fill is one value, broadcast).
+
+        Returns:
+            True; False, with nothing read, where this handle cannot: a chunk cache, a box
+            reaching past the bounds or empty, channel axes split across chunks, a backend
+            without the direct whole-chunk path (``_whole_chunks``): ``read`` serves those.
+        """
+        bounds, n_channel = self._bounds, len(self._channel_shape)
+        inside = all(map(le, bounds.start, box.start)) and all(map(le, box.stop, bounds.stop))
+        pieces = getattr(self._storage, "read_pieces", None)
+        if (
+            not inside
+            or box.is_empty
+            or self._cache is not None
+            or pieces is None
+            or self._meta.chunks[:n_channel] != self._channel_shape
+        ):
+            return False
+
+        def spatial(target: Index, data: np.ndarray[Any, Any]) -> None:
+            start = [b + s.start for b, s in zip(box.start, target[n_channel:], strict=True)]
+            stop = [b + s.stop for b, s in zip(box.start, target[n_channel:], strict=True)]
+            take(Box.unchecked(tuple(start), tuple(stop)), data)
+
+        if not pieces(self._local_index(box), spatial):
+            return False
+        self._count_read(box)
+        return True
 
     def _read_through_cache(
         self, inner: Box, target: np.ndarray[Any, Any], cache: ChunkCache

@@ -26,6 +26,11 @@ arrays this does not serve (``whole_chunks_of`` returns None): Zarr v2, other
 codecs or pipelines. Sharded arrays have a path of their own on the same
 footing (``_shards``).
 
+Pieces. ``read_pieces`` hands each chunk's part of a region to a callback as soon
+as it is decoded, instead of copying it into one array for the region: a consumer
+that reduces each chunk (a downsample, ``jobs._fused_read``) never holds the region
+whole. ``read`` and ``read_pieces`` share one walk over the chunks (``_read_into``).
+
 Several chunks. One chunk is done on the caller's thread. A region of more goes
 to a pool of threads, at most ``in_flight_of(store)`` of its chunks at once:
 zstd and the store's requests release the GIL, so chunks overlap on a disk (a
@@ -65,6 +70,10 @@ R = TypeVar("R")
 
 # One region's chunk cells: (grid coords, slices in the chunk, slices in the region).
 Cell = tuple[tuple[int, ...], Index, Index]
+# Where a decoded part goes: (slices in the region, an array or the fill scalar).
+Put = Callable[[Index, Any], None]
+# What ``read_pieces`` hands each piece to: (slices in the region, the piece).
+Take = Callable[[Index, np.ndarray[Any, Any]], None]
 
 
 def whole_chunks_of(array: Any, *, sharded: bool = False) -> WholeChunks | None:
@@ -145,14 +154,39 @@ class WholeChunks:
                 return chunk.astype(self._dtype)
             return chunk if chunk.flags.writeable else chunk.copy()
         out = np.empty(shape, dtype=self._dtype)
+        self._read_into(index, out.__setitem__)
+        return out
+
+    def read_pieces(self, index: Index, take: Take) -> None:
+        """Hand ``take`` the region ``index`` piece by piece, each stored chunk's part (an
+        inner chunk's, sharded) as soon as it is decoded: ``take(slices in the region,
+        part)``, a missing chunk's part as fill (a read-only broadcast). On the chunk pool,
+        in no set order; the pieces tile the region. What a reduction fused into the read
+        consumes without the region ever being whole in memory."""
+
+        def put(target: Index, value: Any) -> None:
+            take(target, self._piece(target, value))
+
+        self._read_into(self._bounded(index), put)
+
+    def _read_into(self, index: Index, put: Put) -> None:
+        """``put(slices in the region, chunk part or fill scalar)`` for each chunk ``index``
+        (bounded) touches, on the chunk pool."""
 
         def fetch(cell: Cell) -> None:
             coords, inside, target = cell
             chunk = self._decoded(coords)
-            out[target] = self._fill if chunk is None else chunk[inside]
+            put(target, self._fill if chunk is None else chunk[inside])
 
-        each(fetch, cells, in_flight_of(self._store))
-        return out
+        each(fetch, self._cells(index), in_flight_of(self._store))
+
+    def _piece(self, target: Index, value: Any) -> np.ndarray[Any, Any]:
+        """``value`` as an array of the volume's dtype and ``target``'s shape: a fill
+        scalar broadcast, a chunk decoded in its stored byte order made native."""
+        if not isinstance(value, np.ndarray):
+            shape = tuple(s.stop - s.start for s in target)
+            return np.broadcast_to(np.asarray(value, self._dtype), shape)
+        return value if value.dtype == self._dtype else value.astype(self._dtype)
 
     def _decoded(self, coords: tuple[int, ...]) -> np.ndarray[Any, Any] | None:
         stored = self._store.get_sync(self._key(coords), prototype=self._prototype)

@@ -66,7 +66,7 @@ from chunkgraph.volume._object_zarr import (
 from chunkgraph.volume._shards import whole_shards_of
 from chunkgraph.volume._storage import Index, VolumeMeta, meta_from_stored
 from chunkgraph.volume._store_errors import is_store_failure
-from chunkgraph.volume._whole_chunks import whole_chunks_of
+from chunkgraph.volume._whole_chunks import Take, whole_chunks_of
 
 BACKEND = "zarr"
 
@@ -116,6 +116,20 @@ class ZarrStorage:
             if not _is_decode_error(error):
                 raise
             raise_corrupt_chunks(self._layout(), index, self._read, _is_decode_error, error, "read")
+
+    def read_pieces(self, index: Index, take: Take) -> bool:
+        """``index`` handed to ``take`` chunk by chunk as each is decoded
+        (``WholeChunks.read_pieces``); False, with nothing read, off the direct path."""
+        direct = self._direct
+        if direct is None:
+            return False
+        try:
+            direct.read_pieces(index, take)
+        except Exception as error:
+            if not _is_decode_error(error):
+                raise
+            raise_corrupt_chunks(self._layout(), index, self._read, _is_decode_error, error, "read")
+        return True
 
     def write(self, index: Index, data: np.ndarray[Any, Any]) -> None:
         try:

@@ -240,7 +240,8 @@ def read_inputs(job: TopJob, region: Box, timer: TaskTimer) -> tuple[dict[str, n
     The arrays are made read-only: ``fn`` gets views of them, and one chunk's
     ``fn`` writing into its input would corrupt its neighbours' inputs.
 
-    ``timer`` times each read, and the wait for the read lock as a read's wait.
+    ``timer`` times each read, and the wait for the read lock as a read's wait. An fn
+    with a read of its own (``_fn_reader``) reads an uncached input through it.
     """
     cached = any(getattr(v, "cache_bytes", 0) for v in job.inputs.values())
     data: dict[str, np.ndarray] = {}
@@ -257,13 +258,27 @@ def read_inputs(job: TopJob, region: Box, timer: TaskTimer) -> tuple[dict[str, n
             lock.release()
     else:
         before = _bytes_read(job)
+        reader = _fn_reader(job.fn)
         for name, vol in job.inputs.items():
             own = scaled(region, job.spec.scale_of(name))
-            data[name] = timer.read(functools.partial(vol.read, own))
+            got = None if reader is None else timer.read(functools.partial(reader, vol, own))
+            data[name] = timer.read(functools.partial(vol.read, own)) if got is None else got
         read = _bytes_read(job) - before
     for array in data.values():
         array.flags.writeable = False
     return data, read
+
+
+def _fn_reader(fn: Callable[..., Any]) -> Callable[[Volume, Box], Any] | None:
+    """fn's own read of an input, where its function has one (``read_input``: a
+    downsample reduces each chunk as it is decoded, ``jobs._fused_read``):
+    ``read_input(volume, box, **fn's keywords)`` returns what stands for
+    ``volume.read(box)`` to fn (indexed alike, with ``flags``), or None for a plain read.
+    Uncached inputs only: a cached input is read in slabs, through its cache."""
+    reader = getattr(getattr(fn, "func", fn), "read_input", None)
+    if reader is None:
+        return None
+    return functools.partial(reader, **getattr(fn, "keywords", {}))
 
 
 def _bytes_read(job: TopJob) -> int:
