@@ -43,10 +43,11 @@ from chunkgraph.flow.run._top_task import (
     TopJob,
     TopStats,
     forget_flow,
+    mark_done,
     run_top_task,
     superchunks_in_flight,
 )
-from chunkgraph.flow.state import REDUCE, TOP, grid_key
+from chunkgraph.flow.state import REDUCE, TOP, close_journal, grid_key, open_journal
 from chunkgraph.geometry import Box
 from chunkgraph.graph import Cost, Graph
 
@@ -204,6 +205,11 @@ class FlowGraph:
         gets_before, chunks_before = input_gets(self.inputs)
         # Where the tasks' time and memory go (_breakdown): the process's RSS and CPU over them.
         meter = RunMeter().start()
+        # Tasks on the driver's threads mark done in bulk (_journal): opened here,
+        # written out however the run ends.
+        kinds = (TOP, REDUCE) if self.in_process else ()
+        for kind in kinds:
+            open_journal(self.markers, kind, self.job.run_token)
         try:
             results = (
                 run(
@@ -217,8 +223,14 @@ class FlowGraph:
                 if refs
                 else []
             )
+        except BaseException:
+            for kind in kinds:
+                close_journal(self.job.run_token, kind, quiet=True)
+            raise
         finally:
             meter.stop()
+            for kind in kinds:  # a run that returned: a write's error is raised here
+                close_journal(self.job.run_token, kind)
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)
         top_stats = [r for r in results if isinstance(r, TopStats)]
@@ -367,7 +379,7 @@ def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> Reductio
     if job.layers is None:
         raise AssertionError("a reduction needs temporary layers; this flow writes directly")
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    job.markers.mark_done(REDUCE, key)
+    mark_done(job, REDUCE, key)
     return stats
 
 

@@ -71,7 +71,7 @@ from chunkgraph.flow.run._subchunk import (
     process_chunk,
     stream_chunk,
 )
-from chunkgraph.flow.state import TOP, MarkerStore, grid_key
+from chunkgraph.flow.state import TOP, MarkerStore, grid_key, journal_of
 from chunkgraph.geometry import Box
 from chunkgraph.parallel import WorkStealingPool, parallel_map
 from chunkgraph.parallel._pool import local_pool
@@ -137,8 +137,18 @@ def run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:
     """Graph task: read the padded superchunk once, process all levels, write, mark done."""
     stats = _run_top_task(job, index, box)
     check_run_live(job.run_token)
-    job.markers.mark_done(TOP, grid_key(index))
+    mark_done(job, TOP, grid_key(index))
     return stats
+
+
+def mark_done(job: TopJob, kind: str, key: str) -> None:
+    """Mark ``key`` done: through the run's journal where the driver's threads run the
+    task (one record a second, ``_journal``), else with a marker of its own."""
+    journal = journal_of(job.run_token, kind)
+    if journal is None:
+        job.markers.mark_done(kind, key)
+    else:
+        journal.add(key)
 
 
 def _run_top_task(job: TopJob, index: tuple[int, ...], box: Box) -> TopStats:

@@ -9,7 +9,8 @@ pyproject.toml checks it; no module here imports another inside a function)::
     _lease                              the lock as a lease object in an object store
     _lock                               hold(store, key): flock or lease; Fence
     _markers | _dst_lock                done markers, completion record; claims on dst regions
-    _info | _where                      flow.json, the in-place mark; notes beside dst
+    _info | _where | _journal           flow.json, the in-place mark; notes beside dst; markers
+                                        of the driver's own tasks written in bulk
     _flow_dir                           FlowDir: one flow's state behind methods
     _status                             what each flow under a root is doing
     _clean                              removing a flow, or the stale ones
@@ -36,6 +37,7 @@ from chunkgraph.flow.state._dst_lock import claimed, refuse_if_written
 from chunkgraph.flow.state._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow.state._flow_dir import FlowDir
 from chunkgraph.flow.state._info import in_place_mark, lost_in_place_state, read_flow_info
+from chunkgraph.flow.state._journal import close_journal, journal_of, open_journal
 from chunkgraph.flow.state._layout import (
     clean_command,
     default_root,
@@ -72,6 +74,7 @@ __all__ = [
     "claimed",
     "clean_command",
     "clean_flow",
+    "close_journal",
     "default_root",
     "default_state_root",
     "dst_of_state_root",
@@ -82,9 +85,11 @@ __all__ = [
     "grid_key",
     "in_place_conflict",
     "in_place_mark",
+    "journal_of",
     "kept_state_note",
     "layers_place",
     "lost_in_place_state",
+    "open_journal",
     "reach",
     "read_flow_info",
     "refuse_if_written",

@@ -5,7 +5,9 @@ only then an empty marker file named after its grid key. A marker therefore
 proves that the data it stands for is complete on disk; a process killed at
 any point (SIGKILL included) leaves at worst a task whose data is partly
 written and whose marker is missing, and that task simply runs again and
-overwrites the same voxels with the same values.
+overwrites the same voxels with the same values. (Tasks on the driver's own
+threads hand their keys to the run's journal instead, which writes them in
+bulk, as records, once a second: ``_journal``.)
 
 State (all under ``<intermediates>/<flow_id>/``)::
 
