@@ -12,6 +12,7 @@ for an object store), ``WholeChunks`` does what zarr's pipeline does, with the
 same objects, on the caller's thread::
 
     read:  key ─store.get_sync─> bytes ─codecs' _decode_sync (last first)─> chunk ─> region
+           (crc32c + zstd + bytes, the usual chain, in one step: ``_fast_decode``)
     write: region ─> chunk (edge padded with fill) ─codecs' _encode_sync─> store.set_sync
 
 so the files are zarr's own byte for byte, checksums included. A missing
@@ -57,6 +58,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.codec_pipeline import BatchedCodecPipeline
 
+from chunkgraph.volume._fast_decode import FastDecode, fast_decoder
 from chunkgraph.volume._storage import Index
 
 try:  # zarr >= 3.1.6: codecs and stores with synchronous forms
@@ -66,6 +68,7 @@ except ImportError:  # pragma: no cover - older zarr: everything stays on zarr's
     SupportsSyncCodec = SupportsSyncStore = None  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
+_UNSET = object()  # the fast decoder not looked for yet
 R = TypeVar("R")
 
 # One region's chunk cells: (grid coords, slices in the chunk, slices in the region).
@@ -131,6 +134,7 @@ class WholeChunks:
         # Each codec with the spec of what it is handed, as zarr's pipeline resolves them.
         pipeline = async_array.codec_pipeline
         self._codecs: list[tuple[Any, Any]] = []
+        self._fast: FastDecode | object | None = _UNSET
         for codec in (
             *pipeline.array_array_codecs,
             pipeline.array_bytes_codec,
@@ -196,12 +200,23 @@ class WholeChunks:
         """One stored chunk's bytes through the codecs, last first (timed for a store that
         sizes its requests in flight by it, ``_pace``)."""
         start = time.perf_counter()
-        data = stored
-        for codec, spec in reversed(self._codecs):
-            data = codec._decode_sync(data, spec)
+        fast = self._fast_decode()
+        decoded = None if fast is None else fast(stored.as_numpy_array())
+        if decoded is None:  # not a chain _fast_decode knows, or bytes it did not expect
+            data = stored
+            for codec, spec in reversed(self._codecs):
+                data = codec._decode_sync(data, spec)
+            decoded = np.asarray(data.as_numpy_array())
         if self._pace is not None:
             self._pace.work(time.perf_counter() - start)
-        return np.asarray(data.as_numpy_array())
+        return decoded
+
+    def _fast_decode(self) -> FastDecode | None:
+        """The one-step decoder of ``_codecs`` (``_fast_decode``), made on first use: a
+        subclass sets its own ``_codecs`` after this constructor."""
+        if self._fast is _UNSET:
+            self._fast = fast_decoder(self._codecs)
+        return self._fast  # type: ignore[return-value]
 
     # -- writing -----------------------------------------------------------------------------
 
