@@ -460,10 +460,10 @@ def _bottom_shape(
     the sweep, on the storage grain: it is the top chunk's thickness there) with the
     margins ``2P`` at most ``MAX_CROP_SHARE`` of them (``_bottom_size``'s rule: the
     smallest is always allowed, even over the budget); a shape must leave the bbox
-    ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does. Among equals in redundant compute,
-    the shorter along the sweep (the superchunk is the bottom's length there times the
-    whole cross-section, so length across the sweep costs less memory), then the
-    smaller.
+    ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does. Among equals in
+    redundant compute, the shorter along the sweep (the superchunk is the bottom's length
+    there times the whole cross-section, so length across the sweep costs less memory),
+    then the smaller.
 
     >>> dst = StorageLayout("dst", Box((0, 0, 0), (256, 512, 512)), (64, 64, 64), 4)
     >>> shape, why = _bottom_shape((256, 512, 512), (8, 8, 8), dst, (1, 1, 1), (64, 64, 64),
