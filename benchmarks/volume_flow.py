@@ -264,7 +264,9 @@ def case_cg_auto_lru(src_path: str, dst_path: str, shape: tuple[int, ...]) -> An
     plan = volume.apply(gaussian, volume.open(src_path), dst, crop_pads=HALO, dry_run=True).plan
     assert plan is not None
     top, sweep = plan.chunk_sizes[0], plan.sweep_axis
-    read = [t if a != sweep else -(-(t + 2 * HALO) // CHUNK + 1) * CHUNK for a, t in enumerate(top)]
+    # Along the sweep an inner task reads [start - 8, stop + 8): ceil((t + 16) / 64) + 1 chunks.
+    layers = -(-(top[sweep] + 2 * HALO) // CHUNK) + 1
+    read = [t if a != sweep else layers * CHUNK for a, t in enumerate(top)]
     return _auto(src_path, dst_path, shape, cache=int(np.prod(read) * 4 * 1.25))
 
 
