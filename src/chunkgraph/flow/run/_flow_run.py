@@ -15,7 +15,10 @@ touches the world, in this order::
     resume or start over ──> in-place rules ──(finished)──> report
         │     (dst re-created: start over; not resuming: clear markers,
         v      layers removed and made anew)
-    probe ──> open: record removed, .where note, in-place mark
+    reader counts to apply's own input caches (_reader_counts) ──> probe
+        │
+        v
+    open: record removed, .where note, in-place mark
         │
         v
     run the graph (_flow_graph) ──> record ──> unmark in place ──> discard ──> report
