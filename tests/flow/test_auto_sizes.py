@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from chunkgraph import ConfigError, volume
 from chunkgraph.flow import ReadAmplificationWarning
-from chunkgraph.flow.plan._auto_sizes import MAX_CROP_SHARE, StorageLayout, plan_sizes, read_plan
+from chunkgraph.flow.plan._auto_sizes import (
+    MAX_CROP_SHARE,
+    StorageLayout,
+    _redundancy,
+    plan_sizes,
+    read_plan,
+)
 from chunkgraph.flow.plan._divisibility import check_divisibility, check_top_divides
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
@@ -45,11 +51,11 @@ def _check_valid(plan, shape: tuple[int, ...]) -> None:
     ("shape", "chunks", "top", "bottom", "sweep"),
     [
         # the benchmark's volume: whole across axes 0, 1; one 128-bottom thick along 2
-        ((256, 512, 512), (64, 64, 64), (256, 512, 128), (128, 128, 128), 2),
+        ((256, 512, 512), (64, 64, 64), (256, 512, 128), (128, 256, 128), 2),
         # deeper than wide: the sweep follows the longest axis, the smallest cross-section
-        ((1024, 256, 256), (64, 64, 64), (128, 256, 256), (128, 128, 128), 0),
+        ((1024, 256, 256), (64, 64, 64), (128, 256, 256), (128, 128, 256), 0),
         # anisotropic storage chunks: the top chunk stays on their grid
-        ((64, 512, 1024), (16, 128, 128), (64, 512, 128), (64, 128, 128), 2),
+        ((64, 512, 1024), (16, 128, 128), (64, 512, 128), (64, 256, 128), 2),
         # a thin axis smaller than the crop-derived bottom: the bottom spans it whole
         ((32, 256, 256), (32, 64, 64), (32, 256, 128), (32, 128, 128), 2),
     ],
@@ -74,6 +80,30 @@ def test_bottom_chunks_keep_the_crop_margin_small() -> None:
         plan = _plan((256, 512, 512), (64, 64, 64), pad=pad, memory=8 * GiB)
         bottom = plan.chunk_sizes[-1]
         assert all(2 * pad <= MAX_CROP_SHARE * b for b in bottom), (pad, bottom)
+
+
+def test_the_bottom_chunk_is_the_least_redundant_shape_the_budget_holds() -> None:
+    """256 x 512 x 512 in 64^3 chunks, crop 8. Bottom shapes on the 64 grid with margins
+    <= 1/8: 128 or more per axis. (128, 256, 128) computes (144/128)^2 * 272/256 = 1.34x
+    against 128^3's 1.42x; its buffers (144 * 272 * 144 voxels * 2 * 8 B = 86 MiB) fit
+    BOTTOM_BYTES. 256 on an axis across the sweep, not along it: the superchunk is the
+    whole cross-section times the bottom's length along the sweep."""
+    plan = _plan((256, 512, 512), (64, 64, 64))
+    bottom = plan.chunk_sizes[-1]
+    assert bottom == (128, 256, 128) and plan.sweep_axis == 2
+    assert _redundancy(bottom, (8, 8, 8)) == (144 / 128) ** 2 * 272 / 256
+    why = plan.reasons[0]
+    assert why.startswith("bottom chunk (128, 256, 128): the least redundant compute (1.34x)")
+    assert "(128, 128, 128), computes 1.42x" in why
+    assert "longer across the sweep (axis 1) than along it" in why
+    assert why in plan.summary()
+    # A small budget keeps the margins' shape: an eighth of memory_limit for the buffers.
+    small = _plan((256, 512, 512), (64, 64, 64), memory=300 * 2**20)
+    assert small.chunk_sizes[-1] == (128, 128, 128)
+    assert "fit 37.5 MiB (the smallest sizes, over that budget)" in small.reasons[0]
+    # Never fewer pieces than the smallest sizes leave (here 4): the cores share them.
+    thin = _plan((32, 256, 256), (32, 64, 64))
+    assert thin.chunk_sizes[-1] == (32, 128, 128)
 
 
 def test_no_halo_needs_no_cache_and_one_level_when_top_is_bottom() -> None:

@@ -152,3 +152,54 @@ def test_concurrent_cached_reads_and_writes_stay_consistent(make_volume: MakeVol
     for t in threads:
         t.join()
     assert np.all(v.read(v.bounds) == 5)
+
+
+# --- planned reads: kept until the last reader, never by LRU luck ------------------------
+
+
+def test_planned_chunks_stay_until_their_last_reader_then_go() -> None:
+    """readers: chunk "a" three reads, "b" two, "c" one (never stored)."""
+    counts = {"a": 3, "b": 2, "c": 1}
+    cache = ChunkCache(capacity=10 * 80)
+    cache.plan_readers(counts.__getitem__)
+    assert cache.put("a", np.zeros(10), cache.epoch)  # first read: 2 to come
+    assert cache.put("b", np.zeros(10), cache.epoch)  # first read: 1 to come
+    assert not cache.put("c", np.zeros(10), cache.epoch)  # its only read: nothing to keep
+    assert cache.pinned_keys == {"a", "b"} and cache.nbytes == 160
+    assert cache.get("b") is not None  # its last reader: gone at once
+    assert cache.pinned_keys == {"a"} and cache.get("b") is None
+    assert cache.get("a") is not None and cache.pinned_keys == {"a"}
+    assert cache.get("a") is not None and len(cache) == 0 and cache.nbytes == 0
+    assert cache.peak == 160
+
+
+def test_pins_are_never_evicted_a_chunk_past_the_budget_is_not_stored() -> None:
+    cache = ChunkCache(capacity=2 * 80)
+    cache.plan_readers(lambda key: 2)
+    assert cache.put(0, np.zeros(10), cache.epoch) and cache.put(1, np.zeros(10), cache.epoch)
+    assert not cache.put(2, np.zeros(10), cache.epoch)  # no room beside the pins
+    assert cache.pinned_keys == {0, 1}
+    cache.plan_readers(None)  # back to LRU: the pins go
+    assert len(cache) == 0 and cache.pinned_keys == frozenset()
+    for k in range(3):
+        cache.put(k, np.zeros(10), cache.epoch)
+    assert cache.get(0) is None and cache.get(2) is not None
+
+
+def test_a_volume_keeps_a_planned_chunk_for_its_later_readers(
+    backend: str, make_volume: MakeVolume
+) -> None:
+    """8 x 12 in 4 x 4 chunks, read as two boxes that share the middle column of chunks:
+    those are fetched once and dropped after the second box; the others never stored."""
+    v = make_volume(backend, (8, 12), (4, 4), "float32", cache_bytes=1 << 20)
+    data = np.arange(96, dtype="float32").reshape(8, 12)
+    v.write(v.bounds, data)
+    first, second = Box((0, 0), (8, 6)), Box((0, 6), (8, 12))
+    v.plan_reads(lambda key: 2 if key[1] == 1 else 1)  # column 1 of chunks is shared
+    np.testing.assert_array_equal(v.read(first), data[:, :6])
+    assert v.cache_peak == 2 * 64
+    np.testing.assert_array_equal(v.read(second), data[:, 6:])
+    s = v.stats
+    assert (s.chunks_read, s.cache_hits, s.bytes_read) == (6, 2, 6 * 64)  # each chunk once
+    np.testing.assert_array_equal(v.read(second), data[:, 6:])  # past the plan: read again
+    assert v.stats.chunks_read == 10

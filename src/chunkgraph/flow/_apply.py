@@ -26,7 +26,8 @@ executor's priorities keep that order among equals, so consecutive tasks are
 neighbours and share halo storage chunks: with a chunk cache on the inputs
 (``volume.open(..., cache_bytes=...)``) a halo read by one task is still
 cached when its neighbour needs it (``_top_task`` orders the reads so that an
-LRU cache sees one sweep). ``ApplyReport.read_amplification`` measures the
+LRU cache sees one sweep; the cache apply owns keeps each shared chunk until its
+last reader, ``_reader_counts``). ``ApplyReport.read_amplification`` measures the
 result at the storage level.
 
 Memory. A run holds the input caches, the superchunks of the top-level tasks

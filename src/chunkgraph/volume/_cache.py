@@ -1,9 +1,26 @@
-"""An LRU cache of decoded storage chunks under a byte budget, safe across threads.
+"""A cache of decoded storage chunks under a byte budget, safe across threads.
 
-Policy: least recently used goes first once the stored bytes exceed
-``capacity``. A chunk larger than the whole budget is never stored (it would
-evict everything and then itself). Stored arrays are made read-only, so a
-caller cannot corrupt the cache by writing into what ``get`` returned.
+Two policies, one per use:
+
+* **LRU** (the default, any reader): least recently used goes first once the stored
+  bytes exceed ``capacity``.
+* **Planned reads** (``plan_readers``: a flow that knows which chunks it reads again and
+  when): a rule ``readers(key)`` says how many reads in all the plan makes of a chunk.
+  A fetched chunk is kept only when a later read will want it (``readers(key) > 1``),
+  with its count of reads still to come; each hit counts one down, and the chunk goes
+  as soon as its last reader has it. A chunk read once is never stored, so the cache
+  holds exactly the chunks still shared, whatever order the reads arrive in::
+
+      readers(k) = 3:  fetch ──keep, 2 left──> hit ──1 left──> hit ──0 left: dropped
+      readers(k) = 1:  fetch ──not stored
+
+  Kept chunks are pinned: never evicted to make room; a chunk that would not fit
+  beside them is not stored (its later readers fetch it again: the plan's sizing, not
+  luck, decides). ``plan_readers(None)`` drops the pins and returns to LRU.
+
+A chunk larger than the whole budget is never stored (it would evict everything and
+then itself). Stored arrays are made read-only, so a caller cannot corrupt the cache by
+writing into what ``get`` returned.
 
 Staleness. A reader fetches a chunk from storage *outside* the lock (decoding
 is slow); a writer may change that chunk meanwhile. To keep the reader from
@@ -21,6 +38,10 @@ State, all guarded by ``_lock``::
 
     _chunks   OrderedDict key -> ndarray, least recently used first
     _nbytes   sum of the stored arrays' nbytes (<= capacity)
+    _left     key -> reads still to come, for each pinned chunk (planned reads only)
+    _pinned   sum of the pinned arrays' nbytes
+    _readers  the plan's rule (None: LRU)
+    peak      the most bytes stored at once since the last plan_readers / clear
     epoch     count of invalidations so far
 """
 
@@ -28,16 +49,19 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import numpy as np
 
 from chunkgraph._errors import ConfigError
 
+# A plan's rule: how many reads in all the plan makes of the chunk with this key.
+Readers = Callable[[Any], int]
+
 
 class ChunkCache:
-    """LRU of decoded chunks keyed by their chunk-grid index.
+    """Decoded chunks keyed by their chunk-grid index: LRU, or kept by a plan's reads.
 
     Args:
         capacity: The most bytes of chunks kept (>= 0); older chunks are evicted first.
@@ -47,6 +71,14 @@ class ChunkCache:
     True
     >>> cache.get((0,)).nbytes, cache.get((1,))
     (80, None)
+
+    With a plan, a chunk stays until its last reader has it:
+
+    >>> cache.plan_readers(lambda key: 2 if key == (5,) else 1)
+    >>> cache.put((5,), np.zeros(4), cache.epoch), cache.put((6,), np.zeros(4), cache.epoch)
+    (True, False)
+    >>> cache.get((5,)) is not None, cache.get((5,)), len(cache)
+    (True, None, 0)
     """
 
     def __init__(self, capacity: int) -> None:
@@ -54,31 +86,66 @@ class ChunkCache:
             raise ConfigError(f"cache capacity must be >= 0 bytes, got {capacity}")
         self.capacity = capacity
         self.epoch = 0
+        self.peak = 0
         self._chunks: OrderedDict[Hashable, np.ndarray[Any, Any]] = OrderedDict()
         self._nbytes = 0
+        self._left: dict[Hashable, int] = {}
+        self._pinned = 0
+        self._readers: Readers | None = None
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         return self._nbytes
 
+    @property
+    def pinned_keys(self) -> frozenset[Hashable]:
+        """The chunks a plan keeps for reads still to come."""
+        with self._lock:
+            return frozenset(self._left)
+
     def __len__(self) -> int:
         return len(self._chunks)
 
+    def plan_readers(self, readers: Readers | None) -> None:
+        """Keep chunks by ``readers(key)``, the reads in all a plan makes of each (see the
+        module docstring); None returns to LRU. Either way what is stored goes, and the
+        peak starts again.
+
+        Args:
+            readers: The plan's rule, or None.
+        """
+        with self._lock:
+            self._readers = readers
+            self._chunks.clear()
+            self._left.clear()
+            self._nbytes = self._pinned = self.peak = 0
+
     def get(self, key: Hashable) -> np.ndarray[Any, Any] | None:
-        """The cached chunk (read-only) and mark it recently used, or None.
+        """The cached chunk (read-only), or None. Under LRU the chunk becomes the most
+        recently used; under a plan the hit is one of its reads, and the last one drops it.
 
         Args:
             key: The chunk's grid index.
         """
         with self._lock:
             chunk = self._chunks.get(key)
-            if chunk is not None:
+            if chunk is None:
+                return None
+            left = self._left.get(key)
+            if left is None:
                 self._chunks.move_to_end(key)
+            elif left > 1:
+                self._left[key] = left - 1
+            else:  # its last reader: the chunk goes
+                del self._left[key], self._chunks[key]
+                self._nbytes -= chunk.nbytes
+                self._pinned -= chunk.nbytes
             return chunk
 
     def put(self, key: Hashable, chunk: np.ndarray[Any, Any], epoch: int) -> bool:
-        """Store ``chunk`` unless it is too big or an invalidation happened after ``epoch``.
+        """Store ``chunk`` unless it is too big, an invalidation happened after ``epoch``,
+        or (under a plan) no later read wants it.
 
         Args:
             key: The chunk's grid index.
@@ -90,19 +157,41 @@ class ChunkCache:
         """
         if chunk.nbytes > self.capacity:
             return False
+        readers = self._readers
+        # The read that fetched it was one of its reads: keep it for the ones still to come.
+        left = None if readers is None else readers(key) - 1
+        if left is not None and left <= 0:
+            return False
         chunk.flags.writeable = False
         with self._lock:
-            if epoch != self.epoch:
+            if epoch != self.epoch or readers is not self._readers:
                 return False
-            old = self._chunks.pop(key, None)
-            if old is not None:
-                self._nbytes -= old.nbytes
+            self._drop(key)
+            if left is not None and self._pinned + chunk.nbytes > self.capacity:
+                return False  # the pins fill the budget: its later readers fetch it again
             self._chunks[key] = chunk
             self._nbytes += chunk.nbytes
-            while self._nbytes > self.capacity:
-                _, evicted = self._chunks.popitem(last=False)
-                self._nbytes -= evicted.nbytes
+            if left is not None:
+                self._left[key] = left
+                self._pinned += chunk.nbytes
+            self._evict_lru()
+            self.peak = max(self.peak, self._nbytes)
             return True
+
+    def _drop(self, key: Hashable) -> None:
+        """Forget ``key`` (under the lock)."""
+        old = self._chunks.pop(key, None)
+        if old is not None:
+            self._nbytes -= old.nbytes
+            if self._left.pop(key, None) is not None:
+                self._pinned -= old.nbytes
+
+    def _evict_lru(self) -> None:
+        """LRU eviction until the budget holds (under the lock). Under a plan every stored
+        chunk is pinned and ``put`` already refused what would not fit: nothing to do."""
+        while self._nbytes > self.capacity and not self._left:
+            _, evicted = self._chunks.popitem(last=False)
+            self._nbytes -= evicted.nbytes
 
     def invalidate(self, keys: Iterable[Hashable]) -> None:
         """Drop these chunks (they were written) and refuse puts begun before now.
@@ -113,12 +202,11 @@ class ChunkCache:
         with self._lock:
             self.epoch += 1
             for key in keys:
-                old = self._chunks.pop(key, None)
-                if old is not None:
-                    self._nbytes -= old.nbytes
+                self._drop(key)
 
     def clear(self) -> None:
         with self._lock:
             self.epoch += 1
             self._chunks.clear()
-            self._nbytes = 0
+            self._left.clear()
+            self._nbytes = self._pinned = self.peak = 0

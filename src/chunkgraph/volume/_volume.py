@@ -14,8 +14,8 @@ boxes in global coordinates::
 Reads. With the cache off (``cache_bytes=0``) the needed region is fetched in
 one backend call and returned as is (no copy when the box lies inside the
 bounds). With the cache on, the region is assembled chunk by chunk from the
-LRU; the missing chunks are fetched together in one backend call covering
-their bounding box. Either way the stats
+cache (LRU, or kept by a plan of reads: ``plan_reads``); the missing chunks are
+fetched together in one backend call covering their bounding box. Either way the stats
 count the whole storage chunks involved (see ``_stats``).
 
 Writes. ``aligned_writes=True`` volumes accept only boxes that, once cropped
@@ -44,6 +44,7 @@ import dataclasses
 import itertools
 import math
 import os
+from collections.abc import Callable
 from operator import le, sub
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -275,6 +276,24 @@ class Volume:
         """
         return Volume(self._storage, self._mode, cache_bytes)
 
+    def plan_reads(self, readers: Callable[[tuple[int, ...]], int] | None) -> None:
+        """Keep cached chunks by a plan of reads (``_cache``): ``readers(key)`` is how many
+        reads of the chunk at grid index ``key`` (of ``read_chunks``, from the offset) the
+        plan makes in all; a chunk stays cached until the last of them, and one read once
+        is not stored. None: back to LRU. Without a cache, nothing to do.
+
+        Args:
+            readers: The plan's rule, or None.
+        """
+        if self._cache is not None:
+            self._cache.plan_readers(readers)
+
+    @property
+    def cache_peak(self) -> int:
+        """The most bytes this handle's cache held at once since its plan was set (0: no
+        cache)."""
+        return 0 if self._cache is None else self._cache.peak
+
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, box: Box) -> np.ndarray[Any, Any]:
@@ -359,6 +378,7 @@ class Volume:
             cached = cache.get(key)
             if cached is not None:
                 ready[key] = cached
+        hits = set(ready)  # each got counted as one of its planned reads: never put again
         missing = [chunk_box for key, chunk_box in chunks if key not in ready]
         fetched: set[tuple[int, ...]] = set()
         if missing:
@@ -372,7 +392,8 @@ class Volume:
                     # Its own buffer: a cached chunk must not keep the whole block alive.
                     chunk = block[self._channel_index + chunk_box.slices(relative_to=block_box)]
                     ready[key] = chunk.copy()
-                    cache.put(key, ready[key], epoch)
+                    if key not in hits:
+                        cache.put(key, ready[key], epoch)
                     fetched.add(key)
         fetched_bytes = hit_bytes = 0
         for key, chunk_box in chunks:

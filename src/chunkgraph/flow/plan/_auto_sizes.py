@@ -14,6 +14,7 @@ an input's storage chunk, ``E`` the bbox extent)::
                                     follow each other along one "sweep" axis, and a
                                     cache that apply owns keeps the halo layers two
                                     neighbours share (2 * ceil(P / s) storage chunks)
+                                    until their last reader (_reader_counts)
     little redundant compute        bottom chunk >= 2P / MAX_CROP_SHARE per axis:
                                     the crop margin is <= 1/8 of it (2 * 8 / 128)
     bounded memory                  cache + superchunks in flight + bottom chunks
@@ -25,20 +26,22 @@ Shape of the plan. The top chunk spans the whole bbox on every axis but the
 sweep axis (the longest: its cross-section, and so the cache and the
 superchunk, is the smallest), and is one bottom chunk thick along it. So the
 top grid moves along one axis only, tasks run as one sweep, and each top task
-shares halo storage chunks with its successor alone. An LRU cache that holds
-one task's whole read keeps them, whatever order that read's parallel pieces
-(and the probe's read before the first task) arrived in; two halo layers would
-suffice only if the shared layers were always the last fetched. Worked:
+shares halo storage chunks with its successor alone. The cache apply owns keeps a
+chunk from its first reader to its last, by the plan's count of readers (the tasks
+whose padded read covers it, and the probe): it holds the layers a task shares with
+its successor and the probe's region, never a whole task's read, whatever order the
+reads' parallel pieces arrive in. Worked:
 256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
 so the levels are (256, 512, 128) over (128, 128, 128), a task reads 4 layers of
-chunks along the sweep, the cache 4 * 64 x 256 x 512 * 4 B = 128 MiB
-(+ MAX_CACHE_SLACK, see _read_model), and every storage chunk is read once.
+chunks along the sweep and shares 2 with its successor, the cache
+2 * 64 x 256 x 512 * 4 B = 64 MiB (x MAX_CACHE_SLACK = 80, see _read_model), and
+every storage chunk is read once.
 
 Reuse model (also for user-given sizes). The top grid runs in C order; the
 sweep is its fastest-moving axis. A halo chunk shared along the sweep is
 reused one task later (needs the two halo layers above); along a slower
 moving axis ``a`` it is reused after every task of the faster axes has run,
-so an LRU must hold all that those tasks fetched meanwhile. The cache is the
+so the layers shared along ``a`` wait across the whole row of those tasks. The cache is the
 largest of these needs that fits the budget; on axes whose need does not fit,
 each task's halo is read again, and the predicted amplification says so.
 
@@ -52,6 +55,7 @@ grows it to whole grains (1024) when that adds less than one of dst's chunks, as
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -63,7 +67,12 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import divisors, format_bytes
 from chunkgraph.flow.plan._args import per_level
-from chunkgraph.flow.plan._read_model import Evaluation, bottom_chunks_per_top, evaluate
+from chunkgraph.flow.plan._read_model import (
+    FN_BUFFERS,
+    Evaluation,
+    bottom_chunks_per_top,
+    evaluate,
+)
 from chunkgraph.flow.plan._resolution import Scale, scale_of, step_of
 from chunkgraph.flow.plan._spec import resolve_region, same_storage
 from chunkgraph.geometry import Box
@@ -77,6 +86,22 @@ if TYPE_CHECKING:
 # while a 128^3 float32 bottom chunk (8 MiB) still fits a core's share of memory; 1/16
 # would take 256^3 (64 MiB per core, three buffers each) for 1.19x.
 MAX_CROP_SHARE = 1 / 8
+
+# What the buffers of one bottom chunk being computed may take (FN_BUFFERS over its
+# padded region, in the accumulation dtype: the read model's figure), at most: the
+# shape with the least redundant compute under it is chosen. 128 MiB lets 64^3-chunked
+# float32 data with crop 8 take 256 x 128 x 128 (1.34x redundant compute) instead of
+# 128^3 (1.42x) for about 20 MiB more per core in real buffers (fn's float32 output and
+# one temporary); 256^2 x 128 (1.27x) would take 170 MiB. An eighth of memory_limit
+# when that is less, so that a small budget is not spent on margins.
+BOTTOM_BYTES = 128 * 2**20
+BOTTOM_SHARE = 1 / 8
+# Sizes tried per axis, smallest first: enough for a 3-d shape search (6^3 shapes).
+BOTTOM_CANDIDATES = 6
+# A larger bottom chunk never leaves the bbox fewer pieces than this (or than the
+# smallest sizes leave): the cores share bottom chunks, and sizes must not depend on the
+# cores (a resumed run plans the same flow id), so 16 covers a 16-core machine.
+MIN_BOTTOM_CHUNKS = 16
 
 
 class ReadAmplificationWarning(UserWarning):
@@ -229,13 +254,17 @@ def plan_sizes(
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
-    (((256, 512, 128), (128, 128, 128)), 2, 160, 1.0)
+    (((256, 512, 128), (128, 256, 128)), 2, 80, 1.0)
     """
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
     step = step or (1,) * bbox.ndim
     grain = _grain(inputs, dst, step)
     sweep = _longest_axis(bbox.shape)
-    top, bottom, reasons = _first_sizes(bbox.shape, pad, dst, step, grain, sweep)
+    budget = min(BOTTOM_BYTES, int(memory_limit * BOTTOM_SHARE))
+    buffer = FN_BUFFERS * max(accumulate_bytes, dst.voxel_bytes)
+    top, bottom, reasons = _first_sizes(
+        bbox.shape, pad, dst, step, grain, sweep, _BottomBudget(budget, buffer)
+    )
 
     def sizes_evaluated(top: list[int], bottom: list[int]) -> Evaluation:
         return evaluate(
@@ -380,6 +409,15 @@ def _longest_axis(extent: tuple[int, ...]) -> int:
     return max(range(len(extent)), key=lambda a: (extent[a], a))
 
 
+@dataclass(frozen=True)
+class _BottomBudget:
+    """What one bottom chunk's buffers may take: ``bytes`` over its padded region at
+    ``per_voxel`` bytes a voxel."""
+
+    bytes: int
+    per_voxel: int
+
+
 def _first_sizes(
     extent: tuple[int, ...],
     pad: tuple[int, ...],
@@ -387,23 +425,15 @@ def _first_sizes(
     step: tuple[int, ...],
     grain: tuple[int, ...],
     sweep: int,
+    budget: _BottomBudget,
 ) -> tuple[list[int], list[int], list[str]]:
-    """The bottom chunk, and the top chunk: the whole bbox across ``sweep``, one bottom chunk
-    thick along it; with the reasons."""
-    ndim = len(extent)
-    bottom = [
-        _bottom_size(
-            extent[a], pad[a], math.lcm(dst.chunks[a], step[a]), grain[a] if a == sweep else 1
-        )
-        for a in range(ndim)
-    ]
+    """The bottom chunk (``_bottom_shape``), and the top chunk: the whole bbox across
+    ``sweep``, one bottom chunk thick along it; with the reasons."""
+    bottom, reason = _bottom_shape(extent, pad, dst, step, grain, sweep, budget)
     top = list(extent)
     top[sweep] = bottom[sweep]
     reasons = [
-        f"bottom chunk {tuple(bottom)}: the smallest sizes dividing the bbox {extent} on the "
-        f"dst grid {dst.chunks} with the margins 2 * pad {tuple(2 * p for p in pad)} at most "
-        f"{MAX_CROP_SHARE:.3g} of them (redundant compute "
-        f"{_redundancy(tuple(bottom), pad):.2f}x)",
+        reason,
         f"top chunk {tuple(top)}: the whole bbox (one top task)"
         if tuple(top) == tuple(extent)
         else f"top chunk {tuple(top)}: the whole bbox across axis {sweep} (the longest, so "
@@ -412,6 +442,80 @@ def _first_sizes(
         "chunks with its successor only",
     ]
     return top, bottom, reasons
+
+
+def _bottom_shape(
+    extent: tuple[int, ...],
+    pad: tuple[int, ...],
+    dst: StorageLayout,
+    step: tuple[int, ...],
+    grain: tuple[int, ...],
+    sweep: int,
+    budget: _BottomBudget,
+) -> tuple[list[int], str]:
+    """The bottom chunk with the least redundant compute ``prod((B + 2P) / B)`` whose
+    buffers fit ``budget``, and why.
+
+    Per axis the sizes tried are the divisors of the extent on the dst grid (and, along
+    the sweep, on the storage grain: it is the top chunk's thickness there) with the
+    margins ``2P`` at most ``MAX_CROP_SHARE`` of them (``_bottom_size``'s rule: the
+    smallest is always allowed, even over the budget); a shape must leave the bbox
+    ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does. Among equals in
+    redundant compute, the shorter along the sweep (the superchunk is the bottom's length
+    there times the whole cross-section, so length across the sweep costs less memory),
+    then the smaller.
+
+    >>> dst = StorageLayout("dst", Box((0, 0, 0), (256, 512, 512)), (64, 64, 64), 4)
+    >>> shape, why = _bottom_shape((256, 512, 512), (8, 8, 8), dst, (1, 1, 1), (64, 64, 64),
+    ...                            2, _BottomBudget(128 * 2**20, 16))
+    >>> shape, why.split(":")[0]
+    ([128, 256, 128], 'bottom chunk (128, 256, 128)')
+    """
+    options = []
+    for a in range(len(extent)):
+        unit = math.lcm(dst.chunks[a], step[a], grain[a] if a == sweep else 1)
+        least = _bottom_size(extent[a], pad[a], unit, 1)
+        sizes = [d for d in divisors(extent[a]) if d % unit == 0 and d >= least]
+        options.append((sizes or [least])[:BOTTOM_CANDIDATES])
+    smallest = [o[0] for o in options]
+
+    def buffers(shape: Sequence[int]) -> int:
+        padded = math.prod(b + 2 * p for b, p in zip(shape, pad, strict=True))
+        return padded * budget.per_voxel
+
+    def pieces(shape: Sequence[int]) -> int:
+        return math.prod(e // b for e, b in zip(extent, shape, strict=True))
+
+    enough = min(pieces(smallest), MIN_BOTTOM_CHUNKS)
+    fitting = [
+        list(c)
+        for c in itertools.product(*options)
+        if buffers(c) <= budget.bytes and pieces(c) >= enough
+    ]
+    chosen = min(
+        fitting or [smallest],
+        key=lambda c: (round(_redundancy(tuple(c), pad), 9), c[sweep], math.prod(c)),
+    )
+    why = (
+        f"bottom chunk {tuple(chosen)}: the least redundant compute "
+        f"({_redundancy(tuple(chosen), pad):.2f}x) on the dst grid {dst.chunks} whose buffers "
+        f"({format_bytes(buffers(chosen))}) fit {format_bytes(budget.bytes)}"
+    )
+    if chosen != smallest:
+        why += (
+            f"; the smallest with margins 2 * pad {tuple(2 * p for p in pad)} at most "
+            f"{MAX_CROP_SHARE:.3g} of it, {tuple(smallest)}, computes "
+            f"{_redundancy(tuple(smallest), pad):.2f}x"
+        )
+        longer = [a for a in range(len(extent)) if chosen[a] > smallest[a]]
+        if sweep not in longer:
+            why += (
+                f"; longer across the sweep (axis {', '.join(map(str, longer))}) than along "
+                "it: the superchunk grows with the bottom's length along the sweep"
+            )
+    elif not fitting:
+        why += " (the smallest sizes, over that budget)"
+    return chosen, why
 
 
 def _fit_memory(

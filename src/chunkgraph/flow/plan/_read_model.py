@@ -69,8 +69,10 @@ if TYPE_CHECKING:
     from chunkgraph.flow.plan._auto_sizes import StorageLayout
     from chunkgraph.geometry import Box
 
-# Head-room of the cache above the halo layers it must hold: concurrent reads of two
-# superchunks in flight and the edge chunks of a slab put a few extra chunks in it.
+# Head-room of the cache's budget above the shared halo layers and the probe's region it
+# must hold: the model's spans are the widest read's, and a scaled input's chunks are
+# rounded to whole dst voxels. What the cache holds is the pinned chunks alone (never
+# more than the plan's reads keep), so the slack costs memory only if the model errs.
 MAX_CACHE_SLACK = 1.25
 
 # Buffers per bottom chunk being computed, in units of its padded region: the input view
@@ -246,7 +248,7 @@ def evaluate(
         io_waits=any(v.remote for v in (*inputs, dst)),
     )  # fmt: skip
     room = max(0, memory_limit - held.held)
-    needs = _reuse_needs(bbox, inputs, top, context, grid, moving, held.in_flight)
+    needs = _reuse_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight)
     reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), owned and any(context))
     sweep = sweep_axis(grid)
     return Evaluation(
@@ -298,20 +300,41 @@ def _reuse_needs(
     bbox: Box,
     inputs: Sequence[StorageLayout],
     top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
     context: tuple[int, ...],
-    grid: tuple[int, ...],
     moving: list[int],
     in_flight: int,
 ) -> _Needs:
-    """Per moving axis, fastest first: the cache bytes its reuse needs (``_reuse_need``)."""
+    """Per moving axis, fastest first: the cache bytes its reuse needs, on top of the
+    faster axes' (``_reuse_need``), with ``MAX_CACHE_SLACK``, at most all the chunks the
+    flow reads. The fastest axis's need is at least the probe's region (``_probe_need``):
+    the probe's chunks lie in the first task's read, which takes those of the layers it
+    does not share before it keeps the shared ones, so the two do not add up."""
     needs: _Needs = []
+    so_far = [0] * len(inputs)
     for rank, a in enumerate(reversed(moving)):
+        so_far = [
+            n + _reuse_need(bbox, v, top, context, moving, a, in_flight)
+            for n, v in zip(so_far, inputs, strict=True)
+        ]
+        if rank == 0:
+            so_far = [
+                max(n, _probe_need(bbox, v, bottom, low, context))
+                for n, v in zip(so_far, inputs, strict=True)
+            ]
         per_input = [
-            _reuse_need(bbox, v, top, context, grid, moving, a, rank == 0, in_flight)
-            for v in inputs
+            min(int(n * MAX_CACHE_SLACK), _whole(bbox, v, top, context))
+            for n, v in zip(so_far, inputs, strict=True)
         ]
         needs.append((a, sum(per_input), per_input))
     return needs
+
+
+def _whole(bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...]) -> int:
+    """Bytes of every storage chunk of ``vol`` the flow reads."""
+    spans = (_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim))
+    return math.prod(_union_length(s) for s in spans) * vol.voxel_bytes
 
 
 def _fit_cache(
@@ -436,41 +459,62 @@ def _reuse_need(
     vol: StorageLayout,
     top: tuple[int, ...],
     pad: tuple[int, ...],
-    grid: tuple[int, ...],
     moving: list[int],
     axis: int,
-    fastest: bool,
     in_flight: int = 1,
 ) -> int:
-    """Cache bytes of ``vol`` for the halo chunks shared along ``axis`` to be reused,
-    with ``MAX_CACHE_SLACK``, at most all the chunks the flow reads from ``vol``.
+    """Cache bytes of ``vol`` that the halo chunks shared along ``axis`` hold at most,
+    without slack: the cache keeps a chunk from its first reader to its last
+    (``_reader_counts``), so only the shared layers wait, never a whole read.
 
-    Along the fastest-moving axis they are among the last chunks a task read: the
-    layers two successive reads share (their overlap). But a task fetches its chunks
-    in parallel pieces, in no fixed order, so the shared layers need not be the last
-    the LRU saw: the cache holds the task's whole read, and reuse does not depend on
-    which thread finished first. Along a
-    slower axis, everything the tasks of the faster axes fetched meanwhile. With
-    ``in_flight`` tasks reading in any order, what the other ones fetch comes on top.
+    Along the fastest-moving axis a task's shared chunks wait one task: the overlap of
+    two successive reads (snapped to storage chunks) across the task's whole read on the
+    other axes, for each of the ``in_flight`` tasks whose reads may come out of order.
+    Along a slower axis they wait for a whole row of the faster axes' tasks: the overlap
+    across the union of those tasks' reads on the faster axes.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> from chunkgraph.geometry import Box
+    >>> vol = Layout(bounds=Box((0, 0), (64, 256)), chunks=(16, 16), voxel_bytes=4)
+    >>> _reuse_need(vol.bounds, vol, (64, 64), (2, 2), [1], 1)  # 2 layers of 16 x 64 x 4 B
+    8192
     """
-    widest = [
-        max((hi - lo for lo, hi in _read_spans(bbox, vol, top, pad, a)), default=0)
-        for a in range(bbox.ndim)
-    ]
-    if fastest:
-        spans = _read_spans(bbox, vol, top, pad, axis)
-        shared = max((max(0, a[1] - b[0]) for a, b in itertools.pairwise(spans)), default=0)
-        others = math.prod(w for a, w in enumerate(widest) if a != axis)
-        fresh_slab = min(top[axis], widest[axis])
-        read = widest[axis] if shared else 0  # nothing shared: nothing to keep
-        need = (read + (in_flight - 1) * fresh_slab) * others * vol.voxel_bytes
-    else:
-        faster = [a for a in moving if a > axis]
-        window = math.prod(grid[a] for a in faster)
-        # Per task along the fastest axis only its new slab is fetched (the rest is reused).
-        fastest_axis = moving[-1]
-        fresh = list(widest)
-        fresh[fastest_axis] = min(top[fastest_axis], widest[fastest_axis])
-        need = (window + in_flight) * math.prod(fresh) * vol.voxel_bytes
-    whole = math.prod(_union_length(_read_spans(bbox, vol, top, pad, a)) for a in range(bbox.ndim))
-    return min(int(need * MAX_CACHE_SLACK), whole * vol.voxel_bytes)
+    spans = [_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim)]
+    shared = max((max(0, p[1] - q[0]) for p, q in itertools.pairwise(spans[axis])), default=0)
+    widest = [max((hi - lo for lo, hi in s), default=0) for s in spans]
+    faster = [a for a in moving if a > axis]
+    across = math.prod(
+        _union_length(spans[a]) if a in faster else widest[a] for a in range(bbox.ndim) if a != axis
+    )
+    waiting = in_flight if not faster else 1
+    return shared * across * waiting * vol.voxel_bytes
+
+
+def _probe_need(
+    bbox: Box,
+    vol: StorageLayout,
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+) -> int:
+    """Bytes of ``vol``'s storage chunks under the probe's read (the first bottom chunk
+    padded by ``low``, at the bbox corner less the pads above the bottom): the cache
+    keeps them from the probe to the first tasks.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> from chunkgraph.geometry import Box
+    >>> vol = Layout(bounds=Box((0,), (256,)), chunks=(64,), voxel_bytes=4)
+    >>> _probe_need(vol.bounds, vol, (128,), (8,), (8,)) // 4  # [-8, 136) -> chunks 0..2
+    192
+    """
+    total = vol.voxel_bytes
+    origin, size, bounds = vol.bounds.start, vol.chunks, vol.bounds
+    for a in range(bbox.ndim):
+        lo = max(bbox.start[a] - context[a], bounds.start[a])
+        hi = min(bbox.start[a] - context[a] + bottom[a] + 2 * low[a], bounds.stop[a])
+        if hi <= lo:
+            return 0
+        snapped_lo = origin[a] + (lo - origin[a]) // size[a] * size[a]
+        snapped_hi = min(origin[a] - (origin[a] - hi) // size[a] * size[a], bounds.stop[a])
+        total *= snapped_hi - snapped_lo
+    return total

@@ -15,7 +15,10 @@ touches the world, in this order::
     resume or start over ──> in-place rules ──(finished)──> report
         │     (dst re-created: start over; not resuming: clear markers,
         v      layers removed and made anew)
-    probe ──> open: record removed, .where note, in-place mark
+    reader counts to apply's own input caches (_reader_counts) ──> probe
+        │
+        v
+    open: record removed, .where note, in-place mark
         │
         v
     run the graph (_flow_graph) ──> record ──> unmark in place ──> discard ──> report
@@ -65,10 +68,12 @@ from chunkgraph.flow.plan import (
 from chunkgraph.flow.run._device import FlowDevice, resolve_device
 from chunkgraph.flow.run._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow.run._probe import fn_calls, probe_fn
+from chunkgraph.flow.run._reader_counts import plan_input_reads
 from chunkgraph.flow.run._report import ApplyReport
 from chunkgraph.flow.run._top_task import superchunks_in_flight
 from chunkgraph.flow.run._values import chunks_per_level, real_region, run_values
 from chunkgraph.flow.state import (
+    TOP,
     FlowDir,
     claimed,
     dst_of_state_root,
@@ -199,10 +204,21 @@ class FlowRun:
                 state.discard()  # what a run killed while cleaning up left
                 return _finished_report(spec, flow_id, finished, self.t0)
             before = read_bytes(inputs)
-            if options.probe and fn_calls(spec) > 1:  # one call: it is its own probe
-                probe_fn(spec, self.run_fn, inputs, dst, device, options.timeout, _retries(options))
-            flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint, top)
-            report = self._execute(flow, state, executor, before)
+            probe = options.probe and fn_calls(spec) > 1  # one call: it is its own probe
+            # apply's own caches keep each shared chunk until its last reader (_reader_counts).
+            done = state.markers().done_keys(TOP) if resume else ()
+            unplan = plan_input_reads(
+                spec, inputs, self.inputs, done=done, probe=probe, in_process=executor.in_process
+            )
+            try:
+                if probe:
+                    probe_fn(
+                        spec, self.run_fn, inputs, dst, device, options.timeout, _retries(options)
+                    )
+                flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint, top)
+                report = self._execute(flow, state, executor, before)
+            finally:
+                unplan()
             report = dataclasses.replace(report, plan=plan)
             warn_if_saturated(report.saturated_voxels, dst, spec.cast)
             if not flow.deferred:

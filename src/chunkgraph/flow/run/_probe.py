@@ -69,6 +69,23 @@ def first_bottom_chunk(spec: FlowSpec) -> Box:
     return Box(tuple(start), tuple(s + c for s, c in zip(start, bottom, strict=True)))
 
 
+def probe_read_box(spec: FlowSpec) -> Box:
+    """What the probe reads (dst voxels): the first bottom chunk padded by the bottom
+    level's crop and blend. An input cache the flow owns keeps the storage chunks there
+    for the first tasks (``_reader_counts``): the probe is one of their readers.
+
+    >>> from chunkgraph.flow.plan import LevelSpec
+    >>> from types import SimpleNamespace
+    >>> bottom = LevelSpec((8, 8), (2, 2), (0, 0), "linear")
+    >>> probe_read_box(SimpleNamespace(bbox=Box((0, 0), (64, 64)), levels=(bottom,)))
+    Box(start=(-2, -2), stop=(10, 10))
+    """
+    bottom = spec.levels[-1]
+    return first_bottom_chunk(spec).padded(
+        tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True))
+    )
+
+
 def fn_calls(spec: FlowSpec) -> int:
     """How many times the flow calls ``fn``: its top chunks times, at each level below,
     the children that tile a parent's region (chunk padded by its crop and blend).
@@ -110,8 +127,7 @@ def probe_fn(
     ``retries`` times, as the flow would retry it (a first call may be slow once: a kernel
     compiles, a cache warms); any other failure fails the probe at once."""
     chunk = first_bottom_chunk(spec)
-    bottom = spec.levels[-1]
-    read_box = chunk.padded(tuple(c + b for c, b in zip(bottom.crop, bottom.blend, strict=True)))
+    read_box = probe_read_box(spec)
     arrays = {name: vol.read(scaled(read_box, spec.scale_of(name))) for name, vol in inputs.items()}
     for array in arrays.values():
         array.flags.writeable = False  # as in the flow: fn gets read-only views

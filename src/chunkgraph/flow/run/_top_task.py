@@ -20,8 +20,9 @@ task's successor is its neighbour along the fastest-varying axis that has
 more than one task (``sweep_axis``). With a chunk cache on an input, the
 reads of one flow's tasks take turns (one lock per flow and process) and
 each walks its region in slabs one storage chunk thick along that axis: the
-cache then sees one sequential sweep, and the halo chunks a task shares with
-its successor are the last ones it read, which LRU keeps. Interleaved
+cache then sees one sequential sweep. A cache apply owns keeps the halo chunks
+a task shares with its successor by the plan's reader counts (``_reader_counts``);
+a caller's own cache (LRU) keeps them as the last ones read. Interleaved
 concurrent reads would fetch shared chunks twice (two misses on one chunk
 before either fills the cache). Without a cache nothing is shared, so reads
 run concurrently. Compute and writes of different tasks overlap when more
