@@ -60,6 +60,7 @@ WHAT = {
     "_flow_dir": "FlowDir",
     "_info": "flow.json",
     "_where": "state elsewhere",
+    "_journal": "markers in bulk",
     "_markers": "done markers",
     "_dst_lock": "claims on dst",
     "_lock": "hold: flock or lease",
