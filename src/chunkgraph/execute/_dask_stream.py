@@ -38,7 +38,8 @@ that itself ran tasks (a batch on a local executor) and raised their group of
 try: Dask runs its calls elsewhere, up to
 ``distributed.scheduler.allowed-failures`` deaths, then a ``WorkerDiedError``.
 Ctrl-C, an error in the consumer or the consumer closing the generator cancels
-everything in flight too.
+everything in flight too. Dask cannot stop a call that already runs: one that runs
+many tasks asks ``cancel_check()`` between them.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from chunkgraph._util import usable_cores
 from chunkgraph._errors import RemoteTraceback, TaskError, WorkerDiedError, is_permanent
+from chunkgraph._util import usable_cores
 from chunkgraph.execute._dask_subgraph import SubgraphFailed, _failed
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.execute._failures import describe_innermost, failure_group
@@ -74,9 +75,7 @@ class Call:
     args: tuple[Any, ...] = ()
 
 
-def stream_calls(
-    client: Any, calls: Iterable[Call | None], *, retries: int = 0
-) -> Iterator[Any]:
+def stream_calls(client: Any, calls: Iterable[Call | None], *, retries: int = 0) -> Iterator[Any]:
     """Run ``calls`` on ``client``'s cluster, a bounded window at a time (module doc);
     yields each call's result as it completes, in no fixed order.
 
@@ -165,6 +164,26 @@ def worker_threads() -> int:
         return max(1, int(get_worker().state.nthreads))
     except (ImportError, ValueError):  # not in a Dask worker
         return usable_cores()
+
+
+def cancel_check() -> Callable[[], bool]:
+    """Called in a call on a Dask worker: a function that says, from any thread, whether
+    the call was cancelled since (its result no longer wanted: the run failed or was
+    interrupted). Dask cannot stop a running call; a call that runs many tasks asks this
+    between them and stops. Outside a Dask worker: never cancelled."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        key = worker.get_current_task()
+    except (ImportError, ValueError):  # not in a Dask worker
+        return lambda: False
+
+    def cancelled() -> bool:
+        task = worker.state.tasks.get(key)
+        return task is None or task.state in ("cancelled", "released", "forgotten")
+
+    return cancelled
 
 
 def _run_call(fn: Callable[..., Any], args: tuple[Any, ...], retries: int) -> Any:

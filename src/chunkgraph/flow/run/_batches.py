@@ -17,12 +17,14 @@ long enough that Dask's millisecond per task is noise, short enough that a
 lost worker costs little and the tail stays balanced. The flow's estimate has
 no time, so the first batches are the smallest allowed and later ones are sized
 from the measured seconds per task of the batches back so far (their wall on
-their worker over their tasks). Each size is then kept between
-``lo = MIN_TASKS_PER_BATCH`` (Dask tasks at most a 25th of the tasks, whatever
-they cost) and ``hi = remaining // (BATCHES_PER_THREAD * threads)``, so that every
-worker thread gets work to the end (the tail splits finer; ``hi`` wins below
-``lo``). E.g. 2,048 tasks of 6 ms on 2 threads: 4 first batches of 25, then
-2 s / 6 ms = 333 capped at 1,948 // 8 = 243, shrinking with what is left.
+their worker over their tasks). That size is capped by ``remaining //
+(BATCHES_PER_THREAD * threads)``, so that the tail splits finer and every worker
+thread has work to the end, and raised to ``MIN_TASKS_PER_BATCH``, so that the
+Dask tasks stay fewer than a 25th of the tasks however long each runs (the
+scheduler's cost is per task, whatever the batch holds). E.g. 2,048 tasks of
+6 ms on 2 threads: 4 first batches of 25, then 2 s / 6 ms = 333, capped at
+1,948 // 4 = 487, so 333, 333, ... until the cap shrinks below them, and 25 at
+the end: 18 batches.
 
 On the worker (``run_batch``) a batch runs its tasks with chunkgraph's own
 thread executor over the worker's threads, under the flow's memory budget per
@@ -51,7 +53,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,10 +61,11 @@ import numpy as np
 import numpy.typing as npt
 
 from chunkgraph import planning
+from chunkgraph._errors import RunEndedError
 from chunkgraph.execute import DaskExecutor, EventKind, LocalExecutor, ProgressBar, Subscriber
-from chunkgraph.execute._events import EventQueue
 from chunkgraph.execute._breakdown import NO_TIMES, TaskTimes
-from chunkgraph.execute._dask_stream import Call, worker_threads
+from chunkgraph.execute._dask_stream import Call, cancel_check, worker_threads
+from chunkgraph.execute._events import EventQueue
 from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.flow.run._reduce import (
     ReductionStats,
@@ -83,13 +86,14 @@ IntArray = npt.NDArray[np.int64]
 
 # Seconds a batch should run: 100x Dask's per-task cost, yet a lost worker redoes little.
 TARGET_BATCH_SECONDS = 2.0
-# Fewest tasks in a batch (while the tail allows): Dask tasks <= 1/25 of the flow's.
+# Fewest tasks in a batch (but what is left): Dask tasks <= 1/25 of the flow's tasks.
 MIN_TASKS_PER_BATCH = 25
-# Batches still to come per worker thread, at the least: the tail splits finer.
-BATCHES_PER_THREAD = 4
+# A batch holds at most 1 / (this x threads) of the tasks left: the tail splits finer,
+# so the last batches end together (one running and one queued per thread).
+BATCHES_PER_THREAD = 2
 # Seconds between a running batch's records of its done keys (one object rewritten):
 # a killed worker redoes at most this much of each of its batches.
-RECORD_EVERY_S = 5.0
+RECORD_EVERY_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class Batch:
 
     @property
     def name(self) -> str:
-        return f"apply-{self.kind}-batch-{self.id}"
+        return f"apply-batch-{self.id}"
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
     start = time.perf_counter()
     markers = job.markers
     recorded = markers.record_keys(batch.kind, batch.id)
-    recorder = _Recorder(markers, batch.kind, batch.id, recorded)
+    recorder = _Recorder(markers, batch.kind, batch.id, recorded, cancel_check())
     graph = Graph()
     cost = Cost(memory=settings.top_memory if batch.kind == TOP else 0)
     redo = _ReductionBoxes(job.spec, job.dst) if batch.kind == REDUCE else None
@@ -222,6 +226,7 @@ def _plan(graph: Graph, job: TopJob, threads: int, settings: BatchSettings) -> p
 
 
 def _top_item(job: TopJob, index: tuple[int, ...], box: Box, recorder: _Recorder) -> TopStats:
+    recorder.check_wanted()
     stats = _run_top_task(job, index, box)
     check_run_live(job.run_token)
     recorder.done(grid_key(index))
@@ -231,6 +236,7 @@ def _top_item(job: TopJob, index: tuple[int, ...], box: Box, recorder: _Recorder
 def _reduce_item(job: TopJob, key: str, box: Box, recorder: _Recorder) -> ReductionStats:
     if job.layers is None:
         raise AssertionError("a reduction needs temporary layers; this flow writes directly")
+    recorder.check_wanted()
     stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
     recorder.done(key)
     return stats
@@ -239,15 +245,31 @@ def _reduce_item(job: TopJob, key: str, box: Box, recorder: _Recorder) -> Reduct
 class _Recorder:
     """One batch's done keys, written as its marker record every ``RECORD_EVERY_S`` and
     at ``flush``; safe from the executor's threads. A record is rewritten whole, so it
-    starts with the keys an earlier try recorded."""
+    starts with the keys an earlier try recorded. ``check_wanted`` stops a batch that the
+    client cancelled (a failure, Ctrl-C) before its next task."""
 
-    def __init__(self, markers: MarkerStore, kind: str, record: str, before: set[str]) -> None:
+    def __init__(
+        self,
+        markers: MarkerStore,
+        kind: str,
+        record: str,
+        before: set[str],
+        cancelled: Callable[[], bool],
+    ) -> None:
         self.markers, self.kind, self.record = markers, kind, record
+        self.cancelled = cancelled
         self.keys = list(before)
         self.written = len(self.keys)
         self.last = time.monotonic()
         self.lock = threading.Lock()  # guards keys and last
         self.writing = threading.Lock()  # one write at a time, each of more keys
+
+    def check_wanted(self) -> None:
+        if self.cancelled():
+            raise RunEndedError(
+                f"batch {self.record} was cancelled by its client (the run failed or was "
+                "interrupted); its tasks not yet started are dropped"
+            )
 
     def done(self, key: str) -> None:
         with self.lock:
@@ -289,11 +311,11 @@ class BatchSizer:
     """Tasks in the next batch of one kind (module doc: ``lo``, ``hi``, by time).
 
     >>> sizer = BatchSizer(threads=2)
-    >>> sizer.size(2048), sizer.size(100)
-    (25, 12)
+    >>> sizer.size(2048), sizer.size(100), sizer.size(10)
+    (25, 25, 10)
     >>> sizer.took(ran=25, seconds=0.15)  # 6 ms a task
-    >>> sizer.size(1948), sizer.size(100_000)
-    (243, 333)
+    >>> sizer.size(1948), sizer.size(100_000), sizer.size(400), sizer.size(60)
+    (333, 333, 100, 25)
     """
 
     def __init__(self, threads: int) -> None:
@@ -309,9 +331,9 @@ class BatchSizer:
     def size(self, remaining: int) -> int:
         by_time = MIN_TASKS_PER_BATCH
         if self.ran and self.seconds > 0:
-            by_time = max(by_time, round(TARGET_BATCH_SECONDS * self.ran / self.seconds))
-        hi = max(1, remaining // (BATCHES_PER_THREAD * self.threads))
-        return max(1, min(by_time, hi, remaining))
+            by_time = round(TARGET_BATCH_SECONDS * self.ran / self.seconds)
+        hi = remaining // (BATCHES_PER_THREAD * self.threads)
+        return min(remaining, max(MIN_TASKS_PER_BATCH, min(by_time, hi)))
 
 
 class _ReductionCounts:
@@ -503,7 +525,7 @@ def stream_batches(
             batched.took(stats)
             finished += stats.done
             if events is not None:
-                name = f"apply-{stats.kind}-batch-{stats.batch}"
+                name = f"apply-batch-{stats.batch}"
                 for _ in range(stats.done):
                     events.emit(EventKind.FINISHED, name=name, attempt=1)
                 events.drain()

@@ -365,10 +365,7 @@ class FlowGraph:
         # Threads share the driver's Volume objects: their counters are exact. Other
         # executors read through their own copies, which report per task (the driver's
         # counters then hold only the probe's read).
-        if self.in_process:
-            bytes_read = read_bytes(self.inputs) - before
-        else:
-            bytes_read = top.bytes_read
+        bytes_read = read_bytes(self.inputs) - before if self.in_process else top.bytes_read
         needed = needed_input_bytes(spec, self.inputs)
         if skipped_top and spec.bbox.size:
             # A resumed run reads for its pending top tasks only: amplification over those.

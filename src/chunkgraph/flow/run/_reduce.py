@@ -61,9 +61,7 @@ def reduction_boxes(spec: FlowSpec, dst: Volume) -> tuple[list[Box], tuple[int, 
 def reduction_region(spec: FlowSpec, dst: Volume) -> Box:
     """The region the reductions tile (from its start, ``max_reduction_chunk_size`` each,
     the last on an axis clipped): the bbox snapped outward to dst's chunks, inside dst."""
-    return spec.bbox.snapped(dst.spatial_chunks, offset=dst.bounds.start).intersection(
-        dst.bounds
-    )
+    return spec.bbox.snapped(dst.spatial_chunks, offset=dst.bounds.start).intersection(dst.bounds)
 
 
 def _split(region: Box, chunk: tuple[int, ...]) -> tuple[list[Box], tuple[int, ...]]:
