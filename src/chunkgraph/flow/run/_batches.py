@@ -11,6 +11,7 @@ few per worker thread, ``_dask_stream``)::
     reduction r, once every top task meeting it is done ─> Batch(REDUCE) ┘    run_batch
                                                                                │
     progress events, report  <──── BatchStats (sums, no row per task) <────────┘
+                                                                  (_batch_run)
 
 Sizes (``BatchSizer``). A batch should run seconds (``TARGET_BATCH_SECONDS``):
 long enough that Dask's millisecond per task is noise, short enough that a
@@ -21,19 +22,17 @@ their worker over their tasks). That size is capped by ``remaining //
 (BATCHES_PER_THREAD * threads)``, so that the tail splits finer and every worker
 thread has work to the end, and raised to ``MIN_TASKS_PER_BATCH``, so that the
 Dask tasks stay fewer than a 25th of the tasks however long each runs (the
-scheduler's cost is per task, whatever the batch holds). E.g. 2,048 tasks of
-6 ms on 2 threads: 4 first batches of 25, then 2 s / 6 ms = 333, capped at
-1,948 // 4 = 487, so 333, 333, ... until the cap shrinks below them, and 25 at
-the end: 18 batches.
+scheduler's cost is per task, whatever the batch holds); a flow of fewer than
+``MIN_BATCHES_PER_THREAD x 25`` tasks per thread is cut finer, into at least
+that many batches per thread, so that a few long tasks still spread over all.
+E.g. 2,048 tasks of 6 ms on 2 threads: 4 first batches of 25, then 2 s / 6 ms =
+333, capped at 1,948 // 4 = 487, so 333, 333, ... until the cap shrinks below
+them, and 25 at the end: 18 batches.
 
-On the worker (``run_batch``) a batch runs its tasks with chunkgraph's own
-thread executor over the worker's threads, under the flow's memory budget per
-process (``superchunks_in_flight``); its job is unpickled once per process
-(``_shared_job``), so the batch's tasks share their input caches. It records its
-done keys as one marker record (``MarkerStore.mark_done_many``, named by the
-batch's id) every ``RECORD_EVERY_S`` and at its end, failure included. A batch
-run again (Dask reruns it when its worker died) first reads its record and
-skips those keys: a killed worker costs only its batches' unrecorded tasks.
+On the worker (``_batch_run``) a batch runs its tasks with chunkgraph's own
+thread executor over the worker's threads, records its done keys as one marker
+record every ``RECORD_EVERY_S`` and at its end, and returns sums; a batch run
+again after its worker died skips what its record holds.
 
 Reductions. Each pending reduction box counts the pending top-level tasks that
 meet it (``_ReductionCounts``: one int32 per box, from the per-axis index ranges
@@ -48,41 +47,31 @@ top-level task outlives its batch.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from chunkgraph import planning
-from chunkgraph._errors import RunEndedError
-from chunkgraph.execute import DaskExecutor, EventKind, LocalExecutor, ProgressBar, Subscriber
-from chunkgraph.execute._breakdown import NO_TIMES, TaskTimes
-from chunkgraph.execute._dask_stream import Call, cancel_check, worker_threads
+from chunkgraph.execute import DaskExecutor, EventKind, ProgressBar, Subscriber
+from chunkgraph.execute._dask_stream import Call
 from chunkgraph.execute._events import EventQueue
-from chunkgraph.flow.run._late_writes import check_run_live
-from chunkgraph.flow.run._reduce import (
-    ReductionStats,
-    reduce_box,
-    reduction_region,
-    top_chunk_box,
+from chunkgraph.flow.run._batch_run import (
+    Batch,
+    BatchSettings,
+    BatchStats,
+    IntArray,
+    ReductionBoxes,
+    run_batch,
 )
-from chunkgraph.flow.run._top_task import TopJob, TopStats, _run_top_task, superchunks_in_flight
-from chunkgraph.flow.state import REDUCE, TOP, MarkerStore, grid_key
-from chunkgraph.geometry import Box
-from chunkgraph.graph import Cost, Graph
+from chunkgraph.flow.state import REDUCE, TOP, grid_key
 
 if TYPE_CHECKING:
     from chunkgraph.flow.plan import FlowSpec
+    from chunkgraph.flow.run._top_task import TopJob
     from chunkgraph.volume import Volume
-
-IntArray = npt.NDArray[np.int64]
 
 # Seconds a batch should run: 100x Dask's per-task cost, yet a lost worker redoes little.
 TARGET_BATCH_SECONDS = 2.0
@@ -91,235 +80,34 @@ MIN_TASKS_PER_BATCH = 25
 # A batch holds at most 1 / (this x threads) of the tasks left: the tail splits finer,
 # so the last batches end together (one running and one queued per thread).
 BATCHES_PER_THREAD = 2
-# Seconds between a running batch's records of its done keys (one object rewritten):
-# a killed worker redoes at most this much of each of its batches.
-RECORD_EVERY_S = 2.0
-
-
-@dataclass(frozen=True)
-class Batch:
-    """``indices``: grid indices ``(n, ndim)`` of ``kind``'s tasks (top-level chunks or
-    reduction boxes), in C order; ``id``: unique to the run, names its marker record."""
-
-    id: str
-    kind: str
-    indices: IntArray
-
-    @property
-    def name(self) -> str:
-        return f"apply-batch-{self.id}"
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    """What every batch of a flow run needs besides its job: a top task's bytes, the
-    flow's memory limit, whether it waits on an object store, retries per task."""
-
-    top_memory: int
-    memory_limit: int | None
-    io_waits: bool
-    retries: int
-
-
-@dataclass(frozen=True)
-class BatchStats:
-    """What a batch (or many, summed) of one ``kind`` did: ``done`` tasks now done (run
-    here, or recorded by an earlier try), ``ran`` of them here in ``seconds`` of wall;
-    the tasks' levels, bytes (a top task reads inputs and writes a layer or dst, a
-    reduction reads layers and writes dst), saturated voxels and times, summed."""
-
-    kind: str = TOP
-    batch: str = ""
-    done: int = 0
-    ran: int = 0
-    seconds: float = 0.0
-    tasks_per_level: tuple[int, ...] = ()
-    bytes_read: int = 0
-    bytes_written: int = 0
-    saturated: int = 0
-    times: TaskTimes = NO_TIMES
-
-    @classmethod
-    def of(cls, kind: str, stats: Iterable[TopStats | ReductionStats]) -> BatchStats:
-        """The sums of tasks' ``stats`` of ``kind``."""
-        ran = read = written = saturated = 0
-        levels: list[int] = []
-        times = TaskTimes()
-        for s in stats:
-            ran += 1
-            written += s.bytes_written
-            saturated += s.saturated
-            times = times + s.times
-            if isinstance(s, TopStats):
-                read += s.bytes_read
-                levels = [a + b for a, b in zip(levels or [0] * len(s.tasks_per_level),
-                                                 s.tasks_per_level, strict=True)]  # fmt: skip
-            else:
-                read += s.temporary_bytes_read
-        return cls(kind, "", ran, ran, 0.0, tuple(levels), read, written, saturated, times)
-
-    def __add__(self, other: BatchStats) -> BatchStats:
-        a, b = self.tasks_per_level, other.tasks_per_level
-        levels = tuple(x + y for x, y in zip(a, b, strict=True)) if a and b else a or b
-        return BatchStats(
-            self.kind,
-            "",
-            self.done + other.done,
-            self.ran + other.ran,
-            self.seconds + other.seconds,
-            levels,
-            self.bytes_read + other.bytes_read,
-            self.bytes_written + other.bytes_written,
-            self.saturated + other.saturated,
-            self.times + other.times,
-        )
-
-
-# -- on the worker ----------------------------------------------------------------------
-
-
-def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
-    """In a Dask worker: the batch's tasks not in its record, on a thread executor over
-    the worker's threads; their done keys recorded as they finish (module doc)."""
-    start = time.perf_counter()
-    markers = job.markers
-    recorded = markers.record_keys(batch.kind, batch.id)
-    recorder = _Recorder(markers, batch.kind, batch.id, recorded, cancel_check())
-    graph = Graph()
-    cost = Cost(memory=settings.top_memory if batch.kind == TOP else 0)
-    redo = _ReductionBoxes(job.spec, job.dst) if batch.kind == REDUCE else None
-    for row in batch.indices.tolist():
-        index = tuple(row)
-        key = grid_key(index)
-        if key in recorded:
-            continue
-        if redo is None:
-            box = top_chunk_box(job.spec, index)
-            graph.add(_top_item, job, index, box, recorder, name=f"apply-top{box}", cost=cost)
-        else:
-            box = redo.box(index)
-            graph.add(_reduce_item, job, key, box, recorder, name=f"apply-reduce{box}")
-    results: dict[int, TopStats | ReductionStats] = {}
-    try:
-        if len(graph):
-            threads = worker_threads()
-            executor = LocalExecutor("threads", workers=threads, retries=settings.retries)
-            results = executor.run(graph, plan=_plan(graph, job, threads, settings))
-    finally:
-        recorder.flush()  # what finished, failure or not: a resume skips it
-    stats = BatchStats.of(batch.kind, results.values())
-    done = len(recorded.intersection(grid_key(tuple(r)) for r in batch.indices.tolist()))
-    return dataclasses.replace(
-        stats, batch=batch.id, done=stats.ran + done, seconds=time.perf_counter() - start
-    )
-
-
-def _plan(graph: Graph, job: TopJob, threads: int, settings: BatchSettings) -> planning.Plan:
-    """The batch's plan on this worker's threads, with the flow's memory budget there."""
-    worker = planning.Context("worker", slots=threads)
-    in_flight = superchunks_in_flight(
-        job.spec, threads, memory_limit=settings.memory_limit, top_bytes=settings.top_memory,
-        device=job.device, io_waits=settings.io_waits,
-    )  # fmt: skip
-    budget = float(in_flight * settings.top_memory) if settings.top_memory > 0 else None
-    return planning.plan(graph, [worker], memory=budget, strategy="merge")
-
-
-def _top_item(job: TopJob, index: tuple[int, ...], box: Box, recorder: _Recorder) -> TopStats:
-    recorder.check_wanted()
-    stats = _run_top_task(job, index, box)
-    check_run_live(job.run_token)
-    recorder.done(grid_key(index))
-    return stats
-
-
-def _reduce_item(job: TopJob, key: str, box: Box, recorder: _Recorder) -> ReductionStats:
-    if job.layers is None:
-        raise AssertionError("a reduction needs temporary layers; this flow writes directly")
-    recorder.check_wanted()
-    stats = reduce_box(job.spec, job.layers, list(job.layer_vols), job.dst, box, job.run_token)
-    recorder.done(key)
-    return stats
-
-
-class _Recorder:
-    """One batch's done keys, written as its marker record every ``RECORD_EVERY_S`` and
-    at ``flush``; safe from the executor's threads. A record is rewritten whole, so it
-    starts with the keys an earlier try recorded. ``check_wanted`` stops a batch that the
-    client cancelled (a failure, Ctrl-C) before its next task."""
-
-    def __init__(
-        self,
-        markers: MarkerStore,
-        kind: str,
-        record: str,
-        before: set[str],
-        cancelled: Callable[[], bool],
-    ) -> None:
-        self.markers, self.kind, self.record = markers, kind, record
-        self.cancelled = cancelled
-        self.keys = list(before)
-        self.written = len(self.keys)
-        self.last = time.monotonic()
-        self.lock = threading.Lock()  # guards keys and last
-        self.writing = threading.Lock()  # one write at a time, each of more keys
-
-    def check_wanted(self) -> None:
-        if self.cancelled():
-            raise RunEndedError(
-                f"batch {self.record} was cancelled by its client (the run failed or was "
-                "interrupted); its tasks not yet started are dropped"
-            )
-
-    def done(self, key: str) -> None:
-        with self.lock:
-            self.keys.append(key)
-            due = time.monotonic() - self.last >= RECORD_EVERY_S
-            if due:
-                self.last = time.monotonic()
-        if due:
-            self.flush()
-
-    def flush(self) -> None:
-        with self.writing:
-            with self.lock:
-                keys = list(self.keys)
-            if len(keys) > self.written:
-                self.markers.mark_done_many(self.kind, keys, record=self.record)
-                self.written = len(keys)
-
-
-class _ReductionBoxes:
-    """Reduction box ``index`` of a flow: the reduction region tiled from its start by
-    ``max_reduction_chunk_size``, the last box on an axis clipped (``reduction_boxes``)."""
-
-    def __init__(self, spec: FlowSpec, dst: Volume) -> None:
-        self.region = reduction_region(spec, dst)
-        self.chunk = tuple(int(c) for c in spec.max_reduction_chunk_size)
-        self.grid = tuple(-(-s // c) for s, c in zip(self.region.shape, self.chunk, strict=True))
-
-    def box(self, index: tuple[int, ...]) -> Box:
-        start = [s + i * c for s, i, c in zip(self.region.start, index, self.chunk, strict=True)]
-        stop = [min(a + c, e) for a, c, e in zip(start, self.chunk, self.region.stop, strict=True)]
-        return Box(start, stop)
-
-
-# -- on the client ----------------------------------------------------------------------
+# A flow of few tasks makes at least this many batches per thread (smaller than
+# MIN_TASKS_PER_BATCH): 8 long tasks on 2 threads are 4+ batches, never one.
+MIN_BATCHES_PER_THREAD = 4
 
 
 class BatchSizer:
     """Tasks in the next batch of one kind (module doc: ``lo``, ``hi``, by time).
 
-    >>> sizer = BatchSizer(threads=2)
+    >>> sizer = BatchSizer(threads=2, total=2048)
     >>> sizer.size(2048), sizer.size(100), sizer.size(10)
     (25, 25, 10)
     >>> sizer.took(ran=25, seconds=0.15)  # 6 ms a task
     >>> sizer.size(1948), sizer.size(100_000), sizer.size(400), sizer.size(60)
     (333, 333, 100, 25)
+    >>> few = BatchSizer(threads=2, total=40)  # few long tasks: every thread busy
+    >>> few.size(40), few.size(3)
+    (5, 3)
+    >>> few.took(ran=5, seconds=10.0)
+    >>> few.size(35), few.size(12)
+    (5, 5)
     """
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, total: int) -> None:
         self.threads = max(1, threads)
+        # A flow of few tasks still gives every thread BATCHES_PER_THREAD batches or more.
+        self.least = max(
+            1, min(MIN_TASKS_PER_BATCH, total // (MIN_BATCHES_PER_THREAD * self.threads))
+        )
         self.ran = 0
         self.seconds = 0.0
 
@@ -329,11 +117,11 @@ class BatchSizer:
         self.seconds += seconds
 
     def size(self, remaining: int) -> int:
-        by_time = MIN_TASKS_PER_BATCH
+        by_time = self.least
         if self.ran and self.seconds > 0:
             by_time = round(TARGET_BATCH_SECONDS * self.ran / self.seconds)
         hi = remaining // (BATCHES_PER_THREAD * self.threads)
-        return min(remaining, max(MIN_TASKS_PER_BATCH, min(by_time, hi)))
+        return min(remaining, max(self.least, min(by_time, hi)))
 
 
 class _ReductionCounts:
@@ -341,7 +129,7 @@ class _ReductionCounts:
     before this run); ``ready``: boxes at zero, not yet handed out (module doc)."""
 
     def __init__(self, spec: FlowSpec, dst: Volume, done_tops: set[str], done: set[str]) -> None:
-        boxes = _ReductionBoxes(spec, dst)
+        boxes = ReductionBoxes(spec, dst)
         top = spec.levels[0]
         grid = spec.top_grid
         lo_hi = []  # per axis: the top indices [lo, hi) meeting each reduction index
@@ -427,7 +215,10 @@ class BatchedRun:
         self._done_tops = done_tops or None  # dropped once the grid is cut
         self._next_flat = 0  # the next flat index of the top grid to look at
         self._tops_out = self._reds_out = 0  # tasks handed out in batches
-        self.sizers = {TOP: BatchSizer(threads), REDUCE: BatchSizer(threads)}
+        self.sizers = {
+            TOP: BatchSizer(threads, self.pending_top),
+            REDUCE: BatchSizer(threads, self.pending_red),
+        }
         self.in_flight: dict[str, Batch] = {}
         self.totals = {TOP: BatchStats(TOP), REDUCE: BatchStats(REDUCE)}
         self.pending_voxels = 0  # of the bbox, covered by the top tasks handed out

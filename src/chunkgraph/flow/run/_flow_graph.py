@@ -8,9 +8,12 @@ reduction box not yet done, after the pending top tasks that meet it::
        └──> layer(i parity) ──> reduce[r] (weighted sum of the layers) ──> dst
 
 The plan given to the executor bounds the top-level tasks in flight by the
-flow's memory budget (``_plan``). Building the graph reads the done markers;
-the lifecycle around it (lock, record, discard) is ``_flow_run``'s, and the
-state it reads and records is ``FlowDir``'s. The constructor makes nothing:
+flow's memory budget (``_plan``). On a ``DaskExecutor`` there is no graph: the
+same tasks, in the same order, go in batches streamed to the cluster
+(``_batches``), so that neither the client nor Dask's scheduler holds an object
+per task. Building the graph reads the done markers; the lifecycle around it
+(lock, record, discard) is ``_flow_run``'s, and the state it reads and records is
+``FlowDir``'s. The constructor makes nothing:
 ``open`` makes the temporary layers.
 """
 
@@ -28,7 +31,8 @@ from chunkgraph import planning
 from chunkgraph.execute import DaskExecutor, run
 from chunkgraph.execute._breakdown import Breakdown, RunMeter, TaskTimes
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
-from chunkgraph.flow.run._batches import BatchedRun, BatchSettings, BatchStats, stream_batches
+from chunkgraph.flow.run._batch_run import BatchSettings, BatchStats
+from chunkgraph.flow.run._batches import BatchedRun, stream_batches
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._device import FlowDevice
