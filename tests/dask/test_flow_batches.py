@@ -25,6 +25,7 @@ from chunkgraph.flow.run._batches import _ReductionCounts
 from chunkgraph.flow.run._reduce import reduction_boxes, top_indices_meeting
 from chunkgraph.flow.state import TOP, MarkerStore, StateRoot
 from chunkgraph.geometry import Box
+from chunkgraph.report import Recorder
 
 STORAGE = (8, 8)
 
@@ -105,12 +106,13 @@ def blended(fn: Any, src: Any, root: Path, name: str, executor: Any, **options: 
 
 def test_batched_flow_is_exact_in_few_dask_tasks(healthy: Any, tally: Any, tmp_path: Path) -> None:
     """400 top tasks and 400 reductions: the output of executor='threads', byte for byte,
-    in at most 40 Dask tasks (one per batch), each fn call once."""
+    in at most 40 Dask tasks (one per batch), each fn call once, each task in the events."""
     src = source(tmp_path, (160, 160))
     (tmp_path / "calls").mkdir()
     fn = functools.partial(counted, str(tmp_path / "calls"))
     local, want = blended(fn, src, tmp_path, "local", "threads")
-    report, got = blended(fn, src, tmp_path, "dask", DaskExecutor(healthy))
+    recorder = Recorder()
+    report, got = blended(fn, src, tmp_path, "dask", DaskExecutor(healthy), subscribers=[recorder])
     whole = Box.from_shape(src.shape)
     np.testing.assert_array_equal(got.read(whole), want.read(whole))
     tasks, _ = tally()
@@ -118,6 +120,10 @@ def test_batched_flow_is_exact_in_few_dask_tasks(healthy: Any, tally: Any, tmp_p
     assert tasks <= 400 // 10
     assert calls(tmp_path / "calls") == 800  # 400 here, 400 there: none twice
     assert report.task_bytes == ()  # no row per task from a batched run
+    # Progress counts tasks from the batches' sums: 800 finished, in as many batches.
+    assert recorder.planned == 800
+    assert [t.outcome for t in recorder.tasks] == ["finished"] * 800
+    assert len({t.name for t in recorder.tasks}) == tasks
     assert report.bytes_written == local.bytes_written
     assert report.temporary_bytes == local.temporary_bytes
 

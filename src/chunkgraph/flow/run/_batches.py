@@ -201,8 +201,7 @@ class BatchedRun:
         self.spec, self.job, self.settings = spec, job, settings
         self.grid = spec.top_grid
         self.top_total = math.prod(self.grid)
-        done_tops: set[str] | None = job.markers.done_keys(TOP)
-        assert done_tops is not None
+        done_tops = job.markers.done_keys(TOP)
         self.skipped_top = len(done_tops)
         self.pending_top = self.top_total - self.skipped_top
         self.reductions: _ReductionCounts | None = None
@@ -212,7 +211,7 @@ class BatchedRun:
             self.reductions = counts
             self.reduction_total = counts.counts.size
             self.skipped_red, self.pending_red = counts.done, counts.pending
-        self._done_tops = done_tops or None  # dropped once the grid is cut
+        self._done_tops: set[str] | None = done_tops or None  # dropped once the grid is cut
         self._next_flat = 0  # the next flat index of the top grid to look at
         self._tops_out = self._reds_out = 0  # tasks handed out in batches
         self.sizers = {
@@ -301,7 +300,8 @@ def stream_batches(
     subscribers: Iterable[Subscriber] = (),
 ) -> None:
     """Run ``batched``'s batches on the cluster, summing their results into it; events
-    count top-level tasks and reductions (a FINISHED event per task, named by its batch)."""
+    count top-level tasks and reductions (a FINISHED event per task when its batch comes
+    back, named by the batch, numbered in the order they came back)."""
     subs = list(subscribers)
     bar = ProgressBar() if progress else None
     if bar is not None:
@@ -314,17 +314,18 @@ def stream_batches(
         # Each task is tried again inside its batch (run_batch's executor): a batch is not.
         for stats in executor.stream(batched.calls(), retries=0):
             batched.took(stats)
-            finished += stats.done
             if events is not None:
+                # Ids in the order tasks came back (a run report's rows), named by batch.
                 name = f"apply-batch-{stats.batch}"
-                for _ in range(stats.done):
-                    events.emit(EventKind.FINISHED, name=name, attempt=1)
+                for task in range(finished, finished + stats.done):
+                    events.emit(EventKind.FINISHED, task, name, attempt=1)
                 events.drain()
+            finished += stats.done
     except BaseExceptionGroup as group:
         if events is not None:
-            for error in group.exceptions:
-                task = getattr(error, "task", "")
-                events.emit(EventKind.FAILED, name=str(task), attempt=1, error=error)
+            for n, error in enumerate(group.exceptions, start=finished):
+                failed = str(getattr(error, "task", ""))
+                events.emit(EventKind.FAILED, n, failed, attempt=1, error=error)
         raise
     finally:
         if events is not None:

@@ -187,11 +187,11 @@ class FlowGraph:
         refs: list[TaskRef] = []
         batched = None
         if isinstance(executor, DaskExecutor):
+            self.slots = executor.threads()  # the cluster's, as the batches are cut for
             batched = BatchedRun(
                 self.spec, self.dst, self.job, self._batch_settings(executor),
-                threads=executor.threads(), reductions=reductions,
+                threads=self.slots, reductions=reductions,
             )  # fmt: skip
-            self.slots = executor.threads()
             tops, skipped_top = batched.top_total, batched.skipped_top
             reds, skipped_red = batched.reduction_total, batched.skipped_red
         else:
