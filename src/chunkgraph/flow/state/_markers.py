@@ -116,7 +116,9 @@ class MarkerStore:
         """Record that all ``keys`` of ``kind`` finished, as one object named ``record``
         (a batch id: 1 to 128 letters, digits, ``-`` or ``_``); call only after their data
         is written. Writing a record again replaces it whole: a reader sees the old one or
-        the new one. Refused (``FlowLockedError``) when this run lost its lock.
+        the new one. One writer per record, each write a superset of the last (a write
+        with fewer keys forgets the others: their tasks rerun). Refused
+        (``FlowLockedError``) when this run lost its lock.
 
         >>> import tempfile
         >>> store = MarkerStore(StateRoot.of(tempfile.mkdtemp()))
