@@ -29,10 +29,27 @@ Zarr v3 volume (default 256^3, top chunks 128^3 over bottom chunks 64^3), with
 each run once untimed (it imports zarr and starts thread pools in every process,
 which a long-lived cluster has done once), then timed ``FLOW_REPEATS`` times
 (median), and the outputs compared.
+
+Many small top-level tasks (a flow on a cluster goes in batches, ``flow/run/_batches``):
+
+6. 2,048 one-chunk top tasks (identity fn, uint8 8x64x64 chunks of a (256, 512, 512)
+   volume, a temporary layer and a copying reduction each), ``executor="threads"``
+7. the same on the LocalCluster: scheduler tasks, wall against (6), output identical
+8. a simulated flow of ``--top-tasks`` (default 100,000) one-voxel top tasks over a
+   Zarr v3 input that was never written (every read is fill), identity fn, written
+   straight to dst (all fill: nothing stored), on the LocalCluster: the real task
+   count with no data. Measured: scheduler tasks, the peak RSS of the process that
+   holds client and scheduler, seconds from ``apply`` to the first Dask task
+   processing, and that process's CPU per top task (client + scheduler).
+
+Each is run once untimed first (imports, pools), then timed once.
 Targets: (2) >= 3x fewer scheduler tasks and >= 2x faster than (1); (5) within
-1.2x of (4).
+1.2x of (4); (7) scheduler tasks <= 1/10 of the top tasks and wall <= 1.3x (6);
+(8) scheduler tasks <= 10^4 (at 10^6 top tasks), peak <= 1 GiB, first task
+<= 10 s, CPU <= 50 us per top task.
 
     PYTHONPATH=src python benchmarks/dask_backend.py [--width 2000 --length 9] [--quick]
+        [--top-tasks 100000]
 """
 
 from __future__ import annotations
@@ -105,20 +122,28 @@ def chunkgraph_graph(width: int, length: int) -> tuple[Any, Any]:
 
 
 class TaskCounter(SchedulerPlugin):  # type: ignore[misc]
-    """A scheduler plugin: how many tasks reached memory."""
+    """A scheduler plugin: how many tasks reached memory, and when (``time.time()``) the
+    first task started processing."""
 
     name = "benchmark-task-counter"
 
     def __init__(self) -> None:
         self.done = 0
+        self.first = 0.0
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "memory":
             self.done += 1
+        elif finish == "processing" and not self.first:
+            self.first = time.time()
 
 
 def _tasks_done(dask_scheduler: Any) -> int:
     return int(dask_scheduler.plugins[TaskCounter.name].done)
+
+
+def _first_processing(dask_scheduler: Any) -> float:
+    return float(dask_scheduler.plugins[TaskCounter.name].first)
 
 
 def _worker_peak() -> int:
@@ -242,6 +267,120 @@ def run_flow_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
     )
 
 
+# --- many small top-level tasks --------------------------------------------------------
+
+BATCH_SHAPE = (256, 512, 512)  # 32 x 8 x 8 = 2,048 top tasks
+BATCH_CHUNK = (8, 64, 64)
+DEFAULT_TOP_TASKS = 100_000
+
+
+def identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def make_batch_source(path: Path) -> None:
+    from chunkgraph import volume
+    from chunkgraph.geometry import Box
+
+    if path.exists():
+        shutil.rmtree(path)
+    src = volume.create(str(path), BATCH_SHAPE, BATCH_CHUNK, "uint8")
+    rng = np.random.default_rng(0)
+    for z in range(0, BATCH_SHAPE[0], 64):
+        slab = rng.integers(0, 256, (64, *BATCH_SHAPE[1:]), dtype=np.uint8)
+        src.write(Box((z, 0, 0), (z + 64, *BATCH_SHAPE[1:])), slab)
+
+
+def _batch_flow(name: str, workdir: Path, executor: Any) -> float:
+    """Seconds of one run of the one-chunk identity flow into ``<name>.zarr``."""
+    import chunkgraph as cg
+    from chunkgraph import volume
+
+    src = volume.open(str(workdir / "batch-src.zarr"))
+    dst_path = workdir / f"{name}.zarr"
+    shutil.rmtree(dst_path, ignore_errors=True)
+    dst = volume.create(str(dst_path), BATCH_SHAPE, BATCH_CHUNK, "uint8")
+    t0 = time.perf_counter()
+    cg.apply(
+        identity, src, dst, chunk_sizes=[BATCH_CHUNK], intermediates=str(workdir / f"{name}-tmp"),
+        executor=executor,
+    )  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def run_batch_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
+    """Child process: the 2,048-task flow with one executor, once untimed, once timed."""
+    if name == "batch_local":
+        _batch_flow(name, workdir, "threads")
+        wall = _batch_flow(name, workdir, "threads")
+        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0)
+    from distributed import Client, LocalCluster
+
+    from chunkgraph.execute import DaskExecutor
+
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        _batch_flow(name, workdir, DaskExecutor(client))
+        client.register_plugin(TaskCounter())  # counts the timed run only
+        wall = _batch_flow(name, workdir, DaskExecutor(client))
+        tasks = client.run_on_scheduler(_tasks_done)
+        peaks = client.run(_worker_peak)
+    return dict(
+        wall=wall, tasks=tasks, peak=_worker_peak(), workers_peak=sum(peaks.values()), check=0.0
+    )
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _many_flow(workdir: Path, top_tasks: int, executor: Any, tag: str) -> None:
+    """One-voxel top tasks over a never-written input, written straight to dst (all fill)."""
+    import chunkgraph as cg
+    from chunkgraph import volume
+
+    shape = (top_tasks // 1000, 1000)
+    src = volume.create(str(workdir / f"many-src-{tag}.zarr"), shape, (1, 1), "uint8")
+    dst = volume.create(str(workdir / f"many-dst-{tag}.zarr"), shape, (1, 1), "uint8")
+    cg.apply(
+        identity, src, dst, chunk_sizes=[(1, 1)], skip_intermediates=True,
+        intermediates=str(workdir / f"many-tmp-{tag}"), executor=executor,
+    )  # fmt: skip
+
+
+def run_many_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, float]:
+    """Child process: the simulated flow of ``top_tasks`` tasks on the cluster, after an
+    untimed one of 2,000 (imports, pools)."""
+    from distributed import Client, LocalCluster
+
+    from chunkgraph.execute import DaskExecutor
+
+    for old in workdir.glob("many-*"):
+        shutil.rmtree(old)
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        _many_flow(workdir, 2000, DaskExecutor(client), "warm")
+        client.register_plugin(TaskCounter())
+        cpu0, t0, w0 = _cpu_seconds(), time.time(), time.perf_counter()
+        _many_flow(workdir, top_tasks, DaskExecutor(client), "timed")
+        wall, cpu = time.perf_counter() - w0, _cpu_seconds() - cpu0
+        tasks = client.run_on_scheduler(_tasks_done)
+        first = client.run_on_scheduler(_first_processing) - t0
+    return dict(
+        wall=wall, tasks=tasks, peak=_worker_peak(), first=first, cpu_us=cpu / top_tasks * 1e6,
+        top_tasks=top_tasks, workers_peak=0, check=0.0,
+    )  # fmt: skip
+
+
 # --- the driver ------------------------------------------------------------------------
 
 CASES = {
@@ -250,6 +389,8 @@ CASES = {
     "local": "(3) chunkgraph threads, this machine",
     "flow_local": "(4) flow, executor='threads'",
     "flow_dask": "(5) flow, DaskExecutor on the cluster",
+    "batch_local": "(6) 2,048 one-chunk top tasks, executor='threads'",
+    "batch_dask": "(7) 2,048 one-chunk top tasks, DaskExecutor (batched)",
 }
 
 
@@ -277,11 +418,26 @@ def targets(results: dict[str, dict[str, float]]) -> str:
     fewer = d["tasks"] / max(c["tasks"], 1)
     faster = d["wall"] / c["wall"]
     flow = results["flow_dask"]["wall"] / results["flow_local"]["wall"]
+    batch = results["batch_dask"]["wall"] / results["batch_local"]["wall"]
+    batch_tasks = results["batch_dask"]["tasks"]
+    many = results["many"]
+    n = int(many["top_tasks"])
     rows = [
         ("scheduler tasks, (1) / (2)", f"{fewer:.1f}x", ">= 3x", fewer >= 3),
         ("wall, (1) / (2)", f"{faster:.1f}x", ">= 2x", faster >= 2),
         ("flow wall, (5) / (4)", f"{flow:.2f}x", "<= 1.2x", flow <= 1.2),
-    ]
+        ("2,048 top tasks: scheduler tasks (7)", f"{batch_tasks:,.0f}", "<= 204",
+         batch_tasks <= 2048 / 10),
+        ("2,048 top tasks: wall, (7) / (6)", f"{batch:.2f}x", "<= 1.3x", batch <= 1.3),
+        (f"{n:,} top tasks: scheduler tasks (8)", f"{many['tasks']:,.0f}",
+         f"<= {max(1, n // 100):,}", many["tasks"] <= n / 100),
+        (f"{n:,} top tasks: client + scheduler peak", f"{_mib(many['peak'])} MiB", "<= 1,024 MiB",
+         many["peak"] <= 2**30),
+        (f"{n:,} top tasks: first task processing", f"{many['first']:.1f} s", "<= 10 s",
+         many["first"] <= 10),
+        (f"{n:,} top tasks: client + scheduler CPU per top task", f"{many['cpu_us']:.1f} us",
+         "<= 50 us", many["cpu_us"] <= 50),
+    ]  # fmt: skip
     lines = ["| target | measured | wanted | |", "|---|---:|---:|---|"]
     lines += [f"| {a} | {b} | {c} | {'met' if ok else 'missed'} |" for a, b, c, ok in rows]
     return "\n".join(lines)
@@ -294,6 +450,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes")
     parser.add_argument("--quick", action="store_true", help="500 chains, a 128^3 volume")
     parser.add_argument("--workdir", default="bench-out/dask_backend")
+    parser.add_argument(
+        "--top-tasks", type=int, default=DEFAULT_TOP_TASKS,
+        help="top tasks of the simulated flow (8), a multiple of 1,000",
+    )  # fmt: skip
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     width = 500 if args.quick else args.width
@@ -301,6 +461,10 @@ def main() -> None:
     if args.case:
         if args.case.startswith("flow"):
             result = run_flow_case(args.case, workdir, args.workers)
+        elif args.case.startswith("batch"):
+            result = run_batch_case(args.case, workdir, args.workers)
+        elif args.case == "many":
+            result = run_many_case(workdir, args.workers, args.top_tasks)
         else:
             result = run_graph_case(args.case, width, args.length, args.workers)
         print(json.dumps(result))
@@ -308,6 +472,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
     make_source(workdir / "src.zarr", shape)
+    make_batch_source(workdir / "batch-src.zarr")
     tasks = width * args.length + width - 1
     print(
         f"graph: {width} chains x {args.length} numpy tasks + {width - 1} sums = {tasks:,} "
@@ -315,10 +480,10 @@ def main() -> None:
         f"{os.cpu_count()} cores"
     )
     results = {}
-    for name in CASES:
+    for name in [*CASES, "many"]:
         cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
         cmd += ["--width", str(width), "--length", str(args.length)]
-        cmd += ["--workers", str(args.workers)]
+        cmd += ["--workers", str(args.workers), "--top-tasks", str(args.top_tasks)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(f"case {name} failed:\n{out.stderr}")
@@ -333,7 +498,15 @@ def main() -> None:
 
     a = volume.open(str(workdir / "flow_local.zarr")).read(Box.from_shape(shape))
     b = volume.open(str(workdir / "flow_dask.zarr")).read(Box.from_shape(shape))
-    print(f"flow outputs identical: {bool(np.array_equal(a, b))}")
+    print(f"flow outputs identical: {bool(np.array_equal(a, b))}", end="; ")
+    a = volume.open(str(workdir / "batch_local.zarr")).read(Box.from_shape(BATCH_SHAPE))
+    b = volume.open(str(workdir / "batch_dask.zarr")).read(Box.from_shape(BATCH_SHAPE))
+    print(f"2,048-task outputs identical: {bool(np.array_equal(a, b))}")
+    many = results["many"]
+    print(
+        f"(8) {int(many['top_tasks']):,} top tasks: {many['wall']:.1f} s wall, "
+        f"{many['tasks']:,.0f} scheduler tasks"
+    )
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ import heapq
 import os
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,7 @@ from chunkgraph.execute._dask_contexts import (
     worker_address,
 )
 from chunkgraph.execute._dask_stranded import watch_stranded
+from chunkgraph.execute._dask_stream import Call, stream_calls
 from chunkgraph.execute._dask_subgraph import (
     Inputs,
     SubgraphFailed,
@@ -109,6 +110,8 @@ class DaskExecutor:
     ``close()`` (or the end of ``with``) closes a Client it opened itself, and the
     executor runs nothing more (a UsageError says so); closing again does nothing.
     ``ship_module(path)`` sends a module file the workers cannot import to them.
+    ``stream(calls)`` runs calls from a lazy iterator a bounded window at a time (a
+    flow's batches of top-level tasks, ``_dask_stream``).
 
     Args:
         client_or_address: A ``distributed.Client`` (open), or a scheduler address
@@ -313,6 +316,35 @@ class DaskExecutor:
         plan = self._plan_for(graph, target_ids, plan)
         subs = (*self.subscribers, *subscribers)
         return _Run(self, graph, target_ids, plan, EventQueue(subs) if subs else None).run()
+
+    def threads(self) -> int:
+        """The worker threads of the cluster now; ConfigError when it has no workers."""
+        self._check_open()
+        threads = sum(self.client.nthreads().values())
+        if not threads:
+            raise ConfigError(
+                f"the Dask cluster at {self.address} has no workers; start some "
+                f"(dask worker {self.address}) or wait for them with client.wait_for_workers()"
+            )
+        return int(threads)
+
+    def stream(self, calls: Iterable[Call | None], *, retries: int | None = None) -> Iterator[Any]:
+        """Run ``calls`` (a lazy iterable) on the cluster, a few per worker thread in flight,
+        yielding each result as it completes (``_dask_stream``: order, ``None`` in
+        ``calls``, failures).
+
+        Args:
+            calls: The calls to run, produced lazily (a batch of a flow's tasks each, say);
+                None: nothing to submit yet (see ``_dask_stream``).
+            retries: Extra tries per call on its worker; None: this executor's ``retries``.
+
+        Raises:
+            ConfigError: When the cluster has no workers.
+            ExceptionGroup: Of ``TaskError``, for the first call that failed for good.
+        """
+        self.threads()
+        tries = self.retries if retries is None else retries
+        return stream_calls(self.client, calls, retries=tries)
 
     def _plan_for(self, graph: Graph, targets: list[int], given: Plan | None) -> Plan:
         if given is not None:

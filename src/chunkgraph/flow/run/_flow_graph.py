@@ -8,9 +8,12 @@ reduction box not yet done, after the pending top tasks that meet it::
        └──> layer(i parity) ──> reduce[r] (weighted sum of the layers) ──> dst
 
 The plan given to the executor bounds the top-level tasks in flight by the
-flow's memory budget (``_plan``). Building the graph reads the done markers;
-the lifecycle around it (lock, record, discard) is ``_flow_run``'s, and the
-state it reads and records is ``FlowDir``'s. The constructor makes nothing:
+flow's memory budget (``_plan``). On a ``DaskExecutor`` there is no graph: the
+same tasks, in the same order, go in batches streamed to the cluster
+(``_batches``), so that neither the client nor Dask's scheduler holds an object
+per task. Building the graph reads the done markers; the lifecycle around it
+(lock, record, discard) is ``_flow_run``'s, and the state it reads and records is
+``FlowDir``'s. The constructor makes nothing:
 ``open`` makes the temporary layers.
 """
 
@@ -25,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph import planning
-from chunkgraph.execute import run
-from chunkgraph.execute._breakdown import Breakdown, RunMeter
+from chunkgraph.execute import DaskExecutor, run
+from chunkgraph.execute._breakdown import Breakdown, RunMeter, TaskTimes
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
+from chunkgraph.flow.run._batch_run import BatchSettings, BatchStats
+from chunkgraph.flow.run._batches import BatchedRun, stream_batches
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._device import FlowDevice
@@ -171,58 +176,59 @@ class FlowGraph:
         before: int,
         subscribers: tuple[Subscriber, ...] = (),
     ) -> ApplyReport:
-        """Record the totals in ``flow.json``, run the tasks not yet done, report."""
+        """Record the totals in ``flow.json``, run the tasks not yet done, report.
+
+        On a ``DaskExecutor`` the tasks go in batches (``_batches``), and the report has
+        no row per task (``task_bytes`` is empty)."""
         self.in_process = executor.in_process
         # A sync executor runs one task at a time, whatever the cores: one slot.
         self.slots = 1 if getattr(executor, "kind", None) == "sync" else self.cores
+        reductions = not self.direct and not self.deferred
         graph = Graph()
-        top_refs, skipped_top = self._add_top_tasks(graph)
-        red_refs: list[TaskRef] = []
-        skipped_red = 0
-        if not self.direct and not self.deferred:
-            red_refs, skipped_red = self._add_reductions(graph, top_refs)
-        refs = list(top_refs.values()) + red_refs
-        # What `chunkgraph status` shows as progress, and what keeps `clean` away from a
-        # deferred flow's layers (they are its result, not temporaries).
-        # A deferred flow also records what reduce_deferred needs to finish it later.
-        extra: dict[str, Any] = {}
-        if self.fingerprint is not None:
-            extra["fingerprint"] = self.fingerprint
-        if self.layers is not None:
-            extra[LAYERS_KEY] = str(self.layers.root)
-        if self.deferred and self.layers is not None:
-            geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
-            extra[GEOMETRY_KEY] = geometry.as_json()
-        self.state.write_info(
-            top_tasks=len(top_refs) + skipped_top,
-            reductions=len(red_refs) + skipped_red,
-            deferred=self.deferred,
-            dst=self.dst_stamp,
-            **extra,
-        )
+        refs: list[TaskRef] = []
+        batched = None
+        if isinstance(executor, DaskExecutor):
+            self.slots = executor.threads()  # the cluster's, as the batches are cut for
+            batched = BatchedRun(
+                self.spec, self.dst, self.job, self._batch_settings(executor),
+                threads=self.slots, reductions=reductions,
+            )  # fmt: skip
+            tops, skipped_top = batched.top_total, batched.skipped_top
+            reds, skipped_red = batched.reduction_total, batched.skipped_red
+        else:
+            top_refs, skipped_top = self._add_top_tasks(graph)
+            red_refs: list[TaskRef] = []
+            skipped_red = 0
+            if reductions:
+                red_refs, skipped_red = self._add_reductions(graph, top_refs)
+            refs = list(top_refs.values()) + red_refs
+            tops, reds = len(top_refs) + skipped_top, len(red_refs) + skipped_red
+        self._write_info(tops, reds)
         # Inputs' object-store GETs over the tasks (the probe's excluded): exact under
         # threads, which share the driver's volumes; other executors count on copies.
         gets_before, chunks_before = input_gets(self.inputs)
         # Where the tasks' time and memory go (_breakdown): the process's RSS and CPU over them.
         meter = RunMeter().start()
+        per_task: tuple[tuple[str, int, int], ...] = ()
         # Tasks on the driver's threads mark done in bulk (_journal): opened here,
         # written out however the run ends.
         kinds = (TOP, REDUCE) if self.in_process else ()
         for kind in kinds:
             open_journal(self.markers, kind, self.job.run_token)
         try:
-            results = (
-                run(
-                    graph,
-                    refs,
-                    executor,
-                    progress=progress,
-                    subscribers=subscribers,
-                    plan=self._plan(graph, refs),
+            if batched is not None:
+                assert isinstance(executor, DaskExecutor)
+                stream_batches(batched, executor, progress, subscribers)
+                top, red = batched.totals[TOP], batched.totals[REDUCE]
+                self.pending_voxels = batched.pending_voxels
+            else:
+                results = self._run_graph(graph, refs, executor, progress, subscribers)
+                top = BatchStats.of(TOP, (r for r in results if isinstance(r, TopStats)))
+                red = BatchStats.of(REDUCE, (r for r in results if isinstance(r, ReductionStats)))
+                per_task = tuple(
+                    (graph.name(ref.id), *_bytes_of(stats))
+                    for ref, stats in zip(refs, results, strict=True)
                 )
-                if refs
-                else []
-            )
         except BaseException:
             for kind in kinds:
                 close_journal(self.job.run_token, kind, quiet=True)
@@ -233,23 +239,60 @@ class FlowGraph:
                 close_journal(self.job.run_token, kind)
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)
-        top_stats = [r for r in results if isinstance(r, TopStats)]
-        red_stats = [r for r in results if isinstance(r, ReductionStats)]
-        report = self._report(top_stats, red_stats, before, t0, skipped_top, skipped_red)
+        report = self._report(top, red, before, t0, skipped_top, skipped_red)
         if self.in_process:
             gets, chunks = input_gets(self.inputs)
             report = dataclasses.replace(
                 report, input_requests=gets - gets_before, input_chunks_read=chunks - chunks_before
             )
-        per_task = tuple(
-            (graph.name(ref.id), *_bytes_of(stats))
-            for ref, stats in zip(refs, results, strict=True)
-        )
-        breakdown = self._breakdown(results, meter)
+        breakdown = self._breakdown([top.times, red.times], meter)
         breakdown = dataclasses.replace(breakdown, setup_seconds=report.wall_seconds - meter.wall)
         return dataclasses.replace(report, task_bytes=per_task, breakdown=breakdown)
 
-    def _breakdown(self, results: list[Any], meter: RunMeter) -> Breakdown:
+    def _write_info(self, tops: int, reductions: int) -> None:
+        """What `chunkgraph status` shows as progress, and what keeps `clean` away from a
+        deferred flow's layers (they are its result, not temporaries). A deferred flow
+        also records what reduce_deferred needs to finish it later."""
+        extra: dict[str, Any] = {}
+        if self.fingerprint is not None:
+            extra["fingerprint"] = self.fingerprint
+        if self.layers is not None:
+            extra[LAYERS_KEY] = str(self.layers.root)
+        if self.deferred and self.layers is not None:
+            geometry = DeferredGeometry.of(self.spec, self.dst, self.layers)
+            extra[GEOMETRY_KEY] = geometry.as_json()
+        self.state.write_info(
+            top_tasks=tops, reductions=reductions, deferred=self.deferred, dst=self.dst_stamp,
+            **extra,
+        )  # fmt: skip
+
+    def _run_graph(
+        self,
+        graph: Graph,
+        refs: list[TaskRef],
+        executor: Executor,
+        progress: bool,
+        subscribers: tuple[Subscriber, ...],
+    ) -> list[Any]:
+        """The graph's tasks on a local executor (or any but Dask's), results in refs' order."""
+        if not refs:
+            return []
+        return list(
+            run(
+                graph, refs, executor, progress=progress, subscribers=subscribers,
+                plan=self._plan(graph, refs),
+            )
+        )  # fmt: skip
+
+    def _batch_settings(self, executor: DaskExecutor) -> BatchSettings:
+        return BatchSettings(
+            top_memory=self.top_memory,
+            memory_limit=self.memory_limit,
+            io_waits=self.io_waits,
+            retries=executor.retries,
+        )
+
+    def _breakdown(self, times: list[TaskTimes], meter: RunMeter) -> Breakdown:
         """The run's time and memory terms from its tasks' timings (``_breakdown``)."""
         cores = self.cores
         in_flight = superchunks_in_flight(
@@ -257,7 +300,7 @@ class FlowGraph:
             device=self.job.device, io_waits=self.io_waits,
         )  # fmt: skip
         return meter.breakdown(
-            [r.times for r in results if isinstance(r, TopStats | ReductionStats)],
+            times,
             slots=self.slots,
             needed_voxels=self.pending_voxels,
             in_process=self.in_process,
@@ -325,39 +368,33 @@ class FlowGraph:
 
     def _report(
         self,
-        tops: list[TopStats],
-        reds: list[ReductionStats],
+        top: BatchStats,
+        red: BatchStats,
         before: int,
         t0: float,
         skipped_top: int,
         skipped_red: int,
     ) -> ApplyReport:
+        """The report of the run from its tasks' sums, ``top`` and ``red`` (reductions)."""
         spec = self.spec
-        counts = [0] * len(spec.levels)
-        for t in tops:
-            for level, n in enumerate(t.tasks_per_level):
-                counts[level] += n
+        counts = list(top.tasks_per_level) or [0] * len(spec.levels)
         # Threads share the driver's Volume objects: their counters are exact. Other
         # executors read through their own copies, which report per task (the driver's
         # counters then hold only the probe's read).
-        if self.in_process:
-            bytes_read = read_bytes(self.inputs) - before
-        else:
-            bytes_read = sum(t.bytes_read for t in tops)
+        bytes_read = read_bytes(self.inputs) - before if self.in_process else top.bytes_read
         needed = needed_input_bytes(spec, self.inputs)
         if skipped_top and spec.bbox.size:
             # A resumed run reads for its pending top tasks only: amplification over those.
             needed = needed * self.pending_voxels // spec.bbox.size
         if self.direct:
-            written, temporary = sum(t.bytes_written for t in tops), 0
+            written, temporary = top.bytes_written, 0
         else:
-            written = sum(r.bytes_written for r in reds)
-            temporary = sum(t.bytes_written for t in tops)
+            written, temporary = red.bytes_written, top.bytes_written
         return ApplyReport(
             flow_id=self.state.flow_id,
             dry_run=False,
             tasks_per_level=tuple(counts),
-            reductions=len(reds),
+            reductions=red.done,
             bytes_read=bytes_read,
             bytes_written=written,
             temporary_bytes=temporary,
@@ -370,7 +407,7 @@ class FlowGraph:
             intermediates=self.state.location if self.deferred else None,
             layers=str(self.layers.root) if self.layers is not None else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
-            saturated_voxels=sum(t.saturated for t in tops) + sum(r.saturated for r in reds),
+            saturated_voxels=top.saturated + red.saturated,
         )
 
 

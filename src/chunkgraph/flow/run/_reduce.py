@@ -55,10 +55,13 @@ if TYPE_CHECKING:
 
 def reduction_boxes(spec: FlowSpec, dst: Volume) -> tuple[list[Box], tuple[int, ...]]:
     """The write boxes of all reductions in C order, and their grid shape."""
-    dst_chunk = dst.spatial_chunks
-    origin = dst.bounds.start
-    region = spec.bbox.snapped(dst_chunk, offset=origin).intersection(dst.bounds)
-    return _split(region, spec.max_reduction_chunk_size)
+    return _split(reduction_region(spec, dst), spec.max_reduction_chunk_size)
+
+
+def reduction_region(spec: FlowSpec, dst: Volume) -> Box:
+    """The region the reductions tile (from its start, ``max_reduction_chunk_size`` each,
+    the last on an axis clipped): the bbox snapped outward to dst's chunks, inside dst."""
+    return spec.bbox.snapped(dst.spatial_chunks, offset=dst.bounds.start).intersection(dst.bounds)
 
 
 def _split(region: Box, chunk: tuple[int, ...]) -> tuple[list[Box], tuple[int, ...]]:

@@ -58,7 +58,8 @@ class ApplyReport:
         finished_before: When a resumed flow had already finished (then nothing ran);
             "" otherwise.
         task_bytes: ``(task name, bytes read, bytes written)`` of each task that ran,
-            for run reports.
+            for run reports; empty for a run on a Dask cluster, whose top-level tasks
+            run in batches that return sums, so that the client keeps nothing per task.
         plan: The sizes (chosen, or given), the cache ``apply`` owned, the memory
             budget and the predicted read amplification, with the reasons.
         values: With ``dst=None``, ``fn``'s value per bottom chunk, ``{bottom box:

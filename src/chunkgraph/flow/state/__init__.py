@@ -37,7 +37,12 @@ from chunkgraph.flow.state._dst_lock import claimed, refuse_if_written
 from chunkgraph.flow.state._fingerprint import flow_id_of, flow_id_parts
 from chunkgraph.flow.state._flow_dir import FlowDir
 from chunkgraph.flow.state._info import in_place_mark, lost_in_place_state, read_flow_info
-from chunkgraph.flow.state._journal import close_journal, journal_of, open_journal
+from chunkgraph.flow.state._journal import (
+    MarkerJournal,
+    close_journal,
+    journal_of,
+    open_journal,
+)
 from chunkgraph.flow.state._layout import (
     clean_command,
     default_root,
@@ -68,6 +73,7 @@ __all__ = [
     "FlowDir",
     "FlowState",
     "FlowStatus",
+    "MarkerJournal",
     "MarkerStore",
     "Removal",
     "StateRoot",

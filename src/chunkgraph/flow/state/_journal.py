@@ -14,9 +14,14 @@ since the last write (at most ``interval`` seconds of finished tasks): those
 tasks run again on resume and write the same voxels. Nothing is ever marked
 before its data is written, so a marker still proves its data complete.
 
-Tasks in other processes (the processes executor, a Dask worker) find no
-journal of their run there (``journal_of`` is None) and mark as before: their
-process can die between two writes of a journal the driver cannot flush.
+Tasks in other processes (the processes executor) find no journal of their
+run there (``journal_of`` is None) and mark as before: their process can die
+between two writes of a journal the driver cannot flush.
+
+One growing record. A batch of a Dask flow (``flow/run/_batch_run``) keeps one
+journal of its own with ``grow=True``: each write rewrites the batch's one
+record with every key so far, starting with those an earlier try of the batch
+recorded, so a batch run again reads one record to know what to skip.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Collection
 
 from chunkgraph.flow.state._markers import MarkerStore
 
@@ -46,12 +52,24 @@ class MarkerJournal:
     """
 
     def __init__(
-        self, markers: MarkerStore, kind: str, name: str, interval: float = INTERVAL
+        self,
+        markers: MarkerStore,
+        kind: str,
+        name: str,
+        interval: float = INTERVAL,
+        *,
+        grow: bool = False,
+        before: Collection[str] = (),
     ) -> None:
+        """``grow``: every write rewrites one record named ``name`` with all the keys so
+        far, ``before`` (an earlier try's) first; else each write is a new record
+        ``<name>-<n>`` of the keys handed over since the last."""
         self.markers = markers
         self.kind = kind
         self.name = name
         self.interval = interval
+        self.grow = grow
+        self._kept: list[str] = list(before)  # grow: the keys the record already holds
         self._pending: list[str] = []
         self._numbers = itertools.count()
         self._lock = threading.Lock()  # guards _pending, _timer, _error
@@ -60,6 +78,11 @@ class MarkerJournal:
         self._error: BaseException | None = None
         self._last = time.monotonic() - interval  # the first key is written at once
         self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: no more keys are taken."""
+        return self._closed
 
     def add(self, key: str) -> None:
         """Hand over ``key``, whose data is written; raises the error of an earlier
@@ -105,9 +128,13 @@ class MarkerJournal:
             with self._lock:
                 keys, self._pending = self._pending, []
                 self._last = time.monotonic()
-            if keys:
-                record = f"{self.name}-{next(self._numbers)}"
-                self.markers.mark_done_many(self.kind, keys, record)
+            if not keys:
+                return
+            if self.grow:  # one record, rewritten whole with every key so far
+                self._kept.extend(keys)
+                self.markers.mark_done_many(self.kind, self._kept, self.name)
+            else:
+                self.markers.mark_done_many(self.kind, keys, f"{self.name}-{next(self._numbers)}")
 
     def _raise_error(self) -> None:
         if self._error is not None:

@@ -1,0 +1,335 @@
+"""A flow on a Dask cluster: its top-level tasks and reductions in batches, streamed.
+
+Policy. On a cluster a flow never hands the scheduler one task per top-level
+chunk (a million chunks would cost Dask's scheduler half an hour before any
+work, and the client a future each). ``BatchedRun`` cuts batches lazily, in the
+plan's order, and streams them through ``DaskExecutor.stream`` (a window of a
+few per worker thread, ``_dask_stream``)::
+
+    top grid, C order, done keys skipped ──> Batch(TOP, grid indices) ───┐
+                                                                         ├─> stream ─> worker:
+    reduction r, once every top task meeting it is done ─> Batch(REDUCE) ┘    run_batch
+                                                                               │
+    progress events, report  <──── BatchStats (sums, no row per task) <────────┘
+                                                                  (_batch_run)
+
+Sizes (``BatchSizer``). A batch should run seconds (``TARGET_BATCH_SECONDS``):
+long enough that Dask's millisecond per task is noise, short enough that a
+lost worker costs little and the tail stays balanced. The flow's estimate has
+no time, so the first batches are the smallest allowed and later ones are sized
+from the measured seconds per task of the batches back so far (their wall on
+their worker over their tasks). That size is capped by ``remaining //
+(BATCHES_PER_THREAD * threads)``, so that the tail splits finer and every worker
+thread has work to the end, and raised to ``MIN_TASKS_PER_BATCH``, so that the
+Dask tasks stay fewer than a 25th of the tasks however long each runs (the
+scheduler's cost is per task, whatever the batch holds); a flow of fewer than
+``MIN_BATCHES_PER_THREAD x 25`` tasks per thread is cut finer, into at least
+that many batches per thread, so that a few long tasks still spread over all.
+E.g. 2,048 tasks of 6 ms on 2 threads: 4 first batches of 25, then 2 s / 6 ms =
+333, capped at 1,948 // 4 = 487, so 333, 333, ... until the cap shrinks below
+them, and 25 at the end: 18 batches.
+
+On the worker (``_batch_run``) a batch runs its tasks with chunkgraph's own
+thread executor over the worker's threads, records its done keys as one marker
+record every ``RECORD_EVERY_S`` and at its end, and returns sums; a batch run
+again after its worker died skips what its record holds.
+
+Reductions. Each pending reduction box counts the pending top-level tasks that
+meet it (``_ReductionCounts``: one int32 per box, from the per-axis index ranges
+that ``top_indices_meeting`` computes); a finished top batch counts its tasks
+down, and a box at zero is ready. Ready reductions go out in batches of their own
+size, first when enough are ready or when no top batch is left.
+
+Client memory. The done-key set (dropped once the top grid is cut), one
+counter per reduction, the batches in the window and the sums: nothing per
+top-level task outlives its batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkgraph.execute import DaskExecutor, EventKind, ProgressBar, Subscriber
+from chunkgraph.execute._dask_stream import Call
+from chunkgraph.execute._events import EventQueue
+from chunkgraph.flow.run._batch_run import (
+    Batch,
+    BatchSettings,
+    BatchStats,
+    IntArray,
+    ReductionBoxes,
+    run_batch,
+)
+from chunkgraph.flow.state import REDUCE, TOP, grid_key
+
+if TYPE_CHECKING:
+    from chunkgraph.flow.plan import FlowSpec
+    from chunkgraph.flow.run._top_task import TopJob
+    from chunkgraph.volume import Volume
+
+# Seconds a batch should run: 100x Dask's per-task cost, yet a lost worker redoes little.
+TARGET_BATCH_SECONDS = 2.0
+# Fewest tasks in a batch (but what is left): Dask tasks <= 1/25 of the flow's tasks.
+MIN_TASKS_PER_BATCH = 25
+# A batch holds at most 1 / (this x threads) of the tasks left: the tail splits finer,
+# so the last batches end together (one running and one queued per thread).
+BATCHES_PER_THREAD = 2
+# A flow of few tasks makes at least this many batches per thread (smaller than
+# MIN_TASKS_PER_BATCH): 8 long tasks on 2 threads are 4+ batches, never one.
+MIN_BATCHES_PER_THREAD = 4
+
+
+class BatchSizer:
+    """Tasks in the next batch of one kind (module doc: ``lo``, ``hi``, by time).
+
+    >>> sizer = BatchSizer(threads=2, total=2048)
+    >>> sizer.size(2048), sizer.size(100), sizer.size(10)
+    (25, 25, 10)
+    >>> sizer.took(ran=25, seconds=0.15)  # 6 ms a task
+    >>> sizer.size(1948), sizer.size(100_000), sizer.size(400), sizer.size(60)
+    (333, 333, 100, 25)
+    >>> few = BatchSizer(threads=2, total=40)  # few long tasks: every thread busy
+    >>> few.size(40), few.size(3)
+    (5, 3)
+    >>> few.took(ran=5, seconds=10.0)
+    >>> few.size(35), few.size(12)
+    (5, 5)
+    """
+
+    def __init__(self, threads: int, total: int) -> None:
+        self.threads = max(1, threads)
+        # A flow of few tasks still gives every thread BATCHES_PER_THREAD batches or more.
+        self.least = max(
+            1, min(MIN_TASKS_PER_BATCH, total // (MIN_BATCHES_PER_THREAD * self.threads))
+        )
+        self.ran = 0
+        self.seconds = 0.0
+
+    def took(self, ran: int, seconds: float) -> None:
+        """A batch of ``ran`` tasks ran ``seconds`` on its worker."""
+        self.ran += ran
+        self.seconds += seconds
+
+    def size(self, remaining: int) -> int:
+        by_time = self.least
+        if self.ran and self.seconds > 0:
+            by_time = round(TARGET_BATCH_SECONDS * self.ran / self.seconds)
+        hi = remaining // (BATCHES_PER_THREAD * self.threads)
+        return min(remaining, max(self.least, min(by_time, hi)))
+
+
+class _ReductionCounts:
+    """Per pending reduction box, how many pending top-level tasks meet it (-1: done
+    before this run); ``ready``: boxes at zero, not yet handed out (module doc)."""
+
+    def __init__(self, spec: FlowSpec, dst: Volume, done_tops: set[str], done: set[str]) -> None:
+        boxes = ReductionBoxes(spec, dst)
+        top = spec.levels[0]
+        grid = spec.top_grid
+        lo_hi = []  # per axis: the top indices [lo, hi) meeting each reduction index
+        self.ranges = []  # per axis: the reduction indices [lo, hi) each top index meets
+        for a, n in enumerate(grid):
+            r = np.arange(boxes.grid[a])
+            start = boxes.region.start[a] + r * boxes.chunk[a]
+            stop = np.minimum(start + boxes.chunk[a], boxes.region.stop[a])
+            # top_indices_meeting(spec, box & bbox), along this axis
+            q0, q1 = np.maximum(start, spec.bbox.start[a]), np.minimum(stop, spec.bbox.stop[a])
+            b, c, p = spec.bbox.start[a], top.chunk[a], top.blend[a]
+            lo = np.maximum(0, (q0 - b - p) // c)
+            hi = np.minimum(n, -((b - p - q1) // c))
+            lo_hi.append((lo, hi))
+            i = np.arange(n)
+            self.ranges.append(
+                (np.searchsorted(hi, i, side="right"), np.searchsorted(lo, i, side="right"))
+            )
+        counts = np.ones(boxes.grid, dtype=np.int32)
+        for a, (lo, hi) in enumerate(lo_hi):
+            shape = [1] * len(grid)
+            shape[a] = -1
+            counts *= (hi - lo).astype(np.int32).reshape(shape)
+        self.counts = counts
+        for key in done_tops:
+            self._count_down(tuple(int(x) for x in key.split("_")))
+        for key in done:
+            self.counts[tuple(int(x) for x in key.split("_"))] = -1
+        self.done = int((counts < 0).sum())
+        self.pending = counts.size - self.done
+        self.ready: deque[int] = deque(np.flatnonzero(counts.ravel() == 0).tolist())
+
+    def _count_down(self, index: tuple[int, ...]) -> npt.NDArray[np.intp]:
+        """Count top task ``index`` done; the flat indices of the boxes it brought to zero."""
+        where = tuple(slice(lo[i], hi[i]) for (lo, hi), i in zip(self.ranges, index, strict=True))
+        view = self.counts[where]
+        view -= 1
+        zero = np.argwhere(view == 0)
+        if not len(zero):
+            return np.empty(0, np.intp)
+        zero += np.array([s.start for s in where])
+        return np.asarray(np.ravel_multi_index(tuple(zero.T), self.counts.shape), np.intp)
+
+    def top_done(self, indices: IntArray) -> None:
+        """Count a finished top batch's tasks down; boxes at zero become ready."""
+        for row in indices.tolist():
+            self.ready.extend(self._count_down(tuple(row)).tolist())
+
+    def take(self, n: int) -> IntArray:
+        """Up to ``n`` ready boxes, as grid indices in C order."""
+        flat = sorted(self.ready.popleft() for _ in range(min(n, len(self.ready))))
+        return np.stack(np.unravel_index(flat, self.counts.shape), axis=1).astype(np.int64)
+
+
+class BatchedRun:
+    """The client's side of a batched flow run: cuts batches (``calls``), takes their
+    results (``took``), sums them. Reads the done markers when made."""
+
+    def __init__(
+        self,
+        spec: FlowSpec,
+        dst: Volume,
+        job: TopJob,
+        settings: BatchSettings,
+        *,
+        threads: int,
+        reductions: bool,
+    ) -> None:
+        self.spec, self.job, self.settings = spec, job, settings
+        self.grid = spec.top_grid
+        self.top_total = math.prod(self.grid)
+        done_tops = job.markers.done_keys(TOP)
+        self.skipped_top = len(done_tops)
+        self.pending_top = self.top_total - self.skipped_top
+        self.reductions: _ReductionCounts | None = None
+        self.reduction_total = self.skipped_red = self.pending_red = 0
+        if reductions:
+            counts = _ReductionCounts(spec, dst, done_tops, job.markers.done_keys(REDUCE))
+            self.reductions = counts
+            self.reduction_total = counts.counts.size
+            self.skipped_red, self.pending_red = counts.done, counts.pending
+        self._done_tops: set[str] | None = done_tops or None  # dropped once the grid is cut
+        self._next_flat = 0  # the next flat index of the top grid to look at
+        self._tops_out = self._reds_out = 0  # tasks handed out in batches
+        self.sizers = {
+            TOP: BatchSizer(threads, self.pending_top),
+            REDUCE: BatchSizer(threads, self.pending_red),
+        }
+        self.in_flight: dict[str, Batch] = {}
+        self.totals = {TOP: BatchStats(TOP), REDUCE: BatchStats(REDUCE)}
+        self.pending_voxels = 0  # of the bbox, covered by the top tasks handed out
+        self._ids = 0
+        self._token = job.run_token[:8]
+
+    def calls(self) -> Iterator[Call | None]:
+        """The batches, cut when the stream asks; None: none ready until a result comes."""
+        while True:
+            batch = self._next()
+            if batch is None:
+                if self._tops_out == self.pending_top and self._reds_out == self.pending_red:
+                    return
+                yield None
+                continue
+            self.in_flight[batch.id] = batch
+            yield Call(batch.name, run_batch, (self.job, batch, self.settings))
+
+    def took(self, stats: BatchStats) -> None:
+        """A batch's result: summed, its tasks counted toward ready reductions."""
+        batch = self.in_flight.pop(stats.batch)
+        self.totals[batch.kind] = self.totals[batch.kind] + stats
+        self.sizers[batch.kind].took(stats.ran, stats.seconds)
+        if batch.kind == TOP and self.reductions is not None:
+            self.reductions.top_done(batch.indices)
+
+    def _next(self) -> Batch | None:
+        reds = self.reductions
+        tops_left = self._tops_out < self.pending_top
+        if reds is not None and reds.ready:
+            size = self.sizers[REDUCE].size(self.pending_red - self._reds_out)
+            if len(reds.ready) >= size or not tops_left:
+                indices = reds.take(size)
+                self._reds_out += len(indices)
+                return self._batch(REDUCE, indices)
+        if tops_left:
+            size = self.sizers[TOP].size(self.pending_top - self._tops_out)
+            indices = self._cut_tops(size)
+            self._tops_out += len(indices)
+            return self._batch(TOP, indices)
+        return None
+
+    def _batch(self, kind: str, indices: IntArray) -> Batch:
+        self._ids += 1
+        return Batch(f"{self._token}-{kind}-{self._ids}", kind, indices)
+
+    def _cut_tops(self, size: int) -> IntArray:
+        """The next ``size`` top-level grid indices not done, in C order."""
+        parts: list[IntArray] = []
+        taken = 0
+        while taken < size and self._next_flat < self.top_total:
+            stop = min(self.top_total, self._next_flat + size - taken)
+            flat = np.arange(self._next_flat, stop)
+            self._next_flat = stop
+            rows = np.stack(np.unravel_index(flat, self.grid), axis=1).astype(np.int64)
+            if self._done_tops is not None:
+                done = self._done_tops
+                rows = rows[[grid_key(tuple(r)) not in done for r in rows.tolist()]]
+            parts.append(rows)
+            taken += len(rows)
+        if self._next_flat >= self.top_total:
+            self._done_tops = None  # the only per-task structure: gone once the grid is cut
+        indices = np.concatenate(parts) if parts else np.empty((0, len(self.grid)), np.int64)
+        self.pending_voxels += self._voxels(indices)
+        return indices
+
+    def _voxels(self, indices: IntArray) -> int:
+        """Voxels of the bbox that the top-level chunks at ``indices`` cover."""
+        bbox, chunk = self.spec.bbox, np.array(self.spec.levels[0].chunk)
+        start = np.array(bbox.start) + indices * chunk
+        lo = np.maximum(start, bbox.start)
+        hi = np.minimum(start + chunk, bbox.stop)
+        return int(np.prod(np.maximum(hi - lo, 0), axis=1).sum())
+
+
+def stream_batches(
+    batched: BatchedRun,
+    executor: DaskExecutor,
+    progress: bool,
+    subscribers: Iterable[Subscriber] = (),
+) -> None:
+    """Run ``batched``'s batches on the cluster, summing their results into it; events
+    count top-level tasks and reductions (a FINISHED event per task when its batch comes
+    back, named by the batch, numbered in the order they came back)."""
+    subs = list(subscribers)
+    bar = ProgressBar() if progress else None
+    if bar is not None:
+        subs.append(bar)
+    events = EventQueue(subs) if subs else None
+    finished = 0
+    if events is not None:
+        events.emit(EventKind.RUN_STARTED, total=batched.pending_top + batched.pending_red)
+    try:
+        # Each task is tried again inside its batch (run_batch's executor): a batch is not.
+        for stats in executor.stream(batched.calls(), retries=0):
+            batched.took(stats)
+            if events is not None:
+                # Ids in the order tasks came back (a run report's rows), named by batch.
+                name = f"apply-batch-{stats.batch}"
+                for task in range(finished, finished + stats.done):
+                    events.emit(EventKind.FINISHED, task, name, attempt=1)
+                events.drain()
+            finished += stats.done
+    except BaseExceptionGroup as group:
+        if events is not None:
+            for n, error in enumerate(group.exceptions, start=finished):
+                failed = str(getattr(error, "task", ""))
+                events.emit(EventKind.FAILED, n, failed, attempt=1, error=error)
+        raise
+    finally:
+        if events is not None:
+            events.emit(EventKind.RUN_FINISHED, total=finished)
+            events.drain()
+        if bar is not None:
+            bar.close()

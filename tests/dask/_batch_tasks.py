@@ -1,0 +1,39 @@
+"""Flow functions for the batched-flow tests, importable by the cluster's worker processes
+(``tests.dask._batch_tasks``): each call leaves a file, so a test counts the calls."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+# A voxel of this value in a chunk makes ``counted_or_fail`` fail there.
+POISON = -7
+
+
+def counted(folder: str, src: np.ndarray) -> np.ndarray:
+    """``src * 3 + 1``; leaves one file in ``folder`` per call."""
+    # Named by process, time and first voxel: who ran what, when (a test's diagnostics).
+    (Path(folder) / f"{os.getpid()}-{time.time():.3f}-{src.flat[0]}-{uuid.uuid4().hex}").touch()
+    return src * 3 + 1
+
+
+def counted_slowly(folder: str, seconds: float, src: np.ndarray) -> np.ndarray:
+    """``counted`` after ``seconds`` of sleep (a worker can be killed mid-batch)."""
+    time.sleep(seconds)
+    return counted(folder, src)
+
+
+def counted_or_fail(folder: str, flag: str, src: np.ndarray) -> np.ndarray:
+    """``counted``, but a ValueError for a chunk holding ``POISON`` while ``flag`` exists."""
+    if os.path.exists(flag) and (src == POISON).any():
+        raise ValueError(f"poisoned chunk (pid {os.getpid()})")
+    return counted(folder, src)
+
+
+def nap(seconds: float, i: int) -> int:
+    time.sleep(seconds)
+    return i * i
