@@ -140,3 +140,20 @@ def test_no_journal_is_left_behind_by_a_run(tmp_path: Path) -> None:
 
     assert _journal._JOURNALS == {}
     assert journal_of("anything", TOP) is None
+
+
+def test_a_growing_journal_rewrites_one_record_starting_with_an_earlier_try_s(
+    tmp_path: Path,
+) -> None:
+    markers = MarkerStore(StateRoot.of(str(tmp_path)))
+    journal = MarkerJournal(markers, TOP, "batch-3", interval=60, grow=True, before=["0_0"])
+    journal.add("0_1")  # the first write: at once, the earlier try's key and this one
+    deadline = time.monotonic() + 10
+    while markers.record_keys(TOP, "batch-3") != {"0_0", "0_1"}:
+        assert time.monotonic() < deadline, "the first write did not come"
+        time.sleep(0.01)
+    journal.add("0_2")  # waits for the interval, or the close
+    journal.close()
+    assert markers.record_keys(TOP, "batch-3") == {"0_0", "0_1", "0_2"}
+    assert _files(tmp_path / "markers" / "top.records") == ["batch-3"]
+    assert journal.closed
