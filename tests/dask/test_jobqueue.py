@@ -301,3 +301,21 @@ def test_chunkgraph_run_starts_the_spec_cluster_after_its_checks_and_cancels_it(
     np.testing.assert_array_equal(out.read(out.bounds), data * 3)
     assert batch.submitted() == batch.cancelled() == ["1"]
     wait_until(lambda: not batch.processes(), START_DEADLINE_S, "the job's processes end")
+
+
+def test_starting_a_jobqueue_cluster_keeps_ctrl_c_an_interrupt() -> None:
+    """dask-jobqueue's import turns Ctrl-C into sys.exit() (exit 0, as if finished): the
+    handler before it is put back. In a fresh process, where nothing imported it yet."""
+    code = (
+        "import signal; before = signal.getsignal(signal.SIGINT)\n"
+        "from chunkgraph.execute._dask_clusters import import_jobqueue\n"
+        "import_jobqueue()\n"
+        "assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)\n"
+        "import os; os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(cg.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    # an uncaught KeyboardInterrupt ends Python by SIGINT; sys.exit() would be exit 0
+    assert done.returncode == -signal.SIGINT and "KeyboardInterrupt" in done.stderr, done.stderr

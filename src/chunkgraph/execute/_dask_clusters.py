@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -109,10 +111,23 @@ def start_cluster(
         raise
 
 
+def import_jobqueue() -> Any:
+    """``dask_jobqueue``, without the Ctrl-C handler its import installs: that handler
+    calls ``sys.exit()``, so an interrupted run would end with exit 0 as if it had
+    finished (and stay so for the rest of the process)."""
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        import dask_jobqueue  # deferred: an optional package
+    finally:
+        if before is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, before)
+    return dask_jobqueue
+
+
 def _jobqueue(spec: ClusterSpec) -> Any:
     """A dask-jobqueue cluster of ``spec``, its jobs submitted."""
     try:
-        import dask_jobqueue  # deferred: an optional package
+        dask_jobqueue = import_jobqueue()
     except ImportError as err:
         raise _missing("dask-jobqueue", "dask", spec) from err
     made = getattr(dask_jobqueue, _JOBQUEUE_CLASS[spec.kind])
