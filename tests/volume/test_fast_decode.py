@@ -112,3 +112,25 @@ def test_a_checksum_that_does_not_match_is_a_corrupt_chunk_naming_it(tmp_path: P
         volume.open(str(path)).read(Box((0, 0), (4, 8))),
         np.arange(64, dtype="uint16").reshape(8, 8)[:4],
     )
+
+
+@pytest.mark.parametrize("extra", [b"xyz", "a second frame"])
+def test_bytes_after_a_whole_chunk_s_frame_are_judged_by_zarr(tmp_path: Path, extra: Any) -> None:
+    """One frame holding the whole chunk, then more: zarr's codecs decide (they refuse it),
+    not the one-step decoder, which would read the first frame and ignore the rest."""
+    array = _array(tmp_path / "a.zarr", "uint8", [BytesCodec(), ZstdCodec()])
+    direct = WholeChunks(array)
+    fast = fast_decoder(direct._codecs)
+    assert fast is not None
+    values = np.arange(np.prod(CHUNK), dtype="uint8").reshape(CHUNK)
+    frame = zstandard.ZstdCompressor().compress(values.tobytes())
+    data = frame + (frame if extra == "a second frame" else extra)
+    assert fast(np.frombuffer(data, np.uint8)) is None
+    stored = default_buffer_prototype().buffer.from_bytes(data)
+    try:
+        theirs = _by_zarr(direct, stored)
+    except Exception as err:  # zarr refuses it: so does the direct path, with its error
+        with pytest.raises(type(err)):
+            direct._decode(stored)
+    else:
+        np.testing.assert_array_equal(direct._decode(stored), theirs)

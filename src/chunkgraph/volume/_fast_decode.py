@@ -17,9 +17,10 @@ other chain (gzip, blosc, transpose, ...), which stays on zarr's codecs.
 
 Exactness. The same zstd frames, decoded by the same library format; a checksum that
 does not match raises ``ValueError`` as zarr's crc32c codec does. Anything the fast
-step does not expect (several zstd frames, a frame larger or smaller than the chunk,
-an unreadable frame) returns None, and the caller decodes those bytes with zarr's
-codecs instead, so what it reads or the error it raises is exactly zarr's.
+step does not expect (several zstd frames, bytes after the frame, a frame larger or
+smaller than the chunk, an unreadable frame) returns None, and the caller decodes those
+bytes with zarr's codecs instead, so what it reads or the error it raises is exactly
+zarr's.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def fast_decoder(codecs: list[tuple[Any, Any]]) -> FastDecode | None:
                     f"Computed: {computed!r}."
                 )
         try:
-            raw = _decompressor().decompress(body, max_output_size=size)
+            # Bytes after the frame are zarr's to judge (it refuses them): not ignored.
+            raw = _decompressor().decompress(body, max_output_size=size, allow_extra_data=False)
         except zstandard.ZstdError:
             return None  # zarr's codecs decode it, or raise their own error
         if len(raw) != size:
