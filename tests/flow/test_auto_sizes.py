@@ -76,10 +76,15 @@ def test_planner_chooses_aligned_sizes_that_divide(shape, chunks, top, bottom, s
 
 
 def test_bottom_chunks_keep_the_crop_margin_small() -> None:
-    for pad in (2, 8, 16):
+    for pad in (2, 8):
         plan = _plan((256, 512, 512), (64, 64, 64), pad=pad, memory=8 * GiB)
         bottom = plan.chunk_sizes[-1]
         assert all(2 * pad <= MAX_CROP_SHARE * b for b in bottom), (pad, bottom)
+    # Crop 16 asks for 256^3 (288^3 voxels x 16 B = 364 MiB of buffers): over the budget,
+    # so the budget wins and the margins are wider.
+    plan = _plan((256, 512, 512), (64, 64, 64), pad=16, memory=8 * GiB)
+    assert plan.chunk_sizes[-1] == (128, 256, 128)
+    assert "no shape with margins 2 * pad (32, 32, 32) at most 0.125" in plan.reasons[0]
 
 
 def test_the_bottom_chunk_is_the_least_redundant_shape_the_budget_holds() -> None:
@@ -97,10 +102,14 @@ def test_the_bottom_chunk_is_the_least_redundant_shape_the_budget_holds() -> Non
     assert "(128, 128, 128), computes 1.42x" in why
     assert "longer across the sweep (axis 1) than along it" in why
     assert why in plan.summary()
-    # A small budget keeps the margins' shape: an eighth of memory_limit for the buffers.
+    # A small budget: an eighth of memory_limit (37.5 MiB) for the buffers. 128^3 takes
+    # 144^3 x 16 B = 45.6 MiB, over it, so the budget wins over the margin rule: the
+    # least redundant shape that fits, (128, 128, 64) (25.3 MiB, 1.58x), thin along the
+    # sweep.
     small = _plan((256, 512, 512), (64, 64, 64), memory=300 * 2**20)
-    assert small.chunk_sizes[-1] == (128, 128, 128)
-    assert "fit 37.5 MiB (the smallest sizes, over that budget)" in small.reasons[0]
+    assert small.chunk_sizes[-1] == (128, 128, 64)
+    assert "(25.3 MiB) fit 37.5 MiB; no shape with margins" in small.reasons[0]
+    assert "(128, 128, 128), needs 45.6 MiB" in small.reasons[0]
     # Never fewer pieces than the smallest sizes leave (here 4): the cores share them.
     thin = _plan((32, 256, 256), (32, 64, 64))
     assert thin.chunk_sizes[-1] == (32, 128, 128)
@@ -290,3 +299,25 @@ def test_auto_pads_must_be_one_levels_spelling(files: Any) -> None:
     with pytest.raises(ConfigError, match="memory_limit must be a positive number of bytes"):
         apply(identity, src, dst, crop_pads=2, memory_limit=-1)
     assert dst.stats.bytes_written == 0
+
+
+def test_a_large_pad_takes_the_bottom_chunk_its_budget_holds() -> None:
+    """2048 x 2048 x 1024 float32 in 64^3 chunks, crop 20, 2 GiB: the margin rule asks for
+    512^3 bottom chunks (2.5 GiB of buffers each, over the 128 MiB budget). The plan takes
+    the least redundant shape whose buffers fit instead, so its bands stay wide and each
+    storage chunk is read about once, within the memory limit."""
+    plan = _plan((2048, 2048, 1024), (64, 64, 64), pad=20, memory=2 * GiB)
+    bottom = plan.chunk_sizes[-1]
+    assert bottom == (128, 128, 256)
+    padded = math.prod(b + 40 for b in bottom)
+    assert padded * 2 * 8 <= 128 * 2**20  # FN_BUFFERS x float64 accumulation
+    assert plan.memory_bytes <= 2 * GiB
+    assert plan.read_amplification <= 1.5
+    why = plan.reasons[0]
+    assert "(127 MiB) fit 128 MiB" in why and "(512, 512, 512), needs 2.5 GiB" in why
+    assert "over that budget" not in plan.summary()
+    # A budget not even the smallest shape on the grid fits: said, never "fit".
+    tiny = _plan((2048, 2048, 1024), (64, 64, 64), pad=20, memory=2 * GiB, dst_chunks=(256,) * 3)
+    assert tiny.chunk_sizes[-1] == (256, 256, 256)
+    assert " fit " not in tiny.reasons[0]
+    assert "are over the budget of 128 MiB" in tiny.reasons[0]

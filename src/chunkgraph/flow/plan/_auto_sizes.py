@@ -458,9 +458,12 @@ def _bottom_shape(
 
     Per axis the sizes tried are the divisors of the extent on the dst grid (and, along
     the sweep, on the storage grain: it is the top chunk's thickness there) with the
-    margins ``2P`` at most ``MAX_CROP_SHARE`` of them (``_bottom_size``'s rule: the
-    smallest is always allowed, even over the budget); a shape must leave the bbox
-    ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does. Among equals in
+    margins ``2P`` at most ``MAX_CROP_SHARE`` of them (``_bottom_size``'s rule); a shape
+    must leave the bbox ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does.
+    When no such shape fits (a large pad: crop 20 asks for 512 on a 64 grid, 2.5 GiB of
+    buffers), the budget wins over the margin rule: the least redundant shape on the same
+    grid, smaller than that, whose buffers fit; the smallest on the grid if none does, and
+    the reason says it is over. Among equals in
     redundant compute, the shorter along the sweep (the superchunk is the bottom's length
     there times the whole cross-section, so length across the sweep costs less memory),
     then the smaller.
@@ -470,13 +473,23 @@ def _bottom_shape(
     ...                            2, _BottomBudget(128 * 2**20, 16))
     >>> shape, why.split(":")[0]
     ([128, 256, 128], 'bottom chunk (128, 256, 128)')
+    >>> shape, why = _bottom_shape((256, 512, 512), (20, 20, 20), dst, (1, 1, 1),
+    ...                            (64, 64, 64), 2, _BottomBudget(128 * 2**20, 16))
+    >>> shape, "fits that budget" in why
+    ([128, 256, 128], True)
     """
-    options = []
-    for a in range(len(extent)):
-        unit = math.lcm(dst.chunks[a], step[a], grain[a] if a == sweep else 1)
+    units = [
+        math.lcm(dst.chunks[a], step[a], grain[a] if a == sweep else 1) for a in range(len(extent))
+    ]
+    options, below = [], []
+    for a, unit in enumerate(units):
         least = _bottom_size(extent[a], pad[a], unit, 1)
-        sizes = [d for d in divisors(extent[a]) if d % unit == 0 and d >= least]
+        on_grid = [d for d in divisors(extent[a]) if d % unit == 0]
+        sizes = [d for d in on_grid if d >= least]
         options.append((sizes or [least])[:BOTTOM_CANDIDATES])
+        # Sizes the margin rule does not allow, largest first, for when none it allows fits.
+        smaller = [d for d in on_grid if d < options[-1][0]]
+        below.append(sorted({*smaller[-BOTTOM_CANDIDATES:], *smaller[:1], options[-1][0]}))
     smallest = [o[0] for o in options]
 
     def buffers(shape: Sequence[int]) -> int:
@@ -487,15 +500,57 @@ def _bottom_shape(
         return math.prod(e // b for e, b in zip(extent, shape, strict=True))
 
     enough = min(pieces(smallest), MIN_BOTTOM_CHUNKS)
-    fitting = [
-        list(c)
-        for c in itertools.product(*options)
-        if buffers(c) <= budget.bytes and pieces(c) >= enough
-    ]
-    chosen = min(
-        fitting or [smallest],
-        key=lambda c: (round(_redundancy(tuple(c), pad), 9), c[sweep], math.prod(c)),
+
+    def order(shape: list[int]) -> tuple[float, int, int]:
+        return round(_redundancy(tuple(shape), pad), 9), shape[sweep], math.prod(shape)
+
+    def least_redundant(sizes: list[list[int]]) -> list[int] | None:
+        fitting = [
+            list(c)
+            for c in itertools.product(*sizes)
+            if buffers(c) <= budget.bytes and pieces(c) >= enough
+        ]
+        return min(fitting, key=order) if fitting else None
+
+    chosen = least_redundant(options)
+    if chosen is not None:
+        return chosen, _bottom_reason(chosen, smallest, pad, dst, sweep, buffers, budget)
+    # No shape within the margin rule fits: the least redundant that does, margins wider.
+    chosen = least_redundant(below)
+    over = chosen is None
+    if chosen is None:  # not even the smallest on the grid: it, over the budget
+        chosen = [b[0] for b in below]
+    rule = (
+        f"no shape with margins 2 * pad {tuple(2 * p for p in pad)} at most "
+        f"{MAX_CROP_SHARE:.3g} of it fits that budget (the smallest such, {tuple(smallest)}, "
+        f"needs {format_bytes(buffers(smallest))})"
     )
+    redundancy = f"{_redundancy(tuple(chosen), pad):.2f}x"
+    if over:
+        why = (
+            f"bottom chunk {tuple(chosen)}: the smallest on the dst grid {dst.chunks}, "
+            f"{redundancy} redundant compute, and its buffers ({format_bytes(buffers(chosen))}) are over the "
+            f"budget of {format_bytes(budget.bytes)}: {rule}, nor does any smaller"
+        )
+    else:
+        why = (
+            f"bottom chunk {tuple(chosen)}: the least redundant compute ({redundancy}) on "
+            f"the dst grid {dst.chunks} whose buffers ({format_bytes(buffers(chosen))}) fit "
+            f"{format_bytes(budget.bytes)}; {rule}, so its margins are wider"
+        )
+    return chosen, why
+
+
+def _bottom_reason(
+    chosen: list[int],
+    smallest: list[int],
+    pad: tuple[int, ...],
+    dst: StorageLayout,
+    sweep: int,
+    buffers: Callable[[Sequence[int]], int],
+    budget: _BottomBudget,
+) -> str:
+    """Why ``chosen``, a shape within the margin rule whose buffers fit ``budget``."""
     why = (
         f"bottom chunk {tuple(chosen)}: the least redundant compute "
         f"({_redundancy(tuple(chosen), pad):.2f}x) on the dst grid {dst.chunks} whose buffers "
@@ -507,15 +562,13 @@ def _bottom_shape(
             f"{MAX_CROP_SHARE:.3g} of it, {tuple(smallest)}, computes "
             f"{_redundancy(tuple(smallest), pad):.2f}x"
         )
-        longer = [a for a in range(len(extent)) if chosen[a] > smallest[a]]
+        longer = [a for a in range(len(chosen)) if chosen[a] > smallest[a]]
         if sweep not in longer:
             why += (
                 f"; longer across the sweep (axis {', '.join(map(str, longer))}) than along "
                 "it: the superchunk grows with the bottom's length along the sweep"
             )
-    elif not fitting:
-        why += " (the smallest sizes, over that budget)"
-    return chosen, why
+    return why
 
 
 def _fit_memory(
