@@ -291,6 +291,26 @@ def test_aligned_given_sizes_with_a_cache_do_not_warn(files: Any) -> None:
     assert report.plan is not None and report.plan.cache_bytes == 0  # the user's cache serves
 
 
+def test_the_plan_names_the_caller_s_cache_and_predicts_without_apply_s(files: Any) -> None:
+    """Inputs opened with their own cache (here 1 byte: none in effect): apply owns no
+    cache, so the plan says whose cache it is and predicts the read without apply's."""
+    shape = (32, 64, 128)
+    data = files.random(shape, "float32")
+    src = files.source(data, (8, 16, 16))
+    cached = volume.open(src.path, cache_bytes=1)
+    dst = files.empty(shape, (8, 16, 16), "float32")
+    report = apply(identity, cached, dst, crop_pads=2, probe=False, intermediates=files.root / "t")
+    plan = report.plan
+    assert plan is not None and plan.automatic and plan.cache_bytes == 0
+    assert plan.inputs_cache == 1 and plan.cache_per_input == ()
+    assert plan.read_amplification == plan.amplification_without_cache > 1.1
+    assert report.read_amplification == pytest.approx(plan.read_amplification, abs=0.01)
+    text = report.summary() + plan.summary()
+    assert "owned by apply" not in text and "the inputs' own cache (1 B" in text
+    assert "the inputs carry their own cache (1 B), so apply adds none" in plan.summary()
+    np.testing.assert_array_equal(dst.read(dst.bounds), data)
+
+
 def test_auto_pads_must_be_one_levels_spelling(files: Any) -> None:
     src = files.source(files.random((16, 16), "uint8"), (8, 8))
     dst = files.empty((16, 16), (8, 8), "uint8")

@@ -153,6 +153,9 @@ class FlowPlan:
         expand_bbox: The bbox grows past its stop to whole top chunks (``apply``'s
             ``expand_bbox=True``): an extent that is no multiple of what an input at
             another resolution needs.
+        inputs_cache: The bytes of the cache the caller's inputs carry (0: none). Apply
+            then owns none, and the prediction counts no cache: the caller's is an LRU
+            of a size the plan did not choose.
     """
 
     automatic: bool
@@ -173,6 +176,7 @@ class FlowPlan:
     # The bbox grows past its stop to whole top chunks (apply's expand_bbox=True): an
     # extent that is no multiple of what an input at another resolution needs.
     expand_bbox: bool = False
+    inputs_cache: int = 0  # the caller's inputs' own cache, bytes (0: none)
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -196,9 +200,9 @@ class FlowPlan:
             f"{list(self.crop_pads)}, blend {list(self.blend_pads)}, "
             f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
             f"sweep along axis {self.sweep_axis}",
-            f"  cache {format_bytes(self.cache_bytes)} owned by apply; predicted read "
-            f"amplification {self.read_amplification:.2f} "
-            f"({self.amplification_without_cache:.2f} without a cache)",
+            f"  {self._cache_words()}; predicted read amplification "
+            f"{self.read_amplification:.2f} ({self.amplification_without_cache:.2f} without a "
+            "cache)",
             f"  memory {format_bytes(self.memory_bytes)} predicted of "
             f"{format_bytes(self.memory_limit)} ({self.memory_limit_source}); "
             f"{self.superchunks_in_flight} superchunk(s) in flight",
@@ -210,13 +214,22 @@ class FlowPlan:
         """The plan in one line (``summary`` adds the memory budget and the reasons)."""
         how = "automatic" if self.automatic else "given"
         levels = " over ".join("x".join(map(str, c)) for c in self.chunk_sizes)
-        cache = f"cache {format_bytes(self.cache_bytes)}" if self.cache_bytes else "no cache"
-        cache += " owned by apply"
         return (
             f"plan ({how}): {levels}, "
-            f"{'direct writes' if self.direct_writes else 'temporary layers'}, {cache}, "
-            f"predicted read amplification {self.read_amplification:.2f}"
+            f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
+            f"{self._cache_words()}, predicted read amplification {self.read_amplification:.2f}"
         )
+
+    def _cache_words(self) -> str:
+        """Whose cache the reads go through, for the summary and the headline."""
+        if self.inputs_cache:
+            return (
+                f"the inputs' own cache ({format_bytes(self.inputs_cache)}, not counted in "
+                "the prediction)"
+            )
+        if self.cache_bytes:
+            return f"cache {format_bytes(self.cache_bytes)} owned by apply"
+        return "no cache"
 
 
 # --- the planner --------------------------------------------------------------------------
@@ -235,6 +248,7 @@ def plan_sizes(
     accumulate_bytes: int = 8,
     direct_allowed: bool = False,
     step: tuple[int, ...] | None = None,
+    inputs_cache: int = 0,
 ) -> FlowPlan:
     """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
 
@@ -242,6 +256,8 @@ def plan_sizes(
     resolution are read over whole voxels (``_resolution.step_of``; default 1s).
 
     ``accumulate_bytes``: bytes per dst voxel of the accumulation dtype (all channels).
+    ``inputs_cache``: bytes of the cache the caller's inputs carry (0: none); apply then
+    owns none, and the prediction counts none (``FlowPlan.inputs_cache``).
     ``direct_allowed``: the caller found nothing that forbids writing bottom outputs
     straight to dst (no blend, bbox on the dst grid, dst not an input); the plan then
     writes directly if its bottom chunks cover whole dst chunks. Raises ``ConfigError``
@@ -275,6 +291,8 @@ def plan_sizes(
     plan = _fit_memory(
         sizes_evaluated, top, bottom, bbox.shape, pad, grain, sweep, memory_limit, reasons
     )
+    if inputs_cache:
+        plan = _without_owned_cache(plan, inputs_cache)
     direct = direct_allowed and _covers_dst_chunks(bottom, dst.chunks, bbox.shape)
     if direct:
         reasons.append(
@@ -296,6 +314,24 @@ def plan_sizes(
         memory_limit=memory_limit,
         memory_limit_source=memory_limit_source,
         reasons=reasons,
+        inputs_cache=inputs_cache,
+    )
+
+
+def _without_owned_cache(plan: Evaluation, inputs_cache: int) -> Evaluation:
+    """``plan`` when the caller's inputs carry their own cache: apply owns none, and the
+    prediction is the read without one (the caller's LRU may do better; the model does not
+    know how it is sized against the halo)."""
+    return dataclasses.replace(
+        plan,
+        cache=0,
+        cache_per_input=(),
+        amplification=plan.amplification_uncached,
+        cache_reason=(
+            f"the inputs carry their own cache ({format_bytes(inputs_cache)}), so apply adds "
+            f"none; the predicted read amplification, {plan.amplification_uncached:.2f}, "
+            "counts no cache"
+        ),
     )
 
 
@@ -312,12 +348,12 @@ def read_plan(
     memory_limit_source: str = "given",
     accumulate_bytes: int = 8,
     direct_writes: bool = False,
-    cached: bool = False,
+    cached: int = 0,
 ) -> FlowPlan:
     """The read model of sizes a user gave: the cache apply would own, amplification, memory.
 
-    ``cached``: the user's inputs carry their own cache; apply then adds none and the
-    prediction assumes theirs serves the same reuse.
+    ``cached``: bytes of the cache the user's inputs carry (0: none); apply then adds
+    none and the prediction counts no cache (``FlowPlan.inputs_cache``).
     """
     top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
     # Below the top, the levels' pads all come out of the top task's one read.
@@ -352,6 +388,7 @@ def read_plan(
         memory_limit=memory_limit,
         memory_limit_source=memory_limit_source,
         reasons=[plan.cache_reason, *([misaligned] if misaligned else [])],
+        inputs_cache=int(cached),
     )
 
 
@@ -366,6 +403,7 @@ def _flow_plan(
     memory_limit: int,
     memory_limit_source: str,
     reasons: list[str],
+    inputs_cache: int = 0,
 ) -> FlowPlan:
     """The ``FlowPlan`` of sizes and their evaluation (the cache, reads and memory)."""
     return FlowPlan(
@@ -384,6 +422,7 @@ def _flow_plan(
         memory_bytes=plan.memory,
         superchunks_in_flight=plan.in_flight,
         reasons=tuple(reasons),
+        inputs_cache=inputs_cache,
     )
 
 
@@ -844,6 +883,7 @@ def plan_automatic(
         accumulate_bytes=accumulate_bytes_of(out),
         direct_allowed=allowed and skip_intermediates is not False,
         step=step,
+        inputs_cache=sum(v.cache_bytes for v in named.values()),
     )
     if expand:
         plan = dataclasses.replace(
@@ -899,7 +939,7 @@ def plan_given(
     memory_limit_source: str,
 ) -> FlowPlan:
     """The read model of the sizes a user gave (``read_plan``) for a validated flow."""
-    cached = any(v.cache_bytes for v in named.values())
+    cached = sum(v.cache_bytes for v in named.values())
     return read_plan(
         spec.bbox,
         [layout_of(n, v, spec.scale_of(n)) for n, v in named.items()],
