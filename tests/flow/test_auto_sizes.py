@@ -17,8 +17,10 @@ from chunkgraph.flow.plan._auto_sizes import (
     MAX_CROP_SHARE,
     StorageLayout,
     _redundancy,
+    default_memory_limit,
     plan_sizes,
     read_plan,
+    resolve_memory_limit,
 )
 from chunkgraph.flow.plan._divisibility import check_divisibility, check_top_divides
 from chunkgraph.geometry import Box
@@ -137,6 +139,21 @@ def test_a_budget_nothing_fits_is_refused_with_the_figure() -> None:
     with pytest.raises(ConfigError, match=r"no automatic plan fits memory_limit=1000000 .*"
                        r"give a memory_limit of at least \d+"):  # fmt: skip
         _plan((256, 512, 512), (64, 64, 64), memory=10**6)
+
+
+def test_the_default_budget_plans_the_same_flow_when_free_memory_moves_a_little() -> None:
+    """Half of 700 MiB and of 800 MiB (350 and 400 MiB) plan 1024 x 512 x 512, crop 8,
+    differently, so a resume with a little less free memory would start over; the default,
+    rounded down to a power of two, plans both for 256 MiB, and so plans one flow."""
+    MiB = 2**20
+    raw = [_plan((1024, 512, 512), (64, 64, 64), memory=m * MiB) for m in (350, 400)]
+    assert raw[0].chunk_sizes != raw[1].chunk_sizes
+    limits = [default_memory_limit(a * MiB) for a in (700, 800)]
+    assert limits == [256 * MiB, 256 * MiB]
+    plans = [_plan((1024, 512, 512), (64, 64, 64), memory=m) for m in limits]
+    assert plans[0] == plans[1] and plans[0].memory_bytes <= 256 * MiB
+    limit, source = resolve_memory_limit(None)
+    assert limit & (limit - 1) == 0 and "rounded down to a power of two" in source
 
 
 def test_given_sizes_read_model_matches_the_measured_issue_figure() -> None:

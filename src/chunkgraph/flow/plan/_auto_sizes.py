@@ -758,10 +758,25 @@ def _misaligned(bbox: Box, top: tuple[int, ...], inputs: Sequence[StorageLayout]
 
 # The share of the memory available when a flow starts that it may plan for by default:
 # the rest stays for the caller's own arrays and the page cache that storage reads use.
+# It is rounded down to a power of two (``default_memory_limit``): automatic sizes, and
+# so the flow id, depend on the budget, and a resume on a machine whose free memory moved
+# a little must plan the same flow.
 DEFAULT_MEMORY_SHARE = 0.5
 
 # Predicted read amplification above which sizes a user gave draw a warning.
 WARN_AMPLIFICATION = 1.1
+
+
+def default_memory_limit(available: int) -> int:
+    """The budget planned for by default: ``DEFAULT_MEMORY_SHARE`` of ``available`` bytes,
+    rounded down to a power of two, so that free memory moving between a run and its
+    resume (within a factor of two) leaves the plan, and the flow id, as they were.
+
+    >>> [default_memory_limit(g * 2**30) // 2**30 for g in (17, 20, 22.9, 31.9, 32)]
+    [8, 8, 8, 8, 16]
+    """
+    share = max(1, int(available * DEFAULT_MEMORY_SHARE))
+    return 1 << (share.bit_length() - 1)
 
 
 def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
@@ -774,8 +789,9 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
         except (ImportError, OSError):  # no psutil or no /proc: what sysconf says
             available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return (
-            int(available * DEFAULT_MEMORY_SHARE),
-            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available",
+            default_memory_limit(available),
+            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available, "
+            "rounded down to a power of two",
         )
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
         raise ConfigError(
