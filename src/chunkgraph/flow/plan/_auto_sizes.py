@@ -568,8 +568,9 @@ def _bottom_shape(
     if over:
         why = (
             f"bottom chunk {tuple(chosen)}: the smallest on the dst grid {dst.chunks}, "
-            f"{redundancy} redundant compute, and its buffers ({format_bytes(buffers(chosen))}) are over the "
-            f"budget of {format_bytes(budget.bytes)}: {rule}, nor does any smaller"
+            f"{redundancy} redundant compute, and its buffers "
+            f"({format_bytes(buffers(chosen))}) are over the budget of "
+            f"{format_bytes(budget.bytes)}: {rule}, nor does any smaller"
         )
     else:
         why = (
