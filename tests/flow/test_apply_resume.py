@@ -452,3 +452,30 @@ def test_an_fn_closing_over_a_module_has_a_stable_id_and_runs() -> None:
         assert len(ids) == 1 and other not in ids
     finally:
         volume.remove("closure-dst")
+
+
+def test_a_resume_whose_automatic_sizes_moved_with_memory_limit_says_how_to_pin_them(
+    tmp_path: Path,
+) -> None:
+    """Automatic sizes come from memory_limit (8 MiB: 32^3 bottom chunks; 4 MiB: 32 x 32 x
+    16), so a resume under another budget is another flow, which starts over: the warning
+    says why, and how to pin the sizes."""
+    import pytest
+
+    from chunkgraph import flow
+
+    src = volume.create(str(tmp_path / "s.zarr"), (64, 64, 128), (16, 16, 16), "float32")
+    src.write(src.bounds, np.ones(src.shape, "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (64, 64, 128), (16, 16, 16), "float32")
+    kw: dict[str, Any] = dict(crop_pads=2, executor="sync", probe=False,
+                              fn_kwargs={"factor": 2.0, "fail_at": -1})  # fmt: skip
+    first = flow.apply(scaled_failing_at, src, dst, memory_limit=8 << 20, **kw)
+    assert first.plan is not None and first.plan.chunk_sizes[-1] == (32, 32, 32)
+    with pytest.warns(UserWarning, match="resume asked for") as caught:
+        report = flow.apply(scaled_failing_at, src, dst, resume=True, memory_limit=4 << 20, **kw)
+    [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
+    assert "sizes, pads" in message and "fn_kwargs" not in message
+    assert "Automatic sizes depend on memory_limit" in message
+    assert "give memory_limit=... or the sizes of its plan" in message
+    assert report.plan is not None and report.plan.chunk_sizes[-1] == (32, 32, 16)
+    np.testing.assert_array_equal(dst.read(dst.bounds), np.full(dst.shape, 2.0, "float32"))

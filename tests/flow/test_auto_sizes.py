@@ -17,8 +17,10 @@ from chunkgraph.flow.plan._auto_sizes import (
     MAX_CROP_SHARE,
     StorageLayout,
     _redundancy,
+    default_memory_limit,
     plan_sizes,
     read_plan,
+    resolve_memory_limit,
 )
 from chunkgraph.flow.plan._divisibility import check_divisibility, check_top_divides
 from chunkgraph.geometry import Box
@@ -76,10 +78,15 @@ def test_planner_chooses_aligned_sizes_that_divide(shape, chunks, top, bottom, s
 
 
 def test_bottom_chunks_keep_the_crop_margin_small() -> None:
-    for pad in (2, 8, 16):
+    for pad in (2, 8):
         plan = _plan((256, 512, 512), (64, 64, 64), pad=pad, memory=8 * GiB)
         bottom = plan.chunk_sizes[-1]
         assert all(2 * pad <= MAX_CROP_SHARE * b for b in bottom), (pad, bottom)
+    # Crop 16 asks for 256^3 (288^3 voxels x 16 B = 364 MiB of buffers): over the budget,
+    # so the budget wins and the margins are wider.
+    plan = _plan((256, 512, 512), (64, 64, 64), pad=16, memory=8 * GiB)
+    assert plan.chunk_sizes[-1] == (128, 256, 128)
+    assert "no shape with margins 2 * pad (32, 32, 32) at most 0.125" in plan.reasons[0]
 
 
 def test_the_bottom_chunk_is_the_least_redundant_shape_the_budget_holds() -> None:
@@ -97,10 +104,14 @@ def test_the_bottom_chunk_is_the_least_redundant_shape_the_budget_holds() -> Non
     assert "(128, 128, 128), computes 1.42x" in why
     assert "longer across the sweep (axis 1) than along it" in why
     assert why in plan.summary()
-    # A small budget keeps the margins' shape: an eighth of memory_limit for the buffers.
+    # A small budget: an eighth of memory_limit (37.5 MiB) for the buffers. 128^3 takes
+    # 144^3 x 16 B = 45.6 MiB, over it, so the budget wins over the margin rule: the
+    # least redundant shape that fits, (128, 128, 64) (25.3 MiB, 1.58x), thin along the
+    # sweep.
     small = _plan((256, 512, 512), (64, 64, 64), memory=300 * 2**20)
-    assert small.chunk_sizes[-1] == (128, 128, 128)
-    assert "fit 37.5 MiB (the smallest sizes, over that budget)" in small.reasons[0]
+    assert small.chunk_sizes[-1] == (128, 128, 64)
+    assert "(25.3 MiB) fit 37.5 MiB; no shape with margins" in small.reasons[0]
+    assert "(128, 128, 128), needs 45.6 MiB" in small.reasons[0]
     # Never fewer pieces than the smallest sizes leave (here 4): the cores share them.
     thin = _plan((32, 256, 256), (32, 64, 64))
     assert thin.chunk_sizes[-1] == (32, 128, 128)
@@ -128,6 +139,21 @@ def test_a_budget_nothing_fits_is_refused_with_the_figure() -> None:
     with pytest.raises(ConfigError, match=r"no automatic plan fits memory_limit=1000000 .*"
                        r"give a memory_limit of at least \d+"):  # fmt: skip
         _plan((256, 512, 512), (64, 64, 64), memory=10**6)
+
+
+def test_the_default_budget_plans_the_same_flow_when_free_memory_moves_a_little() -> None:
+    """Half of 700 MiB and of 800 MiB (350 and 400 MiB) plan 1024 x 512 x 512, crop 8,
+    differently, so a resume with a little less free memory would start over; the default,
+    rounded down to a power of two, plans both for 256 MiB, and so plans one flow."""
+    MiB = 2**20
+    raw = [_plan((1024, 512, 512), (64, 64, 64), memory=m * MiB) for m in (350, 400)]
+    assert raw[0].chunk_sizes != raw[1].chunk_sizes
+    limits = [default_memory_limit(a * MiB) for a in (700, 800)]
+    assert limits == [256 * MiB, 256 * MiB]
+    plans = [_plan((1024, 512, 512), (64, 64, 64), memory=m) for m in limits]
+    assert plans[0] == plans[1] and plans[0].memory_bytes <= 256 * MiB
+    limit, source = resolve_memory_limit(None)
+    assert limit & (limit - 1) == 0 and "rounded down to a power of two" in source
 
 
 def test_given_sizes_read_model_matches_the_measured_issue_figure() -> None:
@@ -282,6 +308,26 @@ def test_aligned_given_sizes_with_a_cache_do_not_warn(files: Any) -> None:
     assert report.plan is not None and report.plan.cache_bytes == 0  # the user's cache serves
 
 
+def test_the_plan_names_the_caller_s_cache_and_predicts_without_apply_s(files: Any) -> None:
+    """Inputs opened with their own cache (here 1 byte: none in effect): apply owns no
+    cache, so the plan says whose cache it is and predicts the read without apply's."""
+    shape = (32, 64, 128)
+    data = files.random(shape, "float32")
+    src = files.source(data, (8, 16, 16))
+    cached = volume.open(src.path, cache_bytes=1)
+    dst = files.empty(shape, (8, 16, 16), "float32")
+    report = apply(identity, cached, dst, crop_pads=2, probe=False, intermediates=files.root / "t")
+    plan = report.plan
+    assert plan is not None and plan.automatic and plan.cache_bytes == 0
+    assert plan.inputs_cache == 1 and plan.cache_per_input == ()
+    assert plan.read_amplification == plan.amplification_without_cache > 1.1
+    assert report.read_amplification == pytest.approx(plan.read_amplification, abs=0.01)
+    text = report.summary() + plan.summary()
+    assert "owned by apply" not in text and "the inputs' own cache (1 B" in text
+    assert "the inputs carry their own cache (1 B), so apply adds none" in plan.summary()
+    np.testing.assert_array_equal(dst.read(dst.bounds), data)
+
+
 def test_auto_pads_must_be_one_levels_spelling(files: Any) -> None:
     src = files.source(files.random((16, 16), "uint8"), (8, 8))
     dst = files.empty((16, 16), (8, 8), "uint8")
@@ -290,3 +336,25 @@ def test_auto_pads_must_be_one_levels_spelling(files: Any) -> None:
     with pytest.raises(ConfigError, match="memory_limit must be a positive number of bytes"):
         apply(identity, src, dst, crop_pads=2, memory_limit=-1)
     assert dst.stats.bytes_written == 0
+
+
+def test_a_large_pad_takes_the_bottom_chunk_its_budget_holds() -> None:
+    """2048 x 2048 x 1024 float32 in 64^3 chunks, crop 20, 2 GiB: the margin rule asks for
+    512^3 bottom chunks (2.5 GiB of buffers each, over the 128 MiB budget). The plan takes
+    the least redundant shape whose buffers fit instead, so its bands stay wide and each
+    storage chunk is read about once, within the memory limit."""
+    plan = _plan((2048, 2048, 1024), (64, 64, 64), pad=20, memory=2 * GiB)
+    bottom = plan.chunk_sizes[-1]
+    assert bottom == (128, 128, 256)
+    padded = math.prod(b + 40 for b in bottom)
+    assert padded * 2 * 8 <= 128 * 2**20  # FN_BUFFERS x float64 accumulation
+    assert plan.memory_bytes <= 2 * GiB
+    assert plan.read_amplification <= 1.5
+    why = plan.reasons[0]
+    assert "(127 MiB) fit 128 MiB" in why and "(512, 512, 512), needs 2.5 GiB" in why
+    assert "over that budget" not in plan.summary()
+    # A budget not even the smallest shape on the grid fits: said, never "fit".
+    tiny = _plan((2048, 2048, 1024), (64, 64, 64), pad=20, memory=2 * GiB, dst_chunks=(256,) * 3)
+    assert tiny.chunk_sizes[-1] == (256, 256, 256)
+    assert " fit " not in tiny.reasons[0]
+    assert "are over the budget of 128 MiB" in tiny.reasons[0]

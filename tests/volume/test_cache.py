@@ -173,6 +173,24 @@ def test_planned_chunks_stay_until_their_last_reader_then_go() -> None:
     assert cache.peak == 160
 
 
+def test_two_readers_that_both_missed_leave_no_pin_behind() -> None:
+    """Two of a chunk's readers miss at once and both fetch it: the second put is its
+    second read, so the chunk goes after its last read instead of staying pinned."""
+    cache = ChunkCache(capacity=1000)
+    cache.plan_readers(lambda key: 2)
+    epoch = cache.epoch  # both readers begin before either stores
+    assert cache.put((0,), np.zeros(4), epoch)  # the first read: one to come
+    assert not cache.put((0,), np.zeros(4), epoch)  # the second, its last: nothing to keep
+    assert cache.pinned_keys == frozenset() and len(cache) == 0 and cache.nbytes == 0
+    # Three reads, two of them misses: the third still finds it, then it goes.
+    cache.plan_readers(lambda key: 3)
+    epoch = cache.epoch
+    assert cache.put("a", np.zeros(4), epoch) and not cache.put("a", np.zeros(4), epoch)
+    assert cache.pinned_keys == {"a"}
+    assert cache.get("a") is not None and cache.pinned_keys == frozenset()
+    assert cache.nbytes == 0 and cache.get("a") is None
+
+
 def test_pins_are_never_evicted_a_chunk_past_the_budget_is_not_stored() -> None:
     cache = ChunkCache(capacity=2 * 80)
     cache.plan_readers(lambda key: 2)

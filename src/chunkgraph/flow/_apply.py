@@ -170,7 +170,7 @@ def apply(
             chunks overlap or crop); False always goes through the layers; None (the
             default) writes directly wherever nothing overlaps.
         memory_limit: Bytes the flow may hold at once, which automatic sizes plan for;
-            None: half of the memory available.
+            None: half of the memory available, rounded down to a power of two.
         executor: An executor kind (``"threads"``, ``"adaptive"``, ``"processes"``,
             ``"sync"``), a Dask scheduler address or ``distributed.Client``, or an
             Executor (which carries its own settings); None: threads.

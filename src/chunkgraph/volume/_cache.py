@@ -14,6 +14,8 @@ Two policies, one per use:
       readers(k) = 3:  fetch ──keep, 2 left──> hit ──1 left──> hit ──0 left: dropped
       readers(k) = 1:  fetch ──not stored
 
+  Two readers that both missed both fetch it: the second ``put`` counts its read down
+  on the chunk the first stored (not a new count), so it still goes after its last read.
   Kept chunks are pinned: never evicted to make room; a chunk that would not fit
   beside them is not stored (its later readers fetch it again: the plan's sizing, not
   luck, decides). ``plan_readers(None)`` drops the pins and returns to LRU.
@@ -132,16 +134,22 @@ class ChunkCache:
             chunk = self._chunks.get(key)
             if chunk is None:
                 return None
-            left = self._left.get(key)
-            if left is None:
+            if key in self._left:
+                self._count_down(key)
+            else:
                 self._chunks.move_to_end(key)
-            elif left > 1:
-                self._left[key] = left - 1
-            else:  # its last reader: the chunk goes
-                del self._left[key], self._chunks[key]
-                self._nbytes -= chunk.nbytes
-                self._pinned -= chunk.nbytes
             return chunk
+
+    def _count_down(self, key: Hashable) -> None:
+        """One of a pinned chunk's reads is done (under the lock); the last drops it."""
+        left = self._left[key]
+        if left > 1:
+            self._left[key] = left - 1
+            return
+        del self._left[key]  # its last reader: the chunk goes
+        chunk = self._chunks.pop(key)
+        self._nbytes -= chunk.nbytes
+        self._pinned -= chunk.nbytes
 
     def put(self, key: Hashable, chunk: np.ndarray[Any, Any], epoch: int) -> bool:
         """Store ``chunk`` unless it is too big, an invalidation happened after ``epoch``,
@@ -165,6 +173,9 @@ class ChunkCache:
         chunk.flags.writeable = False
         with self._lock:
             if epoch != self.epoch or readers is not self._readers:
+                return False
+            if left is not None and key in self._left:
+                self._count_down(key)  # stored by another reader that missed: one read less
                 return False
             self._drop(key)
             if left is not None and self._pinned + chunk.nbytes > self.capacity:

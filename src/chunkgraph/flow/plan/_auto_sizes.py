@@ -153,6 +153,9 @@ class FlowPlan:
         expand_bbox: The bbox grows past its stop to whole top chunks (``apply``'s
             ``expand_bbox=True``): an extent that is no multiple of what an input at
             another resolution needs.
+        inputs_cache: The bytes of the cache the caller's inputs carry (0: none). Apply
+            then owns none, and the prediction counts no cache: the caller's is an LRU
+            of a size the plan did not choose.
     """
 
     automatic: bool
@@ -173,6 +176,7 @@ class FlowPlan:
     # The bbox grows past its stop to whole top chunks (apply's expand_bbox=True): an
     # extent that is no multiple of what an input at another resolution needs.
     expand_bbox: bool = False
+    inputs_cache: int = 0  # the caller's inputs' own cache, bytes (0: none)
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -196,9 +200,9 @@ class FlowPlan:
             f"{list(self.crop_pads)}, blend {list(self.blend_pads)}, "
             f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
             f"sweep along axis {self.sweep_axis}",
-            f"  cache {format_bytes(self.cache_bytes)} owned by apply; predicted read "
-            f"amplification {self.read_amplification:.2f} "
-            f"({self.amplification_without_cache:.2f} without a cache)",
+            f"  {self._cache_words()}; predicted read amplification "
+            f"{self.read_amplification:.2f} ({self.amplification_without_cache:.2f} without a "
+            "cache)",
             f"  memory {format_bytes(self.memory_bytes)} predicted of "
             f"{format_bytes(self.memory_limit)} ({self.memory_limit_source}); "
             f"{self.superchunks_in_flight} superchunk(s) in flight",
@@ -210,13 +214,22 @@ class FlowPlan:
         """The plan in one line (``summary`` adds the memory budget and the reasons)."""
         how = "automatic" if self.automatic else "given"
         levels = " over ".join("x".join(map(str, c)) for c in self.chunk_sizes)
-        cache = f"cache {format_bytes(self.cache_bytes)}" if self.cache_bytes else "no cache"
-        cache += " owned by apply"
         return (
             f"plan ({how}): {levels}, "
-            f"{'direct writes' if self.direct_writes else 'temporary layers'}, {cache}, "
-            f"predicted read amplification {self.read_amplification:.2f}"
+            f"{'direct writes' if self.direct_writes else 'temporary layers'}, "
+            f"{self._cache_words()}, predicted read amplification {self.read_amplification:.2f}"
         )
+
+    def _cache_words(self) -> str:
+        """Whose cache the reads go through, for the summary and the headline."""
+        if self.inputs_cache:
+            return (
+                f"the inputs' own cache ({format_bytes(self.inputs_cache)}, not counted in "
+                "the prediction)"
+            )
+        if self.cache_bytes:
+            return f"cache {format_bytes(self.cache_bytes)} owned by apply"
+        return "no cache"
 
 
 # --- the planner --------------------------------------------------------------------------
@@ -235,6 +248,7 @@ def plan_sizes(
     accumulate_bytes: int = 8,
     direct_allowed: bool = False,
     step: tuple[int, ...] | None = None,
+    inputs_cache: int = 0,
 ) -> FlowPlan:
     """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
 
@@ -242,6 +256,8 @@ def plan_sizes(
     resolution are read over whole voxels (``_resolution.step_of``; default 1s).
 
     ``accumulate_bytes``: bytes per dst voxel of the accumulation dtype (all channels).
+    ``inputs_cache``: bytes of the cache the caller's inputs carry (0: none); apply then
+    owns none, and the prediction counts none (``FlowPlan.inputs_cache``).
     ``direct_allowed``: the caller found nothing that forbids writing bottom outputs
     straight to dst (no blend, bbox on the dst grid, dst not an input); the plan then
     writes directly if its bottom chunks cover whole dst chunks. Raises ``ConfigError``
@@ -275,6 +291,8 @@ def plan_sizes(
     plan = _fit_memory(
         sizes_evaluated, top, bottom, bbox.shape, pad, grain, sweep, memory_limit, reasons
     )
+    if inputs_cache:
+        plan = _without_owned_cache(plan, inputs_cache)
     direct = direct_allowed and _covers_dst_chunks(bottom, dst.chunks, bbox.shape)
     if direct:
         reasons.append(
@@ -296,6 +314,24 @@ def plan_sizes(
         memory_limit=memory_limit,
         memory_limit_source=memory_limit_source,
         reasons=reasons,
+        inputs_cache=inputs_cache,
+    )
+
+
+def _without_owned_cache(plan: Evaluation, inputs_cache: int) -> Evaluation:
+    """``plan`` when the caller's inputs carry their own cache: apply owns none, and the
+    prediction is the read without one (the caller's LRU may do better; the model does not
+    know how it is sized against the halo)."""
+    return dataclasses.replace(
+        plan,
+        cache=0,
+        cache_per_input=(),
+        amplification=plan.amplification_uncached,
+        cache_reason=(
+            f"the inputs carry their own cache ({format_bytes(inputs_cache)}), so apply adds "
+            f"none; the predicted read amplification, {plan.amplification_uncached:.2f}, "
+            "counts no cache"
+        ),
     )
 
 
@@ -312,12 +348,12 @@ def read_plan(
     memory_limit_source: str = "given",
     accumulate_bytes: int = 8,
     direct_writes: bool = False,
-    cached: bool = False,
+    cached: int = 0,
 ) -> FlowPlan:
     """The read model of sizes a user gave: the cache apply would own, amplification, memory.
 
-    ``cached``: the user's inputs carry their own cache; apply then adds none and the
-    prediction assumes theirs serves the same reuse.
+    ``cached``: bytes of the cache the user's inputs carry (0: none); apply then adds
+    none and the prediction counts no cache (``FlowPlan.inputs_cache``).
     """
     top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
     # Below the top, the levels' pads all come out of the top task's one read.
@@ -352,6 +388,7 @@ def read_plan(
         memory_limit=memory_limit,
         memory_limit_source=memory_limit_source,
         reasons=[plan.cache_reason, *([misaligned] if misaligned else [])],
+        inputs_cache=int(cached),
     )
 
 
@@ -366,6 +403,7 @@ def _flow_plan(
     memory_limit: int,
     memory_limit_source: str,
     reasons: list[str],
+    inputs_cache: int = 0,
 ) -> FlowPlan:
     """The ``FlowPlan`` of sizes and their evaluation (the cache, reads and memory)."""
     return FlowPlan(
@@ -384,6 +422,7 @@ def _flow_plan(
         memory_bytes=plan.memory,
         superchunks_in_flight=plan.in_flight,
         reasons=tuple(reasons),
+        inputs_cache=inputs_cache,
     )
 
 
@@ -458,9 +497,12 @@ def _bottom_shape(
 
     Per axis the sizes tried are the divisors of the extent on the dst grid (and, along
     the sweep, on the storage grain: it is the top chunk's thickness there) with the
-    margins ``2P`` at most ``MAX_CROP_SHARE`` of them (``_bottom_size``'s rule: the
-    smallest is always allowed, even over the budget); a shape must leave the bbox
-    ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does. Among equals in
+    margins ``2P`` at most ``MAX_CROP_SHARE`` of them (``_bottom_size``'s rule); a shape
+    must leave the bbox ``MIN_BOTTOM_CHUNKS`` pieces, or as many as the smallest does.
+    When no such shape fits (a large pad: crop 20 asks for 512 on a 64 grid, 2.5 GiB of
+    buffers), the budget wins over the margin rule: the least redundant shape on the same
+    grid, smaller than that, whose buffers fit; the smallest on the grid if none does, and
+    the reason says it is over. Among equals in
     redundant compute, the shorter along the sweep (the superchunk is the bottom's length
     there times the whole cross-section, so length across the sweep costs less memory),
     then the smaller.
@@ -470,13 +512,23 @@ def _bottom_shape(
     ...                            2, _BottomBudget(128 * 2**20, 16))
     >>> shape, why.split(":")[0]
     ([128, 256, 128], 'bottom chunk (128, 256, 128)')
+    >>> shape, why = _bottom_shape((256, 512, 512), (20, 20, 20), dst, (1, 1, 1),
+    ...                            (64, 64, 64), 2, _BottomBudget(128 * 2**20, 16))
+    >>> shape, "fits that budget" in why
+    ([128, 256, 128], True)
     """
-    options = []
-    for a in range(len(extent)):
-        unit = math.lcm(dst.chunks[a], step[a], grain[a] if a == sweep else 1)
+    units = [
+        math.lcm(dst.chunks[a], step[a], grain[a] if a == sweep else 1) for a in range(len(extent))
+    ]
+    options, below = [], []
+    for a, unit in enumerate(units):
         least = _bottom_size(extent[a], pad[a], unit, 1)
-        sizes = [d for d in divisors(extent[a]) if d % unit == 0 and d >= least]
+        on_grid = [d for d in divisors(extent[a]) if d % unit == 0]
+        sizes = [d for d in on_grid if d >= least]
         options.append((sizes or [least])[:BOTTOM_CANDIDATES])
+        # Sizes the margin rule does not allow, largest first, for when none it allows fits.
+        smaller = [d for d in on_grid if d < options[-1][0]]
+        below.append(sorted({*smaller[-BOTTOM_CANDIDATES:], *smaller[:1], options[-1][0]}))
     smallest = [o[0] for o in options]
 
     def buffers(shape: Sequence[int]) -> int:
@@ -487,15 +539,58 @@ def _bottom_shape(
         return math.prod(e // b for e, b in zip(extent, shape, strict=True))
 
     enough = min(pieces(smallest), MIN_BOTTOM_CHUNKS)
-    fitting = [
-        list(c)
-        for c in itertools.product(*options)
-        if buffers(c) <= budget.bytes and pieces(c) >= enough
-    ]
-    chosen = min(
-        fitting or [smallest],
-        key=lambda c: (round(_redundancy(tuple(c), pad), 9), c[sweep], math.prod(c)),
+
+    def order(shape: list[int]) -> tuple[float, int, int]:
+        return round(_redundancy(tuple(shape), pad), 9), shape[sweep], math.prod(shape)
+
+    def least_redundant(sizes: list[list[int]]) -> list[int] | None:
+        fitting = [
+            list(c)
+            for c in itertools.product(*sizes)
+            if buffers(c) <= budget.bytes and pieces(c) >= enough
+        ]
+        return min(fitting, key=order) if fitting else None
+
+    chosen = least_redundant(options)
+    if chosen is not None:
+        return chosen, _bottom_reason(chosen, smallest, pad, dst, sweep, buffers, budget)
+    # No shape within the margin rule fits: the least redundant that does, margins wider.
+    chosen = least_redundant(below)
+    over = chosen is None
+    if chosen is None:  # not even the smallest on the grid: it, over the budget
+        chosen = [b[0] for b in below]
+    rule = (
+        f"no shape with margins 2 * pad {tuple(2 * p for p in pad)} at most "
+        f"{MAX_CROP_SHARE:.3g} of it fits that budget (the smallest such, {tuple(smallest)}, "
+        f"needs {format_bytes(buffers(smallest))})"
     )
+    redundancy = f"{_redundancy(tuple(chosen), pad):.2f}x"
+    if over:
+        why = (
+            f"bottom chunk {tuple(chosen)}: the smallest on the dst grid {dst.chunks}, "
+            f"{redundancy} redundant compute, and its buffers "
+            f"({format_bytes(buffers(chosen))}) are over the budget of "
+            f"{format_bytes(budget.bytes)}: {rule}, nor does any smaller"
+        )
+    else:
+        why = (
+            f"bottom chunk {tuple(chosen)}: the least redundant compute ({redundancy}) on "
+            f"the dst grid {dst.chunks} whose buffers ({format_bytes(buffers(chosen))}) fit "
+            f"{format_bytes(budget.bytes)}; {rule}, so its margins are wider"
+        )
+    return chosen, why
+
+
+def _bottom_reason(
+    chosen: list[int],
+    smallest: list[int],
+    pad: tuple[int, ...],
+    dst: StorageLayout,
+    sweep: int,
+    buffers: Callable[[Sequence[int]], int],
+    budget: _BottomBudget,
+) -> str:
+    """Why ``chosen``, a shape within the margin rule whose buffers fit ``budget``."""
     why = (
         f"bottom chunk {tuple(chosen)}: the least redundant compute "
         f"({_redundancy(tuple(chosen), pad):.2f}x) on the dst grid {dst.chunks} whose buffers "
@@ -507,15 +602,13 @@ def _bottom_shape(
             f"{MAX_CROP_SHARE:.3g} of it, {tuple(smallest)}, computes "
             f"{_redundancy(tuple(smallest), pad):.2f}x"
         )
-        longer = [a for a in range(len(extent)) if chosen[a] > smallest[a]]
+        longer = [a for a in range(len(chosen)) if chosen[a] > smallest[a]]
         if sweep not in longer:
             why += (
                 f"; longer across the sweep (axis {', '.join(map(str, longer))}) than along "
                 "it: the superchunk grows with the bottom's length along the sweep"
             )
-    elif not fitting:
-        why += " (the smallest sizes, over that budget)"
-    return chosen, why
+    return why
 
 
 def _fit_memory(
@@ -666,10 +759,25 @@ def _misaligned(bbox: Box, top: tuple[int, ...], inputs: Sequence[StorageLayout]
 
 # The share of the memory available when a flow starts that it may plan for by default:
 # the rest stays for the caller's own arrays and the page cache that storage reads use.
+# It is rounded down to a power of two (``default_memory_limit``): automatic sizes, and
+# so the flow id, depend on the budget, and a resume on a machine whose free memory moved
+# a little must plan the same flow.
 DEFAULT_MEMORY_SHARE = 0.5
 
 # Predicted read amplification above which sizes a user gave draw a warning.
 WARN_AMPLIFICATION = 1.1
+
+
+def default_memory_limit(available: int) -> int:
+    """The budget planned for by default: ``DEFAULT_MEMORY_SHARE`` of ``available`` bytes,
+    rounded down to a power of two, so that free memory moving between a run and its
+    resume (within a factor of two) leaves the plan, and the flow id, as they were.
+
+    >>> [default_memory_limit(g * 2**30) // 2**30 for g in (17, 20, 22.9, 31.9, 32)]
+    [8, 8, 8, 8, 16]
+    """
+    share = max(1, int(available * DEFAULT_MEMORY_SHARE))
+    return 1 << (share.bit_length() - 1)
 
 
 def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
@@ -682,8 +790,9 @@ def resolve_memory_limit(memory_limit: object) -> tuple[int, str]:
         except (ImportError, OSError):  # no psutil or no /proc: what sysconf says
             available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return (
-            int(available * DEFAULT_MEMORY_SHARE),
-            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available",
+            default_memory_limit(available),
+            f"default: {DEFAULT_MEMORY_SHARE:.0%} of the {format_bytes(available)} available, "
+            "rounded down to a power of two",
         )
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
         raise ConfigError(
@@ -791,6 +900,7 @@ def plan_automatic(
         accumulate_bytes=accumulate_bytes_of(out),
         direct_allowed=allowed and skip_intermediates is not False,
         step=step,
+        inputs_cache=sum(v.cache_bytes for v in named.values()),
     )
     if expand:
         plan = dataclasses.replace(
@@ -846,7 +956,7 @@ def plan_given(
     memory_limit_source: str,
 ) -> FlowPlan:
     """The read model of the sizes a user gave (``read_plan``) for a validated flow."""
-    cached = any(v.cache_bytes for v in named.values())
+    cached = sum(v.cache_bytes for v in named.values())
     return read_plan(
         spec.bbox,
         [layout_of(n, v, spec.scale_of(n)) for n, v in named.items()],

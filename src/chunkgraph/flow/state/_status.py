@@ -300,6 +300,14 @@ def resume_mismatch(
     if not found:
         return None
     _, state, changed = max(found, key=lambda f: f[0])
+    # Automatic sizes come from memory_limit, whose default follows the free memory.
+    sizes_note = (
+        " Automatic sizes depend on memory_limit (by default half of the memory available "
+        "at the start, rounded down to a power of two): to resume a flow whatever the free "
+        "memory, give memory_limit=... or the sizes of its plan (report.plan.arguments())."
+        if PART_NAMES["spec"] in changed
+        else ""
+    )
     what = (
         " and ".join(changed)
         if changed
@@ -321,7 +329,7 @@ def resume_mismatch(
     return (
         f"resume asked for, but the state under {root} is of an earlier run of this "
         f"destination with other parameters ({earlier}){others}: {what} changed, so the flow "
-        f"id is now {flow_id} and this flow starts over from nothing.{kept_note}"
+        f"id is now {flow_id} and this flow starts over from nothing.{sizes_note}{kept_note}"
     )
 
 
