@@ -378,7 +378,8 @@ def _checked_memory_limit(memory_limit: object) -> int | None:
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0:
         raise ConfigError(
             f"memory_limit must be a positive number of bytes (e.g. 4 * 2**30) or None for "
-            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available, got {memory_limit!r}",
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the memory available rounded down to a power of "
+            f"two, got {memory_limit!r}",
             field="memory_limit",
         )
     return memory_limit
