@@ -271,7 +271,7 @@ def test_the_walltimes_and_memory_each_system_takes_make_its_job_script(
 
     from chunkgraph.execute._dask_clusters import _passed
 
-    job_class = getattr(dask_jobqueue, f"{kind.upper()}Job")
+    job_class = getattr(dask_jobqueue, f"{kind.upper()}Cluster").job_cls
     for walltime in walltimes:
         spec = ClusterSpec.of(kind, cores=1, memory=3 * 2**30, walltime=walltime)
         script = job_class("tcp://127.0.0.1:1", name="x", **_passed(spec)).job_script()

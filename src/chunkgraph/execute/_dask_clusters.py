@@ -153,8 +153,10 @@ def _passed(spec: ClusterSpec) -> dict[str, Any]:
     """The options as the cluster class's keyword arguments (chunkgraph's own left out)."""
     passed = {}
     for name, value in spec.options.items():
-        as_named = OPTIONS[name].name_for(spec.kind)
+        option = OPTIONS[name]
+        as_named = option.name_for(spec.kind)
         if as_named is not None:
+            value = option.to_dask(value) if option.to_dask else value
             passed[as_named] = list(value) if isinstance(value, tuple) else value
     return passed
 
