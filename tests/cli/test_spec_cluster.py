@@ -35,7 +35,7 @@ SPEC = (
         pytest.param(
             "    pbs: {cores: 4, memory: 8GB, walltime: 2}\n",
             ":6: run.executor.pbs.walltime: ",
-            "must be [[hh:]mm:]ss, a string (in YAML, quote it",
+            "a string (in YAML, quote it: unquoted, 2:00:00 is the number 7200), got 2",
             id="bad-value",
         ),
         pytest.param(
