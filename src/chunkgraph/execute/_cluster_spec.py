@@ -29,6 +29,7 @@ workers on other hosts reach them) and runs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -90,10 +91,8 @@ def _bytes(value: object) -> str | None:
     elif isinstance(value, str):
         from dask.utils import parse_bytes  # deferred: imports dask
 
-        try:
+        with contextlib.suppress(ValueError, TypeError):
             size = parse_bytes(value)
-        except (ValueError, TypeError):
-            pass
     if size is not None and size >= _MIN_MEMORY:
         return None
     wrong = "a memory size such as '32GiB' or '4 GB', or a number of bytes, at least 64 MiB"
@@ -118,7 +117,8 @@ class _Form:
         if isinstance(value, str) and re.fullmatch(self.pattern, value):
             return None
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return f"{self.forms}, a string (in YAML, quote it: unquoted, 2:00:00 is the number 7200)"
+            yaml = "in YAML, quote it: unquoted, 2:00:00 is the number 7200"
+            return f"{self.forms}, a string ({yaml})"
         return self.forms
 
     def schema(self) -> dict[str, Any]:

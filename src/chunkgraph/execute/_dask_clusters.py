@@ -3,7 +3,8 @@ dask-jobqueue (SLURM, PBS, LSF, SGE), Kubernetes through dask-kubernetes; and
 ``ClusterExecutor``, the ``DaskExecutor`` that owns it.
 
     start_cluster(spec)  ──> ClusterExecutor: the scheduler runs in this process; `jobs`
-                             jobs submitted (sbatch, qsub, bsub), or the pods asked for
+                             jobs submitted (sbatch, qsub, bsub) and their submissions
+                             awaited, or the pods asked for
     executor.run(...)    ──> waits for the first worker ("waiting for N worker(s) from
                              slurm"), at most start_timeout seconds, then runs as on any
                              cluster
@@ -12,10 +13,15 @@ dask-jobqueue (SLURM, PBS, LSF, SGE), Kubernetes through dask-kubernetes; and
 
 Why the first worker is awaited and not all of them: a batch queue starts jobs when it
 can, and a flow's work is shared as workers arrive (Dask steals for the idle ones); a
-run that waited for every job would wait for the slowest queue slot. No worker within
-``start_timeout``: a ConfigError that names the command that shows the jobs
-(``squeue -j ...``) and prints the job script, since what went wrong (a refused queue, a
-prologue that fails) is the batch system's to tell.
+run that waited for every job would wait for the slowest queue slot.
+
+A job the batch system refuses (a partition it does not have: the submit command exits
+non-zero) fails the start at once: a ConfigError in the submit command's words, with the
+job script, and the jobs it did take cancelled (dask-jobqueue would only log it, and the
+run would wait ``start_timeout`` for nothing). No worker within ``start_timeout``: a
+ConfigError that names the command that shows the jobs (``squeue -j ...``) and prints
+the job script, since what went wrong (a prologue that fails, a node that cannot reach
+the scheduler) is the batch system's to tell.
 
 Executors never print: the waiting line goes to ``say`` (the command line's stderr), by
 default the ``chunkgraph.execute`` logger.
@@ -195,7 +201,8 @@ class _Submissions:
 
     def error(self, spec: ClusterSpec, command: str, script: str) -> ConfigError:
         """The refusal, in the submit command's words, with the job script."""
-        said = self.refused[0].split("\nstderr:\n", 1)[-1].strip()  # jobqueue's text ends with stderr
+        # dask-jobqueue's text of a failed command ends with its stderr.
+        said = self.refused[0].split("\nstderr:\n", 1)[-1].strip()
         taken = f"; the {self.taken} it took are cancelled" if self.taken else ""
         return ConfigError(
             f"executor.{spec.kind}: `{command}` refused {len(self.refused)} of {self.jobs} "
