@@ -35,8 +35,20 @@ SPEC = (
         pytest.param(
             "    pbs: {cores: 4, memory: 8GB, walltime: 2}\n",
             ":6: run.executor.pbs.walltime: ",
-            "must be a non-empty string, got 2",
+            "a string (in YAML, quote it: unquoted, 2:00:00 is the number 7200), got 2",
             id="bad-value",
+        ),
+        pytest.param(
+            "    slurm: {cores: 4, memory: 32, walltime: 02:00:00}\n",
+            ":6: run.executor.slurm.memory: ",
+            "a number without a unit is bytes: give the unit, e.g. '32GiB'), got 32",
+            id="memory-without-unit",
+        ),
+        pytest.param(
+            "    slurm: {cores: 4, memory: 32GiB, walltime: 2:00:00}\n",
+            ":6: run.executor.slurm.walltime: ",
+            "(in YAML, quote it: unquoted, 2:00:00 is the number 7200), got 7200",
+            id="walltime-unquoted",
         ),
         pytest.param(
             "    sge:\n      memory: 8GB\n",

@@ -3,7 +3,9 @@
 
     sbatch SCRIPT   copies the generated job script to jobs/N/, runs it in the
                     background in a session of its own (pid = process group, in
-                    jobs/N/pid), prints "Submitted batch job N"
+                    jobs/N/pid), prints "Submitted batch job N"; past the number of
+                    jobs in the file ``accept`` (``Batch.accept``), refuses the job as
+                    SLURM refuses a bad partition (stderr, exit 1)
     squeue          the jobs whose process group still has a live process, one id a line
     scancel N...    logs the ids, sends SIGTERM to each job's process group
 
@@ -20,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,11 @@ pytest.importorskip("dask_jobqueue")
 SBATCH = """#!/usr/bin/env bash
 n=1
 while ! mkdir "{jobs}/$n" 2>/dev/null; do n=$((n + 1)); done
+if [ -f "{jobs}/../accept" ] && [ "$n" -gt "$(cat "{jobs}/../accept")" ]; then
+    rmdir "{jobs}/$n"
+    echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+    exit 1
+fi
 cp "$1" "{jobs}/$n/script.sh"
 setsid bash "{jobs}/$n/script.sh" > "{jobs}/$n/out" 2>&1 < /dev/null &
 echo $! > "{jobs}/$n/pid"
@@ -82,6 +90,10 @@ class Batch:
             (bin_dir / name).write_text(text.format(jobs=self.jobs))
             (bin_dir / name).chmod(0o755)
         self.bin = bin_dir
+
+    def accept(self, jobs: int) -> None:
+        """From now on, sbatch refuses every job after the first ``jobs``."""
+        (self.jobs.parent / "accept").write_text(str(jobs))
 
     def submitted(self) -> list[str]:
         return sorted(p.name for p in self.jobs.iterdir() if p.is_dir())
@@ -210,6 +222,25 @@ def test_no_worker_arriving_is_an_error_naming_squeue_and_the_job_script(
         ("kubernetes", {"image": "x", "cores": 2}, "executor.kubernetes.cores",
          "valid: image, workers, namespace"),
         ("slrum", {}, "executor", "give one of slurm, pbs, lsf, sge, kubernetes"),
+        # A number without a unit is bytes: 32 is no job's memory (jobqueue fails on it).
+        ("slurm", {"cores": 1, "memory": 32}, "executor.slurm.memory",
+         "at least 64 MiB (a number without a unit is bytes: give the unit, e.g. '32GiB'), "
+         "got 32"),
+        ("pbs", {"cores": 1, "memory": "4000"}, "executor.pbs.memory",
+         "a number without a unit is bytes"),
+        ("slurm", {"cores": 1, "memory": 2.5}, "executor.slurm.memory", "such as '32GiB'"),
+        # Each system's walltime forms; what another system would take is refused.
+        ("slurm", {"cores": 1, "memory": "1GiB", "walltime": "2h"}, "executor.slurm.walltime",
+         "must be minutes, mm:ss, hh:mm:ss, d-hh, d-hh:mm or d-hh:mm:ss"),
+        ("lsf", {"cores": 1, "memory": "1GiB", "walltime": "02:00:00"}, "executor.lsf.walltime",
+         "must be [hh:]mm ('02:00' is two hours), got '02:00:00'"),
+        ("pbs", {"cores": 1, "memory": "1GiB", "walltime": "1-02:00"}, "executor.pbs.walltime",
+         "must be [[hh:]mm:]ss"),
+        ("sge", {"cores": 1, "memory": "1GiB", "walltime": "02:00"}, "executor.sge.walltime",
+         "must be hh:mm:ss or seconds"),
+        # YAML reads an unquoted 2:00:00 as the number 7200.
+        ("slurm", {"cores": 1, "memory": "1GiB", "walltime": 7200}, "executor.slurm.walltime",
+         "a string (in YAML, quote it: unquoted, 2:00:00 is the number 7200), got 7200"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_refused_naming_it_and_the_valid_ones(
@@ -219,6 +250,33 @@ def test_a_bad_option_is_refused_naming_it_and_the_valid_ones(
         cluster(kind, **options)
     assert caught.value.field == field
     assert says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "walltimes", "line"),
+    [
+        ("slurm", ["90", "30:00", "02:00:00", "1-12", "1-12:30", "1-12:30:00", "UNLIMITED"],
+         "#SBATCH -t {}"),
+        ("pbs", ["3600", "60:00", "02:00:00", "48:00:00"], "#PBS -l walltime={}"),
+        ("lsf", ["90", "02:00"], "#BSUB -W {}"),
+        ("sge", ["7200", "02:00:00"], "#$ -l h_rt={}"),
+    ],
+)  # fmt: skip
+def test_the_walltimes_and_memory_each_system_takes_make_its_job_script(
+    kind: str, walltimes: list[str], line: str
+) -> None:
+    """What passes the checks is what dask-jobqueue's job class of that system writes a
+    script for; memory as a number of bytes too."""
+    import dask_jobqueue
+
+    from chunkgraph.execute._dask_clusters import _passed
+
+    job_class = getattr(dask_jobqueue, f"{kind.upper()}Cluster").job_cls
+    for walltime in walltimes:
+        spec = ClusterSpec.of(kind, cores=1, memory=3 * 2**30, walltime=walltime)
+        script = job_class("tcp://127.0.0.1:1", name="x", **_passed(spec)).job_script()
+        assert line.format(walltime) in script.splitlines()
+        assert "--memory-limit 3.00GiB" in script
 
 
 def test_options_beside_a_cluster_spec_are_refused_and_a_dry_run_starts_nothing(
@@ -246,6 +304,29 @@ def test_a_cluster_spec_given_to_apply_is_started_for_the_run_and_cancelled_afte
     assert stored_bytes(tmp_path / "slurm.zarr") == stored_bytes(tmp_path / "threads.zarr")
     assert batch.submitted() == batch.cancelled() == ["1"]
     wait_until(lambda: not batch.processes(), START_DEADLINE_S, "the job's processes end")
+
+
+@pytest.mark.parametrize("accepted", [0, 1])
+def test_a_refused_submission_fails_at_once_quoting_sbatch_and_cancels_what_was_submitted(
+    batch: Batch, accepted: int
+) -> None:
+    """sbatch refuses the jobs (all, or the ones past the first): an error now, not after
+    start_timeout, with sbatch's own words and the job script; the jobs it did take are
+    cancelled."""
+    batch.accept(accepted)
+    began = time.monotonic()
+    with pytest.raises(cg.ConfigError) as caught:
+        cluster("slurm", jobs=3, **{**SMALL, "start_timeout": 30, "queue": "nosuch"})
+    took = time.monotonic() - began
+    message = str(caught.value)
+    assert took < 15, took  # the scheduler's start and three sbatch calls, well before 30 s
+    assert caught.value.field == "executor"
+    assert "`sbatch` refused" in message
+    assert "Invalid partition name specified" in message  # sbatch's stderr, quoted
+    assert "#SBATCH -p nosuch" in message  # the job script
+    assert batch.submitted() == [str(n) for n in range(1, accepted + 1)]
+    assert batch.cancelled() == batch.submitted()
+    wait_until(lambda: not batch.processes(), START_DEADLINE_S, "the jobs' processes end")
 
 
 def test_kubernetes_without_its_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -319,3 +400,25 @@ def test_starting_a_jobqueue_cluster_keeps_ctrl_c_an_interrupt() -> None:
     )
     # an uncaught KeyboardInterrupt ends Python by SIGINT; sys.exit() would be exit 0
     assert done.returncode == -signal.SIGINT and "KeyboardInterrupt" in done.stderr, done.stderr
+
+
+def test_chunkgraph_run_whose_jobs_sbatch_refuses_is_exit_2_at_once(
+    batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chunkgraph import cli
+
+    shutil.copy(Path(__file__).parents[1] / "cli" / "spec_functions.py", tmp_path)
+    sys.modules.pop("spec_functions", None)
+    raw = volume.create(tmp_path / "raw.zarr", (16, 16, 16), (8, 8, 8), "float32")
+    raw.write(raw.bounds, np.ones((16, 16, 16), "float32"))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(CLI_SPEC.replace("start_timeout: 60", "start_timeout: 30"))
+    batch.accept(0)
+    began = time.monotonic()
+    assert cli.main(["run", str(spec)]) == 2
+    assert time.monotonic() - began < 15
+    err = capsys.readouterr().err
+    assert "`sbatch` refused" in err and "Invalid partition name specified" in err, err
+    assert "Traceback" not in err  # the error, not dask's tracebacks of it
+    assert not (tmp_path / "out.zarr").exists()
+    assert batch.submitted() == []

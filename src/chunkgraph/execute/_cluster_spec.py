@@ -15,8 +15,12 @@ and PBS's ``account``, LSF's and SGE's ``project``), ``extra_directives``
 renamed one is refused with the name to use. ``OPTIONS`` is the one table: which
 systems take each option, its check, and the keyword it is passed to the cluster class
 as. Every option is checked when the value is made, before anything runs, so that a
-misspelled key is refused where it was written; what only the batch system can judge (a
-queue that does not exist) shows as no worker arriving (``_dask_clusters``).
+misspelled key is refused where it was written. ``memory`` is a size with its unit, or a
+number of bytes of at least 64 MiB (a smaller number is a size whose unit was left out);
+``walltime`` is a string in one of the forms its system takes (LSF's ``[hh:]mm`` is not
+SLURM's ``hh:mm:ss``), never a number (YAML reads an unquoted ``2:00:00`` as 7200). What
+only the batch system can judge shows when the jobs are submitted (a partition it does
+not have: the submit command's error) or as no worker arriving (``_dask_clusters``).
 
 A dry run starts nothing: it plans with ``ClusterSpec.stand_in()``, an executor that
 runs in other processes (so the flow checks that fn pickles and places its layers where
@@ -25,6 +29,8 @@ workers on other hosts reach them) and runs nothing.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -71,39 +77,94 @@ def _mapping(value: object) -> str | None:
     return None if ok else "a mapping with string keys"
 
 
+# The least memory a job may ask for: a Dask worker alone takes more, so a smaller number
+# is a size whose unit was left out (SLURM's --mem=4000 means MB; here it would be bytes).
+_MIN_MEMORY = 64 * 2**20
+
+
 def _bytes(value: object) -> str | None:
-    """A memory size as Dask reads it: ``"32GiB"``, ``"4 GB"``, or a number of bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return None
-    if isinstance(value, str):
+    """A job's memory as Dask reads it: ``"32GiB"``, ``"4 GB"``, or a number of bytes;
+    at least ``_MIN_MEMORY``."""
+    size = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str):
         from dask.utils import parse_bytes  # deferred: imports dask
 
-        try:
-            return None if parse_bytes(value) > 0 else "a size > 0"
-        except (ValueError, TypeError):
-            pass
-    return "a memory size such as '32GiB' or '4 GB', or a number of bytes"
+        with contextlib.suppress(ValueError, TypeError):
+            size = parse_bytes(value)
+    if size is not None and size >= _MIN_MEMORY:
+        return None
+    wrong = "a memory size such as '32GiB' or '4 GB', or a number of bytes, at least 64 MiB"
+    if size is not None and str(value).strip().isdigit():
+        wrong += " (a number without a unit is bytes: give the unit, e.g. '32GiB')"
+    return wrong
+
+
+def _as_size(value: Any) -> Any:
+    """``memory`` as dask-jobqueue takes it: a string (a number of bytes gets its unit)."""
+    return f"{value}B" if isinstance(value, int) else value
+
+
+@dataclass(frozen=True)
+class _Form:
+    """A string in one grammar (a batch system's walltime): a check, with its JSON Schema."""
+
+    pattern: str
+    forms: str
+
+    def __call__(self, value: object) -> str | None:
+        if isinstance(value, str) and re.fullmatch(self.pattern, value):
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            yaml = "in YAML, quote it: unquoted, 2:00:00 is the number 7200"
+            return f"{self.forms}, a string ({yaml})"
+        return self.forms
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": f"^(?:{self.pattern})$"}
+
+
+# Each system's time limit, as its submit command reads it (sbatch -t, qsub -l walltime,
+# bsub -W, qsub -l h_rt).
+_WALLTIME = {
+    "slurm": _Form(
+        r"(\d+-)?\d+(:\d\d){0,2}|INFINITE|UNLIMITED|infinite|unlimited",
+        "minutes, mm:ss, hh:mm:ss, d-hh, d-hh:mm or d-hh:mm:ss ('02:00:00' is two hours, "
+        "'02:00' two minutes), or UNLIMITED",
+    ),
+    "pbs": _Form(r"\d+(:\d\d){0,2}", "[[hh:]mm:]ss ('02:00:00' is two hours)"),
+    "lsf": _Form(r"\d+(:\d\d)?", "[hh:]mm ('02:00' is two hours)"),
+    "sge": _Form(r"\d+|\d+:\d\d:\d\d", "hh:mm:ss or seconds ('02:00:00' is two hours)"),
+}
 
 
 @dataclass(frozen=True)
 class _Option:
-    """One option: the systems it applies to, its check, and what it is passed to Dask as
-    (per system where they name it differently; None: chunkgraph's own)."""
+    """One option: the systems it applies to, its check (per system where their forms
+    differ), what it is passed to Dask as (per system where they name it differently;
+    None: chunkgraph's own), and how its value is passed (as given, unless ``to_dask``)."""
 
     kinds: tuple[str, ...]
-    check: Callable[[object], str | None]
+    check: Callable[[object], str | None] | Mapping[str, Callable[[object], str | None]]
     passed_as: str | Mapping[str, str] | None
     about: str
+    to_dask: Callable[[Any], Any] | None = None
 
     def name_for(self, kind: str) -> str | None:
         return self.passed_as if not isinstance(self.passed_as, Mapping) else self.passed_as[kind]
+
+    def check_for(self, kind: str) -> Callable[[object], str | None]:
+        return self.check[kind] if isinstance(self.check, Mapping) else self.check
 
 
 _J, _K = JOBQUEUE_KINDS, ("kubernetes",)
 OPTIONS: dict[str, _Option] = {
     "cores": _Option(_J, _positive_int, "cores", "cores per job"),
-    "memory": _Option(_J, _bytes, "memory", "memory per job ('32GiB')"),
-    "walltime": _Option(_J, _text, "walltime", "time limit of a job ('02:00:00'; LSF 'hh:mm')"),
+    "memory": _Option(_J, _bytes, "memory", "memory per job ('32GiB')", _as_size),
+    "walltime": _Option(
+        _J, _WALLTIME, "walltime", "time limit of a job ('02:00:00'; LSF '[hh:]mm')"
+    ),
     "jobs": _Option(_J, _positive_int, None, "jobs to submit (default 1)"),
     "processes": _Option(_J, _positive_int, "processes", "worker processes per job, <= cores"),
     "queue": _Option(_J, _text, "queue", "queue or partition"),
@@ -157,6 +218,10 @@ _SCHEMA_OF: dict[Callable[[object], str | None], dict[str, Any]] = {
 }
 
 
+def _schema(check: Callable[[object], str | None]) -> dict[str, Any]:
+    return check.schema() if isinstance(check, _Form) else _SCHEMA_OF[check]
+
+
 def cluster_json_schema() -> dict[str, Any]:
     """The JSON Schema of a spec file's cluster, ``{kind: {option: value}}``, made from
     ``OPTIONS``: one key, each kind's options with what they are."""
@@ -165,7 +230,7 @@ def cluster_json_schema() -> dict[str, Any]:
             "type": ["object", "null"],
             "additionalProperties": False,
             "properties": {
-                name: {**_SCHEMA_OF[OPTIONS[name].check], "description": OPTIONS[name].about}
+                name: {**_schema(OPTIONS[name].check_for(kind)), "description": OPTIONS[name].about}
                 for name in valid_options(kind)
             },
         }
@@ -241,7 +306,7 @@ class ClusterSpec:
                     f"valid: {', '.join(valid)}",
                     field=f"executor.{kind}.{name}",
                 )
-            wrong = OPTIONS[name].check(value)
+            wrong = OPTIONS[name].check_for(kind)(value)
             if wrong is not None:
                 raise ConfigError(
                     f"executor.{kind}.{name} must be {wrong}, got {value!r}",

@@ -3,7 +3,8 @@ dask-jobqueue (SLURM, PBS, LSF, SGE), Kubernetes through dask-kubernetes; and
 ``ClusterExecutor``, the ``DaskExecutor`` that owns it.
 
     start_cluster(spec)  ──> ClusterExecutor: the scheduler runs in this process; `jobs`
-                             jobs submitted (sbatch, qsub, bsub), or the pods asked for
+                             jobs submitted (sbatch, qsub, bsub) and their submissions
+                             awaited, or the pods asked for
     executor.run(...)    ──> waits for the first worker ("waiting for N worker(s) from
                              slurm"), at most start_timeout seconds, then runs as on any
                              cluster
@@ -12,10 +13,15 @@ dask-jobqueue (SLURM, PBS, LSF, SGE), Kubernetes through dask-kubernetes; and
 
 Why the first worker is awaited and not all of them: a batch queue starts jobs when it
 can, and a flow's work is shared as workers arrive (Dask steals for the idle ones); a
-run that waited for every job would wait for the slowest queue slot. No worker within
-``start_timeout``: a ConfigError that names the command that shows the jobs
-(``squeue -j ...``) and prints the job script, since what went wrong (a refused queue, a
-prologue that fails) is the batch system's to tell.
+run that waited for every job would wait for the slowest queue slot.
+
+A job the batch system refuses (a partition it does not have: the submit command exits
+non-zero) fails the start at once: a ConfigError in the submit command's words, with the
+job script, and the jobs it did take cancelled (dask-jobqueue would only log it, and the
+run would wait ``start_timeout`` for nothing). No worker within ``start_timeout``: a
+ConfigError that names the command that shows the jobs (``squeue -j ...``) and prints
+the job script, since what went wrong (a prologue that fails, a node that cannot reach
+the scheduler) is the batch system's to tell.
 
 Executors never print: the waiting line goes to ``say`` (the command line's stderr), by
 default the ``chunkgraph.execute`` logger.
@@ -131,14 +137,110 @@ def _jobqueue(spec: ClusterSpec) -> Any:
     except ImportError as err:
         raise _missing("dask-jobqueue", "dask", spec) from err
     made = getattr(dask_jobqueue, _JOBQUEUE_CLASS[spec.kind])
+    submitted = _Submissions(int(spec.get("jobs", 1)))
+    _quiet_said()
     try:
-        started = made(**_passed(spec))
+        started = made(**_passed(spec), job_cls=submitted.job_class(made.job_cls))
     except (ValueError, TypeError, OSError) as err:
         raise ConfigError(
             f"executor.{spec.kind}: dask-jobqueue refused {spec!r}: {err}", field="executor"
         ) from err
-    started.scale(jobs=int(spec.get("jobs", 1)))
+    try:
+        started.scale(jobs=submitted.jobs)
+        timeout = float(spec.get("start_timeout", DEFAULT_START_TIMEOUT_S))
+        # A submit command that hangs: past start_timeout, the wait for workers tells.
+        if submitted.wait(None if math.isinf(timeout) else timeout) and submitted.refused:
+            raise submitted.error(spec, made.job_cls.submit_command, started.job_script())
+    except BaseException:
+        started.close()  # cancels the jobs that were taken
+        raise
     return started
+
+
+class _Submissions:
+    """Each job's submission (sbatch, qsub, bsub), seen as it returns.
+
+    dask-jobqueue submits the jobs in its event loop, and a refused one (the submit
+    command's non-zero exit) only shows as tracebacks in that loop's log; the jobs' own
+    class (``job_class``) reports here instead, and its refusals stay out of the log,
+    since ``error`` says them.
+    """
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.taken = 0
+        self.refused: list[str] = []
+        self._returned = threading.Event()
+        self._lock = threading.Lock()
+
+    def job_class(self, base: type) -> type:
+        """``base`` (the system's dask-jobqueue job), reporting each submission here."""
+        from distributed.core import Status  # deferred: imports distributed
+
+        submissions = self
+
+        class Reported(base):  # type: ignore[misc,valid-type]
+            async def start(self) -> None:
+                try:
+                    await super().start()
+                except Exception as err:
+                    # What closing the cluster expects of a job that never ran.
+                    self.status = Status.failed
+                    submissions.returned(err)
+                    raise
+                submissions.returned(None)
+
+            async def close(self) -> None:
+                await super().close()  # cancels the job (scancel, qdel, bkill)
+                # What closing the cluster expects of each job it made, which the
+                # traceback of a refusal beside it may keep alive.
+                self.status = Status.closed
+
+        Reported.__name__ = Reported.__qualname__ = base.__name__
+        return Reported
+
+    def returned(self, refused: Exception | None) -> None:
+        with self._lock:
+            if refused is None:
+                self.taken += 1
+            else:
+                setattr(refused, _SAID, True)
+                self.refused.append(str(refused))
+            if self.taken + len(self.refused) == self.jobs:
+                self._returned.set()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Whether every submission returned within ``timeout`` seconds."""
+        return self._returned.wait(timeout)
+
+    def error(self, spec: ClusterSpec, command: str, script: str) -> ConfigError:
+        """The refusal, in the submit command's words, with the job script."""
+        # dask-jobqueue's text of a failed command ends with its stderr.
+        said = self.refused[0].split("\nstderr:\n", 1)[-1].strip()
+        taken = f"; the {self.taken} it took are cancelled" if self.taken else ""
+        return ConfigError(
+            f"executor.{spec.kind}: `{command}` refused {len(self.refused)} of {self.jobs} "
+            f"job(s){taken}:\n{said}\nCheck queue, account, extra_directives and the "
+            f"resources asked for against the site's limits. The job script:\n{script}",
+            field="executor",
+        )
+
+
+# Set on a refusal that a ConfigError says: the event loop's tracebacks of it are dropped.
+_SAID = "_chunkgraph_said"
+
+
+def _said_elsewhere(record: logging.LogRecord) -> bool:
+    """False for a log record of an exception a ConfigError says (see ``_SAID``)."""
+    return not getattr(record.exc_info[1] if record.exc_info else None, _SAID, False)
+
+
+def _quiet_said() -> None:
+    """Filter where an event loop logs the exceptions it lost (once per process)."""
+    for name in ("tornado.application", "asyncio"):
+        logger = logging.getLogger(name)
+        if _said_elsewhere not in logger.filters:
+            logger.addFilter(_said_elsewhere)
 
 
 def _kubernetes(spec: ClusterSpec) -> Any:
@@ -168,8 +270,10 @@ def _passed(spec: ClusterSpec) -> dict[str, Any]:
     """The options as the cluster class's keyword arguments (chunkgraph's own left out)."""
     passed = {}
     for name, value in spec.options.items():
-        as_named = OPTIONS[name].name_for(spec.kind)
+        option = OPTIONS[name]
+        as_named = option.name_for(spec.kind)
         if as_named is not None:
+            value = option.to_dask(value) if option.to_dask else value
             passed[as_named] = list(value) if isinstance(value, tuple) else value
     return passed
 
