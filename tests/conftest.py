@@ -25,6 +25,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_left_as_found() -> Iterator[None]:
+    """A test (or a library it imports) that leaves Ctrl-C handled otherwise breaks every
+    interrupt test after it, far from the cause: name the test, and put it back."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"this test left the SIGINT handler changed ({before!r} -> {after!r})")
+
+
 # --- object stores -----------------------------------------------------------------------
 
 

@@ -35,9 +35,15 @@ from tests.dask._tasks import identity_marking
 import chunkgraph as cg
 from chunkgraph import volume
 from chunkgraph.execute import ClusterSpec, cluster
+from chunkgraph.execute._dask_clusters import import_jobqueue
 from chunkgraph.geometry import Box
 
-pytest.importorskip("dask_jobqueue")
+# Not pytest.importorskip: dask-jobqueue's import makes Ctrl-C call sys.exit() for the
+# rest of the process, which would break the interrupt tests run after these.
+try:
+    dask_jobqueue = import_jobqueue()
+except ImportError:
+    pytest.skip("dask-jobqueue is not installed", allow_module_level=True)
 
 SBATCH = """#!/usr/bin/env bash
 n=1
@@ -267,8 +273,6 @@ def test_the_walltimes_and_memory_each_system_takes_make_its_job_script(
 ) -> None:
     """What passes the checks is what dask-jobqueue's job class of that system writes a
     script for; memory as a number of bytes too."""
-    import dask_jobqueue
-
     from chunkgraph.execute._dask_clusters import _passed
 
     job_class = getattr(dask_jobqueue, f"{kind.upper()}Cluster").job_cls
