@@ -417,17 +417,19 @@ def logged_plus_one(x: np.ndarray, box: Any, log_dir: str) -> np.ndarray:
     return x + 1
 
 
-def _calls(log_dir: Path) -> list[tuple[str, float]]:
+def _calls(log_dir: Path) -> list[tuple[str, float, int]]:
     """Every call of ``logged_plus_one`` on a worker logged under ``log_dir``: (grid key,
-    time). The client's own call (``apply`` probes ``fn`` on one chunk) is left out."""
+    time, process id). The client's own call (``apply`` probes ``fn`` on one chunk) is
+    left out."""
     calls = []
     for path in log_dir.glob("calls-*"):
-        if path.name == f"calls-{os.getpid()}":
+        pid = int(path.name.removeprefix("calls-"))
+        if pid == os.getpid():
             continue
         for line in path.read_text().splitlines():
             key, _, t = line.partition(" ")
             if t:
-                calls.append((key, float(t)))
+                calls.append((key, float(t), pid))
     return calls
 
 
@@ -486,17 +488,19 @@ def _processing(dask_scheduler: Any) -> dict[str, list[str]]:
 def _kill_mid_run(
     client: Any, log_dir: Path, batches: _BatchLog, at: int, out: dict[str, Any]
 ) -> None:
-    """Once ``at`` calls are logged: stop one worker process (SIGSTOP: it writes nothing
+    """Once about ``at`` calls are logged: stop one worker process (SIGSTOP: it writes nothing
     more), read the records of the batches the scheduler has on it, SIGKILL it."""
     import signal
 
     from chunkgraph.flow.state import TOP
 
-    while len(_calls(log_dir)) < at:
-        time.sleep(0.05)
+    line = len(f"{at // 1000}_500 {time.time():.4f}\n")  # a log line's bytes, about
+    # Sizes, not lines: reading the logs over and over would take the workers' cores.
+    while sum(p.stat().st_size for p in log_dir.glob("calls-*")) < at * line:
+        time.sleep(0.1)
     addr, pid = sorted(client.run(os.getpid).items())[0]
     os.kill(pid, signal.SIGSTOP)
-    out["killed_at"] = time.time()
+    out["pid"] = pid
     keys = client.run_on_scheduler(_processing)[addr]
     # A batch's Dask key: "chunkgraph-<its name, apply-batch-<id>>-<stream token>-<n>".
     prefixes = {b: f"chunkgraph-apply-batch-{b}-" for b in batches.keys}
@@ -542,14 +546,14 @@ def run_kill_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, Any]
         again = _plus_one_flow(workdir, top_tasks, DaskExecutor(client), "kill-again")
     calls = _calls(workdir / "kill-killed-log")
     seen: dict[str, int] = {}
-    for key, _ in calls:
+    for key, *_ in calls:
         seen[key] = seen.get(key, 0) + 1
     redone = {k for k, n in seen.items() if n > 1}
     unrecorded = {
         k for b, ks in found["in_flight"].items() for k in set(ks) - set(found["recorded"][b])
     }
-    # Tasks of the killed worker's batches that had run before the kill but were unrecorded.
-    lost = {k for k, t in calls if t < found["killed_at"] and k in unrecorded}
+    # Tasks of the killed worker's batches that it ran but had not recorded.
+    lost = {k for k, _, pid in calls if pid == found["pid"] and k in unrecorded}
     shape = (top_tasks // 1000, 1000)
     a = volume.open(str(workdir / "kill-whole-dst.zarr")).read(Box.from_shape(shape))
     b = volume.open(str(workdir / "kill-killed-dst.zarr")).read(Box.from_shape(shape))
@@ -614,7 +618,7 @@ def run_status_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, An
         finally:
             stop.set()
             poller.join()
-    times = sorted(t for _, t in _calls(workdir / "status-run-log"))
+    times = sorted(t for _, t, _ in _calls(workdir / "status-run-log"))
     # An answer of n done is as old as the moment the n-th call was made.
     lags = [end - times[done - 1] for _, end, done, _ in samples if 0 < done < top_tasks]
     asked = [end - t0 for t0, end, _, _ in samples]
