@@ -569,22 +569,26 @@ def run_kill_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, Any]
     )  # fmt: skip
 
 
-def _poll_status(root: str, stop: Any, samples: list[tuple[float, float, int, int]]) -> None:
+def _poll_status(root: str, stop: Any, samples: list[tuple[float, float, int, int, str]]) -> None:
     """``read_flows`` (what ``chunkgraph status`` shows) every ``STATUS_POLL_S`` until
-    ``stop``: (time asked, time answered, top tasks done, objects under ``root``) each."""
+    ``stop``: (time asked, time answered, top tasks done, objects under ``root``, the
+    flows' statuses) each. A finished flow counts as all done (its markers are gone)."""
     import obstore
 
-    from chunkgraph.flow.state import StateRoot
+    from chunkgraph.flow.state import FlowStatus, StateRoot
     from chunkgraph.flow.state._status import read_flows
     from chunkgraph.flow.state._store import state_store
 
     state = StateRoot.of(root)
     while not stop.is_set():
         t0 = time.time()
-        done = sum(s.top_done for s in read_flows(state, sizes=False))
+        flows = read_flows(state, sizes=False)
         end = time.time()
+        done = sum(
+            (f.top_total or 0) if f.status is FlowStatus.FINISHED else f.top_done for f in flows
+        )
         objects = sum(len(b) for b in obstore.list(state_store(state).store))
-        samples.append((t0, end, done, objects))
+        samples.append((t0, end, done, objects, ",".join(f.status.value for f in flows)))
         stop.wait(STATUS_POLL_S)
 
 
@@ -609,7 +613,7 @@ def run_status_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, An
         Client(cluster) as client,
     ):
         _plus_one_flow(workdir, 2000, DaskExecutor(client), "status-warm", "s3://status-bench/warm")
-        samples: list[tuple[float, float, int, int]] = []
+        samples: list[tuple[float, float, int, int, str]] = []
         stop = threading.Event()
         poller = threading.Thread(target=_poll_status, args=(root, stop, samples))
         poller.start()
@@ -619,14 +623,20 @@ def run_status_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, An
             stop.set()
             poller.join()
     times = sorted(t for _, t, _ in _calls(workdir / "status-run-log"))
-    # An answer of n done is as old as the moment the n-th call was made.
-    lags = [end - times[done - 1] for _, end, done, _ in samples if 0 < done < top_tasks]
-    asked = [end - t0 for t0, end, _, _ in samples]
-    objects = max((n for *_, n in samples), default=0)
+    # An answer of n done is behind since the (n+1)-th call was made (0 if not yet made).
+    # Answers that list no flow (its state not yet made) have no count to lag.
+    lags = [
+        max(0.0, end - times[n]) if n < len(times) else 0.0
+        for _, end, n, _, flows in samples
+        if flows
+    ]
+    asked = [end - t0 for t0, end, *_ in samples]
+    objects = max((s[3] for s in samples), default=0)
     return dict(
         top_tasks=top_tasks, wall=wall, samples=len(samples), objects=objects,
         lag_median=statistics.median(lags) if lags else -1.0, lag_max=max(lags, default=-1.0),
         read_s=statistics.median(asked) if asked else -1.0,
+        statuses=sorted({s for *_, s in samples}),
     )  # fmt: skip
 
 
@@ -718,7 +728,8 @@ def status_report(r: dict[str, Any]) -> str:
         f"  progress behind the truth (the fn calls): median {r['lag_median']:.1f} s, "
         f"max {r['lag_max']:.1f} s (target: seconds: "
         f"{'met' if 0 <= r['lag_max'] <= 5 else 'missed'}); wall {r['wall']:.1f} s",
-        f"  objects under the state's prefix during the run: at most {r['objects']:,}",
+        f"  objects under the state's prefix during the run: at most {r['objects']:,}; "
+        f"statuses seen: {', '.join(r['statuses'])}",
     ])  # fmt: skip
 
 
