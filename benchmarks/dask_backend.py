@@ -43,13 +43,30 @@ Many small top-level tasks (a flow on a cluster goes in batches, ``flow/run/_bat
    processing, and that process's CPU per top task (client + scheduler).
 
 Each is run once untimed first (imports, pools), then timed once.
+
+Faults, each only on its own (``--only kill``, ``--only status``; not in the default run):
+
+9. ``--top-tasks`` one-voxel top tasks as in (8), but ``fn`` adds 1 and appends its
+   grid key and time to its process's call log (every call counted, a SIGKILL loses
+   none), once whole and once with one worker *process* (not its nanny) stopped
+   halfway (SIGSTOP: it writes nothing more), the records of the batches the
+   scheduler has on it read, then SIGKILLed (the nanny starts a new one). Printed:
+   those batches and their tasks, how many were recorded at the kill and how many
+   had run unrecorded, the tasks run twice (the call logs), wall against the whole
+   run, output identical. Target: redone <= those batches' unrecorded tasks.
+10. ``--status-tasks`` (default 10,000) such tasks with the flow's state on moto's S3
+   (``chunkgraph.testing.s3_server``), ``read_flows`` (what ``chunkgraph status``
+   shows) polled meanwhile: how far each answer's count of done top tasks is behind
+   the call logs (seconds), and the most objects under the state's prefix. Target:
+   within seconds.
+
 Targets: (2) >= 3x fewer scheduler tasks and >= 2x faster than (1); (5) within
 1.2x of (4); (7) scheduler tasks <= 1/10 of the top tasks and wall <= 1.3x (6);
 (8) scheduler tasks <= 10^4 (at 10^6 top tasks), peak <= 1 GiB, first task
 <= 10 s, CPU <= 50 us per top task.
 
     PYTHONPATH=src python benchmarks/dask_backend.py [--width 2000 --length 9] [--quick]
-        [--top-tasks 100000]
+        [--top-tasks 100000] [--only kill|status] [--status-tasks 10000]
 """
 
 from __future__ import annotations
@@ -381,6 +398,248 @@ def run_many_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, floa
     )  # fmt: skip
 
 
+# --- a worker killed mid-run, and status on a bucket ----------------------------------
+
+KILL_STATUS_TASKS = 10_000  # top tasks of the status case (its state on moto's S3)
+STATUS_POLL_S = 0.25
+
+
+def logged_plus_one(x: np.ndarray, box: Any, log_dir: str) -> np.ndarray:
+    """``x + 1``, after appending ``"<grid key> <time>"`` to this process's call log (one
+    ``O_APPEND`` write per call: a SIGKILL loses none, and every call is counted)."""
+    key = "_".join(str(s) for s in box.start)  # a (1, 1) chunk: its start is its grid index
+    path = os.path.join(log_dir, f"calls-{os.getpid()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, f"{key} {time.time():.4f}\n".encode())
+    finally:
+        os.close(fd)
+    return x + 1
+
+
+def _calls(log_dir: Path) -> list[tuple[str, float, int]]:
+    """Every call of ``logged_plus_one`` on a worker logged under ``log_dir``: (grid key,
+    time, process id). The client's own call (``apply`` probes ``fn`` on one chunk) is
+    left out."""
+    calls = []
+    for path in log_dir.glob("calls-*"):
+        pid = int(path.name.removeprefix("calls-"))
+        if pid == os.getpid():
+            continue
+        for line in path.read_text().splitlines():
+            key, _, t = line.partition(" ")
+            if t:
+                calls.append((key, float(t), pid))
+    return calls
+
+
+class _BatchLog:
+    """Every batch the run cuts (id -> its grid keys) and the run's marker store: an
+    observer wrapped around ``BatchedRun._batch``, which the run calls for each batch."""
+
+    def __init__(self) -> None:
+        from chunkgraph.flow.run import _batches
+
+        self.keys: dict[str, list[str]] = {}
+        self.markers: Any = None
+        self._cls = _batches.BatchedRun
+        self._orig = self._cls._batch
+        log = self
+
+        def batch(run: Any, kind: str, indices: Any) -> Any:
+            made = log._orig(run, kind, indices)
+            log.markers = run.job.markers
+            log.keys[made.id] = ["_".join(map(str, r)) for r in indices.tolist()]
+            return made
+
+        self._cls._batch = batch  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        self._cls._batch = self._orig  # type: ignore[method-assign]
+
+
+def _plus_one_flow(
+    workdir: Path, top_tasks: int, executor: Any, tag: str, state: str | None = None
+) -> float:
+    """Seconds of one run of ``logged_plus_one`` over ``top_tasks`` one-voxel top tasks
+    (a never-written input, each output voxel 1), its state under ``state`` (default:
+    ``<tag>-state`` in ``workdir``)."""
+    state = state or str(workdir / f"{tag}-state")
+    import chunkgraph as cg
+    from chunkgraph import volume
+
+    shape = (top_tasks // 1000, 1000)
+    log_dir = workdir / f"{tag}-log"
+    log_dir.mkdir()
+    src = volume.create(str(workdir / f"{tag}-src.zarr"), shape, (1, 1), "uint8")
+    dst = volume.create(str(workdir / f"{tag}-dst.zarr"), shape, (1, 1), "uint8")
+    t0 = time.perf_counter()
+    cg.apply(
+        logged_plus_one, src, dst, chunk_sizes=[(1, 1)], skip_intermediates=True,
+        fn_kwargs={"log_dir": str(log_dir.resolve())}, intermediates=state, executor=executor,
+    )  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def _processing(dask_scheduler: Any) -> dict[str, list[str]]:
+    return {a: [str(ts.key) for ts in ws.processing] for a, ws in dask_scheduler.workers.items()}
+
+
+def _kill_mid_run(
+    client: Any, log_dir: Path, batches: _BatchLog, at: int, out: dict[str, Any]
+) -> None:
+    """Once about ``at`` calls are logged: stop one worker process (SIGSTOP: it writes nothing
+    more), read the records of the batches the scheduler has on it, SIGKILL it."""
+    import signal
+
+    from chunkgraph.flow.state import TOP
+
+    line = len(f"{at // 1000}_500 {time.time():.4f}\n")  # a log line's bytes, about
+    # Sizes, not lines: reading the logs over and over would take the workers' cores.
+    while sum(p.stat().st_size for p in log_dir.glob("calls-*")) < at * line:
+        time.sleep(0.1)
+    addr, pid = sorted(client.run(os.getpid).items())[0]
+    os.kill(pid, signal.SIGSTOP)
+    out["pid"] = pid
+    keys = client.run_on_scheduler(_processing)[addr]
+    # A batch's Dask key: "chunkgraph-<its name, apply-batch-<id>>-<stream token>-<n>".
+    prefixes = {b: f"chunkgraph-apply-batch-{b}-" for b in batches.keys}
+    ids = [b for b, p in prefixes.items() if any(k.startswith(p) for k in keys)]
+    out["in_flight"] = {b: batches.keys[b] for b in ids}
+    out["recorded"] = {b: sorted(batches.markers.record_keys(TOP, b)) for b in ids}
+    os.kill(pid, signal.SIGKILL)
+
+
+def run_kill_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, Any]:
+    """Child process: the simulated flow once whole, once with a worker process SIGKILLed
+    halfway (nanny restarts it); the calls made, the records at the kill, the outputs."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from chunkgraph import volume
+    from chunkgraph.execute import DaskExecutor
+    from chunkgraph.geometry import Box
+
+    for old in workdir.glob("kill-*"):
+        shutil.rmtree(old)
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        _plus_one_flow(workdir, 2000, DaskExecutor(client), "kill-warm")
+        whole = _plus_one_flow(workdir, top_tasks, DaskExecutor(client), "kill-whole")
+        batches, found = _BatchLog(), {}
+        killer = threading.Thread(
+            target=_kill_mid_run,
+            args=(client, workdir / "kill-killed-log", batches, top_tasks // 2, found),
+        )
+        killer.start()
+        try:
+            killed = _plus_one_flow(workdir, top_tasks, DaskExecutor(client), "kill-killed")
+        finally:
+            killer.join()
+            batches.close()
+        # Again after: a neighbour's burst on a shared machine shows in one run's wall.
+        again = _plus_one_flow(workdir, top_tasks, DaskExecutor(client), "kill-again")
+    calls = _calls(workdir / "kill-killed-log")
+    seen: dict[str, int] = {}
+    for key, *_ in calls:
+        seen[key] = seen.get(key, 0) + 1
+    redone = {k for k, n in seen.items() if n > 1}
+    unrecorded = {
+        k for b, ks in found["in_flight"].items() for k in set(ks) - set(found["recorded"][b])
+    }
+    # Tasks of the killed worker's batches that it ran but had not recorded.
+    lost = {k for k, _, pid in calls if pid == found["pid"] and k in unrecorded}
+    shape = (top_tasks // 1000, 1000)
+    a = volume.open(str(workdir / "kill-whole-dst.zarr")).read(Box.from_shape(shape))
+    b = volume.open(str(workdir / "kill-killed-dst.zarr")).read(Box.from_shape(shape))
+    return dict(
+        top_tasks=top_tasks, whole=whole, again=again, killed=killed,
+        batches=len(found["in_flight"]),
+        batch_tasks=sum(len(v) for v in found["in_flight"].values()),
+        recorded=sum(len(v) for v in found["recorded"].values()),
+        unrecorded=len(unrecorded), ran_unrecorded=len(lost),
+        calls=len(calls), distinct=len(seen), redone=sum(n - 1 for n in seen.values()),
+        redone_outside=len(redone - unrecorded),
+        identical=bool(np.array_equal(a, b)), all_one=bool((b == 1).all()),
+    )  # fmt: skip
+
+
+def _poll_status(root: str, stop: Any, samples: list[tuple[float, float, int, int, str]]) -> None:
+    """``read_flows`` (what ``chunkgraph status`` shows) every ``STATUS_POLL_S`` until
+    ``stop``: (time asked, time answered, top tasks done, objects under ``root``, the
+    flows' statuses) each. A finished flow counts as all done (its markers are gone)."""
+    import obstore
+
+    from chunkgraph.flow.state import FlowStatus, StateRoot
+    from chunkgraph.flow.state._status import read_flows
+    from chunkgraph.flow.state._store import state_store
+
+    state = StateRoot.of(root)
+    while not stop.is_set():
+        t0 = time.time()
+        flows = read_flows(state, sizes=False)
+        end = time.time()
+        done = sum(
+            (f.top_total or 0) if f.status is FlowStatus.FINISHED else f.top_done for f in flows
+        )
+        objects = sum(len(b) for b in obstore.list(state_store(state).store))
+        samples.append((t0, end, done, objects, ",".join(f.status.value for f in flows)))
+        stop.wait(STATUS_POLL_S)
+
+
+def run_status_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, Any]:
+    """Child process: the flow with its state on moto's S3, ``status`` polled meanwhile;
+    each answer's lag: when it came back, less when the calls had reached its count."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from chunkgraph.execute import DaskExecutor
+    from chunkgraph.testing import s3_server
+
+    for old in workdir.glob("status-*"):
+        shutil.rmtree(old)
+    root = "s3://status-bench/state"
+    with (
+        s3_server(("status-bench",)),
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        _plus_one_flow(workdir, 2000, DaskExecutor(client), "status-warm", "s3://status-bench/warm")
+        samples: list[tuple[float, float, int, int, str]] = []
+        stop = threading.Event()
+        poller = threading.Thread(target=_poll_status, args=(root, stop, samples))
+        poller.start()
+        try:
+            wall = _plus_one_flow(workdir, top_tasks, DaskExecutor(client), "status-run", root)
+        finally:
+            stop.set()
+            poller.join()
+    times = sorted(t for _, t, _ in _calls(workdir / "status-run-log"))
+    # An answer of n done is behind since the (n+1)-th call was made (0 if not yet made).
+    # Answers that list no flow (its state not yet made) have no count to lag.
+    lags = [
+        max(0.0, end - times[n]) if n < len(times) else 0.0
+        for _, end, n, _, flows in samples
+        if flows
+    ]
+    asked = [end - t0 for t0, end, *_ in samples]
+    objects = max((s[3] for s in samples), default=0)
+    return dict(
+        top_tasks=top_tasks, wall=wall, samples=len(samples), objects=objects,
+        lag_median=statistics.median(lags) if lags else -1.0, lag_max=max(lags, default=-1.0),
+        read_s=statistics.median(asked) if asked else -1.0,
+        statuses=sorted({s for *_, s in samples}),
+    )  # fmt: skip
+
+
 # --- the driver ------------------------------------------------------------------------
 
 CASES = {
@@ -443,6 +702,53 @@ def targets(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def kill_report(r: dict[str, Any]) -> str:
+    n, target = int(r["top_tasks"]), int(r["unrecorded"])
+    return "\n".join([
+        f"(9) {n:,} one-voxel top tasks, one of 2 worker processes SIGKILLed at half way:",
+        f"  batches in flight on it: {r['batches']} ({r['batch_tasks']:,} tasks), "
+        f"{r['recorded']:,} of them recorded at the kill, {r['ran_unrecorded']:,} run "
+        "but not yet recorded",
+        f"  fn calls {r['calls']:,} for {r['distinct']:,} tasks: redone {r['redone']:,} "
+        f"(target <= {target:,}, the unrecorded tasks of those batches: "
+        f"{'met' if r['redone'] <= target else 'missed'}); redone outside them: "
+        f"{r['redone_outside']}",
+        f"  wall {r['killed']:.1f} s against {r['whole']:.1f} s and {r['again']:.1f} s "
+        f"unkilled, before and after ({r['killed'] / min(r['whole'], r['again']):.2f}x the "
+        f"faster); output identical: {r['identical']} "
+        f"(every voxel written: {r['all_one']})",
+    ])  # fmt: skip
+
+
+def status_report(r: dict[str, Any]) -> str:
+    n = int(r["top_tasks"])
+    return "\n".join([
+        f"(10) {n:,} one-voxel top tasks, state on moto's S3, status read every "
+        f"{STATUS_POLL_S} s: {r['samples']} reads, {r['read_s']:.2f} s each (median)",
+        f"  progress behind the truth (the fn calls): median {r['lag_median']:.1f} s, "
+        f"max {r['lag_max']:.1f} s (target: seconds: "
+        f"{'met' if 0 <= r['lag_max'] <= 5 else 'missed'}); wall {r['wall']:.1f} s",
+        f"  objects under the state's prefix during the run: at most {r['objects']:,}; "
+        f"statuses seen: {', '.join(r['statuses'])}",
+    ])  # fmt: skip
+
+
+KILL_REPORTS = {"kill": kill_report, "status": status_report}
+
+
+def _run_case(name: str, args: argparse.Namespace, width: int) -> dict[str, Any]:
+    """Case ``name`` in a subprocess of its own; its figures."""
+    cmd = [sys.executable, __file__, "--case", name, "--workdir", args.workdir]
+    cmd += ["--width", str(width), "--length", str(args.length)]
+    cmd += ["--workers", str(args.workers), "--top-tasks", str(args.top_tasks)]
+    cmd += ["--status-tasks", str(args.status_tasks)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"case {name} failed:\n{out.stderr}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=2000, help="chains in the graph")
@@ -454,12 +760,24 @@ def main() -> None:
         "--top-tasks", type=int, default=DEFAULT_TOP_TASKS,
         help="top tasks of the simulated flow (8), a multiple of 1,000",
     )  # fmt: skip
+    parser.add_argument(
+        "--only", choices=["kill", "status"],
+        help="only (9) a worker killed mid-run or (10) status on a bucket; not in the default run",
+    )  # fmt: skip
+    parser.add_argument(
+        "--status-tasks", type=int, default=KILL_STATUS_TASKS,
+        help="top tasks of (10), a multiple of 1,000",
+    )  # fmt: skip
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     width = 500 if args.quick else args.width
     workdir = Path(args.workdir)
     if args.case:
-        if args.case.startswith("flow"):
+        if args.case == "kill":
+            result = run_kill_case(workdir, args.workers, args.top_tasks)
+        elif args.case == "status":
+            result = run_status_case(workdir, args.workers, args.status_tasks)
+        elif args.case.startswith("flow"):
             result = run_flow_case(args.case, workdir, args.workers)
         elif args.case.startswith("batch"):
             result = run_batch_case(args.case, workdir, args.workers)
@@ -470,6 +788,9 @@ def main() -> None:
         print(json.dumps(result))
         return
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        print(KILL_REPORTS[args.only](_run_case(args.only, args, width)))
+        return
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
     make_source(workdir / "src.zarr", shape)
     make_batch_source(workdir / "batch-src.zarr")
@@ -481,13 +802,7 @@ def main() -> None:
     )
     results = {}
     for name in [*CASES, "many"]:
-        cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
-        cmd += ["--width", str(width), "--length", str(args.length)]
-        cmd += ["--workers", str(args.workers), "--top-tasks", str(args.top_tasks)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            raise SystemExit(f"case {name} failed:\n{out.stderr}")
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        results[name] = _run_case(name, args, width)
     graph_checks = {results[n]["check"] for n in ("dask", "chunkgraph", "local")}
     print(table(results))
     print()
