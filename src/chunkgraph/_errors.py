@@ -34,6 +34,7 @@ is carried as ``__cause__``.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -299,8 +300,26 @@ class TaskError(ChunkgraphError, RuntimeError):
         super().__init__(message)
 
     def __reduce__(self) -> tuple[object, ...]:
-        # Keep the fields when the error crosses a process boundary.
-        return (type(self), (self.task, self.inputs, self.attempts, self.detail))
+        # Keep the fields when the error crosses a process boundary, and the original
+        # error as its traceback's text (pickle drops ``__cause__``).
+        cause = self.__cause__
+        text = "" if cause is None else "".join(traceback.format_exception(cause)).rstrip()
+        return (_task_error, (type(self), self.task, self.inputs, self.attempts, self.detail, text))
+
+
+def _task_error(
+    cls: type[TaskError],
+    task: str,
+    inputs: Sequence[str],
+    attempts: int,
+    detail: str,
+    cause: str,
+) -> TaskError:
+    """A ``TaskError`` unpickled, its cause the original error's traceback text."""
+    error = cls(task, inputs, attempts, detail)
+    if cause:
+        error.__cause__ = RemoteTraceback(cause)
+    return error
 
 
 # Tracebacks and reprs name the public spelling, not this private module. Pickle

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import threading
 from pathlib import Path
@@ -23,7 +24,7 @@ from chunkgraph.execute._dask_stream import Call
 from chunkgraph.flow.plan import validate_flow
 from chunkgraph.flow.run._batches import _ReductionCounts
 from chunkgraph.flow.run._reduce import reduction_boxes, top_indices_meeting
-from chunkgraph.flow.state import TOP, MarkerStore, StateRoot
+from chunkgraph.flow.state import REDUCE, TOP, MarkerStore, StateRoot
 from chunkgraph.geometry import Box
 from chunkgraph.report import Recorder
 
@@ -155,12 +156,21 @@ def test_a_failure_cancels_the_run_and_a_resume_skips_what_batches_recorded(
         Box((152, 0), (160, 8))
     )
     assert "poisoned chunk" in str(error)
+    # fn's own error and its worker traceback, not the batch's (TaskError pickles its cause)
+    assert "poisoned chunk" in str(error.__cause__)
     wait_until(lambda: healthy.run_on_scheduler(_held) == 0, 10, "the run's tasks cancelled")
     # A cancelled batch stops before its next task; the one it runs ends first.
     wait_until(lambda: not any(healthy.run(_executing).values()), 30, "the workers idle")
     (state,) = (tmp_path / "dask-tmp").glob("*/markers")
-    recorded = len(MarkerStore(StateRoot.of(str(state.parent))).done_keys(TOP))
+    markers = MarkerStore(StateRoot.of(str(state.parent)))
+    recorded = len(markers.done_keys(TOP))
     assert recorded > 0
+    # Counted over the run (400 top tasks, 400 reductions), not over the failed batch:
+    # at most what was done when it failed, at least what is done now, did run.
+    counts = re.search(r"(\d+) task\(s\) failed; (\d+) task\(s\) did not run", str(caught.value))
+    assert counts is not None and counts[1] == "1"
+    done = recorded + len(markers.done_keys(REDUCE))
+    assert 800 - done - 1 <= int(counts[2]) <= 800 - 1
     flag.unlink()
     first = calls(tmp_path / "calls")
     report, got = blended(fn, src, tmp_path, "dask", DaskExecutor(healthy), resume=True)

@@ -216,8 +216,9 @@ def _failure_group(name: str, status: str, result: Any) -> ExceptionGroup[TaskEr
             # The call's own tasks failed (a batch on its local executor): theirs, by name.
             errors = [e for e in cause.exceptions if isinstance(e, TaskError)]
             for e in errors:
-                e.__cause__ = RemoteTraceback(text)
-            return ExceptionGroup(str(cause), errors)
+                if e.__cause__ is None:  # its own cause crossed with it (TaskError pickles it)
+                    e.__cause__ = RemoteTraceback(text)
+            return ExceptionGroup(cause.message, errors)
         cause.__cause__ = RemoteTraceback(text)
     elif isinstance(error, KilledWorker):
         cause = WorkerDiedError(

@@ -326,10 +326,22 @@ def stream_batches(
             for n, error in enumerate(group.exceptions, start=finished):
                 failed = str(getattr(error, "task", ""))
                 events.emit(EventKind.FAILED, n, failed, attempt=1, error=error)
-        raise
+        raise _run_failure(batched, group) from None
     finally:
         if events is not None:
             events.emit(EventKind.RUN_FINISHED, total=finished)
             events.drain()
         if bar is not None:
             bar.close()
+
+
+def _run_failure(batched: BatchedRun, group: BaseExceptionGroup) -> BaseExceptionGroup:
+    """The run's failure, counted over the whole run as a local executor counts it: the
+    batch's group names only its own tasks, and the tasks that cancelled batches finished
+    are known only from their records."""
+    errors = list(group.exceptions)
+    markers = batched.job.markers
+    done = len(markers.done_keys(TOP)) - batched.skipped_top
+    done += len(markers.done_keys(REDUCE)) - batched.skipped_red
+    left = max(0, batched.pending_top + batched.pending_red - done - len(errors))
+    return BaseExceptionGroup(f"{len(errors)} task(s) failed; {left} task(s) did not run", errors)
