@@ -125,6 +125,11 @@ def test_batched_flow_is_exact_in_few_dask_tasks(healthy: Any, tally: Any, tmp_p
     assert recorder.planned == 800
     assert [t.outcome for t in recorder.tasks] == ["finished"] * 800
     assert len({t.name for t in recorder.tasks}) == tasks
+    # Each task on the Dask worker that ran its batch, over the batch's seconds there: a
+    # report's workers and busy time are the cluster's.
+    workers = set(healthy.scheduler_info()["workers"])
+    assert {t.tries[-1].worker for t in recorder.tasks} <= workers
+    assert sum(t.tries[-1].end - t.tries[-1].start for t in recorder.tasks) > 0
     assert report.bytes_written == local.bytes_written
     assert report.temporary_bytes == local.temporary_bytes
 

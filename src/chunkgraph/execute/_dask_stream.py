@@ -166,6 +166,16 @@ def worker_threads() -> int:
         return usable_cores()
 
 
+def worker_name() -> str:
+    """The address of the Dask worker this runs in; outside one, ""."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):  # not in a Dask worker
+        return ""
+
+
 def cancel_check() -> Callable[[], bool]:
     """Called in a call on a Dask worker: a function that says, from any thread, whether
     the call was cancelled since (its result no longer wanted: the run failed or was

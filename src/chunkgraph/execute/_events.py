@@ -109,15 +109,20 @@ class EventQueue:
         total: int = 0,
         error: BaseException | None = None,
         activation: ActivationEvent | None = None,
+        *,
+        worker: str | None = None,
+        at: float | None = None,
     ) -> None:
-        worker = ""
-        if kind is EventKind.STARTED or kind is EventKind.FINISHED:
-            thread = threading.current_thread()
-            if thread is not self._caller:
-                worker = thread.name
-        self._queue.append(
-            Event(kind, task, name, time.perf_counter(), attempt, total, error, worker, activation)
-        )
+        """Queue an event; ``worker`` and ``at`` (a ``perf_counter`` time) given where the
+        try ran elsewhere (a batch on a Dask worker), else this thread and now."""
+        if worker is None:
+            worker = ""
+            if kind is EventKind.STARTED or kind is EventKind.FINISHED:
+                thread = threading.current_thread()
+                if thread is not self._caller:
+                    worker = thread.name
+        when = time.perf_counter() if at is None else at
+        self._queue.append(Event(kind, task, name, when, attempt, total, error, worker, activation))
 
     def drain(self) -> None:
         """Deliver every queued event; call only from the thread that called ``run()``."""

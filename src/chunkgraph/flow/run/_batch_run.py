@@ -33,7 +33,7 @@ from chunkgraph import planning
 from chunkgraph._errors import RunEndedError
 from chunkgraph.execute import LocalExecutor
 from chunkgraph.execute._breakdown import NO_TIMES, TaskTimes
-from chunkgraph.execute._dask_stream import cancel_check, worker_threads
+from chunkgraph.execute._dask_stream import cancel_check, worker_name, worker_threads
 from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.flow.run._reduce import (
     ReductionStats,
@@ -101,6 +101,7 @@ class BatchStats:
     bytes_written: int = 0
     saturated: int = 0
     times: TaskTimes = NO_TIMES
+    worker: str = ""  # the Dask worker that ran the batch ("" in sums)
 
     @classmethod
     def of(cls, kind: str, stats: Iterable[TopStats | ReductionStats]) -> BatchStats:
@@ -170,8 +171,9 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
     stats = BatchStats.of(batch.kind, results.values())
     done = len(recorded.intersection(grid_key(tuple(r)) for r in batch.indices.tolist()))
     return dataclasses.replace(
-        stats, batch=batch.id, done=stats.ran + done, seconds=time.perf_counter() - start
-    )
+        stats, batch=batch.id, done=stats.ran + done, seconds=time.perf_counter() - start,
+        worker=worker_name(),
+    )  # fmt: skip
 
 
 def _plan(graph: Graph, job: TopJob, threads: int, settings: BatchSettings) -> planning.Plan:

@@ -48,6 +48,7 @@ top-level task outlives its batch.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -315,11 +316,7 @@ def stream_batches(
         for stats in executor.stream(batched.calls(), retries=0):
             batched.took(stats)
             if events is not None:
-                # Ids in the order tasks came back (a run report's rows), named by batch.
-                name = f"apply-batch-{stats.batch}"
-                for task in range(finished, finished + stats.done):
-                    events.emit(EventKind.FINISHED, task, name, attempt=1)
-                events.drain()
+                _emit_batch(events, stats, finished)
             finished += stats.done
     except BaseExceptionGroup as group:
         if events is not None:
@@ -345,3 +342,21 @@ def _run_failure(batched: BatchedRun, group: BaseExceptionGroup) -> BaseExceptio
     done += len(markers.done_keys(REDUCE)) - batched.skipped_red
     left = max(0, batched.pending_top + batched.pending_red - done - len(errors))
     return BaseExceptionGroup(f"{len(errors)} task(s) failed; {left} task(s) did not run", errors)
+
+
+def _emit_batch(events: EventQueue, stats: BatchStats, first: int) -> None:
+    """A batch's tasks as a run report sees them: ids in the order they came back, named
+    by the batch, on its Dask worker, spread evenly over the seconds the batch ran
+    (ending now: the worker's clock is not this one's); tasks an earlier try recorded
+    take no time."""
+    name = f"apply-batch-{stats.batch}"
+    worker = stats.worker or "dask"
+    end = time.perf_counter()
+    step = stats.seconds / max(stats.ran, 1)
+    start = end - stats.seconds
+    for n, task in enumerate(range(first, first + stats.done)):
+        began = min(start + n * step, end)
+        events.emit(EventKind.STARTED, task, name, attempt=1, worker=worker, at=began)
+        ended = min(began + step, end) if n < stats.ran else began
+        events.emit(EventKind.FINISHED, task, name, attempt=1, worker=worker, at=ended)
+    events.drain()
