@@ -292,3 +292,28 @@ def test_reduction_counts_are_the_top_tasks_meeting_each_box(
         want = len([i for i in meeting if "_".join(map(str, i)) not in done_tops])
         assert counts.counts[index] == (-1 if index == (0, 1) else want), box
     assert sorted(counts.ready) == sorted(np.flatnonzero(counts.counts.ravel() == 0).tolist())
+
+
+def test_a_batch_its_workers_died_on_names_its_tasks_and_its_tries() -> None:
+    """A worker that dies on a batch each time (out of memory, say): the error names the
+    grid indices the batch held, the tries Dask made, and what to try."""
+    from types import SimpleNamespace
+
+    from distributed.scheduler import KilledWorker
+
+    from chunkgraph.execute._dask_stream import _failure_group
+    from chunkgraph.flow.run._batch_run import Batch
+    from chunkgraph.flow.run._batches import _named_batch
+
+    died = KilledWorker("b7", SimpleNamespace(address="tcp://w:1"), 3)  # type: ignore[arg-type]
+    group = _failure_group("apply-batch-b7", "error", died)
+    (error,) = group.exceptions
+    assert isinstance(error, cg.TaskError) and error.attempts == 4
+    assert "memory_limit" in str(error)
+    held = Batch("b7", TOP, np.array([[3, 0], [3, 1], [4, 0]]))
+    batched = SimpleNamespace(in_flight={"b7": held})
+    named = _named_batch(batched, error)  # type: ignore[arg-type]
+    assert "the batch held 3 top-level tasks, grid (3, 0) to (4, 0)" in str(named)
+    assert named.__cause__ is error.__cause__
+    other = cg.TaskError("apply-top[0]")
+    assert _named_batch(batched, other) is other  # a task's own failure names itself

@@ -231,9 +231,15 @@ def _failure_group(name: str, status: str, result: Any) -> ExceptionGroup[TaskEr
             return ExceptionGroup(cause.message, errors)
         cause.__cause__ = RemoteTraceback(text)
     elif isinstance(error, KilledWorker):
+        # Each death was a try: Dask gives up after allowed-failures of them, plus one.
+        import dask  # deferred: only a Dask run reaches here
+
+        attempts = int(dask.config.get("distributed.scheduler.allowed-failures", 3)) + 1
         cause = WorkerDiedError(
             f"{error}; Dask stops retrying a task after "
-            "distributed.scheduler.allowed-failures worker deaths"
+            "distributed.scheduler.allowed-failures worker deaths (a worker that dies on "
+            "the same work each time may be running out of memory: give workers more, or "
+            "the flow a lower memory_limit)"
         )
     elif status == "cancelled" or not isinstance(error, BaseException):
         cause = RuntimeError(

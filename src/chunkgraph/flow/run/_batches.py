@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from chunkgraph._errors import TaskError
 from chunkgraph.execute import DaskExecutor, EventKind, ProgressBar, Subscriber
 from chunkgraph.execute._dask_stream import Call
 from chunkgraph.execute._events import EventQueue
@@ -336,7 +337,7 @@ def _run_failure(batched: BatchedRun, group: BaseExceptionGroup) -> BaseExceptio
     """The run's failure, counted over the whole run as a local executor counts it: the
     batch's group names only its own tasks, and the tasks that cancelled batches finished
     are known only from their records."""
-    errors = list(group.exceptions)
+    errors = [_named_batch(batched, e) for e in group.exceptions]
     markers = batched.job.markers
     done = len(markers.done_keys(TOP)) - batched.skipped_top
     done += len(markers.done_keys(REDUCE)) - batched.skipped_red
@@ -360,3 +361,18 @@ def _emit_batch(events: EventQueue, stats: BatchStats, first: int) -> None:
         ended = min(began + step, end) if n < stats.ran else began
         events.emit(EventKind.FINISHED, task, name, attempt=1, worker=worker, at=ended)
     events.drain()
+
+
+def _named_batch(batched: BatchedRun, error: BaseException) -> BaseException:
+    """A failure of a batch as a whole (its worker died on it) names the tasks it held:
+    its grid indices from the first to the last, not only the batch's id."""
+    task = getattr(error, "task", "")
+    held = next((b for b in batched.in_flight.values() if b.name == task), None)
+    if held is None or not isinstance(error, TaskError) or not len(held.indices):
+        return error  # one task's own failure: it names itself
+    first, last = (tuple(int(i) for i in held.indices[k]) for k in (0, -1))
+    what = "top-level tasks" if held.kind == TOP else "reductions"
+    detail = f"{error.detail}; the batch held {len(held.indices)} {what}, grid {first} to {last}"
+    named = TaskError(error.task, error.inputs, error.attempts, detail)
+    named.__cause__ = error.__cause__
+    return named
