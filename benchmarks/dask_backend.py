@@ -72,6 +72,7 @@ Targets: (2) >= 3x fewer scheduler tasks and >= 2x faster than (1); (5) within
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -80,6 +81,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,14 +179,8 @@ def run_graph_case(name: str, width: int, length: int, workers: int) -> dict[str
         value = cg.run(g, root, executor="threads")
         wall = time.perf_counter() - t0
         return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=float(value[0]))
-    from distributed import Client, LocalCluster
 
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _cluster(workers) as client:
         client.register_plugin(TaskCounter())
         t0 = time.perf_counter()
         if name == "dask":
@@ -256,16 +252,10 @@ def _flow(name: str, workdir: Path, executor: Any) -> float:
     return time.perf_counter() - t0
 
 
-def run_flow_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
-    """Child process: the flow with one executor, the median of ``FLOW_REPEATS`` runs after
-    one untimed (which pays for imports, thread pools and grain measurements)."""
-    if name == "flow_local":
-        _flow(name, workdir, "threads")
-        wall = statistics.median(_flow(name, workdir, "threads") for _ in range(FLOW_REPEATS))
-        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0)
+@contextlib.contextmanager
+def _cluster(workers: int) -> Iterator[Any]:
+    """A Client of a fresh LocalCluster of ``workers`` processes x 1 thread (every case's)."""
     from distributed import Client, LocalCluster
-
-    from chunkgraph.execute import DaskExecutor
 
     with (
         LocalCluster(
@@ -273,15 +263,34 @@ def run_flow_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
         ) as cluster,
         Client(cluster) as client,
     ):
+        yield client
+
+
+def _cluster_result(client: Any, wall: float) -> dict[str, float]:
+    """A case's figures on the cluster: its wall, the scheduler's tasks, peak memories."""
+    tasks = client.run_on_scheduler(_tasks_done)
+    peaks = client.run(_worker_peak)
+    return dict(
+        wall=wall, tasks=tasks, peak=_worker_peak(), workers_peak=sum(peaks.values()), check=0.0
+    )
+
+
+def run_flow_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
+    """Child process: the flow with one executor, the median of ``FLOW_REPEATS`` runs after
+    one untimed (which pays for imports, thread pools and grain measurements)."""
+    if name == "flow_local":
+        _flow(name, workdir, "threads")
+        wall = statistics.median(_flow(name, workdir, "threads") for _ in range(FLOW_REPEATS))
+        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0)
+
+    from chunkgraph.execute import DaskExecutor
+
+    with _cluster(workers) as client:
         _flow(name, workdir, DaskExecutor(client))
         walls = [_flow(name, workdir, DaskExecutor(client)) for _ in range(FLOW_REPEATS - 1)]
         client.register_plugin(TaskCounter())  # counts the last run only
         wall = statistics.median([*walls, _flow(name, workdir, DaskExecutor(client))])
-        tasks = client.run_on_scheduler(_tasks_done)
-        peaks = client.run(_worker_peak)
-    return dict(
-        wall=wall, tasks=tasks, peak=_worker_peak(), workers_peak=sum(peaks.values()), check=0.0
-    )
+        return _cluster_result(client, wall)
 
 
 # --- many small top-level tasks --------------------------------------------------------
@@ -331,24 +340,14 @@ def run_batch_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
         _batch_flow(name, workdir, "threads")
         wall = _batch_flow(name, workdir, "threads")
         return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0)
-    from distributed import Client, LocalCluster
 
     from chunkgraph.execute import DaskExecutor
 
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _cluster(workers) as client:
         _batch_flow(name, workdir, DaskExecutor(client))
         client.register_plugin(TaskCounter())  # counts the timed run only
         wall = _batch_flow(name, workdir, DaskExecutor(client))
-        tasks = client.run_on_scheduler(_tasks_done)
-        peaks = client.run(_worker_peak)
-    return dict(
-        wall=wall, tasks=tasks, peak=_worker_peak(), workers_peak=sum(peaks.values()), check=0.0
-    )
+        return _cluster_result(client, wall)
 
 
 def _cpu_seconds() -> float:
@@ -373,18 +372,12 @@ def _many_flow(workdir: Path, top_tasks: int, executor: Any, tag: str) -> None:
 def run_many_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, float]:
     """Child process: the simulated flow of ``top_tasks`` tasks on the cluster, after an
     untimed one of 2,000 (imports, pools)."""
-    from distributed import Client, LocalCluster
 
     from chunkgraph.execute import DaskExecutor
 
     for old in workdir.glob("many-*"):
         shutil.rmtree(old)
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _cluster(workers) as client:
         _many_flow(workdir, 2000, DaskExecutor(client), "warm")
         client.register_plugin(TaskCounter())
         cpu0, t0, w0 = _cpu_seconds(), time.time(), time.perf_counter()
@@ -515,20 +508,13 @@ def run_kill_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, Any]
     halfway (nanny restarts it); the calls made, the records at the kill, the outputs."""
     import threading
 
-    from distributed import Client, LocalCluster
-
     from chunkgraph import volume
     from chunkgraph.execute import DaskExecutor
     from chunkgraph.geometry import Box
 
     for old in workdir.glob("kill-*"):
         shutil.rmtree(old)
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _cluster(workers) as client:
         _plus_one_flow(workdir, 2000, DaskExecutor(client), "kill-warm")
         whole = _plus_one_flow(workdir, top_tasks, DaskExecutor(client), "kill-whole")
         batches, found = _BatchLog(), {}
@@ -597,8 +583,6 @@ def run_status_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, An
     each answer's lag: when it came back, less when the calls had reached its count."""
     import threading
 
-    from distributed import Client, LocalCluster
-
     from chunkgraph.execute import DaskExecutor
     from chunkgraph.testing import s3_server
 
@@ -607,10 +591,7 @@ def run_status_case(workdir: Path, workers: int, top_tasks: int) -> dict[str, An
     root = "s3://status-bench/state"
     with (
         s3_server(("status-bench",)),
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
+        _cluster(workers) as client,
     ):
         _plus_one_flow(workdir, 2000, DaskExecutor(client), "status-warm", "s3://status-bench/warm")
         samples: list[tuple[float, float, int, int, str]] = []

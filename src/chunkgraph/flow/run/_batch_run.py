@@ -167,7 +167,7 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
             executor = LocalExecutor("threads", workers=threads, retries=settings.retries)
             results = executor.run(graph, plan=_plan(graph, job, threads, settings))
     finally:
-        recorder.flush()  # what finished, failure or not: a resume skips it
+        recorder.close()  # what finished written, failure or not: a resume skips it
     stats = BatchStats.of(batch.kind, results.values())
     done = len(recorded.intersection(grid_key(tuple(r)) for r in batch.indices.tolist()))
     return dataclasses.replace(
@@ -206,7 +206,7 @@ def _reduce_item(job: TopJob, key: str, box: Box, recorder: _Recorder) -> Reduct
 
 class _Recorder:
     """One batch's done keys, in its one marker record (a growing ``MarkerJournal``:
-    rewritten at most every ``RECORD_EVERY_S`` and at ``flush``, starting with the keys
+    rewritten at most every ``RECORD_EVERY_S`` and at ``close``, starting with the keys
     an earlier try recorded); safe from the executor's threads. ``check_wanted`` stops a
     batch that the client cancelled (a failure, Ctrl-C) before its next task."""
 
@@ -235,7 +235,7 @@ class _Recorder:
         if not self.journal.closed:  # a task abandoned after its batch ended: it reruns
             self.journal.add(key)
 
-    def flush(self) -> None:
+    def close(self) -> None:
         self.journal.close()
 
 
