@@ -68,6 +68,7 @@ from chunkgraph.flow.plan import (
 from chunkgraph.flow.run._device import FlowDevice, resolve_device
 from chunkgraph.flow.run._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow.run._probe import fn_calls, probe_fn
+from chunkgraph.flow.run._probe_output import drop_probe_output, keep_probe_output
 from chunkgraph.flow.run._reader_counts import plan_input_reads
 from chunkgraph.flow.run._report import ApplyReport
 from chunkgraph.flow.run._top_task import superchunks_in_flight
@@ -210,14 +211,19 @@ class FlowRun:
             unplan = plan_input_reads(
                 spec, inputs, self.inputs, done=done, probe=probe, in_process=executor.in_process
             )
+            token = ""
             try:
                 if probe:
-                    probe_fn(
+                    probed = probe_fn(
                         spec, self.run_fn, inputs, dst, device, options.timeout, _retries(options)
                     )
                 flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint, top)
+                if probe and executor.in_process and device is None and in_place is None:
+                    token = flow.job.run_token
+                    keep_probe_output(token, *probed)
                 report = self._execute(flow, state, executor, before)
             finally:
+                drop_probe_output(token)
                 unplan()
             report = dataclasses.replace(report, plan=plan)
             warn_if_saturated(report.saturated_voxels, dst, spec.cast)
