@@ -11,6 +11,7 @@ import pytest
 
 from chunkgraph import volume
 from chunkgraph.flow import ReadAmplificationWarning
+from chunkgraph.flow.run import _probe_output
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 
@@ -93,9 +94,56 @@ def test_the_probe_reads_one_bottom_chunk_and_the_report_counts_it(files: Any) -
     args = dict(chunk_sizes=[(16, 16, 16), (4, 4, 4)], crop_pads=[0, 1], executor="sync")
     plain = apply(record, src, dst, probe=False, intermediates=files.root / "a", **args)
     probed = apply(record, src, dst, intermediates=files.root / "b", **args)
-    assert len(seen) == 2 * 64 + 1 and seen[-65] == (6, 6, 6)
+    # The probe's call stands in for the corner chunk's own call: 64 calls either way.
+    assert len(seen) == 2 * 64 and seen[-64] == (6, 6, 6)
     # The probe reads the corner chunk with its 1-voxel halo again: 2x2x2 storage chunks of 64 B.
     assert probed.bytes_read - plain.bytes_read == 8 * 64
+
+
+@pytest.mark.parametrize("executor", ["threads", "sync"])
+def test_the_probe_call_is_the_first_chunks_call(files: Any, executor: str) -> None:
+    """fn runs once per bottom chunk with the probe on, as with it off, and writes the
+    same bytes: the probe's output is the first chunk's, not computed a second time."""
+    src = files.source(files.random((16, 16, 16), "float32"), (4, 4, 4))
+    boxes: list[Box] = []
+
+    def smooth(src: np.ndarray, box: Box) -> np.ndarray:
+        boxes.append(box)
+        return (src[:-2, 1:-1, 1:-1] + src[2:, 1:-1, 1:-1]) / 2
+
+    args = dict(chunk_sizes=[(16, 8, 8), (8, 4, 4)], crop_pads=[0, 1], executor=executor)
+    out = {}
+    for probe in (False, True):
+        dst = files.empty((16, 16, 16), (4, 4, 4), "float32")
+        apply(smooth, src, dst, probe=probe, intermediates=files.root / f"{probe}", **args)
+        out[probe] = dst.read(dst.bounds)
+    assert len(boxes) == 2 * 32 and len(set(boxes)) == 32
+    np.testing.assert_array_equal(out[True], out[False])
+    assert not _probe_output._KEPT
+
+
+def test_a_resumed_run_whose_first_task_is_done_keeps_no_probe_output(files: Any) -> None:
+    """The first top task was done before: nothing takes the probe's output, and the run
+    drops it when it ends (it would hold a bottom chunk for the process's life)."""
+    src = files.source(files.random((16, 16, 16), "uint8"), (4, 4, 4))
+    dst = files.empty((16, 16, 16), (4, 4, 4), "uint8")
+    flag = files.root / "fail"
+    flag.touch()
+
+    def flaky(src: np.ndarray, box: Box) -> np.ndarray:
+        if flag.exists() and box.start[0] >= 8:
+            raise RuntimeError("the second top task fails once")
+        return src
+
+    args = dict(chunk_sizes=[(8, 16, 16), (4, 4, 4)], intermediates=files.root / "t")
+    with pytest.raises(ExceptionGroup):
+        apply(flaky, src, dst, executor="sync", retries=0, **args)
+    assert not _probe_output._KEPT
+    flag.unlink()
+    report = apply(flaky, src, dst, executor="threads", resume=True, **args)
+    assert report.tasks_per_level[0] == 1  # the first top task was done
+    assert not _probe_output._KEPT
+    np.testing.assert_array_equal(dst.read(dst.bounds), src.read(src.bounds))
 
 
 def test_a_flow_of_one_fn_call_is_its_own_probe(files: Any) -> None:

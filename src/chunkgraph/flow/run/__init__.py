@@ -8,7 +8,8 @@ blending and the checkerboard's layers, ``_checkerboard``), reductions
 on an executor and writes the ``ApplyReport`` (``_report``). ``reduce_deferred``
 (``_deferred_run``) finishes a deferred flow later. ``_device`` is where the levels
 below compute, ``_fn_limits`` and ``_values`` bound fn's calls and collect a
-values-only flow's output, ``_late_writes`` stops writes after a run ends,
+values-only flow's output, ``_probe_output`` hands the probe's output to the first
+bottom chunk's call, ``_late_writes`` stops writes after a run ends,
 ``_reader_counts`` tells the input caches apply owns how often each chunk is read,
 ``chunkgraph.execute``'s ``Breakdown`` (and its timers) measures fn, reads and writes.
 

@@ -38,6 +38,7 @@ when ``run`` returns if ``run`` made it (a Client opened for an address).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -68,6 +69,7 @@ from chunkgraph.flow.plan import (
 from chunkgraph.flow.run._device import FlowDevice, resolve_device
 from chunkgraph.flow.run._flow_graph import FlowGraph, read_bytes
 from chunkgraph.flow.run._probe import fn_calls, probe_fn
+from chunkgraph.flow.run._probe_output import drop_probe_output, keep_probe_output
 from chunkgraph.flow.run._reader_counts import plan_input_reads
 from chunkgraph.flow.run._report import ApplyReport
 from chunkgraph.flow.run._top_task import superchunks_in_flight
@@ -203,22 +205,12 @@ class FlowRun:
             if finished is not None:
                 state.discard()  # what a run killed while cleaning up left
                 return _finished_report(spec, flow_id, finished, self.t0)
-            before = read_bytes(inputs)
-            probe = options.probe and fn_calls(spec) > 1  # one call: it is its own probe
-            # apply's own caches keep each shared chunk until its last reader (_reader_counts).
-            done = state.markers().done_keys(TOP) if resume else ()
-            unplan = plan_input_reads(
-                spec, inputs, self.inputs, done=done, probe=probe, in_process=executor.in_process
+            opening = functools.partial(
+                self._open, state, inputs, dst, resume, stamp, in_place, fingerprint, top
             )
-            try:
-                if probe:
-                    probe_fn(
-                        spec, self.run_fn, inputs, dst, device, options.timeout, _retries(options)
-                    )
-                flow = self._open(state, inputs, dst, resume, stamp, in_place, fingerprint, top)
-                report = self._execute(flow, state, executor, before)
-            finally:
-                unplan()
+            flow, report = self._probe_and_execute(
+                state, inputs, dst, executor, resume, in_place is not None, opening
+            )
             report = dataclasses.replace(report, plan=plan)
             warn_if_saturated(report.saturated_voxels, dst, spec.cast)
             if not flow.deferred:
@@ -229,6 +221,46 @@ class FlowRun:
                     state.unmark_in_place(dst)
                 state.discard()
             return report
+
+    def _probe_and_execute(
+        self,
+        state: FlowDir,
+        inputs: dict[str, Volume],
+        dst: Volume,
+        executor: Executor,
+        resume: bool,
+        in_place: bool,
+        opening: Callable[[], FlowGraph],
+    ) -> tuple[FlowGraph, ApplyReport]:
+        """Plan the caches' reads, probe fn, open the graph (``opening``) and run it."""
+        before = read_bytes(inputs)
+        probe = self.options.probe and fn_calls(self.spec) > 1  # one call: its own probe
+        # apply's own caches keep each shared chunk until its last reader (_reader_counts).
+        done = state.markers().done_keys(TOP) if resume else ()
+        unplan = plan_input_reads(
+            self.spec, inputs, self.inputs, done=done, probe=probe, in_process=executor.in_process
+        )
+        token = ""
+        try:
+            probed = self._probe(inputs, dst) if probe else None
+            flow = opening()
+            # Where tasks share this process's memory, the probe's output is the first
+            # chunk's (_probe_output); in place, a task may read what another wrote since.
+            if probed is not None and executor.in_process and not in_place:
+                token = flow.job.run_token
+                keep_probe_output(token, *probed)
+            return flow, self._execute(flow, state, executor, before)
+        finally:
+            drop_probe_output(token)
+            unplan()
+
+    def _probe(self, inputs: dict[str, Volume], dst: Volume) -> tuple[Box, Any] | None:
+        """fn once on the first bottom chunk (``_probe``); its chunk and output on the
+        host, None on a device (a device array is not kept for the run)."""
+        device, options = self.device.flow, self.options
+        retries = _retries(options)
+        probed = probe_fn(self.spec, self.run_fn, inputs, dst, device, options.timeout, retries)
+        return probed if device is None else None
 
     def _state(self, dst: Volume, flow_id: str, executor: Executor) -> FlowDir:
         """Where this flow's state and top-level layers live, reachable as dst is."""

@@ -117,8 +117,9 @@ def probe_fn(
     device: FlowDevice | None = None,
     timeout: float | None = None,
     retries: int = 0,
-) -> None:
-    """Call ``fn`` on the first bottom chunk; raise what the flow would raise there.
+) -> tuple[Box, Any]:
+    """Call ``fn`` on the first bottom chunk; raise what the flow would raise there, else
+    return the chunk and ``fn``'s checked output (``_probe_output`` reuses it).
 
     With a ``device``, ``fn`` gets device arrays there, as in the flow (one upload per
     input, on the calling thread's device). With a ``timeout`` (apply's, per try), the
@@ -133,14 +134,17 @@ def probe_fn(
         array.flags.writeable = False  # as in the flow: fn gets read-only views
 
     channels = tuple(dst.channel_shape)
+    outputs: list[Any] = []
 
     def call() -> None:
         if device is None:
-            call_fn(spec, fn, arrays, chunk, channels, refused=_CastRefused)
+            outputs.append(call_fn(spec, fn, arrays, chunk, channels, refused=_CastRefused))
         else:
             with device.bound() as index:
                 on_device = {name: device.upload(a, index) for name, a in arrays.items()}
-                call_fn(spec, fn, on_device, chunk, channels, device, index, _CastRefused)
+                outputs.append(
+                    call_fn(spec, fn, on_device, chunk, channels, device, index, _CastRefused)
+                )
 
     tries = 1
     try:
@@ -168,6 +172,7 @@ def probe_fn(
         )
         error.__cause__ = exc
         raise ProbeFailure(PROBE_FAILED, [error]) from None
+    return chunk, outputs[-1]
 
 
 def _within(call: Callable[[], None], seconds: float) -> None:
