@@ -167,8 +167,21 @@ def label(
             axis; None: the source's chunk grown to about ``LABEL_VOXELS`` (``label_chunk``).
         backend: dst's backend (``"zarr"``, ``"tensorstore"``, ``"memory"``); None: the
             source's where it writes Zarr v3, else ``"zarr"``.
-        memory_limit, executor, workers, resume, dry_run, progress, subscribers,
-        lock_wait, run: The run options, as for ``transfer``.
+        memory_limit: Bytes each flow may hold at once; None: half of the memory
+            available.
+        executor: An executor kind, a Dask scheduler address or an Executor, as for
+            ``apply``; None: threads.
+        workers: Cores each flow plans for, as for ``apply``; None: the usable cores.
+        resume: Continue an interrupted label: the find pass runs again (it writes
+            nothing), the relabel pass skips the chunks it wrote.
+        dry_run: Plan only: nothing is written or created, and the source is not read;
+            the report says what a run would do.
+        progress: Show a progress bar on the terminal.
+        subscribers: Callables that receive every ``Event`` of the run.
+        lock_wait: Seconds to wait for another flow writing the source or dst; 0 (the
+            default) refuses at once with ``FlowLockedError``.
+        run: The run options as one ``RunOptions`` (intermediates and device are
+            refused); a keyword beside it must agree.
 
     Returns:
         A ``LabelReport``. dst holds ``scipy.ndimage.label``'s ids of the whole
@@ -207,7 +220,9 @@ def label(
         expand_bbox=True,
         run=dataclasses.replace(options, resume=False),  # it writes nothing to resume
     )
-    merged = None if options.dry_run else merge(find.values or {}, source.bounds, chunk, connectivity)
+    merged = (
+        None if options.dry_run else merge(find.values or {}, source.bounds, chunk, connectivity)
+    )
     out = _out_dtype(merged, wanted, source)
     _check_resumed(existing, source, out)
     target = _make_dst(source, dst, out, backend, options.dry_run)
@@ -263,7 +278,8 @@ def _check_chunk(chunk: Sequence[int] | None, source: Volume) -> tuple[int, ...]
         return label_chunk(storage, source.bounds.shape)
     given = tuple(chunk) if isinstance(chunk, Sequence) else ()
     if len(given) != len(storage) or not all(
-        isinstance(c, int | np.integer) and c > 0 and c % s == 0 for c, s in zip(given, storage)
+        isinstance(c, int | np.integer) and c > 0 and c % s == 0
+        for c, s in zip(given, storage, strict=True)
     ):
         raise ConfigError(
             f"chunk must be {len(storage)} positive multiples of the source's chunks "
@@ -317,7 +333,7 @@ def _check_connectivity(connectivity: Any, ndim: int) -> None:
     if isinstance(connectivity, bool) or not isinstance(connectivity, int | np.integer):
         valid = False
     else:
-        valid = 1 <= connectivity <= ndim
+        valid = bool(1 <= connectivity <= ndim)
     if not valid:
         counts = ", ".join(
             f"{k} ({sum(_far(ndim, j) for j in range(1, k + 1))} neighbours)"
@@ -333,14 +349,14 @@ def _check_connectivity(connectivity: Any, ndim: int) -> None:
 
 def _far(ndim: int, changed: int) -> int:
     """Neighbours that differ on exactly ``changed`` axes."""
-    return math.comb(ndim, changed) * 2**changed
+    return int(math.comb(ndim, changed) * 2**changed)
 
 
 def _check_dtype(dtype: Any) -> np.dtype[Any] | None:
     if dtype is None:
         return None
     try:
-        wanted = np.dtype(dtype)
+        wanted: np.dtype[Any] = np.dtype(dtype)
     except TypeError as err:
         raise ConfigError(f"dtype {dtype!r} is not a numpy dtype: {err}", field="dtype") from err
     if wanted.kind not in "iu":

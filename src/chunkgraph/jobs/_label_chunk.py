@@ -22,7 +22,8 @@ scipy's own numbering of the whole array.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import dataclasses
+from typing import Any
 
 import numpy as np
 from scipy import ndimage
@@ -30,7 +31,8 @@ from scipy import ndimage
 from chunkgraph.geometry import Box
 
 
-class Pieces(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Pieces:
     """One chunk's pieces, as the first pass returns them.
 
     Attributes:
@@ -49,7 +51,8 @@ class Pieces(NamedTuple):
 def foreground(array: np.ndarray[Any, Any], threshold: float | None) -> np.ndarray[Any, Any]:
     """The voxels labelled: ``array > threshold``, or nonzero without a threshold."""
     if threshold is None:
-        return array != 0
+        nonzero: np.ndarray[Any, Any] = array != 0
+        return nonzero
     mask: np.ndarray[Any, Any] = array > threshold
     return mask
 

@@ -135,7 +135,9 @@ def _plane(
             continue
         face = found.faces[2 * axis + end].astype(np.int64)
         face[face > 0] += offsets[index]
-        start = [a - b for k, (a, b) in enumerate(zip(box.start, bounds.start)) if k != axis]
+        start = [
+            a - b for k, (a, b) in enumerate(zip(box.start, bounds.start, strict=True)) if k != axis
+        ]
         plane[tuple(slice(s, s + n) for s, n in zip(start, face.shape, strict=True))] = face
     return plane
 
