@@ -62,11 +62,12 @@ if TYPE_CHECKING:
     from chunkgraph.geometry import Box
     from chunkgraph.volume import BackendName
 
-# Voxels per chunk both passes label (about 128^3). scipy labels ~100 M voxels/s on one
-# core here, so a call takes ~20 ms; larger chunks mean fewer faces for the driver to
-# join (faces are 6 / edge of the voxels) and more memory per task (~17 bytes a voxel
-# of float32 src: the source, the mask, int32 ids, the output).
-LABEL_VOXELS = 2**21
+# Voxels per chunk both passes label (128 x 128 x 64 over 64^3 storage chunks). scipy
+# labels ~100 M voxels/s on one core here, so a call takes ~10 ms; larger chunks mean
+# fewer faces for the driver to join (6 / edge of the voxels) and more memory per task
+# (~17 bytes a voxel of float32 src: the source, the mask, int32 ids, the output). On the
+# benchmark's label case, 2^21 took the same time and 1.6x the memory above baseline.
+LABEL_VOXELS = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,11 +255,11 @@ def label(
 
 def label_chunk(storage: Sequence[int], extent: Sequence[int]) -> tuple[int, ...]:
     """The chunk both passes label by: ``storage`` (the source's chunk) doubled on its
-    shortest axis, while that axis is shorter than the volume, until it holds
+    shortest axis (the first of equals) that is shorter than the volume, until it holds
     ``LABEL_VOXELS``.
 
     >>> label_chunk((64, 64, 64), (256, 512, 512)), label_chunk((64, 64, 64), (64, 64, 1000))
-    ((128, 128, 128), (64, 64, 512))
+    ((128, 128, 64), (64, 64, 256))
     """
     chunk = list(storage)
     while math.prod(chunk) < LABEL_VOXELS:
