@@ -191,3 +191,17 @@ def test_a_dry_run_writes_nothing(tmp_path: Path) -> None:
     assert report.dry_run and report.components is None
     assert "would write" in report.summary()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]
+
+
+def test_label_into_an_object_store(bucket: str) -> None:
+    """Source and dst in a bucket (moto's S3 server on loopback); the relabel flow's state
+    beside dst there."""
+    data = (_smoothed((16, 24, 16), seed=9) > 0.1).astype(np.uint8)
+    src = volume.create(f"s3://{bucket}/src.zarr", data.shape, (8, 8, 8), "uint8")
+    src.write(src.bounds, data)
+    report = label(src, f"s3://{bucket}/labels.zarr", connectivity=3, chunk=(8, 8, 8))
+    out = volume.open(f"s3://{bucket}/labels.zarr")
+    assert report.components == _scipy(data, 3)[1]
+    np.testing.assert_array_equal(out.read(out.bounds), _scipy(data, 3)[0])
+    with pytest.raises(ConfigError, match="bucket's root"):
+        label(src, f"s3://{bucket}")
