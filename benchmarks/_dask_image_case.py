@@ -6,8 +6,8 @@ environment.
 scheduler on the machine's cores, as the dask cases of ``volume_flow.py``. Only numpy,
 scipy, zarr, dask and dask-image are imported (chunkgraph is not installed there).
 Prints one JSON line in the form of ``volume_flow.run_case``: wall, peak RSS, baseline
-RSS (the interpreter with those imported), ``amp`` NaN (not instrumented) and the
-number of components dask-image counted.
+RSS (the interpreter with those imported), ``amp`` NaN (not instrumented), the number
+of components dask-image counted and ``hwm``, this process's own peak RSS (VmHWM).
 
     peer-label/bin/python benchmarks/_dask_image_case.py SRC.zarr DST.zarr THRESHOLD CONNECTIVITY
 """
@@ -24,6 +24,12 @@ import time
 def rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def hwm() -> int:
+    """This process's own peak RSS (ru_maxrss starts from the parent's: vfork, exec)."""
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmHWM:")[1].split()[0]) * 1024
 
 
 def main() -> None:
@@ -53,6 +59,7 @@ def main() -> None:
                 baseline=baseline,
                 amp=float("nan"),
                 components=int(components),
+                hwm=hwm(),
             )
         )
     )

@@ -56,7 +56,7 @@ def test_label_writes_scipys_ids_and_says_how_many(
     [
         ([], "no threshold was given"),
         (["--threshold", "0", "--connectivity", "4"], "connectivity must be one of"),
-        (["--threshold", "0", "--dtype", "uint2"], "not a numpy dtype"),
+        (["--threshold", "0", "--dtype", "ids"], "not a numpy dtype"),
         (["--threshold", "0", "--chunk", "12,8,8"], "multiples of the source's chunks"),
     ],
 )

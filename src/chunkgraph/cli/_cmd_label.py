@@ -1,7 +1,7 @@
 """``chunkgraph label``: the connected components of a volume's foreground.
 
     chunkgraph label SRC DST [--threshold T] [--connectivity 1|2|3] [--dtype uint32]
-                     [--chunk 128,128,128] [--backend zarr|tensorstore]
+                     [--chunk 128,64,64] [--backend zarr|tensorstore]
                      [--executor KIND] [--workers N] [--resume] [--dry-run]
                      [--lock-wait SECONDS] [--memory-limit BYTES] [--quiet | --log-json PATH]
 
@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
         "--chunk",
         type=int_tuple,
         default=None,
-        help="the chunk both passes label by, multiples of SRC's chunks (default ~128^3)",
+        help="the chunk both passes label by, multiples of SRC's chunks (default about 2^19 voxels)",
     )
     parser.add_argument(
         "--backend",

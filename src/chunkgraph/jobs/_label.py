@@ -62,12 +62,13 @@ if TYPE_CHECKING:
     from chunkgraph.geometry import Box
     from chunkgraph.volume import BackendName
 
-# Voxels per chunk both passes label (128 x 128 x 64 over 64^3 storage chunks). scipy
-# labels ~100 M voxels/s on one core here, so a call takes ~10 ms; larger chunks mean
+# Voxels per chunk both passes label (128 x 64 x 64 over 64^3 storage chunks). scipy
+# labels ~100 M voxels/s on one core here, so a call takes ~5 ms; larger chunks mean
 # fewer faces for the driver to join (6 / edge of the voxels) and more memory per task
 # (~17 bytes a voxel of float32 src: the source, the mask, int32 ids, the output). On the
-# benchmark's label case, 2^21 took the same time and 1.6x the memory above baseline.
-LABEL_VOXELS = 2**20
+# benchmark's label case 2^19 took the same time as 2^20 and 2^21, with 31 MiB above
+# baseline against 57 and 106.
+LABEL_VOXELS = 2**19
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +260,7 @@ def label_chunk(storage: Sequence[int], extent: Sequence[int]) -> tuple[int, ...
     ``LABEL_VOXELS``.
 
     >>> label_chunk((64, 64, 64), (256, 512, 512)), label_chunk((64, 64, 64), (64, 64, 1000))
-    ((128, 128, 64), (64, 64, 256))
+    ((128, 64, 64), (64, 64, 128))
     """
     chunk = list(storage)
     while math.prod(chunk) < LABEL_VOXELS:

@@ -131,6 +131,9 @@ def relabel_chunk(
     offset = int(offsets[grid])
     lookup = table[offset : offset + count + 1].copy()
     lookup[0] = 0  # background, and table[offset] is the previous chunk's last piece
-    out = np.zeros(box.shape, table.dtype)
+    if inside == box:
+        mapped: np.ndarray[Any, Any] = lookup[ids]
+        return mapped
+    out = np.zeros(box.shape, table.dtype)  # past the volume's edge: dropped by the flow
     out[inside.slices(relative_to=box)] = lookup[ids]
     return out

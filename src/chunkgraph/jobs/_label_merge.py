@@ -20,8 +20,8 @@ provisional id -> final id.
                       the whole array, whatever the chunks
 
 Memory on the driver: the faces of every chunk (2 x ndim planes per chunk, 4 bytes a
-voxel: 6 / edge of the volume's voxels for cubes, 5% at 128^3), two boundary planes at a
-time, and 8 + 8 bytes per piece.
+voxel: 6 / edge of the volume's voxels for cubes, 8% at 128 x 64 x 64), two boundary
+planes at a time, and 8 + 8 bytes per piece.
 """
 
 from __future__ import annotations
