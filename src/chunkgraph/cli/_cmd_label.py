@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
         "--chunk",
         type=int_tuple,
         default=None,
-        help="the chunk both passes label by, multiples of SRC's chunks (default about 2^19 voxels)",
+        help="the chunk both passes label by, multiples of SRC's chunks (default ~2^19 voxels)",
     )
     parser.add_argument(
         "--backend",
