@@ -22,6 +22,9 @@ m. a second workload with other costs: ``scipy.ndimage.median_filter`` size 5 (n
    flops, a selection per voxel over 125 values: memory traffic), ``apply(median, src,
    dst, crop_pads=2)``, beside (m4) dask ``map_overlap(depth=2)``, on a volume an eighth
    the size (a quarter as deep, half as high: 64 MiB by default)
+l. connected components, a workload with a reduction: ``label(src, dst, threshold=0.5)``
+   on smoothed noise (``_label_cases.py``), beside (l4) dask-image ``ndmeasure.label``
+   (``--label-peer-python``, ``_dask_image_case.py``); exactness against scipy's
 d. daisy with hand-tuned 128^3 write blocks (context 8), worker processes on all cores;
    daisy is not a dependency: ``python3.11 -m venv peers && peers/bin/pip install daisy
    zarr scipy``, then ``--peer-python peers/bin/python`` (``_daisy_case.py``); without
@@ -41,6 +44,7 @@ where each treats the outside differently), and a dry run of a
     python benchmarks/volume_flow.py [--quick | --size MIB] [--repeat 3]
                                      [--workdir bench-out/volume_flow]
                                      [--peer-python OTHER_ENV/bin/python]
+                                     [--label-peer-python DASK_IMAGE_ENV/bin/python]
                                      [--mmap-threshold 131072] [--arena-max 1]
 
 Memory. Peak RSS is shown whole and above the case's own baseline (the interpreter with
@@ -69,6 +73,19 @@ from typing import Any
 
 import numpy as np
 
+from _label_cases import (
+    LABEL_CASES,
+    LABEL_PEER,
+    LABEL_SOURCE,
+    case_cg_label,  # noqa: F401  (run_case finds each case by name)
+    label_exactness,
+    label_line,
+    label_missing,
+    label_peer_command,
+    label_shape,
+    label_targets,
+    make_label_source,
+)
 from chunkgraph import volume
 from chunkgraph.flow import Breakdown
 from chunkgraph.flow.plan._auto_sizes import WARN_AMPLIFICATION
@@ -103,6 +120,7 @@ CASES = {
     "dask_median": "(m4) dask map_overlap median 5",
     "floor_median": "(mf) whole-array median 5, compute only",
 }
+CASES.update(LABEL_CASES)
 # Cases run by another interpreter (``--peer-python``): the filter and its context.
 PEER_CASES = {"daisy_gaussian": ("gaussian", HALO)}
 # The cases that run on the 4x volume (``src4.zarr``).
@@ -340,6 +358,8 @@ def run_case(name: str, workdir: Path, shape: tuple[int, ...]) -> None:
         shape = (4 * shape[0], *shape[1:])
     if name in MEDIAN:
         shape = median_shape(shape)
+    if name in LABEL_CASES:
+        source, shape = LABEL_SOURCE, label_shape(shape)
     baseline = psutil.Process().memory_info().rss
     t0 = time.perf_counter()
     result = globals()[f"case_{name}"](str(workdir / source), str(dst), shape)
@@ -437,6 +457,7 @@ def auto_targets(results: dict[str, dict[str, Any]]) -> str:
         ("(m) read amplification", m["amp"], "<= 1.05", m["amp"] <= 1.05),
         ("(b) read amplification", b["amp"], "<= 1.5", b["amp"] <= 1.5),
     ]  # fmt: skip
+    rows += label_targets(results)
     if "daisy_gaussian" in results:
         speedup = results["daisy_gaussian"]["wall"] / a["wall"]
         rows.append(("(d) time / (a): (a) faster than daisy by", speedup, ">= 1.3", speedup >= 1.3))
@@ -548,6 +569,10 @@ def main() -> None:
         "--peer-python",
         help="the interpreter of an environment with daisy, zarr and scipy, for case (d)",
     )
+    parser.add_argument(
+        "--label-peer-python",
+        help="the interpreter of an environment with dask-image, zarr and scipy, for case (l4)",
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
@@ -563,6 +588,7 @@ def main() -> None:
     make_source(workdir / "src.zarr", shape)
     make_source(workdir / "src4.zarr", (4 * shape[0], *shape[1:]))
     make_source(workdir / "src_m.zarr", median_shape(shape))
+    make_label_source(workdir / LABEL_SOURCE, label_shape(shape))
     mib = np.prod(shape) * 4 / 2**20
     env = os.environ.copy()
     if args.mmap_threshold is not None:
@@ -576,12 +602,16 @@ def main() -> None:
         f"MALLOC_MMAP_THRESHOLD_={malloc}, MALLOC_ARENA_MAX={arenas}"
     )
     not_run = {n: why for n in PEER_CASES if (why := peer_missing(args.peer_python))}
+    if why := label_missing(args.label_peer_python):
+        not_run[LABEL_PEER] = why
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in CASES if name not in not_run}
     for _ in range(args.repeat):
         # Round-robin, so that load from elsewhere on the machine hits every case alike.
         for name in runs:
             if name in PEER_CASES:
                 cmd = peer_command(name, args.peer_python, workdir)
+            elif name == LABEL_PEER:
+                cmd = label_peer_command(args.label_peer_python, workdir)
             else:
                 cmd = [sys.executable, __file__, "--case", name, "--workdir", str(workdir)]
                 cmd += ["--quick"] if args.quick else []
@@ -615,6 +645,8 @@ def main() -> None:
             print(f"interior max |(3) - {CASES[other].split()[0]}| = {diff:.3g}")
     diff = interior_agreement(workdir, median_shape(shape), "cg_median", "dask_median")
     print(f"interior max |(m) - (m4)| = {diff:.3g}")
+    print(label_line(results))
+    print(label_exactness(workdir, results))
     print(auto_targets(results))
     report, seconds = dry_run(workdir)
     est = report.estimate

@@ -19,7 +19,7 @@ EXPECTED = {
     "plan", "Plan", "Context", "Link", "local_contexts",
     # volumes
     "Box", "Volume", "IOStats", "ApplyReport", "apply", "RunOptions",
-    "downsample", "transfer",
+    "downsample", "transfer", "label",
     # looking at volumes
     "view",
     # loops

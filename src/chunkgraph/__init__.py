@@ -73,6 +73,7 @@ _LAZY = {
     "RunOptions": "chunkgraph.flow",
     "downsample": "chunkgraph.jobs",
     "transfer": "chunkgraph.jobs",
+    "label": "chunkgraph.jobs",
     "view": "chunkgraph.viewer",
     "parallel_for": "chunkgraph.parallel",
     "parallel_map": "chunkgraph.parallel",
@@ -120,7 +121,7 @@ if TYPE_CHECKING:
     from chunkgraph.flow import ApplyReport, RunOptions, apply
     from chunkgraph.geometry import Box
     from chunkgraph.graph import Cost, Graph, Resources, TaskRef, task
-    from chunkgraph.jobs import downsample, transfer
+    from chunkgraph.jobs import downsample, label, transfer
     from chunkgraph.parallel import parallel_for, parallel_map, parallel_reduce, parallel_sort
     from chunkgraph.planning import Context, Link, Plan, local_contexts, plan
     from chunkgraph.viewer import view
@@ -169,6 +170,7 @@ __all__ = [
     "flow",
     "geometry",
     "graph",
+    "label",
     "local_contexts",
     "lowlevel",
     "parallel",

@@ -1,7 +1,7 @@
 """The ``chunkgraph`` command line: one subcommand per ``_cmd_*.py`` module.
 
     chunkgraph demo | run | plan | bench | status | clean | reduce | report | spec-schema
-               | downsample | transfer | view
+               | downsample | transfer | label | view
 
 Each command lives in its own module, which exposes ``register(commands)``: it adds
 its subparser and sets ``handler`` to a function ``(args) -> int``. A command module
@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "downsample": (
         "_cmd_downsample",
         "write pyramid levels of a volume (mean, mode for labels, ...)",
+    ),
+    "label": (
+        "_cmd_label",
+        "label the connected components of a volume (foreground: nonzero or > T)",
     ),
     "plan": ("_cmd_plan", "plan a task graph given as JSON; print the plan"),
     "reduce": ("_cmd_reduce", "reduce a deferred apply flow's layers into its destination"),

@@ -1,5 +1,6 @@
-"""Jobs built on the apply flow: ``downsample`` (pyramid levels) and ``transfer`` (copy,
-rechunk, convert), each an ``apply`` with a fixed function.
+"""Jobs built on the apply flow: ``downsample`` (pyramid levels), ``transfer`` (copy,
+rechunk, convert), each an ``apply`` with a fixed function, and ``label`` (connected
+components: two flows and a reduction between them, ``_label``).
 
 Policy. A job uses only public names: ``chunkgraph.flow``'s (``apply``, the report,
 the claim on a region of dst), ``chunkgraph.flow.plan``'s (the cast rules, the memory
@@ -13,7 +14,8 @@ reductions downsample applies, ``_run_options`` the run options a job takes (``r
 from __future__ import annotations
 
 from chunkgraph.jobs._block_reduce import METHODS
+from chunkgraph.jobs._label import LabelReport, label
 from chunkgraph.jobs._pyramid import DownsampleReport, downsample
 from chunkgraph.jobs._transfer import transfer
 
-__all__ = ["METHODS", "DownsampleReport", "downsample", "transfer"]
+__all__ = ["METHODS", "DownsampleReport", "LabelReport", "downsample", "label", "transfer"]

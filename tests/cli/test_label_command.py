@@ -1,0 +1,126 @@
+"""``chunkgraph label``: exit 0 with a summary, exit 2 for bad options with nothing written,
+and a label killed (SIGKILL) in its relabel pass resumed with ``--resume``: the same ids
+as scipy's, the chunks written before the kill not written again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import ndimage
+from tests.flow._done import done_under
+
+from chunkgraph import cli, volume
+
+SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+
+
+def _source(tmp_path: Path, dtype: str = "float32") -> tuple[Path, np.ndarray]:
+    rng = np.random.default_rng(7)
+    data = ndimage.gaussian_filter(rng.standard_normal((32, 32, 32)).astype("float32"), 1.5)
+    path = tmp_path / "src.zarr"
+    src = volume.create(path, data.shape, (8, 8, 8), dtype)
+    src.write(src.bounds, data.astype(dtype))
+    return path, data
+
+
+def _expected(data: np.ndarray, threshold: float, connectivity: int) -> np.ndarray:
+    structure = ndimage.generate_binary_structure(3, connectivity)
+    ids: np.ndarray = ndimage.label(data > threshold, structure=structure)[0]
+    return ids
+
+
+def test_label_writes_scipys_ids_and_says_how_many(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, data = _source(tmp_path)
+    dst = tmp_path / "dst.zarr"
+    argv = ["label", str(src), str(dst), "--threshold", "0.1", "--connectivity", "3"]
+    assert cli.main([*argv, "--chunk", "16,16,16", "--quiet"]) == 0
+    expected = _expected(data, 0.1, 3)
+    out = capsys.readouterr().out
+    assert f"{expected.max()} component(s), wrote uint32 ids" in out
+    assert "find: 8 task(s)" in out and "relabel: 8 task(s)" in out
+    result = volume.open(dst)
+    np.testing.assert_array_equal(result.read(result.bounds), expected)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ([], "no threshold was given"),
+        (["--threshold", "0", "--connectivity", "4"], "connectivity must be one of"),
+        (["--threshold", "0", "--dtype", "ids"], "not a numpy dtype"),
+        (["--threshold", "0", "--chunk", "12,8,8"], "multiples of the source's chunks"),
+    ],
+)
+def test_bad_options_exit_2_with_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], words: str
+) -> None:
+    src, _ = _source(tmp_path)
+    assert cli.main(["label", str(src), str(tmp_path / "dst.zarr"), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chunkgraph label: ") and words in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]
+
+
+def test_an_existing_dst_exits_2_and_a_missing_source_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, _ = _source(tmp_path, "uint8")
+    dst = tmp_path / "dst.zarr"
+    assert cli.main(["label", str(src), str(dst), "--quiet"]) == 0
+    assert cli.main(["label", str(src), str(dst)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert cli.main(["label", str(tmp_path / "none.zarr"), str(tmp_path / "x.zarr")]) == 2
+
+
+# The label run killed below: the CLI's own entry point, with a subscriber that sleeps
+# after each relabel task, so that the kill lands while that pass is under way (the
+# subscriber is a run option: the flow id, and so the resume, do not depend on it).
+SCRIPT = """
+import sys, time
+sys.path.insert(0, {src!r})
+from chunkgraph import label
+from chunkgraph.execute import EventKind
+
+src, dst, log = sys.argv[1:4]
+
+def slow(event):
+    if event.kind == EventKind.FINISHED and not event.name.startswith("apply-values"):
+        with open(log, "a") as f:
+            f.write("relabelled\\n")
+        time.sleep(0.15)
+
+label(src, dst, threshold=0.1, chunk=(8, 8, 8), executor="sync", subscribers=[slow])
+"""
+
+
+def test_a_label_killed_while_relabelling_resumes_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, data = _source(tmp_path)
+    dst, log, script = tmp_path / "dst.zarr", tmp_path / "log", tmp_path / "run.py"
+    script.write_text(SCRIPT.format(src=str(SRC_DIR)))
+    killed = subprocess.Popen([sys.executable, str(script), str(src), str(dst), str(log)])
+    state = tmp_path / ".dst.zarr.chunkgraph"
+    deadline = time.monotonic() + 60
+    # Markers are recorded in bulk (about once a second): wait until some are.
+    while done_under(state) < 3 and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    done_before = done_under(state)
+    assert 3 <= done_before < 64
+    argv = ["label", str(src), str(dst), "--threshold", "0.1", "--chunk", "8,8,8", "--resume"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"relabel: {64 - done_before} task(s), {done_before} done before" in out
+    result = volume.open(dst)
+    np.testing.assert_array_equal(result.read(result.bounds), _expected(data, 0.1, 1))
