@@ -19,6 +19,8 @@ import resource
 import sys
 import time
 
+from _memory import peak_rss_bytes
+
 BLOCK = 128
 
 
@@ -67,10 +69,9 @@ def main() -> None:
     wall = time.perf_counter() - t0
     if not done:
         raise SystemExit("daisy reported failed blocks")
-    peak = (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    ) * 1024
+    # Its own peak and its largest worker's (a worker's ru_maxrss: what it had when it
+    # was forked from this process counts too, an overestimate of daisy's memory).
+    peak = peak_rss_bytes() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     print(json.dumps(dict(wall=wall, peak=peak, baseline=baseline, amp=float("nan"))))
 
 

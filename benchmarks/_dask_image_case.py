@@ -20,16 +20,12 @@ import resource
 import sys
 import time
 
+from _memory import peak_rss_bytes
+
 
 def rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def hwm() -> int:
-    """This process's own peak RSS (ru_maxrss starts from the parent's: vfork, exec)."""
-    with open("/proc/self/status") as f:
-        return int(f.read().split("VmHWM:")[1].split()[0]) * 1024
 
 
 def main() -> None:
@@ -59,7 +55,7 @@ def main() -> None:
                 baseline=baseline,
                 amp=float("nan"),
                 components=int(components),
-                hwm=hwm(),
+                hwm=peak_rss_bytes(),
             )
         )
     )

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
+from _memory import peak_rss_bytes
 from chunkgraph import label, volume
 from chunkgraph.geometry import Box
 
@@ -82,14 +83,6 @@ def _make_source(path: Path, shape: tuple[int, ...]) -> None:
         src.write(Box((z, 0, 0), (z + slab.shape[0], *shape[1:])), slab / scale)
 
 
-def peak_rss() -> int:
-    """This process's own peak RSS (VmHWM). ``ru_maxrss`` is not: a process started by
-    ``subprocess`` (vfork, then exec) starts from its parent's peak, so a driver that
-    once held 500 MiB shows 500 MiB for every case it starts."""
-    with open("/proc/self/status") as f:
-        return int(f.read().split("VmHWM:")[1].split()[0]) * 1024
-
-
 def case_cg_label(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
     shutil.rmtree(f"{Path(dst_path).parent}/.{Path(dst_path).name}.chunkgraph", True)
     report = label(src_path, dst_path, threshold=LABEL_THRESHOLD, connectivity=LABEL_CONNECTIVITY)
@@ -102,7 +95,7 @@ def case_cg_label(src_path: str, dst_path: str, shape: tuple[int, ...]) -> Any:
         "find_amp": find.bytes_read / volume_bytes,
         "relabel_amp": relabel.read_amplification,
         "chunk": "x".join(map(str, report.chunk)),
-        "hwm": peak_rss(),
+        "hwm": peak_rss_bytes(),
     }
 
 

@@ -88,6 +88,8 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from _memory import peak_rss_bytes
+
 ARRAY_LEN = 100  # elements per task's array: small, so scheduling dominates
 FULL_SHAPE = (256, 256, 256)
 QUICK_SHAPE = (128, 128, 128)
@@ -166,7 +168,7 @@ def _first_processing(dask_scheduler: Any) -> float:
 
 
 def _worker_peak() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return peak_rss_bytes()
 
 
 def run_graph_case(name: str, width: int, length: int, workers: int) -> dict[str, float]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from _memory import peak_rss_bytes
 
 CHUNK = 64
 HALO = 8
@@ -146,7 +147,7 @@ def run_case(name: str, shape: tuple[int, ...], args: argparse.Namespace) -> Non
     t0 = time.perf_counter()
     extra = globals()[f"case_{name}"](shape, args)
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     print(json.dumps(dict(wall=wall, peak=peak, baseline=baseline, **extra)), flush=True)
     if name == "copy":
         # obstore's runtime, used straight from asyncio here, can abort the interpreter's

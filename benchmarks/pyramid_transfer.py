@@ -59,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from _memory import peak_rss_bytes
+
 MiB = 2**20
 FACTOR = (2, 2, 2)
 LEVELS = 3
@@ -308,7 +310,7 @@ def run_case(name: str, work: Path, memory: int) -> None:
     outputs = fn(work, *head, memory, *tail)
     wall = time.perf_counter() - t0
     cpu = _cpu_seconds() - cpu0
-    peak = _peak_rss()
+    peak = peak_rss_bytes()
     print(json.dumps({"wall": wall, "cpu": cpu, "import": imported, "peak": peak,
                       "outputs": outputs}))  # fmt: skip
 
@@ -318,15 +320,6 @@ def _cpu_seconds() -> float:
     people's work on a shared machine (a case's workers in other processes are not in it)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def _peak_rss() -> int:
-    """This process's peak resident set (VmHWM), in bytes. Not ``ru_maxrss``: that one
-    keeps, across ``exec``, the size of the parent the case was forked from."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 # --- references and checks -----------------------------------------------------------

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
+
+from _memory import peak_rss_bytes
 
 FAN_IN = 32
 STENCIL_STEPS = 10
@@ -173,19 +174,8 @@ def best_us(fn: Callable[[], tuple[float, Any]], shape: Shape, repeat: int) -> f
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set size.
-
-    Linux's VmHWM, not ``ru_maxrss``: the latter can carry the high-water mark
-    of the parent that forked this process.
-    """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's own peak resident set size, in MiB (``_memory``)."""
+    return peak_rss_bytes() / 2**20
 
 
 def million(n: int, workers: int) -> dict[str, float]:

@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -86,6 +85,7 @@ from _label_cases import (
     label_targets,
     make_label_source,
 )
+from _memory import peak_rss_bytes
 from chunkgraph import volume
 from chunkgraph.flow import Breakdown
 from chunkgraph.flow.plan._auto_sizes import WARN_AMPLIFICATION
@@ -364,7 +364,7 @@ def run_case(name: str, workdir: Path, shape: tuple[int, ...]) -> None:
     t0 = time.perf_counter()
     result = globals()[f"case_{name}"](str(workdir / source), str(dst), shape)
     wall = time.perf_counter() - (_FLOOR_T0 if name.startswith("floor") and _FLOOR_T0 else t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     amp, extra = result if isinstance(result, tuple) else (result, {})
     print(json.dumps(dict(wall=wall, peak=peak, baseline=baseline, amp=amp, **extra)))
 
