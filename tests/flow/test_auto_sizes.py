@@ -168,7 +168,7 @@ def test_given_sizes_read_model_matches_the_measured_issue_figure() -> None:
     roomy = read_plan(src.bounds, [src], src, memory_limit=4 * GiB, **kw)
     assert roomy.amplification_without_cache == pytest.approx(3.91, abs=0.01)
     assert roomy.read_amplification == 1.0 and roomy.cache_bytes > 0
-    tight = read_plan(src.bounds, [src], src, memory_limit=GiB // 4, **kw)
+    tight = read_plan(src.bounds, [src], src, memory_limit=GiB // 8, **kw)
     assert 1.0 < tight.read_amplification < roomy.amplification_without_cache
     assert "read again" in tight.summary()
     cached = read_plan(src.bounds, [src], src, memory_limit=4 * GiB, cached=True, **kw)
@@ -281,18 +281,20 @@ def test_given_sizes_are_kept_and_read_through_apply_s_cache_without_a_warning(
 
 
 def test_given_sizes_that_amplify_even_through_apply_s_cache_warn(files: Any) -> None:
-    """300 kB leave no room for a cache beside the superchunks: each split chunk and halo
-    is decoded again, and the warning names both causes and the figure to expect."""
+    """300 kB leave room for a cache of the thin halo parts along one axis only: split
+    chunks and the other halos are decoded again, and the warning names both causes and
+    the figure to expect."""
     shape = (32, 64, 64)
     data = files.random(shape, "float32")
     src = files.source(data, (16, 16, 16))
     dst = files.empty(shape, (16, 16, 16), "float32")
     sizes = [(8, 32, 32), (8, 8, 8)]
-    expected = r"splits input 'src'.*6\.75x the input; expected read amplification 6\.75x"
+    expected = r"splits input 'src'.*6\.75x the input; even through the cache .* expects 4\.50x"
     with pytest.warns(ReadAmplificationWarning, match=expected):
         report = apply(identity, src, dst, chunk_sizes=sizes, crop_pads=[0, 2],
                        memory_limit=300_000, intermediates=files.root / "t")  # fmt: skip
-    assert report.plan is not None and report.plan.cache_bytes == 0
+    assert report.plan is not None and 0 < report.plan.cache_bytes < 300_000
+    assert 1.0 < report.read_amplification <= report.plan.read_amplification
     np.testing.assert_array_equal(dst.read(dst.bounds), data)
 
 

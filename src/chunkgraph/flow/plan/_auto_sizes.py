@@ -270,7 +270,7 @@ def plan_sizes(
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
-    (((256, 512, 128), (128, 256, 128)), 2, 80, 1.0)
+    (((256, 512, 128), (128, 256, 128)), 2, 56, 1.0)
     """
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
     step = step or (1,) * bbox.ndim
