@@ -360,3 +360,35 @@ def test_a_large_pad_takes_the_bottom_chunk_its_budget_holds() -> None:
     assert tiny.chunk_sizes[-1] == (256, 256, 256)
     assert " fit " not in tiny.reasons[0]
     assert "are over the budget of 128 MiB" in tiny.reasons[0]
+
+
+def test_the_memory_bound_does_not_grow_with_the_length_along_the_sweep() -> None:
+    """512 x 512 cross-sections 1024, 2048 and 4096 deep (1, 2, 4 GiB of float32): the
+    same sizes, cache and memory. The cache holds the part of the halo chunks the next
+    task takes, (64 + 8) layers of 512 x 512 x 4 B = 72 MiB (x 1.25), not the two whole
+    layers (128 MiB x 1.25 = 160 MiB) a reader count alone keeps; the summary says what
+    the bound is made of."""
+    plans = [_plan((n, 512, 512), (64, 64, 64), memory=8 * GiB) for n in (1024, 2048, 4096)]
+    first = plans[0]
+    assert first.chunk_sizes == ((128, 512, 512), (128, 128, 256)) and first.sweep_axis == 0
+    for plan in plans[1:]:
+        assert plan.chunk_sizes == first.chunk_sizes
+        assert (plan.cache_bytes, plan.memory_bytes) == (first.cache_bytes, first.memory_bytes)
+        assert plan.read_amplification == 1.0
+    assert first.cache_bytes == (64 + 8) * 512 * 512 * 4 * 5 // 4
+    assert first.memory_bytes == (
+        first.cache_bytes + first.superchunks_in_flight * first.superchunk_bytes
+        + first.bottom_bytes
+    )  # fmt: skip
+    words = first.memory_words()
+    assert words in first.summary()
+    assert "512x512 cross-section" in words and "none grows with the bbox's length" in words
+
+
+def test_the_cache_bound_is_the_shared_parts_or_the_probe_s_region() -> None:
+    """256 x 512 x 512: the shared parts take (64 + 8) x 256 x 512 x 4 B = 36 MiB, less
+    than the probe's region (the first bottom chunk padded, 3 x 5 x 3 chunks of 1 MiB), so
+    the cache is 45 MiB x 1.25."""
+    plan = _plan((256, 512, 512), (64, 64, 64))
+    assert plan.chunk_sizes == ((256, 512, 128), (128, 256, 128))
+    assert plan.cache_bytes == 45 * 2**20 * 5 // 4
