@@ -192,7 +192,7 @@ class ChunkCache:
             elif kept is None or not kept.contains(part):
                 return None
             else:
-                out = chunk[(..., *part.slices(relative_to=kept))]
+                out = chunk[_spatial(part, kept)]
             if key in self._left:
                 self._count_down(key, part)
             else:
@@ -226,7 +226,7 @@ class ChunkCache:
         if wanted == kept or wanted.is_empty:
             return
         chunk = self._chunks[key]
-        cut = chunk[(..., *wanted.slices(relative_to=kept))].copy()
+        cut = chunk[_spatial(wanted, kept)].copy()
         cut.flags.writeable = False
         self._chunks[key] = cut
         self._boxes[key] = wanted
@@ -267,11 +267,7 @@ class ChunkCache:
         if left is not None and rule is not None and box is not None:
             parts = list(rule(key))  # as many as readers(key) counts; only what is kept
             _remove_part(parts, part)
-        kept = box
-        if parts:
-            kept = _bounding(parts).intersection(box) if box is not None else None
-            if kept is not None and box is not None and kept != box and not kept.is_empty:
-                chunk = chunk[(..., *kept.slices(relative_to=box))].copy()
+        chunk, kept = _cut_fetched(chunk, box, parts)  # outside the lock: it copies
         chunk.flags.writeable = False
         with self._lock:
             if epoch != self.epoch or readers is not self._readers:
@@ -285,8 +281,7 @@ class ChunkCache:
             self._chunks[key] = chunk
             self._nbytes += chunk.nbytes
             if kept is not None and box is not None:
-                self._boxes[key] = kept
-                self._whole[key] = box
+                self._boxes[key], self._whole[key] = kept, box
             if left is not None:
                 self._left[key] = left
                 self._pinned += chunk.nbytes
@@ -350,6 +345,25 @@ def _remove_part(parts: list[Box], part: Box | None) -> None:
                     del parts[i]
                     return
     del parts[0]
+
+
+def _cut_fetched(
+    chunk: np.ndarray[Any, Any], box: Box | None, parts: list[Box] | None
+) -> tuple[np.ndarray[Any, Any], Box | None]:
+    """What to keep of a fetched ``chunk`` over ``box`` for the reads still to come, which
+    take ``parts`` (None: all of it), and the box it covers: a copy of their bounding box
+    when that is less than the chunk, so the whole chunk is not kept alive."""
+    if not parts or box is None:
+        return chunk, box
+    kept = _bounding(parts).intersection(box)
+    if kept.is_empty or kept == box:
+        return chunk, box
+    return chunk[_spatial(kept, box)].copy(), kept
+
+
+def _spatial(box: Box, within: Box) -> tuple[Any, ...]:
+    """The index of ``box`` in an array over ``within`` whose last axes are spatial."""
+    return (Ellipsis, *box.slices(relative_to=within))
 
 
 def _bounding(parts: list[Box]) -> Box:

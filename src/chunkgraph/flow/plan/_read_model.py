@@ -22,7 +22,6 @@ top-level tasks that may hold their superchunk at once; ``_top_task``) and
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass

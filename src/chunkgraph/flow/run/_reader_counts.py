@@ -123,9 +123,11 @@ class ChunkReaders:
         for index in itertools.product(*ranges):
             if self._done and grid_key(index) in self._done:
                 continue
-            start = [max(self._lo[a][t], c0) for a, (t, (c0, _)) in enumerate(zip(index, lo_hi))]
-            stop = [min(self._hi[a][t], c1) for a, (t, (_, c1)) in enumerate(zip(index, lo_hi))]
-            out.append(Box(tuple(start), tuple(stop)))
+            spans = enumerate(zip(index, lo_hi, strict=True))
+            bounds = [
+                (max(self._lo[a][t], c0), min(self._hi[a][t], c1)) for a, (t, (c0, c1)) in spans
+            ]
+            out.append(Box(tuple(b[0] for b in bounds), tuple(b[1] for b in bounds)))
         probe = self._probe_part(lo_hi)
         return out if probe is None else [*out, probe]
 
