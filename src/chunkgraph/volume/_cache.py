@@ -137,7 +137,11 @@ class ChunkCache:
 
     def kept_box(self, key: Hashable) -> Box | None:
         """The global box of what is kept of the chunk at ``key`` (None: not cached, or
-        stored without its box)."""
+        stored without its box).
+
+        Args:
+            key: The chunk's grid index.
+        """
         with self._lock:
             return self._boxes.get(key) if key in self._chunks else None
 
@@ -167,7 +171,11 @@ class ChunkCache:
 
     def get(self, key: Hashable) -> np.ndarray[Any, Any] | None:
         """The cached chunk (read-only), or None; see ``take`` (a chunk kept only in part
-        is a miss here)."""
+        is a miss here).
+
+        Args:
+            key: The chunk's grid index.
+        """
         return self.take(key)
 
     def take(self, key: Hashable, part: Box | None = None) -> np.ndarray[Any, Any] | None:
