@@ -81,3 +81,56 @@ def test_a_run_reads_every_chunk_once_through_less_cache_than_a_task_s_read(file
     # The probe's region (64 x 96 x 96 of chunks) is the most held at once, with slack.
     assert plan.cache_bytes == math.floor(64 * 96 * 96 * 4 * 1.25)
     np.testing.assert_array_equal(dst.read(dst.bounds), data)
+
+
+def test_the_cache_keeps_of_a_shared_chunk_only_what_later_tasks_take(files: Any) -> None:
+    """(32, 64, 128) in 16^3 chunks; top tasks (32, 64, 32) along axis 2, crop 4, no probe.
+
+    Task t reads [32t - 4, 32t + 36): it reads chunk 2t + 1 whole, of which task t + 1
+    takes only [32t + 28, 32t + 32), and 4 layers of chunk 2t + 2, which task t + 1 takes
+    whole. So between tasks the cache holds 16 + 4 layers of the cross-section, not the
+    two whole layers (32) a count alone keeps, and every chunk is still fetched once."""
+    shape, chunks = (32, 64, 128), (16, 16, 16)
+    data = files.random(shape, "float32")
+    src = files.source(data, chunks)
+    dst = files.empty(shape, chunks, "float32")
+    spec = validate_flow(identity, src, dst, chunk_sizes=[(32, 64, 32), (32, 32, 32)],
+                         crop_pads=[0, 4], skip_intermediates=True)  # fmt: skip
+    vol = src.with_cache(1 << 30)
+    readers = ChunkReaders(spec, vol, "src", probe=False)
+    vol.plan_reads(readers, readers.parts)
+    cache = vol._cache
+    assert cache is not None
+    layer = 32 * 64 * 4  # one voxel layer of the cross-section, bytes
+    reads = [t.padded(spec.context_pad) for t in spec.bbox.split(spec.levels[0].chunk)]
+    for i, region in enumerate(reads):
+        np.testing.assert_array_equal(_read_in_slabs(vol, region, 2, TaskTimer()), src.read(region))
+        if i < len(reads) - 1:
+            assert cache.nbytes == (16 + 4) * layer, i
+            shared = cache.kept_box((0, 0, 2 * i + 1))
+            assert shared is not None and shared.start[2] == 32 * i + 28, shared
+    assert len(cache) == 0 and cache.peak == (16 + 4) * layer
+    assert vol.stats.bytes_read == data.nbytes  # every chunk fetched once
+
+
+def test_a_gaussian_flow_reads_once_and_matches_the_whole_array_filter(files: Any) -> None:
+    """Automatic sizes (two levels, the cache keeping parts of chunks), the probe on, on
+    threads: every chunk fetched once, and the output equals the filter of the whole
+    array (zeros outside, as the flow reads past the edge)."""
+    from scipy.ndimage import gaussian_filter
+
+    def gaussian(x: np.ndarray) -> np.ndarray:
+        out: np.ndarray = gaussian_filter(x, sigma=1.0, mode="constant")
+        return out
+
+    shape, chunks = (64, 128, 256), (16, 16, 16)
+    data = files.random(shape, "float32")
+    src = files.source(data, chunks)
+    dst = files.empty(shape, chunks, "float32")
+    report = apply(gaussian, src, dst, crop_pads=4, executor="threads",
+                   intermediates=files.root / "t")  # fmt: skip
+    plan = report.plan
+    assert plan is not None and plan.sweep_axis == 2 and len(plan.chunk_sizes) == 2
+    assert plan.cache_bytes > 0
+    assert report.bytes_read == data.nbytes and report.read_amplification == 1.0
+    np.testing.assert_array_equal(dst.read(dst.bounds), gaussian(data))

@@ -221,3 +221,64 @@ def test_a_volume_keeps_a_planned_chunk_for_its_later_readers(
     assert (s.chunks_read, s.cache_hits, s.bytes_read) == (6, 2, 6 * 64)  # each chunk once
     np.testing.assert_array_equal(v.read(second), data[:, 6:])  # past the plan: read again
     assert v.stats.chunks_read == 10
+
+
+# --- planned parts: a pinned chunk keeps only what its later readers take ----------------
+
+
+def test_a_planned_chunk_keeps_only_the_parts_its_later_readers_take() -> None:
+    """A chunk over [0, 16) read three times: [0, 16) by the reader that fetches it, then
+    [12, 16) and [14, 16): 4 voxels are kept, then 2, then none."""
+    whole = Box((0,), (16,))
+    parts = [whole, Box((12,), (16,)), Box((14,), (16,))]
+    cache = ChunkCache(capacity=1000)
+    cache.plan_readers(lambda key: 3, lambda key: list(parts))
+    data = np.arange(16.0)
+    assert cache.put("k", data.copy(), cache.epoch, box=whole, part=whole)
+    assert cache.nbytes == 4 * 8 and cache.kept_box("k") == Box((12,), (16,))
+    assert cache.get("k") is None  # the whole chunk is not kept: a miss, not a wrong answer
+    assert cache.take("k", Box((8,), (16,))) is None  # reaches outside what is kept
+    got = cache.take("k", Box((12,), (16,)))
+    assert got is not None and not got.flags.writeable
+    np.testing.assert_array_equal(got, data[12:])
+    assert cache.nbytes == 2 * 8 and cache.kept_box("k") == Box((14,), (16,))
+    np.testing.assert_array_equal(cache.take("k", Box((14,), (16,))), data[14:])
+    assert len(cache) == 0 and cache.nbytes == 0 and cache.peak == 4 * 8
+
+
+def test_a_part_reader_that_fetches_first_leaves_the_whole_chunk_for_the_next() -> None:
+    """The same chunk fetched first by the reader of [12, 16) (reads arrive in any order):
+    the whole reader is still to come, so the whole chunk is kept."""
+    whole = Box((0,), (16,))
+    cache = ChunkCache(capacity=1000)
+    cache.plan_readers(lambda key: 2, lambda key: [whole, Box((12,), (16,))])
+    data = np.arange(16.0)
+    assert cache.put("k", data.copy(), cache.epoch, box=whole, part=Box((12,), (16,)))
+    assert cache.kept_box("k") == whole and cache.nbytes == 16 * 8
+    np.testing.assert_array_equal(cache.take("k", whole), data)
+    assert len(cache) == 0
+
+
+def test_a_volume_with_planned_parts_reads_exactly_and_keeps_the_thin_part(
+    backend: str, make_volume: MakeVolume
+) -> None:
+    """8 x 12 in 4 x 4 chunks, read as [0, 6) and [5, 12) along axis 1: chunk column 1
+    ([4, 8)) is read [4, 6) then [5, 8), so [5, 8) is kept after the first read."""
+    v = make_volume(backend, (8, 12), (4, 4), "float32", cache_bytes=1 << 20)
+    data = np.arange(96, dtype="float32").reshape(8, 12)
+    v.write(v.bounds, data)
+    first, second = Box((0, 0), (8, 6)), Box((0, 5), (8, 12))
+
+    def parts(key: tuple[int, ...]) -> list[Box]:
+        rows, cols = (4 * key[0], 4 * key[0] + 4), (4 * key[1], 4 * key[1] + 4)
+        if key[1] != 1:
+            return [Box((rows[0], cols[0]), (rows[1], cols[1])).intersection(first)]
+        return [Box((rows[0], 4), (rows[1], 6)), Box((rows[0], 5), (rows[1], 8))]
+
+    v.plan_reads(lambda key: 2 if key[1] == 1 else 1, parts)
+    np.testing.assert_array_equal(v.read(first), data[:, :6])
+    assert v.cache_peak == 2 * 4 * 3 * 4  # two chunks, 4 x 3 voxels kept of each
+    np.testing.assert_array_equal(v.read(second), data[:, 5:])
+    s = v.stats
+    assert (s.chunks_read, s.cache_hits, s.bytes_read) == (6, 2, 6 * 64)  # each chunk once
+    assert s.bytes_from_cache == 2 * 64  # counted as whole chunks, like a fetch

@@ -276,17 +276,24 @@ class Volume:
         """
         return Volume(self._storage, self._mode, cache_bytes)
 
-    def plan_reads(self, readers: Callable[[tuple[int, ...]], int] | None) -> None:
+    def plan_reads(
+        self,
+        readers: Callable[[tuple[int, ...]], int] | None,
+        parts: Callable[[tuple[int, ...]], list[Box]] | None = None,
+    ) -> None:
         """Keep cached chunks by a plan of reads (``_cache``): ``readers(key)`` is how many
         reads of the chunk at grid index ``key`` (of ``read_chunks``, from the offset) the
         plan makes in all; a chunk stays cached until the last of them, and one read once
-        is not stored. None: back to LRU. Without a cache, nothing to do.
+        is not stored. With ``parts(key)``, the global box each of those reads takes, only
+        what the reads still to come take is kept. None: back to LRU. Without a cache,
+        nothing to do.
 
         Args:
             readers: The plan's rule, or None.
+            parts: The plan's parts, or None (whole chunks are kept).
         """
         if self._cache is not None:
-            self._cache.plan_readers(readers)
+            self._cache.plan_readers(readers, parts)
 
     @property
     def cache_peak(self) -> int:
@@ -373,9 +380,10 @@ class Volume:
         fetched), so ``bytes_read + bytes_from_cache`` is all the chunk bytes involved.
         """
         chunks = self._chunks_of(inner)
+        # A hit is the part of the chunk this read takes (a planned cache may keep no more).
         ready: dict[tuple[int, ...], np.ndarray[Any, Any]] = {}
-        for key, _ in chunks:
-            cached = cache.get(key)
+        for key, chunk_box in chunks:
+            cached = cache.take(key, chunk_box.intersection(inner))
             if cached is not None:
                 ready[key] = cached
         hits = set(ready)  # each got counted as one of its planned reads: never put again
@@ -393,19 +401,19 @@ class Volume:
                     chunk = block[self._channel_index + chunk_box.slices(relative_to=block_box)]
                     ready[key] = chunk.copy()
                     if key not in hits:
-                        cache.put(key, ready[key], epoch)
+                        part = chunk_box.intersection(inner)
+                        cache.put(key, ready[key], epoch, box=chunk_box, part=part)
                     fetched.add(key)
         fetched_bytes = hit_bytes = 0
         for key, chunk_box in chunks:
             chunk = ready[key]
+            part = chunk_box.intersection(inner)
             if key in fetched:
                 fetched_bytes += chunk.nbytes
+                chunk = chunk[self._channel_index + part.slices(relative_to=chunk_box)]
             else:
-                hit_bytes += chunk.nbytes
-            part = chunk_box.intersection(inner)
-            target[self._channel_index + part.slices(relative_to=inner)] = chunk[
-                self._channel_index + part.slices(relative_to=chunk_box)
-            ]
+                hit_bytes += chunk.nbytes // max(1, part.size) * chunk_box.size
+            target[self._channel_index + part.slices(relative_to=inner)] = chunk
         self._counters.add(
             cache_hits=len(chunks) - len(fetched),
             cache_misses=len(fetched),

@@ -30,12 +30,21 @@ shares halo storage chunks with its successor alone. The cache apply owns keeps 
 chunk from its first reader to its last, by the plan's count of readers (the tasks
 whose padded read covers it, and the probe): it holds the layers a task shares with
 its successor and the probe's region, never a whole task's read, whatever order the
-reads' parallel pieces arrive in. Worked:
+reads' parallel pieces arrive in, and of a shared chunk it keeps only the part the
+readers still to come take. Worked:
 256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
-so the levels are (256, 512, 128) over (128, 128, 128), a task reads 4 layers of
-chunks along the sweep and shares 2 with its successor, the cache
-2 * 64 x 256 x 512 * 4 B = 64 MiB (x MAX_CACHE_SLACK = 80, see _read_model), and
-every storage chunk is read once.
+so the levels are (256, 512, 128) over (128, 256, 128). Task k reads [128k - 8,
+128k + 136) along the sweep: 4 layers of chunks, of which its successor takes the
+last 8 voxels of one and the whole of the next, so the cache holds
+(8 + 64) x 256 x 512 x 4 B = 36 MiB between tasks (the probe's region, 3 x 5 x 3
+chunks = 45 MiB, is more: 45 x MAX_CACHE_SLACK = 56, see _read_model), and every
+storage chunk is read once.
+
+Memory bound. The flow holds the cache, the superchunks in flight (the top chunk padded:
+the cross-section, one bottom chunk thick along the sweep) and the bottom chunks'
+buffers. Each is a cross-section's or a bottom chunk's worth: none grows with the bbox's
+length along the sweep, the longest axis, so a volume 4x as long plans the same memory
+(``FlowPlan.memory_words`` says so in the plan's summary).
 
 Reuse model (also for user-given sizes). The top grid runs in C order; the
 sweep is its fastest-moving axis. A halo chunk shared along the sweep is
@@ -156,6 +165,9 @@ class FlowPlan:
         inputs_cache: The bytes of the cache the caller's inputs carry (0: none). Apply
             then owns none, and the prediction counts no cache: the caller's is an LRU
             of a size the plan did not choose.
+        superchunk_bytes: One top task's padded read, with its accumulation buffer below
+            the top: ``memory_bytes`` holds ``superchunks_in_flight`` of them.
+        bottom_bytes: The buffers of the bottom chunks computing at once.
     """
 
     automatic: bool
@@ -177,6 +189,8 @@ class FlowPlan:
     # extent that is no multiple of what an input at another resolution needs.
     expand_bbox: bool = False
     inputs_cache: int = 0  # the caller's inputs' own cache, bytes (0: none)
+    superchunk_bytes: int = 0  # one top task's read (+ its accumulation buffer), bytes
+    bottom_bytes: int = 0  # the buffers of the bottom chunks computing at once, bytes
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -207,8 +221,24 @@ class FlowPlan:
             f"{format_bytes(self.memory_limit)} ({self.memory_limit_source}); "
             f"{self.superchunks_in_flight} superchunk(s) in flight",
         ]
+        if self.superchunk_bytes:
+            lines.append(f"  {self.memory_words()}")
         lines += [f"  - {reason}" for reason in self.reasons]
         return "\n".join(lines)
+
+    def memory_words(self) -> str:
+        """What the predicted memory is made of, and why it does not grow with the bbox's
+        length along the sweep: every term is a cross-section's worth or a bottom chunk's."""
+        top = self.chunk_sizes[0]
+        cross = "x".join(str(t) for a, t in enumerate(top) if a != self.sweep_axis)
+        return (
+            f"memory bound: cache {format_bytes(self.cache_bytes)} (the halo parts tasks "
+            f"share, or the probe's region) + {self.superchunks_in_flight} x superchunk "
+            f"{format_bytes(self.superchunk_bytes)} (the top chunk padded: the {cross} "
+            f"cross-section, one bottom chunk thick along axis {self.sweep_axis}) + bottom "
+            f"buffers {format_bytes(self.bottom_bytes)}; none grows with the bbox's length "
+            f"along axis {self.sweep_axis}"
+        )
 
     def headline(self) -> str:
         """The plan in one line (``summary`` adds the memory budget and the reasons)."""
@@ -270,7 +300,7 @@ def plan_sizes(
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
-    (((256, 512, 128), (128, 256, 128)), 2, 80, 1.0)
+    (((256, 512, 128), (128, 256, 128)), 2, 56, 1.0)
     """
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
     step = step or (1,) * bbox.ndim
@@ -421,6 +451,8 @@ def _flow_plan(
         memory_limit_source=memory_limit_source,
         memory_bytes=plan.memory,
         superchunks_in_flight=plan.in_flight,
+        superchunk_bytes=plan.superchunk,
+        bottom_bytes=plan.bottoms,
         reasons=tuple(reasons),
         inputs_cache=inputs_cache,
     )

@@ -4,12 +4,17 @@ Policy. A top-level task reads its chunk padded by the flow's context pad, so
 neighbouring tasks share the halo storage chunks between them. The plan knows
 every read in advance: for a storage chunk of an input, its readers are the
 pending top-level tasks whose padded read covers it, plus the probe when it
-reads it first. ``plan_input_reads`` hands that count to each input cache the
-flow owns (``Volume.plan_reads``); the cache then keeps a fetched chunk only
-while a reader is still to come and drops it after its last one (``_cache``).
-So it holds the shared halo layers and the probe's region, never a whole task's
-read, and reuse does not depend on the order a task's parallel pieces, or the
-probe, arrive in.
+reads it first. ``plan_input_reads`` hands that count, and the part of the chunk
+each of those reads takes (``ChunkReaders.parts``), to each input cache the flow
+owns (``Volume.plan_reads``); the cache then keeps of a fetched chunk only what
+the readers still to come take, and drops it after its last one (``_cache``).
+So it holds one shared halo layer and the pad-thick slab of the other, and the
+probe's region, never a whole task's read, and reuse does not depend on the order
+a task's parallel pieces, or the probe, arrive in::
+
+    chunks along the sweep (64), pad 8, top chunk 128:  task k reads [x-8, x+136)
+    2k+1 = [x+64, x+128)    read whole by k; k+1 takes [x+120, x+128): 8 layers kept
+    2k+2 = [x+128, x+192)   k takes 8 layers first; k+1 takes it whole: kept whole
 
 The count of a chunk is a product over axes: the top-level tasks along an axis
 whose read span (in the input's voxels) meets the chunk's span, found by
@@ -90,6 +95,44 @@ class ChunkReaders:
         self._probe = scaled(probe_read_box(spec), scale) if probe else None
 
     def __call__(self, key: tuple[int, ...]) -> int:
+        ranges, lo_hi = self._tasks(key)
+        count = 1
+        for r in ranges:
+            count *= len(r)
+        if count and self._done:
+            count -= sum(grid_key(i) in self._done for i in itertools.product(*ranges))
+        return count + (self._probe_part(lo_hi) is not None)
+
+    def parts(self, key: tuple[int, ...]) -> list[Box]:
+        """The part (global box, in the input's voxels) of the chunk at ``key`` that each
+        of its ``self(key)`` reads takes: the cache keeps no more than the parts of the
+        reads still to come (``ChunkCache.plan_readers``).
+
+        >>> from chunkgraph.flow.plan import LevelSpec
+        >>> from types import SimpleNamespace
+        >>> from fractions import Fraction
+        >>> spec = SimpleNamespace(bbox=Box((0,), (256,)), levels=(LevelSpec((64,), (8,),
+        ...     (0,), "linear"),), context_pad=(8,), top_grid=(4,),
+        ...     scale_of=lambda n: (Fraction(1),))
+        >>> vol = SimpleNamespace(read_chunks=(32,), offset=(0,), bounds=Box((0,), (256,)))
+        >>> ChunkReaders(spec, vol, "src", probe=False).parts((1,))  # tasks 0 and 1
+        [Box(start=(32,), stop=(64,)), Box(start=(56,), stop=(64,))]
+        """
+        ranges, lo_hi = self._tasks(key)
+        out = []
+        for index in itertools.product(*ranges):
+            if self._done and grid_key(index) in self._done:
+                continue
+            spans = enumerate(zip(index, lo_hi, strict=True))
+            bounds = [
+                (max(self._lo[a][t], c0), min(self._hi[a][t], c1)) for a, (t, (c0, c1)) in spans
+            ]
+            out.append(Box(tuple(b[0] for b in bounds), tuple(b[1] for b in bounds)))
+        probe = self._probe_part(lo_hi)
+        return out if probe is None else [*out, probe]
+
+    def _tasks(self, key: tuple[int, ...]) -> tuple[list[range], list[tuple[int, int]]]:
+        """Per axis, the top tasks whose read meets the chunk at ``key``, and its span."""
         ranges = []
         lo_hi = []
         for a, k in enumerate(key):
@@ -98,22 +141,21 @@ class ChunkReaders:
             lo_hi.append((c0, c1))
             first = bisect.bisect_right(self._hi[a], c0)  # the first task reaching past c0
             last = bisect.bisect_left(self._lo[a], c1)  # one past the last starting before c1
-            if last <= first:
-                ranges.append(range(0))
-            else:
-                ranges.append(range(first, last))
-        count = 1
-        for r in ranges:
-            count *= len(r)
-        if count and self._done:
-            count -= sum(grid_key(i) in self._done for i in itertools.product(*ranges))
+            ranges.append(range(first, max(first, last)))
+        return ranges, lo_hi
+
+    def _probe_part(self, lo_hi: list[tuple[int, int]]) -> Box | None:
+        """The probe's part of the chunk spanning ``lo_hi`` (None: it reads none)."""
         probe = self._probe
-        if probe is not None and all(
+        if probe is None or not all(
             p0 < c1 and c0 < p1
             for (c0, c1), p0, p1 in zip(lo_hi, probe.start, probe.stop, strict=True)
         ):
-            count += 1
-        return count
+            return None
+        return Box(
+            tuple(max(p, c0) for p, (c0, _) in zip(probe.start, lo_hi, strict=True)),
+            tuple(min(p, c1) for p, (_, c1) in zip(probe.stop, lo_hi, strict=True)),
+        )
 
 
 def _span(start: int, length: int) -> Box:
@@ -136,7 +178,8 @@ def plan_input_reads(
         (n, v) for n, v in inputs.items() if in_process and v is not given.get(n) and v.cache_bytes
     ]
     for name, vol in owned:
-        vol.plan_reads(ChunkReaders(spec, vol, name, done=done, probe=probe))
+        readers = ChunkReaders(spec, vol, name, done=done, probe=probe)
+        vol.plan_reads(readers, readers.parts)
 
     def undo() -> None:
         for _, vol in owned:
