@@ -300,12 +300,12 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
         flow.apply(scaled_failing_at, src, dst, fn_kwargs={"factor": 2.0, "fail_at": 8}, **kw)
     root = default_root(str(tmp_path / "d.zarr"))
     (first,) = read_flows(StateRoot.of(root), sizes=False)
-    assert first.status.value == "interrupted"
+    assert first.status.value == "failed"
     kwargs = {"factor": 3.0, "fail_at": -1}
     with pytest.warns(UserWarning, match="fn_kwargs") as caught:
         report = flow.apply(scaled_failing_at, src, dst, fn_kwargs=kwargs, resume=True, **kw)
     [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
-    assert f"flow {first.flow_id}, interrupted, top 2/4" in message
+    assert f"flow {first.flow_id}, failed, top 2/4" in message
     assert "function (its code" not in message  # only what changed is named
     assert "starts over from nothing" in message and report.flow_id in message
     assert f"chunkgraph clean {tmp_path / 'd.zarr'} {first.flow_id}" in message

@@ -46,10 +46,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph._util import usable_cores
 from chunkgraph.execute import ChecksPaths, ClusterSpec, resolve_executor
 from chunkgraph.execute._executor import close_resolved
+from chunkgraph.execute._failures import describe, innermost
 from chunkgraph.flow.plan import (
     DEFAULT_RETRIES,
     DEVICE_TASKS_IN_FLIGHT,
@@ -276,6 +277,7 @@ class FlowRun:
         beside dst and in an in-place dst, and a fresh run starts from clean markers and
         layers; then the graph's owner."""
         state.record.remove()
+        state.clear_failure()
         state.note_beside(dst)  # `chunkgraph status DST` finds state kept elsewhere
         if in_place is not None:
             state.mark_in_place(dst)
@@ -307,6 +309,8 @@ class FlowRun:
         try:
             return flow.run(executor, options.progress, self.t0, before, options.subscribers)
         except BaseException as error:
+            if isinstance(error, Exception):  # not a Ctrl-C: that run is interrupted
+                _record_failure(state, error)
             damaged = state.layer_corrupt(error)
             error.add_note(kept_state_note(state.root, state.flow_id, damaged=damaged))
             raise
@@ -346,6 +350,36 @@ class FlowRun:
         if device is None or self.options.workers is not None:
             return self.options.workers
         return max(usable_cores(), device.count * DEVICE_TASKS_IN_FLIGHT)
+
+
+def _record_failure(state: FlowDir, error: Exception) -> None:
+    """Record for ``chunkgraph status`` that the run failed, with its error's first line;
+    a record that cannot be written is said in a note, never in place of the error."""
+    try:
+        state.record_failure(failure_line(error))
+    except Exception as unrecorded:
+        error.add_note(f"(the failure could not be recorded for `chunkgraph status`: "
+                       f"{type(unrecorded).__name__}: {unrecorded})")  # fmt: skip
+
+
+def failure_line(error: BaseException) -> str:
+    """The first line of what failed: the first failed task's own error (under the loops'
+    groups; ``TaskError.detail``, which crosses processes), its task, and how many other
+    errors there were.
+
+    >>> failure_line(ExceptionGroup("2 task(s) failed", [ValueError("bad\\nmore"), KeyError(1)]))
+    'ValueError: bad (and 1 other error)'
+    >>> failure_line(TaskError("top-3", detail="OSError: disk full"))
+    'OSError: disk full (task top-3)'
+    """
+    leaf, others = innermost(error)
+    if isinstance(leaf, TaskError) and leaf.detail:
+        line = f"{(leaf.detail.splitlines() or [''])[0]} (task {leaf.task})"
+    else:
+        line = (describe(leaf).splitlines() or [""])[0]
+    if others:
+        line += f" (and {others} other error{'s' if others > 1 else ''})"
+    return line
 
 
 def _about(flow_id: str, fn: Callable[..., Any]) -> dict[str, str]:
