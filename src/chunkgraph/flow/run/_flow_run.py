@@ -49,7 +49,8 @@ import numpy as np
 from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph._util import usable_cores
 from chunkgraph.execute import ChecksPaths, ClusterSpec, resolve_executor
-from chunkgraph.execute._executor import close_resolved
+from chunkgraph.execute._cluster_spec import ClusterStandIn
+from chunkgraph.execute._executor import close_resolved, is_dask_client, is_scheduler_address
 from chunkgraph.execute._failures import describe, innermost
 from chunkgraph.flow.plan import (
     DEFAULT_RETRIES,
@@ -420,7 +421,8 @@ def flow_executor(
     A kind ("threads", the default, "processes", "sync") takes ``workers``, ``retries``
     (``DEFAULT_RETRIES`` when not given) and ``timeout``; an Executor carries its own
     settings, and one given beside it is refused (never dropped). A ``ClusterSpec`` is
-    started here (closed by ``close_resolved``); a dry run plans with its stand-in.
+    started here (closed by ``close_resolved``), an address connected to; a dry run plans
+    with a stand-in for either (``ClusterStandIn``) and starts or connects to nothing.
     """
     given = options.executor
     retries = options.retries
@@ -428,6 +430,8 @@ def flow_executor(
         retries = DEFAULT_RETRIES  # a kind, an address, a cluster; an Executor: its own
     if options.dry_run and isinstance(given, ClusterSpec):
         chosen: Executor = given.stand_in()  # a dry run starts no cluster
+    elif options.dry_run and (is_scheduler_address(given) or is_dask_client(given)):
+        chosen = ClusterStandIn(given)  # nor asks a scheduler anything
     else:
         chosen = resolve_executor(
             given or "threads", workers=workers, retries=retries, timeout=options.timeout
