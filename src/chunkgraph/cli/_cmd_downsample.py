@@ -99,7 +99,5 @@ def _shown(args: argparse.Namespace, report: Any) -> list[str]:
     """The source, and the levels where they are volumes of their own (Zarr v3 beside
     it); levels inside a multiscale source are reached through it."""
     source = volume.open(args.dst)
-    inside = (
-        source.format.multiscale and args.format not in ZARR3_NAMES and args.template is None
-    )
+    inside = source.format.multiscale and args.format not in ZARR3_NAMES and args.template is None
     return [args.dst] if inside else [args.dst, *report.paths]

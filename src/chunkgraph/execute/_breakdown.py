@@ -376,17 +376,18 @@ class Breakdown:
         return sum(self.terms().values())
 
     def shares(self, decimals: int = 0) -> dict[str, float]:
-        """Each term's share of ``total_seconds`` in percent, by label, rounded to
-        ``decimals`` so that they add up to exactly 100 (all 0 when nothing was measured).
+        """Each term's share of ``total_seconds`` in percent, by label, rounded so that
+        they add up to exactly 100 (all 0 when nothing was measured).
+
+        Args:
+            decimals: The digits after the point each share is rounded to.
 
         >>> Breakdown(slots=1, wall_seconds=3.0, compute_seconds=1.0, decode_seconds=1.0,
         ...           idle_seconds=1.0).shares()["compute"]
         34.0
         """
-        labelled = self.labelled()
-        return dict(
-            zip([label for label, _ in labelled], _percents([s for _, s in labelled], decimals))
-        )
+        labels, seconds = zip(*self.labelled(), strict=True)
+        return dict(zip(labels, _percents(list(seconds), decimals), strict=True))
 
     def line(self) -> str:
         """One line of each term's share of the terms' sum, in order (terms of 0 left out),

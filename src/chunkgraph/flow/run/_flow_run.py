@@ -300,6 +300,7 @@ class FlowRun:
             own_pool=self.options.workers is not None,
             memory_limit=self.memory_limit,
             fingerprint=fingerprint,
+            sizes=None if self.plan is None else _jsonable(self.plan.arguments()),
         )
 
     def _execute(
@@ -351,6 +352,18 @@ class FlowRun:
         if device is None or self.options.workers is not None:
             return self.options.workers
         return max(usable_cores(), device.count * DEVICE_TASKS_IN_FLIGHT)
+
+
+def _jsonable(sizes: Mapping[str, object]) -> dict[str, Any]:
+    """``FlowPlan.arguments()`` as JSON keeps them: each level's tuples as lists.
+
+    >>> _jsonable({"chunk_sizes": [(8, 8)], "skip_intermediates": True})
+    {'chunk_sizes': [[8, 8]], 'skip_intermediates': True}
+    """
+    return {
+        k: [list(v) for v in value] if isinstance(value, list) else value
+        for k, value in sizes.items()
+    }
 
 
 def _record_failure(state: FlowDir, error: Exception) -> None:

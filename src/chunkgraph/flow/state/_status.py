@@ -237,8 +237,8 @@ def read_flow(root: StateRoot, flow_id: str, *, sizes: bool = True) -> FlowState
         functools.partial(_modified, store, flow_id),
         functools.partial(read_failure, store, flow_id),
     ]
-    (running, owner), record, info, has_temps, top_done, reductions_done, modified, error = (
-        at_once(store, reads)
+    (running, owner), record, info, has_temps, top_done, reductions_done, modified, error = at_once(
+        store, reads
     )
     info = info or {}
     top_total, red_total = _int_or_none(info.get("top_tasks")), _int_or_none(info.get("reductions"))
