@@ -230,6 +230,9 @@ class FlowGraph:
                 assert isinstance(executor, DaskExecutor)
                 stream_batches(batched, executor, progress, subscribers)
                 top, red = batched.totals[TOP], batched.totals[REDUCE]
+                # A batch run again (its worker died) skipped the keys its record held.
+                skipped_top += top.done - top.ran
+                skipped_red += red.done - red.ran
                 self.pending_voxels = batched.pending_voxels
             else:
                 results = self._run_graph(graph, refs, executor, progress, subscribers)
@@ -406,7 +409,7 @@ class FlowGraph:
             flow_id=self.state.flow_id,
             dry_run=False,
             tasks_per_level=tuple(counts),
-            reductions=red.done,
+            reductions=red.ran,
             bytes_read=bytes_read,
             bytes_written=written,
             temporary_bytes=temporary,
