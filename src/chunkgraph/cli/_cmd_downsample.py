@@ -20,14 +20,14 @@ from typing import Any
 
 from chunkgraph import jobs, volume
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
-from chunkgraph.volume import FORMATS
+from chunkgraph.volume import FORMATS, format_of
 
 # chunkgraph.jobs.METHODS, stated here so that --help does not import the
 # jobs and the flow; a test checks that they agree.
 METHODS = ("mean", "median", "mode", "max", "min", "stride")
-# Zarr v3 beside the source: its path prefix or the table of formats' name for it (as
-# jobs' ZARR3_NAMES, which a test checks); then the multiscale formats, by the table.
-ZARR3_NAMES = ("zarr3", "zarr")
+# Zarr v3 beside the source: its path prefix or the table of formats' name for it (the
+# row's prefixes, zarr3 and zarr, as jobs' ZARR3_NAMES); then the multiscale formats.
+ZARR3_NAMES = format_of("zarr").prefixes
 FORMAT_NAMES = (*ZARR3_NAMES, *(f.name for f in FORMATS if f.multiscale))
 
 

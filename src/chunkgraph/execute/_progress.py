@@ -116,9 +116,7 @@ class ProgressBar:
             self.done += 1
             self._sample(event.time)
             if self._task is not None:
-                self._progress.update(
-                    self._task, advance=1, rate=self.rate, left=self.seconds_left
-                )
+                self._progress.update(self._task, advance=1, rate=self.rate, left=self.seconds_left)
         elif kind is EventKind.FAILED:
             self.failed += 1
             if self._task is not None:

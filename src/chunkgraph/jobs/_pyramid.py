@@ -544,7 +544,7 @@ def _tasks(extent: tuple[int, ...], top: tuple[int, ...]) -> int:
 
 # Zarr v3 volumes beside the source, named by its path prefix or by the table's name for
 # it (``zarr3``, ``zarr``: one format, spelled either way); or new levels in a multiscale image.
-ZARR3_NAMES = tuple(dict.fromkeys(("zarr3", *volume.format_of("zarr").prefixes)))
+ZARR3_NAMES = volume.format_of("zarr").prefixes
 OUTPUT_FORMATS = (*ZARR3_NAMES, *(f.name for f in volume.FORMATS if f.multiscale))
 
 
