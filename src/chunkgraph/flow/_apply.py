@@ -332,13 +332,16 @@ def _earlier_plan(
         plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit,
                           memory_limit_source=source)  # fmt: skip
         if plan.memory_bytes > limit:
+            given = _with_sizes(shape, sizes)
             warnings.warn(
                 f"resume: flow {flow_id} is this work, left unfinished with automatic sizes "
                 f"planned under another memory_limit; its sizes need "
                 f"{format_bytes(plan.memory_bytes)}, more than the default memory_limit now "
                 f"({format_bytes(limit)}: half the memory available, rounded down to a power "
-                f"of two), so it is not resumed. To resume it, give "
-                f"memory_limit={plan.memory_bytes}",
+                f"of two), so it is not resumed. To resume it anyway, give its sizes and a "
+                f"budget that holds them: chunk_sizes={given.chunk_sizes}, crop_pads="
+                f"{given.crop_pads}, blend_pads={given.blend_pads}, skip_intermediates="
+                f"{given.skip_intermediates}, memory_limit={plan.memory_bytes}",
                 UserWarning,
                 stacklevel=3,
             )

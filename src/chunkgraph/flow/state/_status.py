@@ -39,12 +39,13 @@ States (``FlowStatus``), decided in this order:
   error (fn raised, a store failed); ``FlowState.error`` is its first line.
   ``resume=True`` continues it once the cause is fixed.
 * ``INTERRUPTED``: temporaries and no record, and no error recorded: a run was
-  killed or stopped (Ctrl-C), and wrote nothing as it went; ``resume=True`` continues it.
+  killed (it could record nothing) or stopped (Ctrl-C); ``resume=True`` continues it.
 
 Stale (``FlowState.stale``): not running and either finished with temporaries
-left, or unfinished (failed or interrupted) and unmodified for ``older_than_hours``. Age is the last
-modification of the flow's directories (a marker added, a layer created):
-a few ``stat`` calls, so ``warn_if_stale`` costs nothing at the start of a flow.
+left, or unfinished (failed or interrupted) and unmodified for
+``older_than_hours``. Age is the last modification of the flow's directories (a
+marker added, a layer created): a few ``stat`` calls, so ``warn_if_stale`` costs
+nothing at the start of a flow.
 
 A resume that finds no state of its own flow (``resume_mismatch``) looks for
 the state of another flow into the same destination (same recorded ``dst``
