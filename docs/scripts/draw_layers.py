@@ -56,6 +56,7 @@ WHAT = {
     "state": "what a flow keeps: store, lock, markers, FlowDir, status, clean",
     # the state's one direction
     "_clean": "clean",
+    "_resume": "resume of the same work",
     "_status": "status",
     "_flow_dir": "FlowDir",
     "_info": "flow.json",

@@ -68,7 +68,7 @@ def test_status_and_resume_count_keys_in_records(
 ) -> None:
     _interrupted_in_records(work, place, capsys)
     assert cli.main(["status", f"{place}/out.zarr"]) == 0
-    assert "interrupted  top 7/8" in capsys.readouterr().out
+    assert "failed       top 7/8" in capsys.readouterr().out
     (work / "marker.txt").touch()
     assert cli.main(["run", "--quiet", str(work / "spec.yaml"), "--resume"]) == 0
     assert "skipped 7 top-level tasks" in capsys.readouterr().out

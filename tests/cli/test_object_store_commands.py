@@ -43,7 +43,7 @@ def test_a_spec_between_urls_fails_shows_in_status_resumes_and_is_cleaned(
         assert cli.main(["status", where]) == 0
         out = capsys.readouterr().out
         assert f"under s3://{bucket}/.out.zarr.chunkgraph" in out
-        assert "interrupted  top 7/8" in out
+        assert "failed       top 7/8" in out
     (work / "marker.txt").touch()
     assert cli.main(["run", "--quiet", spec, "--resume"]) == 0
     assert "skipped 7 top-level tasks" in capsys.readouterr().out

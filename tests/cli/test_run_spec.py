@@ -467,7 +467,7 @@ def test_resume_with_changed_kwargs_says_the_flow_starts_over(
     assert code == 1  # the new flow fails on its own chunk: nothing was skipped
     assert "chunkgraph: warning: resume asked for" in err
     assert "keyword arguments (fn_kwargs) changed" in err and "starts over" in err
-    assert f"flow {earlier}, interrupted, top 7/8" in err
+    assert f"flow {earlier}, failed, top 7/8" in err
     assert earlier in [p.name for p in (work / ".out.zarr.chunkgraph").iterdir()]
 
 

@@ -6,7 +6,7 @@ that top-level tasks write temporary layers and leave done markers::
     dst.zarr                       the destination
     .dst.zarr.chunkgraph/
         <finished id>.done         a flow that succeeded
-        <interrupted id>/          a flow whose fn raised on row 2 of the top grid
+        <failed id>/               a flow whose fn raised on row 2 of the top grid
 """
 
 from __future__ import annotations
@@ -89,12 +89,17 @@ def test_status_names_each_flow_and_its_progress(
     (fin_line,) = [line for line in out.splitlines() if finished in line]
     (int_line,) = [line for line in out.splitlines() if interrupted in line]
     assert "finished" in fin_line and "STALE" not in fin_line
-    assert "interrupted" in int_line and "top 8/16" in int_line and "temporaries" in int_line
+    # fn raised: the flow failed (not interrupted), and the line says with what.
+    assert "failed" in int_line and "top 8/16" in int_line and "temporaries" in int_line
+    assert "interrupted" not in int_line
+    assert "RuntimeError: injected failure" in int_line
     assert "STALE" not in int_line  # seconds old: its user may still resume it
 
     assert cli.main(["status", str(dst), "--json", "--older-than", "0"]) == 0
     rows = {r["flow_id"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows[interrupted]["status"] == "interrupted" and rows[interrupted]["stale"]
+    assert rows[interrupted]["status"] == "failed" and rows[interrupted]["stale"]
+    assert "RuntimeError: injected failure" in rows[interrupted]["error"]
+    assert rows[finished]["error"] is None
     assert rows[interrupted]["top_done"] == 8 and rows[interrupted]["temporary_bytes"] > 0
     assert rows[finished]["status"] == "finished" and not rows[finished]["has_temporaries"]
 
@@ -152,7 +157,7 @@ def test_status_of_a_destination_finds_the_flows_kept_in_another_directory(
     out = capsys.readouterr().out
     assert "2 flow(s)" in out
     (line,) = [line for line in out.splitlines() if interrupted in line]
-    assert "interrupted" in line and f"(state under {scratch})" in line
+    assert "failed" in line and f"(state under {scratch})" in line
     # removing it by id removes its note beside dst too; the finished one stays listed
     assert cli.main(["clean", str(dst), interrupted]) == 0
     assert not (scratch / interrupted).exists()
@@ -274,7 +279,7 @@ def test_recorded_totals_and_a_deferred_flow(flows: tuple[Path, str, str]) -> No
         state_store(StateRoot.of(root / interrupted)), top_tasks=16, reductions=0, deferred=True
     )
     (state,) = [s for s in read_flows(StateRoot.of(root)) if s.flow_id == interrupted]
-    assert state.status is FlowStatus.INTERRUPTED and state.stale(0.0)
+    assert state.status is FlowStatus.FAILED and state.stale(0.0)
     write_flow_info(
         state_store(StateRoot.of(root / interrupted)), top_tasks=8, reductions=0, deferred=True
     )
@@ -287,7 +292,7 @@ def test_recorded_totals_and_a_deferred_flow(flows: tuple[Path, str, str]) -> No
 def test_a_failed_deferred_apply_is_interrupted_not_deferred(
     flows: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """flow.json says deferred from the run's start; a run that failed is interrupted."""
+    """flow.json says deferred from the run's start; a run that failed is failed, not deferred."""
     dst, _, interrupted = flows
     root = default_root(dst)
     assert cli.main(["clean", str(dst), interrupted]) == 0
@@ -297,10 +302,10 @@ def test_a_failed_deferred_apply_is_interrupted_not_deferred(
     capsys.readouterr()
     assert cli.main(["status", str(dst)]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if failed in line]
-    assert "interrupted" in line and "deferred" not in line
+    assert "failed" in line and "deferred" not in line
     assert cli.main(["reduce", str(dst), "--quiet"]) == 2  # not picked as the deferred flow
     err = capsys.readouterr().err
-    assert "found: " in err and f"{failed} (interrupted" in err
+    assert "found: " in err and f"{failed} (failed" in err
     assert f"Flow {failed} was applied with blend_modes='defer' but stopped" in err
     assert cli.main(["clean", str(dst), "--stale", "--older-than", "0"]) == 0
     assert not (root / failed).exists()  # its temporaries no longer leak

@@ -86,7 +86,7 @@ def test_volumes_in_a_bucket_are_no_flows_of_its_intermediates(
     assert "no flows under" in capsys.readouterr().out
     assert cli.main(["status", "--intermediates", f"{lab}/state"]) == 0
     out = capsys.readouterr().out
-    assert "1 flow(s)" in out and "interrupted" in out
+    assert "1 flow(s)" in out and "failed" in out
     before = [k for k in server.keys(bucket) if k.startswith(("raw.zarr/", "out.zarr/"))]
     assert cli.main(["clean", "--intermediates", lab, "--all"]) == 0
     assert "nothing to remove" in capsys.readouterr().out

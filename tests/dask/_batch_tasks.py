@@ -37,3 +37,14 @@ def counted_or_fail(folder: str, flag: str, src: np.ndarray) -> np.ndarray:
 def nap(seconds: float, i: int) -> int:
     time.sleep(seconds)
     return i * i
+
+
+def counted_failing_once(folder: str, tried: str, src: np.ndarray) -> np.ndarray:
+    """``counted``, but a chunk holding ``POISON`` fails its first try: the try leaves a
+    file in ``tried`` named by the chunk's first voxel, and the next try passes."""
+    if (src == POISON).any():
+        mark = Path(tried) / str(int(src.flat[0]))
+        if not mark.exists():
+            mark.touch()
+            raise ValueError(f"first try of a poisoned chunk (pid {os.getpid()})")
+    return counted(folder, src)

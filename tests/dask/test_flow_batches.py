@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 from distributed.diagnostics.plugin import SchedulerPlugin
-from tests.dask._batch_tasks import POISON, counted, counted_or_fail, counted_slowly, nap
+from tests.dask._batch_tasks import (
+    POISON,
+    counted,
+    counted_failing_once,
+    counted_or_fail,
+    counted_slowly,
+    nap,
+)
 from tests.dask._cluster import START_DEADLINE_S, wait_until
 
 import chunkgraph as cg
@@ -26,7 +33,7 @@ from chunkgraph.flow.run._batches import _ReductionCounts
 from chunkgraph.flow.run._reduce import reduction_boxes, top_indices_meeting
 from chunkgraph.flow.state import REDUCE, TOP, MarkerStore, StateRoot
 from chunkgraph.geometry import Box
-from chunkgraph.report import Recorder
+from chunkgraph.report import Recorder, load_report, write_report
 
 STORAGE = (8, 8)
 
@@ -261,6 +268,40 @@ def test_a_killed_worker_costs_only_its_batches_unrecorded_tasks(
     redone = calls(tmp_path / "calls") - 96
     # The first 4 batches hold 96 // 8 = 12 tasks each; the killed one had recorded `least`.
     assert least > 0 and 0 <= redone <= 12 - least
+    # The batch run again skipped what its record held: the report counts those skipped,
+    # so that run and skipped are the 96 tasks exactly, and the summary says so.
+    report = outcome[0]
+    assert report.top_tasks_skipped >= least
+    assert report.tasks_per_level[0] + report.top_tasks_skipped == 96
+    assert report.reductions + report.reductions_skipped == 96
+    assert f"skipped {report.top_tasks_skipped} top-level tasks" in report.summary()
+
+
+def test_retries_inside_batches_are_in_the_run_report(healthy: Any, tmp_path: Path) -> None:
+    """Three chunks fail their first try and pass the next, retried by their batch's own
+    executor on the worker (retries=1): the run's report counts 3 tasks retried, 3 retries,
+    and every task (32 top-level, 32 reductions) finished, as a local run's would."""
+    src = volume.create(str(tmp_path / "src.zarr"), (64, 32), STORAGE, "int32")
+    data = np.arange(64 * 32, dtype=np.int32).reshape(64, 32)
+    for poisoned in ((3, 3), (20, 30), (60, 12)):
+        data[poisoned] = POISON
+    src.write(Box.from_shape(src.shape), data)
+    (tmp_path / "calls").mkdir()
+    (tmp_path / "tried").mkdir()
+    fn = functools.partial(counted_failing_once, str(tmp_path / "calls"), str(tmp_path / "tried"))
+    dst = volume.create(str(tmp_path / "dst.zarr"), src.shape, STORAGE, "int32")
+    recorder = Recorder()
+    report = cg.apply(
+        fn, src, dst, chunk_sizes=[STORAGE], intermediates=tmp_path / "tmp", probe=False,
+        executor=DaskExecutor(healthy, retries=1), subscribers=[recorder],
+    )  # fmt: skip
+    assert calls(tmp_path / "tried") == 3 and report.tasks_per_level == (32,)
+    np.testing.assert_array_equal(dst.read(dst.bounds), data * 3 + 1)
+    tasks = recorder.tasks
+    assert [t.outcome for t in tasks] == ["finished"] * 64  # 32 top tasks, 32 reductions
+    assert sum(t.retries for t in tasks) == 3 and sum(1 for t in tasks if t.retries) == 3
+    totals = write_report(tmp_path / "report", recorder, {})
+    assert load_report(totals)["totals"]["retries"] == 3
 
 
 @pytest.mark.parametrize(

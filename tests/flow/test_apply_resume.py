@@ -300,12 +300,12 @@ def test_a_resume_with_other_fn_kwargs_says_it_starts_over_and_keeps_the_old_sta
         flow.apply(scaled_failing_at, src, dst, fn_kwargs={"factor": 2.0, "fail_at": 8}, **kw)
     root = default_root(str(tmp_path / "d.zarr"))
     (first,) = read_flows(StateRoot.of(root), sizes=False)
-    assert first.status.value == "interrupted"
+    assert first.status.value == "failed"
     kwargs = {"factor": 3.0, "fail_at": -1}
     with pytest.warns(UserWarning, match="fn_kwargs") as caught:
         report = flow.apply(scaled_failing_at, src, dst, fn_kwargs=kwargs, resume=True, **kw)
     [message] = [str(w.message) for w in caught if "resume asked for" in str(w.message)]
-    assert f"flow {first.flow_id}, interrupted, top 2/4" in message
+    assert f"flow {first.flow_id}, failed, top 2/4" in message
     assert "function (its code" not in message  # only what changed is named
     assert "starts over from nothing" in message and report.flow_id in message
     assert f"chunkgraph clean {tmp_path / 'd.zarr'} {first.flow_id}" in message
@@ -478,4 +478,46 @@ def test_a_resume_whose_automatic_sizes_moved_with_memory_limit_says_how_to_pin_
     assert "Automatic sizes depend on memory_limit" in message
     assert "give memory_limit=... or the sizes of its plan" in message
     assert report.plan is not None and report.plan.chunk_sizes[-1] == (32, 32, 16)
+    np.testing.assert_array_equal(dst.read(dst.bounds), np.full(dst.shape, 2.0, "float32"))
+
+
+def doubled_unless_stopped(x: np.ndarray, box: Box, *, stop: str) -> np.ndarray:
+    """``x * 2``, except past z = 62 while the file ``stop`` exists."""
+    if box.start[2] >= 62 and os.path.exists(stop):
+        raise RuntimeError("stopped")
+    return x * 2
+
+
+def test_a_resume_under_the_default_memory_limit_reuses_the_unfinished_flows_sizes(
+    tmp_path: Path,
+) -> None:
+    """Run 1 planned automatic sizes under a budget of 4 MiB (32 x 32 x 16 bottom chunks)
+    and failed part way; the resume plans under the default (half the memory available,
+    another power of two: 32^3 chunks), which would be another flow. It finds run 1's
+    unfinished flow of the same work and resumes it with its sizes: same flow id, the
+    finished top tasks skipped, no warning, the same result."""
+    import warnings
+
+    import pytest
+
+    from chunkgraph import flow
+
+    src = volume.create(str(tmp_path / "s.zarr"), (64, 64, 128), (16, 16, 16), "float32")
+    src.write(src.bounds, np.ones(src.shape, "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (64, 64, 128), (16, 16, 16), "float32")
+    stop = tmp_path / "stop"
+    stop.touch()
+    kw: dict[str, Any] = dict(crop_pads=2, executor="sync", probe=False, retries=0,
+                              fn_kwargs={"stop": str(stop)})  # fmt: skip
+    with pytest.raises(ExceptionGroup):
+        flow.apply(doubled_unless_stopped, src, dst, memory_limit=4 << 20, **kw)
+    dry = flow.apply(doubled_unless_stopped, src, dst, dry_run=True, **kw)
+    assert dry.plan is not None and dry.plan.chunk_sizes[-1] == (32, 32, 32)  # the default's
+    stop.unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = flow.apply(doubled_unless_stopped, src, dst, resume=True, **kw)
+    assert report.flow_id != dry.flow_id
+    assert report.plan is not None and report.plan.chunk_sizes[-1] == (32, 32, 16)
+    assert report.top_tasks_skipped == 4 and report.tasks_per_level[0] == 4
     np.testing.assert_array_equal(dst.read(dst.bounds), np.full(dst.shape, 2.0, "float32"))

@@ -6,6 +6,7 @@ the test's.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -146,3 +147,44 @@ def test_a_sync_run_has_one_slot(tmp_path: Path) -> None:
     assert b is not None and b.slots == 1
     _slot_terms_add_up(b)
     assert "time on 1 slot x" in b.line() and "1 slots" not in report.summary()
+
+
+# A breakdown as report.json held it before its shares were of one total: waits overlapped
+# compute (threads reading while others computed), so the terms add up to 2.3 slot-s of
+# the 2 slots x 1 s, and the old line said "compute 60%, ..., overlapping 15%" (130%).
+OLD_OVERLAPPING = {
+    "slots": 2, "wall_seconds": 1.0, "setup_seconds": 0.05, "compute_seconds": 1.2,
+    "redundant_seconds": 0.0, "decode_seconds": 0.3, "read_wait_seconds": 0.6,
+    "encode_seconds": 0.1, "write_wait_seconds": 0.1, "other_seconds": 0.0,
+    "idle_seconds": 0.0, "overlap_seconds": 0.3, "fn_cpu_seconds": 1.1, "fn_calls": 8,
+    "peak_rss_bytes": 200 << 20, "baseline_rss_bytes": 150 << 20, "cache_bytes": 0,
+    "in_flight_bytes": 64 << 20, "in_process": True,
+}  # fmt: skip
+
+
+def _percents(text: str) -> list[float]:
+    return [float(p) for p in re.findall(r"(\d+(?:\.\d+)?)%", text)]
+
+
+def test_shares_are_of_one_total_and_add_up_to_100_with_the_overlap_said_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report written before loads; its line and its table give each term's share of
+    the terms' sum (100% in all), and say apart how far the work passed the slots' time."""
+    b = Breakdown.from_json(OLD_OVERLAPPING)
+    assert b.as_json() == OLD_OVERLAPPING  # the same fields, read and written back
+    line = b.line()
+    assert line.startswith("time on 2 slots x 1.00 s: compute 52%, decode 13%, read wait 26%")
+    shares, said_apart = line.split(" (", 1)
+    assert sum(_percents(shares)) == 100 and "overlapping" not in line
+    assert "2.30 slot-s" in said_apart and "1.15x" in said_apart
+    assert sum(_percents(Breakdown(slots=3, wall_seconds=1.0, compute_seconds=1.0,
+                                   idle_seconds=2.0).line())) == 100  # fmt: skip
+
+    folder = write_report(tmp_path / "report", Recorder(), {"breakdown": OLD_OVERLAPPING})
+    capsys.readouterr()
+    assert cli.main(["report", str(folder)]) == 0
+    shown = capsys.readouterr().out
+    rows = [r for r in shown.splitlines() if r.startswith("    ") and "%" in r]
+    assert len(rows) == 8 and sum(_percents("\n".join(rows))) == pytest.approx(100.0)
+    assert "1.15x" in shown and "2.300 slot-s" in shown

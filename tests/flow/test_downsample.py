@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 from tests.flow._done import done_under
 
 from chunkgraph import ConfigError, downsample, volume
+from chunkgraph.cli._cmd_downsample import FORMAT_NAMES as CLI_FORMATS
 from chunkgraph.cli._cmd_downsample import METHODS as CLI_METHODS
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._block_reduce import METHODS, block_reduce
+from chunkgraph.jobs._pyramid import OUTPUT_FORMATS
 
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
 
@@ -175,8 +177,9 @@ def test_mode_on_float_data_is_refused(tmp_path: Path) -> None:
     assert info.value.field == "method"
 
 
-def test_the_command_line_lists_the_same_methods() -> None:
+def test_the_command_line_lists_the_same_methods_and_formats() -> None:
     assert CLI_METHODS == METHODS
+    assert CLI_FORMATS == OUTPUT_FORMATS
 
 
 def _markers(root: Path) -> int:
@@ -248,9 +251,32 @@ def test_format_other_than_the_sources_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="zarr3") as info:
         downsample(src, format="precomputed")
     assert info.value.field == "format"
-    with pytest.raises(ConfigError, match="zarr3, ome-zarr, precomputed") as info:
+    with pytest.raises(ConfigError, match="zarr3, zarr, ome-zarr, precomputed") as info:
         downsample(src, format="tiff")
     assert info.value.field == "format"
+
+
+@pytest.mark.parametrize("name", ["zarr", "zarr3"])
+def test_format_takes_the_format_tables_name_for_zarr_v3_and_its_prefix(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``zarr`` is Zarr v3's name in the table of formats (``Volume.backend``), ``zarr3``
+    its path prefix: both write Zarr v3 levels beside the source, in Python and on the
+    command line; a name that is neither is a usage error naming the valid ones."""
+    from chunkgraph import cli
+
+    src = volume.create(str(tmp_path / "v.zarr"), (8, 8, 8), (4, 4, 4), "uint8")
+    report = downsample(src, format=name)
+    assert report.paths == (str(tmp_path / "v_s1.zarr"),)
+    assert volume.open(report.paths[0]).backend == "zarr"
+    volume.remove(report.paths[0])
+    assert cli.main(["downsample", str(tmp_path / "v.zarr"), "--format", name, "--quiet"]) == 0
+    assert volume.open(str(tmp_path / "v_s1.zarr")).shape == (4, 4, 4)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["downsample", str(tmp_path / "v.zarr"), "--format", "zarr4"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "'zarr4'" in err and all(f in err for f in ("zarr", "zarr3", "ome-zarr", "precomputed"))
 
 
 def test_levels_made_again_at_the_same_paths_are_written_afresh(tmp_path: Path) -> None:

@@ -167,7 +167,7 @@ def _interrupted(tmp: Path, name: str, root: str) -> tuple[volume.Volume, volume
         FAILING["row_two"] = False
     assert root in "\n".join(failed.value.__notes__)  # where the kept state is
     (flow,) = read_flows(StateRoot.of(root))
-    assert (flow.status, flow.top_done, flow.top_total) == (FlowStatus.INTERRUPTED, 8, 16)
+    assert (flow.status, flow.top_done, flow.top_total) == (FlowStatus.FAILED, 8, 16)
     return src, dst, flow.flow_id
 
 

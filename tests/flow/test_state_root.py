@@ -213,7 +213,7 @@ def test_status_resume_and_clean_alike_in_a_folder_and_a_bucket(
     # found from dst alone (the note beside it) and from the root
     for dst_path, given in ((str(tmp_path / "dst.zarr"), None), (None, root)):
         (flow,) = flows_for(dst_path, given)
-        assert (flow.status, flow.top_done, flow.root) == (FlowStatus.INTERRUPTED, 8, root)
+        assert (flow.status, flow.top_done, flow.root) == (FlowStatus.FAILED, 8, root)
         assert flow.flow_dir == root.join(flow.flow_id)
 
     # a run holds it: clean keeps it

@@ -1,7 +1,7 @@
 """``chunkgraph downsample``: write pyramid levels of a volume.
 
     chunkgraph downsample SRC [--factor 2,2,1] [--levels N] [--method METHOD]
-                          [--format zarr3|ome-zarr|precomputed] [--dst TEMPLATE]
+                          [--format zarr3|zarr|ome-zarr|precomputed] [--dst TEMPLATE]
                           [--executor KIND] [--workers N] [--resume] [--dry-run]
                           [--lock-wait SECONDS]
                           [--memory-limit BYTES] [--quiet | --log-json PATH]
@@ -20,11 +20,15 @@ from typing import Any
 
 from chunkgraph import jobs, volume
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
-from chunkgraph.volume import FORMATS
+from chunkgraph.volume import FORMATS, format_of
 
 # chunkgraph.jobs.METHODS, stated here so that --help does not import the
 # jobs and the flow; a test checks that they agree.
 METHODS = ("mean", "median", "mode", "max", "min", "stride")
+# Zarr v3 beside the source: its path prefix or the table of formats' name for it (the
+# row's prefixes, zarr3 and zarr, as jobs' ZARR3_NAMES); then the multiscale formats.
+ZARR3_NAMES = format_of("zarr").prefixes
+FORMAT_NAMES = (*ZARR3_NAMES, *(f.name for f in FORMATS if f.multiscale))
 
 
 def register(commands: Any) -> None:
@@ -53,10 +57,10 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("zarr3", *(f.name for f in FORMATS if f.multiscale)),
+        choices=FORMAT_NAMES,
         default=None,
-        help="where the levels go (default: the source's own: new levels in an OME-Zarr "
-        "image or precomputed volume, Zarr v3 volumes beside a plain one)",
+        help="where the levels go: zarr3 (or zarr) for Zarr v3 volumes beside SRC, ome-zarr "
+        "or precomputed for new levels in SRC's own image (default: the source's own)",
     )
     parser.add_argument("--scale", default=None, help="the level of a multiscale SRC to start from")
     parser.add_argument(
@@ -95,5 +99,5 @@ def _shown(args: argparse.Namespace, report: Any) -> list[str]:
     """The source, and the levels where they are volumes of their own (Zarr v3 beside
     it); levels inside a multiscale source are reached through it."""
     source = volume.open(args.dst)
-    inside = source.format.multiscale and args.format != "zarr3" and args.template is None
+    inside = source.format.multiscale and args.format not in ZARR3_NAMES and args.template is None
     return [args.dst] if inside else [args.dst, *report.paths]

@@ -188,7 +188,7 @@ def _nothing_deferred(
             f"no deferred flow is ready for {dst}: {looked}{found}. Flow {running[0]} is "
             f"running; once it ends, run `chunkgraph reduce {dst}` again{listing}"
         )
-    unfinished = [s.flow_id for s in flows if s.status is FlowStatus.INTERRUPTED and s.deferred]
+    unfinished = [s.flow_id for s in flows if s.unfinished and s.deferred]
     if unfinished:
         return EXIT_USAGE, (
             f"no deferred flow is ready for {dst}: {looked}{found}. Flow {unfinished[0]} was "

@@ -11,14 +11,15 @@ run`` (``SPEC.yaml``): its output and its ``intermediates:``. A ``DST`` that doe
 exist, with no flows directory beside it, is a usage error (exit 2), as is an
 ``--intermediates`` directory that does not exist.
 
-``status`` prints one line per flow: id, state (running, finished,
-interrupted, deferred), done markers, disk used by temporaries, age, and
-``stale`` where ``clean --stale`` would remove it (``chunkgraph.flow.state``
-defines the states). ``clean --stale`` removes the temporaries of flows that
-are not running and either finished (leftovers) or unmodified for
-``--older-than`` hours (default 24); ``--all`` drops the age condition;
-naming flow ids removes those flows whatever their age, completion records
-included. A flow whose lock is held is never touched: naming one fails.
+``status`` prints one line per flow: id, state (running, finished, failed,
+interrupted, deferred), done markers, disk used by temporaries, age, ``stale``
+where ``clean --stale`` would remove it, and a failed flow's error, its first line
+(``chunkgraph.flow.state`` defines the states: failed is a run that ended with an
+error, interrupted one that was killed or stopped). ``clean --stale`` removes the
+temporaries of flows that are not running and either finished (leftovers) or
+unmodified for ``--older-than`` hours (default 24); ``--all`` drops the age
+condition; naming flow ids removes those flows whatever their age, completion
+records included. A flow whose lock is held is never touched: naming one fails.
 Completion records of finished flows stay unless named.
 
 Exit codes: 0 done, 1 a named flow is running (kept), 2 usage (a flow id that is not there
@@ -249,6 +250,8 @@ def describe(state: Any, older_than: float, now: float) -> str:
     parts.append(f"modified {_age(state.age_hours(now))} ago")
     if state.stale(older_than, now):
         parts.append("STALE")
+    if state.error:
+        parts.append(f"error: {state.error}")
     return "  ".join(parts)
 
 

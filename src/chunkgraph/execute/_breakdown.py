@@ -32,6 +32,12 @@ CPU inside fn, reads and writes: known only when the tasks run in this process
 read waiting while another task computes): their sum may pass slots x wall, and
 idle is then 0 and ``overlap_seconds`` says by how much.
 
+Shares. Every share shown (``line``, ``table``, the report's chart) is of one total,
+the terms' sum (``total_seconds``: slots x wall, plus the overlap), rounded so that
+the shares shown add up to exactly 100% (largest remainders). The overlap is said
+apart, as how far that sum passed the slots' time: "2.30 slot-s of work measured,
+1.15x the slots' 2.00" is 15% of waits beside compute, not a 130% pie.
+
 Memory. The process's RSS is sampled every ``RSS_SAMPLE_SECONDS`` while the
 tasks run; ``peak_rss_bytes`` is the highest sample and ``baseline_rss_bytes``
 the first. Beside them, what the plan allowed: the input caches' capacity and
@@ -47,6 +53,7 @@ returns in its stats and the driver sums with ``Breakdown.of``.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -362,19 +369,55 @@ class Breakdown:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    @property
+    def total_seconds(self) -> float:
+        """The terms' sum, which every share is of: ``slots * wall_seconds``, and more by
+        ``overlap_seconds`` when waits overlapped compute."""
+        return sum(self.terms().values())
+
+    def shares(self, decimals: int = 0) -> dict[str, float]:
+        """Each term's share of ``total_seconds`` in percent, by label, rounded so that
+        they add up to exactly 100 (all 0 when nothing was measured).
+
+        Args:
+            decimals: The digits after the point each share is rounded to.
+
+        >>> Breakdown(slots=1, wall_seconds=3.0, compute_seconds=1.0, decode_seconds=1.0,
+        ...           idle_seconds=1.0).shares()["compute"]
+        34.0
+        """
+        labels, seconds = zip(*self.labelled(), strict=True)
+        return dict(zip(labels, _percents(list(seconds), decimals), strict=True))
+
     def line(self) -> str:
-        """One line of each term's share of ``slots * wall``, in order (terms of 0 left out).
+        """One line of each term's share of the terms' sum, in order (terms of 0 left out),
+        adding up to 100%; then, when waits overlapped compute, how far that sum passed
+        the slots' time.
 
         >>> Breakdown(slots=2, wall_seconds=1.0, compute_seconds=1.5, idle_seconds=0.5).line()
         'time on 2 slots x 1.00 s: compute 75%, idle 25%'
+        >>> Breakdown(slots=2, wall_seconds=1.0, compute_seconds=1.5, read_wait_seconds=0.9,
+        ...           overlap_seconds=0.4).line()
+        "time on 2 slots x 1.00 s: compute 63%, read wait 37% (of 2.40 slot-s of work \
+measured, 1.20x the slots' 2.00 s: reads or writes waited while other tasks computed)"
         """
+        head = f"time on {self._slots()} x {self.wall_seconds:.2f} s"
+        if self.total_seconds <= 0:
+            return head
+        shares = self.shares()
+        shown = [f"{label} {shares[label]:.0f}%" for label, seconds in self.labelled() if seconds]
+        return f"{head}: {', '.join(shown)}{self._overlap_said(2)}"
+
+    def _overlap_said(self, digits: int) -> str:
+        """How far the terms' sum passed the slots' time (waits beside compute), or ""."""
         have = self.slots * self.wall_seconds
-        if have <= 0:
-            return f"time on {self._slots()} x {self.wall_seconds:.2f} s"
-        shown = [f"{label} {seconds / have:.0%}" for label, seconds in self.labelled() if seconds]
-        if self.overlap_seconds:  # the shares add up to more than 100%: say by how much
-            shown.append(f"overlapping {self.overlap_seconds / have:.0%}")
-        return f"time on {self._slots()} x {self.wall_seconds:.2f} s: " + ", ".join(shown)
+        if not self.overlap_seconds or have <= 0:
+            return ""
+        total = self.total_seconds
+        return (
+            f" (of {total:.{digits}f} slot-s of work measured, {total / have:.2f}x the slots' "
+            f"{have:.{digits}f} s: reads or writes waited while other tasks computed)"
+        )
 
     def _slots(self) -> str:
         return f"{self.slots} slot" + ("" if self.slots == 1 else "s")
@@ -386,11 +429,13 @@ class Breakdown:
             f"where the time went: {self._slots()} x {self.wall_seconds:.3f} s = "
             f"{have:.3f} slot-s (and {self.setup_seconds:.3f} s of setup around the tasks)"
         ]
+        shares = self.shares(decimals=1)
+        measured = self.total_seconds > 0
         for label, seconds in self.labelled():
-            share = f"{seconds / have:6.1%}" if have > 0 else "   n/a"
+            share = f"{shares[label]:5.1f}%" if measured else "   n/a"
             lines.append(f"  {label:<11}{seconds:10.3f} s {share}  {_MEANING[label]}")
         if self.overlap_seconds:
-            lines.append(f"  (terms overlap by {self.overlap_seconds:.3f} s: waits beside compute)")
+            lines.append(f"  shares are{self._overlap_said(3)}")
         fn_wall = self.compute_seconds + self.redundant_seconds
         lines.append(
             f"fn: {self.fn_calls} calls, {self.fn_cpu_seconds:.3f} s CPU of {fn_wall:.3f} s wall"
@@ -420,6 +465,26 @@ class Breakdown:
     def labelled(self) -> list[tuple[str, float]]:
         """(label, seconds) of each slot term, in order."""
         return [(TERMS[name], seconds) for name, seconds in self.terms().items()]
+
+
+def _percents(values: list[float], decimals: int) -> list[float]:
+    """Each of ``values`` as a percent of their sum, rounded to ``decimals`` so that the
+    rounded ones still add up to 100: each is rounded down, and the units left go to the
+    largest remainders (all 0 when the sum is not positive).
+
+    >>> _percents([1.0, 1.0, 1.0], 0), _percents([1.2, 0.3, 0.6, 0.1, 0.1], 0)
+    ([34.0, 33.0, 33.0], [52.0, 13.0, 26.0, 5.0, 4.0])
+    """
+    total = sum(values)
+    if total <= 0:
+        return [0.0] * len(values)
+    units = 100 * 10**decimals
+    exact = [v / total * units for v in values]
+    rounded = [math.floor(e) for e in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: rounded[i] - exact[i])
+    for i in by_remainder[: units - sum(rounded)]:
+        rounded[i] += 1
+    return [r / 10**decimals for r in rounded]
 
 
 # The slot terms, in order, with the words the summaries use.

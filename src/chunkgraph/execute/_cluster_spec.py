@@ -416,10 +416,11 @@ def _site_default(kind: str, name: str) -> Any:
 
 
 class ClusterStandIn:
-    """A ``ClusterSpec``'s executor in a dry run: tasks would run in other processes, on
-    other hosts; nothing is started and nothing runs."""
+    """A cluster's executor in a dry run: tasks would run in other processes, on other
+    hosts; nothing is started, connected to or run. ``spec``: what names the cluster (a
+    ``ClusterSpec``, a scheduler's address, a ``distributed.Client``)."""
 
-    def __init__(self, spec: ClusterSpec) -> None:
+    def __init__(self, spec: object) -> None:
         self.spec = spec
 
     @property
@@ -439,7 +440,7 @@ class ClusterStandIn:
     ) -> dict[int, Any]:
         raise UsageError(
             f"{self!r} stands in for a cluster in a dry run and runs nothing; give the "
-            "ClusterSpec itself as executor= to start it"
+            "ClusterSpec (or the address) itself as executor= to run on it"
         )
 
     def __repr__(self) -> str:

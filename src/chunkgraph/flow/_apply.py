@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chunkgraph._errors import ConfigError
-from chunkgraph._util import usable_cores
+from chunkgraph._util import format_bytes, usable_cores
 from chunkgraph.flow.plan import (
     DEFAULT_CAST,
     FlowPlan,
@@ -71,6 +71,7 @@ from chunkgraph.flow.plan import (
     with_fn_kwargs,
 )
 from chunkgraph.flow.run import ApplyReport, DeviceUse, FlowRun, limit_calls, resolve_device
+from chunkgraph.flow.state import earlier_sizes, flow_id_of, flow_id_parts, reach, state_root
 from chunkgraph.geometry import Box
 from chunkgraph.volume import Volume
 
@@ -235,6 +236,10 @@ def apply(
         spec, plan, limit = _values_spec(fn, inputs, options, on, shape)
     else:
         spec, plan, limit = _dst_spec(fn, inputs, named, dst, options, shape, cores)
+        if options.resume and options.memory_limit is None and wants_auto_sizes(chunk_sizes):
+            # The default budget may have moved since the run this one resumes (_resume).
+            earlier = _earlier_plan(fn, inputs, named, dst, options, shape, cores, limit, spec)
+            spec, plan = earlier or (spec, plan)
     # What runs; ``fn`` itself names the flow (a concurrency limit changes no result).
     run_fn = limit_calls(fn, fn_resources)
     flow = FlowRun(spec, plan, fn, run_fn, named, dst, options, on, cores=cores,
@@ -295,6 +300,72 @@ def _dst_spec(
     plan, shape = _planned(inputs, dst, shape, cores, limit, source)
     spec = shape.validate(fn, inputs, dst)
     return spec, plan or _given_plan(spec, named, dst, cores, limit, source), limit
+
+
+def _earlier_plan(
+    fn: Callable[..., Any],
+    inputs: Volume | Mapping[str, Volume],
+    named: dict[str, Volume],
+    dst: Volume,
+    options: RunOptions,
+    shape: FlowShape,
+    cores: int,
+    limit: int,
+    planned: FlowSpec,
+) -> tuple[FlowSpec, FlowPlan] | None:
+    """The spec and plan of the unfinished flow of this very work that an earlier run
+    planned with other automatic sizes (``chunkgraph.flow.state._resume``): its sizes,
+    checked by giving its flow id again, its plan sized by today's ``limit``; None when
+    there is none (or this flow, ``planned`` now, has state of its own). Sizes that need
+    more than ``limit`` are not reused: a warning says so, with the memory_limit that would."""
+    root = state_root(options.intermediates, dst)
+    reach(root)  # state in an object store: reached as dst is
+    fingerprint = flow_id_parts(fn, named, dst, planned)
+    for flow_id, sizes in earlier_sizes(root, flow_id_of(fn, named, dst, planned), fingerprint):
+        try:
+            spec = _with_sizes(shape, sizes).validate(fn, inputs, dst)
+        except (ValueError, TypeError, KeyError):  # a record this code cannot use
+            continue
+        if flow_id_of(fn, named, dst, spec) != flow_id:
+            continue  # recorded sizes that no longer give that flow: not the same work
+        source = f"default; the sizes of unfinished flow {flow_id}, resumed"
+        plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit,
+                          memory_limit_source=source)  # fmt: skip
+        if plan.memory_bytes > limit:
+            given = _with_sizes(shape, sizes)
+            warnings.warn(
+                f"resume: flow {flow_id} is this work, left unfinished with automatic sizes "
+                f"planned under another memory_limit; its sizes need "
+                f"{format_bytes(plan.memory_bytes)}, more than the default memory_limit now "
+                f"({format_bytes(limit)}: half the memory available, rounded down to a power "
+                f"of two), so it is not resumed. To resume it anyway, give its sizes and a "
+                f"budget that holds them: chunk_sizes={given.chunk_sizes}, crop_pads="
+                f"{given.crop_pads}, blend_pads={given.blend_pads}, skip_intermediates="
+                f"{given.skip_intermediates}, memory_limit={plan.memory_bytes}",
+                UserWarning,
+                stacklevel=3,
+            )
+            return None
+        return spec, plan
+    return None
+
+
+def _with_sizes(shape: FlowShape, sizes: Mapping[str, Any]) -> FlowShape:
+    """``shape`` with the sizes a flow recorded (``FlowPlan.arguments()`` in JSON), as
+    ``_planned`` gives automatic ones."""
+    levels = [tuple(c) for c in sizes["chunk_sizes"]]
+    modes = shape.blend_modes
+    if isinstance(modes, list) and len(modes) == 1:
+        modes = modes * len(levels)
+    return dataclasses.replace(
+        shape,
+        chunk_sizes=levels,
+        crop_pads=[tuple(p) for p in sizes["crop_pads"]],
+        blend_pads=[tuple(p) for p in sizes["blend_pads"]],
+        blend_modes=modes,
+        skip_intermediates=bool(sizes["skip_intermediates"]),
+        expand_bbox=shape.expand_bbox or bool(sizes.get("expand_bbox", False)),
+    )
 
 
 def _values_spec(

@@ -542,15 +542,20 @@ def _tasks(extent: tuple[int, ...], top: tuple[int, ...]) -> int:
     return math.prod(-(-n // t) for n, t in zip(extent, top, strict=True))
 
 
-# Zarr v3 volumes beside the source, or new levels in a multiscale image.
-OUTPUT_FORMATS = ("zarr3", *(f.name for f in volume.FORMATS if f.multiscale))
+# Zarr v3 volumes beside the source, named by its path prefix or by the table's name for
+# it (``zarr3``, ``zarr``: one format, spelled either way); or new levels in a multiscale image.
+ZARR3_NAMES = volume.format_of("zarr").prefixes
+OUTPUT_FORMATS = (*ZARR3_NAMES, *(f.name for f in volume.FORMATS if f.multiscale))
 
 
 def output_format(source: Volume, format: object, dst: str | None) -> str:
-    """Where the levels go (see the module docstring), or a ``ConfigError``."""
+    """Where the levels go (see the module docstring): ``"zarr3"`` for any of
+    ``ZARR3_NAMES``, or a multiscale format's name; or a ``ConfigError``."""
     own = source.backend if source.format.multiscale else "zarr3"
     if format is None:
         format = own if dst is None else "zarr3"
+    if format in ZARR3_NAMES:
+        format = "zarr3"
     if format not in OUTPUT_FORMATS:
         raise ConfigError(
             f"format {format!r} is not one of {', '.join(OUTPUT_FORMATS)} (default: the "

@@ -124,19 +124,26 @@ _TERM_COLOURS = ("tab:blue", "lightsteelblue", "tab:orange", "navajowhite", "tab
 
 
 def _breakdown(plt: Any, document: Mapping[str, Any]) -> Any:
-    """One stacked bar: the slots' time, a segment per term, labelled with its share."""
+    """One stacked bar: the terms' sum, a segment per term, labelled with its share of that
+    sum (the shares add up to 100%); a line marks the slots' time where the terms overlap."""
     b = Breakdown.from_json(document["summary"]["breakdown"])
     figure, axes = plt.subplots(figsize=(WIDTH_INCHES, 2.6))
-    have = max(b.slots * b.wall_seconds, 1e-9)
+    have = b.slots * b.wall_seconds
+    total = max(b.total_seconds, 1e-9)
+    shares = b.shares()
     left = 0.0
     for (label, seconds), colour in zip(b.labelled(), _TERM_COLOURS, strict=True):
-        axes.barh(0, seconds, left=left, color=colour, label=f"{label} {seconds / have:.0%}")
-        if seconds / have >= 0.06:  # room for the words
+        axes.barh(0, seconds, left=left, color=colour, label=f"{label} {shares[label]:.0f}%")
+        if seconds / total >= 0.06:  # room for the words
             axes.text(left + seconds / 2, 0, label, ha="center", va="center", fontsize=8)
         left += seconds
-    axes.set_xlim(0, max(left, have))
+    axes.set_xlim(0, max(left, have, 1e-9))
     axes.set_yticks([])
-    axes.set_xlabel(f"slot-seconds ({b.slots} slots x {b.wall_seconds:.3g} s)")
+    xlabel = f"slot-seconds ({b.slots} slots x {b.wall_seconds:.3g} s)"
+    if b.overlap_seconds and have > 0:
+        axes.axvline(have, color="black", linewidth=1)
+        xlabel += f"; the terms overlap: {total / have:.2f}x the slots' time (the line)"
+    axes.set_xlabel(xlabel)
     axes.set_title(f"where the time went; {b.memory_line()}", loc="left", fontsize=9)
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncols=4, fontsize=7,
                 frameon=False)  # fmt: skip

@@ -21,7 +21,9 @@ its next task: Dask cannot stop a running call, so it asks (``cancel_check``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,7 +33,7 @@ import numpy.typing as npt
 
 from chunkgraph import planning
 from chunkgraph._errors import RunEndedError
-from chunkgraph.execute import LocalExecutor
+from chunkgraph.execute import Event, EventKind, LocalExecutor
 from chunkgraph.execute._breakdown import NO_TIMES, TaskTimes
 from chunkgraph.execute._dask_stream import cancel_check, worker_name, worker_threads
 from chunkgraph.flow.run._late_writes import check_run_live
@@ -89,7 +91,9 @@ class BatchStats:
     """What a batch (or many, summed) of one ``kind`` did: ``done`` tasks now done (run
     here, or recorded by an earlier try), ``ran`` of them here in ``seconds`` of wall;
     the tasks' levels, bytes (a top task reads inputs and writes a layer or dst, a
-    reduction reads layers and writes dst), saturated voxels and times, summed."""
+    reduction reads layers and writes dst), saturated voxels and times, summed;
+    ``retried`` tasks were tried again after failing, ``retries`` times in all (the
+    batch's own executor's retries, which the run's report counts)."""
 
     kind: str = TOP
     batch: str = ""
@@ -102,6 +106,8 @@ class BatchStats:
     saturated: int = 0
     times: TaskTimes = NO_TIMES
     worker: str = ""  # the Dask worker that ran the batch ("" in sums)
+    retried: int = 0
+    retries: int = 0
 
     @classmethod
     def of(cls, kind: str, stats: Iterable[TopStats | ReductionStats]) -> BatchStats:
@@ -136,6 +142,8 @@ class BatchStats:
             self.bytes_written + other.bytes_written,
             self.saturated + other.saturated,
             self.times + other.times,
+            retried=self.retried + other.retried,
+            retries=self.retries + other.retries,
         )
 
 
@@ -161,19 +169,29 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
             box = redo.box(index)
             graph.add(_reduce_item, job, key, box, recorder, name=f"apply-reduce{box}")
     results: dict[int, TopStats | ReductionStats] = {}
+    retries: Counter[int] = Counter()  # failed tries retried, per task of the graph
     try:
         if len(graph):
             threads = worker_threads()
             executor = LocalExecutor("threads", workers=threads, retries=settings.retries)
-            results = executor.run(graph, plan=_plan(graph, job, threads, settings))
+            results = executor.run(
+                graph, plan=_plan(graph, job, threads, settings),
+                subscribers=[functools.partial(_count_retry, retries)],
+            )  # fmt: skip
     finally:
         recorder.close()  # what finished written, failure or not: a resume skips it
     stats = BatchStats.of(batch.kind, results.values())
     done = len(recorded.intersection(grid_key(tuple(r)) for r in batch.indices.tolist()))
     return dataclasses.replace(
         stats, batch=batch.id, done=stats.ran + done, seconds=time.perf_counter() - start,
-        worker=worker_name(),
+        worker=worker_name(), retried=len(retries), retries=retries.total(),
     )  # fmt: skip
+
+
+def _count_retry(retries: Counter[int], event: Event) -> None:
+    """Count a task's try that failed and is tried again (the run's report counts them)."""
+    if event.kind is EventKind.RETRIED:
+        retries[event.task] += 1
 
 
 def _plan(graph: Graph, job: TopJob, threads: int, settings: BatchSettings) -> planning.Plan:

@@ -349,7 +349,8 @@ def _emit_batch(events: EventQueue, stats: BatchStats, first: int) -> None:
     """A batch's tasks as a run report sees them: ids in the order they came back, named
     by the batch, on its Dask worker, spread evenly over the seconds the batch ran
     (ending now: the worker's clock is not this one's); tasks an earlier try recorded
-    take no time."""
+    take no time. The batch's ``retried`` tasks (which ones it does not say: its first
+    ones here) have their ``retries`` failed tries first, so the report counts both."""
     name = f"apply-batch-{stats.batch}"
     worker = stats.worker or "dask"
     end = time.perf_counter()
@@ -357,10 +358,28 @@ def _emit_batch(events: EventQueue, stats: BatchStats, first: int) -> None:
     start = end - stats.seconds
     for n, task in enumerate(range(first, first + stats.done)):
         began = min(start + n * step, end)
-        events.emit(EventKind.STARTED, task, name, attempt=1, worker=worker, at=began)
+        attempt = 1
+        for _ in range(_retries_of(n, stats)):
+            events.emit(EventKind.STARTED, task, name, attempt=attempt, worker=worker, at=began)
+            events.emit(EventKind.RETRIED, task, name, attempt=attempt, worker=worker, at=began)
+            attempt += 1
+        events.emit(EventKind.STARTED, task, name, attempt=attempt, worker=worker, at=began)
         ended = min(began + step, end) if n < stats.ran else began
-        events.emit(EventKind.FINISHED, task, name, attempt=1, worker=worker, at=ended)
+        events.emit(EventKind.FINISHED, task, name, attempt=attempt, worker=worker, at=ended)
     events.drain()
+
+
+def _retries_of(n: int, stats: BatchStats) -> int:
+    """The failed tries of the batch's ``n``-th task: its ``retries`` spread over its first
+    ``retried`` tasks, the remainder on the first of them.
+
+    >>> [_retries_of(n, BatchStats(done=4, ran=4, retried=2, retries=5)) for n in range(4)]
+    [3, 2, 0, 0]
+    """
+    if n >= stats.retried:
+        return 0
+    each, extra = divmod(stats.retries, stats.retried)
+    return each + (1 if n < extra else 0)
 
 
 def _named_batch(batched: BatchedRun, error: BaseException) -> BaseException:

@@ -52,7 +52,14 @@ from chunkgraph.flow.run._top_task import (
     run_top_task,
     superchunks_in_flight,
 )
-from chunkgraph.flow.state import REDUCE, TOP, close_journal, grid_key, open_journal
+from chunkgraph.flow.state import (
+    REDUCE,
+    SIZES_KEY,
+    TOP,
+    close_journal,
+    grid_key,
+    open_journal,
+)
 from chunkgraph.geometry import Box
 from chunkgraph.graph import Cost, Graph
 
@@ -99,6 +106,7 @@ class FlowGraph:
         own_pool: bool = False,
         memory_limit: int | None = None,
         fingerprint: dict[str, str] | None = None,
+        sizes: dict[str, Any] | None = None,
     ) -> None:
         """``layers``/``layer_vols``: the checkerboard (None, (): direct writes);
         ``top_memory``: bytes one top-level task holds (``top_task_memory``);
@@ -107,8 +115,10 @@ class FlowGraph:
         than the process-wide one (``workers`` was given; over an object store the pool
         is always the flow's own, of ``io_pool_threads(cores)``); ``memory_limit``: bytes that
         the top-level tasks in flight together may not exceed (at least one runs);
-        ``fingerprint``: ``flow_id_parts``, recorded in ``flow.json``."""
+        ``fingerprint``: ``flow_id_parts``, and ``sizes``: the plan's sizes as apply takes
+        them (``FlowPlan.arguments()``), both recorded in ``flow.json``."""
         self.spec = spec
+        self.sizes = sizes
         self.top_memory = top_memory
         self.cores = cores
         self.memory_limit = memory_limit
@@ -220,6 +230,9 @@ class FlowGraph:
                 assert isinstance(executor, DaskExecutor)
                 stream_batches(batched, executor, progress, subscribers)
                 top, red = batched.totals[TOP], batched.totals[REDUCE]
+                # A batch run again (its worker died) skipped the keys its record held.
+                skipped_top += top.done - top.ran
+                skipped_red += red.done - red.ran
                 self.pending_voxels = batched.pending_voxels
             else:
                 results = self._run_graph(graph, refs, executor, progress, subscribers)
@@ -256,6 +269,8 @@ class FlowGraph:
         extra: dict[str, Any] = {}
         if self.fingerprint is not None:
             extra["fingerprint"] = self.fingerprint
+        if self.sizes is not None:
+            extra[SIZES_KEY] = self.sizes  # a resume under another budget finds them (_resume)
         if self.layers is not None:
             extra[LAYERS_KEY] = str(self.layers.root)
         if self.deferred and self.layers is not None:
@@ -394,7 +409,7 @@ class FlowGraph:
             flow_id=self.state.flow_id,
             dry_run=False,
             tasks_per_level=tuple(counts),
-            reductions=red.done,
+            reductions=red.ran,
             bytes_read=bytes_read,
             bytes_written=written,
             temporary_bytes=temporary,

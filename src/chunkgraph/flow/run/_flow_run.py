@@ -47,10 +47,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunkgraph._errors import ConfigError
+from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph._util import usable_cores
 from chunkgraph.execute import ChecksPaths, ClusterSpec, resolve_executor
-from chunkgraph.execute._executor import close_resolved
+from chunkgraph.execute._cluster_spec import ClusterStandIn
+from chunkgraph.execute._executor import close_resolved, is_dask_client, is_scheduler_address
+from chunkgraph.execute._failures import describe, innermost
 from chunkgraph.flow.plan import (
     DEFAULT_RETRIES,
     DEVICE_TASKS_IN_FLIGHT,
@@ -308,6 +310,7 @@ class FlowRun:
         beside dst and in an in-place dst, and a fresh run starts from clean markers and
         layers; then the graph's owner."""
         state.record.remove()
+        state.clear_failure()
         state.note_beside(dst)  # `chunkgraph status DST` finds state kept elsewhere
         if in_place is not None:
             state.mark_in_place(dst)
@@ -329,6 +332,7 @@ class FlowRun:
             own_pool=self.options.workers is not None,
             memory_limit=self.memory_limit,
             fingerprint=fingerprint,
+            sizes=None if self.plan is None else _jsonable(self.plan.arguments()),
         )
 
     def _execute(
@@ -339,6 +343,8 @@ class FlowRun:
         try:
             return flow.run(executor, options.progress, self.t0, before, options.subscribers)
         except BaseException as error:
+            if isinstance(error, Exception):  # not a Ctrl-C: that run is interrupted
+                _record_failure(state, error)
             damaged = state.layer_corrupt(error)
             error.add_note(kept_state_note(state.root, state.flow_id, damaged=damaged))
             raise
@@ -380,6 +386,48 @@ class FlowRun:
         return max(usable_cores(), device.count * DEVICE_TASKS_IN_FLIGHT)
 
 
+def _jsonable(sizes: Mapping[str, object]) -> dict[str, Any]:
+    """``FlowPlan.arguments()`` as JSON keeps them: each level's tuples as lists.
+
+    >>> _jsonable({"chunk_sizes": [(8, 8)], "skip_intermediates": True})
+    {'chunk_sizes': [[8, 8]], 'skip_intermediates': True}
+    """
+    return {
+        k: [list(v) for v in value] if isinstance(value, list) else value
+        for k, value in sizes.items()
+    }
+
+
+def _record_failure(state: FlowDir, error: Exception) -> None:
+    """Record for ``chunkgraph status`` that the run failed, with its error's first line;
+    a record that cannot be written is said in a note, never in place of the error."""
+    try:
+        state.record_failure(failure_line(error))
+    except Exception as unrecorded:
+        error.add_note(f"(the failure could not be recorded for `chunkgraph status`: "
+                       f"{type(unrecorded).__name__}: {unrecorded})")  # fmt: skip
+
+
+def failure_line(error: BaseException) -> str:
+    """The first line of what failed: the first failed task's own error (under the loops'
+    groups; ``TaskError.detail``, which crosses processes), its task, and how many other
+    errors there were.
+
+    >>> failure_line(ExceptionGroup("2 task(s) failed", [ValueError("bad\\nmore"), KeyError(1)]))
+    'ValueError: bad (and 1 other error)'
+    >>> failure_line(TaskError("top-3", detail="OSError: disk full"))
+    'OSError: disk full (task top-3)'
+    """
+    leaf, others = innermost(error)
+    if isinstance(leaf, TaskError) and leaf.detail:
+        line = f"{(leaf.detail.splitlines() or [''])[0]} (task {leaf.task})"
+    else:
+        line = (describe(leaf).splitlines() or [""])[0]
+    if others:
+        line += f" (and {others} other error{'s' if others > 1 else ''})"
+    return line
+
+
 def _about(flow_id: str, fn: Callable[..., Any]) -> dict[str, str]:
     """What a claim on dst says of this flow: its id and its function's name."""
     named = getattr(fn, "func", fn)  # a partial (fn_kwargs): the function it binds
@@ -418,7 +466,8 @@ def flow_executor(
     A kind ("threads", the default, "processes", "sync") takes ``workers``, ``retries``
     (``DEFAULT_RETRIES`` when not given) and ``timeout``; an Executor carries its own
     settings, and one given beside it is refused (never dropped). A ``ClusterSpec`` is
-    started here (closed by ``close_resolved``); a dry run plans with its stand-in.
+    started here (closed by ``close_resolved``), an address connected to; a dry run plans
+    with a stand-in for either (``ClusterStandIn``) and starts or connects to nothing.
     """
     given = options.executor
     retries = options.retries
@@ -426,6 +475,8 @@ def flow_executor(
         retries = DEFAULT_RETRIES  # a kind, an address, a cluster; an Executor: its own
     if options.dry_run and isinstance(given, ClusterSpec):
         chosen: Executor = given.stand_in()  # a dry run starts no cluster
+    elif options.dry_run and (is_scheduler_address(given) or is_dask_client(given)):
+        chosen = ClusterStandIn(given)  # nor asks a scheduler anything
     else:
         chosen = resolve_executor(
             given or "threads", workers=workers, retries=retries, timeout=options.timeout

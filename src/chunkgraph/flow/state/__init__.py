@@ -13,7 +13,8 @@ pyproject.toml checks it; no module here imports another inside a function)::
                                         of the driver's own tasks written in bulk
     _flow_dir                           FlowDir: one flow's state behind methods
     _status                             what each flow under a root is doing
-    _clean                              removing a flow, or the stale ones
+    _clean | _resume                    removing a flow, or the stale ones; the unfinished
+                                        flow of the same work a resume may continue
 
 A root is a value (``StateRoot``), made once from what a person gave
 (``StateRoot.of``, ``state_root``) and passed whole: nothing here asks a root's
@@ -53,6 +54,7 @@ from chunkgraph.flow.state._layout import (
     status_command,
 )
 from chunkgraph.flow.state._markers import REDUCE, TOP, MarkerStore, grid_key
+from chunkgraph.flow.state._resume import SIZES_KEY, earlier_sizes
 from chunkgraph.flow.state._root import StateRoot
 from chunkgraph.flow.state._status import (
     STALE_AFTER_HOURS,
@@ -68,6 +70,7 @@ from chunkgraph.flow.state._store import flow_location, reach, state_store
 
 __all__ = [
     "REDUCE",
+    "SIZES_KEY",
     "STALE_AFTER_HOURS",
     "TOP",
     "FlowDir",
@@ -84,6 +87,7 @@ __all__ = [
     "default_root",
     "default_state_root",
     "dst_of_state_root",
+    "earlier_sizes",
     "flow_id_of",
     "flow_id_parts",
     "flow_location",

@@ -29,9 +29,10 @@ from chunkgraph.flow.state._info import (
     mark_in_place,
     read_flow_info,
     unmark_in_place,
+    write_failure,
     write_flow_info,
 )
-from chunkgraph.flow.state._layout import LOCK_SUFFIX, SCRATCH_NAME, layers_place
+from chunkgraph.flow.state._layout import FAILED_NAME, LOCK_SUFFIX, SCRATCH_NAME, layers_place
 from chunkgraph.flow.state._lock import flow_lock, hold
 from chunkgraph.flow.state._markers import (
     CompletionRecord,
@@ -176,6 +177,16 @@ class FlowDir:
 
     def write_info(self, **fields: Any) -> None:
         write_flow_info(self.own_store, **fields)
+
+    def record_failure(self, error: str) -> None:
+        """Record that this run failed with ``error`` (one line) for ``status``; refused
+        (``FlowLockedError``) when this run lost its lock."""
+        check_fence(self.location)
+        write_failure(self.own_store, error)
+
+    def clear_failure(self) -> None:
+        """A run starts: the last run's failure is no longer what the flow is doing."""
+        self.own_store.delete(FAILED_NAME)
 
     def discard(self) -> None:
         """Delete the flow's folder (``_markers.discard_flow``), and its layers where they

@@ -1,22 +1,29 @@
-"""What a flow records about itself: ``flow.json``, and the mark of an in-place flow.
+"""What a flow records about itself: ``flow.json``, why it failed, and the mark of an
+in-place flow.
 
 Policy. ``flow.json`` (``write_flow_info``) holds a flow's totals, whether its layers
 are its result (``deferred``), the dst stamp and the fingerprint, so that ``status``
-shows progress and a resume knows what it resumes. An in-place flow (dst is also its
-input) marks dst (``IN_PLACE_MARK``) before its first task and unmarks it when it
-finishes: a run with other intermediates finds the interrupted flow through the mark,
-and one that finds a mark whose state is gone refuses (``lost_in_place_state``).
-Both are written atomically (``StateStore.write``).
+shows progress and a resume knows what it resumes. ``failed.json`` (``write_failure``)
+holds the first line of the error a run ended with, so that ``status`` tells a flow
+whose fn raised (failed) from one that was killed or stopped (interrupted: nothing
+written); the next run of the flow removes it as it starts.
+
+An in-place flow (dst is also its input) marks dst (``IN_PLACE_MARK``) before its
+first task and unmarks it when it finishes: a run with other intermediates finds the
+interrupted flow through the mark, and one that finds a mark whose state is gone
+refuses (``lost_in_place_state``).
+Each is written atomically (``StateStore.write``).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from chunkgraph.flow.state._layout import DONE_SUFFIX, IN_PLACE_MARK, INFO_NAME
+from chunkgraph.flow.state._layout import DONE_SUFFIX, FAILED_NAME, IN_PLACE_MARK, INFO_NAME
 from chunkgraph.flow.state._root import StateRoot
-from chunkgraph.flow.state._store import StateStore, read_json, state_store, volume_store
+from chunkgraph.flow.state._store import StateStore, join, read_json, state_store, volume_store
 from chunkgraph.volume import Volume
 
 
@@ -51,6 +58,21 @@ def read_flow_info(store: StateStore) -> dict[str, Any]:
     """``flow.json`` in ``store``, the store of a flow's folder ({} when missing or
     unreadable)."""
     return read_json(store, INFO_NAME) or {}
+
+
+def write_failure(store: StateStore, error: str) -> None:
+    """Record in ``store`` (the flow's folder) that its run failed with ``error`` (one
+    line), and when."""
+    failure = {"error": error, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    store.write(FAILED_NAME, json.dumps(failure).encode())
+
+
+def read_failure(store: StateStore, flow_id: str = "") -> str | None:
+    """The error line ``write_failure`` recorded in ``store`` (the flow's folder, or the
+    root holding folder ``flow_id``); None: the flow's last run did not fail, or is
+    running, or the record is unreadable."""
+    error = (read_json(store, join(flow_id, FAILED_NAME)) or {}).get("error")
+    return error if isinstance(error, str) else None
 
 
 def in_place_mark(dst: Volume) -> tuple[StateRoot, str] | None:

@@ -8,6 +8,7 @@ names a part through these constants and functions::
       <flow id>.lock              held while a run holds the flow (_lock)
       <flow id>.done              completion record (_markers.CompletionRecord)
       <flow id>/flow.json         totals, dst stamp, fingerprint (_info)
+      <flow id>/failed.json       the error the last run failed with, if it failed (_info)
       <flow id>/markers/<kind>/   done markers (_markers.MarkerStore)
       <flow id>/markers/<kind>.records/   records of many done markers each, one per
                                   batch of tasks (MarkerStore.mark_done_many)
@@ -40,6 +41,9 @@ from chunkgraph.volume import Volume, is_object_url, split_format, split_url
 LOCK_SUFFIX = ".lock"
 DONE_SUFFIX = ".done"
 INFO_NAME = "flow.json"
+# The first line of the error a run failed with (fn raised): status says "failed", not
+# "interrupted" (a run killed writes nothing). Removed as the next run starts.
+FAILED_NAME = "failed.json"
 LAYERS_NAME = "layers"
 MARKERS_NAME = "markers"
 # markers/<kind><RECORDS_SUFFIX>/<record>: beside the plain markers of a kind, never among

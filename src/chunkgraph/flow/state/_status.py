@@ -28,20 +28,24 @@ States (``FlowStatus``), decided in this order:
   ``lock_wait=0`` in the microseconds the probe holds the lock is refused
   (``FlowLockedError``, nothing written); with any ``lock_wait`` it just waits.
 * ``DEFERRED``: ``flow.json`` says ``deferred`` and every top-level task is
-  marked done (a deferred run that failed or was killed is ``INTERRUPTED``,
-  like any other): its layers are the result
+  marked done (a deferred run that failed or was killed is ``FAILED`` or
+  ``INTERRUPTED``, like any other): its layers are the result
   (``blend_modes="defer"``), never removed by ``--stale``. ``reduce_deferred``
   turns it ``FINISHED`` (record written, ``deferred`` false): the layers are
   then leftovers of a finished flow, which ``--stale`` removes.
 * ``FINISHED``: a completion record exists. Temporaries left beside it (a
   run killed while deleting them) are useless: a resume discards them.
-* ``INTERRUPTED``: temporaries and no record: a run failed or was killed;
-  ``resume=True`` continues it.
+* ``FAILED``: temporaries, no record, and ``failed.json``: the last run ended with an
+  error (fn raised, a store failed); ``FlowState.error`` is its first line.
+  ``resume=True`` continues it once the cause is fixed.
+* ``INTERRUPTED``: temporaries and no record, and no error recorded: a run was
+  killed (it could record nothing) or stopped (Ctrl-C); ``resume=True`` continues it.
 
 Stale (``FlowState.stale``): not running and either finished with temporaries
-left, or interrupted and unmodified for ``older_than_hours``. Age is the last
-modification of the flow's directories (a marker added, a layer created):
-a few ``stat`` calls, so ``warn_if_stale`` costs nothing at the start of a flow.
+left, or unfinished (failed or interrupted) and unmodified for
+``older_than_hours``. Age is the last modification of the flow's directories (a
+marker added, a layer created): a few ``stat`` calls, so ``warn_if_stale`` costs
+nothing at the start of a flow.
 
 A resume that finds no state of its own flow (``resume_mismatch``) looks for
 the state of another flow into the same destination (same recorded ``dst``
@@ -69,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkgraph.flow.state._fingerprint import PART_NAMES
-from chunkgraph.flow.state._info import read_flow_info
+from chunkgraph.flow.state._info import read_failure, read_flow_info
 from chunkgraph.flow.state._layout import (
     DONE_SUFFIX,
     FLOW_PARTS,
@@ -107,6 +111,7 @@ class FlowStatus(enum.Enum):
     RUNNING = "running"
     DEFERRED = "deferred"
     FINISHED = "finished"
+    FAILED = "failed"
     INTERRUPTED = "interrupted"
 
 
@@ -120,7 +125,8 @@ class FlowState:
     measured); ``modified``: epoch seconds of the last modification;
     ``owner``: the lock file's pid, host and start time; ``finished``: the
     completion record's time; ``root``: the state root it lies under (``flow_dir`` is
-    ``<root>/<flow id>``, a path or a URL).
+    ``<root>/<flow id>``, a path or a URL); ``error``: a failed flow's error, its first
+    line.
     """
 
     flow_id: str
@@ -140,17 +146,23 @@ class FlowState:
     deferred: bool = False
     # The blend mode the completion record says a deferred flow was reduced with.
     reduced_with: str | None = None
+    error: str | None = None
+
+    @property
+    def unfinished(self) -> bool:
+        """Stopped before it finished (failed or interrupted): a resume continues it."""
+        return self.status in (FlowStatus.FAILED, FlowStatus.INTERRUPTED)
 
     def age_hours(self, now: float | None = None) -> float:
         return max(0.0, ((time.time() if now is None else now) - self.modified) / 3600)
 
     def stale(self, older_than_hours: float = STALE_AFTER_HOURS, now: float | None = None) -> bool:
-        """Abandoned temporaries: finished with leftovers, or interrupted and old enough."""
+        """Abandoned temporaries: finished with leftovers, or unfinished and old enough."""
         if not self.has_temporaries:
             return False
         if self.status is FlowStatus.FINISHED:
             return True
-        return self.status is FlowStatus.INTERRUPTED and self.age_hours(now) >= older_than_hours
+        return self.unfinished and self.age_hours(now) >= older_than_hours
 
     def progress(self) -> str:
         """``"top 3/8, reductions 0/4"`` (``?`` where no total is recorded)."""
@@ -172,6 +184,7 @@ class FlowState:
             "modified": self.modified,
             "owner": self.owner,
             "finished": self.finished,
+            "error": self.error,
         }
 
 
@@ -223,8 +236,9 @@ def read_flow(root: StateRoot, flow_id: str, *, sizes: bool = True) -> FlowState
         functools.partial(_count_markers, store, flow_id, TOP),
         functools.partial(_count_markers, store, flow_id, REDUCE),
         functools.partial(_modified, store, flow_id),
+        functools.partial(read_failure, store, flow_id),
     ]
-    (running, owner), record, info, has_temps, top_done, reductions_done, modified = at_once(
+    (running, owner), record, info, has_temps, top_done, reductions_done, modified, error = at_once(
         store, reads
     )
     info = info or {}
@@ -233,10 +247,12 @@ def read_flow(root: StateRoot, flow_id: str, *, sizes: bool = True) -> FlowState
         status = FlowStatus.RUNNING
     elif info.get("deferred") and top_total is not None and top_done >= top_total:
         # flow.json says deferred from the start of the run: its layers are a result only
-        # once every top-level task wrote its part (a failed or killed run is interrupted).
+        # once every top-level task wrote its part (a failed or killed run is not).
         status = FlowStatus.DEFERRED
     elif record is not None:
         status = FlowStatus.FINISHED
+    elif error is not None:
+        status = FlowStatus.FAILED
     else:
         status = FlowStatus.INTERRUPTED
     if record is not None:
@@ -259,6 +275,7 @@ def read_flow(root: StateRoot, flow_id: str, *, sizes: bool = True) -> FlowState
         root=root,
         deferred=bool(info.get("deferred")),
         reduced_with=_reduced_with(record),
+        error=error if status is FlowStatus.FAILED else None,
     )
 
 
@@ -366,7 +383,7 @@ def in_place_conflict(
     may start. Its own state does not count when ``resuming`` (the resume finishes it)."""
     for state in read_flows(root, sizes=False):
         # The caller holds flow_id's lock, so its own state reads as running.
-        unfinished = state.status is FlowStatus.INTERRUPTED or (
+        unfinished = state.unfinished or (
             state.flow_id == flow_id and state.status is FlowStatus.RUNNING
         )
         if not unfinished or state.top_done == 0:
