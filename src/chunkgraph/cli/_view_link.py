@@ -49,8 +49,10 @@ def say_view(args: argparse.Namespace, paths: Sequence[str], out: TextIO) -> Non
 def serve(paths: Sequence[str], *, out: TextIO = sys.stdout, **options: Any) -> None:
     """Serve ``paths`` (``view``'s ``options``), print the URL, and wait for Ctrl-C."""
     shown = view(*paths, **{"open_browser": True, **options})
-    print(shown.url, file=out, flush=True)
     try:
+        # The URL inside the try: a Ctrl-C that comes as soon as it is read lands in the
+        # print's last step (the handler runs when the call returns), not before the try.
+        print(shown.url, file=out, flush=True)
         threading.Event().wait()  # the server runs in its own thread until Ctrl-C
     except KeyboardInterrupt:
         pass
