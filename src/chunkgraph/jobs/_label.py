@@ -225,6 +225,7 @@ def label(
     merged = (
         None if options.dry_run else merge(find.values or {}, source.bounds, chunk, connectivity)
     )
+    find = dataclasses.replace(find, values=None)  # every chunk's faces: not kept past the merge
     out = _out_dtype(merged, wanted, source)
     _check_resumed(existing, source, out)
     target = _make_dst(source, dst, out, backend, options.dry_run)
@@ -238,6 +239,9 @@ def label(
             chunk_sizes=[chunk],
             expand_bbox=True,
             skip_intermediates=True,  # chunks of whole dst chunks, no overlap: write once
+            # fn returns exactly dst's dtype (the table's): the ids are counted, not cast from
+            # src, so the default rule's check of src's dtype against dst's does not apply.
+            cast="same_kind",
             run=options,
         )
     except ConfigError:
@@ -299,10 +303,16 @@ def _table(
     if merged is None:
         grid = tuple(-(-n // c) for n, c in zip(extent, chunk, strict=True))
         zeros = np.zeros(grid, np.int64)
-        return {"offsets": zeros, "counts": zeros, "table": np.zeros(1, dtype)}
+        return {
+            "offsets": zeros,
+            "counts": zeros,
+            "digests": zeros.astype(np.uint64),
+            "table": np.zeros(1, dtype),
+        }
     return {
         "offsets": merged.offsets,
         "counts": merged.counts,
+        "digests": merged.digests,
         "table": merged.table.astype(dtype),
     }
 
