@@ -116,9 +116,16 @@ def _pairs(
             for step in itertools.product((-1, 0, 1), repeat=ndim)
             if step[axis] == 1 and structure[tuple(d + 1 for d in step)]
         ]
+        # Each layer's chunks, found once: each chunk is visited twice per axis, not
+        # once per layer.
+        layers: list[list[tuple[tuple[int, ...], Box, Pieces]]] = [
+            [] for _ in range(offsets.shape[axis])
+        ]
+        for entry in chunks:
+            layers[entry[0][axis]].append(entry)
         for layer in range(1, offsets.shape[axis]):
-            low = _plane(chunks, bounds, offsets, axis, layer - 1, 1)
-            high = _plane(chunks, bounds, offsets, axis, layer, 0)
+            low = _plane(layers[layer - 1], bounds, offsets, axis, 1)
+            high = _plane(layers[layer], bounds, offsets, axis, 0)
             found.append(_touching(low, high, steps))
     return np.concatenate(found)
 
@@ -128,16 +135,13 @@ def _plane(
     bounds: Box,
     offsets: np.ndarray[Any, Any],
     axis: int,
-    layer: int,
     end: int,
 ) -> np.ndarray[Any, Any]:
     """The plane of provisional ids on one side of a boundary: the first (``end`` 0) or
-    last (1) plane on ``axis`` of every chunk with pieces in grid layer ``layer``."""
+    last (1) plane on ``axis`` of every chunk with pieces in one grid layer (``chunks``)."""
     shape = tuple(n for k, n in enumerate(bounds.shape) if k != axis)
     plane = np.zeros(shape, np.int64)
     for index, box, found in chunks:
-        if index[axis] != layer:
-            continue
         face = np.asarray(found.faces[2 * axis + end], np.int64)  # 0-d for a 1-d volume
         face[face > 0] += offsets[index]
         start = [
