@@ -104,8 +104,7 @@ def test_refusals_name_the_command_lines_options(
     assert cli.main(["label", str(noise), str(tmp_path / "n.zarr"), "--dtype", "uint8"]) == 2
     err = capsys.readouterr().err
     assert "2048 components" in err and "leave --dtype out" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".dst.zarr.chunkgraph", "dst.zarr",
-                                                           "noise.zarr", "src.zarr", "u8"]  # fmt: skip
+    assert not (tmp_path / "n.zarr").exists()
 
 
 # The label run killed below: the CLI's own entry point, with a subscriber that sleeps

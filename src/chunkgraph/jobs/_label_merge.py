@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -157,9 +158,16 @@ def _touching(
     """Pairs ``(low[x], high[x + step])`` where both are foreground, over every step."""
     found = []
     for step in steps:
-        a = tuple(slice(max(0, -d), n - max(0, d)) for d, n in zip(step, low.shape, strict=True))
-        b = tuple(slice(max(0, d), n - max(0, -d)) for d, n in zip(step, low.shape, strict=True))
-        x, y = low[(*a, ...)], high[(*b, ...)]  # arrays, also when the planes are 0-d
+        # Ellipsis last: arrays, also when the planes are 0-d (a 1-d volume).
+        a: tuple[slice | EllipsisType, ...] = (
+            *(slice(max(0, -d), n - max(0, d)) for d, n in zip(step, low.shape, strict=True)),
+            ...,
+        )
+        b: tuple[slice | EllipsisType, ...] = (
+            *(slice(max(0, d), n - max(0, -d)) for d, n in zip(step, low.shape, strict=True)),
+            ...,
+        )
+        x, y = low[a], high[b]
         both = (x > 0) & (y > 0)
         found.append(np.stack([x[both], y[both]], axis=1))
     if not found:
