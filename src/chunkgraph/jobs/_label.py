@@ -3,8 +3,10 @@ reduction between them.
 
 ::
 
-    src ──> find: dst=None flow, crop 0 ──> Pieces per chunk (count, first voxels, faces)
-                                               │  (small: 2 x ndim planes per chunk)
+    src ──> find: dst=None flow, crop 0 ──> Pieces per chunk (count, first voxels, faces,
+                                               │   the foreground's digest)
+                                               │  (2 x ndim planes per chunk: dropped after
+                                               │   the merge, not kept in the report)
                                                v
                  merge, on the driver (_label_merge): faces -> pairs -> components
                  -> table: provisional id -> final id 1..N (scipy's numbering)
@@ -27,15 +29,21 @@ same structure, ids and all: components are numbered 1..N by their first voxel i
 order, whatever the chunks, workers or executor, so two runs write the same bytes.
 
 Resume. The find pass writes nothing and is run again; the same source gives the same
-table, so the relabel flow has the same flow id (it hashes ``fn_kwargs``, the table
-with them) and skips the chunks it wrote before. A source changed in between gives
-another table, another flow, and a fresh relabel; a chunk that changed during the
+table and the same digests of the chunks' foregrounds, so the relabel flow has the same
+flow id (it hashes ``fn_kwargs``: the table and the digests with them) and skips the
+chunks it wrote before. A source changed in between, by as little as one voxel, gives
+other digests, another flow, and a fresh relabel; a chunk that changed during the
 relabel pass is refused (``relabel_chunk``).
 
+dtype. The ids are counted, not cast from the source: relabel returns exactly dst's
+dtype, under ``cast="same_kind"`` so that apply's check of the source's dtype against
+dst's (meant for fns that pass values through) does not refuse an int16 or uint64 source.
+Only the component count decides whether a dtype fits.
+
 Refusals (``ConfigError`` before anything is written): a float source without a
-threshold, a connectivity outside 1..ndim, a dtype that is not an integer or too
-small for the components found (checked after the find pass, before dst is made), a
-dst that exists without ``resume``.
+threshold, a connectivity outside 1..ndim, a memory limit below one task's need, a
+dtype that is not an integer or too small for the components found (checked after the
+find pass, before dst is made), a dst that exists without ``resume``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Both passes see the same voxels: a chunk is clipped to the volume's bounds befor
 labelled (the flow grows the bbox to whole chunks; what lies past the edge is not
 foreground, whatever the fill value), so the second labelling gives the same pieces
 in the same order. The first pass also returns a digest of the chunk's foreground
-(``Pieces.digest``: blake2b of the packed mask, ~1 ms for 2^19 voxels); the last pass
+(``Pieces.digest``: blake2b of the packed mask, 0.07 ms for 2^19 voxels); the last pass
 computes it again and refuses a chunk whose foreground differs (``SourceChangedError``)
 instead of writing ids the table does not describe. The digests also name the relabel
 flow (they are among its keywords), so a source changed before a resume is another flow.
