@@ -77,8 +77,34 @@ def test_an_existing_dst_exits_2_and_a_missing_source_too(
     dst = tmp_path / "dst.zarr"
     assert cli.main(["label", str(src), str(dst), "--quiet"]) == 0
     assert cli.main(["label", str(src), str(dst)]) == 2
-    assert "already exists" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already exists" in err and "pass --resume" in err
+    assert "resume=True" not in err and "volume.remove" not in err
     assert cli.main(["label", str(tmp_path / "none.zarr"), str(tmp_path / "x.zarr")]) == 2
+
+
+def test_refusals_name_the_command_lines_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not the Python keywords: --threshold, --memory-limit, --dtype."""
+    src, _ = _source(tmp_path)
+    dst = str(tmp_path / "dst.zarr")
+    assert cli.main(["label", str(src), dst]) == 2
+    err = capsys.readouterr().err
+    assert "give --threshold T" in err and "threshold=" not in err
+    assert cli.main(["label", str(src), dst, "--threshold", "0", "--memory-limit", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chunkgraph label: --memory-limit 100000 bytes is below what one label")
+    src_u8, _ = _source(tmp_path / "u8", "uint8")
+    assert cli.main(["label", str(src_u8), dst, "--connectivity", "3", "--dtype", "uint8"]) == 0
+    capsys.readouterr()
+    noise = tmp_path / "noise.zarr"
+    many = volume.create(noise, (16, 16, 16), (8, 8, 8), "uint8")
+    many.write(many.bounds, np.indices((16, 16, 16)).sum(axis=0).astype("uint8") % 2)
+    assert cli.main(["label", str(noise), str(tmp_path / "n.zarr"), "--dtype", "uint8"]) == 2
+    err = capsys.readouterr().err
+    assert "2048 components" in err and "leave --dtype out" in err
+    assert not (tmp_path / "n.zarr").exists()
 
 
 # The label run killed below: the CLI's own entry point, with a subscriber that sleeps

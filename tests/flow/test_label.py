@@ -4,6 +4,7 @@ same bytes twice; bad input refused before anything is written."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 from scipy import ndimage
 
 from chunkgraph import ConfigError, label, volume
+from chunkgraph.execute import EventKind
 from chunkgraph.geometry import Box
+from chunkgraph.jobs._label_chunk import SourceChangedError
 
 
 def _smoothed(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -205,3 +208,128 @@ def test_label_into_an_object_store(bucket: str) -> None:
     np.testing.assert_array_equal(out.read(out.bounds), _scipy(data, 3)[0])
     with pytest.raises(ConfigError, match="bucket's root"):
         label(src, f"s3://{bucket}")
+
+
+def _grown(mask: np.ndarray) -> np.ndarray:
+    """``mask`` with one more voxel on a component of each 4^3 chunk's, beside a voxel it
+    has: every chunk's pieces and how they join stay the same, its voxels do not."""
+    grown = mask.copy()
+    for corner in np.ndindex(*(n // 4 for n in mask.shape)):
+        inner = tuple(slice(4 * c, 4 * c + 4) for c in corner)
+        block = grown[inner]
+        spots = np.argwhere(block[:, :, :-1] & ~block[:, :, 1:].astype(bool))
+        if len(spots):
+            z, y, x = spots[0]
+            block[z, y, x + 1] = 1
+    return grown
+
+
+def test_a_resume_after_the_source_changed_relabels_and_unchanged_skips(tmp_path: Path) -> None:
+    data = (_smoothed((16, 16, 16), seed=11) > 0.3).astype(np.uint8)
+    src = _source(tmp_path, data, (4, 4, 4))
+    dst = tmp_path / "dst.zarr"
+    first = label(src, dst, chunk=(4, 4, 4))
+    again = label(src, dst, chunk=(4, 4, 4), resume=True)
+    assert again.passes[1].top_tasks_skipped == 64  # unchanged: nothing to do
+    grown = _grown(data)
+    expected, count = _scipy(grown, 1)
+    assert count == first.components and not np.array_equal(expected, _read(dst))
+    writable = volume.open(src, mode="r+")
+    writable.write(writable.bounds, grown)
+    with pytest.warns(UserWarning, match=r"the source's foreground .* changed"):
+        changed = label(src, dst, chunk=(4, 4, 4), resume=True)
+    assert changed.passes[1].top_tasks_skipped == 0  # another source: another flow
+    np.testing.assert_array_equal(_read(dst), expected)
+
+
+def test_a_source_changed_during_the_relabel_pass_is_refused(tmp_path: Path) -> None:
+    """The source is rewritten as the relabel pass starts, each chunk keeping its piece
+    count (two pieces no longer joined): the chunk is refused, not written wrong."""
+    before = np.zeros((4, 4, 16), np.uint8)
+    before[1, 1, 6:10] = 1
+    after = np.zeros_like(before)
+    after[1, 1, 6:8] = after[1, 1, 12:14] = 1
+    src = volume.create(tmp_path / "src.zarr", before.shape, (4, 4, 8), "uint8")
+    src.write(src.bounds, before)
+    started = []
+
+    def rewrite(event: Any) -> None:
+        if event.kind == EventKind.RUN_STARTED:
+            started.append(event)
+            if len(started) == 2:
+                src.write(src.bounds, after)
+
+    with pytest.raises(ExceptionGroup) as err:
+        label(src, tmp_path / "dst.zarr", chunk=(4, 4, 8), subscribers=[rewrite],
+              executor="sync")  # fmt: skip
+    (failed,) = err.value.exceptions
+    cause = failed.__cause__
+    while cause is not None and not isinstance(cause, SourceChangedError):
+        cause = cause.__cause__
+    assert cause is not None, failed
+    assert re.search(r"chunk Box.*: the source changed during the label run.*--resume", str(cause))
+    with pytest.warns(UserWarning, match=r"the source's foreground .* changed"):
+        report = label(src, tmp_path / "dst.zarr", chunk=(4, 4, 8), resume=True)
+    assert report.components == 2 and report.passes[1].top_tasks_skipped == 0
+    np.testing.assert_array_equal(_read(tmp_path / "dst.zarr"), _scipy(after, 1)[0])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "out"),
+    [("int8", None), ("int16", None), ("int64", None), ("uint64", None), ("uint16", "uint8")],
+)
+def test_integer_sources_of_any_width_give_ids_of_the_dtype_asked(
+    tmp_path: Path, dtype: str, out: str | None
+) -> None:
+    """The ids are counted, not cast from the source: any integer source gives uint32 ids
+    by default, and a narrower dtype than the source's when the components fit it."""
+    mask = _smoothed((16, 16, 16), seed=2) > 0.3
+    data = np.where(mask, -3 if dtype.startswith("int") else 1000, 0).astype(dtype)
+    src = _source(tmp_path, data, (8, 8, 8))
+    report = label(src, tmp_path / "dst.zarr", dtype=out)
+    result = _read(tmp_path / "dst.zarr")
+    assert result.dtype == np.dtype(out or "uint32") == report.dtype
+    np.testing.assert_array_equal(result, _scipy(mask, 1)[0])
+
+
+@pytest.mark.parametrize(("size", "chunk"), [(100, 8), (37, 4)])
+def test_a_1d_volume_of_many_chunks(tmp_path: Path, size: int, chunk: int) -> None:
+    data = (np.random.default_rng(size).random(size) < 0.6).astype(np.uint8)
+    src = _source(tmp_path, data, (chunk,))
+    report = label(src, tmp_path / "dst.zarr", chunk=(chunk,))
+    expected, count = _scipy(data.astype(bool), 1)
+    assert report.components == count > 5
+    np.testing.assert_array_equal(_read(tmp_path / "dst.zarr"), expected)
+
+
+def test_the_report_keeps_no_chunk_faces(tmp_path: Path) -> None:
+    """The find pass's values (every chunk's faces) are dropped after the merge; the
+    report keeps its figures."""
+    data = (_smoothed((16, 16, 16), seed=4) > 0.2).astype(np.uint8)
+    src = _source(tmp_path, data, (8, 8, 8))
+    report = label(src, tmp_path / "dst.zarr", chunk=(8, 8, 8))
+    assert report.passes[0].values is None
+    assert report.passes[0].tasks_per_level == (8,) and report.passes[0].bytes_read > 0
+
+
+def test_a_resume_with_another_threshold_says_so_in_labels_terms(tmp_path: Path) -> None:
+    data = _smoothed((16, 16, 16), seed=6)
+    src = _source(tmp_path, data, (8, 8, 8))
+    label(src, tmp_path / "dst.zarr", threshold=0.2)
+    with pytest.warns(UserWarning, match=r"threshold, connectivity or dtype changed") as seen:
+        label(src, tmp_path / "dst.zarr", threshold=0.1, resume=True)
+    assert not any("fn_kwargs" in str(w.message) for w in seen)
+    np.testing.assert_array_equal(_read(tmp_path / "dst.zarr"), _scipy(data > 0.1, 1)[0])
+
+
+def test_the_time_counts_the_merge_and_a_memory_limit_below_one_task_is_refused(
+    tmp_path: Path,
+) -> None:
+    src = _source(tmp_path, np.ones((16, 16, 16), np.uint8), (8, 8, 8))
+    report = label(src, tmp_path / "dst.zarr")
+    passes = sum(r.wall_seconds for r in report.passes)
+    assert report.merge_seconds > 0 and report.wall_seconds == passes + report.merge_seconds
+    assert f"merge and making dst: {report.merge_seconds:.2f} s" in report.summary()
+    with pytest.raises(ConfigError, match=r"below what one label task holds.*57344 bytes") as e:
+        label(src, tmp_path / "other.zarr", memory_limit=50_000)  # 4096 voxels x 14 B
+    assert e.value.field == "memory_limit" and not (tmp_path / "other.zarr").exists()

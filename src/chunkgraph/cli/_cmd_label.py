@@ -17,8 +17,19 @@ import functools
 from typing import Any
 
 from chunkgraph import jobs
+from chunkgraph._errors import ConfigError
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
 from chunkgraph.volume import FORMATS
+
+# ``label``'s refusals name its Python keywords (beside the options); here, the options.
+_SPELLINGS = (
+    ("give threshold= (--threshold)", "give --threshold T"),
+    ("remove it first (volume.remove)", "remove it first"),
+    ("pass resume=True (--resume on the command line)", "pass --resume"),
+    (" bytes (--memory-limit) is below", " bytes is below"),
+    ("or leave dtype out", "or leave --dtype out"),
+)
+_KEYWORDS = {"memory_limit": "--memory-limit", "chunk": "--chunk", "dtype": "--dtype"}
 
 
 def register(commands: Any) -> None:
@@ -77,4 +88,21 @@ def handle(args: argparse.Namespace) -> int:
         backend=args.backend,
     )
     again = f"`chunkgraph label {args.src} {args.dst} --resume` continues its work"
-    return run_flow("label", args, call, again, lambda _: [args.src, args.dst])
+    return run_flow("label", args, functools.partial(_in_options, call), again,
+                    lambda _: [args.src, args.dst])  # fmt: skip
+
+
+def _in_options(call: Any, **kwargs: Any) -> Any:
+    """``call(**kwargs)``, its refusals spelled with the command line's options."""
+    try:
+        return call(**kwargs)
+    except ConfigError as err:
+        text = str(err)
+        for python, option in _SPELLINGS:
+            text = text.replace(python, option)
+        keyword = _KEYWORDS.get(err.field or "")
+        if keyword and text.startswith(f"{err.field} "):  # the message starts with its name
+            text = keyword + text.removeprefix(err.field or "")
+        if text == str(err):
+            raise
+        raise ConfigError(text, field=err.field) from err

@@ -3,8 +3,10 @@ reduction between them.
 
 ::
 
-    src ──> find: dst=None flow, crop 0 ──> Pieces per chunk (count, first voxels, faces)
-                                               │  (small: 2 x ndim planes per chunk)
+    src ──> find: dst=None flow, crop 0 ──> Pieces per chunk (count, first voxels, faces,
+                                               │   the foreground's digest)
+                                               │  (2 x ndim planes per chunk: dropped after
+                                               │   the merge, not kept in the report)
                                                v
                  merge, on the driver (_label_merge): faces -> pairs -> components
                  -> table: provisional id -> final id 1..N (scipy's numbering)
@@ -27,15 +29,21 @@ same structure, ids and all: components are numbered 1..N by their first voxel i
 order, whatever the chunks, workers or executor, so two runs write the same bytes.
 
 Resume. The find pass writes nothing and is run again; the same source gives the same
-table, so the relabel flow has the same flow id (it hashes ``fn_kwargs``, the table
-with them) and skips the chunks it wrote before. A source changed in between gives
-another table, another flow, and a fresh relabel; a chunk that changed during the
+table and the same digests of the chunks' foregrounds, so the relabel flow has the same
+flow id (it hashes ``fn_kwargs``: the table and the digests with them) and skips the
+chunks it wrote before. A source changed in between, by as little as one voxel, gives
+other digests, another flow, and a fresh relabel; a chunk that changed during the
 relabel pass is refused (``relabel_chunk``).
 
+dtype. The ids are counted, not cast from the source: relabel returns exactly dst's
+dtype, under ``cast="same_kind"`` so that apply's check of the source's dtype against
+dst's (meant for fns that pass values through) does not refuse an int16 or uint64 source.
+Only the component count decides whether a dtype fits.
+
 Refusals (``ConfigError`` before anything is written): a float source without a
-threshold, a connectivity outside 1..ndim, a dtype that is not an integer or too
-small for the components found (checked after the find pass, before dst is made), a
-dst that exists without ``resume``.
+threshold, a connectivity outside 1..ndim, a memory limit below one task's need, a
+dtype that is not an integer or too small for the components found (checked after the
+find pass, before dst is made), a dst that exists without ``resume``.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +80,10 @@ if TYPE_CHECKING:
 # baseline against 57 and 106.
 LABEL_VOXELS = 2**19
 
+# Bytes a task holds per voxel of its chunk beside the source's own: the mask (1), scipy's
+# int32 ids (4) and the ids mapped into dst's dtype (up to 8).
+_TASK_BYTES_PER_VOXEL = 13
+
 
 @dataclasses.dataclass(frozen=True)
 class LabelReport:
@@ -82,7 +96,9 @@ class LabelReport:
         dtype: dst's dtype.
         connectivity: The connectivity used (1: faces only ... ndim: corners too).
         chunk: The chunk both passes labelled by.
-        passes: The find pass's ``ApplyReport`` (no dst) and the relabel pass's.
+        passes: The find pass's ``ApplyReport`` (its ``values``, every chunk's faces,
+            dropped after the merge) and the relabel pass's.
+        merge_seconds: The time between the passes: the merge, and making dst.
     """
 
     path: str
@@ -91,6 +107,7 @@ class LabelReport:
     connectivity: int
     chunk: tuple[int, ...]
     passes: tuple[ApplyReport, ApplyReport]
+    merge_seconds: float = 0.0
 
     @property
     def dry_run(self) -> bool:
@@ -98,7 +115,8 @@ class LabelReport:
 
     @property
     def wall_seconds(self) -> float:
-        return sum(r.wall_seconds for r in self.passes)
+        """The whole call's time: both passes, the merge and making dst."""
+        return sum(r.wall_seconds for r in self.passes) + self.merge_seconds
 
     @property
     def bytes_read(self) -> int:
@@ -131,6 +149,8 @@ class LabelReport:
             )
             if plan and report.plan is not None:
                 lines.extend(f"    {line}" for line in report.plan.summary().splitlines()[:2])
+            if name == "find":
+                lines.append(f"  merge and making dst: {self.merge_seconds:.2f} s")
         return "\n".join(lines)
 
 
@@ -212,6 +232,7 @@ def label(
     there, existing = _existing(dst)
     _check_dst(source, dst, existing, options.resume)
     chunk = _check_chunk(chunk, source)
+    _check_memory(options.memory_limit, source, chunk)
     settings = {"bounds": source.bounds, "threshold": threshold, "connectivity": connectivity}
     find = apply(
         find_pieces,
@@ -222,24 +243,18 @@ def label(
         expand_bbox=True,
         run=dataclasses.replace(options, resume=False),  # it writes nothing to resume
     )
+    started = time.perf_counter()
     merged = (
         None if options.dry_run else merge(find.values or {}, source.bounds, chunk, connectivity)
     )
+    find = dataclasses.replace(find, values=None)  # every chunk's faces: not kept past the merge
     out = _out_dtype(merged, wanted, source)
     _check_resumed(existing, source, out)
     target = _make_dst(source, dst, out, backend, options.dry_run)
     table = _table(merged, out, source.bounds.shape, chunk)
+    between = time.perf_counter() - started
     try:
-        relabel = apply(
-            relabel_chunk,
-            source,
-            target,
-            fn_kwargs={**settings, "chunk": chunk, **table},
-            chunk_sizes=[chunk],
-            expand_bbox=True,
-            skip_intermediates=True,  # chunks of whole dst chunks, no overlap: write once
-            run=options,
-        )
+        relabel = _relabel(source, target, {**settings, "chunk": chunk, **table}, chunk, options)
     except ConfigError:
         if not there and not options.dry_run:  # refused before its tasks: nothing written
             volume.remove(target.path, storage_options=target.storage_options)
@@ -250,8 +265,48 @@ def label(
     components = None if merged is None else merged.components
     return LabelReport(
         target.path if not options.dry_run else os.fspath(dst),
-        components, out, connectivity, chunk, (find, relabel),
+        components, out, connectivity, chunk, (find, relabel), between,
     )  # fmt: skip
+
+
+# What apply's resume warning calls the keywords; in label they are these.
+_KWARGS_CHANGED = "the function's keyword arguments (fn_kwargs)"
+_LABEL_CHANGED = (
+    "the source's foreground (read again by the find pass) or the label's threshold, "
+    "connectivity or dtype"
+)
+
+
+def _relabel(
+    source: Volume,
+    target: Volume,
+    kwargs: dict[str, Any],
+    chunk: tuple[int, ...],
+    options: RunOptions,
+) -> ApplyReport:
+    """The relabel flow, its warnings in label's terms: on a resume, a changed source
+    or threshold is what makes another flow, not the function's keywords."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            return apply(
+                relabel_chunk,
+                source,
+                target,
+                fn_kwargs=kwargs,
+                chunk_sizes=[chunk],
+                expand_bbox=True,
+                skip_intermediates=True,  # chunks of whole dst chunks, no overlap: write once
+                # fn returns exactly dst's dtype (the table's): the ids are counted, not cast
+                # from src, so the default rule's check of src's dtype against dst's is moot.
+                cast="same_kind",
+                run=options,
+            )
+    finally:
+        for shown in caught:  # again, outside the recording, as label's caller's
+            text = str(shown.message).replace(_KWARGS_CHANGED, _LABEL_CHANGED)
+            warnings.warn(text, shown.category, stacklevel=3)
 
 
 def label_chunk(storage: Sequence[int], extent: Sequence[int]) -> tuple[int, ...]:
@@ -299,12 +354,34 @@ def _table(
     if merged is None:
         grid = tuple(-(-n // c) for n, c in zip(extent, chunk, strict=True))
         zeros = np.zeros(grid, np.int64)
-        return {"offsets": zeros, "counts": zeros, "table": np.zeros(1, dtype)}
+        return {
+            "offsets": zeros,
+            "counts": zeros,
+            "digests": zeros.astype(np.uint64),
+            "table": np.zeros(1, dtype),
+        }
     return {
         "offsets": merged.offsets,
         "counts": merged.counts,
+        "digests": merged.digests,
         "table": merged.table.astype(dtype),
     }
+
+
+def _check_memory(limit: int | None, source: Volume, chunk: Sequence[int]) -> None:
+    """A memory limit given holds one task: its chunk of the source and what labelling
+    it takes (``_TASK_BYTES_PER_VOXEL``)."""
+    if limit is None:
+        return
+    need = math.prod(chunk) * (source.dtype.itemsize + _TASK_BYTES_PER_VOXEL)
+    if limit < need:
+        raise ConfigError(
+            f"memory_limit {limit} bytes (--memory-limit) is below what one label task "
+            f"holds: about {need} bytes ({need / 2**20:.1f} MiB) for a chunk of "
+            f"{'x'.join(map(str, chunk))} {source.dtype} voxels; give at least that, or a "
+            f"smaller chunk (--chunk, whole storage chunks {source.spatial_chunks})",
+            field="memory_limit",
+        )
 
 
 def _check_source(source: Volume, threshold: float | None) -> None:

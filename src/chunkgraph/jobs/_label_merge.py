@@ -19,9 +19,10 @@ provisional id -> final id.
                       ``Pieces.first`` of its pieces): scipy.ndimage.label's numbering of
                       the whole array, whatever the chunks
 
-Memory on the driver: the faces of every chunk (2 x ndim planes per chunk, 4 bytes a
-voxel: 6 / edge of the volume's voxels for cubes, 8% at 128 x 64 x 64), two boundary
-planes at a time, and 8 + 8 bytes per piece.
+Memory on the driver: the faces of every chunk (2 x ndim planes per chunk, in the
+narrowest dtype of its piece count, 1 byte a voxel below 256 pieces: 6 / edge of the
+volume's voxels for cubes, 2% at 128 x 64 x 64), two boundary planes at a time (int64,
+each as large as the volume's cross-section on that axis), and 8 + 8 bytes per piece.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -48,12 +50,14 @@ class Merge:
         components: N, the number of components (final ids 1..N).
         offsets: Per chunk of the grid (its shape): the provisional id before its first.
         counts: Per chunk of the grid: how many pieces it has.
+        digests: Per chunk of the grid: its foreground's digest (``Pieces.digest``), uint64.
         table: ``table[p]``: the final id of provisional id ``p`` (``table[0] = 0``), int64.
     """
 
     components: int
     offsets: np.ndarray[Any, Any]
     counts: np.ndarray[Any, Any]
+    digests: np.ndarray[Any, Any]
     table: np.ndarray[Any, Any]
 
 
@@ -64,8 +68,10 @@ def merge(
     one per chunk of the grid ``chunk`` lays from ``bounds.start``)."""
     grid = tuple(-(-n // c) for n, c in zip(bounds.shape, chunk, strict=True))
     counts = np.zeros(grid, np.int64)
+    digests = np.zeros(grid, np.uint64)
     for box, found in pieces.items():
         counts[_grid_index(box, bounds, chunk)] = found.count
+        digests[_grid_index(box, bounds, chunk)] = found.digest
     offsets = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(grid)
     total = int(counts.sum())
     first = np.empty(total, np.int64)
@@ -84,7 +90,7 @@ def merge(
     rank[np.argsort(key, kind="stable")] = np.arange(1, count + 1)
     table = np.zeros(total + 1, np.int64)
     table[1:] = rank[component]
-    return Merge(int(count), offsets, counts, table)
+    return Merge(int(count), offsets, counts, digests, table)
 
 
 def _grid_index(box: Box, bounds: Box, chunk: Sequence[int]) -> tuple[int, ...]:
@@ -111,9 +117,16 @@ def _pairs(
             for step in itertools.product((-1, 0, 1), repeat=ndim)
             if step[axis] == 1 and structure[tuple(d + 1 for d in step)]
         ]
+        # Each layer's chunks, found once: each chunk is visited twice per axis, not
+        # once per layer.
+        layers: list[list[tuple[tuple[int, ...], Box, Pieces]]] = [
+            [] for _ in range(offsets.shape[axis])
+        ]
+        for entry in chunks:
+            layers[entry[0][axis]].append(entry)
         for layer in range(1, offsets.shape[axis]):
-            low = _plane(chunks, bounds, offsets, axis, layer - 1, 1)
-            high = _plane(chunks, bounds, offsets, axis, layer, 0)
+            low = _plane(layers[layer - 1], bounds, offsets, axis, 1)
+            high = _plane(layers[layer], bounds, offsets, axis, 0)
             found.append(_touching(low, high, steps))
     return np.concatenate(found)
 
@@ -123,17 +136,14 @@ def _plane(
     bounds: Box,
     offsets: np.ndarray[Any, Any],
     axis: int,
-    layer: int,
     end: int,
 ) -> np.ndarray[Any, Any]:
     """The plane of provisional ids on one side of a boundary: the first (``end`` 0) or
-    last (1) plane on ``axis`` of every chunk with pieces in grid layer ``layer``."""
+    last (1) plane on ``axis`` of every chunk with pieces in one grid layer (``chunks``)."""
     shape = tuple(n for k, n in enumerate(bounds.shape) if k != axis)
     plane = np.zeros(shape, np.int64)
     for index, box, found in chunks:
-        if index[axis] != layer:
-            continue
-        face = found.faces[2 * axis + end].astype(np.int64)
+        face = np.asarray(found.faces[2 * axis + end], np.int64)  # 0-d for a 1-d volume
         face[face > 0] += offsets[index]
         start = [
             a - b for k, (a, b) in enumerate(zip(box.start, bounds.start, strict=True)) if k != axis
@@ -148,8 +158,15 @@ def _touching(
     """Pairs ``(low[x], high[x + step])`` where both are foreground, over every step."""
     found = []
     for step in steps:
-        a = tuple(slice(max(0, -d), n - max(0, d)) for d, n in zip(step, low.shape, strict=True))
-        b = tuple(slice(max(0, d), n - max(0, -d)) for d, n in zip(step, low.shape, strict=True))
+        # Ellipsis last: arrays, also when the planes are 0-d (a 1-d volume).
+        a: tuple[slice | EllipsisType, ...] = (
+            *(slice(max(0, -d), n - max(0, d)) for d, n in zip(step, low.shape, strict=True)),
+            ...,
+        )
+        b: tuple[slice | EllipsisType, ...] = (
+            *(slice(max(0, d), n - max(0, -d)) for d, n in zip(step, low.shape, strict=True)),
+            ...,
+        )
         x, y = low[a], high[b]
         both = (x > 0) & (y > 0)
         found.append(np.stack([x[both], y[both]], axis=1))
