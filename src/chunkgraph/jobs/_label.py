@@ -52,7 +52,6 @@ import dataclasses
 import math
 import os
 import time
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -269,14 +268,6 @@ def label(
     )  # fmt: skip
 
 
-# What apply's resume warning calls the keywords; in label they are these.
-_KWARGS_CHANGED = "the function's keyword arguments (fn_kwargs)"
-_LABEL_CHANGED = (
-    "the source's foreground (read again by the find pass) or the label's threshold, "
-    "connectivity or dtype"
-)
-
-
 def _relabel(
     source: Volume,
     target: Volume,
@@ -284,29 +275,20 @@ def _relabel(
     chunk: tuple[int, ...],
     options: RunOptions,
 ) -> ApplyReport:
-    """The relabel flow, its warnings in label's terms: on a resume, a changed source
-    or threshold is what makes another flow, not the function's keywords."""
-    caught: list[warnings.WarningMessage] = []
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            return apply(
-                relabel_chunk,
-                source,
-                target,
-                fn_kwargs=kwargs,
-                chunk_sizes=[chunk],
-                expand_bbox=True,
-                skip_intermediates=True,  # chunks of whole dst chunks, no overlap: write once
-                # fn returns exactly dst's dtype (the table's): the ids are counted, not cast
-                # from src, so the default rule's check of src's dtype against dst's is moot.
-                cast="same_kind",
-                run=options,
-            )
-    finally:
-        for shown in caught:  # again, outside the recording, as label's caller's
-            text = str(shown.message).replace(_KWARGS_CHANGED, _LABEL_CHANGED)
-            warnings.warn(text, shown.category, stacklevel=3)
+    """The relabel flow: each chunk labelled again and mapped through the table."""
+    return apply(
+        relabel_chunk,
+        source,
+        target,
+        fn_kwargs=kwargs,
+        chunk_sizes=[chunk],
+        expand_bbox=True,
+        skip_intermediates=True,  # chunks of whole dst chunks, no overlap: write once
+        # fn returns exactly dst's dtype (the table's): the ids are counted, not cast
+        # from src, so the default rule's check of src's dtype against dst's is moot.
+        cast="same_kind",
+        run=options,
+    )
 
 
 def label_chunk(storage: Sequence[int], extent: Sequence[int]) -> tuple[int, ...]:
