@@ -68,11 +68,14 @@ ERROR_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class Call:
-    """``fn(*args)`` to run on a worker; ``name`` names it in errors and Dask's keys."""
+    """``fn(*args)`` to run on a worker; ``name`` names it in errors and Dask's keys;
+    ``slot``: the worker thread it prefers (``slots``: calls of one slot run in one
+    worker process, so they share its caches), None for any."""
 
     name: str
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
+    slot: int | None = None
 
 
 def stream_calls(client: Any, calls: Iterable[Call | None], *, retries: int = 0) -> Iterator[Any]:
@@ -113,6 +116,7 @@ def stream_calls(client: Any, calls: Iterable[Call | None], *, retries: int = 0)
                         key=f"chunkgraph-{call.name}-{token}-{n}",
                         priority=-n,  # the iterator's order first
                         pure=False,
+                        **window.placement(call.slot),
                     )  # fmt: skip
                     in_flight[future.key] = call.name
                     futures.add(future)  # type: ignore[no-untyped-call]
@@ -139,21 +143,40 @@ _END: Any = object()
 
 
 class _Window:
-    """``WINDOW_PER_THREAD`` x the cluster's worker threads, counted again every
-    ``WINDOW_REFRESH_S``."""
+    """``WINDOW_PER_THREAD`` x the cluster's worker threads, and the workers' ``slots``,
+    counted again every ``WINDOW_REFRESH_S``."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.counted = -float("inf")
         self.value = 1
+        self.slots: list[str] = []
 
     def size(self) -> int:
         now = time.monotonic()
         if now - self.counted >= WINDOW_REFRESH_S:
             self.counted = now
-            threads = sum(self.client.nthreads().values())
-            self.value = max(1, WINDOW_PER_THREAD * threads)
+            nthreads = self.client.nthreads()
+            self.slots = slots(nthreads)
+            self.value = max(1, WINDOW_PER_THREAD * len(self.slots))
         return self.value
+
+    def placement(self, slot: int | None) -> dict[str, Any]:
+        """``client.submit``'s keywords for a call preferring ``slot``: its worker if any
+        runs, any other when that one is gone or busy past Dask's stealing threshold."""
+        if slot is None or not self.slots:
+            return {}
+        return {"workers": [self.slots[slot % len(self.slots)]], "allow_other_workers": True}
+
+
+def slots(nthreads: dict[str, int]) -> list[str]:
+    """Worker thread ``i`` of a cluster as the address of its worker: the workers in
+    address order, each once per thread, so that neighbouring slots share a process.
+
+    >>> slots({"tcp://b:2": 1, "tcp://a:1": 2})
+    ['tcp://a:1', 'tcp://a:1', 'tcp://b:2']
+    """
+    return [a for a in sorted(nthreads) for _ in range(max(0, int(nthreads[a])))]
 
 
 def worker_threads() -> int:

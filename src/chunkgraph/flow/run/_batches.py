@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from chunkgraph._errors import TaskError
 from chunkgraph.execute import DaskExecutor, EventKind, ProgressBar, Subscriber
-from chunkgraph.execute._dask_stream import Call
+from chunkgraph.execute._dask_stream import WINDOW_PER_THREAD, Call
 from chunkgraph.execute._events import EventQueue
 from chunkgraph.flow.run._batch_run import (
     Batch,
@@ -124,6 +124,71 @@ class BatchSizer:
             by_time = round(TARGET_BATCH_SECONDS * self.ran / self.seconds)
         hi = remaining // (BATCHES_PER_THREAD * self.threads)
         return min(remaining, max(self.least, min(by_time, hi)))
+
+
+class TopStreams:
+    """The top grid's flat C-order indices as one contiguous range per worker thread,
+    ``[next[s], stop[s])`` for stream ``s`` (module doc: locality); ``out[s]``: its
+    batches in flight, at most ``room`` each (the stream window's share of a thread).
+
+    ``pick`` names the stream the next batch comes from: of those with indices left and
+    room, the one with the fewest batches in flight (its worker freed a slot), the lowest
+    of those first. When none has room, a stream that is dry and idle (nothing left,
+    nothing in flight: its worker waits) takes the back half of the stream with the most
+    left, so that the tail balances and both halves stay contiguous; one that is dry but
+    still running its last batch waits for it (a steal sooner would split a range that
+    its own worker is about to reach: one more halo decoded twice).
+
+    >>> streams = TopStreams(total=10, streams=2, room=2)
+    >>> def cut(n):
+    ...     s = streams.pick()
+    ...     streams.out[s] += 1  # its batch goes out
+    ...     return s, streams.take(s, n)
+    >>> [cut(3) for _ in range(3)]
+    [(0, range(0, 3)), (1, range(5, 8)), (0, range(3, 5))]
+    >>> streams.out = [1, 2]  # stream 0 dry, its last batch running; 1 full: wait
+    >>> streams.pick() is None
+    True
+    >>> streams.out = [0, 2]  # stream 0 dry and idle: it takes 8..10's back half
+    >>> streams.pick(), streams.take(0, 9), streams.left()
+    (0, range(9, 10), 1)
+    """
+
+    def __init__(self, total: int, streams: int, room: int) -> None:
+        n = max(1, min(streams, total))
+        bounds = [total * i // n for i in range(n + 1)]
+        self.next, self.stop = bounds[:-1], bounds[1:]
+        self.out = [0] * n
+        self.room = room
+
+    def left(self, stream: int | None = None) -> int:
+        """Flat indices not yet cut, of ``stream`` or of all."""
+        if stream is not None:
+            return self.stop[stream] - self.next[stream]
+        return sum(b - a for a, b in zip(self.next, self.stop, strict=True))
+
+    def pick(self) -> int | None:
+        """The stream of the next batch (see the class doc); None: none now."""
+        every = range(len(self.out))
+        ready = [s for s in every if self.left(s) and self.out[s] < self.room]
+        if ready:
+            return min(ready, key=lambda s: (self.out[s], s))
+        idle = [s for s in every if not self.left(s) and not self.out[s]]
+        victim = max(every, key=self.left)
+        left = self.left(victim)
+        if not idle or left == 0:
+            return None
+        stream = idle[0]
+        mid = self.next[victim] + left // 2  # the victim keeps the front half
+        self.next[stream], self.stop[stream] = mid, self.stop[victim]
+        self.stop[victim] = mid
+        return stream
+
+    def take(self, stream: int, n: int) -> range:
+        """The next ``n`` flat indices of ``stream`` (fewer at its end)."""
+        start = self.next[stream]
+        self.next[stream] = min(self.stop[stream], start + n)
+        return range(start, self.next[stream])
 
 
 class _ReductionCounts:
@@ -214,7 +279,7 @@ class BatchedRun:
             self.reduction_total = counts.counts.size
             self.skipped_red, self.pending_red = counts.done, counts.pending
         self._done_tops: set[str] | None = done_tops or None  # dropped once the grid is cut
-        self._next_flat = 0  # the next flat index of the top grid to look at
+        self.streams = TopStreams(self.top_total, threads, WINDOW_PER_THREAD)
         self._tops_out = self._reds_out = 0  # tasks handed out in batches
         self.sizers = {
             TOP: BatchSizer(threads, self.pending_top),
@@ -236,11 +301,15 @@ class BatchedRun:
                 yield None
                 continue
             self.in_flight[batch.id] = batch
-            yield Call(batch.name, run_batch, (self.job, batch, self.settings))
+            # A top batch prefers its stream's worker thread (``_dask_stream``: slots).
+            slot = batch.stream if batch.stream >= 0 else None
+            yield Call(batch.name, run_batch, (self.job, batch, self.settings), slot)
 
     def took(self, stats: BatchStats) -> None:
         """A batch's result: summed, its tasks counted toward ready reductions."""
         batch = self.in_flight.pop(stats.batch)
+        if batch.stream >= 0:
+            self.streams.out[batch.stream] -= 1
         self.totals[batch.kind] = self.totals[batch.kind] + stats
         self.sizers[batch.kind].took(stats.ran, stats.seconds)
         if batch.kind == TOP and self.reductions is not None:
@@ -255,32 +324,36 @@ class BatchedRun:
                 indices = reds.take(size)
                 self._reds_out += len(indices)
                 return self._batch(REDUCE, indices)
-        if tops_left:
+        while tops_left:
+            stream = self.streams.pick()
+            if stream is None:
+                break
             size = self.sizers[TOP].size(self.pending_top - self._tops_out)
-            indices = self._cut_tops(size)
+            indices = self._cut_tops(stream, size)
+            if not len(indices):
+                continue  # a stretch of done tasks only
             self._tops_out += len(indices)
-            return self._batch(TOP, indices)
+            self.streams.out[stream] += 1
+            return self._batch(TOP, indices, stream)
         return None
 
-    def _batch(self, kind: str, indices: IntArray) -> Batch:
+    def _batch(self, kind: str, indices: IntArray, stream: int = -1) -> Batch:
         self._ids += 1
-        return Batch(f"{self._token}-{kind}-{self._ids}", kind, indices)
+        return Batch(f"{self._token}-{kind}-{self._ids}", kind, indices, stream)
 
-    def _cut_tops(self, size: int) -> IntArray:
-        """The next ``size`` top-level grid indices not done, in C order."""
+    def _cut_tops(self, stream: int, size: int) -> IntArray:
+        """The next ``size`` top-level grid indices of ``stream`` not done, in C order."""
         parts: list[IntArray] = []
         taken = 0
-        while taken < size and self._next_flat < self.top_total:
-            stop = min(self.top_total, self._next_flat + size - taken)
-            flat = np.arange(self._next_flat, stop)
-            self._next_flat = stop
+        while taken < size and self.streams.left(stream):
+            flat = np.asarray(self.streams.take(stream, size - taken))
             rows = np.stack(np.unravel_index(flat, self.grid), axis=1).astype(np.int64)
             if self._done_tops is not None:
                 done = self._done_tops
                 rows = rows[[grid_key(tuple(r)) not in done for r in rows.tolist()]]
             parts.append(rows)
             taken += len(rows)
-        if self._next_flat >= self.top_total:
+        if not self.streams.left():
             self._done_tops = None  # the only per-task structure: gone once the grid is cut
         indices = np.concatenate(parts) if parts else np.empty((0, len(self.grid)), np.int64)
         self.pending_voxels += self._voxels(indices)
