@@ -54,6 +54,7 @@ from typing import Any
 from chunkgraph._errors import RemoteTraceback, TaskError, WorkerDiedError, is_permanent
 from chunkgraph._util import usable_cores
 from chunkgraph.execute._dask_subgraph import SubgraphFailed, _failed
+from chunkgraph.execute._dask_malloc import reuse_large_buffers
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.execute._failures import describe_innermost, failure_group
 
@@ -224,6 +225,7 @@ def _run_call(fn: Callable[..., Any], args: tuple[Any, ...], retries: int) -> An
     and tries are left; its last error as a ``SubgraphFailed`` (picklable, with the text
     of its traceback)."""
     size_pool_to_worker()
+    reuse_large_buffers()
     tries = 0
     while True:
         tries += 1

@@ -53,6 +53,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from chunkgraph._errors import RemoteError, is_permanent
+from chunkgraph.execute._dask_malloc import reuse_large_buffers
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.graph import replace_leaves
 
@@ -137,6 +138,7 @@ def run_subgraph(program: SubgraphProgram, *producers: dict[int, Any]) -> dict[i
     ``SubgraphFailed`` naming the first task that failed.
     """
     size_pool_to_worker()
+    reuse_large_buffers()
     try:
         calls: list[Call] = pickle.loads(program.calls)
     except BaseException as error:
