@@ -11,13 +11,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.dask._batch_tasks import faults_per_buffer
 from tests.dask._tasks import identity
 
 import chunkgraph as cg
 from chunkgraph import volume
 from chunkgraph.execute import DaskExecutor
-from chunkgraph.execute._dask_stream import Call
+from chunkgraph.execute._dask_stream import WINDOW_PER_THREAD, Call, _Window, slots
+from chunkgraph.flow.run._batches import TopStreams
 from chunkgraph.geometry import Box
 
 distributed = pytest.importorskip("distributed")
@@ -60,3 +63,55 @@ def test_a_worker_reuses_freed_buffers_despite_dasks_trim_threshold(healthy: Any
     calls = [Call(f"faults-{i}", faults_per_buffer, (1 << 20, 20), slot=i) for i in range(2)]
     faults = list(executor.stream(calls))
     assert len(faults) == 2 and max(faults) < 256 / 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    total=st.integers(0, 300),
+    threads=st.integers(1, 6),
+    size=st.integers(1, 40),
+    order=st.randoms(use_true_random=False),
+)
+def test_streams_hand_out_every_index_once_in_contiguous_runs(
+    total: int, threads: int, size: int, order: Any
+) -> None:
+    """Batches come back in any order: every flat index is cut once, each batch is one
+    contiguous range, a stream's batches follow each other, and every stream's range
+    starts as an equal share of the grid."""
+    streams = TopStreams(total, threads, WINDOW_PER_THREAD)
+    assert streams.left() == total
+    shares = [b - a for a, b in zip(streams.next, streams.stop, strict=True)]
+    assert max(shares) - min(shares) <= 1
+    seen: list[int] = []
+    last_stop: dict[int, int] = {}
+    in_flight: list[int] = []
+    while True:
+        stream = streams.pick()
+        if stream is None:
+            if not in_flight:
+                break
+            streams.out[in_flight.pop(order.randrange(len(in_flight)))] -= 1
+            continue
+        cut = streams.take(stream, size)
+        assert len(cut) >= 1 and streams.out[stream] < WINDOW_PER_THREAD
+        # A stream continues where it stopped, unless it took over another's back half.
+        assert last_stop.get(stream, cut.start) == cut.start or streams.out[stream] == 0
+        last_stop[stream] = cut.stop
+        seen.extend(cut)
+        streams.out[stream] += 1
+        in_flight.append(stream)
+    assert sorted(seen) == list(range(total))
+
+
+def test_slots_put_a_workers_threads_side_by_side_in_address_order() -> None:
+    nthreads = {"tcp://10.0.0.2:9": 1, "tcp://10.0.0.1:7": 2, "tcp://10.0.0.3:1": 0}
+    assert slots(nthreads) == ["tcp://10.0.0.1:7", "tcp://10.0.0.1:7", "tcp://10.0.0.2:9"]
+
+
+def test_a_calls_slot_is_a_loose_restriction_to_its_worker(healthy: Any) -> None:
+    window = _Window(healthy)
+    window.size()
+    workers = sorted(healthy.scheduler_info()["workers"])
+    assert window.placement(None) == {}
+    assert window.placement(1) == {"workers": [workers[1]], "allow_other_workers": True}
+    assert window.placement(2) == {"workers": [workers[0]], "allow_other_workers": True}

@@ -20,7 +20,7 @@ unmanaged memory).
 Left alone: a worker whose environment sets ``MALLOC_MMAP_THRESHOLD_`` (its owner
 chose: set it in ``distributed.nanny.pre-spawn-environ`` to keep Dask's behaviour),
 one without ``MALLOC_TRIM_THRESHOLD_`` (glibc's rule is on), a C library without
-``mallopt`` (musl, macOS, Windows), and any process outside a Dask worker.
+``mallopt`` (musl, macOS, Windows); nothing outside a Dask worker calls it.
 """
 
 from __future__ import annotations
@@ -43,19 +43,14 @@ _guard = threading.Lock()
 
 
 def reuse_large_buffers() -> bool:
-    """In a Dask worker that Dask's nanny gave a trim threshold: glibc's thresholds as
-    its adaptive rule would set them (module doc), once per process; whether they are."""
+    """Called by what runs on a Dask worker (a streamed call, a subgraph): in a process
+    that Dask's nanny gave a trim threshold, glibc's thresholds as its adaptive rule
+    would set them (module doc), once per process; whether they are."""
     global _set_in
     if _set_in == os.getpid():
         return True
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-        return False
-    try:
-        from distributed import get_worker
-
-        get_worker()
-    except (ImportError, ValueError):  # not running in a Dask worker
-        return False
+        return False  # its owner chose the thresholds, or glibc's adaptive rule is on
     with _guard:
         if _set_in != os.getpid():
             if not _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):

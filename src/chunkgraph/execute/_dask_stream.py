@@ -23,6 +23,13 @@ worker so that it never waits for the client's round trip; more would only
 hold work a joining or idle worker could take (Dask's work stealing moves a
 queued call, which has no worker restriction, to an idle worker).
 
+Placement. A call may name a worker thread it prefers (``Call.slot``): the
+cluster's threads in workers' address order (``slots``, counted with the window),
+so that calls of one slot, and of neighbouring slots of one worker, run in one
+process and share its caches. It is submitted with that worker as a loose
+restriction: where the worker is gone, or Dask's stealing finds it busy, the call
+runs on another.
+
 The iterator may yield ``None``: nothing to submit now (work that waits for
 results: a reduction for its top-level tasks); it is asked again after the next
 result. It must not yield ``None`` while nothing is in flight (nothing would ever
@@ -53,8 +60,8 @@ from typing import Any
 
 from chunkgraph._errors import RemoteTraceback, TaskError, WorkerDiedError, is_permanent
 from chunkgraph._util import usable_cores
-from chunkgraph.execute._dask_subgraph import SubgraphFailed, _failed
 from chunkgraph.execute._dask_malloc import reuse_large_buffers
+from chunkgraph.execute._dask_subgraph import SubgraphFailed, _failed
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.execute._failures import describe_innermost, failure_group
 
