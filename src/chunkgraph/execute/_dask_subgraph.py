@@ -9,8 +9,9 @@ fused chain at the least), not one per graph task:
              task, which results leave)
              client.submit(run_subgraph, program, *producer subgraphs' futures)
     worker:  run_subgraph: the process's pool sized to the worker's threads
-             (``_dask_worker_pool``), its large buffers reused (``_dask_malloc``); results = producers' exports; run each task in order,
-             dropping a result after its last use here unless it leaves;
+             (``_dask_worker_pool``), its large buffers reused (``_dask_malloc``);
+             results = producers' exports; run each task in order, dropping a
+             result after its last use here unless it leaves;
              -> {task id: result} for the tasks other subgraphs or targets need
 
 Only exported results travel (Dask moves a producer's dict to the workers of
