@@ -18,7 +18,7 @@ from tests.dask._tasks import identity
 
 import chunkgraph as cg
 from chunkgraph import volume
-from chunkgraph.execute import DaskExecutor
+from chunkgraph.execute import DaskExecutor, _dask_malloc
 from chunkgraph.execute._dask_stream import WINDOW_PER_THREAD, Call, _Window, slots
 from chunkgraph.flow.run._batches import TopStreams
 from chunkgraph.geometry import Box
@@ -120,3 +120,21 @@ def test_a_calls_slot_is_a_loose_restriction_to_its_worker(healthy: Any) -> None
     assert window.placement(None) == {}
     assert window.placement(1) == {"workers": [workers[1]], "allow_other_workers": True}
     assert window.placement(2) == {"workers": [workers[0]], "allow_other_workers": True}
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "131072"},  # owner's
+        {},  # no nanny's threshold: glibc's adaptive rule is on
+    ],
+)
+def test_the_allocator_is_left_as_its_owner_set_it(
+    environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(_dask_malloc, "_set_in", None)
+    assert _dask_malloc.reuse_large_buffers() is False
