@@ -146,14 +146,24 @@ class TopStreams:
     """The top grid's flat C-order indices as one contiguous range per worker thread,
     ``[next[s], stop[s])`` for stream ``s`` (module doc: locality); ``out[s]``: its
     batches in flight, at most ``room`` each (the stream window's share of a thread).
+    The first ``anchored`` streams (one per thread when the run began) each prefer a
+    worker; streams made later for workers that joined prefer none. A stream is split
+    only where it has ``2 x least`` indices left (``least``: the smallest batch): each
+    split costs one more halo decoded twice, and a tail of less is the victim's next
+    batch anyway.
 
-    ``pick`` names the stream the next batch comes from: of those with indices left and
-    room, the one with the fewest batches in flight (its worker freed a slot), the lowest
-    of those first. When none has room, a stream that is dry and idle (nothing left,
-    nothing in flight: its worker waits) takes the back half of the stream with the most
-    left, so that the tail balances and both halves stay contiguous; one that is dry but
-    still running its last batch waits for it (a steal sooner would split a range that
-    its own worker is about to reach: one more halo decoded twice).
+    ``pick`` is asked when the window has room; it names the stream the next batch
+    comes from: of those with indices left and room, the one with the fewest batches in
+    flight (its worker freed a slot), the lowest of those first. When none has room:
+
+    * a stream that is dry and idle (nothing left, nothing in flight: its worker waits)
+      takes the back half of the stream with the most left, so that the tail balances
+      and both halves stay contiguous;
+    * one that is dry but still runs its last batch waits for it (None: a split sooner
+      would cut a range that its own worker is about to reach, one more halo decoded
+      twice);
+    * with no dry stream at all, the room is a worker thread that joined: a new stream
+      takes that back half.
 
     >>> streams = TopStreams(total=10, streams=2, room=2)
     >>> def cut(n):
@@ -168,14 +178,20 @@ class TopStreams:
     >>> streams.out = [0, 2]  # stream 0 dry and idle: it takes 8..10's back half
     >>> streams.pick(), streams.take(0, 9), streams.left()
     (0, range(9, 10), 1)
+    >>> joined = TopStreams(total=8, streams=1, room=1)
+    >>> joined.out = [1]  # its one stream full, yet room: a thread joined
+    >>> joined.pick(), joined.next, joined.stop, joined.anchored
+    (1, [0, 4], [4, 8], 1)
     """
 
-    def __init__(self, total: int, streams: int, room: int) -> None:
+    def __init__(self, total: int, streams: int, room: int, least: int = 1) -> None:
         n = max(1, min(streams, total))
         bounds = [total * i // n for i in range(n + 1)]
         self.next, self.stop = bounds[:-1], bounds[1:]
         self.out = [0] * n
         self.room = room
+        self.anchored = n
+        self.least = max(1, least)
 
     def left(self, stream: int | None = None) -> int:
         """Flat indices not yet cut, of ``stream`` or of all."""
@@ -189,13 +205,21 @@ class TopStreams:
         ready = [s for s in every if self.left(s) and self.out[s] < self.room]
         if ready:
             return min(ready, key=lambda s: (self.out[s], s))
-        idle = [s for s in every if not self.left(s) and not self.out[s]]
         victim = max(every, key=self.left)
-        left = self.left(victim)
-        if not idle or left == 0:
-            return None
-        stream = idle[0]
-        mid = self.next[victim] + left // 2  # the victim keeps the front half
+        if self.left(victim) < 2 * self.least:
+            return None  # nothing worth a split: the victim's next batch takes it
+        dry = [s for s in every if not self.left(s)]
+        idle = [s for s in dry if not self.out[s]]
+        if idle:
+            stream = idle[0]
+        elif dry:
+            return None  # a dry stream's last batch still runs: the room is its own
+        else:  # every stream full and none dry: a worker thread joined
+            stream = len(self.out)
+            self.next.append(0)
+            self.stop.append(0)
+            self.out.append(0)
+        mid = self.next[victim] + self.left(victim) // 2  # the victim keeps the front
         self.next[stream], self.stop[stream] = mid, self.stop[victim]
         self.stop[victim] = mid
         return stream
@@ -295,12 +319,13 @@ class BatchedRun:
             self.reduction_total = counts.counts.size
             self.skipped_red, self.pending_red = counts.done, counts.pending
         self._done_tops: set[str] | None = done_tops or None  # dropped once the grid is cut
-        self.streams = TopStreams(self.top_total, threads, WINDOW_PER_THREAD)
         self._tops_out = self._reds_out = 0  # tasks handed out in batches
         self.sizers = {
             TOP: BatchSizer(threads, self.pending_top),
             REDUCE: BatchSizer(threads, self.pending_red),
         }
+        least = self.sizers[TOP].least
+        self.streams = TopStreams(self.top_total, threads, WINDOW_PER_THREAD, least=least)
         self.in_flight: dict[str, Batch] = {}
         self.totals = {TOP: BatchStats(TOP), REDUCE: BatchStats(REDUCE)}
         self.pending_voxels = 0  # of the bbox, covered by the top tasks handed out
@@ -318,7 +343,7 @@ class BatchedRun:
                 continue
             self.in_flight[batch.id] = batch
             # A top batch prefers its stream's worker thread (``_dask_stream``: slots).
-            slot = batch.stream if batch.stream >= 0 else None
+            slot = batch.stream if 0 <= batch.stream < self.streams.anchored else None
             yield Call(batch.name, run_batch, (self.job, batch, self.settings), slot)
 
     def took(self, stats: BatchStats) -> None:
