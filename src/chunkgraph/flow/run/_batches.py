@@ -150,7 +150,8 @@ class TopStreams:
     worker; streams made later for workers that joined prefer none. A stream is split
     only where it has ``2 x least`` indices left (``least``: the smallest batch): each
     split costs one more halo decoded twice, and a tail of less is the victim's next
-    batch anyway.
+    batch anyway; but a flow of few long tasks (``least`` 1) splits down to its last
+    one, since one task's time is then the imbalance.
 
     ``pick`` is asked when the window has room; it names the stream the next batch
     comes from: of those with indices left and room, the one with the fewest batches in
@@ -206,7 +207,7 @@ class TopStreams:
         if ready:
             return min(ready, key=lambda s: (self.out[s], s))
         victim = max(every, key=self.left)
-        if self.left(victim) < 2 * self.least:
+        if self.left(victim) < (2 * self.least if self.least > 1 else 1):
             return None  # nothing worth a split: the victim's next batch takes it
         dry = [s for s in every if not self.left(s)]
         idle = [s for s in dry if not self.out[s]]
