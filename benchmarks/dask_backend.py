@@ -44,6 +44,10 @@ Many small top-level tasks (a flow on a cluster goes in batches, ``flow/run/_bat
 
 Each is run once untimed first (imports, pools), then timed once.
 
+``--only flow`` runs (4) and (5) alone, alternately ``--rounds`` times, and prints each
+round's ratio and the read amplification of both (the input bytes decoded, summed over
+the workers, over the input's bytes).
+
 Faults, each only on its own (``--only kill``, ``--only status``; not in the default run):
 
 9. ``--top-tasks`` one-voxel top tasks as in (8), but ``fn`` adds 1 and appends its
@@ -66,7 +70,7 @@ Targets: (2) >= 3x fewer scheduler tasks and >= 2x faster than (1); (5) within
 <= 10 s, CPU <= 50 us per top task.
 
     PYTHONPATH=src python benchmarks/dask_backend.py [--width 2000 --length 9] [--quick]
-        [--top-tasks 100000] [--only kill|status] [--status-tasks 10000]
+        [--top-tasks 100000] [--only flow|kill|status] [--rounds 3] [--status-tasks 10000]
 """
 
 from __future__ import annotations
@@ -232,8 +236,10 @@ def make_source(path: Path, shape: tuple[int, ...]) -> None:
         src.write(Box((z, 0, 0), (z + 64, *shape[1:])), slab)
 
 
-def _flow(name: str, workdir: Path, executor: Any) -> float:
-    """Seconds of one run of the box-filter flow into ``<name>.zarr``."""
+def _flow(name: str, workdir: Path, executor: Any) -> tuple[float, float]:
+    """Seconds of one run of the box-filter flow into ``<name>.zarr``, and its read
+    amplification (the input bytes its tasks decoded, summed over processes, over the
+    input's bytes)."""
     import chunkgraph as cg
     from chunkgraph import volume
 
@@ -242,7 +248,7 @@ def _flow(name: str, workdir: Path, executor: Any) -> float:
     shutil.rmtree(dst_path, ignore_errors=True)
     dst = volume.create(str(dst_path), src.shape, src.chunks, "float32")
     t0 = time.perf_counter()
-    cg.apply(
+    report = cg.apply(
         box3,
         src,
         dst,
@@ -251,7 +257,7 @@ def _flow(name: str, workdir: Path, executor: Any) -> float:
         intermediates=str(workdir / f"{name}-tmp"),
         executor=executor,
     )
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, report.read_amplification
 
 
 @contextlib.contextmanager
@@ -282,17 +288,20 @@ def run_flow_case(name: str, workdir: Path, workers: int) -> dict[str, float]:
     one untimed (which pays for imports, thread pools and grain measurements)."""
     if name == "flow_local":
         _flow(name, workdir, "threads")
-        wall = statistics.median(_flow(name, workdir, "threads") for _ in range(FLOW_REPEATS))
-        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0)
+        runs = [_flow(name, workdir, "threads") for _ in range(FLOW_REPEATS)]
+        wall = statistics.median(w for w, _ in runs)
+        amp = max(a for _, a in runs)
+        return dict(wall=wall, tasks=0, peak=_worker_peak(), workers_peak=0, check=0.0, amp=amp)
 
     from chunkgraph.execute import DaskExecutor
 
     with _cluster(workers) as client:
         _flow(name, workdir, DaskExecutor(client))
-        walls = [_flow(name, workdir, DaskExecutor(client)) for _ in range(FLOW_REPEATS - 1)]
+        runs = [_flow(name, workdir, DaskExecutor(client)) for _ in range(FLOW_REPEATS - 1)]
         client.register_plugin(TaskCounter())  # counts the last run only
-        wall = statistics.median([*walls, _flow(name, workdir, DaskExecutor(client))])
-        return _cluster_result(client, wall)
+        runs.append(_flow(name, workdir, DaskExecutor(client)))
+        result = _cluster_result(client, statistics.median(w for w, _ in runs))
+        return dict(result, amp=max(a for _, a in runs))
 
 
 # --- many small top-level tasks --------------------------------------------------------
@@ -719,6 +728,32 @@ def status_report(r: dict[str, Any]) -> str:
 KILL_REPORTS = {"kill": kill_report, "status": status_report}
 
 
+def flow_only(args: argparse.Namespace, width: int, workdir: Path) -> None:
+    """``--only flow``: (4) and (5) alone, interleaved ``--rounds`` times, each round's
+    ratio, read amplifications and the load average printed, outputs compared."""
+    shape = QUICK_SHAPE if args.quick else FULL_SHAPE
+    make_source(workdir / "src.zarr", shape)
+    print(f"flow: {shape} float32; LocalCluster {args.workers} processes x 1 thread")
+    print("| round | (4) threads s | (5) Dask s | (5) / (4) | read amp. (4) | (5) | load avg |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in range(1, args.rounds + 1):
+        local = _run_case("flow_local", args, width)
+        dask = _run_case("flow_dask", args, width)
+        load = os.getloadavg()[0]
+        print(
+            f"| {n} | {local['wall']:.2f} | {dask['wall']:.2f} | "
+            f"{dask['wall'] / local['wall']:.2f}x | {local['amp']:.2f} | {dask['amp']:.2f} | "
+            f"{load:.1f} |",
+            flush=True,
+        )
+    from chunkgraph import volume
+    from chunkgraph.geometry import Box
+
+    a = volume.open(str(workdir / "flow_local.zarr")).read(Box.from_shape(shape))
+    b = volume.open(str(workdir / "flow_dask.zarr")).read(Box.from_shape(shape))
+    print(f"flow outputs identical: {bool(np.array_equal(a, b))}")
+
+
 def _run_case(name: str, args: argparse.Namespace, width: int) -> dict[str, Any]:
     """Case ``name`` in a subprocess of its own; its figures."""
     cmd = [sys.executable, __file__, "--case", name, "--workdir", args.workdir]
@@ -744,9 +779,11 @@ def main() -> None:
         help="top tasks of the simulated flow (8), a multiple of 1,000",
     )  # fmt: skip
     parser.add_argument(
-        "--only", choices=["kill", "status"],
-        help="only (9) a worker killed mid-run or (10) status on a bucket; not in the default run",
+        "--only", choices=["flow", "kill", "status"],
+        help="only (4) and (5) the volume flow, interleaved --rounds times, or (9) a worker "
+        "killed mid-run or (10) status on a bucket (these two not in the default run)",
     )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of --only flow")
     parser.add_argument(
         "--status-tasks", type=int, default=KILL_STATUS_TASKS,
         help="top tasks of (10), a multiple of 1,000",
@@ -771,6 +808,9 @@ def main() -> None:
         print(json.dumps(result))
         return
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.only == "flow":
+        flow_only(args, width, workdir)
+        return
     if args.only:
         print(KILL_REPORTS[args.only](_run_case(args.only, args, width)))
         return

@@ -48,3 +48,16 @@ def counted_failing_once(folder: str, tried: str, src: np.ndarray) -> np.ndarray
             mark.touch()
             raise ValueError(f"first try of a poisoned chunk (pid {os.getpid()})")
     return counted(folder, src)
+
+
+def faults_per_buffer(nbytes: int, times: int) -> float:
+    """The page faults this process takes, on average, to fill a new ``nbytes`` array
+    (after one was made and freed): 0 when malloc reuses the freed buffer, one per page
+    when each is mapped afresh."""
+    import resource
+
+    np.ones(nbytes, np.uint8)  # made and freed: what a reusing malloc hands out again
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(times):
+        np.ones(nbytes, np.uint8)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / times

@@ -23,6 +23,13 @@ worker so that it never waits for the client's round trip; more would only
 hold work a joining or idle worker could take (Dask's work stealing moves a
 queued call, which has no worker restriction, to an idle worker).
 
+Placement. A call may name a worker thread it prefers (``Call.slot``): the
+cluster's threads in workers' address order (``slots``, counted with the window),
+so that calls of one slot, and of neighbouring slots of one worker, run in one
+process and share its caches. It is submitted with that worker as a loose
+restriction: where the worker is gone, or Dask's stealing finds it busy, the call
+runs on another.
+
 The iterator may yield ``None``: nothing to submit now (work that waits for
 results: a reduction for its top-level tasks); it is asked again after the next
 result. It must not yield ``None`` while nothing is in flight (nothing would ever
@@ -53,6 +60,7 @@ from typing import Any
 
 from chunkgraph._errors import RemoteTraceback, TaskError, WorkerDiedError, is_permanent
 from chunkgraph._util import usable_cores
+from chunkgraph.execute._dask_malloc import reuse_large_buffers
 from chunkgraph.execute._dask_subgraph import SubgraphFailed, _failed
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.execute._failures import describe_innermost, failure_group
@@ -68,11 +76,14 @@ ERROR_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class Call:
-    """``fn(*args)`` to run on a worker; ``name`` names it in errors and Dask's keys."""
+    """``fn(*args)`` to run on a worker; ``name`` names it in errors and Dask's keys;
+    ``slot``: the worker thread it prefers (``slots``: calls of one slot run in one
+    worker process, so they share its caches), None for any."""
 
     name: str
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
+    slot: int | None = None
 
 
 def stream_calls(client: Any, calls: Iterable[Call | None], *, retries: int = 0) -> Iterator[Any]:
@@ -113,6 +124,7 @@ def stream_calls(client: Any, calls: Iterable[Call | None], *, retries: int = 0)
                         key=f"chunkgraph-{call.name}-{token}-{n}",
                         priority=-n,  # the iterator's order first
                         pure=False,
+                        **window.placement(call.slot),
                     )  # fmt: skip
                     in_flight[future.key] = call.name
                     futures.add(future)  # type: ignore[no-untyped-call]
@@ -139,21 +151,40 @@ _END: Any = object()
 
 
 class _Window:
-    """``WINDOW_PER_THREAD`` x the cluster's worker threads, counted again every
-    ``WINDOW_REFRESH_S``."""
+    """``WINDOW_PER_THREAD`` x the cluster's worker threads, and the workers' ``slots``,
+    counted again every ``WINDOW_REFRESH_S``."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.counted = -float("inf")
         self.value = 1
+        self.slots: list[str] = []
 
     def size(self) -> int:
         now = time.monotonic()
         if now - self.counted >= WINDOW_REFRESH_S:
             self.counted = now
-            threads = sum(self.client.nthreads().values())
-            self.value = max(1, WINDOW_PER_THREAD * threads)
+            nthreads = self.client.nthreads()
+            self.slots = slots(nthreads)
+            self.value = max(1, WINDOW_PER_THREAD * len(self.slots))
         return self.value
+
+    def placement(self, slot: int | None) -> dict[str, Any]:
+        """``client.submit``'s keywords for a call preferring ``slot``: its worker if any
+        runs, any other when that one is gone or busy past Dask's stealing threshold."""
+        if slot is None or not self.slots:
+            return {}
+        return {"workers": [self.slots[slot % len(self.slots)]], "allow_other_workers": True}
+
+
+def slots(nthreads: dict[str, int]) -> list[str]:
+    """Worker thread ``i`` of a cluster as the address of its worker: the workers in
+    address order, each once per thread, so that neighbouring slots share a process.
+
+    >>> slots({"tcp://b:2": 1, "tcp://a:1": 2})
+    ['tcp://a:1', 'tcp://a:1', 'tcp://b:2']
+    """
+    return [a for a in sorted(nthreads) for _ in range(max(0, int(nthreads[a])))]
 
 
 def worker_threads() -> int:
@@ -201,6 +232,7 @@ def _run_call(fn: Callable[..., Any], args: tuple[Any, ...], retries: int) -> An
     and tries are left; its last error as a ``SubgraphFailed`` (picklable, with the text
     of its traceback)."""
     size_pool_to_worker()
+    reuse_large_buffers()
     tries = 0
     while True:
         tries += 1

@@ -64,11 +64,14 @@ RECORD_EVERY_S = 1.0
 @dataclass(frozen=True)
 class Batch:
     """``indices``: grid indices ``(n, ndim)`` of ``kind``'s tasks (top-level chunks or
-    reduction boxes), in C order; ``id``: unique to the run, names its marker record."""
+    reduction boxes), in C order; ``id``: unique to the run, names its marker record;
+    ``stream``: the stream of the top grid it was cut from (``_batches.TopStreams``), -1
+    for none (a reduction)."""
 
     id: str
     kind: str
     indices: IntArray
+    stream: int = -1
 
     @property
     def name(self) -> str:
