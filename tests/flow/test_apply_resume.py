@@ -521,3 +521,30 @@ def test_a_resume_under_the_default_memory_limit_reuses_the_unfinished_flows_siz
     assert report.plan is not None and report.plan.chunk_sizes[-1] == (32, 32, 16)
     assert report.top_tasks_skipped == 4 and report.tasks_per_level[0] == 4
     np.testing.assert_array_equal(dst.read(dst.bounds), np.full(dst.shape, 2.0, "float32"))
+
+
+def test_a_resume_with_other_pads_does_not_take_an_unfinished_flows_sizes(
+    tmp_path: Path,
+) -> None:
+    """Run 1 (crop 2) failed part way; run 2 asks for crop 3 with resume=True. The
+    unfinished flow is the same fn, inputs and dst, but not the same work: its recorded
+    pads are not the ones asked for, so run 2 is a flow of its own (crop 3), not run 1's
+    continued with crop 2."""
+    import pytest
+
+    from chunkgraph import flow
+
+    src = volume.create(str(tmp_path / "s.zarr"), (64, 64, 128), (16, 16, 16), "float32")
+    src.write(src.bounds, np.ones(src.shape, "float32"))
+    dst = volume.create(str(tmp_path / "d.zarr"), (64, 64, 128), (16, 16, 16), "float32")
+    stop = tmp_path / "stop"
+    stop.touch()
+    kw: dict[str, Any] = dict(executor="sync", probe=False, retries=0,
+                              fn_kwargs={"stop": str(stop)})  # fmt: skip
+    with pytest.raises(ExceptionGroup):
+        flow.apply(doubled_unless_stopped, src, dst, crop_pads=2, memory_limit=4 << 20, **kw)
+    stop.unlink()
+    dry = flow.apply(doubled_unless_stopped, src, dst, crop_pads=3, dry_run=True, **kw)
+    report = flow.apply(doubled_unless_stopped, src, dst, crop_pads=3, resume=True, **kw)
+    assert report.flow_id == dry.flow_id and report.top_tasks_skipped == 0
+    assert report.plan is not None and report.plan.crop_pads[-1] == (3, 3, 3)

@@ -322,6 +322,8 @@ def _earlier_plan(
     reach(root)  # state in an object store: reached as dst is
     fingerprint = flow_id_parts(fn, named, dst, planned)
     for flow_id, sizes in earlier_sizes(root, flow_id_of(fn, named, dst, planned), fingerprint):
+        if not _keeps_the_callers_choices(sizes, planned, shape):
+            continue  # other pads (or writes) than asked for: other work, same fn and data
         try:
             spec = _with_sizes(shape, sizes).validate(fn, inputs, dst)
         except (ValueError, TypeError, KeyError):  # a record this code cannot use
@@ -348,6 +350,30 @@ def _earlier_plan(
             return None
         return spec, plan
     return None
+
+
+def _keeps_the_callers_choices(
+    sizes: Mapping[str, Any], planned: FlowSpec, shape: FlowShape
+) -> bool:
+    """Whether recorded automatic sizes hold what the caller chose now: automatic sizes
+    put the caller's pads on the bottom level and none above it (``plan_automatic``), so
+    the recorded bottom pads must be today's plan's and the levels above unpadded; and a
+    ``skip_intermediates`` the caller gave must be the recorded one. The flow id check
+    after cannot see this: it is computed from the recorded sizes themselves."""
+    bottom = planned.levels[-1]
+    try:
+        crops = [tuple(p) for p in sizes["crop_pads"]]
+        blends = [tuple(p) for p in sizes["blend_pads"]]
+        skip = bool(sizes["skip_intermediates"])
+    except (KeyError, TypeError):
+        return False
+    if not crops or not blends or crops[-1] != tuple(bottom.crop):
+        return False
+    if blends[-1] != tuple(bottom.blend):
+        return False
+    if any(any(p) for p in (*crops[:-1], *blends[:-1])):
+        return False
+    return shape.skip_intermediates is None or shape.skip_intermediates == skip
 
 
 def _with_sizes(shape: FlowShape, sizes: Mapping[str, Any]) -> FlowShape:
