@@ -32,9 +32,9 @@ def test_without_cache_apply_owns_one_and_does_not_warn(files: Any) -> None:
     src = _source(files, 0)
     dst = files.empty(SHAPE, STORAGE, "float32")
     # 4 slabs: the two end slabs read 2 slabs each, the inner two read 3: without a cache,
-    # 10 slabs of 16 chunks, 2.5x; apply reads through its own cache of what neighbours
-    # share (one slab, and the pad of the one before it, that the next task takes), so
-    # each chunk is read once, and a warning would say nothing wrong.
+    # 10 slabs of 16 chunks, 2.5x; apply reads through its own cache, sized for the two
+    # slabs neighbours share (of which it keeps only what the next task takes), so each
+    # chunk is read once, and a warning would say nothing wrong.
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReadAmplificationWarning)
         report = apply(
@@ -47,7 +47,7 @@ def test_without_cache_apply_owns_one_and_does_not_warn(files: Any) -> None:
             **FLOW,
         )
     assert report.plan is not None and report.plan.amplification_without_cache == 10 / 4
-    assert report.plan.cache_bytes == (16 + 4) * CHUNK_BYTES * 5 // 4  # 8 + 2 of 8 layers
+    assert report.plan.cache_bytes == 2 * 16 * CHUNK_BYTES * 5 // 4
     assert report.bytes_read == 64 * CHUNK_BYTES
     assert report.read_amplification == 1.0
     assert src.stats.bytes_read == 0  # the caller's handle was not read through

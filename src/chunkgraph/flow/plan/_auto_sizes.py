@@ -35,10 +35,10 @@ readers still to come take. Worked:
 256 x 512 x 512 float32 in 64^3 storage chunks, crop 8: bottom >= 16 * 8 = 128,
 so the levels are (256, 512, 128) over (128, 256, 128). Task k reads [128k - 8,
 128k + 136) along the sweep: 4 layers of chunks, of which its successor takes the
-last 8 voxels of one and the whole of the next, so the cache holds
-(8 + 64) x 256 x 512 x 4 B = 36 MiB between tasks (the probe's region, 3 x 5 x 3
-chunks = 45 MiB, is more: 45 x MAX_CACHE_SLACK = 56, see _read_model), and every
-storage chunk is read once.
+last 8 voxels of one and the whole of the next. The cache is sized for the two whole
+layers, 2 x 64 x 256 x 512 x 4 B = 64 MiB (x MAX_CACHE_SLACK = 80, see _read_model),
+what an LRU needs (a worker process's cache); apply's own cache in this process keeps
+of them only (8 + 64) x 256 x 512 x 4 B = 36 MiB, and every storage chunk is read once.
 
 Memory bound. The flow holds the cache, the superchunks in flight (the top chunk padded:
 the cross-section, one bottom chunk thick along the sweep) and the bottom chunks'
@@ -232,8 +232,9 @@ class FlowPlan:
         top = self.chunk_sizes[0]
         cross = "x".join(str(t) for a, t in enumerate(top) if a != self.sweep_axis)
         return (
-            f"memory bound: cache {format_bytes(self.cache_bytes)} (the halo parts tasks "
-            f"share, or the probe's region) + {self.superchunks_in_flight} x superchunk "
+            f"memory bound: cache {format_bytes(self.cache_bytes)} (the halo layers tasks "
+            f"share, or the probe's region; apply's own keeps only their parts) + "
+            f"{self.superchunks_in_flight} x superchunk "
             f"{format_bytes(self.superchunk_bytes)} (the top chunk padded: the {cross} "
             f"cross-section, one bottom chunk thick along axis {self.sweep_axis}) + bottom "
             f"buffers {format_bytes(self.bottom_bytes)}; none grows with the bbox's length "
@@ -300,7 +301,7 @@ def plan_sizes(
     >>> plan = plan_sizes(vol.bounds, [vol], vol, crop=(8, 8, 8), blend=(0, 0, 0), cores=2,
     ...                   memory_limit=2**30, direct_allowed=True)
     >>> plan.chunk_sizes, plan.sweep_axis, plan.cache_bytes // 2**20, plan.read_amplification
-    (((256, 512, 128), (128, 256, 128)), 2, 56, 1.0)
+    (((256, 512, 128), (128, 256, 128)), 2, 80, 1.0)
     """
     pad = tuple(c + b for c, b in zip(crop, blend, strict=True))
     step = step or (1,) * bbox.ndim

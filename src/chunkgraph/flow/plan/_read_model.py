@@ -22,6 +22,7 @@ top-level tasks that may hold their superchunk at once; ``_top_task``) and
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -463,33 +464,26 @@ def _reuse_need(
     in_flight: int = 1,
 ) -> int:
     """Cache bytes of ``vol`` that the halo chunks shared along ``axis`` hold at most,
-    without slack: the cache keeps a chunk from its first reader to its last, and of it
-    only what the readers still to come take (``_reader_counts``), so only the shared
-    layers wait, never a whole read.
+    without slack: whole storage chunks, from a chunk's first reader to its last, so only
+    the shared layers wait, never a whole read. That is what an LRU needs (the caches of
+    worker processes, and a caller's own); the cache apply owns in this process keeps of
+    those chunks only the parts the readers still to come take (``_reader_counts``), and
+    so holds less than this budget.
 
-    Along the fastest-moving axis a task's shared chunks wait one task: from where the
-    later read starts to where the earlier read's storage chunks end (the later task
-    takes the pad-thick end of the earlier task's last whole chunk, and the whole chunk
-    the earlier one took a pad of), across the task's whole read on the other axes, for
-    each of the ``in_flight`` tasks whose reads may come out of order. Along a slower
-    axis they wait for a whole row of the faster axes' tasks: the same overlap across
-    the union of those tasks' reads on the faster axes.
+    Along the fastest-moving axis a task's shared chunks wait one task: the overlap of
+    two successive reads (snapped to storage chunks) across the task's whole read on the
+    other axes, for each of the ``in_flight`` tasks whose reads may come out of order.
+    Along a slower axis they wait for a whole row of the faster axes' tasks: the overlap
+    across the union of those tasks' reads on the faster axes.
 
     >>> from types import SimpleNamespace as Layout
     >>> from chunkgraph.geometry import Box
     >>> vol = Layout(bounds=Box((0, 0), (64, 256)), chunks=(16, 16), voxel_bytes=4)
-    >>> _reuse_need(vol.bounds, vol, (64, 64), (2, 2), [1], 1)  # 18 layers of 64 x 4 B
-    4608
+    >>> _reuse_need(vol.bounds, vol, (64, 64), (2, 2), [1], 1)  # 2 layers of 16 x 64 x 4 B
+    8192
     """
     spans = [_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim)]
-    starts = [
-        max(s - pad[axis], vol.bounds.start[axis])
-        for s in range(bbox.start[axis], bbox.stop[axis], top[axis])
-    ]
-    shared = max(
-        (max(0, p[1] - q_lo) for p, q_lo in zip(spans[axis], starts[1:], strict=False)),
-        default=0,
-    )
+    shared = max((max(0, p[1] - q[0]) for p, q in itertools.pairwise(spans[axis])), default=0)
     widest = [max((hi - lo for lo, hi in s), default=0) for s in spans]
     faster = [a for a in moving if a > axis]
     across = math.prod(
