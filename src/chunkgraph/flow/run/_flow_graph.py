@@ -230,9 +230,6 @@ class FlowGraph:
                 assert isinstance(executor, DaskExecutor)
                 stream_batches(batched, executor, progress, subscribers)
                 top, red = batched.totals[TOP], batched.totals[REDUCE]
-                # A batch run again (its worker died) skipped the keys its record held.
-                skipped_top += top.done - top.ran
-                skipped_red += red.done - red.ran
                 self.pending_voxels = batched.pending_voxels
             else:
                 results = self._run_graph(graph, refs, executor, progress, subscribers)
@@ -393,6 +390,9 @@ class FlowGraph:
         """The report of the run from its tasks' sums, ``top`` and ``red`` (reductions)."""
         spec = self.spec
         counts = list(top.tasks_per_level) or [0] * len(spec.levels)
+        # A batch run again (its worker died) skipped the keys its earlier try recorded:
+        # done by this run, so counted as its own (their levels below are not known).
+        counts[0] += top.done - top.ran
         # Threads share the driver's Volume objects: their counters are exact. Other
         # executors read through their own copies, which report per task (the driver's
         # counters then hold only the probe's read).
@@ -409,7 +409,7 @@ class FlowGraph:
             flow_id=self.state.flow_id,
             dry_run=False,
             tasks_per_level=tuple(counts),
-            reductions=red.ran,
+            reductions=red.done,
             bytes_read=bytes_read,
             bytes_written=written,
             temporary_bytes=temporary,
