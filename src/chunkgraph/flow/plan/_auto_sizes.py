@@ -191,6 +191,7 @@ class FlowPlan:
     inputs_cache: int = 0  # the caller's inputs' own cache, bytes (0: none)
     superchunk_bytes: int = 0  # one top task's read (+ its accumulation buffer), bytes
     bottom_bytes: int = 0  # the buffers of the bottom chunks computing at once, bytes
+    sweep_tasks: int = 0  # top tasks along the sweep axis (0: not known)
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -227,18 +228,30 @@ class FlowPlan:
         return "\n".join(lines)
 
     def memory_words(self) -> str:
-        """What the predicted memory is made of, and why it does not grow with the bbox's
-        length along the sweep: every term is a cross-section's worth or a bottom chunk's."""
+        """What the predicted memory is made of, and whether it grows with the bbox's
+        length along the sweep: with tasks following each other along it, every term is a
+        cross-section's worth or a bottom chunk's; with one task spanning it, the top chunk
+        is the bbox's whole length there (sizes tile the bbox exactly, and an extent off
+        the storage grid may leave no smaller tiling)."""
         top = self.chunk_sizes[0]
-        cross = "x".join(str(t) for a, t in enumerate(top) if a != self.sweep_axis)
-        return (
+        axis = self.sweep_axis
+        cross = "x".join(str(t) for a, t in enumerate(top) if a != axis)
+        terms = (
             f"memory bound: cache {format_bytes(self.cache_bytes)} (the halo layers tasks "
             f"share, or the probe's region; apply's own keeps only their parts) + "
-            f"{self.superchunks_in_flight} x superchunk "
-            f"{format_bytes(self.superchunk_bytes)} (the top chunk padded: the {cross} "
-            f"cross-section, one bottom chunk thick along axis {self.sweep_axis}) + bottom "
-            f"buffers {format_bytes(self.bottom_bytes)}; none grows with the bbox's length "
-            f"along axis {self.sweep_axis}"
+            f"{self.superchunks_in_flight} x superchunk {format_bytes(self.superchunk_bytes)}"
+        )
+        tail = f" + bottom buffers {format_bytes(self.bottom_bytes)}; "
+        if self.sweep_tasks == 1:
+            return (
+                f"{terms} (the top chunk padded: one task spans the bbox's {top[axis]} "
+                f"along axis {axis}){tail}the superchunk grows with that length (the sizes "
+                "tile the bbox exactly: a bbox whose ends are on the storage grid plans a "
+                "sweep)"
+            )
+        return (
+            f"{terms} (the top chunk padded: the {cross} cross-section, one bottom chunk "
+            f"thick along axis {axis}){tail}none grows with the bbox's length along axis {axis}"
         )
 
     def headline(self) -> str:
@@ -454,6 +467,7 @@ def _flow_plan(
         superchunks_in_flight=plan.in_flight,
         superchunk_bytes=plan.superchunk,
         bottom_bytes=plan.bottoms,
+        sweep_tasks=plan.sweep_tasks,
         reasons=tuple(reasons),
         inputs_cache=inputs_cache,
     )

@@ -189,6 +189,7 @@ class Evaluation:
     in_flight: int
     bottoms: int
     sweep_reused: bool  # the halo shared along the sweep comes from the cache (or no halo)
+    sweep_tasks: int = 1  # top tasks along the sweep axis (1: one task spans the bbox there)
 
     @property
     def memory(self) -> int:
@@ -262,6 +263,7 @@ def evaluate(
         in_flight=held.in_flight,
         bottoms=held.bottoms,
         sweep_reused=not any(context) or not moving or sweep in reused,
+        sweep_tasks=grid[sweep],
     )
 
 
