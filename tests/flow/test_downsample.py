@@ -279,6 +279,18 @@ def test_format_takes_the_format_tables_name_for_zarr_v3_and_its_prefix(
     assert "'zarr4'" in err and all(f in err for f in ("zarr", "zarr3", "ome-zarr", "precomputed"))
 
 
+def test_zarr_levels_of_a_precomputed_layer_go_beside_the_layer(tmp_path: Path) -> None:
+    """``format='zarr'`` on a precomputed scale: the Zarr v3 level is named beside the
+    layer (``pc_s1``), not inside it (``pc/1_1_1_s1``), where its info lists no such
+    scale."""
+    src = volume.create(f"precomputed://{tmp_path / 'pc'}", (8, 8, 8), (4, 4, 4), "uint8")
+    src.write(src.bounds, np.ones((8, 8, 8), "uint8"))
+    report = downsample(volume.open(f"precomputed://{tmp_path / 'pc'}"), format="zarr")
+    assert report.paths == (str(tmp_path / "pc_s1"),)
+    assert volume.open(report.paths[0]).shape == (4, 4, 4)
+    assert sorted(p.name for p in (tmp_path / "pc").iterdir()) == ["1_1_1", "info"]
+
+
 def test_levels_made_again_at_the_same_paths_are_written_afresh(tmp_path: Path) -> None:
     for seed, shape in ((7, (64, 64, 32)), (8, (48, 40, 24))):
         for old in tmp_path.glob("*"):

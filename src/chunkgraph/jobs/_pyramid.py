@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import posixpath
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -219,6 +220,14 @@ def level_paths(src_path: str, levels: int, dst: str | None) -> list[str]:
     return [f"{stem}_s{k}{suffix}" for k in range(1, levels + 1)]
 
 
+def _beside_what(source: Volume) -> str:
+    """The path Zarr v3 levels are named beside: the source's, or for a level of a
+    multiscale image (a precomputed layer's scale, an OME-Zarr image's array) the image's,
+    so that they go next to it, never inside it where its metadata does not list them."""
+    path = source.path.rstrip("/")
+    return posixpath.dirname(path) if source.format.multiscale else path
+
+
 def check_downsample(
     src: Volume, factor: object, levels: object, method: object
 ) -> tuple[int, ...]:
@@ -362,7 +371,7 @@ def downsample(
         # A source another flow is writing is refused before a level is made or listed
         # (each pass's apply checks again, under its locks).
         refuse_if_written({"src": (source, source.bounds)}, lock_wait)
-    paths = level_paths(source.path, levels, dst) if into == "zarr3" else []
+    paths = level_paths(_beside_what(source), levels, dst) if into == "zarr3" else []
     backend: BackendName = "memory" if dry_run else plain_zarr_backend(source.backend)
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
