@@ -168,6 +168,8 @@ class FlowPlan:
         superchunk_bytes: One top task's padded read, with its accumulation buffer below
             the top: ``memory_bytes`` holds ``superchunks_in_flight`` of them.
         bottom_bytes: The buffers of the bottom chunks computing at once.
+        sweep_tasks: Top tasks along the sweep axis (1: one task spans the bbox there, so
+            its superchunk grows with that length; 0: not known).
     """
 
     automatic: bool
