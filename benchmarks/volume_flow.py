@@ -52,10 +52,11 @@ where each treats the outside differently), and a dry run of a
 Memory. Peak RSS is shown whole and above the case's own baseline (the interpreter with
 numpy, scipy, zarr, chunkgraph and, for (4), dask imported, measured in the case's process
 before it starts). A chunkgraph case cannot go below baseline + its chunk cache, printed
-as the floor. ``apply`` caps glibc's malloc arenas for the threads it starts (see
-``flow._apply``); threads that zarr started earlier keep theirs, so ``--arena-max``
-(MALLOC_ARENA_MAX for every case, peers included) shows what the cap does for a whole
-process.
+as the floor. ``apply`` leaves glibc's allocator as the process has it (see
+``flow._apply``: its settings are the whole process's); ``--arena-max`` and
+``--mmap-threshold`` (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_ for every case, peers
+included) show what they do for a whole process. Peak RSS is each case's own high-water
+mark (VmHWM, ``_memory``), not ``ru_maxrss``, which starts from the driver's.
 """
 
 from __future__ import annotations
