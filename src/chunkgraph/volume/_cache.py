@@ -162,12 +162,7 @@ class ChunkCache:
         with self._lock:
             self._readers = readers
             self._part_rule = parts if readers is not None else None
-            self._chunks.clear()
-            self._left.clear()
-            self._parts.clear()
-            self._boxes.clear()
-            self._whole.clear()
-            self._nbytes = self._pinned = self.peak = 0
+            self._forget()
 
     def get(self, key: Hashable) -> np.ndarray[Any, Any] | None:
         """The cached chunk (read-only), or None; see ``take`` (a chunk kept only in part
@@ -333,12 +328,16 @@ class ChunkCache:
     def clear(self) -> None:
         with self._lock:
             self.epoch += 1
-            self._chunks.clear()
-            self._left.clear()
-            self._parts.clear()
-            self._boxes.clear()
-            self._whole.clear()
-            self._nbytes = self._pinned = self.peak = 0
+            self._forget()
+
+    def _forget(self) -> None:
+        """Every chunk, part and count gone (under the lock)."""
+        self._chunks.clear()
+        self._left.clear()
+        self._parts.clear()
+        self._boxes.clear()
+        self._whole.clear()
+        self._nbytes = self._pinned = self.peak = 0
 
 
 def _remove_part(parts: list[Box], part: Box | None) -> None:
