@@ -48,6 +48,11 @@ where each treats the outside differently), and a dry run of a
                                      [--peer-python OTHER_ENV/bin/python]
                                      [--label-peer-python DASK_IMAGE_ENV/bin/python]
                                      [--mmap-threshold 131072] [--arena-max 1]
+                                     [--keep-outputs]
+
+What each case wrote is removed once compared (at ``--size 1024`` the outputs are
+some 15 GiB); the sources stay in the workdir for the next run at that size.
+``--keep-outputs`` keeps the outputs too, to look at them.
 
 Memory. Peak RSS is shown whole and above the case's own baseline (the interpreter with
 numpy, scipy, zarr, chunkgraph and, for (4), dask imported, measured in the case's process
@@ -610,6 +615,11 @@ def main() -> None:
         "--label-peer-python",
         help="the interpreter of an environment with dask-image, zarr and scipy, for case (l4)",
     )
+    parser.add_argument(
+        "--keep-outputs",
+        action="store_true",
+        help="keep what each case wrote (removed once compared otherwise; sources stay)",
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
@@ -694,6 +704,23 @@ def main() -> None:
         f"{est.bytes_to_write / 2**40:.1f} TiB to write, "
         f"{est.top_task_memory_bytes / 2**30:.2f} GiB per top-level task"
     )
+    if not args.keep_outputs:
+        remove_outputs(workdir)
+
+
+SOURCES = ("src.zarr", "src4.zarr", "src_m.zarr", LABEL_SOURCE)
+
+
+def remove_outputs(workdir: Path) -> None:
+    """Remove what the cases wrote, keeping the sources for the next run at this size:
+    the outputs of a large run fill a disk quickly."""
+    freed = 0
+    for path in workdir.iterdir():
+        if path.name in SOURCES or not path.name.endswith(".zarr"):
+            continue
+        freed += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        shutil.rmtree(path, ignore_errors=True)
+    print(f"removed the cases' outputs ({freed / 2**30:.1f} GiB); the sources stay in {workdir}")
 
 
 if __name__ == "__main__":
