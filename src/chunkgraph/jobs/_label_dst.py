@@ -127,7 +127,7 @@ def _settings(mark: str) -> dict[str, Any] | None:
 def _setting(name: str, value: Any) -> str:
     """One setting in label's words: "threshold 0.5", "chunk 128x64x64"."""
     if name == "threshold":
-        return "no threshold (nonzero voxels)" if value is None else f"threshold {value:g}"
+        return "no threshold (nonzero voxels)" if value is None else f"threshold {value!r}"
     if name == "chunk":
         return "chunk " + "x".join(map(str, value))
     return f"{name} {value}"
