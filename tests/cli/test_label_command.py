@@ -4,6 +4,7 @@ as scipy's, the chunks written before the kill not written again."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -105,6 +106,55 @@ def test_refusals_name_the_command_lines_options(
     err = capsys.readouterr().err
     assert "2048 components" in err and "leave --dtype out" in err
     assert not (tmp_path / "n.zarr").exists()
+
+
+def test_a_resume_into_a_volume_label_did_not_make_exits_2_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, _ = _source(tmp_path)
+    foreign = volume.create(tmp_path / "foreign.zarr", (32, 32, 32), (8, 8, 8), "uint32")
+    foreign.write(foreign.bounds, np.full((32, 32, 32), 99, np.uint32))
+    argv = ["label", str(src), str(tmp_path / "foreign.zarr"), "--threshold", "0.1"]
+    assert cli.main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"chunkgraph label: dst {str(tmp_path / 'foreign.zarr')!r}")
+    assert "was not made by label, and --resume continues only" in err
+    assert "resume=True" not in err and "volume.remove" not in err
+    assert (foreign.read(foreign.bounds) == 99).all()
+
+
+def test_a_resume_with_another_threshold_exits_2_in_labels_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, data = _source(tmp_path)
+    dst = tmp_path / "dst.zarr"
+    assert cli.main(["label", str(src), str(dst), "--threshold", "0.1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["label", str(src), str(dst), "--threshold", "0.2", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "started by a label with threshold 0.1, and this one has threshold 0.2" in err
+    assert "--resume continues only the label that started dst" in err
+    assert "fn_kwargs" not in err and "warning" not in err
+    np.testing.assert_array_equal(volume.open(dst).read(volume.open(dst).bounds),
+                                  _expected(data, 0.1, 1))  # fmt: skip
+
+
+def test_the_json_log_names_each_pass_and_ends_with_the_components_and_dst(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, data = _source(tmp_path)
+    dst, log = tmp_path / "dst.zarr", tmp_path / "log.jsonl"
+    argv = ["label", str(src), str(dst), "--threshold", "0.1", "--chunk", "16,16,16"]
+    assert cli.main([*argv, "--log-json", str(log)]) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    runs = [(r["event"], r.get("pass")) for r in records if r["event"].startswith("run-")]
+    assert runs == [("run-started", "find"), ("run-finished", "find"),
+                    ("run-started", "relabel"), ("run-finished", "relabel")]  # fmt: skip
+    tasks = [r for r in records if "task" in r]
+    assert tasks and {r["pass"] for r in tasks} == {"find", "relabel"}
+    assert records[-1] == {"event": "outcome", "outcome": "finished", "saturated_voxels": 0,
+                           "components": int(_expected(data, 0.1, 1).max()),
+                           "dst": str(dst)}  # fmt: skip
 
 
 # The label run killed below: the CLI's own entry point, with a subscriber that sleeps

@@ -146,5 +146,5 @@ def test_the_allocator_is_left_as_its_owner_set_it(
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(_dask_malloc, "_set_in", None)
-    assert _dask_malloc.reuse_large_buffers() is False
+    with _dask_malloc.large_buffers_reused() as reused:
+        assert reused is False

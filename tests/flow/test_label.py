@@ -5,6 +5,7 @@ same bytes twice; bad input refused before anything is written."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -312,13 +313,44 @@ def test_the_report_keeps_no_chunk_faces(tmp_path: Path) -> None:
     assert report.passes[0].tasks_per_level == (8,) and report.passes[0].bytes_read > 0
 
 
-def test_a_resume_with_another_threshold_warns_and_starts_over(tmp_path: Path) -> None:
+def test_a_resume_with_another_threshold_is_refused_in_labels_words(tmp_path: Path) -> None:
+    """Not apply's warning about fn_kwargs, and not a new label over the old one: the
+    settings dst was started with, and what to do."""
     data = _smoothed((16, 16, 16), seed=6)
     src = _source(tmp_path, data, (8, 8, 8))
     label(src, tmp_path / "dst.zarr", threshold=0.2)
-    with pytest.warns(UserWarning, match=r"fn_kwargs"):
-        label(src, tmp_path / "dst.zarr", threshold=0.1, resume=True)
-    np.testing.assert_array_equal(_read(tmp_path / "dst.zarr"), _scipy(data > 0.1, 1)[0])
+    before = _read(tmp_path / "dst.zarr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the refusal says it all
+        with pytest.raises(ConfigError) as err:
+            label(src, tmp_path / "dst.zarr", threshold=0.1, resume=True)
+    text = str(err.value)
+    assert "started by a label with threshold 0.2, and this one has threshold 0.1" in text
+    assert "resume=True continues only the label that started dst" in text
+    assert "fn_kwargs" not in text and err.value.field == "threshold"
+    np.testing.assert_array_equal(_read(tmp_path / "dst.zarr"), before)
+    with pytest.raises(ConfigError, match="with connectivity 1, and this one has connectivity 2"):
+        label(src, tmp_path / "dst.zarr", threshold=0.2, connectivity=2, resume=True)
+    report = label(src, tmp_path / "dst.zarr", threshold=0.2, resume=True)  # the same label
+    assert report.passes[1].top_tasks_skipped == 1  # one chunk of 16^3: written before
+
+
+def test_a_resume_into_a_volume_label_did_not_make_is_refused(tmp_path: Path) -> None:
+    """A volume of the same shape and dtype that label did not make (another tool's, or
+    another source's labels) is refused, not written over."""
+    data = (_smoothed((16, 16, 16), seed=8) > 0.2).astype(np.uint8)
+    src = _source(tmp_path, data, (8, 8, 8))
+    foreign = volume.create(tmp_path / "foreign.zarr", data.shape, (8, 8, 8), "uint32")
+    foreign.write(foreign.bounds, np.full(data.shape, 99, np.uint32))
+    with pytest.raises(ConfigError, match="was not made by label") as err:
+        label(src, tmp_path / "foreign.zarr", resume=True)
+    assert err.value.field == "dst" and "foreign.zarr" in str(err.value)
+    assert (_read(tmp_path / "foreign.zarr") == 99).all()
+    other = volume.create(tmp_path / "other.zarr", data.shape, (8, 8, 8), "uint8")
+    other.write(other.bounds, data)
+    label(other, tmp_path / "labels.zarr")
+    with pytest.raises(ConfigError, match=r"made by a label of another source \(.*other.zarr\)"):
+        label(src, tmp_path / "labels.zarr", resume=True)
 
 
 def test_the_time_counts_the_merge_and_a_memory_limit_below_one_task_is_refused(

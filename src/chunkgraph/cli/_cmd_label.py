@@ -21,15 +21,16 @@ from chunkgraph._errors import ConfigError
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
 from chunkgraph.volume import FORMATS
 
-# ``label``'s refusals name its Python keywords (beside the options); here, the options.
-_SPELLINGS = (
-    ("give threshold= (--threshold)", "give --threshold T"),
-    ("remove it first (volume.remove)", "remove it first"),
-    ("pass resume=True (--resume on the command line)", "pass --resume"),
-    (" bytes (--memory-limit) is below", " bytes is below"),
-    ("or leave dtype out", "or leave --dtype out"),
-)
-_KEYWORDS = {"memory_limit": "--memory-limit", "chunk": "--chunk", "dtype": "--dtype"}
+# How label's refusals (``LabelRefusal``) name its parameters here: by their options.
+OPTIONS = {
+    "threshold": "--threshold T",
+    "connectivity": "--connectivity",
+    "dtype": "--dtype",
+    "chunk": "--chunk",
+    "memory_limit": "--memory-limit",
+    "resume": "--resume",
+    "remove": "remove it first",
+}
 
 
 def register(commands: Any) -> None:
@@ -89,7 +90,12 @@ def handle(args: argparse.Namespace) -> int:
     )
     again = f"`chunkgraph label {args.src} {args.dst} --resume` continues its work"
     return run_flow("label", args, functools.partial(_in_options, call), again,
-                    lambda _: [args.src, args.dst])  # fmt: skip
+                    lambda _: [args.src, args.dst], _outcome)  # fmt: skip
+
+
+def _outcome(report: Any) -> dict[str, Any]:
+    """What a JSON log's outcome line says of a label: how many components, and where."""
+    return {"components": report.components, "dst": report.path}
 
 
 def _in_options(call: Any, **kwargs: Any) -> Any:
@@ -97,12 +103,7 @@ def _in_options(call: Any, **kwargs: Any) -> Any:
     try:
         return call(**kwargs)
     except ConfigError as err:
-        text = str(err)
-        for python, option in _SPELLINGS:
-            text = text.replace(python, option)
-        keyword = _KEYWORDS.get(err.field or "")
-        if keyword and text.startswith(f"{err.field} "):  # the message starts with its name
-            text = keyword + text.removeprefix(err.field or "")
-        if text == str(err):
+        spelled = getattr(err, "spelled", None)  # label's refusals: ``LabelRefusal``
+        if not callable(spelled):
             raise
-        raise ConfigError(text, field=err.field) from err
+        raise ConfigError(spelled(OPTIONS), field=err.field) from err

@@ -81,9 +81,11 @@ def run_flow(
     call: Callable[..., Any],
     again: str,
     shown: Callable[[Any], list[str]],
+    told: Callable[[Any], dict[str, Any]] | None = None,
 ) -> int:
     """Call ``call(run=the run options)`` and print its summary and the view command of
-    ``shown(its report)``: the volumes to look at; the exit code of the outcome."""
+    ``shown(its report)``: the volumes to look at; the exit code of the outcome.
+    ``told(its report)``: more facts for a JSON log's outcome line."""
     if args.workers is not None and args.workers < 1:
         print(
             f"chunkgraph {command}: --workers must be at least 1, got {args.workers}",
@@ -105,6 +107,7 @@ def run_flow(
         outcome = "finished"
         # What the summary says of saturation, for a log read alone.
         facts["saturated_voxels"] = report.saturated_voxels
+        facts.update(told(report) if told is not None else {})
     except VolumeNotFoundError as err:  # a source that is not there: the arguments are wrong
         outcome = "failed"
         print(f"chunkgraph {command}: {err}", file=sys.stderr)

@@ -84,6 +84,8 @@ class JsonLines:
             "event": event.kind.value,
             "time": round(event.time, 6),
         }
+        if event.pass_name:  # which of a job's flows (label's find or relabel pass)
+            record["pass"] = event.pass_name
         if event.task >= 0:
             record.update(task=event.task, name=event.name, attempt=event.attempt)
         if event.total:

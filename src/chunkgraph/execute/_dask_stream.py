@@ -60,7 +60,7 @@ from typing import Any
 
 from chunkgraph._errors import RemoteTraceback, TaskError, WorkerDiedError, is_permanent
 from chunkgraph._util import usable_cores
-from chunkgraph.execute._dask_malloc import reuse_large_buffers
+from chunkgraph.execute._dask_malloc import large_buffers_reused
 from chunkgraph.execute._dask_subgraph import SubgraphFailed, _failed
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.execute._failures import describe_innermost, failure_group
@@ -232,16 +232,16 @@ def _run_call(fn: Callable[..., Any], args: tuple[Any, ...], retries: int) -> An
     and tries are left; its last error as a ``SubgraphFailed`` (picklable, with the text
     of its traceback)."""
     size_pool_to_worker()
-    reuse_large_buffers()
-    tries = 0
-    while True:
-        tries += 1
-        try:
-            return fn(*args)
-        except BaseException as error:
-            final = isinstance(error, KeyboardInterrupt) or is_permanent(error)
-            if final or tries > retries:
-                raise _failed(0, error, tries) from None
+    with large_buffers_reused():  # a flow's batch: its buffers reused while it runs
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return fn(*args)
+            except BaseException as error:
+                final = isinstance(error, KeyboardInterrupt) or is_permanent(error)
+                if final or tries > retries:
+                    raise _failed(0, error, tries) from None
 
 
 def _failure_group(name: str, status: str, result: Any) -> ExceptionGroup[TaskError]:

@@ -9,7 +9,8 @@ fused chain at the least), not one per graph task:
              task, which results leave)
              client.submit(run_subgraph, program, *producer subgraphs' futures)
     worker:  run_subgraph: the process's pool sized to the worker's threads
-             (``_dask_worker_pool``), its large buffers reused (``_dask_malloc``);
+             (``_dask_worker_pool``); the allocator left as Dask set it (only a
+             flow's streamed batches change it while they run: ``_dask_malloc``);
              results = producers' exports; run each task in order, dropping a
              result after its last use here unless it leaves;
              -> {task id: result} for the tasks other subgraphs or targets need
@@ -54,7 +55,6 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from chunkgraph._errors import RemoteError, is_permanent
-from chunkgraph.execute._dask_malloc import reuse_large_buffers
 from chunkgraph.execute._dask_worker_pool import size_pool_to_worker
 from chunkgraph.graph import replace_leaves
 
@@ -139,7 +139,6 @@ def run_subgraph(program: SubgraphProgram, *producers: dict[int, Any]) -> dict[i
     ``SubgraphFailed`` naming the first task that failed.
     """
     size_pool_to_worker()
-    reuse_large_buffers()
     try:
         calls: list[Call] = pickle.loads(program.calls)
     except BaseException as error:

@@ -73,6 +73,8 @@ class Event:
             thread and for other kinds.
         activation: For ACTIVATED, the adaptive executor's ``ActivationEvent``
             (workers active and added per context, the CPU and I/O readings).
+        pass_name: The pass of a job that runs several flows (``label``: "find",
+            "relabel"), set by the job on the events it hands on; "" otherwise.
     """
 
     kind: EventKind
@@ -84,6 +86,7 @@ class Event:
     error: BaseException | None = None
     worker: str = ""
     activation: ActivationEvent | None = None
+    pass_name: str = ""
 
 
 Subscriber = Callable[[Event], None]

@@ -33,7 +33,15 @@ table and the same digests of the chunks' foregrounds, so the relabel flow has t
 flow id (it hashes ``fn_kwargs``: the table and the digests with them) and skips the
 chunks it wrote before. A source changed in between, by as little as one voxel, gives
 other digests, another flow, and a fresh relabel; a chunk that changed during the
-relabel pass is refused (``relabel_chunk``).
+relabel pass is refused (``relabel_chunk``). A resume continues only into a dst this
+label made: dst carries the label's mark (its source, threshold, connectivity and
+chunk: ``_label_dst``), and a dst without it, or with another's, is refused.
+
+Events. Each pass hands its subscribers events that carry its name (``pass_name``:
+"find", "relabel"), so a log of both flows says which pass each event is of.
+
+Words. Refusals are ``LabelRefusal``s (``_label_words``): written once, they name the
+parameters as Python callers write them, and as the command line's options there.
 
 dtype. The ids are counted, not cast from the source: relabel returns exactly dst's
 dtype, under ``cast="same_kind"`` so that apply's check of the source's dtype against
@@ -43,7 +51,8 @@ Only the component count decides whether a dtype fits.
 Refusals (``ConfigError`` before anything is written): a float source without a
 threshold, a connectivity outside 1..ndim, a memory limit below one task's need, a
 dtype that is not an integer or too small for the components found (checked after the
-find pass, before dst is made), a dst that exists without ``resume``.
+find pass, before dst is made), a dst that exists without ``resume``, or with
+``resume`` one this label did not start.
 """
 
 from __future__ import annotations
@@ -61,14 +70,15 @@ from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph.flow import ApplyReport, RunOptions, apply
 from chunkgraph.jobs._label_chunk import find_pieces, relabel_chunk
+from chunkgraph.jobs._label_dst import check_dst, check_mark, check_resumed, label_mark, make_dst
 from chunkgraph.jobs._label_merge import Merge, merge
+from chunkgraph.jobs._label_words import LabelRefusal
 from chunkgraph.jobs._run_options import job_options
 from chunkgraph.jobs._transfer import _existing
-from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
+from chunkgraph.volume import Volume
 
 if TYPE_CHECKING:
-    from chunkgraph.execute import Executor, ExecutorKind, Subscriber
-    from chunkgraph.geometry import Box
+    from chunkgraph.execute import Event, Executor, ExecutorKind, Subscriber
     from chunkgraph.volume import BackendName
 
 # Voxels per chunk both passes label (128 x 64 x 64 over 64^3 storage chunks). scipy
@@ -229,8 +239,10 @@ def label(
     _check_connectivity(connectivity, source.spatial_ndim)
     wanted = _check_dtype(dtype)
     there, existing = _existing(dst)
-    _check_dst(source, dst, existing, options.resume)
+    check_dst(source, dst, existing, options.resume)
     chunk = _check_chunk(chunk, source)
+    mark = label_mark(source, threshold, connectivity, chunk)
+    check_mark(existing, mark)
     _check_memory(options.memory_limit, source, chunk)
     settings = {"bounds": source.bounds, "threshold": threshold, "connectivity": connectivity}
     find = apply(
@@ -240,7 +252,7 @@ def label(
         fn_kwargs=settings,
         chunk_sizes=[chunk],
         expand_bbox=True,
-        run=dataclasses.replace(options, resume=False),  # it writes nothing to resume
+        run=_in_pass("find", options, resume=False),  # it writes nothing to resume
     )
     started = time.perf_counter()
     merged = (
@@ -248,12 +260,13 @@ def label(
     )
     find = dataclasses.replace(find, values=None)  # every chunk's faces: not kept past the merge
     out = _out_dtype(merged, wanted, source)
-    _check_resumed(existing, source, out)
-    target = _make_dst(source, dst, out, backend, options.dry_run)
+    check_resumed(existing, source, out)
+    target = make_dst(source, dst, out, backend, options.dry_run, mark)
     table = _table(merged, out, source.bounds.shape, chunk)
     between = time.perf_counter() - started
     try:
-        relabel = _relabel(source, target, {**settings, "chunk": chunk, **table}, chunk, options)
+        kwargs = {**settings, "chunk": chunk, **table}
+        relabel = _relabel(source, target, kwargs, chunk, _in_pass("relabel", options))
     except ConfigError:
         if not there and not options.dry_run:  # refused before its tasks: nothing written
             volume.remove(target.path, storage_options=target.storage_options)
@@ -291,6 +304,23 @@ def _relabel(
     )
 
 
+def _in_pass(name: str, options: RunOptions, **changes: Any) -> RunOptions:
+    """``options`` for one pass: its subscribers get events that carry the pass's name."""
+    subscribers = tuple(_PassEvents(name, s) for s in options.subscribers)
+    return dataclasses.replace(options, subscribers=subscribers, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PassEvents:
+    """A subscriber of one pass: each event handed on with ``pass_name`` set."""
+
+    name: str
+    subscriber: Subscriber
+
+    def __call__(self, event: Event) -> None:
+        self.subscriber(dataclasses.replace(event, pass_name=self.name))
+
+
 def label_chunk(storage: Sequence[int], extent: Sequence[int]) -> tuple[int, ...]:
     """The chunk both passes label by: ``storage`` (the source's chunk) doubled on its
     shortest axis (the first of equals) that is shorter than the volume, until it holds
@@ -320,12 +350,12 @@ def _check_chunk(chunk: Sequence[int] | None, source: Volume) -> tuple[int, ...]
         isinstance(c, int | np.integer) and c > 0 and c % s == 0
         for c, s in zip(given, storage, strict=True)
     ):
-        raise ConfigError(
-            f"chunk must be {len(storage)} positive multiples of the source's chunks "
-            f"{storage}, one per axis, got {chunk!r}; e.g. "
-            f"{tuple(2 * s for s in storage)}, or leave it out",
-            field="chunk",
-        )
+        raise LabelRefusal(
+            "{chunk} must be {n} positive multiples of the source's chunks {storage}, one "
+            "per axis, got {given!r}; e.g. {example}, or leave it out",
+            field="chunk", n=len(storage), storage=storage, given=chunk,
+            example=tuple(2 * s for s in storage),
+        )  # fmt: skip
     return tuple(int(c) for c in given)
 
 
@@ -357,13 +387,13 @@ def _check_memory(limit: int | None, source: Volume, chunk: Sequence[int]) -> No
         return
     need = math.prod(chunk) * (source.dtype.itemsize + _TASK_BYTES_PER_VOXEL)
     if limit < need:
-        raise ConfigError(
-            f"memory_limit {limit} bytes (--memory-limit) is below what one label task "
-            f"holds: about {need} bytes ({need / 2**20:.1f} MiB) for a chunk of "
-            f"{'x'.join(map(str, chunk))} {source.dtype} voxels; give at least that, or a "
-            f"smaller chunk (--chunk, whole storage chunks {source.spatial_chunks})",
-            field="memory_limit",
-        )
+        raise LabelRefusal(
+            "{memory_limit} {limit} bytes is below what one label task holds: about {need} "
+            "bytes ({mib:.1f} MiB) for a chunk of {size} {dtype} voxels; give at least "
+            "that, or a smaller {chunk} (whole storage chunks {storage})",
+            field="memory_limit", limit=limit, need=need, mib=need / 2**20,
+            size="x".join(map(str, chunk)), dtype=source.dtype, storage=source.spatial_chunks,
+        )  # fmt: skip
 
 
 def _check_source(source: Volume, threshold: float | None) -> None:
@@ -381,13 +411,12 @@ def _check_source(source: Volume, threshold: float | None) -> None:
             )
         return
     if source.dtype.kind not in "biu":
-        raise ConfigError(
-            f"src {source.path!r} is {source.dtype} and no threshold was given: without one "
-            "the foreground is every nonzero voxel, which in a float volume is nearly all of "
-            "it; give threshold= (--threshold), foreground being src > threshold, or label an "
-            "integer or bool mask",
-            field="threshold",
-        )
+        raise LabelRefusal(
+            "src {src!r} is {dtype} and no threshold was given: without one the foreground "
+            "is every nonzero voxel, which in a float volume is nearly all of it; give "
+            "{threshold}, foreground being src > T, or label an integer or bool mask",
+            field="threshold", src=source.path, dtype=source.dtype,
+        )  # fmt: skip
 
 
 def _check_connectivity(connectivity: Any, ndim: int) -> None:
@@ -400,12 +429,12 @@ def _check_connectivity(connectivity: Any, ndim: int) -> None:
             f"{k} ({sum(_far(ndim, j) for j in range(1, k + 1))} neighbours)"
             for k in range(1, ndim + 1)
         )
-        raise ConfigError(
-            f"connectivity must be one of {counts} for a volume of {ndim} axes, got "
-            f"{connectivity!r}: 1 joins voxels that share a face, {ndim} also those that "
-            "share only an edge or a corner",
-            field="connectivity",
-        )
+        raise LabelRefusal(
+            "{connectivity} must be one of {counts} for a volume of {ndim} axes, got "
+            "{given!r}: 1 joins voxels that share a face, {ndim} also those that share only "
+            "an edge or a corner",
+            field="connectivity", counts=counts, ndim=ndim, given=connectivity,
+        )  # fmt: skip
 
 
 def _far(ndim: int, changed: int) -> int:
@@ -419,13 +448,15 @@ def _check_dtype(dtype: Any) -> np.dtype[Any] | None:
     try:
         wanted: np.dtype[Any] = np.dtype(dtype)
     except TypeError as err:
-        raise ConfigError(f"dtype {dtype!r} is not a numpy dtype: {err}", field="dtype") from err
+        raise LabelRefusal(
+            "{dtype} {given!r} is not a numpy dtype: {err}", field="dtype", given=dtype, err=err
+        ) from err
     if wanted.kind not in "iu":
-        raise ConfigError(
-            f"dtype {wanted} cannot hold label ids; give an integer dtype (uint32, uint64, "
+        raise LabelRefusal(
+            "{dtype} {wanted} cannot hold label ids; give an integer dtype (uint32, uint64, "
             "or a narrower one the components fit), or leave it out",
-            field="dtype",
-        )
+            field="dtype", wanted=wanted,
+        )  # fmt: skip
     return wanted
 
 
@@ -438,74 +469,11 @@ def _out_dtype(merged: Merge | None, wanted: np.dtype[Any] | None, source: Volum
         return np.dtype("uint32" if merged.components <= np.iinfo("uint32").max else "uint64")
     largest = int(np.iinfo(wanted).max)
     if merged.components > largest:
-        raise ConfigError(
-            f"dtype {wanted} holds ids up to {largest}, and {source.path!r} has "
-            f"{merged.components} components; give a wider integer dtype (uint32, uint64) "
-            "or leave dtype out (nothing was written)",
-            field="dtype",
-        )
+        raise LabelRefusal(
+            "{dtype} {wanted} holds ids up to {largest}, and {src!r} has {components} "
+            "components; give a wider integer dtype (uint32, uint64) or leave {dtype} out "
+            "(nothing was written)",
+            field="dtype", wanted=wanted, largest=largest, src=source.path,
+            components=merged.components,
+        )  # fmt: skip
     return wanted
-
-
-def _check_dst(
-    source: Volume, dst: str | os.PathLike[str], existing: Volume | None, resume: bool
-) -> None:
-    """dst is not the source, is new unless resumed, and is not a bucket's root (the
-    relabel flow keeps its state beside dst)."""
-    if existing is not None and existing.location.same_as(source.location):
-        raise ConfigError(
-            f"dst {os.fspath(dst)!r} is the source {source.path!r} itself: label writes "
-            "its ids to a new volume; give another dst",
-            field="dst",
-        )
-    if existing is not None and not resume:
-        raise ConfigError(
-            f"dst {os.fspath(dst)!r} already exists (a {existing.dtype} volume of shape "
-            f"{existing.shape}), and label makes a new volume: give a new path, or remove it "
-            "first (volume.remove); to continue an interrupted label into it, pass "
-            "resume=True (--resume on the command line)",
-            field="dst",
-        )
-    _, place = split_format(os.fspath(dst))
-    if is_object_url(place) and not split_url(place)[2]:
-        raise ConfigError(
-            f"dst {os.fspath(dst)!r} is a bucket's root, and label keeps its state beside "
-            f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
-            field="dst",
-        )
-
-
-def _check_resumed(existing: Volume | None, source: Volume, dtype: np.dtype[Any]) -> None:
-    """A dst a resumed label continues into is the one it would make."""
-    if existing is None:
-        return
-    if existing.shape != source.shape or existing.dtype != dtype:
-        raise ConfigError(
-            f"dst {existing.path!r} is a {existing.dtype} volume of shape {existing.shape}, "
-            f"and this label writes {dtype} ids of shape {source.shape}: it is not this "
-            "label's output; give a new dst (resume continues only the same label)",
-            field="dst",
-        )
-
-
-def _make_dst(
-    source: Volume,
-    dst: str | os.PathLike[str],
-    dtype: np.dtype[Any],
-    backend: BackendName | None,
-    dry_run: bool,
-) -> Volume:
-    """dst (a stand-in in memory for a dry run): the source's grid, chunks and place."""
-    bounds: Box = source.bounds
-    chosen: BackendName = "memory" if dry_run else (backend or plain_zarr_backend(source.backend))
-    return volume.create(
-        f"label-plan-{os.getpid()}-{id(source)}" if dry_run else dst,
-        bounds.shape,
-        tuple(min(c, n) for c, n in zip(source.spatial_chunks, bounds.shape, strict=True)),
-        dtype,
-        fill_value=0,
-        backend=chosen,
-        offset=bounds.start,
-        resolution=source.resolution,
-        exist_ok=True,
-    )

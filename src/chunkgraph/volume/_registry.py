@@ -130,6 +130,7 @@ def create(
     shards: Any = None,
     encoding: str | None = None,
     write_chunks: Any = None,
+    made_by: str = "",
 ) -> Volume:
     """Create a volume (see ``Volume`` for the coordinate model) and return it open ``r+``.
 
@@ -174,6 +175,9 @@ def create(
             or ``"jpeg"``; None: raw.
         write_chunks: A sharded precomputed scale's shard extent (x, y, z); None:
             unsharded.
+        made_by: What makes the volume, in the maker's own text (a job's identity),
+            kept in chunkgraph's attributes where the format has them (Zarr v3 and v2,
+            N5, memory; not precomputed) and read back as ``Volume.made_by``.
 
     Returns:
         The new Volume, open ``r+``.
@@ -204,6 +208,8 @@ def create(
         shape, chunks if shards is None else shards, dtype, fill_value, spatial_ndim, offset,
         aligned, fmt.name, resolution,
     )  # fmt: skip
+    if made_by:
+        meta = dataclasses.replace(meta, made_by=str(made_by))
     name = _normalise_path(place, fmt.name)
     _check_reaches(fmt, name, "backend" if fmt.plain else "path")
     opts = StoreOptions.of(storage_options)

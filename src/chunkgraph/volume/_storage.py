@@ -48,6 +48,9 @@ class VolumeMeta:
     backend: str
     # Physical size of a voxel per spatial axis (see as_resolution); () means all 1s.
     resolution: tuple[float, ...] = ()
+    # What made the volume, as its maker wrote it (a job's identity: ``label`` resumes
+    # only into a volume it made); "" for none.
+    made_by: str = ""
 
     def __post_init__(self) -> None:
         ndim = len(self.shape)
@@ -82,15 +85,16 @@ class VolumeMeta:
 
     def attrs(self) -> dict[str, Any]:
         """The JSON attributes the on-disk backends store."""
-        return {
-            ATTRS_KEY: {
-                "offset": list(self.offset),
-                "spatial_ndim": self.spatial_ndim,
-                "aligned_writes": self.aligned_writes,
-                "backend": self.backend,
-                "resolution": list(self.resolution),
-            }
+        ours: dict[str, Any] = {
+            "offset": list(self.offset),
+            "spatial_ndim": self.spatial_ndim,
+            "aligned_writes": self.aligned_writes,
+            "backend": self.backend,
+            "resolution": list(self.resolution),
         }
+        if self.made_by:
+            ours["made_by"] = self.made_by
+        return {ATTRS_KEY: ours}
 
 
 def meta_from_stored(
@@ -118,6 +122,7 @@ def meta_from_stored(
         aligned_writes=bool(ours.get("aligned_writes", False)),
         backend=backend,
         resolution=tuple(ours.get("resolution", ())),
+        made_by=str(ours.get("made_by", "")),
     )
 
 

@@ -240,6 +240,11 @@ class Volume:
         return self._meta.aligned_writes
 
     @property
+    def made_by(self) -> str:
+        """What made the volume, as ``create(made_by=...)`` wrote it; "" for none."""
+        return self._meta.made_by
+
+    @property
     def stats(self) -> IOStats:
         snapshot = self._counters.snapshot()
         requests = getattr(self._storage, "requests", None)
