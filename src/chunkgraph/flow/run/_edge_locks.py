@@ -57,6 +57,28 @@ _PROCESS_LOCKS: dict[str, threading.Lock] = {}
 _FILES: dict[tuple[int, str], int] = {}
 
 
+def write_inside(dst: Volume, box: Box, inside: Box, result: np.ndarray) -> int:
+    """Write ``result`` (over ``inside``) into ``dst``, where ``box`` is ``inside`` snapped
+    out to dst's storage grid (clipped at its edge); the bytes written.
+
+    Where ``inside`` cuts storage chunks, their other voxels are kept: merged by the store's
+    conditional writes, or read, replaced and written back whole under their locks.
+    """
+    if inside == box:
+        dst.write(box, result)
+        return int(result.nbytes)
+    if dst.location.conditional_writes:
+        # The store merges the cut edge chunks conditionally: no lock, no read here.
+        dst.merge_write(inside, result)
+        return int(result.nbytes)
+    # Edge chunks the bbox cuts: another flow may rewrite their other part.
+    with edge_chunks_locked(dst, partial_chunks(dst, box, inside)):
+        whole = dst.read(box)
+        whole[(Ellipsis, *inside.slices(relative_to=box))] = result
+        dst.write(box, whole)
+    return int(whole.nbytes)
+
+
 def partial_chunks(dst: Volume, box: Box, inside: Box) -> list[int]:
     """Flat indices of ``dst``'s storage chunks in ``box`` that ``inside`` does not cover.
 
