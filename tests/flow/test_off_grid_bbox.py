@@ -5,13 +5,19 @@ whole-array computation gives."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
 from scipy import ndimage
 
+from chunkgraph import volume
 from chunkgraph.geometry import Box
+from chunkgraph.testing import s3_server
 from chunkgraph.volume import apply
 
 MiB = 2**20
@@ -111,13 +117,7 @@ def test_off_grid_with_blend_goes_through_layers_and_stays_exact(files: Any) -> 
                    executor="threads", workers=2, intermediates=files.root / "t")  # fmt: skip
     plan = report.plan
     assert plan is not None and plan.sweep_tasks > 1 and not plan.direct_writes
-    out = dst.read(dst.bounds)
-    expected = np.full(data.shape, SENTINEL, "float32")
-    expected[bbox.slices()] = box_sum(data)[bbox.slices()]
-    np.testing.assert_allclose(out, expected, rtol=1e-6)
-    outside = np.ones(data.shape, bool)
-    outside[bbox.slices()] = False
-    assert (out[outside] == SENTINEL).all()
+    _check(dst, data, bbox)  # blended equal values stay exact (float64 weights sum to 1)
 
 
 def test_off_grid_in_processes_is_exact(files: Any) -> None:
@@ -129,12 +129,79 @@ def test_off_grid_in_processes_is_exact(files: Any) -> None:
     _check(dst, data, bbox)
 
 
-def test_off_grid_resumes_the_same_flow(files: Any) -> None:
-    bbox = CUTS["both, axis 2"]
+def box_sum_unless_stopped(src: np.ndarray, box: Box, *, stop: str) -> np.ndarray:
+    """``box_sum``, except past z = 128 while the file ``stop`` exists."""
+    if box.start[2] >= 128 and os.path.exists(stop):
+        raise RuntimeError("stopped")
+    return box_sum(src)
+
+
+def test_an_interrupted_off_grid_flow_resumes_under_another_budget(files: Any) -> None:
+    """Run 1 plans under a small budget and fails part way; the resume, under the default
+    budget (other automatic sizes), finds run 1's flow of the same work over the same grown
+    bbox and finishes it: the finished tasks skipped, every voxel of the bbox exact."""
+    bbox = CUTS["both, every axis"]
     data, src, dst = _volumes(files, SHAPE, (8, 8, 8))
-    first = apply(box_sum, src, dst, crop_pads=2, bbox=bbox, executor="sync",
-                  intermediates=files.root / "t")  # fmt: skip
-    again = apply(box_sum, src, dst, crop_pads=2, bbox=bbox, executor="sync", resume=True,
-                  intermediates=files.root / "t")  # fmt: skip
-    assert again.flow_id == first.flow_id
+    stop = files.root / "stop"
+    stop.touch()
+    kw: dict[str, Any] = dict(crop_pads=2, bbox=bbox, executor="sync", probe=False, retries=0,
+                              fn_kwargs={"stop": str(stop)}, intermediates=files.root / "t")  # fmt: skip
+    with pytest.raises(ExceptionGroup):
+        apply(box_sum_unless_stopped, src, dst, memory_limit=2 * MiB, **kw)
+    first = apply(box_sum_unless_stopped, src, dst, memory_limit=2 * MiB, dry_run=True, **kw)
+    dry = apply(box_sum_unless_stopped, src, dst, dry_run=True, **kw)
+    assert first.plan.chunk_sizes != dry.plan.chunk_sizes  # the default plans other sizes
+    stop.unlink()
+    report = apply(box_sum_unless_stopped, src, dst, resume=True, **kw)
+    assert report.flow_id == first.flow_id and report.top_tasks_skipped > 0
+    assert report.write_box == bbox
     _check(dst, data, bbox)
+
+
+def test_adjacent_off_grid_flows_at_once_keep_each_other_s_voxels(files: Any) -> None:
+    """Two flows whose bboxes meet inside storage chunks (z = 101, chunks of 8), each
+    writing directly with its tasks in parallel, run at the same time: each merges its
+    part of the chunks they share under the edge locks, and neither loses the other's."""
+    data, src, dst = _volumes(files, SHAPE, (8, 8, 8))
+    halves = [Box((0, 3, 0), (48, 61, 101)), Box((0, 3, 101), (48, 61, 256))]
+    reports: list[Any] = []
+
+    def run(k: int) -> None:
+        reports.append(apply(box_sum, src, dst, crop_pads=2, bbox=halves[k], workers=2,
+                             intermediates=files.root / f"t{k}"))  # fmt: skip
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(reports) == 2 and all(r.plan.direct_writes for r in reports)
+    out = dst.read(dst.bounds)
+    union = Box((0, 3, 0), (48, 61, 256))
+    expected = np.full(data.shape, SENTINEL, "float32")
+    expected[union.slices()] = box_sum(data)[union.slices()]
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_adjacent_off_grid_flows_on_an_object_store_merge_their_direct_writes() -> None:
+    """The same on a dst in an object store: the chunks the bboxes cut are merged by the
+    store's conditional writes (no lock), with automatic sizes writing directly."""
+    with s3_server(buckets=("offgrid",)):
+        shape = (16, 16, 200)
+        data = np.random.default_rng(5).integers(0, 100, shape).astype("float32")
+        src = volume.create("s3://offgrid/src.zarr", shape, (8, 8, 8), "float32")
+        src.write(src.bounds, data)
+        dst = volume.create("s3://offgrid/dst.zarr", shape, (8, 8, 8), "float32")
+        dst.write(dst.bounds, np.full(shape, SENTINEL, "float32"))
+        halves = [Box((0, 0, 3), (16, 16, 101)), Box((0, 0, 101), (16, 16, 197))]
+
+        def run(bbox: Box) -> Any:
+            with tempfile.TemporaryDirectory() as scratch:
+                return apply(box_sum, src, dst, crop_pads=2, bbox=bbox, probe=False,
+                             workers=2, intermediates=scratch)  # fmt: skip
+
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(run, halves))
+        for r in reports:
+            assert r.plan.direct_writes and r.plan.sweep_tasks > 1, r.plan.summary()
+        _check(volume.open("s3://offgrid/dst.zarr"), data, Box((0, 0, 3), (16, 16, 197)))

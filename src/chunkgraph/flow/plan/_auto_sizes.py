@@ -947,7 +947,8 @@ def plan_automatic(
     caller = region
     off = grow_off_grid and off_dst_grid(region, written)
     if off:  # tasks tile the bbox grown out to the grid; writes are clipped to the bbox
-        region = grown_off_grid(region, written, grain, step)
+        pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
+        region = grown_off_grid(region, written, grain, step, pad)
         grown = region.shape
     else:
         # Every size must be a multiple of the step (whole input voxels): an extent that is
@@ -1017,19 +1018,28 @@ def off_dst_grid(bbox: Box, dst: StorageLayout) -> bool:
 
 
 def grown_off_grid(
-    bbox: Box, dst: StorageLayout, grain: tuple[int, ...], step: tuple[int, ...]
+    bbox: Box,
+    dst: StorageLayout,
+    grain: tuple[int, ...],
+    step: tuple[int, ...],
+    pad: tuple[int, ...],
 ) -> Box:
     """The region a bbox off dst's storage grid is planned over: out to dst's grid (and
     the resolution step) on every axis; along the sweep (the longest axis then), out to the
-    storage grain, and its stop further to a power-of-two multiple of the grain where that
-    adds at most ``GROWTH_SHARE`` of the length. Its stop may pass dst's edge (reads there
-    give fill values); it depends on the bbox and the layouts only, never on the budget.
+    storage grain and its length to a multiple of the smallest bottom chunk there (on the
+    grain, with margins ``2 * pad`` (crop + blend) at most ``MAX_CROP_SHARE`` of it: less than one such
+    chunk more), then to a power-of-two multiple of that where this adds at most
+    ``GROWTH_SHARE`` of the length. Every task then meets the bbox. Its stop may pass
+    dst's edge (reads there give fill values); it depends on the bbox, the layouts and the
+    pad only, never on the budget.
 
     >>> dst = StorageLayout("dst", Box((0, 0, 0), (64, 96, 4096)), (16, 16, 16), 4)
-    >>> grown_off_grid(Box((3, 5, 7), (61, 90, 4089)), dst, (16, 16, 16), (1, 1, 1))
+    >>> grown_off_grid(Box((3, 5, 7), (61, 90, 4089)), dst, (16, 16, 16), (1, 1, 1), (2,) * 3)
     Box(start=(0, 0, 0), stop=(64, 96, 4096))
-    >>> grown_off_grid(Box((0, 0, 16), (64, 96, 4089)), dst, (16, 16, 16), (1, 1, 1))
+    >>> grown_off_grid(Box((0, 0, 16), (64, 96, 4089)), dst, (16, 16, 16), (1, 1, 1), (2,) * 3)
     Box(start=(0, 0, 16), stop=(64, 96, 4112))
+    >>> grown_off_grid(Box((0, 0, 3), (16, 16, 101)), dst, (8, 8, 8), (1, 1, 1), (2,) * 3).stop
+    (16, 16, 128)
     """
     origin = dst.bounds.start
     units = [math.lcm(c, q) for c, q in zip(dst.chunks, step, strict=True)]
@@ -1038,8 +1048,9 @@ def grown_off_grid(
     sweep = _longest_axis(tuple(b - a for a, b in zip(start, stop, strict=True)))
     unit = math.lcm(units[sweep], grain[sweep])
     start[sweep] = origin[sweep] + (bbox.start[sweep] - origin[sweep]) // unit * unit
-    length = -(-(bbox.stop[sweep] - start[sweep]) // unit) * unit
-    multiple = unit
+    least = max(1, math.ceil(2 * pad[sweep] / MAX_CROP_SHARE))
+    multiple = -(-least // unit) * unit  # the smallest bottom chunk along the sweep
+    length = -(-(bbox.stop[sweep] - start[sweep]) // multiple) * multiple
     while -(-length // (2 * multiple)) * 2 * multiple - length <= length * GROWTH_SHARE:
         multiple *= 2
     stop[sweep] = start[sweep] + -(-length // multiple) * multiple
