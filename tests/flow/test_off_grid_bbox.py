@@ -144,8 +144,9 @@ def test_an_interrupted_off_grid_flow_resumes_under_another_budget(files: Any) -
     data, src, dst = _volumes(files, SHAPE, (8, 8, 8))
     stop = files.root / "stop"
     stop.touch()
-    kw: dict[str, Any] = dict(crop_pads=2, bbox=bbox, executor="sync", probe=False, retries=0,
-                              fn_kwargs={"stop": str(stop)}, intermediates=files.root / "t")  # fmt: skip
+    kw: dict[str, Any] = dict(crop_pads=2, bbox=bbox, executor="sync", probe=False,
+                              retries=0, fn_kwargs={"stop": str(stop)},
+                              intermediates=files.root / "t")  # fmt: skip
     with pytest.raises(ExceptionGroup):
         apply(box_sum_unless_stopped, src, dst, memory_limit=2 * MiB, **kw)
     first = apply(box_sum_unless_stopped, src, dst, memory_limit=2 * MiB, dry_run=True, **kw)

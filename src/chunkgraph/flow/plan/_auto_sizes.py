@@ -59,6 +59,14 @@ divide (1000 voxels in chunks of 128) would leave the whole bbox as the only siz
 axis: one task holding all of it. Where the bbox ends at dst's edge, ``plan_automatic``
 grows it to whole grains (1024) when that adds less than one of dst's chunks, as
 ``expand_bbox=True`` grows it: reads past the edge give fill values, writes are clipped.
+
+A bbox off the grid. A bbox whose start, or stop inside dst, is off dst's storage grid
+(4073 voxels from 16, chunks of 16) has the same trouble inside dst, where growing it
+would write voxels the caller did not ask for. ``plan_automatic`` plans over it grown out
+to the grid (``grown_off_grid``: along the sweep to whole grains and a length with a
+power-of-two factor, 4096) and the flow clips every write to the caller's bbox
+(``FlowSpec.write_box``), merging the storage chunks it cuts as at any unaligned edge: a
+sweep whose memory does not grow with the length, at most about 1/16 more computed.
 """
 
 from __future__ import annotations
@@ -987,7 +995,9 @@ def plan_automatic(
         )
     if off:
         plan = dataclasses.replace(
-            plan, grown_bbox=region, reasons=(_off_grid_reason(caller, region, written), *plan.reasons)
+            plan,
+            grown_bbox=region,
+            reasons=(_off_grid_reason(caller, region, written), *plan.reasons),
         )
     if skip_intermediates and not plan.direct_writes:
         return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
@@ -1027,8 +1037,8 @@ def grown_off_grid(
     """The region a bbox off dst's storage grid is planned over: out to dst's grid (and
     the resolution step) on every axis; along the sweep (the longest axis then), out to the
     storage grain and its length to a multiple of the smallest bottom chunk there (on the
-    grain, with margins ``2 * pad`` (crop + blend) at most ``MAX_CROP_SHARE`` of it: less than one such
-    chunk more), then to a power-of-two multiple of that where this adds at most
+    grain, with margins ``2 * pad``, crop + blend, at most ``MAX_CROP_SHARE`` of it: less
+    than one such chunk more), then to a power-of-two multiple of that where this adds at most
     ``GROWTH_SHARE`` of the length. Every task then meets the bbox. Its stop may pass
     dst's edge (reads there give fill values); it depends on the bbox, the layouts and the
     pad only, never on the budget.

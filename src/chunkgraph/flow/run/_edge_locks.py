@@ -2,8 +2,10 @@
 
 A flow writes every destination chunk inside its bbox exactly once, whole,
 so its own writes never race. A bbox that is not aligned to the destination's
-storage chunks leaves partial chunks at its edge: the reduction reads such a
-chunk, replaces the part inside the bbox and writes the chunk back. A second
+storage chunks leaves partial chunks at its edge: the reduction (or, for a bbox
+that automatic sizes grew out to the grid, the direct write of the one bottom
+chunk that covers such a chunk) reads it, replaces the part inside the bbox and
+writes the chunk back (``write_inside``). A second
 flow over the adjacent region does the same to the same chunk, and without a
 lock one of the two writes loses the other's voxels.
 
@@ -38,7 +40,7 @@ import itertools
 import os
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -74,7 +76,8 @@ def write_inside(dst: Volume, box: Box, inside: Box, result: np.ndarray) -> int:
     # Edge chunks the bbox cuts: another flow may rewrite their other part.
     with edge_chunks_locked(dst, partial_chunks(dst, box, inside)):
         whole = dst.read(box)
-        whole[(Ellipsis, *inside.slices(relative_to=box))] = result
+        index: tuple[Any, ...] = (Ellipsis, *inside.slices(relative_to=box))
+        whole[index] = result
         dst.write(box, whole)
     return int(whole.nbytes)
 

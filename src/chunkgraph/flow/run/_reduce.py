@@ -1,6 +1,8 @@
 """Reductions: each destination region computed once from the temporary layers.
 
-Policy. The processed ``bbox`` is covered by reduction boxes aligned to the
+Policy. The region the flow writes (``FlowSpec.writes``: the bbox, or the caller's
+bbox where automatic sizes tile it grown out to the grid) is covered by reduction
+boxes aligned to the
 destination's storage grid (one destination chunk each, merged per axis up to
 ``max_reduction_chunk_size``, by default up to the top-level chunk). A
 reduction reads, for every top-level task whose padded output meets its box,

@@ -44,7 +44,7 @@ class ApplyReport:
         bytes_read: Decoded bytes of whole storage chunks fetched from the inputs.
         bytes_written: Bytes written to dst.
         temporary_bytes: Bytes written to temporary layers.
-        read_amplification: ``bytes_read`` over the input bytes inside the bbox (1.0:
+        read_amplification: ``bytes_read`` over the input bytes inside ``bbox`` (1.0:
             every needed chunk read once).
         wall_seconds: How long the call took.
         bbox: The region computed, in dst's voxels (expanded where asked).
