@@ -206,3 +206,31 @@ def test_adjacent_off_grid_flows_on_an_object_store_merge_their_direct_writes() 
         for r in reports:
             assert r.plan.direct_writes and r.plan.sweep_tasks > 1, r.plan.summary()
         _check(volume.open("s3://offgrid/dst.zarr"), data, Box((0, 0, 3), (16, 16, 197)))
+
+
+CALLED: list[Box] = []  # a global: values an fn closes over are part of the flow's id
+
+
+def recorded(src: np.ndarray, box: Box) -> np.ndarray:
+    CALLED.append(box)
+    return src * 2
+
+
+def test_fn_skips_the_bottom_chunks_past_the_bbox_in_the_grown_region(files: Any) -> None:
+    """529 along the sweep grows to 576 (a length with a power-of-two factor, 9 x 64) in
+    tasks 32 long: the one wholly past 529 writes nothing, so fn is not called on its
+    bottom chunks, and the voxels are exact."""
+    shape = (16, 16, 1024)
+    data = np.random.default_rng(1).integers(0, 100, shape).astype("float32")
+    src = files.source(data, (8, 8, 8))
+    dst = files.source(np.full(shape, SENTINEL, "float32"), (8, 8, 8))
+    bbox = Box((0, 0, 0), (16, 16, 529))
+    CALLED.clear()
+    report = apply(recorded, src, dst, crop_pads=1, bbox=bbox, executor="sync", probe=False,
+                   intermediates=files.root / "t")  # fmt: skip
+    assert report.plan.grown_bbox == Box((0, 0, 0), (16, 16, 576)), report.plan.summary()
+    assert report.plan.chunk_sizes[0][2] == 32  # [544, 576) is wholly past the bbox: the case
+    assert CALLED and max(b.start[2] for b in CALLED) == 512 - 1  # box: the padded read
+    expected = np.full(shape, SENTINEL, "float32")
+    expected[bbox.slices()] = data[bbox.slices()] * 2
+    np.testing.assert_array_equal(dst.read(dst.bounds), expected)

@@ -1039,7 +1039,8 @@ def grown_off_grid(
     storage grain and its length to a multiple of the smallest bottom chunk there (on the
     grain, with margins ``2 * pad``, crop + blend, at most ``MAX_CROP_SHARE`` of it: less
     than one such chunk more), then to a power-of-two multiple of that where this adds at most
-    ``GROWTH_SHARE`` of the length. Every task then meets the bbox. Its stop may pass
+    ``GROWTH_SHARE`` of the length (bottom chunks past the bbox then write nothing, and
+    with direct writes fn skips them). Its stop may pass
     dst's edge (reads there give fill values); it depends on the bbox, the layouts and the
     pad only, never on the budget.
 
@@ -1073,7 +1074,7 @@ def _off_grid_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
     return (
         f"bbox {bbox} is off dst's storage grid {dst.chunks}: the tasks tile it grown out "
         f"to {region} (on the grid, a length along the sweep with a power-of-two factor; "
-        f"{more:.1%} more voxels computed) and writes are clipped to the bbox, so the "
+        f"at most {more:.1%} more voxels computed) and writes are clipped to the bbox, so the "
         "storage chunks it cuts are read, merged and written back under their locks"
     )
 

@@ -247,13 +247,15 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
         # part outside the caller's bbox when the tasks tile it grown out to the grid.
         aligned = chunk.intersection(dst.bounds)
         kept = aligned.intersection(ctx.spec.writes)
+        if kept.is_empty:
+            # Past the caller's bbox, in the grown region's last tasks: nothing to write,
+            # and outputs are disjoint here (nothing blends), so fn need not run.
+            return 0
         result = _call_fn(ctx, level, chunk)
         cast = cast_counting(result, dst.dtype, ctx.spec.dst_dtype, at(kept, chunk),
                              ctx.counter, xp)  # fmt: skip
         out = ctx.to_host(cast)
         check_run_live(ctx.run_token)
-        if kept.is_empty:
-            return 0
         if kept == aligned:
             if ctx.timer is None:
                 dst.write(chunk, out)
