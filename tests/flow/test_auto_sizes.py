@@ -394,9 +394,10 @@ def test_the_cache_bound_is_the_shared_layers_or_the_probe_s_region() -> None:
 
 def test_the_memory_bound_says_when_one_task_spans_the_sweep(files: Any) -> None:
     """A bbox on the storage grid plans a sweep whose memory does not grow with its
-    length; one whose stop is off the grid (1010 along the sweep, 16³ chunks) is tiled by
-    one task along it, and the plan's memory line says the superchunk grows with it
-    instead of claiming that nothing does."""
+    length; one whose stop is off the grid (1010 along the sweep, 16³ chunks) with
+    expand_bbox=True (the caller grows it: it is not grown to the grid and clipped) is
+    tiled by one task along it, and the plan's memory line says the superchunk grows with
+    it instead of claiming that nothing does."""
     src = files.source(np.zeros((64, 96, 1024), "float32"), (16, 16, 16))
     dst = files.empty((64, 96, 1024), (16, 16, 16), "float32")
     aligned = apply(lambda x: x, src, dst, crop_pads=2, dry_run=True,
@@ -404,7 +405,7 @@ def test_the_memory_bound_says_when_one_task_spans_the_sweep(files: Any) -> None
     assert aligned is not None and aligned.sweep_tasks > 1
     assert "none grows with the bbox's length" in aligned.memory_words()
     off = apply(lambda x: x, src, dst, crop_pads=2, bbox=Box((0, 0, 7), (64, 96, 1017)),
-                dry_run=True, intermediates=files.root / "b").plan  # fmt: skip
+                expand_bbox=True, dry_run=True, intermediates=files.root / "b").plan  # fmt: skip
     assert off is not None and off.sweep_tasks == 1
     words = off.memory_words()
     assert "one task spans the bbox's 1010 along axis 2" in words and "none grows" not in words

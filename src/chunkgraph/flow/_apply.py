@@ -263,6 +263,8 @@ class FlowShape:
     cast: str
     max_reduction_chunk_size: Any
     skip_intermediates: bool | None
+    # The region automatic sizes tile for a bbox off dst's grid (writes clipped to bbox).
+    grown_bbox: Box | None = None
 
     def validate(
         self, fn: Callable[..., Any], inputs: Volume | Mapping[str, Volume], dst: Volume | None
@@ -282,6 +284,7 @@ class FlowShape:
             max_reduction_chunk_size=self.max_reduction_chunk_size,
             skip_intermediates=bool(self.skip_intermediates),
             cast=self.cast,
+            grown_bbox=self.grown_bbox,
         )
 
 
@@ -324,8 +327,12 @@ def _earlier_plan(
     for flow_id, sizes in earlier_sizes(root, flow_id_of(fn, named, dst, planned), fingerprint):
         if not _keeps_the_callers_choices(sizes, planned, shape):
             continue  # other pads (or writes) than asked for: other work, same fn and data
+        # The grown bbox depends on the bbox and the layouts only: the earlier plan's too.
+        grown = planned.bbox if planned.write_box is not None else None
         try:
-            spec = _with_sizes(shape, sizes).validate(fn, inputs, dst)
+            spec = _with_sizes(dataclasses.replace(shape, grown_bbox=grown), sizes).validate(
+                fn, inputs, dst
+            )
         except (ValueError, TypeError, KeyError):  # a record this code cannot use
             continue
         if flow_id_of(fn, named, dst, spec) != flow_id:
@@ -453,6 +460,9 @@ def _planned(
         memory_limit=limit,
         memory_limit_source=source,
         skip_intermediates=shape.skip_intermediates,
+        # Growing writes nothing more only where the flow writes the clipped region itself:
+        # not where the caller grows the bbox, nor into layers a later reduction writes.
+        grow_off_grid=not shape.expand_bbox and not _defers(shape.blend_modes),
     )
     modes = shape.blend_modes
     if isinstance(modes, list) and len(modes) == 1:
@@ -465,7 +475,13 @@ def _planned(
         blend_modes=modes,
         skip_intermediates=plan.direct_writes,
         expand_bbox=shape.expand_bbox or plan.expand_bbox,
+        grown_bbox=plan.grown_bbox,
     )
+
+
+def _defers(modes: object) -> bool:
+    """Whether ``blend_modes`` asks for ``"defer"`` (as one value or in a list)."""
+    return modes == "defer" or (isinstance(modes, list | tuple) and "defer" in modes)
 
 
 def _given_plan(

@@ -59,6 +59,14 @@ divide (1000 voxels in chunks of 128) would leave the whole bbox as the only siz
 axis: one task holding all of it. Where the bbox ends at dst's edge, ``plan_automatic``
 grows it to whole grains (1024) when that adds less than one of dst's chunks, as
 ``expand_bbox=True`` grows it: reads past the edge give fill values, writes are clipped.
+
+A bbox off the grid. A bbox whose start, or stop inside dst, is off dst's storage grid
+(4073 voxels from 16, chunks of 16) has the same trouble inside dst, where growing it
+would write voxels the caller did not ask for. ``plan_automatic`` plans over it grown out
+to the grid (``grown_off_grid``: along the sweep to whole grains and a length with a
+power-of-two factor, 4096) and the flow clips every write to the caller's bbox
+(``FlowSpec.write_box``), merging the storage chunks it cuts as at any unaligned edge: a
+sweep whose memory does not grow with the length, at most about 1/16 more computed.
 """
 
 from __future__ import annotations
@@ -170,6 +178,11 @@ class FlowPlan:
         bottom_bytes: The buffers of the bottom chunks computing at once.
         sweep_tasks: Top tasks along the sweep axis (1: one task spans the bbox there, so
             its superchunk grows with that length; 0: not known).
+        grown_bbox: The region the tasks tile when the caller's bbox is off dst's storage
+            grid: the bbox grown out to the grid (``plan_automatic``); every write is
+            clipped to the caller's bbox. None: the tasks tile the bbox itself. Such sizes
+            need not tile the bbox, so ``arguments()`` reruns them through automatic sizes
+            (or over the grown bbox), not as given sizes over the caller's bbox.
     """
 
     automatic: bool
@@ -194,6 +207,7 @@ class FlowPlan:
     superchunk_bytes: int = 0  # one top task's read (+ its accumulation buffer), bytes
     bottom_bytes: int = 0  # the buffers of the bottom chunks computing at once, bytes
     sweep_tasks: int = 0  # top tasks along the sweep axis (0: not known)
+    grown_bbox: Box | None = None  # the region tiled when the bbox is off dst's grid
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -234,7 +248,8 @@ class FlowPlan:
         length along the sweep: with tasks following each other along it, every term is a
         cross-section's worth or a bottom chunk's; with one task spanning it, the top chunk
         is the bbox's whole length there (sizes tile the bbox exactly, and an extent off
-        the storage grid may leave no smaller tiling)."""
+        the storage grid may leave no smaller tiling: ``plan_automatic`` grows a bbox off
+        the grid out to it, but not one the caller grows, nor a deferred flow's)."""
         top = self.chunk_sizes[0]
         axis = self.sweep_axis
         cross = "x".join(str(t) for a, t in enumerate(top) if a != axis)
@@ -248,8 +263,8 @@ class FlowPlan:
             return (
                 f"{terms} (the top chunk padded: one task spans the bbox's {top[axis]} "
                 f"along axis {axis}){tail}the superchunk grows with that length (the sizes "
-                "tile the bbox exactly: a bbox whose ends are on the storage grid plans a "
-                "sweep)"
+                "tile the bbox exactly: a bbox on the storage grid plans a sweep, and so does "
+                "one off it, grown out to the grid, without expand_bbox or blend_modes='defer')"
             )
         return (
             f"{terms} (the top chunk padded: the {cross} cross-section, one bottom chunk "
@@ -911,8 +926,15 @@ def plan_automatic(
     memory_limit: int,
     memory_limit_source: str,
     skip_intermediates: bool | None,
+    grow_off_grid: bool = True,
 ) -> FlowPlan:
-    """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling)."""
+    """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling).
+
+    A bbox off dst's storage grid (``off_dst_grid``) is planned over ``grown_off_grid``'s
+    region, the plan's ``grown_bbox``, with every write clipped to the bbox: sizes must
+    tile what the tasks cover, and an off-grid length (4073 in chunks of 16) has no
+    smaller tiling than itself. ``grow_off_grid=False`` (``expand_bbox``, or a deferred
+    flow whose layers a later reduction writes whole) plans the bbox itself."""
     named, out, region = resolve_region(inputs, dst, bbox)
     ndim = region.ndim
     pads = {}
@@ -925,19 +947,27 @@ def plan_automatic(
                 field=name,
             )
         pads[name] = per_level(name, value, 1, ndim)[0]
-    allowed = direct_allowed(region, named, out, pads["blend_pads"])
     scales = {n: scale_of(v, out) for n, v in named.items()}
     step = step_of(list(scales.values()), ndim)
-    # Every size must be a multiple of the step (whole input voxels): an extent that is not
-    # one (63 dst voxels over an input twice as coarse) is rounded up past the bbox's stop,
-    # as expand_bbox=True does: reads there give fill values, writes are clipped to dst.
-    grown = tuple(-(-e // q) * q for e, q in zip(region.shape, step, strict=True))
     layouts = [layout_of(n, v, scales[n]) for n, v in named.items()]
     written = layout_of("dst", out, written=True)
-    grown = _grown_to_grain(region, grown, out.bounds, _grain(layouts, written, step), written)
-    expand = grown != region.shape
+    grain = _grain(layouts, written, step)
+    caller = region
+    off = grow_off_grid and off_dst_grid(region, written)
+    if off:  # tasks tile the bbox grown out to the grid; writes are clipped to the bbox
+        pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
+        region = grown_off_grid(region, written, grain, step, pad)
+        grown = region.shape
+    else:
+        # Every size must be a multiple of the step (whole input voxels): an extent that is
+        # not one (63 dst voxels over an input twice as coarse) is rounded up past the bbox's
+        # stop, as expand_bbox=True does: reads there give fill values, writes are clipped.
+        grown = tuple(-(-e // q) * q for e, q in zip(region.shape, step, strict=True))
+        grown = _grown_to_grain(region, grown, out.bounds, grain, written)
+    expand = not off and grown != region.shape
     if expand:
         region = Box(region.start, tuple(a + e for a, e in zip(region.start, grown, strict=True)))
+    allowed = direct_allowed(region, named, out, pads["blend_pads"])
     plan = plan_sizes(
         region,
         layouts,
@@ -963,9 +993,90 @@ def plan_automatic(
                 *plan.reasons,
             ),
         )
+    if off:
+        plan = dataclasses.replace(
+            plan,
+            grown_bbox=region,
+            reasons=(_off_grid_reason(caller, region, written), *plan.reasons),
+        )
     if skip_intermediates and not plan.direct_writes:
         return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
     return plan
+
+
+# How much an off-grid bbox may grow along the sweep past the grid, at most, so that its
+# length has a power-of-two factor (4073 voxels in chunks of 16: 4080 = 16 x 255, whose
+# only sizes on the grid are 16 x a divisor of 255; 4096 has every power of two): 1/16 of
+# it, so at most about 6% more voxels computed, none of them written.
+GROWTH_SHARE = 1 / 16
+
+
+def off_dst_grid(bbox: Box, dst: StorageLayout) -> bool:
+    """Whether ``bbox``'s start, or its stop inside dst, is off dst's storage grid.
+
+    >>> dst = StorageLayout("dst", Box((0,), (100,)), (16,), 4)
+    >>> [off_dst_grid(Box((a,), (b,)), dst) for a, b in ((0, 64), (0, 100), (0, 70), (3, 64))]
+    [False, False, True, True]
+    """
+    for a in range(bbox.ndim):
+        origin, chunk = dst.bounds.start[a], dst.chunks[a]
+        if (bbox.start[a] - origin) % chunk:
+            return True
+        if (bbox.stop[a] - origin) % chunk and bbox.stop[a] < dst.bounds.stop[a]:
+            return True
+    return False
+
+
+def grown_off_grid(
+    bbox: Box,
+    dst: StorageLayout,
+    grain: tuple[int, ...],
+    step: tuple[int, ...],
+    pad: tuple[int, ...],
+) -> Box:
+    """The region a bbox off dst's storage grid is planned over: out to dst's grid (and
+    the resolution step) on every axis; along the sweep (the longest axis then), out to the
+    storage grain and its length to a multiple of the smallest bottom chunk there (on the
+    grain, with margins ``2 * pad``, crop + blend, at most ``MAX_CROP_SHARE`` of it: less
+    than one such chunk more), then to a power-of-two multiple of that where this adds at most
+    ``GROWTH_SHARE`` of the length (bottom chunks past the bbox then write nothing, and
+    with direct writes fn skips them). Its stop may pass
+    dst's edge (reads there give fill values); it depends on the bbox, the layouts and the
+    pad only, never on the budget.
+
+    >>> dst = StorageLayout("dst", Box((0, 0, 0), (64, 96, 4096)), (16, 16, 16), 4)
+    >>> grown_off_grid(Box((3, 5, 7), (61, 90, 4089)), dst, (16, 16, 16), (1, 1, 1), (2,) * 3)
+    Box(start=(0, 0, 0), stop=(64, 96, 4096))
+    >>> grown_off_grid(Box((0, 0, 16), (64, 96, 4089)), dst, (16, 16, 16), (1, 1, 1), (2,) * 3)
+    Box(start=(0, 0, 16), stop=(64, 96, 4112))
+    >>> grown_off_grid(Box((0, 0, 3), (16, 16, 101)), dst, (8, 8, 8), (1, 1, 1), (2,) * 3).stop
+    (16, 16, 128)
+    """
+    origin = dst.bounds.start
+    units = [math.lcm(c, q) for c, q in zip(dst.chunks, step, strict=True)]
+    start = [o + (s - o) // u * u for s, o, u in zip(bbox.start, origin, units, strict=True)]
+    stop = [a + -(-(b - a) // u) * u for a, b, u in zip(start, bbox.stop, units, strict=True)]
+    sweep = _longest_axis(tuple(b - a for a, b in zip(start, stop, strict=True)))
+    unit = math.lcm(units[sweep], grain[sweep])
+    start[sweep] = origin[sweep] + (bbox.start[sweep] - origin[sweep]) // unit * unit
+    least = max(1, math.ceil(2 * pad[sweep] / MAX_CROP_SHARE))
+    multiple = -(-least // unit) * unit  # the smallest bottom chunk along the sweep
+    length = -(-(bbox.stop[sweep] - start[sweep]) // multiple) * multiple
+    while -(-length // (2 * multiple)) * 2 * multiple - length <= length * GROWTH_SHARE:
+        multiple *= 2
+    stop[sweep] = start[sweep] + -(-length // multiple) * multiple
+    return Box(tuple(start), tuple(stop))
+
+
+def _off_grid_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
+    """Why the tasks tile ``region`` rather than the caller's ``bbox``, and what it costs."""
+    more = region.size / bbox.size - 1
+    return (
+        f"bbox {bbox} is off dst's storage grid {dst.chunks}: the tasks tile it grown out "
+        f"to {region} (on the grid, a length along the sweep with a power-of-two factor; "
+        f"at most {more:.1%} more voxels computed) and writes are clipped to the bbox, so the "
+        "storage chunks it cuts are read, merged and written back under their locks"
+    )
 
 
 def _grown_to_grain(

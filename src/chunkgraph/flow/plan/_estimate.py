@@ -164,10 +164,11 @@ def tasks_per_level(spec: FlowSpec) -> tuple[int, ...]:
 
 
 def written_region(spec: FlowSpec, dst: Volume) -> Box:
-    """The dst region reductions write: bbox snapped outward to dst chunks, inside dst."""
+    """The dst region reductions write: the region the flow writes (``spec.writes``)
+    snapped outward to dst chunks, inside dst."""
     chunks = dst.spatial_chunks
     bounds: Box = dst.bounds
-    return spec.bbox.snapped(chunks, offset=bounds.start).intersection(bounds)
+    return spec.writes.snapped(chunks, offset=bounds.start).intersection(bounds)
 
 
 def _top_starts(spec: FlowSpec) -> list[np.ndarray]:

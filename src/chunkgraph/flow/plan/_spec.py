@@ -66,7 +66,7 @@ from __future__ import annotations
 import inspect
 import keyword
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, cast
 
@@ -155,6 +155,15 @@ class FlowSpec:
     # dst's resolution (an input's is dst_resolution / its scale), for messages about
     # shapes fn returns at another resolution (_resolution.resolution_hint).
     dst_resolution: tuple[float, ...] = ()
+    # The caller's bbox when automatic sizes compute over ``bbox`` grown out to dst's
+    # storage grid (it was off the grid): every write is clipped to it. None: writes
+    # cover ``bbox`` (clipped at dst's edge). Named in the flow id only when set.
+    write_box: Box | None = field(default=None, metadata={"id": "when set"})
+
+    @property
+    def writes(self) -> Box:
+        """The region of dst the flow writes (before the clip at dst's edge)."""
+        return self.bbox if self.write_box is None else self.write_box
 
     def scale_of(self, name: str) -> Scale:
         """How input ``name`` is read: ``_resolution.scaled(dst box, spec.scale_of(name))``."""
@@ -252,8 +261,13 @@ def validate_flow(
     max_reduction_chunk_size: object = None,
     skip_intermediates: bool = False,
     cast: object = DEFAULT_CAST,
+    grown_bbox: Box | None = None,
 ) -> FlowSpec:
     """Check every argument of ``volume.apply`` and return the resolved ``FlowSpec``.
+
+    ``grown_bbox``: the region automatic sizes planned for a ``bbox`` off dst's storage
+    grid (``FlowPlan.grown_bbox``): the tasks tile it and every write is clipped to
+    ``bbox`` (``FlowSpec.write_box``).
 
     Raises ``ConfigError`` naming the argument, the level and axis, the
     offending values and a valid alternative.
@@ -296,6 +310,9 @@ def validate_flow(
     else:
         _check_in_place(named, out, levels, bool(skip_intermediates))
     region = _resolve_bbox(bbox, out, ndim)
+    write_box = None
+    if grown_bbox is not None:
+        region, write_box = _grown_region(grown_bbox, region), region
     expand = bool(auto_divisibility or expand_bbox)
     scales = {name: scale_of(vol, out) for name, vol in named.items()}
     step = step_of(list(scales.values()), ndim)  # suggestions below keep to it
@@ -316,7 +333,7 @@ def validate_flow(
     if skip_intermediates and not collect:
         _check_skip_intermediates(levels, region, out)
     if not collect:
-        check_edges_mergeable(out, region)
+        check_edges_mergeable(out, region if write_box is None else write_box)
     return FlowSpec(
         levels=levels,
         bbox=region,
@@ -332,6 +349,7 @@ def validate_flow(
         input_scales=tuple(scales.values()),
         cast=rule,
         dst_resolution=tuple(out.resolution),
+        write_box=write_box,
     )
 
 
@@ -603,6 +621,17 @@ def _resolve_bbox(bbox: object, dst: Volume, ndim: int) -> Box:
             field="bbox",
         )
     return bbox
+
+
+def _grown_region(grown: Box, bbox: Box) -> Box:
+    """``grown`` (the region a plan computes over), checked to hold the caller's ``bbox``."""
+    if not grown.contains(bbox):
+        raise ConfigError(
+            f"the planned region {grown} does not hold bbox {bbox}: it is the bbox grown out "
+            "to dst's storage grid (report.plan.grown_bbox); plan again with this bbox",
+            field="bbox",
+        )
+    return grown
 
 
 def _check_bbox_meets(bbox: Box, bounds: Box) -> None:

@@ -2,8 +2,10 @@
 
 A flow writes every destination chunk inside its bbox exactly once, whole,
 so its own writes never race. A bbox that is not aligned to the destination's
-storage chunks leaves partial chunks at its edge: the reduction reads such a
-chunk, replaces the part inside the bbox and writes the chunk back. A second
+storage chunks leaves partial chunks at its edge: the reduction (or, for a bbox
+that automatic sizes grew out to the grid, the direct write of the one bottom
+chunk that covers such a chunk) reads it, replaces the part inside the bbox and
+writes the chunk back (``write_inside``). A second
 flow over the adjacent region does the same to the same chunk, and without a
 lock one of the two writes loses the other's voxels.
 
@@ -38,7 +40,7 @@ import itertools
 import os
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,6 +57,29 @@ _PROCESS_LOCKS: dict[str, threading.Lock] = {}
 # One descriptor per (process, file), never closed: closing any descriptor of a file
 # drops all of the process's POSIX locks on it. Keyed by pid for forked workers.
 _FILES: dict[tuple[int, str], int] = {}
+
+
+def write_inside(dst: Volume, box: Box, inside: Box, result: np.ndarray) -> int:
+    """Write ``result`` (over ``inside``) into ``dst``, where ``box`` is ``inside`` snapped
+    out to dst's storage grid (clipped at its edge); the bytes written.
+
+    Where ``inside`` cuts storage chunks, their other voxels are kept: merged by the store's
+    conditional writes, or read, replaced and written back whole under their locks.
+    """
+    if inside == box:
+        dst.write(box, result)
+        return int(result.nbytes)
+    if dst.location.conditional_writes:
+        # The store merges the cut edge chunks conditionally: no lock, no read here.
+        dst.merge_write(inside, result)
+        return int(result.nbytes)
+    # Edge chunks the bbox cuts: another flow may rewrite their other part.
+    with edge_chunks_locked(dst, partial_chunks(dst, box, inside)):
+        whole = dst.read(box)
+        index: tuple[Any, ...] = (Ellipsis, *inside.slices(relative_to=box))
+        whole[index] = result
+        dst.write(box, whole)
+    return int(whole.nbytes)
 
 
 def partial_chunks(dst: Volume, box: Box, inside: Box) -> list[int]:

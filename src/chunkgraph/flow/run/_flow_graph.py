@@ -371,7 +371,7 @@ class FlowGraph:
             key = grid_key(tuple(index))
             if key in done:
                 continue
-            compute = box.intersection(self.spec.bbox)
+            compute = box.intersection(self.spec.writes)
             deps = [top_refs[i] for i in top_indices_meeting(self.spec, compute) if i in top_refs]
             refs.append(
                 graph.add(run_reduction, self.job, key, box, deps, name=f"apply-reduce{box}")
@@ -423,6 +423,7 @@ class FlowGraph:
             layers=str(self.layers.root) if self.layers is not None else None,
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
             saturated_voxels=top.saturated + red.saturated,
+            write_box=spec.write_box,
         )
 
 

@@ -194,7 +194,7 @@ class FlowRun:
         deadline = time.monotonic() + options.lock_wait
         with (
             state.held(options.lock_wait),
-            claimed(dst, spec.bbox, _about(flow_id, self.fn), deadline - time.monotonic()),
+            claimed(dst, spec.writes, _about(flow_id, self.fn), deadline - time.monotonic()),
         ):
             # After both locks: of two flows each reading what the other writes, one sees.
             refuse_if_written(reads_of(spec, self.inputs, dst), deadline - time.monotonic())
@@ -613,6 +613,7 @@ def _dry_report(
         layers=None if spec.skip_intermediates else str(state.layers_dir),
         estimate=est,
         plan=plan,
+        write_box=spec.write_box,
     )
 
 
@@ -645,4 +646,5 @@ def _finished_report(
         top_tasks_skipped=int(np.prod(spec.top_grid)),
         reductions_skipped=int(finished.get("reductions", 0)),
         finished_before=str(finished.get("finished", "")),
+        write_box=spec.write_box,
     )

@@ -1,6 +1,8 @@
 """Reductions: each destination region computed once from the temporary layers.
 
-Policy. The processed ``bbox`` is covered by reduction boxes aligned to the
+Policy. The region the flow writes (``FlowSpec.writes``: the bbox, or the caller's
+bbox where automatic sizes tile it grown out to the grid) is covered by reduction
+boxes aligned to the
 destination's storage grid (one destination chunk each, merged per axis up to
 ``max_reduction_chunk_size``, by default up to the top-level chunk). A
 reduction reads, for every top-level task whose padded output meets its box,
@@ -36,7 +38,7 @@ from chunkgraph.execute._breakdown import NO_TIMES, TaskTimer, TaskTimes
 from chunkgraph.flow.plan import FlowSpec, can_saturate, count_saturated
 from chunkgraph.flow.run._checkerboard import LayerPlan
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY
-from chunkgraph.flow.run._edge_locks import edge_chunks_locked, partial_chunks
+from chunkgraph.flow.run._edge_locks import write_inside
 from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.flow.run._subchunk import (
     add_weighted,
@@ -60,8 +62,10 @@ def reduction_boxes(spec: FlowSpec, dst: Volume) -> tuple[list[Box], tuple[int, 
 
 def reduction_region(spec: FlowSpec, dst: Volume) -> Box:
     """The region the reductions tile (from its start, ``max_reduction_chunk_size`` each,
-    the last on an axis clipped): the bbox snapped outward to dst's chunks, inside dst."""
-    return spec.bbox.snapped(dst.spatial_chunks, offset=dst.bounds.start).intersection(dst.bounds)
+    the last on an axis clipped): the region the flow writes (the caller's bbox when the
+    tasks tile it grown out to the grid) snapped outward to dst's chunks, inside dst."""
+    snapped = spec.writes.snapped(dst.spatial_chunks, offset=dst.bounds.start)
+    return snapped.intersection(dst.bounds)
 
 
 def _split(region: Box, chunk: tuple[int, ...]) -> tuple[list[Box], tuple[int, ...]]:
@@ -117,7 +121,7 @@ def reduce_box(
 ) -> ReductionStats:
     """Compute the flow's output over ``box`` (a reduction's write box) and write it."""
     timer = TaskTimer()
-    compute = box.intersection(spec.bbox)
+    compute = box.intersection(spec.writes)
     top = spec.levels[0]
     channels = tuple(dst.channel_shape)
     layer_read = 0
@@ -149,25 +153,8 @@ def reduce_box(
         del acc  # the accumulator (float64) need not outlive its cast during the write
     check_run_live(run_token)
     # A read-modify-write of the edge chunks the bbox cuts is timed as the write it is.
-    written = timer.write(lambda: _write_result(dst, box, compute, result))
+    written = timer.write(lambda: write_inside(dst, box, compute, result))
     return ReductionStats(written, layer_read, saturated, timer.times())
-
-
-def _write_result(dst: Volume, box: Box, compute: Box, result: np.ndarray) -> int:
-    """Write a reduction's ``result`` over ``compute`` (``box`` inside the bbox); bytes."""
-    if compute == box:
-        dst.write(box, result)
-        return int(result.nbytes)
-    if dst.location.conditional_writes:
-        # The store merges the cut edge chunks conditionally: no lock, no read here.
-        dst.merge_write(compute, result)
-        return int(result.nbytes)
-    # Edge chunks the bbox cuts: another flow may rewrite their other part (_edge_locks).
-    with edge_chunks_locked(dst, partial_chunks(dst, box, compute)):
-        whole = dst.read(box)
-        whole[at(compute, box)] = result
-        dst.write(box, whole)
-    return int(whole.nbytes)
 
 
 def _saturated(values: np.ndarray, spec: FlowSpec) -> int:

@@ -44,7 +44,7 @@ class ApplyReport:
         bytes_read: Decoded bytes of whole storage chunks fetched from the inputs.
         bytes_written: Bytes written to dst.
         temporary_bytes: Bytes written to temporary layers.
-        read_amplification: ``bytes_read`` over the input bytes inside the bbox (1.0:
+        read_amplification: ``bytes_read`` over the input bytes inside ``bbox`` (1.0:
             every needed chunk read once).
         wall_seconds: How long the call took.
         bbox: The region computed, in dst's voxels (expanded where asked).
@@ -79,6 +79,9 @@ class ApplyReport:
             the floor.
         dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
             inside were written); None otherwise.
+        write_box: The caller's bbox when the tasks tiled it grown out to dst's storage
+            grid (``bbox`` then is that grown region): the only voxels written; None
+            otherwise.
         breakdown: Where the run's time and memory went (compute, redundant compute,
             decode, waits, encode, idle; peak RSS), see ``chunkgraph.flow.Breakdown``;
             None for a dry run, a flow finished before, and ``dst=None``.
@@ -128,6 +131,8 @@ class ApplyReport:
     dst_bounds: Box | None = None
     # Where the tasks' time and memory went (_breakdown); None where no task graph ran
     breakdown: Breakdown | None = None
+    # The caller's bbox, when the tasks tiled it grown out to dst's grid: what was written
+    write_box: Box | None = None
 
     def summary(self, *, plan: bool = True) -> str:
         """A few human-readable lines.
@@ -159,7 +164,10 @@ class ApplyReport:
 
 
 def _inside_dst(r: ApplyReport) -> str:
-    """For a bbox expanded past dst's edge (to whole top chunks): the part written."""
+    """For a bbox expanded past dst's edge (to whole top chunks), or one off dst's grid
+    that the tasks tiled grown out to it: the part written."""
+    if r.write_box is not None:
+        return f" (the bbox grown out to dst's storage grid; {r.write_box} written)"
     if r.dst_bounds is None or r.dst_bounds.contains(r.bbox):
         return ""
     return f" (whole top chunks; dst's {r.bbox.intersection(r.dst_bounds)} written)"

@@ -67,6 +67,7 @@ from chunkgraph.flow.plan import (
     scaled,
 )
 from chunkgraph.flow.run._device import FlowDevice
+from chunkgraph.flow.run._edge_locks import write_inside
 from chunkgraph.flow.run._late_writes import check_run_live
 from chunkgraph.flow.run._probe_output import take_probe_output
 from chunkgraph.geometry import Box
@@ -242,18 +243,31 @@ def stream_chunk(ctx: SubchunkContext, level: int, chunk: Box, dst: Volume) -> i
     ctx.counter.add(level)
     if level == len(ctx.spec.levels) - 1:
         xp = np if ctx.device is None else ctx.device.xp()
-        # Bottom chunks tile the bbox here; a part past dst's edge is not written.
-        inside = at(chunk.intersection(dst.bounds), chunk)
+        # Bottom chunks tile the bbox here; a part past dst's edge is not written, nor a
+        # part outside the caller's bbox when the tasks tile it grown out to the grid.
+        aligned = chunk.intersection(dst.bounds)
+        kept = aligned.intersection(ctx.spec.writes)
+        if kept.is_empty:
+            # Past the caller's bbox, in the grown region's last tasks: nothing to write,
+            # and outputs are disjoint here (nothing blends), so fn need not run.
+            return 0
         result = _call_fn(ctx, level, chunk)
-        cast = cast_counting(result, dst.dtype, ctx.spec.dst_dtype, inside, ctx.counter, xp)
+        cast = cast_counting(result, dst.dtype, ctx.spec.dst_dtype, at(kept, chunk),
+                             ctx.counter, xp)  # fmt: skip
         out = ctx.to_host(cast)
         check_run_live(ctx.run_token)
+        if kept == aligned:
+            if ctx.timer is None:
+                dst.write(chunk, out)
+            else:
+                ctx.timer.write(lambda: dst.write(chunk, out))
+            # Only the part inside dst is written (dst.write crops it).
+            return int(out.nbytes) * aligned.size // max(chunk.size, 1)
+        # The storage chunks the caller's bbox cuts keep their voxels outside it.
+        part = out[at(kept, chunk)]
         if ctx.timer is None:
-            dst.write(chunk, out)
-        else:
-            ctx.timer.write(lambda: dst.write(chunk, out))
-        # Only the part inside dst is written (dst.write crops it).
-        return int(out.nbytes) * chunk.intersection(dst.bounds).size // max(chunk.size, 1)
+            return write_inside(dst, aligned, kept, part)
+        return ctx.timer.write(lambda: write_inside(dst, aligned, kept, part))
     starts, stops, _ = chunk.split_arrays(ctx.spec.levels[level + 1].chunk)
 
     def run_child(i: int) -> int:

@@ -134,8 +134,12 @@ def _canonical(value: object) -> str:
     if isinstance(value, np.dtype):
         return np.dtype(value).str
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # A field marked {"id": "when set"} is named only when not at its default: the
+        # flows that never set it keep the ids they had before it was added.
         fields = ",".join(
-            f"{f.name}={_canonical(getattr(value, f.name))}" for f in dataclasses.fields(value)
+            f"{f.name}={_canonical(getattr(value, f.name))}"
+            for f in dataclasses.fields(value)
+            if f.metadata.get("id") != "when set" or getattr(value, f.name) != f.default
         )
         return f"{type(value).__name__}({fields})"
     if isinstance(value, tuple | list):
