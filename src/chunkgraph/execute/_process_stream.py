@@ -23,7 +23,8 @@ memory) is no try: the call is submitted again, to its slot's replacement, up to
 fails the stream: every call in flight is cancelled, the pool's workers are
 terminated, nothing more is submitted, and one ``ExceptionGroup`` of ``TaskError``
 is raised (the call's own group of ``TaskError`` when it ran tasks of its own, a
-batch on a local executor). Ctrl-C or the consumer closing the generator ends the
+batch on a local executor); a ``KeyboardInterrupt`` a call raised is raised as it
+is, as a task's own Ctrl-C is in this process. Ctrl-C or the consumer closing the generator ends the
 pool the same way. The iterator may yield ``None`` as for ``_dask_stream``.
 """
 
@@ -109,6 +110,8 @@ class ProcessStreams:
                 if isinstance(error, WorkerDiedError) and deaths + 1 < MAX_DEATHS:
                     submit(call, deaths + 1)  # its worker died under it: no try of its own
                     continue
+                if isinstance(error, KeyboardInterrupt):
+                    raise error  # a task's own Ctrl-C interrupts the run, as in this process
                 if error is not None:
                     raise _failure_group(call.name, error, deaths + 1)
                 yield future.result()
@@ -124,7 +127,9 @@ def _failure_group(name: str, error: BaseException, deaths: int) -> ExceptionGro
         isinstance(e, TaskError) for e in error.exceptions
     ):
         # The call's own tasks failed (a batch on its local executor): theirs, by name.
-        return ExceptionGroup(error.message, [e for e in error.exceptions if isinstance(e, TaskError)])
+        return ExceptionGroup(
+            error.message, [e for e in error.exceptions if isinstance(e, TaskError)]
+        )
     attempts = deaths if isinstance(error, WorkerDiedError) else 1
     task_error = TaskError(name, (), attempts, describe_innermost(error))
     task_error.__cause__ = error

@@ -178,6 +178,7 @@ class FlowPlan:
         worker_processes: Processes that each hold their own cache, superchunks and
             bottom buffers: ``executor="processes"``'s workers (``memory_bytes`` counts
             them all); on a Dask cluster its workers, and ``memory_bytes`` is each one's.
+        on_cluster: The executor is a Dask cluster: ``memory_bytes`` is each worker's.
     """
 
     automatic: bool

@@ -155,8 +155,9 @@ class BatchStats:
 
 
 def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
-    """In a Dask worker (or a local pool's worker process): the batch's tasks not in its record, on a thread executor over
-    the worker's threads; their done keys recorded as they finish (module doc)."""
+    """In a Dask worker (or a local pool's worker process): the batch's tasks not in its
+    record, on a thread executor over the worker's threads (or ``settings.threads``);
+    their done keys recorded as they finish (module doc)."""
     start = time.perf_counter()
     markers = job.markers
     recorded = markers.record_keys(batch.kind, batch.id)
@@ -191,7 +192,8 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
     done = len(recorded.intersection(grid_key(tuple(r)) for r in batch.indices.tolist()))
     return dataclasses.replace(
         stats, batch=batch.id, done=stats.ran + done, seconds=time.perf_counter() - start,
-        worker=worker_name() or f"process {os.getpid()}", retried=len(retries), retries=retries.total(),
+        worker=worker_name() or f"process {os.getpid()}", retried=len(retries),
+        retries=retries.total(),
     )  # fmt: skip
 
 

@@ -421,7 +421,9 @@ class BatchedRun:
 
 class CallStreams(Protocol):
     """What streams a flow's batches: ``DaskExecutor`` on a cluster, ``ProcessStreams``
-    on a local pool of worker processes (each a slot)."""
+    on a local pool of worker processes (each a slot); ``threads``: its slots."""
+
+    def threads(self) -> int: ...
 
     def stream(self, calls: Iterable[Call | None], *, retries: int = 0) -> Iterator[Any]: ...
 

@@ -32,9 +32,9 @@ import numpy as np
 from chunkgraph import planning
 from chunkgraph.execute import DaskExecutor, LocalExecutor, run
 from chunkgraph.execute._breakdown import Breakdown, RunMeter, TaskTimes
+from chunkgraph.execute._process_stream import ProcessStreams
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
 from chunkgraph.flow.run._batch_run import BatchSettings, BatchStats
-from chunkgraph.execute._process_stream import ProcessStreams
 from chunkgraph.flow.run._batches import BatchedRun, CallStreams, stream_batches
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
@@ -445,9 +445,10 @@ def call_streams(executor: Executor) -> CallStreams | None:
     time limit has its worker killed)."""
     if isinstance(executor, DaskExecutor):
         return executor
-    if isinstance(executor, LocalExecutor) and executor.kind == "processes":
-        if executor.timeout is None:
-            return ProcessStreams(executor.workers, retries=executor.retries)
+    if not isinstance(executor, LocalExecutor):
+        return None
+    if executor.kind == "processes" and executor.timeout is None:
+        return ProcessStreams(executor.workers, retries=executor.retries)
     return None
 
 

@@ -174,7 +174,9 @@ class FlowRun:
 
     def _into_dst(self, dst: Volume, executor: Executor) -> ApplyReport:
         spec, options, device = self.spec, self.options, self.device.flow
-        plan = self.plan if self.plan is None else _on_executor(self.plan, spec, self.inputs, executor)
+        plan = (
+            self.plan if self.plan is None else _on_executor(self.plan, spec, self.inputs, executor)
+        )
         top = top_task_memory(spec, self.inputs, dst)  # once: the device, the graph's budget
         if device is not None and plan is not None:
             device.fit(top)
@@ -594,9 +596,7 @@ def _on_executor(
     threads = streams.threads()
     if isinstance(executor, DaskExecutor):
         workers = len(executor.client.nthreads())
-        return for_executor(
-            plan, spec, named, streams=threads, processes=workers, on_cluster=True
-        )
+        return for_executor(plan, spec, named, streams=threads, processes=workers, on_cluster=True)
     return for_executor(plan, spec, named, streams=threads, processes=threads)
 
 
