@@ -30,6 +30,11 @@ one writes, for the whole run, and a flow refuses to read an input another flow
 is writing (``refuse_if_written``). ``reduce_deferred``
 shares the executor and the ``held`` → record → discard steps.
 
+The plan ``apply`` made is the one-process plan; ``_into_dst`` first adjusts it to the
+executor (``_on_executor``): on worker processes or a cluster each process reads
+through its own cache, one contiguous stream of top tasks each, so the report's plan
+counts the halo read again at the streams' boundaries and a cache per process.
+
 State. A ``FlowRun`` holds what ``apply`` decided (spec, plan, options, the
 device) and creates nothing until ``run``; the executor it resolves is closed
 when ``run`` returns if ``run`` made it (a Client opened for an address).
