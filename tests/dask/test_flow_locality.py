@@ -148,3 +148,24 @@ def test_the_allocator_is_left_as_its_owner_set_it(
         monkeypatch.setenv(name, value)
     with _dask_malloc.large_buffers_reused() as reused:
         assert reused is False
+
+
+def test_a_clusters_reads_are_what_its_plan_predicts(healthy: Any, tmp_path: Path) -> None:
+    """2 workers x 1 thread, automatic sizes over (64, 96, 128) float32 in 16^3 chunks,
+    crop 2: 4 top tasks, two streams of two (cut at once, so none is split). Each
+    worker's cache is its own: the two tasks astride the boundary both read the halo
+    layers they share, 2 x 16 of 128 voxels along the sweep, and the plan says 1.25 (it
+    said 1.00: one cache for all)."""
+    list(DaskExecutor(healthy).stream(Call(f"warm-{i}", nap, (0.0, i), slot=i) for i in (0, 1)))
+    shape, chunk = (64, 96, 128), (16, 16, 16)
+    data = np.random.default_rng(4).random(shape, dtype=np.float32)
+    src = volume.create(str(tmp_path / "src.zarr"), shape, chunk, data.dtype)
+    src.write(Box.from_shape(shape), data)
+    dst = volume.create(str(tmp_path / "dst.zarr"), shape, chunk, data.dtype)
+    report = cg.apply(identity, src, dst, crop_pads=2, intermediates=tmp_path / "tmp",
+                      executor=DaskExecutor(healthy))  # fmt: skip
+    np.testing.assert_array_equal(dst.read(Box.from_shape(shape)), data)
+    assert report.plan is not None
+    assert report.read_amplification == pytest.approx(report.plan.read_amplification, abs=0.02)
+    assert report.plan.read_amplification == pytest.approx(1.25)
+    assert report.plan.streams == 2 and report.plan.on_cluster

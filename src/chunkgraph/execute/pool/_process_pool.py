@@ -8,7 +8,10 @@ it straight to the least-loaded worker that has room, or appends it to
 ``pending``. A worker holds a few calls at once (one running, the rest queued
 in its pipe): ``MIN_DEPTH`` when calls are long, up to ``MAX_DEPTH`` when they
 are so short that a batch of them runs in ``QUEUE_SECONDS``; calls given to one
-worker at one time travel in one pipe write. One manager thread does
+worker at one time travel in one pipe write. A call may name the worker slot it
+runs in (``submit(..., worker=k)``: calls of one slot share that process's memory,
+its caches); it waits for room there, the calls behind it go on, and a replacement
+worker takes its dead predecessor's slot. One manager thread does
 everything else: it reads results, resolves futures, refills workers, notices
 dead workers and replaces them, and carries out shutdown.
 
@@ -206,8 +209,8 @@ class ProcessPool:
             # it is held until they are all started and then ends them below.
             with _interrupts.Deferred():
                 try:
-                    for _ in range(workers):
-                        self._workers.append(self._start_worker())
+                    for slot in range(workers):
+                        self._workers.append(self._start_worker(slot))
                     self._manager.start()
                 except BaseException:
                     terminate_workers(self._workers)
@@ -228,6 +231,7 @@ class ProcessPool:
         kwargs: Mapping[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        worker: int | None = None,
     ) -> Future[Any]:
         """Run ``fn(*args, **kwargs)`` in a worker; numpy arrays go through shared memory.
 
@@ -237,6 +241,10 @@ class ProcessPool:
             kwargs: Its keyword arguments; None: none.
             timeout: Seconds the call may run once started; past that its worker is
                 killed and the future fails with ``CallTimeoutError``. None: no limit.
+            worker: The worker slot (``0 .. size - 1``, taken modulo ``size``) the call
+                runs in, so that calls of one slot share that process's memory (its
+                caches); it waits for room there. Where that worker is dead (its
+                replacement not yet started), any worker. None: the emptiest worker.
 
         Returns:
             A Future of the call's value.
@@ -260,7 +268,8 @@ class ProcessPool:
         with self._lock:
             if self._state is not PoolState.RUNNING:
                 raise self._refusal()
-            self._pending.append(Call(future, message, keep, seconds))
+            slot = None if worker is None else int(worker) % self.size
+            self._pending.append(Call(future, message, keep, seconds, slot))
             # Straight to a worker that is nearly idle; deeper queues are topped
             # up by the manager, one batch per worker per round of results.
             self._dispatch(MIN_DEPTH)
@@ -327,15 +336,23 @@ class ProcessPool:
         return queue_depth(self._call_seconds)
 
     def _dispatch(self, depth: int) -> None:
-        """Give pending calls to the emptiest workers, up to ``depth`` calls each, in one
-        pipe write per worker. Call under the lock."""
+        """Give pending calls to the emptiest workers (a call with a slot: to that slot's
+        worker while it lives), up to ``depth`` calls each, in one pipe write per worker;
+        a call whose worker is full waits, and those behind it go on. Call under the lock."""
         live = [w for w in self._workers if not w.closed]
+        by_slot = {w.slot: w for w in live}
         batches: dict[WorkerHandle, list[Call]] = {}
+        waiting: list[Call] = []  # calls whose slot's worker is full, in their order
         while self._pending and live:
-            worker = min(live, key=load)
+            call = self._pending[0]
+            worker = by_slot.get(call.slot) if call.slot is not None else None
+            worker = worker or min(live, key=load)
             if len(worker.inflight) >= depth:
-                break
-            call = self._pending.popleft()
+                if all(len(w.inflight) >= depth for w in live):
+                    break
+                waiting.append(self._pending.popleft())
+                continue
+            self._pending.popleft()
             if not call.started:
                 if not call.future.set_running_or_notify_cancel():
                     call.keep = None  # cancelled before it ran
@@ -345,6 +362,7 @@ class ProcessPool:
                 worker.head_since = time.monotonic()
             worker.inflight.append(call)
             batches.setdefault(worker, []).append(call)
+        self._pending.extendleft(reversed(waiting))
         for worker, calls in batches.items():
             try:
                 worker.tasks.send_bytes(b"".join([call.message for call in calls]))
@@ -359,8 +377,10 @@ class ProcessPool:
         with contextlib.suppress(OSError):  # already closed: the manager has finished
             self._wake_w.send_bytes(b"")
 
-    def _start_worker(self) -> WorkerHandle:
-        return start_worker(self._ctx, self.segment_prefix, self._table.min_bytes)
+    def _start_worker(self, slot: int) -> WorkerHandle:
+        handle = start_worker(self._ctx, self.segment_prefix, self._table.min_bytes)
+        handle.slot = slot
+        return handle
 
     # -- manager thread ------------------------------------------------------------
 
@@ -521,7 +541,7 @@ class ProcessPool:
                 )
             _resolve(victim.future, error=error)
         if replace:
-            self._replace()
+            self._replace(worker.slot)
 
     def _sweep_unreported(self, worker: WorkerHandle) -> None:
         """Unlink segments a dead worker made for results it never sent."""
@@ -531,9 +551,9 @@ class ProcessPool:
             if name not in received:  # received ones may back arrays still in use
                 unlink_name(name)
 
-    def _replace(self) -> None:
+    def _replace(self, slot: int) -> None:
         try:
-            fresh = self._start_worker()
+            fresh = self._start_worker(slot)
         except Exception as error:
             # No way to start workers (fork server gone, out of processes): stop.
             self._break(f"a replacement worker could not start ({error!r})")

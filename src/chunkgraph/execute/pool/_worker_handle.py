@@ -66,7 +66,7 @@ Context = ForkServerContext | SpawnContext
 class Call:
     """One submitted call: its future, its wire frame, what pins its segments, its limit."""
 
-    __slots__ = ("future", "keep", "message", "started", "timeout")
+    __slots__ = ("future", "keep", "message", "slot", "started", "timeout")
 
     def __init__(
         self,
@@ -74,12 +74,14 @@ class Call:
         message: bytes,
         keep: list[object],
         timeout: float | None = None,
+        slot: int | None = None,
     ) -> None:
         self.future = future
         self.message = message
         self.keep: list[object] | None = keep  # None once the call is over
         self.started = False  # its future is RUNNING (it was given to a worker once)
         self.timeout = timeout  # seconds it may run in a worker; None: no limit
+        self.slot = slot  # the worker slot it prefers (ProcessPool.submit's worker); None: any
 
 
 class WorkerHandle:
@@ -92,11 +94,13 @@ class WorkerHandle:
         "process",
         "ready",
         "results",
+        "slot",
         "tasks",
         "timed_out",
     )
 
     def __init__(self, process: BaseProcess, tasks: Connection, results: Connection) -> None:
+        self.slot = -1  # its place among the pool's workers; a replacement takes the dead one's
         self.process = process
         self.tasks = tasks
         self.results = results

@@ -89,6 +89,7 @@ from chunkgraph.flow.plan._read_model import (
     Evaluation,
     bottom_chunks_per_top,
     evaluate,
+    stream_boundary_bytes,
 )
 from chunkgraph.flow.plan._resolution import Scale, scale_of, step_of
 from chunkgraph.flow.plan._spec import resolve_region, same_storage
@@ -183,6 +184,14 @@ class FlowPlan:
             clipped to the caller's bbox. None: the tasks tile the bbox itself. Such sizes
             need not tile the bbox, so ``arguments()`` reruns them through automatic sizes
             (or over the grown bbox), not as given sizes over the caller's bbox.
+        streams: Contiguous streams of top tasks, each read through its own process's
+            cache (``executor="processes"``: one per worker process; a Dask cluster: one
+            per worker thread); 1: one cache serves every task. ``read_amplification``
+            counts the halo layers read on both sides of each boundary between streams.
+        worker_processes: Processes that each hold their own cache, superchunks and
+            bottom buffers: ``executor="processes"``'s workers (``memory_bytes`` counts
+            them all); on a Dask cluster its workers, and ``memory_bytes`` is each one's.
+        on_cluster: The executor is a Dask cluster: ``memory_bytes`` is each worker's.
     """
 
     automatic: bool
@@ -208,6 +217,9 @@ class FlowPlan:
     bottom_bytes: int = 0  # the buffers of the bottom chunks computing at once, bytes
     sweep_tasks: int = 0  # top tasks along the sweep axis (0: not known)
     grown_bbox: Box | None = None  # the region tiled when the bbox is off dst's grid
+    streams: int = 1  # streams of top tasks, each through its own process's cache
+    worker_processes: int = 1  # processes holding a cache (and superchunks) each
+    on_cluster: bool = False  # memory_bytes is each Dask worker's
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -240,6 +252,8 @@ class FlowPlan:
         ]
         if self.superchunk_bytes:
             lines.append(f"  {self.memory_words()}")
+        if self.streams > 1 or self.worker_processes > 1:
+            lines.append(f"  {self.executor_words()}")
         lines += [f"  - {reason}" for reason in self.reasons]
         return "\n".join(lines)
 
@@ -270,6 +284,25 @@ class FlowPlan:
             f"{terms} (the top chunk padded: the {cross} cross-section, one bottom chunk "
             f"thick along axis {axis}){tail}none grows with the bbox's length along axis {axis}"
         )
+
+    def executor_words(self) -> str:
+        """What the executor's processes change in the prediction: a cache per process,
+        the halo read again at each boundary between streams, the memory of each."""
+        n = self.worker_processes
+        where = f"each of {n} {'Dask workers' if self.on_cluster else 'worker processes'}"
+        words = f"{where} holds its own cache, superchunks and bottom buffers"
+        if self.on_cluster:
+            words += " (the memory above is each one's)"
+        elif n > 1:
+            words += f" (the memory above counts all {n})"
+        if self.streams > 1:
+            words += (
+                f"; the top tasks go out as {self.streams} contiguous streams, one per "
+                f"{'worker thread' if self.on_cluster else 'process'}, and the two tasks "
+                f"astride each of the {self.streams - 1} boundaries both read the halo "
+                "layers they share (counted in the predicted read amplification)"
+            )
+        return words
 
     def headline(self) -> str:
         """The plan in one line (``summary`` adds the memory budget and the reasons)."""
@@ -1178,3 +1211,40 @@ def owned_inputs(named: Mapping[str, Volume], plan: FlowPlan) -> dict[str, Volum
         return dict(named)
     sizes = dict(plan.cache_per_input)
     return {n: v.with_cache(sizes[n]) if sizes.get(n) else v for n, v in named.items()}
+
+
+def for_executor(
+    plan: FlowPlan,
+    spec: FlowSpec,
+    named: Mapping[str, Volume],
+    *,
+    streams: int,
+    processes: int,
+    on_cluster: bool = False,
+) -> FlowPlan:
+    """``plan`` as an executor of ``processes`` worker processes runs it, the top grid cut
+    into ``streams`` contiguous streams (``_batches.TopStreams``): each stream's cache is
+    its process's own, so at each of the ``streams - 1`` boundaries both neighbours fetch
+    the halo layers they share (``stream_boundary_bytes``; never more than no cache at
+    all); each process holds a cache, superchunks and bottom buffers of its own
+    (``memory_bytes`` counts them all, or is each Dask worker's ``on_cluster``).
+    """
+    top = spec.levels[0].chunk
+    streams = max(1, min(streams, math.prod(spec.top_grid)))
+    amplification = plan.read_amplification
+    if streams > 1 and not plan.inputs_cache:
+        inputs = [layout_of(n, v, spec.scale_of(n)) for n, v in named.items()]
+        extra, total = stream_boundary_bytes(spec.bbox, inputs, top, spec.context_pad)
+        if total:
+            amplification = min(
+                plan.amplification_without_cache, amplification + (streams - 1) * extra / total
+            )
+    memory = plan.memory_bytes if on_cluster else plan.memory_bytes * max(1, processes)
+    return dataclasses.replace(
+        plan,
+        read_amplification=amplification,
+        memory_bytes=memory,
+        streams=streams,
+        worker_processes=max(1, processes),
+        on_cluster=on_cluster,
+    )

@@ -523,3 +523,29 @@ def _probe_need(
         snapped_hi = min(origin[a] - (origin[a] - hi) // size[a] * size[a], bounds.stop[a])
         total *= snapped_hi - snapped_lo
     return total
+
+
+def stream_boundary_bytes(
+    bbox: Box, inputs: Sequence[StorageLayout], top: tuple[int, ...], pad: tuple[int, ...]
+) -> tuple[int, int]:
+    """(bytes, input bytes inside the bbox) of one boundary between two streams of top
+    tasks along the sweep, each stream in a process with its own cache: the two tasks
+    astride it both fetch the storage chunks their snapped reads share (the halo layer on
+    each side), across one task's read on the other axes. ``_reuse_need`` of the sweep
+    with one task in flight.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> from chunkgraph.geometry import Box
+    >>> vol = Layout(bounds=Box((0, 0), (64, 256)), chunks=(16, 16), voxel_bytes=4)
+    >>> extra, total = stream_boundary_bytes(vol.bounds, [vol], (64, 32), (2, 2))
+    >>> extra / total  # 2 layers of 16 of the 256 along the sweep
+    0.125
+    """
+    grid = tuple(-(-e // t) for e, t in zip(bbox.shape, top, strict=True))
+    moving = [a for a in range(bbox.ndim) if grid[a] > 1]
+    total = sum(v.voxel_bytes * bbox.intersection(v.bounds).size for v in inputs)
+    if not moving or not any(pad):
+        return 0, total
+    sweep = sweep_axis(grid)
+    extra = sum(_reuse_need(bbox, v, top, pad, [sweep], sweep) for v in inputs)
+    return extra, total

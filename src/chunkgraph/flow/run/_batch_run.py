@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -81,12 +82,15 @@ class Batch:
 @dataclass(frozen=True)
 class BatchSettings:
     """What every batch of a flow run needs besides its job: a top task's bytes, the
-    flow's memory limit, whether it waits on an object store, retries per task."""
+    flow's memory limit, whether it waits on an object store, retries per task, and the
+    threads a batch runs its tasks on (None: its Dask worker's; a local process pool's
+    workers share the flow's cores)."""
 
     top_memory: int
     memory_limit: int | None
     io_waits: bool
     retries: int
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,9 @@ class BatchStats:
 
 
 def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
-    """In a Dask worker: the batch's tasks not in its record, on a thread executor over
-    the worker's threads; their done keys recorded as they finish (module doc)."""
+    """In a Dask worker (or a local pool's worker process): the batch's tasks not in its
+    record, on a thread executor over the worker's threads (or ``settings.threads``);
+    their done keys recorded as they finish (module doc)."""
     start = time.perf_counter()
     markers = job.markers
     recorded = markers.record_keys(batch.kind, batch.id)
@@ -175,7 +180,7 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
     retries: Counter[int] = Counter()  # failed tries retried, per task of the graph
     try:
         if len(graph):
-            threads = worker_threads()
+            threads = settings.threads or worker_threads()
             executor = LocalExecutor("threads", workers=threads, retries=settings.retries)
             results = executor.run(
                 graph, plan=_plan(graph, job, threads, settings),
@@ -187,7 +192,8 @@ def run_batch(job: TopJob, batch: Batch, settings: BatchSettings) -> BatchStats:
     done = len(recorded.intersection(grid_key(tuple(r)) for r in batch.indices.tolist()))
     return dataclasses.replace(
         stats, batch=batch.id, done=stats.ran + done, seconds=time.perf_counter() - start,
-        worker=worker_name(), retried=len(retries), retries=retries.total(),
+        worker=worker_name() or f"process {os.getpid()}", retried=len(retries),
+        retries=retries.total(),
     )  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""A flow on a Dask cluster: its top-level tasks and reductions in batches, streamed.
+"""A flow on a Dask cluster or on worker processes: its top-level tasks and reductions
+in batches, streamed.
 
 Policy. On a cluster a flow never hands the scheduler one task per top-level
 chunk (a million chunks would cost Dask's scheduler half an hour before any
@@ -28,6 +29,14 @@ worker is about to reach)::
     grid rows 0..31, 2 threads:  stream 0: rows 0-15 ──batches──> worker A (its cache)
                                  stream 1: rows 16-31 ─batches──> worker B
     A idle, 0 dry, 1 has rows 28-31 left:  stream 0 takes 30-31, stream 1 keeps 28-29
+
+Worker processes (``executor="processes"``). The same batches go to a local pool
+through ``ProcessStreams`` (``_process_stream``): a slot is a worker process, whose
+input cache is its own, so each process takes one contiguous stream and the same
+steal rule balances them. The flow's cores are shared among the processes (each
+batch runs its tasks on ``cores // processes`` threads, ``BatchSettings.threads``).
+With a ``timeout`` the flow keeps one call per top task instead (``_flow_graph``), so
+that the pool can kill the worker of the one task that overran.
 
 Sizes (``BatchSizer``). A batch should run seconds (``TARGET_BATCH_SECONDS``):
 long enough that Dask's millisecond per task is noise, short enough that a
@@ -67,13 +76,13 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from chunkgraph._errors import TaskError
-from chunkgraph.execute import DaskExecutor, EventKind, ProgressBar, Subscriber
+from chunkgraph.execute import EventKind, ProgressBar, Subscriber
 from chunkgraph.execute._dask_stream import WINDOW_PER_THREAD, Call
 from chunkgraph.execute._events import EventQueue
 from chunkgraph.flow.run._batch_run import (
@@ -410,9 +419,18 @@ class BatchedRun:
         return int(np.prod(np.maximum(hi - lo, 0), axis=1).sum())
 
 
+class CallStreams(Protocol):
+    """What streams a flow's batches: ``DaskExecutor`` on a cluster, ``ProcessStreams``
+    on a local pool of worker processes (each a slot); ``threads``: its slots."""
+
+    def threads(self) -> int: ...
+
+    def stream(self, calls: Iterable[Call | None], *, retries: int = 0) -> Iterator[Any]: ...
+
+
 def stream_batches(
     batched: BatchedRun,
-    executor: DaskExecutor,
+    executor: CallStreams,
     progress: bool,
     subscribers: Iterable[Subscriber] = (),
 ) -> None:
@@ -467,7 +485,7 @@ def _emit_batch(events: EventQueue, stats: BatchStats, first: int) -> None:
     take no time. The batch's ``retried`` tasks (which ones it does not say: its first
     ones here) have their ``retries`` failed tries first, so the report counts both."""
     name = f"apply-batch-{stats.batch}"
-    worker = stats.worker or "dask"
+    worker = stats.worker or "worker"
     end = time.perf_counter()
     step = stats.seconds / max(stats.ran, 1)
     start = end - stats.seconds

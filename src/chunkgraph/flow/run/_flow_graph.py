@@ -11,7 +11,9 @@ The plan given to the executor bounds the top-level tasks in flight by the
 flow's memory budget (``_plan``). On a ``DaskExecutor`` there is no graph: the
 same tasks, in the same order, go in batches streamed to the cluster
 (``_batches``), so that neither the client nor Dask's scheduler holds an object
-per task. Building the graph reads the done markers; the lifecycle around it
+per task; on ``executor="processes"`` too (``call_streams``), so that each worker
+process takes a contiguous stream of neighbouring tasks and its own cache keeps the
+halo they share. Building the graph reads the done markers; the lifecycle around it
 (lock, record, discard) is ``_flow_run``'s, and the state it reads and records is
 ``FlowDir``'s. The constructor makes nothing:
 ``open`` makes the temporary layers.
@@ -28,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph import planning
-from chunkgraph.execute import DaskExecutor, run
+from chunkgraph.execute import DaskExecutor, LocalExecutor, run
 from chunkgraph.execute._breakdown import Breakdown, RunMeter, TaskTimes
+from chunkgraph.execute._process_stream import ProcessStreams
 from chunkgraph.flow.plan import FlowSpec, io_pool_threads, needed_input_bytes, sweep_axis
 from chunkgraph.flow.run._batch_run import BatchSettings, BatchStats
-from chunkgraph.flow.run._batches import BatchedRun, stream_batches
+from chunkgraph.flow.run._batches import BatchedRun, CallStreams, stream_batches
 from chunkgraph.flow.run._checkerboard import LayerPlan, plan_layers
 from chunkgraph.flow.run._deferred import GEOMETRY_KEY, DeferredGeometry
 from chunkgraph.flow.run._device import FlowDevice
@@ -197,8 +200,9 @@ class FlowGraph:
         graph = Graph()
         refs: list[TaskRef] = []
         batched = None
-        if isinstance(executor, DaskExecutor):
-            self.slots = executor.threads()  # the cluster's, as the batches are cut for
+        streams = call_streams(executor)
+        if streams is not None:
+            self.slots = streams.threads()  # the cluster's threads, or the pool's processes
             batched = BatchedRun(
                 self.spec, self.dst, self.job, self._batch_settings(executor),
                 threads=self.slots, reductions=reductions,
@@ -227,8 +231,9 @@ class FlowGraph:
             open_journal(self.markers, kind, self.job.run_token)
         try:
             if batched is not None:
-                assert isinstance(executor, DaskExecutor)
-                stream_batches(batched, executor, progress, subscribers)
+                assert streams is not None
+                subs = (*getattr(executor, "subscribers", ()), *subscribers)
+                stream_batches(batched, streams, progress, subs)
                 top, red = batched.totals[TOP], batched.totals[REDUCE]
                 self.pending_voxels = batched.pending_voxels
             else:
@@ -296,12 +301,18 @@ class FlowGraph:
             )
         )  # fmt: skip
 
-    def _batch_settings(self, executor: DaskExecutor) -> BatchSettings:
+    def _batch_settings(self, executor: Executor) -> BatchSettings:
+        """A batch's settings; on worker processes, each runs its tasks on its share of
+        the flow's cores (the processes together use them all, no more)."""
+        threads = None
+        if isinstance(executor, LocalExecutor):
+            threads = max(1, self.cores // self.slots)
         return BatchSettings(
             top_memory=self.top_memory,
             memory_limit=self.memory_limit,
             io_waits=self.io_waits,
-            retries=executor.retries,
+            retries=int(getattr(executor, "retries", 0)),
+            threads=threads,
         )
 
     def _breakdown(self, times: list[TaskTimes], meter: RunMeter) -> Breakdown:
@@ -425,6 +436,21 @@ class FlowGraph:
             saturated_voxels=top.saturated + red.saturated,
             write_box=spec.write_box,
         )
+
+
+def call_streams(executor: Executor) -> CallStreams | None:
+    """What streams the flow's batches on ``executor``: a ``DaskExecutor`` itself; for
+    ``"processes"`` without a time limit, a pool of its workers (``_process_stream``),
+    each taking a contiguous stream of top tasks (``_batches``: its cache keeps the halo
+    they share); None: the graph runs as it is (one call per task, so a task past its
+    time limit has its worker killed)."""
+    if isinstance(executor, DaskExecutor):
+        return executor
+    if not isinstance(executor, LocalExecutor):
+        return None
+    if executor.kind == "processes" and executor.timeout is None:
+        return ProcessStreams(executor.workers, retries=executor.retries)
+    return None
 
 
 def run_reduction(job: TopJob, key: str, box: Box, _deps: list[Any]) -> ReductionStats:

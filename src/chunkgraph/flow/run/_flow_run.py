@@ -30,6 +30,11 @@ one writes, for the whole run, and a flow refuses to read an input another flow
 is writing (``refuse_if_written``). ``reduce_deferred``
 shares the executor and the ``held`` → record → discard steps.
 
+The plan ``apply`` made is the one-process plan; ``_into_dst`` first adjusts it to the
+executor (``_on_executor``): on worker processes or a cluster each process reads
+through its own cache, one contiguous stream of top tasks each, so the report's plan
+counts the halo read again at the streams' boundaries and a cache per process.
+
 State. A ``FlowRun`` holds what ``apply`` decided (spec, plan, options, the
 device) and creates nothing until ``run``; the executor it resolves is closed
 when ``run`` returns if ``run`` made it (a Client opened for an address).
@@ -49,7 +54,7 @@ import numpy as np
 
 from chunkgraph._errors import ConfigError, TaskError
 from chunkgraph._util import usable_cores
-from chunkgraph.execute import ChecksPaths, ClusterSpec, resolve_executor
+from chunkgraph.execute import ChecksPaths, ClusterSpec, DaskExecutor, resolve_executor
 from chunkgraph.execute._cluster_spec import ClusterStandIn
 from chunkgraph.execute._executor import close_resolved, is_dask_client, is_scheduler_address
 from chunkgraph.execute._failures import describe, innermost
@@ -60,6 +65,7 @@ from chunkgraph.flow.plan import (
     FlowSpec,
     RunOptions,
     estimate_flow,
+    for_executor,
     needed_input_bytes,
     owned_inputs,
     same_storage,
@@ -69,7 +75,7 @@ from chunkgraph.flow.plan import (
     with_cache,
 )
 from chunkgraph.flow.run._device import FlowDevice, resolve_device
-from chunkgraph.flow.run._flow_graph import FlowGraph, read_bytes
+from chunkgraph.flow.run._flow_graph import FlowGraph, call_streams, read_bytes
 from chunkgraph.flow.run._probe import fn_calls, probe_fn
 from chunkgraph.flow.run._probe_output import drop_probe_output, keep_probe_output
 from chunkgraph.flow.run._reader_counts import plan_input_reads
@@ -173,7 +179,9 @@ class FlowRun:
 
     def _into_dst(self, dst: Volume, executor: Executor) -> ApplyReport:
         spec, options, device = self.spec, self.options, self.device.flow
-        plan = self.plan
+        plan = (
+            self.plan if self.plan is None else _on_executor(self.plan, spec, self.inputs, executor)
+        )
         top = top_task_memory(spec, self.inputs, dst)  # once: the device, the graph's budget
         if device is not None and plan is not None:
             device.fit(top)
@@ -578,6 +586,23 @@ def _check_in_place_start(
             conflict += f" (that flow keeps its state under intermediates={str(marked)!r})"
     if conflict:
         raise ConfigError(conflict, field="dst")
+
+
+def _on_executor(
+    plan: FlowPlan, spec: FlowSpec, named: Mapping[str, Volume], executor: Executor
+) -> FlowPlan:
+    """``plan`` as ``executor`` runs it (``for_executor``): where the top tasks go out as
+    one contiguous stream per worker process or Dask worker thread (``call_streams``),
+    each process's cache is its own, so the halo at each boundary between streams is read
+    on both sides, and each process holds its own cache and superchunks."""
+    streams = call_streams(executor)
+    if streams is None:
+        return plan
+    threads = streams.threads()
+    if isinstance(executor, DaskExecutor):
+        workers = len(executor.client.nthreads())
+        return for_executor(plan, spec, named, streams=threads, processes=workers, on_cluster=True)
+    return for_executor(plan, spec, named, streams=threads, processes=threads)
 
 
 def _on_device(plan: FlowPlan, more: int, top_bytes: int) -> FlowPlan:
