@@ -25,7 +25,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -88,7 +88,9 @@ class Maker:
     new_dst: str = "a new dst"
 
 
-def refuse_existing(maker: Maker, what: str, dst: str | os.PathLike[str], existing: Volume) -> None:
+def refuse_existing(
+    maker: Maker, what: str, dst: str | os.PathLike[str], existing: Volume
+) -> NoReturn:
     """The refusal of a volume already at ``dst`` (``what``: "dst", "level 1") without
     ``resume``: the job would write over it."""
     raise JobRefusal(
