@@ -305,6 +305,8 @@ def run_case(name: str, work: Path, memory: int) -> None:
         igneous_reset(work, "segmentation" if args[1] == "mode" else "image")
     if fn is cg_transfer:  # transfer refuses an existing dst: the last run's goes unclocked
         shutil.rmtree(work / f"cg-rechunk-{(*tail, 'zarr')[0]}.zarr", ignore_errors=True)
+    if fn is cg_downsample:  # downsample refuses levels already there: the same
+        shutil.rmtree(work / f"cg-{head[1]}-{(*tail, 'zarr')[0]}", ignore_errors=True)
     cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     outputs = fn(work, *head, memory, *tail)

@@ -31,15 +31,16 @@ def test_a_busy_downsample_names_its_level_for_status_and_waits_with_lock_wait(
     (state,) = (tmp_path / ".v_s1.zarr.chunkgraph").glob("*.done")  # the level's flow
     lock = state.with_suffix(".lock")
     codes: list[int] = []
-    with flow_lock(lock, 0.0):  # that flow is running
-        assert cli.main(["downsample", "--quiet", str(src)]) == 1
+    # The same downsample again (--resume: its level is there) while that flow is running.
+    with flow_lock(lock, 0.0):
+        assert cli.main(["downsample", "--quiet", "--resume", str(src)]) == 1
         err = capsys.readouterr().err
         assert "this flow is already running" in err
         assert f"`chunkgraph status {tmp_path / 'v_s1.zarr'}` shows its progress" in err
         assert "--lock-wait SECONDS" in err and "resume=True" not in err
         waiting = threading.Thread(
             target=lambda: codes.append(
-                cli.main(["downsample", "--quiet", "--lock-wait", "60", str(src)])
+                cli.main(["downsample", "--quiet", "--resume", "--lock-wait", "60", str(src)])
             )
         )
         waiting.start()

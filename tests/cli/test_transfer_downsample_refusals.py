@@ -107,9 +107,11 @@ def test_a_downsample_refused_for_an_offset_names_the_level_not_a_stand_in(
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_a_transfer_onto_an_existing_volume_is_refused_unless_resumed(
+def test_a_transfer_onto_an_existing_volume_is_refused_and_resumed_only_into_its_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Another tool's volume of the same shape, chunks and dtype: refused, and with
+    --resume too (transfer did not make it); a dst the transfer made resumes."""
     src = _source(tmp_path)
     dst = tmp_path / "dst.zarr"
     theirs = volume.create(dst, (32, 32, 8), (16, 16, 8), "uint16")
@@ -117,8 +119,55 @@ def test_a_transfer_onto_an_existing_volume_is_refused_unless_resumed(
     before = _mtimes(tmp_path)
     assert cli.main(["transfer", str(src), str(dst)]) == 2
     err = capsys.readouterr().err
-    assert "already exists" in err and "--resume" in err
+    assert "already exists" in err and "pass --resume" in err and "resume=True" not in err
+    assert cli.main(["transfer", str(src), str(dst), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"dst {str(dst)!r} (a uint16 volume of shape (32, 32, 8)) was not made by" in err
+    assert "--resume continues only a transfer" in err and "remove it first and" in err
+    assert "resume=True" not in err and "volume.remove" not in err
     assert _mtimes(tmp_path) == before
-    assert cli.main(["transfer", str(src), str(dst), "--resume", "--quiet"]) == 0
-    np.testing.assert_array_equal(volume.open(dst).read(theirs.bounds),
+    ours = tmp_path / "ours.zarr"
+    assert cli.main(["transfer", str(src), str(ours), "--quiet"]) == 0
+    assert cli.main(["transfer", str(src), str(ours), "--resume", "--quiet"]) == 0
+    np.testing.assert_array_equal(volume.open(ours).read(theirs.bounds),
                                   volume.open(src).read(theirs.bounds))  # fmt: skip
+
+
+def test_resumed_jobs_refuse_in_the_command_line_s_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transfer resumed with other settings, and a downsample into a level another
+    tool made or another method started: exit 2, the options named, nothing written."""
+    src = _source(tmp_path)
+    copy = tmp_path / "copy.zarr"
+    assert cli.main(["transfer", str(src), str(copy), "--chunks", "8,8,8", "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["transfer", str(src), str(copy), "--resume", "--dtype", "uint32"]) == 2
+    err = capsys.readouterr().err
+    was = "started by a transfer with chunks 8x8x8 and dtype uint16, and this one has"
+    assert f"{was} chunks 16x16x8 and dtype uint32: --resume continues only" in err
+    theirs = volume.create(tmp_path / "src_s1.zarr", (16, 16, 4), (16, 16, 4), "uint16",
+                           resolution=(2, 2, 2))  # fmt: skip
+    theirs.write(theirs.bounds, np.full((16, 16, 4), 3, "uint16"))
+    assert cli.main(["downsample", str(src), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "level 1" in err and "src_s1.zarr" in err and "was not made by downsample" in err
+    assert "another --dst TEMPLATE, or remove it first" in err and "dst=" not in err
+    levels = str(tmp_path / "s{level}.zarr")
+    assert cli.main(["downsample", str(src), "--dst", levels, "--method", "max", "--quiet"]) == 0
+    capsys.readouterr()
+    before = _mtimes(tmp_path)
+    assert cli.main(["downsample", str(src), "--dst", levels, "--resume"]) == 2
+    assert "with method 'max', and this one has method 'mean'" in capsys.readouterr().err
+    assert cli.main(["downsample", str(src), "--dst", levels, "--method", "max"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert _mtimes(tmp_path) == before
+    assert (volume.open(tmp_path / "src_s1.zarr").read(theirs.bounds) == 3).all()
+
+
+def test_the_command_line_has_a_word_for_every_word_of_the_jobs() -> None:
+    """One table of options spells every parameter a job's refusal names."""
+    from chunkgraph.cli._flow_command import OPTIONS
+    from chunkgraph.jobs._words import PYTHON_WORDS
+
+    assert set(OPTIONS) == set(PYTHON_WORDS)

@@ -198,22 +198,27 @@ def test_a_downsample_pass_claims_each_level_it_writes(tmp_path: Path) -> None:
     writing level 2 meanwhile refuses the pass, which writes nothing into level 2."""
     from chunkgraph.flow.state._dst_lock import claimed
     from chunkgraph.jobs._pyramid import downsample
+    from chunkgraph.jobs._pyramid_dst import level_marks
 
     data = np.random.default_rng(2).integers(0, 255, (128, 128, 64)).astype(np.uint8)
     src = volume.create(tmp_path / "src.zarr", data.shape, (16, 16, 16), "uint8")
     src.write(src.bounds, data)
     first = downsample(src, levels=2, method="max", dst=str(tmp_path / "a_{level}.zarr"))
     assert first.levels_per_pass == (2,)  # fused: level 2 is written by fn, not by apply
+    # Level 2 of the same downsample, made before (its mark: a resume continues into it).
+    mark = level_marks(src, 2, (2, 2, 2), "max")[1]
     level2 = volume.create(
-        tmp_path / "b_2.zarr", (32, 32, 16), (16, 16, 16), "uint8", resolution=(4, 4, 4)
-    )
+        tmp_path / "b_2.zarr", (32, 32, 16), (16, 16, 16), "uint8", resolution=(4, 4, 4),
+        made_by=mark,
+    )  # fmt: skip
+    again = {"levels": 2, "method": "max", "dst": str(tmp_path / "b_{level}.zarr"), "resume": True}
     with (
         claimed(level2, Box((0, 0, 0), (8, 8, 8)), {"flow": "f00d", "fn": "paint"}, 0.0),
         pytest.raises(FlowLockedError, match="flow f00d \\(fn paint\\)"),
     ):
-        downsample(src, levels=2, method="max", dst=str(tmp_path / "b_{level}.zarr"))
+        downsample(src, **again)
     assert not np.any(level2.read(level2.bounds))
-    downsample(src, levels=2, method="max", dst=str(tmp_path / "b_{level}.zarr"))
+    downsample(src, **again)
     np.testing.assert_array_equal(
         level2.read(level2.bounds), volume.open(tmp_path / "a_2.zarr").read(level2.bounds)
     )

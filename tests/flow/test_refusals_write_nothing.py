@@ -106,7 +106,7 @@ def test_a_dst_the_copy_made_is_removed_when_the_flow_refuses_it(tmp_path: Path)
 
     src = volume.create(str(tmp_path / "src.zarr"), (32, 32, 8), (16, 16, 8), "uint8")
     dst = tmp_path / "dst.zarr"
-    copy = _Copy(src, dst, src.bounds, None, None, None, None, "safe")
+    copy = _Copy(src, dst, src.bounds, None, None, None, None, "safe", mark="")
     run = RunOptions(memory_limit=TINY, probe=False)
     with pytest.raises(ConfigError):
         _run(copy, run, made=True)

@@ -17,20 +17,8 @@ import functools
 from typing import Any
 
 from chunkgraph import jobs
-from chunkgraph._errors import ConfigError
 from chunkgraph.cli._flow_command import add_flow_options, int_tuple, run_flow
 from chunkgraph.volume import FORMATS
-
-# How label's refusals (``LabelRefusal``) name its parameters here: by their options.
-OPTIONS = {
-    "threshold": "--threshold T",
-    "connectivity": "--connectivity",
-    "dtype": "--dtype",
-    "chunk": "--chunk",
-    "memory_limit": "--memory-limit",
-    "resume": "--resume",
-    "remove": "remove it first",
-}
 
 
 def register(commands: Any) -> None:
@@ -89,21 +77,9 @@ def handle(args: argparse.Namespace) -> int:
         backend=args.backend,
     )
     again = f"`chunkgraph label {args.src} {args.dst} --resume` continues its work"
-    return run_flow("label", args, functools.partial(_in_options, call), again,
-                    lambda _: [args.src, args.dst], _outcome)  # fmt: skip
+    return run_flow("label", args, call, again, lambda _: [args.src, args.dst], _outcome)
 
 
 def _outcome(report: Any) -> dict[str, Any]:
     """What a JSON log's outcome line says of a label: how many components, and where."""
     return {"components": report.components, "dst": report.path}
-
-
-def _in_options(call: Any, **kwargs: Any) -> Any:
-    """``call(**kwargs)``, its refusals spelled with the command line's options."""
-    try:
-        return call(**kwargs)
-    except ConfigError as err:
-        spelled = getattr(err, "spelled", None)  # label's refusals: ``LabelRefusal``
-        if not callable(spelled):
-            raise
-        raise ConfigError(spelled(OPTIONS), field=err.field) from err

@@ -1,10 +1,13 @@
-"""What ``chunkgraph downsample`` and ``chunkgraph transfer`` share: their run options on
-the command line, and one way to run a flow and turn its outcome into an exit code.
+"""What ``chunkgraph downsample``, ``transfer`` and ``label`` share: their run options on
+the command line, one way to run a flow and turn its outcome into an exit code, and the
+words their refusals use here.
 
-Both are apply flows with a fixed function, so they take the options ``chunkgraph run``
+They are apply flows with a fixed function, so they take the options ``chunkgraph run``
 takes for one (executor, workers, resume, dry run, lock wait, memory limit, progress or
 JSON events) and end the same way: 0 done, 1 the work failed or the flow is locked, 2 bad
-options, 130 interrupted (``--resume`` continues).
+options, 130 interrupted (``--resume`` continues). A job's refusal is written once with
+its parameters as words (the jobs' ``JobRefusal``); ``OPTIONS`` is the one table of
+those words as this command line spells them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from chunkgraph._errors import FlowLockedError, VolumeNotFoundError
+from chunkgraph._errors import ConfigError, FlowLockedError, VolumeNotFoundError
 from chunkgraph.cli._cmd_plan import parse_bytes
 from chunkgraph.cli._cmd_run import (
     EXIT_INTERRUPTED,
@@ -32,6 +35,21 @@ from chunkgraph.cli._output import (
 )
 from chunkgraph.cli._view_link import add_view_option, say_view
 from chunkgraph.flow import RunOptions
+
+# How the jobs' refusals name their parameters here: by the options (the keys are the
+# jobs' table of Python's words, ``PYTHON_WORDS``; a test checks that they agree).
+OPTIONS = {
+    "threshold": "--threshold T",
+    "connectivity": "--connectivity",
+    "dtype": "--dtype",
+    "chunk": "--chunk",
+    "chunks": "--chunks",
+    "cast": "--cast",
+    "dst_template": "--dst TEMPLATE",
+    "memory_limit": "--memory-limit",
+    "resume": "--resume",
+    "remove": "remove it first",
+}
 
 
 def add_flow_options(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +121,7 @@ def run_flow(
             dry_run=args.dry_run, lock_wait=args.lock_wait, memory_limit=memory,
             progress=progress, subscribers=tuple(subscribers),
         )  # fmt: skip
-        report = call(run=run)
+        report = _in_options(call, run=run)
         outcome = "finished"
         # What the summary says of saturation, for a log read alone.
         facts["saturated_voxels"] = report.saturated_voxels
@@ -133,3 +151,14 @@ def run_flow(
     print(report.summary(plan=not args.quiet), file=out)
     say_view(args, shown(report), out)
     return EXIT_OK
+
+
+def _in_options(call: Callable[..., Any], **kwargs: Any) -> Any:
+    """``call(**kwargs)``, the refusals of jobs spelled with the command line's options."""
+    try:
+        return call(**kwargs)
+    except ConfigError as err:
+        spelled = getattr(err, "spelled", None)  # the jobs' refusals: ``JobRefusal``
+        if not callable(spelled):
+            raise
+        raise ConfigError(spelled(OPTIONS), field=err.field) from err

@@ -6,7 +6,9 @@ Policy. A job uses only public names: ``chunkgraph.flow``'s (``apply``, the repo
 the claim on a region of dst), ``chunkgraph.flow.plan``'s (the cast rules, the memory
 budget) and ``chunkgraph.volume``'s; never the flow's engine or its state (the
 import-linter contracts in pyproject.toml check it). ``_block_reduce`` holds the
-reductions downsample applies, ``_run_options`` the run options a job takes (``run=``).
+reductions downsample applies, ``_run_options`` the run options a job takes (``run=``),
+``_dst_mark`` the mark a job writes into what it makes (a resume continues only its own),
+``_words`` the refusals written once and spelled in the caller's words.
 ``chunkgraph.downsample`` and ``chunkgraph.transfer`` are these functions (and
 ``chunkgraph.flow.downsample`` / ``.transfer``, looked up here on first use).
 """

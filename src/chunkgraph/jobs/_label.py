@@ -40,7 +40,7 @@ chunk: ``_label_dst``), and a dst without it, or with another's, is refused.
 Events. Each pass hands its subscribers events that carry its name (``pass_name``:
 "find", "relabel"), so a log of both flows says which pass each event is of.
 
-Words. Refusals are ``LabelRefusal``s (``_label_words``): written once, they name the
+Words. Refusals are ``JobRefusal``s (``_words``): written once, they name the
 parameters as Python callers write them, and as the command line's options there.
 
 dtype. The ids are counted, not cast from the source: relabel returns exactly dst's
@@ -69,12 +69,12 @@ import numpy as np
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph.flow import ApplyReport, RunOptions, apply
+from chunkgraph.jobs._dst_mark import existing_at
 from chunkgraph.jobs._label_chunk import find_pieces, relabel_chunk
 from chunkgraph.jobs._label_dst import check_dst, check_mark, check_resumed, label_mark, make_dst
 from chunkgraph.jobs._label_merge import Merge, merge
-from chunkgraph.jobs._label_words import LabelRefusal
 from chunkgraph.jobs._run_options import job_options
-from chunkgraph.jobs._transfer import _existing
+from chunkgraph.jobs._words import JobRefusal
 from chunkgraph.volume import Volume
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def label(
     _check_source(source, threshold)
     _check_connectivity(connectivity, source.spatial_ndim)
     wanted = _check_dtype(dtype)
-    there, existing = _existing(dst)
+    there, existing = existing_at(dst)
     check_dst(source, dst, existing, options.resume)
     chunk = _check_chunk(chunk, source)
     mark = label_mark(source, threshold, connectivity, chunk)
@@ -350,7 +350,7 @@ def _check_chunk(chunk: Sequence[int] | None, source: Volume) -> tuple[int, ...]
         isinstance(c, int | np.integer) and c > 0 and c % s == 0
         for c, s in zip(given, storage, strict=True)
     ):
-        raise LabelRefusal(
+        raise JobRefusal(
             "{chunk} must be {n} positive multiples of the source's chunks {storage}, one "
             "per axis, got {given!r}; e.g. {example}, or leave it out",
             field="chunk", n=len(storage), storage=storage, given=chunk,
@@ -387,7 +387,7 @@ def _check_memory(limit: int | None, source: Volume, chunk: Sequence[int]) -> No
         return
     need = math.prod(chunk) * (source.dtype.itemsize + _TASK_BYTES_PER_VOXEL)
     if limit < need:
-        raise LabelRefusal(
+        raise JobRefusal(
             "{memory_limit} {limit} bytes is below what one label task holds: about {need} "
             "bytes ({mib:.1f} MiB) for a chunk of {size} {dtype} voxels; give at least "
             "that, or a smaller {chunk} (whole storage chunks {storage})",
@@ -411,7 +411,7 @@ def _check_source(source: Volume, threshold: float | None) -> None:
             )
         return
     if source.dtype.kind not in "biu":
-        raise LabelRefusal(
+        raise JobRefusal(
             "src {src!r} is {dtype} and no threshold was given: without one the foreground "
             "is every nonzero voxel, which in a float volume is nearly all of it; give "
             "{threshold}, foreground being src > T, or label an integer or bool mask",
@@ -429,7 +429,7 @@ def _check_connectivity(connectivity: Any, ndim: int) -> None:
             f"{k} ({sum(_far(ndim, j) for j in range(1, k + 1))} neighbours)"
             for k in range(1, ndim + 1)
         )
-        raise LabelRefusal(
+        raise JobRefusal(
             "{connectivity} must be one of {counts} for a volume of {ndim} axes, got "
             "{given!r}: 1 joins voxels that share a face, {ndim} also those that share only "
             "an edge or a corner",
@@ -448,11 +448,11 @@ def _check_dtype(dtype: Any) -> np.dtype[Any] | None:
     try:
         wanted: np.dtype[Any] = np.dtype(dtype)
     except TypeError as err:
-        raise LabelRefusal(
+        raise JobRefusal(
             "{dtype} {given!r} is not a numpy dtype: {err}", field="dtype", given=dtype, err=err
         ) from err
     if wanted.kind not in "iu":
-        raise LabelRefusal(
+        raise JobRefusal(
             "{dtype} {wanted} cannot hold label ids; give an integer dtype (uint32, uint64, "
             "or a narrower one the components fit), or leave it out",
             field="dtype", wanted=wanted,
@@ -469,7 +469,7 @@ def _out_dtype(merged: Merge | None, wanted: np.dtype[Any] | None, source: Volum
         return np.dtype("uint32" if merged.components <= np.iinfo("uint32").max else "uint64")
     largest = int(np.iinfo(wanted).max)
     if merged.components > largest:
-        raise LabelRefusal(
+        raise JobRefusal(
             "{dtype} {wanted} holds ids up to {largest}, and {src!r} has {components} "
             "components; give a wider integer dtype (uint32, uint64) or leave {dtype} out "
             "(nothing was written)",

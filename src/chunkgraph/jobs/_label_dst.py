@@ -1,16 +1,11 @@
 """label's dst: a new volume that carries the label's mark, or, resumed, one whose mark
 is this label's.
 
-The mark (``label_mark``) is what makes one label the same label again: the source's
-place, the threshold, the connectivity and the chunk, as JSON text kept in dst's
-chunkgraph attributes when label makes it (``volume.create(made_by=...)``). A resume
-continues into dst only when dst carries the same mark:
-
-* no mark: dst was not made by label (another tool's volume, or one made by hand that
-  happens to have the same shape and dtype): refused, nothing of it is written;
-* another source's mark: refused;
-* the same source, other settings (a new threshold, say): refused, naming the settings
-  dst was started with and this label's, and both ways on.
+The mark (``label_mark``, a job's mark: ``_dst_mark``) is what makes one label the same
+label again: the source's place, the threshold, the connectivity and the chunk, kept in
+dst's chunkgraph attributes when label makes it. A resume continues into dst only when
+dst carries the same mark; a dst without it, another source's, or one started with other
+settings is refused, naming what differs (``_dst_mark``'s rules).
 
 The source's contents are not in the mark: a source changed before a resume gives
 other digests and so another relabel flow, which writes every chunk again (``_label``'s
@@ -20,7 +15,6 @@ none: a resume there is checked by shape and dtype only.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,15 +23,17 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
-from chunkgraph.jobs._label_words import LabelRefusal
+from chunkgraph.jobs._dst_mark import Maker, job_mark, refuse_existing
+from chunkgraph.jobs._dst_mark import check_mark as check_job_mark
+from chunkgraph.jobs._words import JobRefusal
 from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
 
 if TYPE_CHECKING:
     from chunkgraph.geometry import Box
     from chunkgraph.volume import BackendName
 
-# Formats whose metadata keeps no mark (create's made_by): resumed by shape and dtype.
-_UNMARKED_FORMATS = ("precomputed",)
+# How label speaks of its dst in a refusal.
+LABEL = Maker("label")
 
 
 def label_mark(
@@ -45,12 +41,11 @@ def label_mark(
 ) -> str:
     """The mark of the label of ``source`` with these settings (module doc)."""
     settings = {
-        "source": source.location.identity(),
         "threshold": None if threshold is None else float(threshold),
         "connectivity": int(connectivity),
         "chunk": [int(c) for c in chunk],
     }
-    return json.dumps({"label": settings}, sort_keys=True)
+    return job_mark("label", source, settings)
 
 
 def check_dst(
@@ -65,12 +60,7 @@ def check_dst(
             field="dst",
         )
     if existing is not None and not resume:
-        raise LabelRefusal(
-            "dst {dst!r} already exists (a {dtype} volume of shape {shape}), and label "
-            "makes a new volume: give a new path, or {remove}; to continue an interrupted "
-            "label into it, pass {resume}",
-            field="dst", dst=os.fspath(dst), dtype=existing.dtype, shape=existing.shape,
-        )  # fmt: skip
+        refuse_existing(LABEL, "dst", dst, existing)
     _, place = split_format(os.fspath(dst))
     if is_object_url(place) and not split_url(place)[2]:
         raise ConfigError(
@@ -82,46 +72,7 @@ def check_dst(
 
 def check_mark(existing: Volume | None, mark: str) -> None:
     """A dst resumed into carries this label's ``mark`` (module doc)."""
-    if existing is None or existing.format.name in _UNMARKED_FORMATS:
-        return
-    found = _settings(existing.made_by)
-    now = _settings(mark) or {}
-    if found is None:
-        raise LabelRefusal(
-            "dst {dst!r} (a {dtype} volume of shape {shape}) was not made by label, and "
-            "{resume} continues only a label that made its dst: nothing was written to it. "
-            "Give a new dst, or {remove} and label again",
-            field="dst", dst=existing.path, dtype=existing.dtype, shape=existing.shape,
-        )  # fmt: skip
-    if found["source"] != now["source"]:
-        raise LabelRefusal(
-            "dst {dst!r} was made by a label of another source ({was}), and {resume} "
-            "continues only that label: nothing was written to it. Give a new dst, or "
-            "{remove} and label again",
-            field="dst", dst=existing.path, was=found["source"].removeprefix("disk:"),
-        )  # fmt: skip
-    changed = [k for k in ("threshold", "connectivity", "chunk") if found[k] != now[k]]
-    if changed:
-        was = " and ".join(_setting(k, found[k]) for k in changed)
-        asked = " and ".join(_setting(k, now[k]) for k in changed)
-        raise LabelRefusal(
-            "dst {dst!r} was started by a label with {was}, and this one has {asked}: "
-            "{resume} continues only the label that started dst, and nothing was written "
-            "to it. To continue that label, give {was} again; to label with {asked}, give "
-            "a new dst, or {remove}",
-            field=changed[0], dst=existing.path, was=was, asked=asked,
-        )  # fmt: skip
-
-
-def _settings(mark: str) -> dict[str, Any] | None:
-    """The settings a mark holds; None for text that is not a label's mark."""
-    try:
-        found = json.loads(mark)
-    except ValueError:
-        return None
-    settings = found.get("label") if isinstance(found, dict) else None
-    keys = {"source", "threshold", "connectivity", "chunk"}
-    return settings if isinstance(settings, dict) and keys <= set(settings) else None
+    check_job_mark(LABEL, "dst", existing, mark, _setting)
 
 
 def _setting(name: str, value: Any) -> str:
@@ -138,7 +89,7 @@ def check_resumed(existing: Volume | None, source: Volume, dtype: np.dtype[Any])
     if existing is None:
         return
     if existing.shape != source.shape or existing.dtype != dtype:
-        raise LabelRefusal(
+        raise JobRefusal(
             "dst {dst!r} is a {has} volume of shape {shape}, and this label writes {dtype} "
             "ids of shape {wanted}: it is not this label's output; give a new dst ({resume} "
             "continues only the same label)",

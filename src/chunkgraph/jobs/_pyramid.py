@@ -39,11 +39,13 @@ from chunkgraph import volume
 from chunkgraph._errors import ConfigError
 from chunkgraph._util import usable_cores
 from chunkgraph.flow import ApplyReport, RunOptions, apply, claimed, refuse_if_written
-from chunkgraph.flow.plan import job_memory_refusal, resolve_memory_limit
+from chunkgraph.flow.plan import resolve_memory_limit
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._block_reduce import METHODS, block_reduce, reduced_shape
 from chunkgraph.jobs._fused_read import ReducedRead, read_reduced
+from chunkgraph.jobs._pyramid_dst import check_levels, level_marks
 from chunkgraph.jobs._run_options import job_options, planning
+from chunkgraph.jobs._words import memory_refusal
 from chunkgraph.volume import Volume, path_to_open, plain_zarr_backend, shards_by_write_chunks
 
 if TYPE_CHECKING:
@@ -357,21 +359,43 @@ def downsample(
         resume=resume, dry_run=dry_run, progress=progress, subscribers=subscribers,
         lock_wait=lock_wait,
     )  # fmt: skip
-    dry_run, lock_wait = options.dry_run, options.lock_wait
     source = volume.open(src) if isinstance(src, str | os.PathLike) else src
     if method is None:
         method = default_method(source.dtype)
     factors = check_downsample(source, factor, levels, method)
     into = output_format(source, format, dst)
-    if not dry_run:
+    paths = level_paths(_beside_what(source), levels, dst) if into == "zarr3" else []
+    marks = level_marks(source, levels, factors, method)
+    check_levels(paths, marks, options.resume)
+    pyramid = _Pyramid(source, factors, method, into, tuple(paths), tuple(marks))
+    if not options.dry_run:
         # Every pass planned first over stand-ins in memory: what the memory limit or the
         # sizes refuse is refused before a level is made or listed in an image's metadata.
-        downsample(source, factor=factors, levels=levels, method=method, dst=dst, format=into,
-                   run=planning(options))  # fmt: skip
+        _write(pyramid, planning(options))
         # A source another flow is writing is refused before a level is made or listed
         # (each pass's apply checks again, under its locks).
-        refuse_if_written({"src": (source, source.bounds)}, lock_wait)
-    paths = level_paths(_beside_what(source), levels, dst) if into == "zarr3" else []
+        refuse_if_written({"src": (source, source.bounds)}, options.lock_wait)
+    return _write(pyramid, options)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pyramid:
+    """What one downsample writes (``downsample``'s arguments, checked): the levels'
+    paths (Zarr v3 levels; none for levels added to the source's image) and marks."""
+
+    source: Volume
+    factors: tuple[int, ...]
+    method: str
+    into: str
+    paths: tuple[str, ...]
+    marks: tuple[str, ...]
+
+
+def _write(pyramid: _Pyramid, options: RunOptions) -> DownsampleReport:
+    """Make the levels (stand-ins in memory for a dry run) and write them, pass by pass."""
+    source, factors, method, into = pyramid.source, pyramid.factors, pyramid.method, pyramid.into
+    dry_run, lock_wait, levels = options.dry_run, options.lock_wait, len(pyramid.marks)
+    paths = list(pyramid.paths)
     backend: BackendName = "memory" if dry_run else plain_zarr_backend(source.backend)
     if dry_run:  # nothing is created on disk: the levels are planned over empty stand-ins
         paths_made = [f"dry-run-{os.getpid()}-{id(source)}-{k}" for k in range(levels)]
@@ -380,7 +404,8 @@ def downsample(
     reports: list[ApplyReport] = []
     counts: list[int] = []
     try:
-        made = _make_levels(source, paths_made, paths, factors, backend, into, dry_run)
+        marks = ("",) * levels if dry_run else pyramid.marks  # stand-ins: no mark
+        made = _make_levels(source, paths_made, paths, factors, backend, into, marks, dry_run)
         if into != "zarr3":
             paths.extend(
                 f"{source.path} (level +{k})" if dry_run else level.path
@@ -428,11 +453,8 @@ def downsample(
     return DownsampleReport(tuple(paths), factors, method, tuple(reports), tuple(counts))
 
 
-# What a downsample refused for its memory limit can change besides the limit.
-MEMORY_ADVICE = (
-    " (--memory-limit on the command line); each task holds whole chunks of the level it "
-    "writes and of the level below"
-)
+# What a downsample refused for its memory limit can change besides the limit (``_words``).
+MEMORY_ADVICE = "; each task holds whole chunks of the level it writes and of the level below"
 
 
 def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> ApplyReport:
@@ -440,7 +462,7 @@ def _apply_refusing_in_own_words(apply: Any, *args: Any, **kwargs: Any) -> Apply
     try:
         report: ApplyReport = apply(*args, **kwargs)
     except ConfigError as err:
-        raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
+        raise memory_refusal(err, MEMORY_ADVICE) from err.__cause__
     return report
 
 
@@ -451,19 +473,20 @@ def _make_levels(
     factor: tuple[int, ...],
     backend: BackendName,
     into: str,
+    marks: Sequence[str],
     dry_run: bool,
 ) -> list[Volume]:
-    """Each level, from the one below: a volume at its path (Zarr v3 levels, and every
-    stand-in of a dry run), or a level added to the source's image; ``real``: the Zarr v3
-    levels' own paths (none for levels added to the image), named in messages where a dry
-    run's stand-ins have made-up ones."""
+    """Each level, from the one below: a volume at its path with its mark (Zarr v3
+    levels, and every stand-in of a dry run), or a level added to the source's image;
+    ``real``: the Zarr v3 levels' own paths (none for levels added to the image), named in
+    messages where a dry run's stand-ins have made-up ones."""
     names = [repr(p) for p in real] or [f"a new scale beside {source.path!r}"] * len(paths)
     made: list[Volume] = []
     below = source
     for k, path in enumerate(paths):
         _check_offset(below, factor, k, repr(source.path) if k == 0 else names[k - 1])
         if into == "zarr3" or dry_run:
-            level = _create_level(volume, below, path, factor, backend)
+            level = _create_level(volume, below, path, factor, backend, marks[k])
         else:
             level = volume.add_level(
                 below, factor, exist_ok=True, **_level_chunks(below), chunks=below.read_chunks
@@ -617,9 +640,11 @@ def _check_offset(below: Volume, factor: tuple[int, ...], k: int, name: str) -> 
 
 
 def _create_level(
-    volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName
-) -> Volume:
-    """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill."""
+    volume: Any, below: Volume, path: str, factor: tuple[int, ...], backend: BackendName,
+    mark: str,
+) -> Volume:  # fmt: skip
+    """Level ``below / factor``: same chunks (clipped to its shape), dtype and fill, and
+    the downsample's ``mark`` (``_pyramid_dst``)."""
     shape = reduced_shape(below.shape[below.ndim - below.spatial_ndim :], factor)
     chunks = tuple(min(c, n) for c, n in zip(below.spatial_chunks, shape, strict=True))
     resolution = tuple(r * f for r, f in zip(below.resolution, factor, strict=True))
@@ -634,5 +659,6 @@ def _create_level(
         spatial_ndim=below.spatial_ndim,
         resolution=resolution,
         exist_ok=True,
+        made_by=mark,
     )
     return level

@@ -10,7 +10,9 @@ interrupted anywhere resumes with ``resume=True``. A dtype change is the flow's
 ``cast`` (``_cast``): ``"safe"`` by default, ``"same_kind"`` or ``"unsafe"`` to narrow.
 
 dst is a new volume: one already there is refused (it would be overwritten) unless the
-transfer is resumed, which continues an interrupted transfer into it.
+transfer is resumed, which continues an interrupted transfer into it, and only one this
+transfer made: dst carries the transfer's mark (its source, bbox, chunks, shards, dtype
+and cast: ``_dst_mark``), and a dst without it, or with another's, is refused.
 
 A refused transfer writes nothing: dst that is the source itself, a bucket's root (the
 flow's state goes beside dst), a conversion the cast refuses and a plan the memory
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chunkgraph import volume
-from chunkgraph._errors import ConfigError, VolumeNotFoundError
+from chunkgraph._errors import ConfigError
 from chunkgraph.flow import ApplyReport, RunOptions, apply, refuse_if_written
 from chunkgraph.flow.plan import (
     CAST_RULES,
@@ -37,11 +39,19 @@ from chunkgraph.flow.plan import (
     SaturationWarning,
     cast_allowed,
     conversion_refusal,
-    job_memory_refusal,
     warn_if_saturated,
 )
 from chunkgraph.geometry import Box
+from chunkgraph.jobs._dst_mark import (
+    Maker,
+    check_mark,
+    existing_at,
+    job_mark,
+    refuse_existing,
+    setting,
+)
 from chunkgraph.jobs._run_options import job_options, planning
+from chunkgraph.jobs._words import JobRefusal, memory_refusal
 from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
 
 if TYPE_CHECKING:
@@ -110,7 +120,9 @@ def transfer(
 
     Raises:
         ConfigError: Before dst is made, for a bad argument, an existing dst without
-            ``resume``, a conversion ``cast`` refuses, or a plan the memory limit refuses.
+            ``resume`` (with it, one this transfer did not start: another tool's volume,
+            another source's or other settings' transfer), a conversion ``cast`` refuses,
+            or a plan the memory limit refuses.
         FlowLockedError: When another flow is writing the source or dst.
 
     >>> from chunkgraph import volume
@@ -143,9 +155,11 @@ def transfer(
             field="bbox",
         )
     _check_dtype(source, dtype, cast)
-    there, existing = _existing(dst)
+    there, existing = existing_at(dst)
     _check_dst(source, dst, existing, options.resume)
-    copy = _Copy(source, dst, region, chunks, shards, dtype, backend, cast)
+    mark = transfer_mark(source, region, chunks, shards, dtype, cast)
+    check_mark(TRANSFER, "dst", existing, mark, setting)
+    copy = _Copy(source, dst, region, chunks, shards, dtype, backend, cast, mark)
     try:
         if not options.dry_run:
             # The plan first, over a stand-in of dst in memory: what the memory limit or
@@ -156,15 +170,44 @@ def transfer(
             refuse_if_written({"src": (source, region)}, options.lock_wait)
         report = _run(copy, options, made=not there)
     except ConfigError as err:
-        raise job_memory_refusal(err, MEMORY_ADVICE) from err.__cause__
+        raise memory_refusal(err, MEMORY_ADVICE) from err.__cause__
     return report
 
 
-# What a transfer refused for its memory limit can change besides the limit.
+# What a transfer refused for its memory limit can change besides the limit (``_words``).
 MEMORY_ADVICE = (
-    " (--memory-limit on the command line); the least transfer plans for is a region "
-    "of whole source and dst chunks, so smaller dst chunks (chunks=, --chunks) need less"
+    "; the least transfer plans for is a region of whole source and dst chunks, so "
+    "smaller dst chunks ({chunks}) need less"
 )
+
+# How transfer speaks of its dst in a refusal.
+TRANSFER = Maker("transfer")
+
+
+def transfer_mark(
+    source: Volume,
+    region: Box,
+    chunks: Sequence[int] | None,
+    shards: Sequence[int] | None,
+    dtype: Any,
+    cast: str,
+) -> str:
+    """The mark of the transfer of ``region`` of ``source`` with these settings, each as
+    dst has it (``chunks=None``: the source's, the same as naming them)."""
+    settings = {
+        "bbox": [list(region.start), list(region.stop)],
+        "chunks": _listed(source.spatial_chunks if chunks is None else chunks),
+        "shards": _listed(shards),
+        "dtype": np.dtype(source.dtype if dtype is None else dtype).name,
+        "cast": cast,
+    }
+    return job_mark("transfer", source, settings)
+
+
+def _listed(values: Any) -> Any:
+    """A sequence as a list (a mark keeps (8, 8) and [8, 8] alike); anything else as it
+    is, for ``volume.create`` to refuse by name."""
+    return list(values) if isinstance(values, Sequence) else values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +222,7 @@ class _Copy:
     dtype: Any
     backend: BackendName | None
     cast: str
+    mark: str
 
 
 def _run(copy: _Copy, options: RunOptions, *, made: bool = False) -> ApplyReport:
@@ -206,6 +250,7 @@ def _run(copy: _Copy, options: RunOptions, *, made: bool = False) -> ApplyReport
         resolution=source.resolution,
         shards=None if shards is None else channels + shards,
         exist_ok=True,
+        made_by="" if dry_run else copy.mark,
     )
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -233,18 +278,6 @@ def _run(copy: _Copy, options: RunOptions, *, made: bool = False) -> ApplyReport
     return report
 
 
-def _existing(dst: str | os.PathLike[str]) -> tuple[bool, Volume | None]:
-    """(whether something is at ``dst``, the volume there if it opens as one). What this
-    call makes where nothing was, it may remove again; something there that does not open
-    as a volume is left to ``volume.create`` to name, and none of it is ever removed."""
-    try:
-        return True, volume.open(dst)
-    except VolumeNotFoundError:
-        return False, None
-    except (ConfigError, OSError):
-        return True, None
-
-
 def _check_dst(
     source: Volume, dst: str | os.PathLike[str], existing: Volume | None, resume: bool
 ) -> None:
@@ -260,13 +293,7 @@ def _check_dst(
             field="dst",
         )
     if existing is not None and not resume:
-        raise ConfigError(
-            f"dst {os.fspath(dst)!r} already exists (a {existing.dtype} volume of shape "
-            f"{existing.shape}), and transfer makes a new volume: give a new path, or "
-            "remove it first (volume.remove); to continue an interrupted transfer into "
-            "it, pass resume=True (--resume on the command line)",
-            field="dst",
-        )
+        refuse_existing(TRANSFER, "dst", dst, existing)
     _, place = split_format(os.fspath(dst))
     if is_object_url(place) and not split_url(place)[2]:
         raise ConfigError(
@@ -279,13 +306,12 @@ def _check_dst(
 def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:
     """The conversion ``cast`` refuses, as a ``ConfigError`` before dst is made."""
     if not isinstance(cast, str) or cast not in CAST_RULES:
-        raise ConfigError(
-            f"cast must be one of {', '.join(repr(r) for r in CAST_RULES)} (--cast on the "
-            f"command line), got {cast!r}: 'safe' (the default) converts only into dtypes "
-            "that hold every value of the source's, 'same_kind' also into narrower integers "
-            "or floats, 'unsafe' also floats into integers",
-            field="cast",
-        )
+        raise JobRefusal(
+            "{cast} must be one of {rules}, got {given!r}: 'safe' (the default) converts "
+            "only into dtypes that hold every value of the source's, 'same_kind' also into "
+            "narrower integers or floats, 'unsafe' also floats into integers",
+            field="cast", rules=", ".join(repr(r) for r in CAST_RULES), given=cast,
+        )  # fmt: skip
     if dtype is None:
         return
     try:
