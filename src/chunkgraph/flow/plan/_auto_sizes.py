@@ -295,8 +295,12 @@ def plan_sizes(
     direct_allowed: bool = False,
     step: tuple[int, ...] | None = None,
     inputs_cache: int = 0,
+    probe: bool = False,
 ) -> FlowPlan:
     """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
+
+    ``probe``: apply's probe reads the first bottom chunk before the tasks; the cache keeps
+    its region for them (``evaluate``; the sizes do not depend on it).
 
     ``step``: per axis, what chunk sizes must be multiples of so that inputs at another
     resolution are read over whole voxels (``_resolution.step_of``; default 1s).
@@ -331,7 +335,7 @@ def plan_sizes(
     def sizes_evaluated(top: list[int], bottom: list[int]) -> Evaluation:
         return evaluate(
             bbox, inputs, dst, tuple(top), tuple(bottom), crop, blend, cores, memory_limit,
-            accumulate_bytes,
+            accumulate_bytes, probe=probe,
         )  # fmt: skip
 
     plan = _fit_memory(
@@ -395,11 +399,13 @@ def read_plan(
     accumulate_bytes: int = 8,
     direct_writes: bool = False,
     cached: int = 0,
+    probe: bool = False,
 ) -> FlowPlan:
     """The read model of sizes a user gave: the cache apply would own, amplification, memory.
 
     ``cached``: bytes of the cache the user's inputs carry (0: none); apply then adds
-    none and the prediction counts no cache (``FlowPlan.inputs_cache``).
+    none and the prediction counts no cache (``FlowPlan.inputs_cache``). ``probe``: as
+    ``plan_sizes``'s.
     """
     top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
     # Below the top, the levels' pads all come out of the top task's one read.
@@ -420,6 +426,7 @@ def read_plan(
         levels=len(chunk_sizes),
         owned=not cached,
         per_top=bottom_chunks_per_top(chunk_sizes, crop_pads, blend_pads),
+        probe=probe,
     )
     if cached:  # the user's cache serves the reuse: apply owns none
         plan = dataclasses.replace(plan, cache=0, cache_per_input=())
@@ -911,6 +918,7 @@ def plan_automatic(
     memory_limit: int,
     memory_limit_source: str,
     skip_intermediates: bool | None,
+    probe: bool = False,
 ) -> FlowPlan:
     """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling)."""
     named, out, region = resolve_region(inputs, dst, bbox)
@@ -951,6 +959,7 @@ def plan_automatic(
         direct_allowed=allowed and skip_intermediates is not False,
         step=step,
         inputs_cache=sum(v.cache_bytes for v in named.values()),
+        probe=probe,
     )
     if expand:
         plan = dataclasses.replace(
@@ -1004,6 +1013,7 @@ def plan_given(
     cores: int,
     memory_limit: int,
     memory_limit_source: str,
+    probe: bool = False,
 ) -> FlowPlan:
     """The read model of the sizes a user gave (``read_plan``) for a validated flow."""
     cached = sum(v.cache_bytes for v in named.values())
@@ -1020,6 +1030,7 @@ def plan_given(
         accumulate_bytes=accumulate_bytes_of(dst),
         direct_writes=spec.skip_intermediates,
         cached=cached,
+        probe=probe,
     )
 
 

@@ -230,12 +230,20 @@ def evaluate(
     levels: int = 2,
     owned: bool = True,
     per_top: int | None = None,
+    probe: bool = False,
 ) -> Evaluation:
     """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``.
 
     Steps: the memory held outside the cache (``_memory``); what the cache needs for the
     reuse along each moving axis (``_reuse_needs``); the needs that fit the room left
     (``_fit_cache``); bytes fetched with and without that cache (``_amplification``).
+
+    ``probe``: apply calls ``fn`` once on the first bottom chunk before the tasks (a flow
+    of more than one call): its read is one more reader of the storage chunks there. The
+    cache keeps them for the first task (one top task, or no halo, plans a cache of the
+    probe's region alone); where no cache holds them, the first task reads them again and
+    the predicted amplification counts it. The sizes never depend on it: the cache takes
+    only the room the budget leaves, so a flow id is the same with the probe on or off.
     """
     low = tuple(c + b for c, b in zip(crop, blend, strict=True))
     context = tuple(p + q for p, q in zip(low, top_pad or (0,) * bbox.ndim, strict=True))
@@ -243,22 +251,30 @@ def evaluate(
     moving = [a for a in range(bbox.ndim) if grid[a] > 1]
     if per_top is None:  # bottom chunks per top chunk, pads only at the bottom
         per_top = math.prod(t // b for t, b in zip(top, bottom, strict=True))
+    probe = probe and math.prod(grid) * per_top > 1  # one call of fn in all is its own probe
     held = _memory(
         top, bottom, low, context, sum(v.voxel_bytes for v in inputs), cores, per_top,
         levels > 1, max(accumulate_bytes, dst.voxel_bytes), accumulate_bytes,
         io_waits=any(v.remote for v in (*inputs, dst)),
     )  # fmt: skip
     room = max(0, memory_limit - held.held)
-    needs = _reuse_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight)
-    reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), owned and any(context))
     sweep = sweep_axis(grid)
+    needs = _reuse_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight)
+    if probe and not moving:  # one top task: the cache keeps the probe's region alone
+        needs = _probe_needs(bbox, inputs, top, bottom, low, context, sweep)
+    wanted = owned and (any(context) or probe)
+    reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), wanted)
+    # The probe's chunks are read again unless the cache keeps them (the first need's).
+    again = _probe_bytes(bbox, inputs, bottom, low, context) if probe else 0
+    probe_kept = again if cache else 0
+    why = _cache_reason(needs, reused, cache, room, context, owned, moving, probe)
     return Evaluation(
         sweep=sweep,
         cache=cache,
         cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
-        cache_reason=_cache_reason(needs, reused, cache, room, context, owned, moving),
-        amplification=_amplification(bbox, inputs, top, context, reused),
-        amplification_uncached=_amplification(bbox, inputs, top, context, set()),
+        cache_reason=why,
+        amplification=_amplification(bbox, inputs, top, context, reused, again - probe_kept),
+        amplification_uncached=_amplification(bbox, inputs, top, context, set(), again),
         superchunk=held.superchunk,
         in_flight=held.in_flight,
         bottoms=held.bottoms,
@@ -333,6 +349,25 @@ def _reuse_needs(
     return needs
 
 
+def _probe_needs(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+    sweep: int,
+) -> _Needs:
+    """The one need of a flow of one top task with the probe on: the probe's region
+    (``_probe_need``), with ``MAX_CACHE_SLACK``, kept from the probe to the task."""
+    per_input = [
+        min(int(_probe_need(bbox, v, bottom, low, context) * MAX_CACHE_SLACK),
+            _whole(bbox, v, top, context))
+        for v in inputs
+    ]  # fmt: skip
+    return [(sweep, sum(per_input), per_input)]
+
+
 def _whole(bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...]) -> int:
     """Bytes of every storage chunk of ``vol`` the flow reads."""
     spans = (_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim))
@@ -369,12 +404,14 @@ def _amplification(
     top: tuple[int, ...],
     context: tuple[int, ...],
     reused: set[int],
+    again: int = 0,
 ) -> float:
-    """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``) over the
+    """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``, plus
+    ``again`` bytes read a second time: the probe's, where no cache keeps them) over the
     input bytes inside the bbox and each input's bounds (a bbox expanded past them reads
     nothing there); 0.0 without inputs."""
     total = sum(v.voxel_bytes * bbox.intersection(v.bounds).size for v in inputs)
-    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
+    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs) + again
     return fetched / total if total else 0.0
 
 
@@ -386,14 +423,35 @@ def _cache_reason(
     context: tuple[int, ...],
     owned: bool,
     moving: list[int],
+    probe: bool = False,
 ) -> str:
-    """Why the cache is what it is: none needed or none owned, or which reuse it keeps."""
-    if not any(context):
-        return "no halo: tasks read disjoint regions, so no cache"
-    if not owned:
-        return "the inputs carry their own cache, so apply adds none"
-    if not moving:
-        return "one top task: nothing is read twice, so no cache"
+    """Why the cache is what it is: none needed or none owned, or which reuse it keeps
+    (the probe's region among it when ``probe``)."""
+    if not owned and (probe or any(context)):
+        return "the inputs carry their own cache, so apply adds none" + (
+            "; the first task reads the probe's region again unless that cache keeps it"
+            if probe
+            else ""
+        )
+    if not moving or not any(context):
+        alone = (
+            "no halo: tasks read disjoint regions"
+            if not any(context)
+            else "one top task: nothing is read twice"
+        )
+        if not probe:
+            return f"{alone}, so no cache"
+        if cache:
+            return (
+                f"{alone} but the probe's region: cache {format_bytes(cache)} keeps the "
+                "storage chunks of its read of the first bottom chunk until the first task "
+                "reads them"
+            )
+        return (
+            f"{alone} but the probe's region, whose cache (needs "
+            f"{format_bytes(needs[0][1] if needs else 0)}) does not fit the "
+            f"{format_bytes(room)} left of the budget, so the first task reads it again"
+        )
     kept = [a for a, _, _ in needs if a in reused]
     missed = [(a, n) for a, n, _ in needs if a not in reused]
     reason = (
@@ -406,6 +464,12 @@ def _cache_reason(
             + ", ".join(f"axis {a} (needs {format_bytes(n)})" for a, n in missed)
             + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
             "read again"
+        )
+    if probe:
+        reason += (
+            " and the probe's region, until the first task reads it"
+            if cache
+            else "; the first task reads the probe's region again"
         )
     return reason
 
@@ -493,6 +557,17 @@ def _reuse_need(
     )
     waiting = in_flight if not faster else 1
     return shared * across * waiting * vol.voxel_bytes
+
+
+def _probe_bytes(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+) -> int:
+    """Bytes the probe fetches over all inputs (``_probe_need``'s storage chunks)."""
+    return sum(_probe_need(bbox, v, bottom, low, context) for v in inputs)
 
 
 def _probe_need(

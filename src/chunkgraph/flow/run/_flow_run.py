@@ -69,7 +69,7 @@ from chunkgraph.flow.plan import (
     with_cache,
 )
 from chunkgraph.flow.run._device import FlowDevice, resolve_device
-from chunkgraph.flow.run._flow_graph import FlowGraph, read_bytes
+from chunkgraph.flow.run._flow_graph import FlowGraph, InputReads
 from chunkgraph.flow.run._probe import fn_calls, probe_fn
 from chunkgraph.flow.run._probe_output import drop_probe_output, keep_probe_output
 from chunkgraph.flow.run._reader_counts import plan_input_reads
@@ -235,7 +235,7 @@ class FlowRun:
         opening: Callable[[], FlowGraph],
     ) -> tuple[FlowGraph, ApplyReport]:
         """Plan the caches' reads, probe fn, open the graph (``opening``) and run it."""
-        before = read_bytes(inputs)
+        before = InputReads.of(inputs)  # the probe's reads are the run's
         probe = self.options.probe and fn_calls(self.spec) > 1  # one call: its own probe
         # apply's own caches keep each shared chunk until its last reader (_reader_counts).
         done = state.markers().done_keys(TOP) if resume else ()
@@ -336,7 +336,7 @@ class FlowRun:
         )
 
     def _execute(
-        self, flow: FlowGraph, state: FlowDir, executor: Executor, before: int
+        self, flow: FlowGraph, state: FlowDir, executor: Executor, before: InputReads
     ) -> ApplyReport:
         """Run the graph; a failure (or a Ctrl-C) gets a note of the state it leaves."""
         options, device = self.options, self.device.flow
