@@ -51,6 +51,7 @@ from chunkgraph.flow.plan._options import (
     RunOptions,
     check_optional_bool,
 )
+from chunkgraph.flow.plan._pending_reads import resumed_plan
 from chunkgraph.flow.plan._read_model import (
     DEVICE_TASKS_IN_FLIGHT,
     bottom_chunks_per_top,
@@ -115,6 +116,7 @@ __all__ = [
     "reduction_chunk",
     "resolution_hint",
     "resolve_memory_limit",
+    "resumed_plan",
     "same_storage",
     "scaled",
     "step_of",

@@ -170,6 +170,8 @@ class FlowPlan:
         bottom_bytes: The buffers of the bottom chunks computing at once.
         sweep_tasks: Top tasks along the sweep axis (1: one task spans the bbox there, so
             its superchunk grows with that length; 0: not known).
+        cache_axes: The axes along which the cache serves the halo neighbours share (the
+            read model's; a resumed run's prediction counts by them).
     """
 
     automatic: bool
@@ -194,6 +196,7 @@ class FlowPlan:
     superchunk_bytes: int = 0  # one top task's read (+ its accumulation buffer), bytes
     bottom_bytes: int = 0  # the buffers of the bottom chunks computing at once, bytes
     sweep_tasks: int = 0  # top tasks along the sweep axis (0: not known)
+    cache_axes: tuple[int, ...] = ()  # the axes whose halo reuse apply's cache serves
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -376,6 +379,7 @@ def _without_owned_cache(plan: Evaluation, inputs_cache: int) -> Evaluation:
         plan,
         cache=0,
         cache_per_input=(),
+        reused=(),
         amplification=plan.amplification_uncached,
         cache_reason=(
             f"the inputs carry their own cache ({format_bytes(inputs_cache)}), so apply adds "
@@ -429,7 +433,7 @@ def read_plan(
         probe=probe,
     )
     if cached:  # the user's cache serves the reuse: apply owns none
-        plan = dataclasses.replace(plan, cache=0, cache_per_input=())
+        plan = dataclasses.replace(plan, cache=0, cache_per_input=(), reused=())
     misaligned = _misaligned(bbox, top, inputs)
     return _flow_plan(
         plan,
@@ -477,6 +481,7 @@ def _flow_plan(
         superchunk_bytes=plan.superchunk,
         bottom_bytes=plan.bottoms,
         sweep_tasks=plan.sweep_tasks,
+        cache_axes=plan.reused,
         reasons=tuple(reasons),
         inputs_cache=inputs_cache,
     )

@@ -190,6 +190,7 @@ class Evaluation:
     bottoms: int
     sweep_reused: bool  # the halo shared along the sweep comes from the cache (or no halo)
     sweep_tasks: int = 1  # top tasks along the sweep axis (1: one task spans the bbox there)
+    reused: tuple[int, ...] = ()  # the axes whose halo reuse the cache serves
 
     @property
     def memory(self) -> int:
@@ -259,27 +260,25 @@ def evaluate(
     )  # fmt: skip
     room = max(0, memory_limit - held.held)
     sweep = sweep_axis(grid)
-    needs = _reuse_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight)
-    if probe and not moving:  # one top task: the cache keeps the probe's region alone
-        needs = _probe_needs(bbox, inputs, top, bottom, low, context, sweep)
+    needs = _cache_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight, probe)
     wanted = owned and (any(context) or probe)
     reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), wanted)
     # The probe's chunks are read again unless the cache keeps them (the first need's).
     again = _probe_bytes(bbox, inputs, bottom, low, context) if probe else 0
-    probe_kept = again if cache else 0
     why = _cache_reason(needs, reused, cache, room, context, owned, moving, probe)
     return Evaluation(
         sweep=sweep,
         cache=cache,
         cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
         cache_reason=why,
-        amplification=_amplification(bbox, inputs, top, context, reused, again - probe_kept),
+        amplification=_amplification(bbox, inputs, top, context, reused, 0 if cache else again),
         amplification_uncached=_amplification(bbox, inputs, top, context, set(), again),
         superchunk=held.superchunk,
         in_flight=held.in_flight,
         bottoms=held.bottoms,
         sweep_reused=not any(context) or not moving or sweep in reused,
         sweep_tasks=grid[sweep],
+        reused=tuple(sorted(reused)),
     )
 
 
@@ -349,28 +348,33 @@ def _reuse_needs(
     return needs
 
 
-def _probe_needs(
+def _cache_needs(
     bbox: Box,
     inputs: Sequence[StorageLayout],
     top: tuple[int, ...],
     bottom: tuple[int, ...],
     low: tuple[int, ...],
     context: tuple[int, ...],
-    sweep: int,
+    moving: list[int],
+    in_flight: int,
+    probe: bool,
 ) -> _Needs:
-    """The one need of a flow of one top task with the probe on: the probe's region
-    (``_probe_need``), with ``MAX_CACHE_SLACK``, kept from the probe to the task."""
+    """What the cache needs: the reuse along each moving axis (``_reuse_needs``); for one
+    top task with the probe on, the probe's region alone (``_probe_need``, with
+    ``MAX_CACHE_SLACK``), kept from the probe to the task, as a need along the sweep."""
+    if moving or not probe:
+        return _reuse_needs(bbox, inputs, top, bottom, low, context, moving, in_flight)
     per_input = [
         min(int(_probe_need(bbox, v, bottom, low, context) * MAX_CACHE_SLACK),
             _whole(bbox, v, top, context))
         for v in inputs
     ]  # fmt: skip
-    return [(sweep, sum(per_input), per_input)]
+    return [(bbox.ndim - 1, sum(per_input), per_input)]  # one task: sweep_axis is the last
 
 
 def _whole(bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...]) -> int:
     """Bytes of every storage chunk of ``vol`` the flow reads."""
-    spans = (_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim))
+    spans = (read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim))
     return math.prod(_union_length(s) for s in spans) * vol.voxel_bytes
 
 
@@ -474,23 +478,33 @@ def _cache_reason(
     return reason
 
 
-def _read_spans(
+def read_spans(
     bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], axis: int
 ) -> list[tuple[int, int]]:
     """Per top task along ``axis``: its read, clipped to the input, snapped to storage."""
-    origin, size = vol.bounds.start[axis], vol.chunks[axis]
-    lo_bound, hi_bound = vol.bounds.start[axis], vol.bounds.stop[axis]
     spans = []
     for start in range(bbox.start[axis], bbox.stop[axis], top[axis]):
-        lo = max(start - pad[axis], lo_bound)
-        hi = min(start + top[axis] + pad[axis], hi_bound)
-        if hi <= lo:
-            spans.append((lo, lo))
-            continue
-        snapped_lo = origin + (lo - origin) // size * size
-        snapped_hi = min(origin - (origin - hi) // size * size, hi_bound)
-        spans.append((snapped_lo, snapped_hi))
+        span = snap_span(start - pad[axis], start + top[axis] + pad[axis], vol, axis)
+        clipped = max(start - pad[axis], vol.bounds.start[axis])
+        spans.append((clipped, clipped) if span is None else span)
     return spans
+
+
+def snap_span(lo: int, hi: int, vol: StorageLayout, axis: int) -> tuple[int, int] | None:
+    """``[lo, hi)`` clipped to ``vol``'s bounds along ``axis`` and snapped out to its
+    storage chunks (what a read of it fetches); None when it reads nothing there.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> from chunkgraph.geometry import Box
+    >>> vol = Layout(bounds=Box((-8,), (300,)), chunks=(28,), voxel_bytes=4)
+    >>> snap_span(0, 70, vol, 0), snap_span(290, 320, vol, 0), snap_span(300, 320, vol, 0)
+    ((-8, 76), (272, 300), None)
+    """
+    origin, size, bound = vol.bounds.start[axis], vol.chunks[axis], vol.bounds.stop[axis]
+    lo, hi = max(lo, origin), min(hi, bound)
+    if hi <= lo:
+        return None
+    return origin + (lo - origin) // size * size, min(origin - (origin - hi) // size * size, bound)
 
 
 def _fetched(
@@ -500,7 +514,7 @@ def _fetched(
     serves the reuse along it, else their sum (each task reads its halo again)."""
     total = vol.voxel_bytes
     for a in range(bbox.ndim):
-        spans = _read_spans(bbox, vol, top, pad, a)
+        spans = read_spans(bbox, vol, top, pad, a)
         if a in reused:
             total *= _union_length(spans)
         else:
@@ -548,7 +562,7 @@ def _reuse_need(
     >>> _reuse_need(vol.bounds, vol, (64, 64), (2, 2), [1], 1)  # 2 layers of 16 x 64 x 4 B
     8192
     """
-    spans = [_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim)]
+    spans = [read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim)]
     shared = max((max(0, p[1] - q[0]) for p, q in itertools.pairwise(spans[axis])), default=0)
     widest = [max((hi - lo for lo, hi in s), default=0) for s in spans]
     faster = [a for a in moving if a > axis]
@@ -588,13 +602,10 @@ def _probe_need(
     192
     """
     total = vol.voxel_bytes
-    origin, size, bounds = vol.bounds.start, vol.chunks, vol.bounds
     for a in range(bbox.ndim):
-        lo = max(bbox.start[a] - context[a], bounds.start[a])
-        hi = min(bbox.start[a] - context[a] + bottom[a] + 2 * low[a], bounds.stop[a])
-        if hi <= lo:
+        lo = bbox.start[a] - context[a]
+        span = snap_span(lo, lo + bottom[a] + 2 * low[a], vol, a)
+        if span is None:
             return 0
-        snapped_lo = origin[a] + (lo - origin[a]) // size[a] * size[a]
-        snapped_hi = min(origin[a] - (origin[a] - hi) // size[a] * size[a], bounds.stop[a])
-        total *= snapped_hi - snapped_lo
+        total *= span[1] - span[0]
     return total
