@@ -290,8 +290,7 @@ def test_estimate_matches_the_run(
     inputs, dst, kw = build(mem)
     spec = validate_flow(fn, inputs, dst, **kw)
     est = estimate_flow(spec, normalize_inputs(inputs), dst)
-    # The estimate counts no probe (the plan's read model does): both runs go without.
-    dry = apply(fn, inputs, dst, dry_run=True, probe=False, **kw)
+    dry = apply(fn, inputs, dst, dry_run=True, **kw)
     assert dry.estimate is not None and dry.tasks_per_level == est.tasks_per_level
     assert dataclasses.replace(dry.estimate, expected_bytes_to_read=None) == est
     assert dst.stats.bytes_written == 0

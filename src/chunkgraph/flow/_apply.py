@@ -437,11 +437,12 @@ def _planned(
     cores: int,
     limit: int,
     source: str,
-    probe: bool,
+    probe: bool = True,
 ) -> tuple[FlowPlan | None, FlowShape]:
     """Automatic sizes when ``chunk_sizes`` asks for them: the plan, and the shape with its
     sizes; given sizes: no plan yet (``_given_plan``, once validated), and the shape as
-    given (``skip_intermediates`` None: False)."""
+    given (``skip_intermediates`` None: False). ``probe``: apply's (the plan keeps the
+    probe's region for the first task)."""
     if not wants_auto_sizes(shape.chunk_sizes):
         return None, shape
     plan = plan_automatic(
@@ -477,7 +478,7 @@ def _given_plan(
     cores: int,
     limit: int,
     source: str,
-    probe: bool,
+    probe: bool = True,
 ) -> FlowPlan:
     """The plan of given sizes (its read model, the budget), warning of read amplification."""
     plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit,

@@ -150,7 +150,8 @@ class FlowPlan:
             user's own).
         cache_per_input: That cache's bytes per input name.
         read_amplification: The predicted read amplification with ``cache_bytes``.
-        amplification_without_cache: What the same sizes read with no cache.
+        amplification_without_cache: What the same sizes' tasks read with no cache (the
+            probe's read not counted, as in the dry run's estimate).
         memory_limit: The memory budget planned for, in bytes.
         memory_limit_source: Where the budget came from (``"given"``, or the default
             and the memory available).

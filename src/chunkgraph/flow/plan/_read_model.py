@@ -272,7 +272,8 @@ def evaluate(
         cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
         cache_reason=why,
         amplification=_amplification(bbox, inputs, top, context, reused, 0 if cache else again),
-        amplification_uncached=_amplification(bbox, inputs, top, context, set(), again),
+        # The tasks' reads alone, as the dry run's estimate counts them (_estimate).
+        amplification_uncached=_amplification(bbox, inputs, top, context, set()),
         superchunk=held.superchunk,
         in_flight=held.in_flight,
         bottoms=held.bottoms,
