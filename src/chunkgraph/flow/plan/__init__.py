@@ -4,8 +4,9 @@ Policy. Pure rules over a flow's arguments and its volumes' metadata: no I/O of
 chunks, no threads, no state. ``_spec`` validates a flow into a ``FlowSpec`` (with
 ``_args``, ``_divisibility``, ``_resolution``, ``_mergeable``, ``_blend``'s modes and ``_cast``'s
 rules); ``_auto_sizes`` chooses sizes that were not given (with ``_read_model``'s
-read costs; ``_pending_reads`` predicts a resumed run's); ``_estimate`` counts what a run will cost; ``_options`` checks the
-run's options (``RunOptions``); ``_fn_kwargs`` binds and checks fn's arguments.
+read costs; ``_pending_reads`` predicts a resumed run's); ``_estimate`` counts what a
+run will cost; ``_options`` checks the run's options (``RunOptions``); ``_fn_kwargs``
+binds and checks fn's arguments.
 
 The run (``chunkgraph.flow.run``) and the faces above import these names from
 here; nothing here imports the run or the flow's state.
