@@ -300,9 +300,9 @@ def _dst_spec(
     """The spec of a flow into ``dst``, its plan (automatic sizes, or given sizes' read
     model) and the memory budget in bytes."""
     limit, source = resolve_memory_limit(options.memory_limit)
-    plan, shape = _planned(inputs, dst, shape, cores, limit, source)
+    plan, shape = _planned(inputs, dst, shape, cores, limit, source, options.probe)
     spec = shape.validate(fn, inputs, dst)
-    return spec, plan or _given_plan(spec, named, dst, cores, limit, source), limit
+    return spec, plan or _given_plan(spec, named, dst, cores, limit, source, options.probe), limit
 
 
 def _earlier_plan(
@@ -339,7 +339,7 @@ def _earlier_plan(
             continue  # recorded sizes that no longer give that flow: not the same work
         source = f"default; the sizes of unfinished flow {flow_id}, resumed"
         plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit,
-                          memory_limit_source=source)  # fmt: skip
+                          memory_limit_source=source, probe=options.probe)  # fmt: skip
         if plan.memory_bytes > limit:
             given = _with_sizes(shape, sizes)
             warnings.warn(
@@ -444,10 +444,12 @@ def _planned(
     cores: int,
     limit: int,
     source: str,
+    probe: bool = True,
 ) -> tuple[FlowPlan | None, FlowShape]:
     """Automatic sizes when ``chunk_sizes`` asks for them: the plan, and the shape with its
     sizes; given sizes: no plan yet (``_given_plan``, once validated), and the shape as
-    given (``skip_intermediates`` None: False)."""
+    given (``skip_intermediates`` None: False). ``probe``: apply's (the plan keeps the
+    probe's region for the first task)."""
     if not wants_auto_sizes(shape.chunk_sizes):
         return None, shape
     plan = plan_automatic(
@@ -463,6 +465,7 @@ def _planned(
         # Growing writes nothing more only where the flow writes the clipped region itself:
         # not where the caller grows the bbox, nor into layers a later reduction writes.
         grow_off_grid=not shape.expand_bbox and not _defers(shape.blend_modes),
+        probe=probe,
     )
     modes = shape.blend_modes
     if isinstance(modes, list) and len(modes) == 1:
@@ -485,10 +488,17 @@ def _defers(modes: object) -> bool:
 
 
 def _given_plan(
-    spec: FlowSpec, named: dict[str, Volume], dst: Volume, cores: int, limit: int, source: str
+    spec: FlowSpec,
+    named: dict[str, Volume],
+    dst: Volume,
+    cores: int,
+    limit: int,
+    source: str,
+    probe: bool = True,
 ) -> FlowPlan:
     """The plan of given sizes (its read model, the budget), warning of read amplification."""
-    plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit, memory_limit_source=source)
+    plan = plan_given(spec, named, dst, cores=cores, memory_limit=limit,
+                      memory_limit_source=source, probe=probe)  # fmt: skip
     message = amplification_warning(plan, named)
     if message:
         warnings.warn(message, ReadAmplificationWarning, stacklevel=4)

@@ -4,8 +4,9 @@ Policy. Pure rules over a flow's arguments and its volumes' metadata: no I/O of
 chunks, no threads, no state. ``_spec`` validates a flow into a ``FlowSpec`` (with
 ``_args``, ``_divisibility``, ``_resolution``, ``_mergeable``, ``_blend``'s modes and ``_cast``'s
 rules); ``_auto_sizes`` chooses sizes that were not given (with ``_read_model``'s
-read costs); ``_estimate`` counts what a run will cost; ``_options`` checks the
-run's options (``RunOptions``); ``_fn_kwargs`` binds and checks fn's arguments.
+read costs; ``_pending_reads`` predicts a resumed run's); ``_estimate`` counts what a
+run will cost; ``_options`` checks the run's options (``RunOptions``); ``_fn_kwargs``
+binds and checks fn's arguments.
 
 The run (``chunkgraph.flow.run``) and the faces above import these names from
 here; nothing here imports the run or the flow's state.
@@ -52,6 +53,7 @@ from chunkgraph.flow.plan._options import (
     RunOptions,
     check_optional_bool,
 )
+from chunkgraph.flow.plan._pending_reads import resumed_plan
 from chunkgraph.flow.plan._read_model import (
     DEVICE_TASKS_IN_FLIGHT,
     bottom_chunks_per_top,
@@ -117,6 +119,7 @@ __all__ = [
     "reduction_chunk",
     "resolution_hint",
     "resolve_memory_limit",
+    "resumed_plan",
     "same_storage",
     "scaled",
     "step_of",

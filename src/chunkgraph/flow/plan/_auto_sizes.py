@@ -159,7 +159,8 @@ class FlowPlan:
             user's own).
         cache_per_input: That cache's bytes per input name.
         read_amplification: The predicted read amplification with ``cache_bytes``.
-        amplification_without_cache: What the same sizes read with no cache.
+        amplification_without_cache: What the same sizes' tasks read with no cache (the
+            probe's read not counted, as in the dry run's estimate).
         memory_limit: The memory budget planned for, in bytes.
         memory_limit_source: Where the budget came from (``"given"``, or the default
             and the memory available).
@@ -192,6 +193,8 @@ class FlowPlan:
             bottom buffers: ``executor="processes"``'s workers (``memory_bytes`` counts
             them all); on a Dask cluster its workers, and ``memory_bytes`` is each one's.
         on_cluster: The executor is a Dask cluster: ``memory_bytes`` is each worker's.
+        cache_axes: The axes along which the cache serves the halo neighbours share (the
+            read model's; a resumed run's prediction counts by them).
     """
 
     automatic: bool
@@ -220,6 +223,7 @@ class FlowPlan:
     streams: int = 1  # streams of top tasks, each through its own process's cache
     worker_processes: int = 1  # processes holding a cache (and superchunks) each
     on_cluster: bool = False  # memory_bytes is each Dask worker's
+    cache_axes: tuple[int, ...] = ()  # the axes whose halo reuse apply's cache serves
 
     def arguments(self) -> dict[str, object]:
         """``chunk_sizes``, pads and ``skip_intermediates`` (and ``expand_bbox`` when the
@@ -343,8 +347,12 @@ def plan_sizes(
     direct_allowed: bool = False,
     step: tuple[int, ...] | None = None,
     inputs_cache: int = 0,
+    probe: bool = False,
 ) -> FlowPlan:
     """Levels, sizes and cache for a flow over ``bbox`` with bottom pads ``crop`` + ``blend``.
+
+    ``probe``: apply's probe reads the first bottom chunk before the tasks; the cache keeps
+    its region for them (``evaluate``; the sizes do not depend on it).
 
     ``step``: per axis, what chunk sizes must be multiples of so that inputs at another
     resolution are read over whole voxels (``_resolution.step_of``; default 1s).
@@ -379,7 +387,7 @@ def plan_sizes(
     def sizes_evaluated(top: list[int], bottom: list[int]) -> Evaluation:
         return evaluate(
             bbox, inputs, dst, tuple(top), tuple(bottom), crop, blend, cores, memory_limit,
-            accumulate_bytes,
+            accumulate_bytes, probe=probe,
         )  # fmt: skip
 
     plan = _fit_memory(
@@ -420,6 +428,7 @@ def _without_owned_cache(plan: Evaluation, inputs_cache: int) -> Evaluation:
         plan,
         cache=0,
         cache_per_input=(),
+        reused=(),
         amplification=plan.amplification_uncached,
         cache_reason=(
             f"the inputs carry their own cache ({format_bytes(inputs_cache)}), so apply adds "
@@ -443,11 +452,13 @@ def read_plan(
     accumulate_bytes: int = 8,
     direct_writes: bool = False,
     cached: int = 0,
+    probe: bool = False,
 ) -> FlowPlan:
     """The read model of sizes a user gave: the cache apply would own, amplification, memory.
 
     ``cached``: bytes of the cache the user's inputs carry (0: none); apply then adds
-    none and the prediction counts no cache (``FlowPlan.inputs_cache``).
+    none and the prediction counts no cache (``FlowPlan.inputs_cache``). ``probe``: as
+    ``plan_sizes``'s.
     """
     top, bottom = tuple(chunk_sizes[0]), tuple(chunk_sizes[-1])
     # Below the top, the levels' pads all come out of the top task's one read.
@@ -468,9 +479,10 @@ def read_plan(
         levels=len(chunk_sizes),
         owned=not cached,
         per_top=bottom_chunks_per_top(chunk_sizes, crop_pads, blend_pads),
+        probe=probe,
     )
     if cached:  # the user's cache serves the reuse: apply owns none
-        plan = dataclasses.replace(plan, cache=0, cache_per_input=())
+        plan = dataclasses.replace(plan, cache=0, cache_per_input=(), reused=())
     misaligned = _misaligned(bbox, top, inputs)
     return _flow_plan(
         plan,
@@ -518,6 +530,7 @@ def _flow_plan(
         superchunk_bytes=plan.superchunk,
         bottom_bytes=plan.bottoms,
         sweep_tasks=plan.sweep_tasks,
+        cache_axes=plan.reused,
         reasons=tuple(reasons),
         inputs_cache=inputs_cache,
     )
@@ -960,6 +973,7 @@ def plan_automatic(
     memory_limit_source: str,
     skip_intermediates: bool | None,
     grow_off_grid: bool = True,
+    probe: bool = False,
 ) -> FlowPlan:
     """``plan_sizes`` for apply's arguments; pads are the bottom level's (one level's spelling).
 
@@ -1014,6 +1028,7 @@ def plan_automatic(
         direct_allowed=allowed and skip_intermediates is not False,
         step=step,
         inputs_cache=sum(v.cache_bytes for v in named.values()),
+        probe=probe,
     )
     if expand:
         plan = dataclasses.replace(
@@ -1148,6 +1163,7 @@ def plan_given(
     cores: int,
     memory_limit: int,
     memory_limit_source: str,
+    probe: bool = False,
 ) -> FlowPlan:
     """The read model of the sizes a user gave (``read_plan``) for a validated flow."""
     cached = sum(v.cache_bytes for v in named.values())
@@ -1164,6 +1180,7 @@ def plan_given(
         accumulate_bytes=accumulate_bytes_of(dst),
         direct_writes=spec.skip_intermediates,
         cached=cached,
+        probe=probe,
     )
 
 

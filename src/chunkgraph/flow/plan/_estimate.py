@@ -25,9 +25,10 @@ crop + blend pads, ``b`` top blend pad; all per axis):
   tasks' reads where the cache keeps the reuse along it, else their sum) into
   ``expected_bytes_to_read``. E.g. 64^3 float32 in 16^3 storage chunks, top
   chunks 16^3 with crop 4: 15.6 MiB without a cache, 1.0 MiB with apply's.
-  Neither counts ``probe``'s read of the first bottom chunk (through the cache
-  when there is one), and with a process executor each process keeps its own
-  cache, so the figure lies between the two.
+  Neither counts ``probe``'s read of the first bottom chunk (the plan's
+  ``read_amplification`` does, where no cache keeps it for the first task), and with
+  a process executor each process keeps its own cache, so the figure lies between
+  the two.
 * temporary bytes: each top task writes its output over ``chunk.padded(b)``,
   clipped to the bbox (``defer``: whole, its margin past the bbox included),
   to a checkerboard layer in the layer dtype; reductions read them back once.

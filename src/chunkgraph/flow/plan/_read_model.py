@@ -190,6 +190,7 @@ class Evaluation:
     bottoms: int
     sweep_reused: bool  # the halo shared along the sweep comes from the cache (or no halo)
     sweep_tasks: int = 1  # top tasks along the sweep axis (1: one task spans the bbox there)
+    reused: tuple[int, ...] = ()  # the axes whose halo reuse the cache serves
 
     @property
     def memory(self) -> int:
@@ -230,12 +231,20 @@ def evaluate(
     levels: int = 2,
     owned: bool = True,
     per_top: int | None = None,
+    probe: bool = False,
 ) -> Evaluation:
     """Cache, amplification and memory of top chunks ``top`` over bottom chunks ``bottom``.
 
     Steps: the memory held outside the cache (``_memory``); what the cache needs for the
     reuse along each moving axis (``_reuse_needs``); the needs that fit the room left
     (``_fit_cache``); bytes fetched with and without that cache (``_amplification``).
+
+    ``probe``: apply calls ``fn`` once on the first bottom chunk before the tasks (a flow
+    of more than one call): its read is one more reader of the storage chunks there. The
+    cache keeps them for the first task (one top task, or no halo, plans a cache of the
+    probe's region alone); where no cache holds them, the first task reads them again and
+    the predicted amplification counts it. The sizes never depend on it: the cache takes
+    only the room the budget leaves, so a flow id is the same with the probe on or off.
     """
     low = tuple(c + b for c, b in zip(crop, blend, strict=True))
     context = tuple(p + q for p, q in zip(low, top_pad or (0,) * bbox.ndim, strict=True))
@@ -243,27 +252,34 @@ def evaluate(
     moving = [a for a in range(bbox.ndim) if grid[a] > 1]
     if per_top is None:  # bottom chunks per top chunk, pads only at the bottom
         per_top = math.prod(t // b for t, b in zip(top, bottom, strict=True))
+    probe = probe and math.prod(grid) * per_top > 1  # one call of fn in all is its own probe
     held = _memory(
         top, bottom, low, context, sum(v.voxel_bytes for v in inputs), cores, per_top,
         levels > 1, max(accumulate_bytes, dst.voxel_bytes), accumulate_bytes,
         io_waits=any(v.remote for v in (*inputs, dst)),
     )  # fmt: skip
     room = max(0, memory_limit - held.held)
-    needs = _reuse_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight)
-    reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), owned and any(context))
     sweep = sweep_axis(grid)
+    needs = _cache_needs(bbox, inputs, top, bottom, low, context, moving, held.in_flight, probe)
+    wanted = owned and (any(context) or probe)
+    reused, cache, per_input_cache = _fit_cache(needs, room, len(inputs), wanted)
+    # The probe's chunks are read again unless the cache keeps them (the first need's).
+    again = _probe_bytes(bbox, inputs, bottom, low, context) if probe else 0
+    why = _cache_reason(needs, reused, cache, room, context, owned, moving, probe)
     return Evaluation(
         sweep=sweep,
         cache=cache,
         cache_per_input=tuple((v.name, c) for v, c in zip(inputs, per_input_cache, strict=True)),
-        cache_reason=_cache_reason(needs, reused, cache, room, context, owned, moving),
-        amplification=_amplification(bbox, inputs, top, context, reused),
+        cache_reason=why,
+        amplification=_amplification(bbox, inputs, top, context, reused, 0 if cache else again),
+        # The tasks' reads alone, as the dry run's estimate counts them (_estimate).
         amplification_uncached=_amplification(bbox, inputs, top, context, set()),
         superchunk=held.superchunk,
         in_flight=held.in_flight,
         bottoms=held.bottoms,
         sweep_reused=not any(context) or not moving or sweep in reused,
         sweep_tasks=grid[sweep],
+        reused=tuple(sorted(reused)),
     )
 
 
@@ -333,9 +349,33 @@ def _reuse_needs(
     return needs
 
 
+def _cache_needs(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    top: tuple[int, ...],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+    moving: list[int],
+    in_flight: int,
+    probe: bool,
+) -> _Needs:
+    """What the cache needs: the reuse along each moving axis (``_reuse_needs``); for one
+    top task with the probe on, the probe's region alone (``_probe_need``, with
+    ``MAX_CACHE_SLACK``), kept from the probe to the task, as a need along the sweep."""
+    if moving or not probe:
+        return _reuse_needs(bbox, inputs, top, bottom, low, context, moving, in_flight)
+    per_input = [
+        min(int(_probe_need(bbox, v, bottom, low, context) * MAX_CACHE_SLACK),
+            _whole(bbox, v, top, context))
+        for v in inputs
+    ]  # fmt: skip
+    return [(bbox.ndim - 1, sum(per_input), per_input)]  # one task: sweep_axis is the last
+
+
 def _whole(bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...]) -> int:
     """Bytes of every storage chunk of ``vol`` the flow reads."""
-    spans = (_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim))
+    spans = (read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim))
     return math.prod(_union_length(s) for s in spans) * vol.voxel_bytes
 
 
@@ -369,12 +409,14 @@ def _amplification(
     top: tuple[int, ...],
     context: tuple[int, ...],
     reused: set[int],
+    again: int = 0,
 ) -> float:
-    """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``) over the
+    """Bytes fetched (``_fetched``, the cache serving the reuse along ``reused``, plus
+    ``again`` bytes read a second time: the probe's, where no cache keeps them) over the
     input bytes inside the bbox and each input's bounds (a bbox expanded past them reads
     nothing there); 0.0 without inputs."""
     total = sum(v.voxel_bytes * bbox.intersection(v.bounds).size for v in inputs)
-    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs)
+    fetched = sum(_fetched(bbox, v, top, context, reused) for v in inputs) + again
     return fetched / total if total else 0.0
 
 
@@ -386,14 +428,35 @@ def _cache_reason(
     context: tuple[int, ...],
     owned: bool,
     moving: list[int],
+    probe: bool = False,
 ) -> str:
-    """Why the cache is what it is: none needed or none owned, or which reuse it keeps."""
-    if not any(context):
-        return "no halo: tasks read disjoint regions, so no cache"
-    if not owned:
-        return "the inputs carry their own cache, so apply adds none"
-    if not moving:
-        return "one top task: nothing is read twice, so no cache"
+    """Why the cache is what it is: none needed or none owned, or which reuse it keeps
+    (the probe's region among it when ``probe``)."""
+    if not owned and (probe or any(context)):
+        return "the inputs carry their own cache, so apply adds none" + (
+            "; the first task reads the probe's region again unless that cache keeps it"
+            if probe
+            else ""
+        )
+    if not moving or not any(context):
+        alone = (
+            "no halo: tasks read disjoint regions"
+            if not any(context)
+            else "one top task: nothing is read twice"
+        )
+        if not probe:
+            return f"{alone}, so no cache"
+        if cache:
+            return (
+                f"{alone} but the probe's region: cache {format_bytes(cache)} keeps the "
+                "storage chunks of its read of the first bottom chunk until the first task "
+                "reads them"
+            )
+        return (
+            f"{alone} but the probe's region, whose cache (needs "
+            f"{format_bytes(needs[0][1] if needs else 0)}) does not fit the "
+            f"{format_bytes(room)} left of the budget, so the first task reads it again"
+        )
     kept = [a for a, _, _ in needs if a in reused]
     missed = [(a, n) for a, n, _ in needs if a not in reused]
     reason = (
@@ -407,26 +470,42 @@ def _cache_reason(
             + f" it does not fit the {format_bytes(room)} left of the budget, so halos are "
             "read again"
         )
+    if probe:
+        reason += (
+            " and the probe's region, until the first task reads it"
+            if cache
+            else "; the first task reads the probe's region again"
+        )
     return reason
 
 
-def _read_spans(
+def read_spans(
     bbox: Box, vol: StorageLayout, top: tuple[int, ...], pad: tuple[int, ...], axis: int
 ) -> list[tuple[int, int]]:
     """Per top task along ``axis``: its read, clipped to the input, snapped to storage."""
-    origin, size = vol.bounds.start[axis], vol.chunks[axis]
-    lo_bound, hi_bound = vol.bounds.start[axis], vol.bounds.stop[axis]
     spans = []
     for start in range(bbox.start[axis], bbox.stop[axis], top[axis]):
-        lo = max(start - pad[axis], lo_bound)
-        hi = min(start + top[axis] + pad[axis], hi_bound)
-        if hi <= lo:
-            spans.append((lo, lo))
-            continue
-        snapped_lo = origin + (lo - origin) // size * size
-        snapped_hi = min(origin - (origin - hi) // size * size, hi_bound)
-        spans.append((snapped_lo, snapped_hi))
+        span = snap_span(start - pad[axis], start + top[axis] + pad[axis], vol, axis)
+        clipped = max(start - pad[axis], vol.bounds.start[axis])
+        spans.append((clipped, clipped) if span is None else span)
     return spans
+
+
+def snap_span(lo: int, hi: int, vol: StorageLayout, axis: int) -> tuple[int, int] | None:
+    """``[lo, hi)`` clipped to ``vol``'s bounds along ``axis`` and snapped out to its
+    storage chunks (what a read of it fetches); None when it reads nothing there.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> from chunkgraph.geometry import Box
+    >>> vol = Layout(bounds=Box((-8,), (300,)), chunks=(28,), voxel_bytes=4)
+    >>> snap_span(0, 70, vol, 0), snap_span(290, 320, vol, 0), snap_span(300, 320, vol, 0)
+    ((-8, 76), (272, 300), None)
+    """
+    origin, size, bound = vol.bounds.start[axis], vol.chunks[axis], vol.bounds.stop[axis]
+    lo, hi = max(lo, origin), min(hi, bound)
+    if hi <= lo:
+        return None
+    return origin + (lo - origin) // size * size, min(origin - (origin - hi) // size * size, bound)
 
 
 def _fetched(
@@ -436,7 +515,7 @@ def _fetched(
     serves the reuse along it, else their sum (each task reads its halo again)."""
     total = vol.voxel_bytes
     for a in range(bbox.ndim):
-        spans = _read_spans(bbox, vol, top, pad, a)
+        spans = read_spans(bbox, vol, top, pad, a)
         if a in reused:
             total *= _union_length(spans)
         else:
@@ -484,7 +563,7 @@ def _reuse_need(
     >>> _reuse_need(vol.bounds, vol, (64, 64), (2, 2), [1], 1)  # 2 layers of 16 x 64 x 4 B
     8192
     """
-    spans = [_read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim)]
+    spans = [read_spans(bbox, vol, top, pad, a) for a in range(bbox.ndim)]
     shared = max((max(0, p[1] - q[0]) for p, q in itertools.pairwise(spans[axis])), default=0)
     widest = [max((hi - lo for lo, hi in s), default=0) for s in spans]
     faster = [a for a in moving if a > axis]
@@ -493,6 +572,17 @@ def _reuse_need(
     )
     waiting = in_flight if not faster else 1
     return shared * across * waiting * vol.voxel_bytes
+
+
+def _probe_bytes(
+    bbox: Box,
+    inputs: Sequence[StorageLayout],
+    bottom: tuple[int, ...],
+    low: tuple[int, ...],
+    context: tuple[int, ...],
+) -> int:
+    """Bytes the probe fetches over all inputs (``_probe_need``'s storage chunks)."""
+    return sum(_probe_need(bbox, v, bottom, low, context) for v in inputs)
 
 
 def _probe_need(
@@ -513,15 +603,12 @@ def _probe_need(
     192
     """
     total = vol.voxel_bytes
-    origin, size, bounds = vol.bounds.start, vol.chunks, vol.bounds
     for a in range(bbox.ndim):
-        lo = max(bbox.start[a] - context[a], bounds.start[a])
-        hi = min(bbox.start[a] - context[a] + bottom[a] + 2 * low[a], bounds.stop[a])
-        if hi <= lo:
+        lo = bbox.start[a] - context[a]
+        span = snap_span(lo, lo + bottom[a] + 2 * low[a], vol, a)
+        if span is None:
             return 0
-        snapped_lo = origin[a] + (lo - origin[a]) // size[a] * size[a]
-        snapped_hi = min(origin[a] - (origin[a] - hi) // size[a] * size[a], bounds.stop[a])
-        total *= snapped_hi - snapped_lo
+        total *= span[1] - span[0]
     return total
 
 

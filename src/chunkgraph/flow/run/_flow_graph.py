@@ -186,7 +186,7 @@ class FlowGraph:
         executor: Executor,
         progress: bool,
         t0: float,
-        before: int,
+        before: InputReads,
         subscribers: tuple[Subscriber, ...] = (),
     ) -> ApplyReport:
         """Record the totals in ``flow.json``, run the tasks not yet done, report.
@@ -218,9 +218,6 @@ class FlowGraph:
             refs = list(top_refs.values()) + red_refs
             tops, reds = len(top_refs) + skipped_top, len(red_refs) + skipped_red
         self._write_info(tops, reds)
-        # Inputs' object-store GETs over the tasks (the probe's excluded): exact under
-        # threads, which share the driver's volumes; other executors count on copies.
-        gets_before, chunks_before = input_gets(self.inputs)
         # Where the tasks' time and memory go (_breakdown): the process's RSS and CPU over them.
         meter = RunMeter().start()
         per_task: tuple[tuple[str, int, int], ...] = ()
@@ -254,11 +251,16 @@ class FlowGraph:
                 close_journal(self.job.run_token, kind)
             forget_flow(self.job.marker_root)
             end_run(self.job.run_token)
-        report = self._report(top, red, before, t0, skipped_top, skipped_red)
+        report = self._report(top, red, before.bytes, t0, skipped_top, skipped_red)
         if self.in_process:
-            gets, chunks = input_gets(self.inputs)
+            # Inputs' GETs and chunks since ``before`` (the probe's included, as in the
+            # bytes): exact under threads, which share the driver's volumes; other
+            # executors count on copies.
+            now = InputReads.of(self.inputs)
             report = dataclasses.replace(
-                report, input_requests=gets - gets_before, input_chunks_read=chunks - chunks_before
+                report,
+                input_requests=now.requests - before.requests,
+                input_chunks_read=now.chunks - before.chunks,
             )
         breakdown = self._breakdown([top.times, red.times], meter)
         breakdown = dataclasses.replace(breakdown, setup_seconds=report.wall_seconds - meter.wall)
@@ -407,7 +409,9 @@ class FlowGraph:
         # Threads share the driver's Volume objects: their counters are exact. Other
         # executors read through their own copies, which report per task (the driver's
         # counters then hold only the probe's read).
-        bytes_read = read_bytes(self.inputs) - before if self.in_process else top.bytes_read
+        bytes_read = (
+            InputReads.of(self.inputs).bytes - before if self.in_process else top.bytes_read
+        )
         needed = needed_input_bytes(spec, self.inputs)
         if skipped_top and spec.bbox.size:
             # A resumed run reads for its pending top tasks only: amplification over those.
@@ -469,11 +473,20 @@ def _bytes_of(stats: TopStats | ReductionStats) -> tuple[int, int]:
     return stats.temporary_bytes_read, stats.bytes_written
 
 
-def read_bytes(inputs: Mapping[str, Volume]) -> int:
-    return sum(v.stats.bytes_read for v in inputs.values())
+@dataclasses.dataclass(frozen=True)
+class InputReads:
+    """The inputs' read counters at one moment (taken before the probe, so that the
+    report counts its reads in bytes, requests and chunks alike)."""
 
+    bytes: int
+    requests: int  # object-store GETs
+    chunks: int  # storage chunks fetched
 
-def input_gets(inputs: Mapping[str, Volume]) -> tuple[int, int]:
-    """(object-store GETs, storage chunks read) of the inputs so far."""
-    stats = [v.stats for v in inputs.values()]
-    return sum(s.requests_get for s in stats), sum(s.chunks_read for s in stats)
+    @classmethod
+    def of(cls, inputs: Mapping[str, Volume]) -> InputReads:
+        stats = [v.stats for v in inputs.values()]
+        return cls(
+            sum(s.bytes_read for s in stats),
+            sum(s.requests_get for s in stats),
+            sum(s.chunks_read for s in stats),
+        )

@@ -68,6 +68,7 @@ from chunkgraph.flow.plan import (
     for_executor,
     needed_input_bytes,
     owned_inputs,
+    resumed_plan,
     same_storage,
     scaled,
     top_task_memory,
@@ -75,8 +76,8 @@ from chunkgraph.flow.plan import (
     with_cache,
 )
 from chunkgraph.flow.run._device import FlowDevice, resolve_device
-from chunkgraph.flow.run._flow_graph import FlowGraph, call_streams, read_bytes
-from chunkgraph.flow.run._probe import fn_calls, probe_fn
+from chunkgraph.flow.run._flow_graph import FlowGraph, InputReads, call_streams
+from chunkgraph.flow.run._probe import fn_calls, probe_fn, probe_read_box
 from chunkgraph.flow.run._probe_output import drop_probe_output, keep_probe_output
 from chunkgraph.flow.run._reader_counts import plan_input_reads
 from chunkgraph.flow.run._report import ApplyReport
@@ -218,10 +219,12 @@ class FlowRun:
             opening = functools.partial(
                 self._open, state, inputs, dst, resume, stamp, in_place, fingerprint, top
             )
+            # Top tasks a resumed run skips: no reads of theirs (_reader_counts, the plan).
+            done = state.markers().done_keys(TOP) if resume else set()
             flow, report = self._probe_and_execute(
-                state, inputs, dst, executor, resume, in_place is not None, opening
+                state, inputs, dst, executor, done, in_place is not None, opening
             )
-            report = dataclasses.replace(report, plan=plan)
+            report = dataclasses.replace(report, plan=self._predicted(plan, report, done))
             warn_if_saturated(report.saturated_voxels, dst, spec.cast)
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
@@ -238,15 +241,14 @@ class FlowRun:
         inputs: dict[str, Volume],
         dst: Volume,
         executor: Executor,
-        resume: bool,
+        done: set[str],
         in_place: bool,
         opening: Callable[[], FlowGraph],
     ) -> tuple[FlowGraph, ApplyReport]:
         """Plan the caches' reads, probe fn, open the graph (``opening``) and run it."""
-        before = read_bytes(inputs)
-        probe = self.options.probe and fn_calls(self.spec) > 1  # one call: its own probe
+        before = InputReads.of(inputs)  # the probe's reads are the run's
+        probe = self._probes()
         # apply's own caches keep each shared chunk until its last reader (_reader_counts).
-        done = state.markers().done_keys(TOP) if resume else ()
         unplan = plan_input_reads(
             self.spec, inputs, self.inputs, done=done, probe=probe, in_process=executor.in_process
         )
@@ -263,6 +265,21 @@ class FlowRun:
         finally:
             drop_probe_output(token)
             unplan()
+
+    def _probes(self) -> bool:
+        """Whether the run probes fn: asked for, and more than one call (one is its own)."""
+        return self.options.probe and fn_calls(self.spec) > 1
+
+    def _predicted(
+        self, plan: FlowPlan | None, report: ApplyReport, done: set[str]
+    ) -> FlowPlan | None:
+        """The plan the report carries: a resumed run that skipped top tasks predicts the
+        reads of its pending ones (``resumed_plan``), as it measures them."""
+        if plan is None or not report.top_tasks_skipped or not done:
+            return plan
+        indices = [tuple(int(i) for i in key.split("_")) for key in done]  # grid_key's
+        probe = probe_read_box(self.spec) if self._probes() else None
+        return resumed_plan(plan, self.spec, self.inputs, indices, probe)
 
     def _probe(self, inputs: dict[str, Volume], dst: Volume) -> tuple[Box, Any] | None:
         """fn once on the first bottom chunk (``_probe``); its chunk and output on the
@@ -344,7 +361,7 @@ class FlowRun:
         )
 
     def _execute(
-        self, flow: FlowGraph, state: FlowDir, executor: Executor, before: int
+        self, flow: FlowGraph, state: FlowDir, executor: Executor, before: InputReads
     ) -> ApplyReport:
         """Run the graph; a failure (or a Ctrl-C) gets a note of the state it leaves."""
         options, device = self.options, self.device.flow

@@ -73,8 +73,8 @@ class ApplyReport:
             needs one.
         saturated_voxels: Voxels written at the limits of dst's dtype because ``fn``'s
             value there did not fit (a cast ``cast=`` allowed), in this call.
-        input_requests: Object-store GETs the inputs made while the tasks ran (threads
-            only; 0 otherwise and for inputs not on an object store).
+        input_requests: Object-store GETs the inputs made in the run, the probe's
+            included (threads only; 0 otherwise and for inputs not on an object store).
         input_chunks_read: The storage chunks those GETs read: about 1 GET per chunk is
             the floor.
         dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
