@@ -163,3 +163,19 @@ def test_a_fused_pass_writes_its_first_level_straight_to_it(tmp_path: Path) -> N
         expected = reference(expected, (2, 2, 2), "mean")
         level = volume.open(path)
         np.testing.assert_array_equal(level.read(level.bounds), expected)
+
+
+@pytest.mark.parametrize("method", ["median", "mode", "max", "min"])
+@pytest.mark.parametrize("shape", [(1, 1, 2), (1, 3, 2), (2, 2, 2)])
+def test_a_read_only_block_is_reduced_without_writing_into_it(
+    method: str, shape: tuple[int, ...]
+) -> None:
+    """A chunk from the cache is read-only; where a block's voxels are a contiguous view
+    already (one block along every axis but the last) the sorting network must still work
+    on copies, not write into the chunk."""
+    data = _data("uint8", shape, 5)
+    data.flags.writeable = False
+    kept = data.copy()
+    factor = (1, 1, 2)
+    np.testing.assert_array_equal(block_reduce(data, factor, method), _exact(kept, factor, method))
+    np.testing.assert_array_equal(data, kept)

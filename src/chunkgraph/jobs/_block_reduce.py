@@ -246,7 +246,9 @@ def _sorted_columns(data: np.ndarray[Any, Any], factor: tuple[int, ...]) -> list
             Ellipsis,
             *(slice(o, None, f) for o, f in zip(at, factor, strict=True)),
         )
-        columns.append(np.ascontiguousarray(data[index]))
+        # A copy always: the network sorts in place, and a view that is contiguous
+        # already (one block, say) would write into ``data``, a cached chunk read-only.
+        columns.append(np.array(data[index], order="C", copy=True))
     spare = np.empty_like(columns[0])
     for i, j in _network(len(columns)):
         np.minimum(columns[i], columns[j], out=spare)
