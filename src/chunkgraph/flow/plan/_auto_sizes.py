@@ -1014,22 +1014,32 @@ def plan_automatic(
     expand = not off and grown != region.shape
     if expand:
         region = Box(region.start, tuple(a + e for a, e in zip(region.start, grown, strict=True)))
-    allowed = direct_allowed(region, named, out, pads["blend_pads"])
-    plan = plan_sizes(
-        region,
-        layouts,
-        written,
-        crop=pads["crop_pads"],
-        blend=pads["blend_pads"],
-        cores=cores,
-        memory_limit=memory_limit,
-        memory_limit_source=memory_limit_source,
-        accumulate_bytes=accumulate_bytes_of(out),
-        direct_allowed=allowed and skip_intermediates is not False,
-        step=step,
-        inputs_cache=sum(v.cache_bytes for v in named.values()),
-        probe=probe,
-    )
+
+    def sizes_over(region: Box) -> FlowPlan:
+        allowed = direct_allowed(region, named, out, pads["blend_pads"])
+        return plan_sizes(
+            region,
+            layouts,
+            written,
+            crop=pads["crop_pads"],
+            blend=pads["blend_pads"],
+            cores=cores,
+            memory_limit=memory_limit,
+            memory_limit_source=memory_limit_source,
+            accumulate_bytes=accumulate_bytes_of(out),
+            direct_allowed=allowed and skip_intermediates is not False,
+            step=step,
+            inputs_cache=sum(v.cache_bytes for v in named.values()),
+            probe=probe,
+        )
+
+    if grow_off_grid and not expand:  # grown further where the region splits badly
+        pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
+        wider = [grown_off_grid(caller, written, grain, step, pad, across=x) for x in (0, 1)]
+        plan, region = _best_region(region, wider, sizes_over, pad)
+        off = region != caller
+    else:
+        plan = sizes_over(region)
     if expand:
         plan = dataclasses.replace(
             plan,
@@ -1042,11 +1052,12 @@ def plan_automatic(
             ),
         )
     if off:
-        plan = dataclasses.replace(
-            plan,
-            grown_bbox=region,
-            reasons=(_off_grid_reason(caller, region, written), *plan.reasons),
+        why = (
+            _off_grid_reason(caller, region, written)
+            if off_dst_grid(caller, written)
+            else _split_reason(caller, region, written, plan.sweep_axis)
         )
+        plan = dataclasses.replace(plan, grown_bbox=region, reasons=(why, *plan.reasons))
     if skip_intermediates and not plan.direct_writes:
         return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
     return plan
@@ -1081,6 +1092,8 @@ def grown_off_grid(
     grain: tuple[int, ...],
     step: tuple[int, ...],
     pad: tuple[int, ...],
+    *,
+    across: bool = False,
 ) -> Box:
     """The region a bbox off dst's storage grid is planned over: out to dst's grid (and
     the resolution step) on every axis; along the sweep (the longest axis then), out to the
@@ -1088,7 +1101,8 @@ def grown_off_grid(
     grain, with margins ``2 * pad``, crop + blend, at most ``MAX_CROP_SHARE`` of it: less
     than one such chunk more), then to a power-of-two multiple of that where this adds at most
     ``GROWTH_SHARE`` of the length (bottom chunks past the bbox then write nothing, and
-    with direct writes fn skips them). Its stop may pass
+    with direct writes fn skips them). ``across``: every axis grows so, the cross-section's
+    too (a cross-section 16 x 251 wide is cut into bands of 16 only). Its stop may pass
     dst's edge (reads there give fill values); it depends on the bbox, the layouts and the
     pad only, never on the budget.
 
@@ -1099,20 +1113,24 @@ def grown_off_grid(
     Box(start=(0, 0, 16), stop=(64, 96, 4112))
     >>> grown_off_grid(Box((0, 0, 3), (16, 16, 101)), dst, (8, 8, 8), (1, 1, 1), (2,) * 3).stop
     (16, 16, 128)
+    >>> grown_off_grid(Box((0, 0, 0), (64, 4016, 4096)), dst, (16, 16, 16), (1, 1, 1), (2,) * 3,
+    ...                across=True).stop
+    (64, 4096, 4096)
     """
     origin = dst.bounds.start
     units = [math.lcm(c, q) for c, q in zip(dst.chunks, step, strict=True)]
     start = [o + (s - o) // u * u for s, o, u in zip(bbox.start, origin, units, strict=True)]
     stop = [a + -(-(b - a) // u) * u for a, b, u in zip(start, bbox.stop, units, strict=True)]
     sweep = _longest_axis(tuple(b - a for a, b in zip(start, stop, strict=True)))
-    unit = math.lcm(units[sweep], grain[sweep])
-    start[sweep] = origin[sweep] + (bbox.start[sweep] - origin[sweep]) // unit * unit
-    least = max(1, math.ceil(2 * pad[sweep] / MAX_CROP_SHARE))
-    multiple = -(-least // unit) * unit  # the smallest bottom chunk along the sweep
-    length = -(-(bbox.stop[sweep] - start[sweep]) // multiple) * multiple
-    while -(-length // (2 * multiple)) * 2 * multiple - length <= length * GROWTH_SHARE:
-        multiple *= 2
-    stop[sweep] = start[sweep] + -(-length // multiple) * multiple
+    for a in range(bbox.ndim) if across else (sweep,):
+        unit = math.lcm(units[a], grain[a])
+        start[a] = origin[a] + (bbox.start[a] - origin[a]) // unit * unit
+        least = max(1, math.ceil(2 * pad[a] / MAX_CROP_SHARE))
+        multiple = -(-least // unit) * unit  # the smallest bottom chunk along the axis
+        length = -(-(bbox.stop[a] - start[a]) // multiple) * multiple
+        while -(-length // (2 * multiple)) * 2 * multiple - length <= length * GROWTH_SHARE:
+            multiple *= 2
+        stop[a] = start[a] + -(-length // multiple) * multiple
     return Box(tuple(start), tuple(stop))
 
 
@@ -1124,6 +1142,91 @@ def _off_grid_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
         f"to {region} (on the grid, a length along the sweep with a power-of-two factor; "
         f"at most {more:.1%} more voxels computed) and writes are clipped to the bbox, so the "
         "storage chunks it cuts are read, merged and written back under their locks"
+    )
+
+
+# How much more a bbox whose plan works may be grown to plan better, at most: its length
+# to whole smallest bottom chunks (< 1/16 of a length of 16 of them or more) and then to a
+# power-of-two factor (<= GROWTH_SHARE). A short length (48 in chunks of 16, crop 2: one
+# task) is left as it is: its one task is small.
+MAX_GROWTH = 2 * GROWTH_SHARE
+
+
+def _best_region(
+    region: Box, wider: Sequence[Box], sizes_over: Callable[[Box], FlowPlan], pad: tuple[int, ...]
+) -> tuple[FlowPlan, Box]:
+    """The plan of ``region`` or of one of the ``wider`` regions holding it (``grown_off_grid``
+    along the sweep, then across it too), whichever is better (``_grown_is_better``), and
+    the region it tiles. A length that is a prime multiple of the grain (16 x 251) has no
+    tiling on the grain but the grain and the whole length: along the sweep one task spans
+    it (memory grows with the length) or bottom chunks of one grain compute their margins
+    again and again; across it, bands of one grain read their halo again."""
+    try:
+        best: FlowPlan | None = sizes_over(region)
+    except ConfigError as err:  # nothing fits over the region itself: perhaps a wider one
+        best, refusal = None, err
+    for other in dict.fromkeys(w for w in wider if w != region):
+        if best is not None and other.size > region.size * (1 + MAX_GROWTH):
+            continue  # a short length, where one task costs little: not worth the voxels
+        try:
+            plan = sizes_over(other)
+        except ConfigError:
+            continue
+        if best is None or _grown_is_better(best, plan, region, other, pad):
+            best, region = plan, other
+    if best is None:
+        raise refusal
+    return best, region
+
+
+# Where the plan over a grown region must do better than the plan over the bbox to be
+# taken: read amplification lower by this much, or this share less compute (the growth's
+# own voxels counted).
+GROWTH_GAIN = 0.05
+
+
+def _grown_is_better(
+    plain: FlowPlan, grown: FlowPlan, region: Box, wider: Box, pad: tuple[int, ...]
+) -> bool:
+    """Whether the plan over ``wider`` beats the plan over ``region``: one top task spans
+    the sweep in ``plain`` only (its memory grows with the length), or ``grown`` reads
+    less, or ``plain``'s bottom chunk breaks the margin rule (``_bottom_size``: margins at
+    most ``MAX_CROP_SHARE`` of it) and ``grown`` computes less (margins and the growth's
+    voxels both counted). A plan within the rule that reads as little stays as it is.
+
+    >>> a = FlowPlan(True, ((64, 96, 4016), (32, 32, 4016)), ((0,) * 3, (2,) * 3),
+    ...              ((0,) * 3,) * 2, True, 2, 0, (), 1.0, 1.0, 2**30, "given", 300, 1,
+    ...              sweep_tasks=1)
+    >>> b = dataclasses.replace(a, chunk_sizes=((64, 96, 256), (32, 32, 256)), sweep_tasks=16)
+    >>> box, wide = Box((0, 0, 0), (64, 96, 4016)), Box((0, 0, 0), (64, 96, 4096))
+    >>> _grown_is_better(a, b, box, wide, (2,) * 3), _grown_is_better(b, a, wide, box, (2,) * 3)
+    (True, False)
+    """
+    if plain.sweep_tasks == 1 and grown.sweep_tasks > 1:
+        return True
+    if grown.sweep_tasks == 1 and plain.sweep_tasks > 1:
+        return False
+    if grown.read_amplification < plain.read_amplification - GROWTH_GAIN:
+        return True
+    least = [max(1, math.ceil(2 * p / MAX_CROP_SHARE)) for p in pad]
+    bottom = plain.chunk_sizes[-1]
+    if all(b >= min(q, e) for b, q, e in zip(bottom, least, region.shape, strict=True)):
+        return False
+    computed = _redundancy(plain.chunk_sizes[-1], pad) * region.size
+    return _redundancy(grown.chunk_sizes[-1], pad) * wider.size < computed * (1 - GROWTH_GAIN)
+
+
+def _split_reason(bbox: Box, region: Box, dst: StorageLayout, sweep: int) -> str:
+    """Why a bbox on dst's storage grid is tiled grown to ``region``, and what it costs."""
+    length = bbox.shape[sweep]
+    more = region.size / bbox.size - 1
+    edge = " past dst's edge" if region.stop[sweep] > dst.bounds.stop[sweep] else ""
+    return (
+        f"bbox {bbox}'s length {length} along axis {sweep} has no tiling on dst's storage "
+        f"grid into task sizes that keep memory and margins small ({length} = "
+        f"{dst.chunks[sweep]} x {length // dst.chunks[sweep]}): the tasks tile it grown to "
+        f"{region}{edge} ({more:.1%} more voxels computed, none of them written) and "
+        "writes are clipped to the bbox"
     )
 
 
