@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+from chunkgraph.cli._cmd_run import report_summary
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 
@@ -142,3 +143,33 @@ def test_an_interrupted_grown_flow_resumes(files: Any) -> None:
     report = apply(box_sum_unless_stopped, src, dst, resume=True, **kw)
     assert report.plan.grown_bbox is not None and report.top_tasks_skipped > 0
     _check(dst, data, dst.bounds)
+
+
+GIVEN: list[int] = []  # a global: values an fn closes over are part of the flow's id
+
+
+def counted_box_sum(src: np.ndarray) -> np.ndarray:
+    GIVEN.append(src.size)
+    return box_sum(src)
+
+
+def test_reports_count_the_caller_s_bbox(files: Any) -> None:
+    """The work is the bbox asked for: the run report's voxels and the breakdown's needed
+    compute count it (the growth is redundant compute), and the summary says both it and
+    the region computed. Here a bbox off the grid, grown out to it."""
+    data, src, dst = _volumes(files, (16, 24, 400))
+    bbox = Box((0, 3, 5), (16, 21, 250))
+    GIVEN.clear()
+    report = apply(counted_box_sum, src, dst, crop_pads=2, bbox=bbox, workers=2,
+                   probe=False, intermediates=files.root / "t")  # fmt: skip
+    computed = report.plan.grown_bbox
+    assert report.bbox == computed != bbox
+    summary = report_summary(report)
+    assert summary["voxels"] == bbox.size == report.voxels
+    assert summary["computed_voxels"] == computed.size
+    assert f"{bbox.size:,} voxels written of {computed.size:,} computed" in report.summary()
+    b = report.breakdown
+    assert b is not None and GIVEN
+    useful = b.compute_seconds / (b.compute_seconds + b.redundant_seconds)
+    assert useful == pytest.approx(bbox.size / sum(GIVEN), rel=1e-6)
+    _check(dst, data, bbox)
