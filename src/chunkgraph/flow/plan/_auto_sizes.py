@@ -67,6 +67,15 @@ to the grid (``grown_off_grid``: along the sweep to whole grains and a length wi
 power-of-two factor, 4096) and the flow clips every write to the caller's bbox
 (``FlowSpec.write_box``), merging the storage chunks it cuts as at any unaligned edge: a
 sweep whose memory does not grow with the length, at most about 1/16 more computed.
+
+A prime multiple of the grain. A bbox on the grid whose length is 16 x 251 in chunks of
+16 has the same trouble: its only sizes on the grain are 16 (margins of crop 2 a quarter
+of the bottom chunk, and bands of 16 across the sweep re-read their halo) and the whole
+length (one task spanning the sweep). ``plan_automatic`` plans it grown the same way
+(along the sweep, and across it too, past dst's edge where the bbox ends there) where that
+plan is better (``_best_region``: no task spanning the sweep, fewer reads, or less compute
+where the bbox's own plan breaks the margin rule) and adds at most ``MAX_GROWTH``; writes
+are clipped to the bbox as above. A bbox whose own plan keeps to the rules stays as it is.
 """
 
 from __future__ import annotations
@@ -181,8 +190,9 @@ class FlowPlan:
         sweep_tasks: Top tasks along the sweep axis (1: one task spans the bbox there, so
             its superchunk grows with that length; 0: not known).
         grown_bbox: The region the tasks tile when the caller's bbox is off dst's storage
-            grid: the bbox grown out to the grid (``plan_automatic``); every write is
-            clipped to the caller's bbox. None: the tasks tile the bbox itself. Such sizes
+            grid, or its length has no good tiling on it (a prime multiple of the grain):
+            the bbox grown (``plan_automatic``), past dst's edge where it ends there; every
+            write is clipped to the caller's bbox. None: the tasks tile the bbox itself. Such sizes
             need not tile the bbox, so ``arguments()`` reruns them through automatic sizes
             (or over the grown bbox), not as given sizes over the caller's bbox.
         streams: Contiguous streams of top tasks, each read through its own process's
@@ -266,8 +276,9 @@ class FlowPlan:
         length along the sweep: with tasks following each other along it, every term is a
         cross-section's worth or a bottom chunk's; with one task spanning it, the top chunk
         is the bbox's whole length there (sizes tile the bbox exactly, and an extent off
-        the storage grid may leave no smaller tiling: ``plan_automatic`` grows a bbox off
-        the grid out to it, but not one the caller grows, nor a deferred flow's)."""
+        the storage grid, or a prime multiple of the grain, may leave no smaller tiling:
+        ``plan_automatic`` grows such a bbox, but not one the caller grows, nor a deferred
+        flow's, nor a short one)."""
         top = self.chunk_sizes[0]
         axis = self.sweep_axis
         cross = "x".join(str(t) for a, t in enumerate(top) if a != axis)
@@ -282,7 +293,8 @@ class FlowPlan:
                 f"{terms} (the top chunk padded: one task spans the bbox's {top[axis]} "
                 f"along axis {axis}){tail}the superchunk grows with that length (the sizes "
                 "tile the bbox exactly: a bbox on the storage grid plans a sweep, and so does "
-                "one off it, grown out to the grid, without expand_bbox or blend_modes='defer')"
+                "one off it or of a prime multiple of the grain, grown, without expand_bbox "
+                "or blend_modes='defer')"
             )
         return (
             f"{terms} (the top chunk padded: the {cross} cross-section, one bottom chunk "
@@ -983,26 +995,16 @@ def plan_automatic(
     smaller tiling than itself. ``grow_off_grid=False`` (``expand_bbox``, or a deferred
     flow whose layers a later reduction writes whole) plans the bbox itself."""
     named, out, region = resolve_region(inputs, dst, bbox)
-    ndim = region.ndim
-    pads = {}
-    for name, value in (("crop_pads", crop_pads), ("blend_pads", blend_pads)):
-        if isinstance(value, list) and len(value) != 1:
-            raise ConfigError(
-                f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
-                f"the flow chooses the levels and {name} is the bottom level's pad: give one "
-                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes",
-                field=name,
-            )
-        pads[name] = per_level(name, value, 1, ndim)[0]
+    pads = _bottom_pads(crop_pads, blend_pads, region.ndim)
+    pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
     scales = {n: scale_of(v, out) for n, v in named.items()}
-    step = step_of(list(scales.values()), ndim)
+    step = step_of(list(scales.values()), region.ndim)
     layouts = [layout_of(n, v, scales[n]) for n, v in named.items()]
     written = layout_of("dst", out, written=True)
     grain = _grain(layouts, written, step)
     caller = region
     off = grow_off_grid and off_dst_grid(region, written)
     if off:  # tasks tile the bbox grown out to the grid; writes are clipped to the bbox
-        pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
         region = grown_off_grid(region, written, grain, step, pad)
         grown = region.shape
     else:
@@ -1034,14 +1036,46 @@ def plan_automatic(
         )
 
     if grow_off_grid and not expand:  # grown further where the region splits badly
-        pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
-        wider = [grown_off_grid(caller, written, grain, step, pad, across=x) for x in (0, 1)]
+        wider = [grown_off_grid(caller, written, grain, step, pad, across=x) for x in (False, True)]
         plan, region = _best_region(region, wider, sizes_over, pad)
-        off = region != caller
     else:
         plan = sizes_over(region)
-    if expand:
-        plan = dataclasses.replace(
+    plan = _with_growth(plan, caller, region, written, step, expanded=expand)
+    if skip_intermediates and not plan.direct_writes:
+        return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
+    return plan
+
+
+def _bottom_pads(crop_pads: object, blend_pads: object, ndim: int) -> dict[str, tuple[int, ...]]:
+    """The bottom level's crop and blend pads per axis, from automatic sizes' spelling (one
+    level's: an int or a tuple per axis; a list of one)."""
+    pads = {}
+    for name, value in (("crop_pads", crop_pads), ("blend_pads", blend_pads)):
+        if isinstance(value, list) and len(value) != 1:
+            raise ConfigError(
+                f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
+                f"the flow chooses the levels and {name} is the bottom level's pad: give one "
+                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes",
+                field=name,
+            )
+        pads[name] = per_level(name, value, 1, ndim)[0]
+    return pads
+
+
+def _with_growth(
+    plan: FlowPlan,
+    caller: Box,
+    region: Box,
+    dst: StorageLayout,
+    step: tuple[int, ...],
+    *,
+    expanded: bool,
+) -> FlowPlan:
+    """``plan`` over ``region``, the caller's bbox grown: past its stop (``expanded``, as
+    ``expand_bbox=True``: the plan says so and writes are clipped at dst's edge), or
+    (``grown_bbox``) out to the grid or to a length that splits, writes clipped to it."""
+    if expanded:
+        return dataclasses.replace(
             plan,
             expand_bbox=True,
             reasons=(
@@ -1051,16 +1085,14 @@ def plan_automatic(
                 *plan.reasons,
             ),
         )
-    if off:
-        why = (
-            _off_grid_reason(caller, region, written)
-            if off_dst_grid(caller, written)
-            else _split_reason(caller, region, written, plan.sweep_axis)
-        )
-        plan = dataclasses.replace(plan, grown_bbox=region, reasons=(why, *plan.reasons))
-    if skip_intermediates and not plan.direct_writes:
-        return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
-    return plan
+    if region == caller:
+        return plan
+    why = (
+        _off_grid_reason(caller, region, dst)
+        if off_dst_grid(caller, dst)
+        else _split_reason(caller, region, dst, plan.sweep_axis)
+    )
+    return dataclasses.replace(plan, grown_bbox=region, reasons=(why, *plan.reasons))
 
 
 # How much an off-grid bbox may grow along the sweep past the grid, at most, so that its

@@ -79,9 +79,9 @@ class ApplyReport:
             the floor.
         dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
             inside were written); None otherwise.
-        write_box: The caller's bbox when the tasks tiled it grown out to dst's storage
-            grid (``bbox`` then is that grown region): the only voxels written; None
-            otherwise.
+        write_box: The caller's bbox when the tasks tiled it grown (out to dst's storage
+            grid, or to a length that splits into tasks; ``bbox`` then is that grown
+            region): the only voxels written; None otherwise. ``voxels`` counts it.
         breakdown: Where the run's time and memory went (compute, redundant compute,
             decode, waits, encode, idle; peak RSS), see ``chunkgraph.flow.Breakdown``;
             None for a dry run, a flow finished before, and ``dst=None``.
@@ -131,7 +131,7 @@ class ApplyReport:
     dst_bounds: Box | None = None
     # Where the tasks' time and memory went (_breakdown); None where no task graph ran
     breakdown: Breakdown | None = None
-    # The caller's bbox, when the tasks tiled it grown out to dst's grid: what was written
+    # The caller's bbox, when the tasks tiled it grown: what was written
     write_box: Box | None = None
 
     @property
