@@ -37,7 +37,7 @@ def _dry(files: Any, shape: tuple[int, ...], **kw: Any) -> Any:
 
 
 def test_a_prime_multiple_length_plans_a_sweep_whose_memory_stops_growing(files: Any) -> None:
-    """(64, 96, 16 x p): one task spanned 16 x 251 (303 MiB) and 16 x 1021 (673 MiB); bottom
+    """(64, 96, 16 x p): one task spanned 16 x 251 (347 MiB) and 16 x 1021 (753 MiB); bottom
     chunks one grain (16) long, margins a quarter of them, at 16 x 4093. Now each plans what
     the next power-of-two length plans: 102 MiB at 4016, then the same from 16336 on."""
     plans = {}

@@ -1090,7 +1090,7 @@ def _with_growth(
     why = (
         _off_grid_reason(caller, region, dst)
         if off_dst_grid(caller, dst)
-        else _split_reason(caller, region, dst, plan.sweep_axis)
+        else _split_reason(caller, region, dst)
     )
     return dataclasses.replace(plan, grown_bbox=region, reasons=(why, *plan.reasons))
 
@@ -1248,17 +1248,27 @@ def _grown_is_better(
     return _redundancy(grown.chunk_sizes[-1], pad) * wider.size < computed * (1 - GROWTH_GAIN)
 
 
-def _split_reason(bbox: Box, region: Box, dst: StorageLayout, sweep: int) -> str:
-    """Why a bbox on dst's storage grid is tiled grown to ``region``, and what it costs."""
-    length = bbox.shape[sweep]
+def _split_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
+    """Why a bbox on dst's storage grid is tiled grown to ``region``, and what it costs.
+
+    >>> dst = StorageLayout("dst", Box((0, 0, 0), (64, 96, 4016)), (16, 16, 16), 4)
+    >>> _split_reason(dst.bounds, Box((0, 0, 0), (64, 96, 4096)), dst).split(":")[0]
+    "bbox Box(start=(0, 0, 0), stop=(64, 96, 4016))'s length along axis 2 (4016 = 16 x 251) \
+has no tiling on dst's storage grid into task sizes that keep memory and margins small"
+    """
+    axes = [a for a in range(bbox.ndim) if region.shape[a] != bbox.shape[a]]
+    lengths = ", ".join(
+        f"{bbox.shape[a]} = {dst.chunks[a]} x {bbox.shape[a] // dst.chunks[a]}" for a in axes
+    )
+    edge = " past dst's edge" if any(region.stop[a] > dst.bounds.stop[a] for a in axes) else ""
     more = region.size / bbox.size - 1
-    edge = " past dst's edge" if region.stop[sweep] > dst.bounds.stop[sweep] else ""
     return (
-        f"bbox {bbox}'s length {length} along axis {sweep} has no tiling on dst's storage "
-        f"grid into task sizes that keep memory and margins small ({length} = "
-        f"{dst.chunks[sweep]} x {length // dst.chunks[sweep]}): the tasks tile it grown to "
-        f"{region}{edge} ({more:.1%} more voxels computed, none of them written) and "
-        "writes are clipped to the bbox"
+        f"bbox {bbox}'s length along axis{'es' if len(axes) > 1 else ''} "
+        f"{', '.join(map(str, axes))} ({lengths}) has no "
+        "tiling on dst's storage grid into task sizes that keep memory and margins small: "
+        f"the tasks tile it grown to {region}{edge} "
+        f"({more:.1%} more voxels computed, none of them written) and writes are clipped to "
+        "the bbox"
     )
 
 
