@@ -1263,7 +1263,7 @@ has no tiling on dst's storage grid into task sizes that keep memory and margins
     edge = " past dst's edge" if any(region.stop[a] > dst.bounds.stop[a] for a in axes) else ""
     more = region.size / bbox.size - 1
     return (
-        f"bbox {bbox}'s length along axis{'es' if len(axes) > 1 else ''} "
+        f"bbox {bbox}'s length along {'axes' if len(axes) > 1 else 'axis'} "
         f"{', '.join(map(str, axes))} ({lengths}) has no "
         "tiling on dst's storage grid into task sizes that keep memory and margins small: "
         f"the tasks tile it grown to {region}{edge} "
