@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     report = run_demo(workdir, progress=not args.no_progress, subscribers=[recorder])
     seconds = time.perf_counter() - started
     console.print(report.summary())
-    voxels = report.bbox.size
+    voxels = report.voxels
     console.print(
         f"{voxels / report.wall_seconds / 1e6:.1f} M voxels/s; read amplification "
         f"{report.read_amplification:.2f}; tasks per level {list(report.tasks_per_level)}; "

@@ -569,7 +569,11 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
     return {
         "flow_id": report.flow_id,
         "bbox": {"start": list(report.bbox.start), "stop": list(report.bbox.stop)},
-        "voxels": report.bbox.size,
+        # the work asked for (the caller's bbox, inside dst) and the region computed,
+        # which may be grown so that tasks tile it ("bbox"; reads are measured over it)
+        "voxels": report.voxels,
+        "computed_voxels": report.bbox.size,
+        "written": {"start": list(report.written_box.start), "stop": list(report.written_box.stop)},
         "tasks_per_level": list(report.tasks_per_level),
         "reductions": report.reductions,
         "top_tasks_skipped": report.top_tasks_skipped,

@@ -67,6 +67,15 @@ to the grid (``grown_off_grid``: along the sweep to whole grains and a length wi
 power-of-two factor, 4096) and the flow clips every write to the caller's bbox
 (``FlowSpec.write_box``), merging the storage chunks it cuts as at any unaligned edge: a
 sweep whose memory does not grow with the length, at most about 1/16 more computed.
+
+A prime multiple of the grain. A bbox on the grid whose length is 16 x 251 in chunks of
+16 has the same trouble: its only sizes on the grain are 16 (margins of crop 2 a quarter
+of the bottom chunk, and bands of 16 across the sweep re-read their halo) and the whole
+length (one task spanning the sweep). ``plan_automatic`` plans it grown the same way
+(along the sweep, and across it too, past dst's edge where the bbox ends there) where that
+plan is better (``_best_region``: no task spanning the sweep, fewer reads, or less compute
+where the bbox's own plan breaks the margin rule) and adds at most ``MAX_GROWTH``; writes
+are clipped to the bbox as above. A bbox whose own plan keeps to the rules stays as it is.
 """
 
 from __future__ import annotations
@@ -181,8 +190,9 @@ class FlowPlan:
         sweep_tasks: Top tasks along the sweep axis (1: one task spans the bbox there, so
             its superchunk grows with that length; 0: not known).
         grown_bbox: The region the tasks tile when the caller's bbox is off dst's storage
-            grid: the bbox grown out to the grid (``plan_automatic``); every write is
-            clipped to the caller's bbox. None: the tasks tile the bbox itself. Such sizes
+            grid, or its length has no good tiling on it (a prime multiple of the grain):
+            the bbox grown (``plan_automatic``), past dst's edge where it ends there; every
+            write is clipped to the caller's bbox. None: the tasks tile the bbox itself. Such sizes
             need not tile the bbox, so ``arguments()`` reruns them through automatic sizes
             (or over the grown bbox), not as given sizes over the caller's bbox.
         streams: Contiguous streams of top tasks, each read through its own process's
@@ -266,8 +276,9 @@ class FlowPlan:
         length along the sweep: with tasks following each other along it, every term is a
         cross-section's worth or a bottom chunk's; with one task spanning it, the top chunk
         is the bbox's whole length there (sizes tile the bbox exactly, and an extent off
-        the storage grid may leave no smaller tiling: ``plan_automatic`` grows a bbox off
-        the grid out to it, but not one the caller grows, nor a deferred flow's)."""
+        the storage grid, or a prime multiple of the grain, may leave no smaller tiling:
+        ``plan_automatic`` grows such a bbox, but not one the caller grows, nor a deferred
+        flow's, nor a short one)."""
         top = self.chunk_sizes[0]
         axis = self.sweep_axis
         cross = "x".join(str(t) for a, t in enumerate(top) if a != axis)
@@ -282,7 +293,8 @@ class FlowPlan:
                 f"{terms} (the top chunk padded: one task spans the bbox's {top[axis]} "
                 f"along axis {axis}){tail}the superchunk grows with that length (the sizes "
                 "tile the bbox exactly: a bbox on the storage grid plans a sweep, and so does "
-                "one off it, grown out to the grid, without expand_bbox or blend_modes='defer')"
+                "one off it or of a prime multiple of the grain, grown, without expand_bbox "
+                "or blend_modes='defer')"
             )
         return (
             f"{terms} (the top chunk padded: the {cross} cross-section, one bottom chunk "
@@ -983,26 +995,16 @@ def plan_automatic(
     smaller tiling than itself. ``grow_off_grid=False`` (``expand_bbox``, or a deferred
     flow whose layers a later reduction writes whole) plans the bbox itself."""
     named, out, region = resolve_region(inputs, dst, bbox)
-    ndim = region.ndim
-    pads = {}
-    for name, value in (("crop_pads", crop_pads), ("blend_pads", blend_pads)):
-        if isinstance(value, list) and len(value) != 1:
-            raise ConfigError(
-                f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
-                f"the flow chooses the levels and {name} is the bottom level's pad: give one "
-                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes",
-                field=name,
-            )
-        pads[name] = per_level(name, value, 1, ndim)[0]
+    pads = _bottom_pads(crop_pads, blend_pads, region.ndim)
+    pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
     scales = {n: scale_of(v, out) for n, v in named.items()}
-    step = step_of(list(scales.values()), ndim)
+    step = step_of(list(scales.values()), region.ndim)
     layouts = [layout_of(n, v, scales[n]) for n, v in named.items()]
     written = layout_of("dst", out, written=True)
     grain = _grain(layouts, written, step)
     caller = region
     off = grow_off_grid and off_dst_grid(region, written)
     if off:  # tasks tile the bbox grown out to the grid; writes are clipped to the bbox
-        pad = tuple(c + b for c, b in zip(pads["crop_pads"], pads["blend_pads"], strict=True))
         region = grown_off_grid(region, written, grain, step, pad)
         grown = region.shape
     else:
@@ -1014,24 +1016,66 @@ def plan_automatic(
     expand = not off and grown != region.shape
     if expand:
         region = Box(region.start, tuple(a + e for a, e in zip(region.start, grown, strict=True)))
-    allowed = direct_allowed(region, named, out, pads["blend_pads"])
-    plan = plan_sizes(
-        region,
-        layouts,
-        written,
-        crop=pads["crop_pads"],
-        blend=pads["blend_pads"],
-        cores=cores,
-        memory_limit=memory_limit,
-        memory_limit_source=memory_limit_source,
-        accumulate_bytes=accumulate_bytes_of(out),
-        direct_allowed=allowed and skip_intermediates is not False,
-        step=step,
-        inputs_cache=sum(v.cache_bytes for v in named.values()),
-        probe=probe,
-    )
-    if expand:
-        plan = dataclasses.replace(
+
+    def sizes_over(region: Box) -> FlowPlan:
+        allowed = direct_allowed(region, named, out, pads["blend_pads"])
+        return plan_sizes(
+            region,
+            layouts,
+            written,
+            crop=pads["crop_pads"],
+            blend=pads["blend_pads"],
+            cores=cores,
+            memory_limit=memory_limit,
+            memory_limit_source=memory_limit_source,
+            accumulate_bytes=accumulate_bytes_of(out),
+            direct_allowed=allowed and skip_intermediates is not False,
+            step=step,
+            inputs_cache=sum(v.cache_bytes for v in named.values()),
+            probe=probe,
+        )
+
+    if grow_off_grid and not expand:  # grown further where the region splits badly
+        wider = [grown_off_grid(caller, written, grain, step, pad, across=x) for x in (False, True)]
+        plan, region = _best_region(region, wider, sizes_over, pad)
+    else:
+        plan = sizes_over(region)
+    plan = _with_growth(plan, caller, region, written, step, expanded=expand)
+    if skip_intermediates and not plan.direct_writes:
+        return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
+    return plan
+
+
+def _bottom_pads(crop_pads: object, blend_pads: object, ndim: int) -> dict[str, tuple[int, ...]]:
+    """The bottom level's crop and blend pads per axis, from automatic sizes' spelling (one
+    level's: an int or a tuple per axis; a list of one)."""
+    pads = {}
+    for name, value in (("crop_pads", crop_pads), ("blend_pads", blend_pads)):
+        if isinstance(value, list) and len(value) != 1:
+            raise ConfigError(
+                f"{name} = {value} lists {len(value)} levels, but with automatic chunk_sizes "
+                f"the flow chooses the levels and {name} is the bottom level's pad: give one "
+                f"int or a tuple of {ndim} (per axis), e.g. {name}=8, or give chunk_sizes",
+                field=name,
+            )
+        pads[name] = per_level(name, value, 1, ndim)[0]
+    return pads
+
+
+def _with_growth(
+    plan: FlowPlan,
+    caller: Box,
+    region: Box,
+    dst: StorageLayout,
+    step: tuple[int, ...],
+    *,
+    expanded: bool,
+) -> FlowPlan:
+    """``plan`` over ``region``, the caller's bbox grown: past its stop (``expanded``, as
+    ``expand_bbox=True``: the plan says so and writes are clipped at dst's edge), or
+    (``grown_bbox``) out to the grid or to a length that splits, writes clipped to it."""
+    if expanded:
+        return dataclasses.replace(
             plan,
             expand_bbox=True,
             reasons=(
@@ -1041,15 +1085,14 @@ def plan_automatic(
                 *plan.reasons,
             ),
         )
-    if off:
-        plan = dataclasses.replace(
-            plan,
-            grown_bbox=region,
-            reasons=(_off_grid_reason(caller, region, written), *plan.reasons),
-        )
-    if skip_intermediates and not plan.direct_writes:
-        return dataclasses.replace(plan, direct_writes=True)  # validate_flow says why not
-    return plan
+    if region == caller:
+        return plan
+    why = (
+        _off_grid_reason(caller, region, dst)
+        if off_dst_grid(caller, dst)
+        else _split_reason(caller, region, dst)
+    )
+    return dataclasses.replace(plan, grown_bbox=region, reasons=(why, *plan.reasons))
 
 
 # How much an off-grid bbox may grow along the sweep past the grid, at most, so that its
@@ -1081,6 +1124,8 @@ def grown_off_grid(
     grain: tuple[int, ...],
     step: tuple[int, ...],
     pad: tuple[int, ...],
+    *,
+    across: bool = False,
 ) -> Box:
     """The region a bbox off dst's storage grid is planned over: out to dst's grid (and
     the resolution step) on every axis; along the sweep (the longest axis then), out to the
@@ -1088,7 +1133,8 @@ def grown_off_grid(
     grain, with margins ``2 * pad``, crop + blend, at most ``MAX_CROP_SHARE`` of it: less
     than one such chunk more), then to a power-of-two multiple of that where this adds at most
     ``GROWTH_SHARE`` of the length (bottom chunks past the bbox then write nothing, and
-    with direct writes fn skips them). Its stop may pass
+    with direct writes fn skips them). ``across``: every axis grows so, the cross-section's
+    too (a cross-section 16 x 251 wide is cut into bands of 16 only). Its stop may pass
     dst's edge (reads there give fill values); it depends on the bbox, the layouts and the
     pad only, never on the budget.
 
@@ -1099,20 +1145,24 @@ def grown_off_grid(
     Box(start=(0, 0, 16), stop=(64, 96, 4112))
     >>> grown_off_grid(Box((0, 0, 3), (16, 16, 101)), dst, (8, 8, 8), (1, 1, 1), (2,) * 3).stop
     (16, 16, 128)
+    >>> grown_off_grid(Box((0, 0, 0), (64, 4016, 4096)), dst, (16, 16, 16), (1, 1, 1), (2,) * 3,
+    ...                across=True).stop
+    (64, 4096, 4096)
     """
     origin = dst.bounds.start
     units = [math.lcm(c, q) for c, q in zip(dst.chunks, step, strict=True)]
     start = [o + (s - o) // u * u for s, o, u in zip(bbox.start, origin, units, strict=True)]
     stop = [a + -(-(b - a) // u) * u for a, b, u in zip(start, bbox.stop, units, strict=True)]
     sweep = _longest_axis(tuple(b - a for a, b in zip(start, stop, strict=True)))
-    unit = math.lcm(units[sweep], grain[sweep])
-    start[sweep] = origin[sweep] + (bbox.start[sweep] - origin[sweep]) // unit * unit
-    least = max(1, math.ceil(2 * pad[sweep] / MAX_CROP_SHARE))
-    multiple = -(-least // unit) * unit  # the smallest bottom chunk along the sweep
-    length = -(-(bbox.stop[sweep] - start[sweep]) // multiple) * multiple
-    while -(-length // (2 * multiple)) * 2 * multiple - length <= length * GROWTH_SHARE:
-        multiple *= 2
-    stop[sweep] = start[sweep] + -(-length // multiple) * multiple
+    for a in range(bbox.ndim) if across else (sweep,):
+        unit = math.lcm(units[a], grain[a])
+        start[a] = origin[a] + (bbox.start[a] - origin[a]) // unit * unit
+        least = max(1, math.ceil(2 * pad[a] / MAX_CROP_SHARE))
+        multiple = -(-least // unit) * unit  # the smallest bottom chunk along the axis
+        length = -(-(bbox.stop[a] - start[a]) // multiple) * multiple
+        while -(-length // (2 * multiple)) * 2 * multiple - length <= length * GROWTH_SHARE:
+            multiple *= 2
+        stop[a] = start[a] + -(-length // multiple) * multiple
     return Box(tuple(start), tuple(stop))
 
 
@@ -1124,6 +1174,101 @@ def _off_grid_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
         f"to {region} (on the grid, a length along the sweep with a power-of-two factor; "
         f"at most {more:.1%} more voxels computed) and writes are clipped to the bbox, so the "
         "storage chunks it cuts are read, merged and written back under their locks"
+    )
+
+
+# How much more a bbox whose plan works may be grown to plan better, at most: its length
+# to whole smallest bottom chunks (< 1/16 of a length of 16 of them or more) and then to a
+# power-of-two factor (<= GROWTH_SHARE). A short length (48 in chunks of 16, crop 2: one
+# task) is left as it is: its one task is small.
+MAX_GROWTH = 2 * GROWTH_SHARE
+
+
+def _best_region(
+    region: Box, wider: Sequence[Box], sizes_over: Callable[[Box], FlowPlan], pad: tuple[int, ...]
+) -> tuple[FlowPlan, Box]:
+    """The plan of ``region`` or of one of the ``wider`` regions holding it (``grown_off_grid``
+    along the sweep, then across it too), whichever is better (``_grown_is_better``), and
+    the region it tiles. A length that is a prime multiple of the grain (16 x 251) has no
+    tiling on the grain but the grain and the whole length: along the sweep one task spans
+    it (memory grows with the length) or bottom chunks of one grain compute their margins
+    again and again; across it, bands of one grain read their halo again."""
+    try:
+        best: FlowPlan | None = sizes_over(region)
+    except ConfigError as err:  # nothing fits over the region itself: perhaps a wider one
+        best, refusal = None, err
+    for other in dict.fromkeys(w for w in wider if w != region):
+        if best is not None and other.size > region.size * (1 + MAX_GROWTH):
+            continue  # a short length, where one task costs little: not worth the voxels
+        try:
+            plan = sizes_over(other)
+        except ConfigError:
+            continue
+        if best is None or _grown_is_better(best, plan, region, other, pad):
+            best, region = plan, other
+    if best is None:
+        raise refusal
+    return best, region
+
+
+# Where the plan over a grown region must do better than the plan over the bbox to be
+# taken: read amplification lower by this much, or this share less compute (the growth's
+# own voxels counted).
+GROWTH_GAIN = 0.05
+
+
+def _grown_is_better(
+    plain: FlowPlan, grown: FlowPlan, region: Box, wider: Box, pad: tuple[int, ...]
+) -> bool:
+    """Whether the plan over ``wider`` beats the plan over ``region``: one top task spans
+    the sweep in ``plain`` only (its memory grows with the length), or ``grown`` reads
+    less, or ``plain``'s bottom chunk breaks the margin rule (``_bottom_size``: margins at
+    most ``MAX_CROP_SHARE`` of it) and ``grown`` computes less (margins and the growth's
+    voxels both counted). A plan within the rule that reads as little stays as it is.
+
+    >>> a = FlowPlan(True, ((64, 96, 4016), (32, 32, 4016)), ((0,) * 3, (2,) * 3),
+    ...              ((0,) * 3,) * 2, True, 2, 0, (), 1.0, 1.0, 2**30, "given", 300, 1,
+    ...              sweep_tasks=1)
+    >>> b = dataclasses.replace(a, chunk_sizes=((64, 96, 256), (32, 32, 256)), sweep_tasks=16)
+    >>> box, wide = Box((0, 0, 0), (64, 96, 4016)), Box((0, 0, 0), (64, 96, 4096))
+    >>> _grown_is_better(a, b, box, wide, (2,) * 3), _grown_is_better(b, a, wide, box, (2,) * 3)
+    (True, False)
+    """
+    if plain.sweep_tasks == 1 and grown.sweep_tasks > 1:
+        return True
+    if grown.sweep_tasks == 1 and plain.sweep_tasks > 1:
+        return False
+    if grown.read_amplification < plain.read_amplification - GROWTH_GAIN:
+        return True
+    least = [max(1, math.ceil(2 * p / MAX_CROP_SHARE)) for p in pad]
+    bottom = plain.chunk_sizes[-1]
+    if all(b >= min(q, e) for b, q, e in zip(bottom, least, region.shape, strict=True)):
+        return False
+    computed = _redundancy(plain.chunk_sizes[-1], pad) * region.size
+    return _redundancy(grown.chunk_sizes[-1], pad) * wider.size < computed * (1 - GROWTH_GAIN)
+
+
+def _split_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
+    """Why a bbox on dst's storage grid is tiled grown to ``region``, and what it costs.
+
+    >>> dst = StorageLayout("dst", Box((0, 0, 0), (64, 96, 4016)), (16, 16, 16), 4)
+    >>> _split_reason(dst.bounds, Box((0, 0, 0), (64, 96, 4096)), dst).split(":")[0]
+    "bbox Box(start=(0, 0, 0), stop=(64, 96, 4016))'s length along axis 2 (4016 = 16 x 251) \
+has no tiling on dst's storage grid into task sizes that keep memory and margins small"
+    """
+    axes = [a for a in range(bbox.ndim) if region.shape[a] != bbox.shape[a]]
+    lengths = ", ".join(
+        f"{bbox.shape[a]} = {dst.chunks[a]} x {bbox.shape[a] // dst.chunks[a]}" for a in axes
+    )
+    edge = " past dst's edge" if any(region.stop[a] > dst.bounds.stop[a] for a in axes) else ""
+    more = region.size / bbox.size - 1
+    return (
+        f"bbox {bbox}'s length along {'axes' if len(axes) > 1 else 'axis'} "
+        f"{', '.join(map(str, axes))} ({lengths}) has no "
+        "tiling on dst's storage grid into task sizes that keep memory and margins small: "
+        f"the tasks tile it grown to {region}{edge} "
+        f"({more:.1%} more voxels computed, none of them written) and writes are clipped to "
+        "the bbox"
     )
 
 

@@ -98,6 +98,7 @@ from chunkgraph.flow.state import REDUCE, TOP, grid_key
 if TYPE_CHECKING:
     from chunkgraph.flow.plan import FlowSpec
     from chunkgraph.flow.run._top_task import TopJob
+    from chunkgraph.geometry import Box
     from chunkgraph.volume import Volume
 
 # Seconds a batch should run: 100x Dask's per-task cost, yet a lost worker redoes little.
@@ -339,6 +340,7 @@ class BatchedRun:
         self.in_flight: dict[str, Batch] = {}
         self.totals = {TOP: BatchStats(TOP), REDUCE: BatchStats(REDUCE)}
         self.pending_voxels = 0  # of the bbox, covered by the top tasks handed out
+        self.pending_written = 0  # of those, the voxels the flow writes (spec.writes)
         self._ids = 0
         self._token = job.run_token[:8]
 
@@ -407,13 +409,14 @@ class BatchedRun:
         if not self.streams.left():
             self._done_tops = None  # the only per-task structure: gone once the grid is cut
         indices = np.concatenate(parts) if parts else np.empty((0, len(self.grid)), np.int64)
-        self.pending_voxels += self._voxels(indices)
+        self.pending_voxels += self._voxels(indices, self.spec.bbox)
+        self.pending_written += self._voxels(indices, self.spec.writes)
         return indices
 
-    def _voxels(self, indices: IntArray) -> int:
-        """Voxels of the bbox that the top-level chunks at ``indices`` cover."""
-        bbox, chunk = self.spec.bbox, np.array(self.spec.levels[0].chunk)
-        start = np.array(bbox.start) + indices * chunk
+    def _voxels(self, indices: IntArray, bbox: Box) -> int:
+        """Voxels of ``bbox`` that the top-level chunks at ``indices`` cover."""
+        chunk = np.array(self.spec.levels[0].chunk)
+        start = np.array(self.spec.bbox.start) + indices * chunk
         lo = np.maximum(start, bbox.start)
         hi = np.minimum(start + chunk, bbox.stop)
         return int(np.prod(np.maximum(hi - lo, 0), axis=1).sum())

@@ -130,6 +130,8 @@ class FlowGraph:
         self.in_process = True  # set by run(): where the tasks read
         self.slots = self.cores  # set by run(): how many tasks can run at once
         self.pending_voxels = 0  # set by run(): the bbox's voxels its pending top tasks cover
+        # of those, the voxels the flow writes (spec.writes: a grown bbox's growth is not)
+        self.pending_written = 0
         self.inputs = inputs
         self.dst = dst
         # Requests to an object store wait: one more top-level task in flight hides that.
@@ -233,6 +235,7 @@ class FlowGraph:
                 stream_batches(batched, streams, progress, subs)
                 top, red = batched.totals[TOP], batched.totals[REDUCE]
                 self.pending_voxels = batched.pending_voxels
+                self.pending_written = batched.pending_written
             else:
                 results = self._run_graph(graph, refs, executor, progress, subscribers)
                 top = BatchStats.of(TOP, (r for r in results if isinstance(r, TopStats)))
@@ -327,7 +330,7 @@ class FlowGraph:
         return meter.breakdown(
             times,
             slots=self.slots,
-            needed_voxels=self.pending_voxels,
+            needed_voxels=self.pending_written,  # fn on the growth is redundant compute
             in_process=self.in_process,
             cache_bytes=sum(int(getattr(v, "cache_bytes", 0) or 0) for v in self.inputs.values()),
             in_flight_bytes=in_flight * self.top_memory,
@@ -367,6 +370,7 @@ class FlowGraph:
                 continue
             box = Box(a, b)
             self.pending_voxels += box.intersection(spec.bbox).size
+            self.pending_written += box.intersection(spec.writes).size
             refs[tuple(index)] = graph.add(
                 run_top_task, self.job, tuple(index), box, name=f"apply-top{box}", cost=cost
             )

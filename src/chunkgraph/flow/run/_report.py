@@ -79,9 +79,9 @@ class ApplyReport:
             the floor.
         dst_bounds: dst's bounds when the bbox was expanded past them (only the voxels
             inside were written); None otherwise.
-        write_box: The caller's bbox when the tasks tiled it grown out to dst's storage
-            grid (``bbox`` then is that grown region): the only voxels written; None
-            otherwise.
+        write_box: The caller's bbox when the tasks tiled it grown (out to dst's storage
+            grid, or to a length that splits into tasks; ``bbox`` then is that grown
+            region): the only voxels written; None otherwise. ``voxels`` counts it.
         breakdown: Where the run's time and memory went (compute, redundant compute,
             decode, waits, encode, idle; peak RSS), see ``chunkgraph.flow.Breakdown``;
             None for a dry run, a flow finished before, and ``dst=None``.
@@ -131,8 +131,24 @@ class ApplyReport:
     dst_bounds: Box | None = None
     # Where the tasks' time and memory went (_breakdown); None where no task graph ran
     breakdown: Breakdown | None = None
-    # The caller's bbox, when the tasks tiled it grown out to dst's grid: what was written
+    # The caller's bbox, when the tasks tiled it grown: what was written
     write_box: Box | None = None
+
+    @property
+    def written_box(self) -> Box:
+        """The region the caller asked for and the run wrote: ``write_box`` when the tasks
+        tiled it grown, else ``bbox`` inside dst (an expanded bbox is written up to dst's
+        edge only). ``bbox`` is the region computed, which reads are measured over."""
+        if self.write_box is not None:
+            return self.write_box
+        if self.dst_bounds is not None:
+            return self.bbox.intersection(self.dst_bounds)
+        return self.bbox
+
+    @property
+    def voxels(self) -> int:
+        """The work's size: the voxels of ``written_box`` (``bbox.size`` is those computed)."""
+        return self.written_box.size
 
     def summary(self, *, plan: bool = True) -> str:
         """A few human-readable lines.
@@ -164,13 +180,15 @@ class ApplyReport:
 
 
 def _inside_dst(r: ApplyReport) -> str:
-    """For a bbox expanded past dst's edge (to whole top chunks), or one off dst's grid
-    that the tasks tiled grown out to it: the part written."""
+    """For a bbox expanded past dst's edge (to whole top chunks), or one the tasks tiled
+    grown (out to dst's grid, or to a length that splits into tasks): the part written,
+    and its voxels beside those computed."""
+    counts = f"{r.voxels:,} voxels written of {r.bbox.size:,} computed"
     if r.write_box is not None:
-        return f" (the bbox grown out to dst's storage grid; {r.write_box} written)"
+        return f" (the bbox grown so that the tasks tile it; {r.write_box} written, {counts})"
     if r.dst_bounds is None or r.dst_bounds.contains(r.bbox):
         return ""
-    return f" (whole top chunks; dst's {r.bbox.intersection(r.dst_bounds)} written)"
+    return f" (whole top chunks; dst's {r.written_box} written, {counts})"
 
 
 def _tasks_line(r: ApplyReport) -> str:
