@@ -56,21 +56,35 @@ def _dry_plan(files: Any, length: int, bbox: Box, **kw: Any) -> Any:
 def test_an_off_grid_stop_plans_the_sweep_of_the_whole_volume(files: Any) -> None:
     """The review's case: the stop 7 voxels off the grid planned one task over the whole
     length (4073 along the sweep, 307 MiB at 4096, 675 MiB at 16384). Now it plans what
-    the whole volume plans, at every length, and the memory stops growing with it (the
-    bottom chunk's length along the sweep is chosen from a few sizes: from 16384 on, one)."""
+    the whole volume plans (over the 4080 = 16 x 255 on the grid it tiles 240 long, the
+    whole volume's 4096 256 long), at every length, and the memory stops growing with it
+    (the bottom chunk's length along the sweep is chosen from a few sizes: from 16384 on,
+    one)."""
     plans = {}
     for n in (4096, 16384, 65536):
         off = _dry_plan(files, n, Box((0, 0, 16), (64, 96, n - 7))).plan
         whole = _dry_plan(files, n, Box((0, 0, 0), (64, 96, n))).plan
         assert off.sweep_axis == 2 and off.sweep_tasks > 1, off.summary()
-        assert off.chunk_sizes == whole.chunk_sizes and off.direct_writes
-        assert abs(off.memory_bytes - whole.memory_bytes) <= 0.03 * whole.memory_bytes
+        assert off.chunk_sizes[0][:2] == whole.chunk_sizes[0][:2] and off.direct_writes
+        assert off.memory_bytes <= 1.03 * whole.memory_bytes
         assert "none grows with the bbox's length" in off.memory_words()
         assert any("writes are clipped to the bbox" in r for r in off.reasons)
         plans[n] = off
-    assert plans[4096].chunk_sizes[0] == (64, 96, 256)
+    assert plans[4096].chunk_sizes[0] in ((64, 96, 240), (64, 96, 256))
     assert plans[4096].memory_bytes < 128 * MiB
-    assert plans[65536].memory_bytes == plans[16384].memory_bytes
+    assert plans[65536].memory_bytes <= plans[16384].memory_bytes  # no growth with length
+
+
+def test_a_short_off_grid_bbox_is_computed_on_its_grid_only(files: Any) -> None:
+    """A bbox a few chunks long grows out to the grid and no further: z 7..153 in chunks
+    of 16 (crop 3 along it) computes 0..160, where rounding on to whole smallest bottom
+    chunks (48) and a power-of-two factor computed 0..192, past dst's end."""
+    src = files.empty((64, 96, 160), (16, 16, 16), "float32")
+    dst = files.empty((64, 96, 160), (16, 16, 16), "float32")
+    report = apply(lambda x: x, src, dst, crop_pads=(1, 2, 3), bbox=Box((3, 5, 7), (61, 90, 153)),
+                   dry_run=True, intermediates=files.root / "t")  # fmt: skip
+    assert report.plan.grown_bbox == Box((0, 0, 0), (64, 96, 160)), report.plan.summary()
+    assert report.bbox == dst.bounds
 
 
 def test_an_off_grid_start_and_stop_plan_within_a_small_budget(files: Any) -> None:
@@ -194,7 +208,9 @@ def test_adjacent_off_grid_flows_on_an_object_store_merge_their_direct_writes() 
         src.write(src.bounds, data)
         dst = volume.create("s3://offgrid/dst.zarr", shape, (8, 8, 8), "float32")
         dst.write(dst.bounds, np.full(shape, SENTINEL, "float32"))
-        halves = [Box((0, 0, 3), (16, 16, 101)), Box((0, 0, 101), (16, 16, 197))]
+        # Each on the grid splits into tasks: 0..128 and 120..200 (a length of 13 grains,
+        # 0..104, is one small task: growing it to 16 would add more than 1/8).
+        halves = [Box((0, 0, 3), (16, 16, 125)), Box((0, 0, 125), (16, 16, 197))]
 
         def run(bbox: Box) -> Any:
             with tempfile.TemporaryDirectory() as scratch:

@@ -63,10 +63,12 @@ grows it to whole grains (1024) when that adds less than one of dst's chunks, as
 A bbox off the grid. A bbox whose start, or stop inside dst, is off dst's storage grid
 (4073 voxels from 16, chunks of 16) has the same trouble inside dst, where growing it
 would write voxels the caller did not ask for. ``plan_automatic`` plans over it grown out
-to the grid (``grown_off_grid``: along the sweep to whole grains and a length with a
-power-of-two factor, 4096) and the flow clips every write to the caller's bbox
+to the grid (``out_to_grid``: along the sweep to whole grains, 4080 = 16 x 255) or, where
+that splits badly and within 1/8 more, on to a length with a power-of-two factor
+(``grown_off_grid``, 4096), and the flow clips every write to the caller's bbox
 (``FlowSpec.write_box``), merging the storage chunks it cuts as at any unaligned edge: a
-sweep whose memory does not grow with the length, at most about 1/16 more computed.
+sweep whose memory does not grow with the length. A short bbox stays on its grid (7..153
+in chunks of 16 computes 0..160, not 0..192).
 
 A prime multiple of the grain. A bbox on the grid whose length is 16 x 251 in chunks of
 16 has the same trouble: its only sizes on the grain are 16 (margins of crop 2 a quarter
@@ -1005,7 +1007,7 @@ def plan_automatic(
     caller = region
     off = grow_off_grid and off_dst_grid(region, written)
     if off:  # tasks tile the bbox grown out to the grid; writes are clipped to the bbox
-        region = grown_off_grid(region, written, grain, step, pad)
+        region = out_to_grid(region, written, grain, step)  # grown on where it splits badly
         grown = region.shape
     else:
         # Every size must be a multiple of the step (whole input voxels): an extent that is
@@ -1151,9 +1153,9 @@ def grown_off_grid(
     """
     origin = dst.bounds.start
     units = [math.lcm(c, q) for c, q in zip(dst.chunks, step, strict=True)]
-    start = [o + (s - o) // u * u for s, o, u in zip(bbox.start, origin, units, strict=True)]
-    stop = [a + -(-(b - a) // u) * u for a, b, u in zip(start, bbox.stop, units, strict=True)]
-    sweep = _longest_axis(tuple(b - a for a, b in zip(start, stop, strict=True)))
+    least_box = out_to_grid(bbox, dst, grain, step)
+    start, stop = list(least_box.start), list(least_box.stop)
+    sweep = _longest_axis(least_box.shape)
     for a in range(bbox.ndim) if across else (sweep,):
         unit = math.lcm(units[a], grain[a])
         start[a] = origin[a] + (bbox.start[a] - origin[a]) // unit * unit
@@ -1166,14 +1168,37 @@ def grown_off_grid(
     return Box(tuple(start), tuple(stop))
 
 
+def out_to_grid(
+    bbox: Box, dst: StorageLayout, grain: tuple[int, ...], step: tuple[int, ...]
+) -> Box:
+    """``bbox`` grown out to dst's storage grid (and the resolution step) on every axis, and
+    to the storage grain along the sweep: the least region an off-grid bbox is planned over
+    (``grown_off_grid`` grows on from it where the length splits badly).
+
+    >>> dst = StorageLayout("dst", Box((0, 0, 0), (64, 96, 160)), (16, 16, 16), 4)
+    >>> out_to_grid(Box((3, 5, 7), (61, 90, 153)), dst, (16, 16, 16), (1, 1, 1))
+    Box(start=(0, 0, 0), stop=(64, 96, 160))
+    """
+    origin = dst.bounds.start
+    units = [math.lcm(c, q) for c, q in zip(dst.chunks, step, strict=True)]
+    start = [o + (s - o) // u * u for s, o, u in zip(bbox.start, origin, units, strict=True)]
+    stop = [a + -(-(b - a) // u) * u for a, b, u in zip(start, bbox.stop, units, strict=True)]
+    sweep = _longest_axis(tuple(b - a for a, b in zip(start, stop, strict=True)))
+    unit = math.lcm(units[sweep], grain[sweep])
+    start[sweep] = origin[sweep] + (bbox.start[sweep] - origin[sweep]) // unit * unit
+    stop[sweep] = start[sweep] + -(-(bbox.stop[sweep] - start[sweep]) // unit) * unit
+    return Box(tuple(start), tuple(stop))
+
+
 def _off_grid_reason(bbox: Box, region: Box, dst: StorageLayout) -> str:
     """Why the tasks tile ``region`` rather than the caller's ``bbox``, and what it costs."""
     more = region.size / bbox.size - 1
     return (
         f"bbox {bbox} is off dst's storage grid {dst.chunks}: the tasks tile it grown out "
-        f"to {region} (on the grid, a length along the sweep with a power-of-two factor; "
-        f"at most {more:.1%} more voxels computed) and writes are clipped to the bbox, so the "
-        "storage chunks it cuts are read, merged and written back under their locks"
+        f"to {region} (on the grid, along the sweep on whole storage grains, longer only "
+        f"where that plans better; {more:.1%} more voxels computed) and writes are clipped "
+        "to the bbox, so the storage chunks it cuts are read, merged and written back "
+        "under their locks"
     )
 
 
