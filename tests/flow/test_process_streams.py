@@ -123,3 +123,30 @@ def test_a_stream_fails_with_the_calls_error_by_name() -> None:
         list(ProcessStreams(2).stream(calls))
     (error,) = info.value.exceptions
     assert isinstance(error, TaskError) and error.task == "c2" and "bad 2" in str(error)
+
+
+def slow_front(src: np.ndarray, box: Box) -> np.ndarray:
+    """Slow on the front half of the sweep (the first stream's tasks), fast behind it."""
+    if box.start[2] < 128:
+        import time
+
+        time.sleep(0.25)  # the workload's own cost, not a wait on the test's side
+    return src * 2
+
+
+def test_a_stream_split_is_counted_and_said(tmp_path: Path) -> None:
+    """16 top tasks as two streams of 8; the first stream's tasks are slow, so the
+    second's process runs dry and takes the back half of what the first has left (at
+    least once: 8 slow tasks take 2 s, 8 fast ones far less). The report counts each
+    split and says why the reads exceed the prediction."""
+    shape = (32, 32, 256)
+    data = np.random.default_rng(6).random(shape, dtype=np.float32)
+    src = volume.create(str(tmp_path / "s.zarr"), shape, CHUNK, "float32")
+    src.write(Box.from_shape(shape), data)
+    dst = volume.create(str(tmp_path / "d.zarr"), shape, CHUNK, "float32")
+    report = apply(slow_front, src, dst, crop_pads=2, executor="processes", workers=2,
+                   chunk_sizes=[(32, 32, 16)], probe=False)  # fmt: skip
+    np.testing.assert_array_equal(dst.read(dst.bounds), data * 2)
+    assert report.stream_splits >= 1
+    assert f"{report.stream_splits} stream split(s)" in report.summary()
+    assert report.read_amplification >= report.plan.read_amplification - 0.01

@@ -187,8 +187,8 @@ class TopStreams:
     >>> streams.pick() is None
     True
     >>> streams.out = [0, 2]  # stream 0 dry and idle: it takes 8..10's back half
-    >>> streams.pick(), streams.take(0, 9), streams.left()
-    (0, range(9, 10), 1)
+    >>> streams.pick(), streams.take(0, 9), streams.left(), streams.splits
+    (0, range(9, 10), 1, 1)
     >>> joined = TopStreams(total=8, streams=1, room=1)
     >>> joined.out = [1]  # its one stream full, yet room: a thread joined
     >>> joined.pick(), joined.next, joined.stop, joined.anchored
@@ -203,6 +203,7 @@ class TopStreams:
         self.room = room
         self.anchored = n
         self.least = max(1, least)
+        self.splits = 0  # back halves taken: each cuts one more halo, read on both sides
 
     def left(self, stream: int | None = None) -> int:
         """Flat indices not yet cut, of ``stream`` or of all."""
@@ -231,6 +232,7 @@ class TopStreams:
             self.stop.append(0)
             self.out.append(0)
         mid = self.next[victim] + self.left(victim) // 2  # the victim keeps the front
+        self.splits += 1
         self.next[stream], self.stop[stream] = mid, self.stop[victim]
         self.stop[victim] = mid
         return stream

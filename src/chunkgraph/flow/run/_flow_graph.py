@@ -132,6 +132,7 @@ class FlowGraph:
         self.pending_voxels = 0  # set by run(): the bbox's voxels its pending top tasks cover
         # of those, the voxels the flow writes (spec.writes: a grown bbox's growth is not)
         self.pending_written = 0
+        self.stream_splits = 0  # set by run(): streams of top tasks split (_batches)
         self.inputs = inputs
         self.dst = dst
         # Requests to an object store wait: one more top-level task in flight hides that.
@@ -236,6 +237,7 @@ class FlowGraph:
                 top, red = batched.totals[TOP], batched.totals[REDUCE]
                 self.pending_voxels = batched.pending_voxels
                 self.pending_written = batched.pending_written
+                self.stream_splits = batched.streams.splits
             else:
                 results = self._run_graph(graph, refs, executor, progress, subscribers)
                 top = BatchStats.of(TOP, (r for r in results if isinstance(r, TopStats)))
@@ -443,6 +445,7 @@ class FlowGraph:
             deferred_layers=self.layers.paths() if self.deferred and self.layers else (),
             saturated_voxels=top.saturated + red.saturated,
             write_box=spec.write_box,
+            stream_splits=self.stream_splits,
         )
 
 

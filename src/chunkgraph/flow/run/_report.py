@@ -82,6 +82,9 @@ class ApplyReport:
         write_box: The caller's bbox when the tasks tiled it grown (out to dst's storage
             grid, or to a length that splits into tasks; ``bbox`` then is that grown
             region): the only voxels written; None otherwise. ``voxels`` counts it.
+        stream_splits: On worker processes or a cluster, how many times a worker that
+            ran dry took the back half of another's stream of top tasks (``_batches``):
+            each split reads the halo it cuts on both sides, beyond the plan's prediction.
         breakdown: Where the run's time and memory went (compute, redundant compute,
             decode, waits, encode, idle; peak RSS), see ``chunkgraph.flow.Breakdown``;
             None for a dry run, a flow finished before, and ``dst=None``.
@@ -133,6 +136,7 @@ class ApplyReport:
     breakdown: Breakdown | None = None
     # The caller's bbox, when the tasks tiled it grown: what was written
     write_box: Box | None = None
+    stream_splits: int = 0
 
     @property
     def written_box(self) -> Box:
@@ -211,6 +215,12 @@ def _work_lines(r: ApplyReport) -> list[str]:
         f"{r.read_amplification:.2f}), wrote {format_bytes(r.bytes_written)} "
         f"(+{format_bytes(r.temporary_bytes)} temporary) in {r.wall_seconds:.2f} s"
     ]
+    if r.stream_splits:
+        lines.append(
+            f"  {r.stream_splits} stream split(s): a worker that ran dry took the back half "
+            "of another's top tasks, so the halo each split cuts was read on both sides (the "
+            "prediction counts only the streams' first cuts)"
+        )
     if r.input_requests and r.input_chunks_read:
         per_chunk = r.input_requests / r.input_chunks_read
         lines.append(
