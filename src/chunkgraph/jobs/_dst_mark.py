@@ -14,6 +14,14 @@ same mark (``check_mark``):
 * the same source, other settings: refused, naming the settings it was started with and
   this call's, and both ways on.
 
+The source's place in a mark is what it holds, not how it is reached: a directory on
+disk resolved (symlinks and relative spellings agree), an object store's scheme, bucket
+and key. An endpoint is no part of it: the same server is named by the environment or by
+storage options, with or without a trailing slash, as localhost or 127.0.0.1, and no
+spelling of it can be told apart from another server without asking the network; a
+resume is already the same user's continuation of the same dst, checked for its settings.
+A refusal for another source shows both places.
+
 Each refusal names the volume and writes nothing to it. A format whose metadata has no
 room for the mark (precomputed) keeps none: a resume there is checked by shape and dtype
 only (``volume.create``'s ``exist_ok``).
@@ -41,9 +49,15 @@ UNMARKED_FORMATS = ("precomputed",)
 def job_mark(job: str, source: Volume, settings: Mapping[str, Any]) -> str:
     """The mark of ``job`` over ``source`` with ``settings`` (plain values, tuples and
     numpy scalars and dtypes among them)."""
-    found = {"source": source.location.identity(), **settings}
+    found = {"source": source_place(source), **settings}
     # In the order given: a refusal names changed settings in it.
     return json.dumps({job: found}, default=_plain)
+
+
+def source_place(source: Volume) -> str:
+    """What ``source`` holds, as a mark names it (module doc): its location's identity
+    without the endpoint."""
+    return dataclasses.replace(source.location, where=()).identity().removeprefix("disk:")
 
 
 def _plain(value: Any) -> Any:
@@ -125,10 +139,10 @@ def check_mark(
         )  # fmt: skip
     if found["source"] != now["source"]:
         raise JobRefusal(
-            "{what} {dst!r} was made by a {job} of another source ({was}), and {resume} "
-            "continues only that {job}: nothing was written to it. Give "
+            "{what} {dst!r} was made by a {job} of another source ({was}), and this one's is "
+            "{now}: {resume} continues only that {job}, and nothing was written to it. Give "
             f"{maker.new_dst}, or {{remove}} and {{job}} again",
-            field="dst", was=found["source"].removeprefix("disk:"), **values,
+            field="dst", was=found["source"], now=now["source"], **values,
         )  # fmt: skip
     changed = [k for k in now if k != "source" and found[k] != now[k]]
     if changed:
