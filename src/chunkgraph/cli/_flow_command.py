@@ -49,6 +49,7 @@ OPTIONS = {
     "memory_limit": "--memory-limit",
     "resume": "--resume",
     "remove": "remove it first",
+    "zarr3": "--format zarr3",
 }
 
 

@@ -24,7 +24,8 @@ A refusal for another source shows both places.
 
 Each refusal names the volume and writes nothing to it. A format whose metadata has no
 room for the mark (precomputed) keeps none: a resume there is checked by shape and dtype
-only (``volume.create``'s ``exist_ok``).
+only (``volume.create``'s ``exist_ok``), and refused when the volume has scales besides
+the one the job writes (another tool's pyramid: a resume would leave them stale).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.jobs._words import JobRefusal
-from chunkgraph.volume import Volume
+from chunkgraph.volume import Volume, path_to_open
 
 # Formats whose metadata keeps no mark (create's made_by): resumed by shape and dtype.
 UNMARKED_FORMATS = ("precomputed",)
@@ -125,7 +126,10 @@ def check_mark(
 ) -> None:
     """A volume a resume continues into (``what``: "dst", "level 1") carries this job's
     ``mark`` (module doc); ``shown(name, value)``: a setting in the job's words."""
-    if existing is None or existing.format.name in UNMARKED_FORMATS:
+    if existing is None:
+        return
+    if existing.format.name in UNMARKED_FORMATS:
+        _refuse_other_scales(maker, what, existing)
         return
     job = maker.job
     found, now = _settings(job, existing.made_by), _settings(job, mark) or {}
@@ -154,6 +158,37 @@ def check_mark(
             "nothing was written to it. To continue that {job}, give {was} again; to "
             f"{{job}} with {{asked}}, give {maker.new_dst}, or {{remove}}",
             field=changed[0], was=was, asked=asked, **values,
+        )  # fmt: skip
+
+
+def image_levels(level: Volume) -> list[Volume]:
+    """Every level of the multiscale image ``level`` is one of, by index (``[level]`` for a
+    volume of a plain format)."""
+    reach = level.level_of
+    if reach is None:
+        return [level]
+    root = path_to_open(reach[0], level.backend)
+    found: list[Volume] = []
+    while True:
+        try:
+            found.append(
+                volume.open(root, scale=len(found), storage_options=level.storage_options)
+            )
+        except ConfigError:  # past the last one
+            return found
+
+
+def _refuse_other_scales(maker: Maker, what: str, existing: Volume) -> None:
+    """An unmarked volume a job resumes into has no scales besides the one it writes."""
+    count = len(image_levels(existing))
+    if count > 1:
+        others = "scale 1" if count == 2 else f"scales 1 to {count - 1}"
+        raise JobRefusal(
+            "{what} {dst!r} is a {format} volume with {count} scales, and {job} writes only "
+            "one: a resume would leave {others} stale; nothing was written to it. Give "
+            f"{maker.new_dst}, or {{remove}} and {{job}} again",
+            field="dst", what=what, dst=existing.path, format=existing.format.name,
+            count=count, others=others, job=maker.job,
         )  # fmt: skip
 
 

@@ -38,6 +38,7 @@ PYTHON_WORDS: Mapping[str, str] = {
     "memory_limit": "memory_limit",
     "resume": "resume=True",
     "remove": "remove it first (volume.remove)",
+    "zarr3": "format='zarr3'",
 }
 
 
