@@ -35,7 +35,9 @@ def _level_1(root: str) -> np.ndarray:
 def test_a_downsample_into_an_image_refuses_a_level_already_there(
     tmp_path: Path, kind: str
 ) -> None:
-    root = _image(str(tmp_path / "img.zarr") if kind == "ome-zarr" else f"precomputed://{tmp_path}/pc")
+    root = _image(
+        str(tmp_path / "img.zarr") if kind == "ome-zarr" else f"precomputed://{tmp_path}/pc"
+    )
     with pytest.raises(ConfigError, match="level 1 is already in the image") as info:
         downsample(volume.open(root))
     text = str(info.value)

@@ -40,7 +40,7 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
-from chunkgraph.jobs._words import JobRefusal
+from chunkgraph.jobs._words import JobRefusal, Settings
 from chunkgraph.volume import Volume, path_to_open
 
 # Formats whose metadata keeps no mark (create's made_by): resumed by shape and dtype.
@@ -150,8 +150,8 @@ def check_mark(
         )  # fmt: skip
     changed = [k for k in now if k != "source" and found[k] != now[k]]
     if changed:
-        was = " and ".join(shown(k, found[k]) for k in changed)
-        asked = " and ".join(shown(k, now[k]) for k in changed)
+        was = Settings(tuple((k, found[k]) for k in changed), shown)
+        asked = Settings(tuple((k, now[k]) for k in changed), shown)
         raise JobRefusal(
             "{what} {dst!r} was started by a {job} with {was}, and this one has {asked}: "
             f"{{resume}} continues only the {{job}} that started {maker.started}, and "
@@ -171,9 +171,7 @@ def image_levels(level: Volume) -> list[Volume]:
     found: list[Volume] = []
     while True:
         try:
-            found.append(
-                volume.open(root, scale=len(found), storage_options=level.storage_options)
-            )
+            found.append(volume.open(root, scale=len(found), storage_options=level.storage_options))
         except ConfigError:  # past the last one
             return found
 
