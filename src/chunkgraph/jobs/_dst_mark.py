@@ -18,9 +18,10 @@ The source's place in a mark is what it holds, not how it is reached: a director
 disk resolved (symlinks and relative spellings agree), an object store's scheme, bucket
 and key. An endpoint is no part of it: the same server is named by the environment or by
 storage options, with or without a trailing slash, as localhost or 127.0.0.1, and no
-spelling of it can be told apart from another server without asking the network; a
-resume is already the same user's continuation of the same dst, checked for its settings.
-A refusal for another source shows both places.
+spelling of it can be told from another server's without asking the network. Nothing is
+lost by leaving it out: which chunks count as done is the flow's id to decide, and that
+id still names an endpoint given in storage options, so a resume whose options name the
+endpoint otherwise (or another server) computes its chunks again rather than keep any. A refusal for another source shows both places.
 
 Each refusal names the volume and writes nothing to it. A format whose metadata has no
 room for the mark (precomputed) keeps none: a resume there is checked by shape and dtype
