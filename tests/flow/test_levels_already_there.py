@@ -72,6 +72,7 @@ def test_a_transfer_resumed_into_a_precomputed_volume_with_more_scales_is_refuse
     before = volume.open(pc).read(src.bounds)
     with pytest.raises(ConfigError, match="with 2 scales") as info:
         transfer(src, pc, resume=True)
+    assert f"dst {str(tmp_path / 'pc')!r} is a precomputed" in str(info.value)
     assert "scale 1" in str(info.value) and info.value.field == "dst"
     assert np.array_equal(volume.open(pc).read(src.bounds), before)
     assert (_level_1(pc) == 99).all()

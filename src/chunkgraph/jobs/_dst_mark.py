@@ -21,7 +21,8 @@ storage options, with or without a trailing slash, as localhost or 127.0.0.1, an
 spelling of it can be told from another server's without asking the network. Nothing is
 lost by leaving it out: which chunks count as done is the flow's id to decide, and that
 id still names an endpoint given in storage options, so a resume whose options name the
-endpoint otherwise (or another server) computes its chunks again rather than keep any. A refusal for another source shows both places.
+endpoint otherwise (or another server) computes its chunks again rather than keep any.
+A refusal for another source shows both places.
 
 Each refusal names the volume and writes nothing to it. A format whose metadata has no
 room for the mark (precomputed) keeps none: a resume there is checked by shape and dtype
@@ -181,12 +182,14 @@ def _refuse_other_scales(maker: Maker, what: str, existing: Volume) -> None:
     """An unmarked volume a job resumes into has no scales besides the one it writes."""
     count = len(image_levels(existing))
     if count > 1:
+        reach = existing.level_of  # named by its root, as given, not by its first scale
         others = "scale 1" if count == 2 else f"scales 1 to {count - 1}"
         raise JobRefusal(
             "{what} {dst!r} is a {format} volume with {count} scales, and {job} writes only "
             "one: a resume would leave {others} stale; nothing was written to it. Give "
             f"{maker.new_dst}, or {{remove}} and {{job}} again",
-            field="dst", what=what, dst=existing.path, format=existing.format.name,
+            field="dst", what=what, dst=reach[0] if reach else existing.path,
+            format=existing.format.name,
             count=count, others=others, job=maker.job,
         )  # fmt: skip
 
