@@ -132,7 +132,7 @@ def test_a_resume_with_another_threshold_exits_2_in_labels_words(
     capsys.readouterr()
     assert cli.main(["label", str(src), str(dst), "--threshold", "0.2", "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "started by a label with threshold 0.1, and this one has threshold 0.2" in err
+    assert "started by a label with --threshold 0.1, and this one has --threshold 0.2" in err
     assert "--resume continues only the label that started dst" in err
     assert "fn_kwargs" not in err and "warning" not in err
     np.testing.assert_array_equal(volume.open(dst).read(volume.open(dst).bounds),

@@ -144,8 +144,8 @@ def test_resumed_jobs_refuse_in_the_command_line_s_words(
     capsys.readouterr()
     assert cli.main(["transfer", str(src), str(copy), "--resume", "--dtype", "uint32"]) == 2
     err = capsys.readouterr().err
-    was = "started by a transfer with chunks 8x8x8 and dtype uint16, and this one has"
-    assert f"{was} chunks 16x16x8 and dtype uint32: --resume continues only" in err
+    was = "started by a transfer with --chunks 8,8,8 and --dtype uint16, and this one has"
+    assert f"{was} --chunks 16,16,8 and --dtype uint32: --resume continues only" in err
     theirs = volume.create(tmp_path / "src_s1.zarr", (16, 16, 4), (16, 16, 4), "uint16",
                            resolution=(2, 2, 2))  # fmt: skip
     theirs.write(theirs.bounds, np.full((16, 16, 4), 3, "uint16"))
@@ -158,7 +158,7 @@ def test_resumed_jobs_refuse_in_the_command_line_s_words(
     capsys.readouterr()
     before = _mtimes(tmp_path)
     assert cli.main(["downsample", str(src), "--dst", levels, "--resume"]) == 2
-    assert "with method 'max', and this one has method 'mean'" in capsys.readouterr().err
+    assert "with --method max, and this one has --method mean" in capsys.readouterr().err
     assert cli.main(["downsample", str(src), "--dst", levels, "--method", "max"]) == 2
     assert "already exists" in capsys.readouterr().err
     assert _mtimes(tmp_path) == before

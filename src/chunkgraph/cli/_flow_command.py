@@ -49,7 +49,30 @@ OPTIONS = {
     "memory_limit": "--memory-limit",
     "resume": "--resume",
     "remove": "remove it first",
+    "zarr3": "--format zarr3",
 }
+
+
+def as_option(name: str, value: Any) -> str:
+    """A job's setting as this command line gives it (``Settings``): "--chunks 32,32,32",
+    "--bbox 0,0,0:64,64,64", "--method mean", "no --shards"; a setting no option gives
+    (a level's number) by its name."""
+    if name not in SETTING_OPTIONS:
+        return f"{name} {value}"
+    if value is None:
+        return f"no --{name}"
+    if isinstance(value, list) and all(isinstance(v, list) for v in value):  # a box
+        return f"--{name} " + ":".join(",".join(map(str, v)) for v in value)
+    if isinstance(value, list):
+        return f"--{name} " + ",".join(map(str, value))
+    return f"--{name} {value}"
+
+
+# The settings in jobs' marks that are options of the same name here.
+SETTING_OPTIONS = frozenset(
+    {"bbox", "chunks", "shards", "dtype", "cast", "factor", "method", "threshold",
+     "connectivity", "chunk"}
+)  # fmt: skip
 
 
 def add_flow_options(parser: argparse.ArgumentParser) -> None:
@@ -161,4 +184,4 @@ def _in_options(call: Callable[..., Any], **kwargs: Any) -> Any:
         spelled = getattr(err, "spelled", None)  # the jobs' refusals: ``JobRefusal``
         if not callable(spelled):
             raise
-        raise ConfigError(spelled(OPTIONS), field=err.field) from err
+        raise ConfigError(spelled(OPTIONS, as_option), field=err.field) from err

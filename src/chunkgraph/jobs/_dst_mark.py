@@ -14,9 +14,20 @@ same mark (``check_mark``):
 * the same source, other settings: refused, naming the settings it was started with and
   this call's, and both ways on.
 
+The source's place in a mark is what it holds, not how it is reached: a directory on
+disk resolved (symlinks and relative spellings agree), an object store's scheme, bucket
+and key. An endpoint is no part of it: the same server is named by the environment or by
+storage options, with or without a trailing slash, as localhost or 127.0.0.1, and no
+spelling of it can be told from another server's without asking the network. Nothing is
+lost by leaving it out: which chunks count as done is the flow's id to decide, and that
+id still names an endpoint given in storage options, so a resume whose options name the
+endpoint otherwise (or another server) computes its chunks again rather than keep any.
+A refusal for another source shows both places.
+
 Each refusal names the volume and writes nothing to it. A format whose metadata has no
 room for the mark (precomputed) keeps none: a resume there is checked by shape and dtype
-only (``volume.create``'s ``exist_ok``).
+only (``volume.create``'s ``exist_ok``), and refused when the volume has scales besides
+the one the job writes (another tool's pyramid: a resume would leave them stale).
 """
 
 from __future__ import annotations
@@ -31,8 +42,8 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
-from chunkgraph.jobs._words import JobRefusal
-from chunkgraph.volume import Volume
+from chunkgraph.jobs._words import JobRefusal, Settings
+from chunkgraph.volume import Volume, path_to_open
 
 # Formats whose metadata keeps no mark (create's made_by): resumed by shape and dtype.
 UNMARKED_FORMATS = ("precomputed",)
@@ -41,9 +52,15 @@ UNMARKED_FORMATS = ("precomputed",)
 def job_mark(job: str, source: Volume, settings: Mapping[str, Any]) -> str:
     """The mark of ``job`` over ``source`` with ``settings`` (plain values, tuples and
     numpy scalars and dtypes among them)."""
-    found = {"source": source.location.identity(), **settings}
+    found = {"source": source_place(source), **settings}
     # In the order given: a refusal names changed settings in it.
     return json.dumps({job: found}, default=_plain)
+
+
+def source_place(source: Volume) -> str:
+    """What ``source`` holds, as a mark names it (module doc): its location's identity
+    without the endpoint."""
+    return dataclasses.replace(source.location, where=()).identity().removeprefix("disk:")
 
 
 def _plain(value: Any) -> Any:
@@ -111,7 +128,10 @@ def check_mark(
 ) -> None:
     """A volume a resume continues into (``what``: "dst", "level 1") carries this job's
     ``mark`` (module doc); ``shown(name, value)``: a setting in the job's words."""
-    if existing is None or existing.format.name in UNMARKED_FORMATS:
+    if existing is None:
+        return
+    if existing.format.name in UNMARKED_FORMATS:
+        _refuse_other_scales(maker, what, existing)
         return
     job = maker.job
     found, now = _settings(job, existing.made_by), _settings(job, mark) or {}
@@ -125,21 +145,52 @@ def check_mark(
         )  # fmt: skip
     if found["source"] != now["source"]:
         raise JobRefusal(
-            "{what} {dst!r} was made by a {job} of another source ({was}), and {resume} "
-            "continues only that {job}: nothing was written to it. Give "
+            "{what} {dst!r} was made by a {job} of another source ({was}), and this one's is "
+            "{now}: {resume} continues only that {job}, and nothing was written to it. Give "
             f"{maker.new_dst}, or {{remove}} and {{job}} again",
-            field="dst", was=found["source"].removeprefix("disk:"), **values,
+            field="dst", was=found["source"], now=now["source"], **values,
         )  # fmt: skip
     changed = [k for k in now if k != "source" and found[k] != now[k]]
     if changed:
-        was = " and ".join(shown(k, found[k]) for k in changed)
-        asked = " and ".join(shown(k, now[k]) for k in changed)
+        was = Settings(tuple((k, found[k]) for k in changed), shown)
+        asked = Settings(tuple((k, now[k]) for k in changed), shown)
         raise JobRefusal(
             "{what} {dst!r} was started by a {job} with {was}, and this one has {asked}: "
             f"{{resume}} continues only the {{job}} that started {maker.started}, and "
             "nothing was written to it. To continue that {job}, give {was} again; to "
             f"{{job}} with {{asked}}, give {maker.new_dst}, or {{remove}}",
             field=changed[0], was=was, asked=asked, **values,
+        )  # fmt: skip
+
+
+def image_levels(level: Volume) -> list[Volume]:
+    """Every level of the multiscale image ``level`` is one of, by index (``[level]`` for a
+    volume of a plain format)."""
+    reach = level.level_of
+    if reach is None:
+        return [level]
+    root = path_to_open(reach[0], level.backend)
+    found: list[Volume] = []
+    while True:
+        try:
+            found.append(volume.open(root, scale=len(found), storage_options=level.storage_options))
+        except ConfigError:  # past the last one
+            return found
+
+
+def _refuse_other_scales(maker: Maker, what: str, existing: Volume) -> None:
+    """An unmarked volume a job resumes into has no scales besides the one it writes."""
+    count = len(image_levels(existing))
+    if count > 1:
+        reach = existing.level_of  # named by its root, as given, not by its first scale
+        others = "scale 1" if count == 2 else f"scales 1 to {count - 1}"
+        raise JobRefusal(
+            "{what} {dst!r} is a {format} volume with {count} scales, and {job} writes only "
+            "one: a resume would leave {others} stale; nothing was written to it. Give "
+            f"{maker.new_dst}, or {{remove}} and {{job}} again",
+            field="dst", what=what, dst=reach[0] if reach else existing.path,
+            format=existing.format.name,
+            count=count, others=others, job=maker.job,
         )  # fmt: skip
 
 

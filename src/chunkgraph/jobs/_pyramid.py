@@ -43,7 +43,7 @@ from chunkgraph.flow.plan import resolve_memory_limit
 from chunkgraph.geometry import Box
 from chunkgraph.jobs._block_reduce import METHODS, block_reduce, reduced_shape
 from chunkgraph.jobs._fused_read import ReducedRead, read_reduced
-from chunkgraph.jobs._pyramid_dst import check_levels, level_marks
+from chunkgraph.jobs._pyramid_dst import check_image_levels, check_levels, level_marks
 from chunkgraph.jobs._run_options import job_options, planning
 from chunkgraph.jobs._words import memory_refusal
 from chunkgraph.volume import Volume, path_to_open, plain_zarr_backend, shards_by_write_chunks
@@ -367,6 +367,8 @@ def downsample(
     paths = level_paths(_beside_what(source), levels, dst) if into == "zarr3" else []
     marks = level_marks(source, levels, factors, method)
     check_levels(paths, marks, options.resume)
+    if into != "zarr3":
+        check_image_levels(source, factors, levels, options.resume)
     pyramid = _Pyramid(source, factors, method, into, tuple(paths), tuple(marks))
     if not options.dry_run:
         # Every pass planned first over stand-ins in memory: what the memory limit or the

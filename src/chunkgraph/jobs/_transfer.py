@@ -32,6 +32,7 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
+from chunkgraph._util import as_int_tuple
 from chunkgraph.flow import ApplyReport, RunOptions, apply, refuse_if_written
 from chunkgraph.flow.plan import (
     CAST_RULES,
@@ -155,6 +156,7 @@ def transfer(
             field="bbox",
         )
     _check_dtype(source, dtype, cast)
+    chunks, shards = _sizes(source, "chunks", chunks), _sizes(source, "shards", shards)
     there, existing = existing_at(dst)
     _check_dst(source, dst, existing, options.resume)
     mark = transfer_mark(source, region, chunks, shards, dtype, cast)
@@ -301,6 +303,28 @@ def _check_dst(
             f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
             field="dst",
         )
+
+
+def _sizes(source: Volume, name: str, sizes: Sequence[int] | None) -> tuple[int, ...] | None:
+    """``chunks`` or ``shards`` (``name``) as ints, one per spatial axis of ``source``
+    and positive: checked before dst's mark is compared, so that a resume with sizes no
+    run could use is refused for them, as a fresh run is."""
+    if sizes is None:
+        return None
+    try:
+        found = as_int_tuple(sizes, name)
+    except ConfigError as err:
+        raise ConfigError(str(err), field=name) from err
+    nd = source.spatial_ndim
+    if len(found) != nd or any(n < 1 for n in found):
+        what = f"has {len(found)} axes" if len(found) != nd else "has a size below 1"
+        raise ConfigError(
+            f"{name} {found} {what}, and {source.path!r} has {nd} spatial axes: give a "
+            "positive size per spatial axis (the source's chunks: "
+            f"{','.join(map(str, source.spatial_chunks))})",
+            field=name,
+        )
+    return found
 
 
 def _check_dtype(source: Volume, dtype: Any, cast: str) -> None:

@@ -8,6 +8,10 @@ command line's one table of its options (``cli/_flow_command``), which
 ``JobRefusal.spelled`` takes. The values a refusal shows (paths, dtypes, shapes)
 are filled in as they are, never parsed again as a template.
 
+A refusal may show settings too (``Settings``: "chunks 8x8x8 and dtype uint16"): Python
+words them as the job does, another face as it gives them (the command line: ``--chunks
+8,8,8 --dtype uint16``), with the ``setting`` that ``spelled`` takes.
+
 The flow's refusal for the memory limit is the flow's text; ``memory_refusal`` makes it
 a ``JobRefusal`` whose ``memory_limit`` is a word, followed by the job's own advice.
 
@@ -18,7 +22,8 @@ a ``JobRefusal`` whose ``memory_limit`` is a word, followed by the job's own adv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chunkgraph._errors import ConfigError
@@ -38,7 +43,31 @@ PYTHON_WORDS: Mapping[str, str] = {
     "memory_limit": "memory_limit",
     "resume": "resume=True",
     "remove": "remove it first (volume.remove)",
+    "zarr3": "format='zarr3'",
 }
+
+
+# How a face shows one setting: (its name, its value as a mark keeps it) -> text.
+Shown = Callable[[str, Any], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Settings a refusal shows, joined by "and": in Python's words ``python`` (the job's
+    own: "chunks 8x8x8", "method 'max'"), or another face's (``JobRefusal.spelled``).
+
+    Attributes:
+        pairs: (name, value) of each setting, in order.
+        python: How the job names one setting to a Python caller.
+    """
+
+    pairs: tuple[tuple[str, Any], ...]
+    python: Shown
+
+    def shown(self, setting: Shown | None = None) -> str:
+        """The settings, each by ``setting`` (None: ``python``)."""
+        each = setting or self.python
+        return " and ".join(each(name, value) for name, value in self.pairs)
 
 
 class JobRefusal(ConfigError):
@@ -50,9 +79,13 @@ class JobRefusal(ConfigError):
         self.values = values
         super().__init__(self.spelled({}), field=field)
 
-    def spelled(self, words: Mapping[str, str]) -> str:
-        """The refusal with ``words`` (keys of ``PYTHON_WORDS``; those missing: Python's)."""
-        return self.template.format_map({**PYTHON_WORDS, **words, **self.values})
+    def spelled(self, words: Mapping[str, str], setting: Shown | None = None) -> str:
+        """The refusal with ``words`` (keys of ``PYTHON_WORDS``; those missing: Python's),
+        and its ``Settings`` each shown by ``setting`` (None: as Python names them)."""
+        values = {
+            k: v.shown(setting) if isinstance(v, Settings) else v for k, v in self.values.items()
+        }
+        return self.template.format_map({**PYTHON_WORDS, **words, **values})
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Across a pickle (a worker's error) the text as Python spells it is enough.
