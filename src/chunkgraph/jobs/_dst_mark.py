@@ -43,7 +43,7 @@ import numpy as np
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError, VolumeNotFoundError
 from chunkgraph.jobs._words import JobRefusal, Settings
-from chunkgraph.volume import Volume, path_to_open
+from chunkgraph.volume import Volume, is_object_url, path_to_open, split_format, split_url
 
 # Formats whose metadata keeps no mark (create's made_by): resumed by shape and dtype.
 UNMARKED_FORMATS = ("precomputed",)
@@ -117,6 +117,17 @@ def refuse_existing(
         field="dst", what=what, dst=os.fspath(dst), dtype=existing.dtype,
         shape=existing.shape, job=maker.job,
     )  # fmt: skip
+
+
+def refuse_bucket_root(maker: Maker, dst: str | os.PathLike[str]) -> None:
+    """A dst at a bucket's root is refused: the job keeps its flow state beside dst."""
+    _, place = split_format(os.fspath(dst))
+    if is_object_url(place) and not split_url(place)[2]:
+        raise ConfigError(
+            f"dst {os.fspath(dst)!r} is a bucket's root, and {maker.job} keeps its state "
+            f"beside dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
+            field="dst",
+        )
 
 
 def check_mark(

@@ -23,10 +23,10 @@ import numpy as np
 
 from chunkgraph import volume
 from chunkgraph._errors import ConfigError
-from chunkgraph.jobs._dst_mark import Maker, job_mark, refuse_existing
+from chunkgraph.jobs._dst_mark import Maker, job_mark, refuse_bucket_root, refuse_existing
 from chunkgraph.jobs._dst_mark import check_mark as check_job_mark
 from chunkgraph.jobs._words import JobRefusal
-from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
+from chunkgraph.volume import Volume, plain_zarr_backend
 
 if TYPE_CHECKING:
     from chunkgraph.geometry import Box
@@ -61,13 +61,7 @@ def check_dst(
         )
     if existing is not None and not resume:
         refuse_existing(LABEL, "dst", dst, existing)
-    _, place = split_format(os.fspath(dst))
-    if is_object_url(place) and not split_url(place)[2]:
-        raise ConfigError(
-            f"dst {os.fspath(dst)!r} is a bucket's root, and label keeps its state beside "
-            f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
-            field="dst",
-        )
+    refuse_bucket_root(LABEL, dst)
 
 
 def check_mark(existing: Volume | None, mark: str) -> None:

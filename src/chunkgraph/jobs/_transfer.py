@@ -48,12 +48,13 @@ from chunkgraph.jobs._dst_mark import (
     check_mark,
     existing_at,
     job_mark,
+    refuse_bucket_root,
     refuse_existing,
     setting,
 )
 from chunkgraph.jobs._run_options import job_options, planning
 from chunkgraph.jobs._words import JobRefusal, memory_refusal
-from chunkgraph.volume import Volume, is_object_url, plain_zarr_backend, split_format, split_url
+from chunkgraph.volume import Volume, plain_zarr_backend
 
 if TYPE_CHECKING:
     from chunkgraph.execute import Executor, ExecutorKind, Subscriber
@@ -296,13 +297,7 @@ def _check_dst(
         )
     if existing is not None and not resume:
         refuse_existing(TRANSFER, "dst", dst, existing)
-    _, place = split_format(os.fspath(dst))
-    if is_object_url(place) and not split_url(place)[2]:
-        raise ConfigError(
-            f"dst {os.fspath(dst)!r} is a bucket's root, and transfer keeps its state beside "
-            f"dst: put the volume under a prefix, e.g. {place.rstrip('/')}/NAME.zarr",
-            field="dst",
-        )
+    refuse_bucket_root(TRANSFER, dst)
 
 
 def _sizes(source: Volume, name: str, sizes: Sequence[int] | None) -> tuple[int, ...] | None:
