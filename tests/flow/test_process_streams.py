@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from chunkgraph import volume
+from chunkgraph.cli._cmd_run import report_summary
 from chunkgraph._errors import TaskError
 from chunkgraph.execute import EventKind
 from chunkgraph.execute._dask_stream import Call
@@ -150,3 +151,6 @@ def test_a_stream_split_is_counted_and_said(tmp_path: Path) -> None:
     assert report.stream_splits >= 1
     assert f"{report.stream_splits} stream split(s)" in report.summary()
     assert report.read_amplification >= report.plan.read_amplification - 0.01
+    saved = report_summary(report)  # report.json's summary says both
+    assert saved["stream_splits"] == report.stream_splits
+    assert saved["predicted_read_amplification"] == report.plan.read_amplification

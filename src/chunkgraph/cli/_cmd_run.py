@@ -582,6 +582,11 @@ def report_summary(report: ApplyReport) -> dict[str, Any]:
         "bytes_written": report.bytes_written,
         "temporary_bytes": report.temporary_bytes,
         "read_amplification": report.read_amplification,
+        # what the plan predicted for this run, and the stream splits that read past it
+        "predicted_read_amplification": (
+            None if report.plan is None else report.plan.read_amplification
+        ),
+        "stream_splits": report.stream_splits,
         "wall_seconds": report.wall_seconds,
         "finished_before": report.finished_before,
         # where the time and memory went (chunkgraph report shows it as a table)

@@ -197,7 +197,8 @@ def _refuse_other_scales(maker: Maker, what: str, existing: Volume) -> None:
         others = "scale 1" if count == 2 else f"scales 1 to {count - 1}"
         raise JobRefusal(
             "{what} {dst!r} is a {format} volume with {count} scales, and {job} writes only "
-            "one: a resume would leave {others} stale; nothing was written to it. Give "
+            "one: a resume would leave {others} stale; nothing was written to it. If "
+            "the {job} into it had finished, there is nothing to resume; else give "
             f"{maker.new_dst}, or {{remove}} and {{job}} again",
             field="dst", what=what, dst=reach[0] if reach else existing.path,
             format=existing.format.name,

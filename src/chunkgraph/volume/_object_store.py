@@ -63,6 +63,39 @@ def split_url(url: str) -> tuple[str, str, str]:
     return scheme, bucket, prefix.strip("/")
 
 
+# S3's bucket names: 3 to 63 lowercase letters, digits, dots and hyphens, a letter or
+# digit at each end, no dot beside a dot or a hyphen, not an IP address, none of the
+# prefixes and suffixes AWS keeps for itself; or an old us-east-1 name (capitals and
+# underscores, up to 255). Checked before a client is made: TensorStore raises a bare
+# ValueError for any other, and a store answers "no such bucket" as for a typo.
+_S3_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_S3_OLD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
+_S3_RESERVED = (("xn--", "sthree-"), ("-s3alias", "--ol-s3"))
+
+
+def s3_bucket_refusal(url: str, bucket: str) -> str | None:
+    """Why ``bucket`` (of ``url``) is not an S3 bucket name, or None when it is one.
+
+    >>> s3_bucket_refusal("s3://rv/x", "rv").split(";")[0]
+    "'s3://rv/x': 'rv' is not an S3 bucket name"
+    >>> [s3_bucket_refusal("", b) is None for b in ("my-data.v2", "ab.-c", "10.0.0.1", "Old_Name")]
+    [True, False, False, True]
+    """
+    old = any(c.isupper() or c == "_" for c in bucket)
+    shaped = (_S3_OLD_NAME if old else _S3_NAME).fullmatch(bucket)
+    odd = any(pair in bucket for pair in ("..", ".-", "-."))
+    address = re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket)
+    reserved = bucket.startswith(_S3_RESERVED[0]) or bucket.endswith(_S3_RESERVED[1])
+    if shaped and not odd and not address and not reserved:
+        return None
+    return (
+        f"{url!r}: {bucket!r} is not an S3 bucket name; a bucket is named by 3 to 63 "
+        "lowercase letters, digits, dots and hyphens, beginning and ending with a letter or "
+        "digit, with no dot beside a dot or hyphen and not an IP address (e.g. "
+        "s3://my-bucket/path)"
+    )
+
+
 # A word and a colon at the start of a path, not followed by "//": a URL with a slash
 # lost (``s3:/bucket/x``), which would otherwise be a local folder named ``s3:``. One
 # letter is a Windows drive (``C:/data``), not a scheme.
@@ -196,6 +229,8 @@ def object_store(url: str, options: StoreOptions | Mapping[str, Any] | None = No
 
     opts = StoreOptions.of(options)
     scheme, bucket, prefix = split_url(url)
+    if scheme == "s3" and (why := s3_bucket_refusal(url, bucket)):
+        raise ConfigError(why, field="path")
     # Store config keeps the user's spelling (obstore knows them all); client and retry
     # settings go apart under the names obstore's client_options and retry_config take.
     settings = opts.everything()

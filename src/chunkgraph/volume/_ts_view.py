@@ -19,13 +19,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 from typing import Any
 
 import numpy as np
 
 from chunkgraph._errors import ConfigError
-from chunkgraph.volume._object_store import StoreOptions, endpoint_of, reaching, split_url
+from chunkgraph.volume._object_store import (
+    StoreOptions,
+    endpoint_of,
+    reaching,
+    s3_bucket_refusal,
+    split_url,
+)
 from chunkgraph.volume._storage import Index, VolumeMeta
 from chunkgraph.volume._store_client import tensorstore_bounds
 from chunkgraph.volume._store_errors import aws_credentials_configured
@@ -50,12 +55,6 @@ def shared_context() -> Any:
     return tensorstore_module("these").Context()
 
 
-# The S3 bucket names TensorStore takes: 3 to 255 letters, digits, dots, hyphens and
-# underscores (the longer, mixed-case ones are the old us-east-1 names), a letter or digit
-# at each end; any other name it refuses with a bare ValueError while a format is guessed.
-_S3_BUCKET = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{1,253})[A-Za-z0-9]")
-
-
 def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> dict[str, Any]:
     """TensorStore's key-value store spec for a local path or an ``s3://`` URL (its
     bucket named as S3 allows, or a ``ConfigError`` that says what a name may be)."""
@@ -63,13 +62,8 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
     if "://" not in place:
         return {"driver": "file", "path": place.rstrip("/") + suffix}
     scheme, bucket, prefix = split_url(place)
-    if scheme == "s3" and (not _S3_BUCKET.fullmatch(bucket) or ".." in bucket):
-        raise ConfigError(
-            f"{place!r}: {bucket!r} is not an S3 bucket name; a bucket is named by 3 to 63 "
-            "lowercase letters, digits, dots and hyphens, beginning and ending with a letter "
-            "or digit (e.g. s3://my-bucket/path)",
-            field="path",
-        )
+    if scheme == "s3" and (why := s3_bucket_refusal(place, bucket)):
+        raise ConfigError(why, field="path")
     if scheme != "s3":
         raise ConfigError(
             f"{place!r}: TensorStore-served formats (precomputed, N5) reach s3:// URLs and "

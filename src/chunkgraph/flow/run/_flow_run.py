@@ -224,7 +224,8 @@ class FlowRun:
             flow, report = self._probe_and_execute(
                 state, inputs, dst, executor, done, in_place is not None, opening
             )
-            report = dataclasses.replace(report, plan=self._predicted(plan, report, done))
+            predicted = self._predicted(plan, report, done, executor.in_process)
+            report = dataclasses.replace(report, plan=predicted)
             warn_if_saturated(report.saturated_voxels, dst, spec.cast)
             if not flow.deferred:
                 # Finished first, then delete: a kill while deleting must never leave done
@@ -271,14 +272,16 @@ class FlowRun:
         return self.options.probe and fn_calls(self.spec) > 1
 
     def _predicted(
-        self, plan: FlowPlan | None, report: ApplyReport, done: set[str]
+        self, plan: FlowPlan | None, report: ApplyReport, done: set[str], in_process: bool
     ) -> FlowPlan | None:
         """The plan the report carries: a resumed run that skipped top tasks predicts the
-        reads of its pending ones (``resumed_plan``), as it measures them."""
+        reads of its pending ones (``resumed_plan``), as it measures them: the probe's
+        read counts only where the report counts it (in process; elsewhere the probe
+        reads through the driver's volumes, and the workers' reads are the report's)."""
         if plan is None or not report.top_tasks_skipped or not done:
             return plan
         indices = [tuple(int(i) for i in key.split("_")) for key in done]  # grid_key's
-        probe = probe_read_box(self.spec) if self._probes() else None
+        probe = probe_read_box(self.spec) if self._probes() and in_process else None
         return resumed_plan(plan, self.spec, self.inputs, indices, probe)
 
     def _probe(self, inputs: dict[str, Volume], dst: Volume) -> tuple[Box, Any] | None:
