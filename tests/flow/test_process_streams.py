@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from chunkgraph import volume
-from chunkgraph.cli._cmd_run import report_summary
 from chunkgraph._errors import TaskError
+from chunkgraph.cli._cmd_run import report_summary
 from chunkgraph.execute import EventKind
 from chunkgraph.execute._dask_stream import Call
 from chunkgraph.execute._process_stream import ProcessStreams
