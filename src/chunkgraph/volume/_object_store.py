@@ -96,6 +96,13 @@ def s3_bucket_refusal(url: str, bucket: str) -> str | None:
     )
 
 
+def check_bucket_name(scheme: str, url: str, bucket: str) -> None:
+    """Raise ``ConfigError`` for an ``s3://`` bucket name S3 does not allow
+    (``s3_bucket_refusal``), before any client is made."""
+    if scheme == "s3" and (why := s3_bucket_refusal(url, bucket)):
+        raise ConfigError(why, field="path")
+
+
 # A word and a colon at the start of a path, not followed by "//": a URL with a slash
 # lost (``s3:/bucket/x``), which would otherwise be a local folder named ``s3:``. One
 # letter is a Windows drive (``C:/data``), not a scheme.
@@ -229,8 +236,7 @@ def object_store(url: str, options: StoreOptions | Mapping[str, Any] | None = No
 
     opts = StoreOptions.of(options)
     scheme, bucket, prefix = split_url(url)
-    if scheme == "s3" and (why := s3_bucket_refusal(url, bucket)):
-        raise ConfigError(why, field="path")
+    check_bucket_name(scheme, url, bucket)
     # Store config keeps the user's spelling (obstore knows them all); client and retry
     # settings go apart under the names obstore's client_options and retry_config take.
     settings = opts.everything()

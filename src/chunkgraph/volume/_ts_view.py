@@ -26,9 +26,9 @@ import numpy as np
 from chunkgraph._errors import ConfigError
 from chunkgraph.volume._object_store import (
     StoreOptions,
+    check_bucket_name,
     endpoint_of,
     reaching,
-    s3_bucket_refusal,
     split_url,
 )
 from chunkgraph.volume._storage import Index, VolumeMeta
@@ -62,8 +62,7 @@ def kvstore_spec(place: str, options: StoreOptions, directory: bool = True) -> d
     if "://" not in place:
         return {"driver": "file", "path": place.rstrip("/") + suffix}
     scheme, bucket, prefix = split_url(place)
-    if scheme == "s3" and (why := s3_bucket_refusal(place, bucket)):
-        raise ConfigError(why, field="path")
+    check_bucket_name(scheme, place, bucket)
     if scheme != "s3":
         raise ConfigError(
             f"{place!r}: TensorStore-served formats (precomputed, N5) reach s3:// URLs and "
