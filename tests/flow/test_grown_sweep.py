@@ -7,24 +7,18 @@ caller's bbox as the work done, beside the region computed."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
-from scipy import ndimage
+from tests.flow.test_off_grid_bbox import _check, box_sum, box_sum_unless_stopped
+from tests.flow.test_off_grid_bbox import _volumes as off_grid_volumes
 
 from chunkgraph.cli._cmd_run import report_summary
 from chunkgraph.geometry import Box
 from chunkgraph.volume import apply
 
 MiB = 2**20
-SENTINEL = -7.0
-
-
-def box_sum(src: np.ndarray) -> np.ndarray:
-    """A 5^3 box sum: exact on small integers, so any wrong context shows."""
-    return ndimage.correlate(src, np.ones((5, 5, 5), src.dtype), mode="constant", cval=0.0)
 
 
 def _dry(files: Any, shape: tuple[int, ...], **kw: Any) -> Any:
@@ -72,20 +66,8 @@ def test_a_plan_within_the_rules_stays_on_the_bbox(files: Any) -> None:
         assert _dry(files, shape).plan.grown_bbox is None, shape
 
 
-def _volumes(files: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, Any, Any]:
-    data = np.random.default_rng(3).integers(0, 100, shape).astype("float32")
-    return (
-        data,
-        files.source(data, (8, 8, 8)),
-        files.source(np.full(shape, SENTINEL, "float32"), (8, 8, 8)),
-    )
-
-
-def _check(dst: Any, data: np.ndarray, bbox: Box) -> None:
-    """Inside the bbox: the whole-array reference; outside it: the sentinel, untouched."""
-    expected = np.full(data.shape, SENTINEL, "float32")
-    expected[bbox.slices()] = box_sum(data)[bbox.slices()]
-    np.testing.assert_array_equal(dst.read(dst.bounds), expected)
+def _volumes(files: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    return off_grid_volumes(files, shape, (8, 8, 8))
 
 
 # 248 = 8 x 31 along the sweep: the grain (8) or the whole length are its only sizes
@@ -121,13 +103,6 @@ def test_blended_layers_over_a_grown_region_stay_exact(files: Any) -> None:
     plan = report.plan
     assert plan.grown_bbox is not None and plan.sweep_tasks > 1 and not plan.direct_writes
     _check(dst, data, INSIDE)
-
-
-def box_sum_unless_stopped(src: np.ndarray, box: Box, *, stop: str) -> np.ndarray:
-    """``box_sum``, except past z = 128 while the file ``stop`` exists."""
-    if box.start[2] >= 128 and os.path.exists(stop):
-        raise RuntimeError("stopped")
-    return box_sum(src)
 
 
 def test_an_interrupted_grown_flow_resumes(files: Any) -> None:
